@@ -1,0 +1,50 @@
+# The scaling-study suite. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+SCALE ?= local
+LAUNCHER ?= local
+CLUSTER ?= local
+QUICK ?=
+SEEDS ?=
+STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS))
+
+.DEFAULT_GOAL := help
+.PHONY: help setup setup-horovod setup-cluster test test-fast report bench clean $(addprefix exp,1 2 3 4 5 6 7 8 9)
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+	@echo "  Variables: SCALE=local|gpu|thesis LAUNCHER=local|slurm CLUSTER=<slurm/clusters profile> QUICK=1 SEEDS=N"
+
+setup: $(VENV)/.installed ## Create .venv with the pinned dependencies (fast when nothing changed)
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e .
+	@touch $@
+
+setup-horovod: setup ## Build Horovod 0.28.1 into .venv (HOROVOD_GPU=nccl on a GPU cluster)
+	bash trainers/horovod_build/setup.sh $(VENV)
+
+setup-cluster: ## Install Slurm and Open MPI from Debian (root) for the Slurm and MPI tests
+	bash slurm/install.sh
+
+# In CI (CI=true, root) the Slurm, MPI and Horovod tests must run, so their dependencies are installed first.
+test: setup $(if $(filter true,$(CI)),setup-cluster setup-horovod) ## Run the whole test suite (slow tests included)
+	$(PY) -m pytest
+
+test-fast: setup ## Run the fast tests only (under a minute)
+	$(PY) -m pytest -m "not slow"
+
+exp%: setup ## Run experiment N as a study: make exp3 [SCALE=..] [LAUNCHER=slurm CLUSTER=..] [QUICK=1] [SEEDS=N]
+	$(PY) -m trainers study $(wildcard experiments/0$*_*) $(STUDY_ARGS)
+
+report: setup ## Regenerate results/tables, results/figures and the notebooks from results/runs
+	$(PY) -m analysis report
+
+bench: setup ## Benchmark the trainer against a hand-written loop, and emulated workers' cost
+	$(PY) -m trainers bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32
+
+clean: ## Remove caches (generated datasets) but not results
+	rm -rf .cache .pytest_cache

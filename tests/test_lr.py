@@ -1,0 +1,91 @@
+"""The thesis's learning-rate formulas, pinned with the thesis's own numbers (appendices 5-15, tables 10-15)."""
+import pytest
+
+from trainers.lr import Policy, lr_at, scaled_lr, schedule, single_worker_lr
+
+
+@pytest.mark.parametrize(
+    "workers, per_worker, expected",
+    [(1, 128, 0.05), (8, 128, 0.4), (16, 128, 0.8), (24, 128, 1.2), (32, 128, 1.6), (32, 32, 0.4)],
+)
+def test_linear_rule_gives_the_thesis_rates(workers, per_worker, expected):
+    assert scaled_lr(0.1, 256, workers * per_worker, "linear") == pytest.approx(expected)
+
+
+def test_naive_rule_keeps_the_base_rate_whatever_the_batch():
+    assert scaled_lr(0.1, 256, 32 * 128, "none") == 0.1
+
+
+def test_sqrt_rule():
+    assert scaled_lr(0.1, 256, 1024, "sqrt") == pytest.approx(0.2)
+
+
+def test_unknown_scaling_is_refused():
+    with pytest.raises(ValueError, match="unknown lr scaling"):
+        scaled_lr(0.1, 256, 256, "cubic")
+
+
+def test_single_worker_rate_is_appendix_13s_base():
+    assert single_worker_lr(0.1, 256, 128) == pytest.approx(0.05)
+    assert single_worker_lr(0.1, 256, 32) == pytest.approx(0.0125)
+
+
+def _policy(**kw):
+    defaults = dict(target=1.6, start=0.05, decay="milestones")
+    return Policy(**{**defaults, **kw})
+
+
+def test_stepping_warmup_is_appendix_9():
+    # appendix 9: global_lr * (epoch + 1) / (warmup_epochs + 1), 32 GPUs at 1.6
+    p = _policy(warmup="stepping", warmup_epochs=5)
+    got = schedule(p, 7)
+    assert got == pytest.approx([1.6 / 6, 3.2 / 6, 0.8, 6.4 / 6, 8.0 / 6, 1.6, 1.6])
+
+
+def test_gradual_warmup_is_appendix_13():
+    # appendix 13: base 0.05 = (128/256)*0.1, step (1.6 - 0.05)/5 = 0.31
+    p = _policy(warmup="gradual", warmup_epochs=5)
+    assert schedule(p, 6) == pytest.approx([0.05, 0.36, 0.67, 0.98, 1.29, 1.6])
+
+
+def test_gradual_10_epoch_warmup_is_appendix_15_at_24_gpus():
+    p = _policy(target=1.2, warmup="gradual", warmup_epochs=10)
+    got = schedule(p, 11)
+    assert got[0] == pytest.approx(0.05)
+    assert got[1] == pytest.approx(0.165)
+    assert got[9] == pytest.approx(1.085)
+    assert got[10] == pytest.approx(1.2)
+
+
+def test_warmup_rate_is_constant_within_an_epoch_for_the_thesis_policies():
+    for warmup in ("stepping", "gradual"):
+        p = _policy(warmup=warmup, warmup_epochs=5)
+        assert lr_at(2, 0, 100, p) == lr_at(2, 99, 100, p)
+
+
+def test_goyal_warmup_ramps_per_iteration_from_the_single_worker_rate():
+    p = _policy(warmup="goyal", warmup_epochs=5)
+    assert lr_at(0, 0, 100, p) == pytest.approx(0.05)
+    assert lr_at(2, 50, 100, p) == pytest.approx(0.05 + 1.55 * 250 / 500)
+    assert lr_at(4, 99, 100, p) < 1.6
+    assert lr_at(5, 0, 100, p) == pytest.approx(1.6)
+
+
+def test_step_decay_every_30_epochs_is_experiment_4():
+    p = Policy(target=0.1, start=0.05, decay="step", step_every=30)
+    got = schedule(p, 90)
+    assert got[29] == pytest.approx(0.1)
+    assert got[30] == pytest.approx(0.01)
+    assert got[59] == pytest.approx(0.01)
+    assert got[60] == pytest.approx(0.001)
+    assert got[89] == pytest.approx(0.001)
+
+
+def test_milestone_decay_at_30_60_80_is_experiments_5_to_9():
+    got = schedule(_policy(warmup="stepping", warmup_epochs=5), 90)
+    assert got[29] == pytest.approx(1.6)
+    assert got[30] == pytest.approx(0.16)
+    assert got[60] == pytest.approx(0.016)
+    assert got[79] == pytest.approx(0.016)
+    assert got[80] == pytest.approx(0.0016)
+    assert len(got) == 90

@@ -1,0 +1,130 @@
+"""Command line: python -m trainers {train, study, schedule, data, bench} ..."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from trainers.config import SCALES, ConfigError, load_config
+from trainers.data import DataError
+
+DEFAULT_OUT = Path("results/runs")
+
+
+def default_run_name(cfg) -> str:
+    t = cfg.train
+    return f"w{t.workers}-b{t.per_worker_batch}-{t.backend}-s{t.seed}"
+
+
+def cmd_train(args) -> int:
+    from trainers.loop import run_training
+
+    cfg = load_config(args.config, args.scale, args.set)
+    run_dir = Path(args.out) / cfg.experiment / (args.run or default_run_name(cfg))
+    return run_training(cfg, run_dir, resume=args.resume == "auto")
+
+
+def cmd_schedule(args) -> int:
+    from trainers.lr import schedule
+
+    cfg = load_config(args.config, args.scale, args.set)
+    print("epoch,lr")
+    for epoch, lr in enumerate(schedule(cfg.lr_policy(), cfg.train.epochs)):
+        print(f"{epoch},{lr:.6g}")
+    return 0
+
+
+def cmd_data(args) -> int:
+    from trainers.data import generate_dataset
+
+    path = generate_dataset(
+        Path(args.out), classes=args.classes, per_class=args.per_class, val_per_class=args.val_per_class,
+        image_size=args.image_size, seed=args.seed,
+    )
+    print(path)
+    return 0
+
+
+def cmd_study(args) -> int:
+    from trainers.study import run_study
+
+    return run_study(
+        Path(args.experiment), scale=args.scale, launcher=args.launcher, cluster=args.cluster,
+        dry_run=args.dry_run, quick=args.quick, out=Path(args.out), seeds=args.seeds, overrides=args.set,
+    )
+
+
+def cmd_bench(args) -> int:
+    from trainers.bench import run_bench
+
+    return run_bench(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m trainers", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def config_args(sp):
+        sp.add_argument("config", help="experiments/NN_name/config.toml (or its folder)")
+        sp.add_argument("--scale", choices=SCALES, default="local", help="local (CPU miniature), gpu or thesis")
+        sp.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a setting")
+
+    t = sub.add_parser("train", help="one training run (any launcher: none, torchrun, srun, mpirun, horovodrun)")
+    config_args(t)
+    t.add_argument("--run", help="run folder name (default from workers, batch, backend and seed)")
+    t.add_argument("--out", default=str(DEFAULT_OUT), help="runs root (default results/runs)")
+    t.add_argument("--resume", choices=["auto"], help="auto: continue from the run folder's checkpoint if any")
+    t.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("schedule", help="print the learning rate at the start of each epoch as CSV")
+    config_args(s)
+    s.set_defaults(func=cmd_schedule)
+
+    st = sub.add_parser("study", help="expand an experiment into its runs and launch them")
+    st.add_argument("experiment", help="experiments/NN_name")
+    st.add_argument("--scale", choices=SCALES, default="local")
+    st.add_argument("--launcher", choices=["local", "slurm"], default="local")
+    st.add_argument("--cluster", default="local", help="Slurm profile in slurm/clusters/ (with --launcher slurm)")
+    st.add_argument("--dry-run", action="store_true", help="print the exact commands / sbatch lines and stop")
+    st.add_argument("--quick", action="store_true", help="a smoke run of the study (minutes)")
+    st.add_argument("--seeds", type=int, help="number of seeds (default: the study's own)")
+    st.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    st.add_argument("--out", default=str(DEFAULT_OUT))
+    st.set_defaults(func=cmd_study)
+
+    d = sub.add_parser("data", help="make the generated ImageNet-shaped dataset")
+    dsub = d.add_subparsers(dest="data_command", required=True)
+    g = dsub.add_parser("generate", help="write class folders of JPEGs, deterministic from a seed")
+    g.add_argument("--out", required=True)
+    g.add_argument("--classes", type=int, default=100)
+    g.add_argument("--per-class", type=int, default=200)
+    g.add_argument("--val-per-class", type=int, default=50)
+    g.add_argument("--image-size", type=int, default=32)
+    g.add_argument("--seed", type=int, default=0)
+    g.set_defaults(func=cmd_data)
+
+    b = sub.add_parser("bench", help="the trainer's overhead: vs a hand-written loop, and emulated workers' cost")
+    b.add_argument("--model", default="resnet50")
+    b.add_argument("--batch", type=int, default=32)
+    b.add_argument("--image-size", type=int, default=224)
+    b.add_argument("--steps", type=int, default=20)
+    b.add_argument("--warmup", type=int, default=3)
+    b.add_argument("--workers", type=int, default=32, help="emulated workers for the emulation-cost figure")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

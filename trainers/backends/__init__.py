@@ -1,0 +1,189 @@
+"""All distributed setup lives here: launcher detection, the backend registry, and `create`.
+
+The training loop sees only a `Backend` (base.py); it never imports torch.distributed or horovod.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import torch
+
+from trainers.backends.base import Backend
+from trainers.config import Config, ConfigError
+
+__all__ = ["Backend", "Launch", "detect_launch", "register", "create", "BACKENDS"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Who started this process and where its peers are, read from the launcher's environment."""
+
+    launcher: str = "none"  # "none" | "torchrun" | "slurm" | "mpi" | "horovodrun"
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    hosts: list[str] = field(default_factory=list)
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list ("gpu[12-15],gpu20" -> "gpu12"), via scontrol when there is one."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.split():
+            return out.stdout.split()[0]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    head = re.split(r",(?![^\[]*\])", nodelist)[0]
+    match = re.fullmatch(r"(.*)\[(\d+)[^\]]*\]", head)
+    return match.group(1) + match.group(2) if match else head
+
+
+def job_port(env: Mapping[str, str]) -> int:
+    """A rendezvous port fresh for each Slurm job (stale rendezvous hang), or MASTER_PORT when set."""
+    if "MASTER_PORT" in env:
+        return int(env["MASTER_PORT"])
+    return 20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000
+
+
+def detect_launch(env: Mapping[str, str] = os.environ) -> Launch:
+    def num(key: str) -> int:
+        return int(env[key])
+
+    if "HOROVOD_RANK" in env:  # horovodrun with Gloo
+        return Launch("horovodrun", num("HOROVOD_RANK"), num("HOROVOD_SIZE"), num("HOROVOD_LOCAL_RANK"))
+    if "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env:  # torchrun
+        return Launch(
+            "torchrun", num("RANK"), num("WORLD_SIZE"), num("LOCAL_RANK"),
+            env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", "29500")),
+        )
+    if "OMPI_COMM_WORLD_RANK" in env:  # mpirun (also horovodrun over MPI), on one host or in a Slurm allocation
+        nodes = env.get("SLURM_JOB_NODELIST")
+        addr = env.get("MASTER_ADDR") or (first_host(nodes) if nodes else "127.0.0.1")
+        port = job_port(env) if ("MASTER_PORT" in env or "SLURM_JOB_ID" in env) else 29500
+        return Launch(
+            "mpi", num("OMPI_COMM_WORLD_RANK"), num("OMPI_COMM_WORLD_SIZE"),
+            num("OMPI_COMM_WORLD_LOCAL_RANK"), addr, port,
+        )
+    if "SLURM_STEP_NUM_TASKS" in env and "SLURM_PROCID" in env:  # srun (the batch shell itself has no step size)
+        nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "127.0.0.1")
+        return Launch(
+            "slurm", num("SLURM_PROCID"), num("SLURM_STEP_NUM_TASKS"), int(env.get("SLURM_LOCALID", "0")),
+            env.get("MASTER_ADDR") or first_host(nodes), job_port(env),
+        )
+    return Launch()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The registry
+# ----------------------------------------------------------------------------------------------------------------
+BACKENDS: dict[str, Callable[[Config, Launch, torch.device], Backend]] = {}
+
+
+def register(name: str):
+    def add(factory):
+        BACKENDS[name] = factory
+        return factory
+
+    return add
+
+
+def pick_device(cfg: Config, launch: Launch) -> torch.device:
+    wanted = cfg.train.device
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device = 'cuda' but no GPU is visible; use --set train.device=cpu")
+    if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()):
+        torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
+        return torch.device("cuda", launch.local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def choose_backend(cfg: Config, launch: Launch) -> str:
+    if cfg.train.backend != "auto":
+        return cfg.train.backend
+    if launch.launcher == "horovodrun":
+        return "horovod"
+    if launch.world_size > 1:
+        return "ddp"
+    return "emulated" if cfg.train.workers > 1 else "single"
+
+
+def check_world(cfg: Config, launch: Launch, name: str) -> None:
+    """Refuse a launch that disagrees with the config, before any process group exists."""
+    workers = cfg.train.workers
+    if name in ("ddp", "horovod"):
+        if launch.world_size > 1 and launch.world_size != workers:
+            raise ConfigError(
+                f"launched with {launch.world_size} processes but train.workers = {workers}; "
+                f"make them agree (--set train.workers={launch.world_size})"
+            )
+        if launch.world_size == 1 and workers > 1:
+            raise ConfigError(
+                f"backend {name} with {workers} workers needs {workers} processes: start it under torchrun "
+                f"--nproc-per-node {workers}, srun, mpirun or horovodrun, or use backend = 'emulated'"
+            )
+    elif launch.world_size > 1:
+        raise ConfigError(f"backend {name} runs in one process, but {launch.world_size} were launched; use ddp or horovod")
+
+
+@register("single")
+def _single(cfg: Config, launch: Launch, device: torch.device) -> Backend:
+    return Backend(device)
+
+
+@register("emulated")
+def _emulated(cfg: Config, launch: Launch, device: torch.device) -> Backend:
+    from trainers.backends.emulated import EmulatedBackend
+
+    return EmulatedBackend(device, workers=cfg.train.workers)
+
+
+@register("ddp")
+def _ddp(cfg: Config, launch: Launch, device: torch.device) -> Backend:
+    from trainers.backends.torch_dist import DDPBackend
+
+    init = cfg.train.init_method or "env://"
+    if init == "env://":
+        os.environ.setdefault("MASTER_ADDR", launch.master_addr or "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(launch.master_port or free_port()))
+    return DDPBackend(device, launch.rank, launch.world_size, launch.local_rank, cfg.train.workers, init)
+
+
+@register("dp")
+def _dp(cfg: Config, launch: Launch, device: torch.device) -> Backend:
+    from trainers.backends.torch_dist import DataParallelBackend
+
+    if device.type == "cuda" and torch.cuda.device_count() < cfg.train.workers:
+        raise ConfigError(f"backend dp with {cfg.train.workers} workers needs as many GPUs; {torch.cuda.device_count()} visible")
+    return DataParallelBackend(device, cfg.train.workers)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def resolve(cfg: Config, launch: Launch) -> str:
+    """The backend's name, checked against the launch; raises ConfigError before anything starts."""
+    name = choose_backend(cfg, launch)
+    if name == "horovod" and name not in BACKENDS:
+        try:
+            import trainers.backends.horovod  # noqa: F401  (registers itself; fails without Horovod)
+        except ImportError as e:
+            raise ConfigError(f"backend horovod needs Horovod with PyTorch support: run `make setup-horovod` ({e})") from None
+    if name not in BACKENDS:
+        raise ConfigError(f"backend {name!r} is not available; known: {', '.join(sorted(BACKENDS))}")
+    check_world(cfg, launch, name)
+    return name
+
+
+def create(cfg: Config, launch: Launch, name: str) -> Backend:
+    return BACKENDS[name](cfg, launch, pick_device(cfg, launch))

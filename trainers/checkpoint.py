@@ -1,0 +1,80 @@
+"""Checkpoints: a plain dict, written atomically, loadable with torch.load(weights_only=True).
+
+torch >= 2.6 loads with weights_only=True by default and refuses pickled objects such as the argparse namespaces
+pytorch/examples used to save; everything here is tensors, numbers, strings, lists and dicts.
+"""
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainers.config import ConfigError
+
+# Settings that may change between a run and its resumption: where the data is staged, how it is loaded, printed.
+MAY_DIFFER_ON_RESUME = {
+    ("data", "path"), ("data", "loader_workers"), ("train", "print_freq"), ("train", "threads"),
+    ("train", "device"), ("train", "init_method"), ("train", "checkpoint"),
+}
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate((3, tuple(state["python"]), None))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save(path: Path, state: dict[str, Any]) -> None:
+    """Write to a temporary file, fsync, then rename: a crash leaves the old checkpoint or the new, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load(path: Path) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def config_differences(saved: dict[str, dict], current: dict[str, dict]) -> list[str]:
+    diffs = []
+    for section, values in current.items():
+        for key, value in values.items():
+            old = saved.get(section, {}).get(key)
+            if (section, key) in MAY_DIFFER_ON_RESUME:
+                continue
+            if isinstance(value, tuple):
+                value = list(value)
+            if isinstance(old, tuple):
+                old = list(old)
+            if old != value:
+                diffs.append(f"{section}.{key} was {old!r}, the config says {value!r}")
+    return diffs
+
+
+def check_same_config(path: Path, saved: dict[str, dict], current: dict[str, dict]) -> None:
+    diffs = config_differences(saved, current)
+    if diffs:
+        raise ConfigError(
+            f"cannot resume {path}: {diffs[0]}"
+            + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else "")
+            + "; resume with the run's own config or start a new --run"
+        )

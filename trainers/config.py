@@ -1,0 +1,339 @@
+"""Configuration: TOML files validated into frozen dataclasses.
+
+Every key defaults to what the thesis ran (ResNet-50, ILSVRC-2012, 90 epochs, per-GPU batch 128, SGD with momentum
+0.9 and weight decay 1e-4, lr 0.1 per 256 images, /10 every 30 epochs), so a config holds only what differs.
+Layers, later wins: defaults <- the experiment's top-level tables <- experiments/scales.toml[scale] <- the
+experiment's [scale.<scale>] tables <- `--set section.key=value`. A mistake a user can make is one `ConfigError`
+line that says what to fix, raised before any process group or data is touched.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainers import lr as lr_policy
+
+SCALES = ("local", "gpu", "thesis")
+BACKENDS = ("auto", "single", "emulated", "ddp", "horovod", "dp")
+# Tables in an experiment's config.toml that are not trainer settings.
+NON_TRAINER_TABLES = ("study", "scale")
+
+
+class ConfigError(ValueError):
+    """A user's mistake in a config, an override or the launch; its message is one line that says what to fix."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The schema
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "resnet50"  # torchvision resnet18/34/50/101, or cifar_resnet8/14/20 for the local scale
+    num_classes: int = 1000
+    width: int = 16  # first-stage channels of the CIFAR-style ResNets
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    kind: str = "imagefolder"  # "imagefolder" | "generated" | "synthetic"
+    path: str = ""  # the ILSVRC-2012 root holding train/ and val/ (imagefolder)
+    image_size: int = 224
+    loader_workers: int = 4  # the thesis's 4 loader threads per GPU
+    val_mode: str = "every_rank"  # the thesis's scripts validate the full set on every rank; or "sharded"
+    # the generated dataset (made on first use into .cache/; see trainers/data.py)
+    classes: int = 100
+    per_class: int = 200
+    val_per_class: int = 50
+    data_seed: int = 0
+    synthetic_images: int = 2560  # images per epoch of the synthetic kind
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 90
+    per_worker_batch: int = 128
+    workers: int = 1  # data-parallel workers (GPUs in the thesis; emulated workers at the local scale)
+    backend: str = "auto"
+    seed: int = 0
+    print_freq: int = 10
+    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    threads: int = 0  # torch intra-op threads per process; 0 = torch's default
+    init_method: str = ""  # "" = env:// from the launcher; "file:///shared/path" = the thesis's shared-file init
+    checkpoint: bool = True
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+
+
+@dataclass(frozen=True)
+class LrConfig:
+    base: float = 0.1  # per `base_batch` images: pytorch/examples' 0.1 at 256
+    base_batch: int = 256
+    scaling: str = "none"  # "none" (naive) | "linear" (Goyal et al.) | "sqrt"
+    warmup: str = "none"  # "none" | "stepping" (app. 9) | "gradual" (app. 13, 15) | "goyal" (per iteration)
+    warmup_epochs: int = 5
+    decay: str = "step"  # "step" (/10 every step_every epochs) | "milestones"
+    step_every: int = 30
+    milestones: tuple[int, ...] = (30, 60, 80)
+    gamma: float = 0.1
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    batches: int = 0  # > 0: benchmark mode, time this many training batches instead of training
+    warmup_batches: int = 0  # untimed batches before them
+
+
+@dataclass(frozen=True)
+class HorovodConfig:
+    fp16_allreduce: bool = False  # the thesis turned compression off for a fair comparison
+    batches_per_allreduce: int = 1  # local gradient accumulation; large values isolate compute from communication
+    timeline: bool = False  # write a Horovod Timeline into the run folder
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "train": TrainConfig,
+    "optim": OptimConfig,
+    "lr": LrConfig,
+    "bench": BenchConfig,
+    "horovod": HorovodConfig,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    lr: LrConfig = field(default_factory=LrConfig)
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    horovod: HorovodConfig = field(default_factory=HorovodConfig)
+    experiment: str = "run"
+    scale: str = "thesis"
+
+    # ---- what follows from the settings (saved as config.json "resolved") -------------------------------------
+    @property
+    def global_batch(self) -> int:
+        return self.train.workers * self.train.per_worker_batch * self.horovod.batches_per_allreduce
+
+    def lr_policy(self) -> lr_policy.Policy:
+        lr = self.lr
+        per_worker = self.train.per_worker_batch * self.horovod.batches_per_allreduce
+        return lr_policy.Policy(
+            target=lr_policy.scaled_lr(lr.base, lr.base_batch, self.global_batch, lr.scaling),
+            start=lr_policy.single_worker_lr(lr.base, lr.base_batch, per_worker),
+            warmup=lr.warmup,
+            warmup_epochs=lr.warmup_epochs,
+            decay=lr.decay,
+            step_every=lr.step_every,
+            milestones=lr.milestones,
+            gamma=lr.gamma,
+        )
+
+    def framework(self, backend: str | None = None) -> str:
+        return "horovod+pytorch" if (backend or self.train.backend) == "horovod" else "pytorch"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+    def resolved(self, backend: str | None = None) -> dict[str, Any]:
+        policy = self.lr_policy()
+        return {
+            "world_size": self.train.workers,
+            "global_batch": self.global_batch,
+            "lr": policy.target,
+            "warmup_start_lr": policy.start if self.lr.warmup in ("gradual", "goyal") else None,
+            "framework": self.framework(backend),
+            "backend": backend or self.train.backend,
+            "schedule": lr_policy.schedule(policy, self.train.epochs),
+        }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Loading and overriding
+# ----------------------------------------------------------------------------------------------------------------
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist; pass an experiments/NN_name/config.toml") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+
+
+def find_scales_file(config_path: Path) -> Path | None:
+    """experiments/scales.toml: the settings every experiment shares at a scale (the miniature's model, data...)."""
+    for folder in config_path.resolve().parents:
+        candidate = folder / "scales.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """`section.key=value` -> (section, key, value); the value is read as TOML, else taken as a bare string."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ConfigError(f"--set {text!r}: write section.key=value, e.g. --set train.epochs=2")
+    dotted, raw = text.split("=", 1)
+    section, key = dotted.strip().split(".", 1)
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return section, key, value
+
+
+def merge(into: dict[str, dict[str, Any]], tables: dict[str, Any], origin: str) -> None:
+    for section, values in tables.items():
+        if section in NON_TRAINER_TABLES:
+            continue
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown section [{section}] in {origin}; known: {', '.join(SECTIONS)}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{section} in {origin} must be a table of settings, not {values!r}")
+        into.setdefault(section, {}).update(values)
+
+
+def check_type(section: str, key: str, value: Any, default: Any) -> Any:
+    """Coerce what is safe (int -> float, list -> tuple) and refuse the rest with one line."""
+    where = f"{section}.{key}"
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, tuple):
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        value = tuple(value) if ok else value
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise ConfigError(f"{where} = {value!r} has the wrong type; expected {type(default).__name__} like {default!r}")
+    return value
+
+
+def build(values: dict[str, dict[str, Any]], experiment: str, scale: str) -> Config:
+    sections = {}
+    for name, cls in SECTIONS.items():
+        defaults = cls()
+        given = values.get(name, {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in given:
+            if key not in known:
+                raise ConfigError(f"unknown key {name}.{key}; known keys of [{name}]: {', '.join(sorted(known))}")
+        typed = {k: check_type(name, k, v, getattr(defaults, k)) for k, v in given.items()}
+        sections[name] = dataclasses.replace(defaults, **typed)
+    cfg = Config(**sections, experiment=experiment, scale=scale)
+    validate(cfg)
+    return cfg
+
+
+def experiment_name(config_path: Path) -> str:
+    """experiments/05_linear_scaling/config.toml -> 05_linear_scaling; any other file -> its stem."""
+    return config_path.parent.name if config_path.name == "config.toml" else config_path.stem
+
+
+def load_config(path: str | Path, scale: str = "local", overrides: list[str] = ()) -> Config:
+    """Read an experiment's config at a scale, apply `--set` overrides, validate."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.toml"
+    if scale not in SCALES:
+        raise ConfigError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
+    document = read_toml(path)
+    values: dict[str, dict[str, Any]] = {}
+    merge(values, document, str(path))
+    scales_file = find_scales_file(path)
+    if scales_file is not None:
+        shared = read_toml(scales_file).get(scale, {})
+        merge(values, shared, f"{scales_file} [{scale}]")
+    merge(values, document.get("scale", {}).get(scale, {}), f"{path} [scale.{scale}]")
+    for text in overrides:
+        section, key, value = parse_override(text)
+        merge(values, {section: {key: value}}, f"--set {text}")
+    return build(values, experiment_name(path), scale)
+
+
+def from_dict(document: dict[str, Any]) -> Config:
+    """Rebuild a Config from a run folder's config.json (used by --resume and the analysis)."""
+    values: dict[str, dict[str, Any]] = {}
+    merge(values, {k: v for k, v in document.items() if k in SECTIONS}, "config.json")
+    return build(values, document.get("experiment", "run"), document.get("scale", "thesis"))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Validation: impossible values are refused here, not ten hours into a run
+# ----------------------------------------------------------------------------------------------------------------
+def one_of(where: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{where} = {value!r} is not one of {', '.join(allowed)}")
+
+
+def positive(where: str, value: float) -> None:
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{where} = {value} must be > 0")
+
+
+def validate(cfg: Config) -> None:
+    t, lr, d = cfg.train, cfg.lr, cfg.data
+    for where, value in [
+        ("train.epochs", t.epochs),
+        ("train.per_worker_batch", t.per_worker_batch),
+        ("train.workers", t.workers),
+        ("train.print_freq", t.print_freq),
+        ("model.num_classes", cfg.model.num_classes),
+        ("data.image_size", d.image_size),
+        ("lr.base", lr.base),
+        ("lr.base_batch", lr.base_batch),
+        ("lr.step_every", lr.step_every),
+        ("lr.gamma", lr.gamma),
+        ("horovod.batches_per_allreduce", cfg.horovod.batches_per_allreduce),
+    ]:
+        positive(where, value)
+    one_of("train.backend", t.backend, BACKENDS)
+    one_of("train.device", t.device, ("auto", "cpu", "cuda"))
+    one_of("data.kind", d.kind, ("imagefolder", "generated", "synthetic"))
+    one_of("data.val_mode", d.val_mode, ("every_rank", "sharded"))
+    one_of("lr.scaling", lr.scaling, lr_policy.SCALINGS)
+    one_of("lr.warmup", lr.warmup, lr_policy.WARMUPS)
+    one_of("lr.decay", lr.decay, lr_policy.DECAYS)
+    if d.loader_workers < 0 or t.threads < 0:
+        raise ConfigError("data.loader_workers and train.threads must be >= 0")
+    if lr.warmup != "none" and not 0 < lr.warmup_epochs < t.epochs:
+        raise ConfigError(
+            f"lr.warmup_epochs = {lr.warmup_epochs} must be between 1 and train.epochs - 1 = {t.epochs - 1}"
+        )
+    if lr.decay == "milestones":
+        if list(lr.milestones) != sorted(set(lr.milestones)):
+            raise ConfigError(f"lr.milestones = {list(lr.milestones)} must increase strictly")
+        late = [m for m in lr.milestones if not 0 < m < t.epochs]
+        if late:
+            raise ConfigError(
+                f"lr.milestone {late[0]} is beyond the last epoch ({t.epochs - 1}); lower it or raise train.epochs"
+            )
+    if cfg.bench.batches < 0 or cfg.bench.warmup_batches < 0:
+        raise ConfigError("bench.batches and bench.warmup_batches must be >= 0")
+    if d.kind == "imagefolder":
+        if not d.path:
+            raise ConfigError("data.path is empty; set it to the ILSVRC-2012 root (holding train/ and val/)")
+        if not Path(d.path).is_dir():
+            raise ConfigError(f"data.path {d.path} does not exist; set it to the ILSVRC-2012 root (train/ and val/)")
+    if t.init_method and not t.init_method.startswith(("file://", "tcp://", "env://")):
+        raise ConfigError(f"train.init_method = {t.init_method!r} must start with file://, tcp:// or env://")
+    if t.backend in ("single",) and t.workers != 1:
+        raise ConfigError(f"train.backend = 'single' runs one worker, but train.workers = {t.workers}")
+    if t.backend != "horovod" and cfg.horovod != HorovodConfig():
+        raise ConfigError("[horovod] settings need train.backend = 'horovod'")
