@@ -71,7 +71,8 @@ def parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="one training run (any launcher: none, torchrun, srun, mpirun, horovodrun)")
     config_args(t)
-    t.add_argument("--run", help="run folder name (default from workers, batch, backend and seed)")
+    # --run-name too: torchrun's own parser reads a bare --run as an abbreviation of its --run-path
+    t.add_argument("--run", "--run-name", dest="run", help="run folder name (default: workers, batch, backend, seed)")
     t.add_argument("--out", default=str(DEFAULT_OUT), help="runs root (default results/runs)")
     t.add_argument("--resume", choices=["auto"], help="auto: continue from the run folder's checkpoint if any")
     t.set_defaults(func=cmd_train)

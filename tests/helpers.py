@@ -1,0 +1,89 @@
+"""Shared helpers for the tests: tiny configs and running the trainer as a user would."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = {
+    "model": {"name": "cifar_resnet8", "num_classes": 10, "width": 8},
+    "data": {"kind": "synthetic", "image_size": 16, "loader_workers": 0, "synthetic_images": 48},
+    "train": {"epochs": 2, "per_worker_batch": 4, "workers": 2, "seed": 3, "print_freq": 1, "threads": 1},
+    "lr": {"base": 0.05, "base_batch": 8},
+}
+
+
+def toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return repr(v)
+
+
+def write_config(path: Path, overrides: dict | None = None) -> Path:
+    """A config file from TINY with `overrides` ({section: {key: value}}) merged in."""
+    sections = {k: dict(v) for k, v in TINY.items()}
+    for section, values in (overrides or {}).items():
+        sections.setdefault(section, {}).update(values)
+    lines = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def trainer_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_", "HOROVOD_"))}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **extra)
+    return env
+
+
+def run(args: list[str], timeout: int = 300, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        args, capture_output=True, text=True, timeout=timeout, env=env or trainer_env(), cwd=REPO, **kw
+    )
+
+
+def train(config: Path, out: Path, run_name: str, *extra: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "trainers", "train", str(config), "--out", str(out), "--run", run_name, *extra],
+               timeout=timeout)
+
+
+def torchrun(nproc: int, config: Path, out: Path, run_name: str, *extra: str, timeout: int = 300):
+    return run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+                "--master-port", str(free_port()), "-m", "trainers", "train", str(config),
+                "--out", str(out), "--run-name", run_name, *extra], timeout=timeout)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def final_state(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoint.pt", weights_only=True)["model"]
+
+
+def max_difference(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].numel())
+
+
+def records(run_dir: Path, kind: str) -> list[dict]:
+    import json
+
+    return [r for r in map(json.loads, open(run_dir / "metrics.jsonl")) if r["kind"] == kind]
