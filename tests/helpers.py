@@ -87,3 +87,10 @@ def records(run_dir: Path, kind: str) -> list[dict]:
     import json
 
     return [r for r in map(json.loads, open(run_dir / "metrics.jsonl")) if r["kind"] == kind]
+
+
+def train_in_process(config: Path, out: Path, run_name: str, *extra: str) -> int:
+    """The CLI in this process (no torch import per call): the fast tests' way to train."""
+    from trainers.__main__ import main
+
+    return main(["train", str(config), "--out", str(out), "--run", run_name, *extra])

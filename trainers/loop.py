@@ -38,13 +38,18 @@ class Preempted(Exception):
 # Preemption: Slurm sends SIGUSR1 (--signal) or SIGTERM before it kills a job; stop at the next iteration boundary
 # ----------------------------------------------------------------------------------------------------------------
 class StopSignal:
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
     def __init__(self):
         self.received: int | None = None
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, self._handle)
+        self.previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
 
     def _handle(self, signum, frame):
         self.received = signum
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -358,6 +363,7 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False) -> int:
         run.status("failed", run.manifest.get("epochs_done", 0), message, EXIT_FAILED)
         return EXIT_FAILED
     finally:
+        trainer.stop.restore()
         b.close()
     done = cfg.train.epochs if cfg.bench.batches == 0 else 0
     if trainer.skipped:

@@ -1,0 +1,87 @@
+"""Config loading: thesis defaults, layering, --set, and one clear line for every mistake a user can make."""
+import sys
+
+import pytest
+
+from tests.helpers import REPO, run, write_config
+from trainers.config import ConfigError, load_config
+
+
+def test_defaults_are_the_thesis(tmp_path):
+    cfg = load_config(write_config(tmp_path / "c.toml", {}), scale="thesis")
+    d = type(cfg)()
+    assert (d.model.name, d.train.epochs, d.train.per_worker_batch) == ("resnet50", 90, 128)
+    assert (d.optim.momentum, d.optim.weight_decay, d.lr.base, d.lr.base_batch) == (0.9, 1e-4, 0.1, 256)
+    assert (d.lr.decay, d.lr.step_every, d.lr.milestones) == ("step", 30, (30, 60, 80))
+    assert (d.data.image_size, d.data.loader_workers) == (224, 4)
+
+
+def test_resolved_config_applies_the_linear_rule(tmp_path):
+    path = write_config(tmp_path / "c.toml", {"lr": {"base": 0.1, "base_batch": 256, "scaling": "linear"},
+                                             "train": {"workers": 32, "per_worker_batch": 128}})
+    cfg = load_config(path)
+    resolved = cfg.resolved("emulated")
+    assert resolved["global_batch"] == 4096
+    assert resolved["lr"] == pytest.approx(1.6)
+    assert len(resolved["schedule"]) == cfg.train.epochs
+
+
+def test_scale_tables_and_overrides_layer_in_order(tmp_path):
+    (tmp_path / "scales.toml").write_text("[local.train]\nepochs = 7\nprint_freq = 3\n")
+    exp = tmp_path / "07_x"
+    exp.mkdir()
+    path = write_config(exp / "config.toml", {})
+    text = path.read_text().replace("[train]\nepochs = 2\n", "[train]\n")
+    path.write_text(text + "[scale.local.train]\nprint_freq = 5\n")
+    cfg = load_config(path, "local", ["train.seed=9"])
+    assert (cfg.train.epochs, cfg.train.print_freq, cfg.train.seed) == (7, 5, 9)
+    assert cfg.experiment == "07_x" and cfg.scale == "local"
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.epoch=3", "unknown key train.epoch"),
+        ("trian.epochs=3", "unknown section [trian]"),
+        ("train.epochs=three", "has the wrong type"),
+        ("train.per_worker_batch=0", "train.per_worker_batch = 0 must be > 0"),
+        ("lr.warmup=stepping", "lr.warmup_epochs = 5 must be between 1 and train.epochs - 1"),
+        ("lr.scaling=cubic", "lr.scaling = 'cubic' is not one of"),
+        ("data.kind=imagefolder", "data.path is empty"),
+        ("epochs", "write section.key=value"),
+    ],
+)
+def test_mistakes_are_one_line_errors(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        load_config(write_config(tmp_path / "c.toml"), "local", [override])
+
+
+def test_milestone_beyond_the_last_epoch_is_refused(tmp_path):
+    path = write_config(tmp_path / "c.toml", {"lr": {"decay": "milestones", "milestones": [1, 5]}})
+    with pytest.raises(ConfigError, match="lr.milestone 5 is beyond the last epoch"):
+        load_config(path)
+
+
+def test_missing_data_path_is_refused(tmp_path):
+    path = write_config(tmp_path / "c.toml", {"data": {"kind": "imagefolder", "path": str(tmp_path / "nope")}})
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(path)
+
+
+def test_cli_prints_one_line_and_exits_2_before_anything_starts(tmp_path):
+    path = write_config(tmp_path / "c.toml")
+    result = run([sys.executable, "-m", "trainers", "train", str(path), "--out", str(tmp_path), "--set", "train.epochs=-1"])
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: train.epochs = -1 must be > 0"
+    assert not (tmp_path / "c").exists()
+
+
+def test_schedule_command_prints_the_thesis_warmup(tmp_path):
+    path = write_config(tmp_path / "c.toml", {"train": {"epochs": 90, "workers": 32, "per_worker_batch": 128},
+                                             "lr": {"base": 0.1, "base_batch": 256, "scaling": "linear",
+                                                    "warmup": "gradual", "decay": "milestones"}})
+    result = run([sys.executable, "-m", "trainers", "schedule", str(path)])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:3] == ["epoch,lr", "0,0.05", "1,0.36"]
+    assert lines[6] == "5,1.6" and lines[31] == "30,0.16" and lines[-1] == "89,0.0016"

@@ -1,0 +1,85 @@
+"""Checkpoints, exact resumption, preemption by a signal, divergence."""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.helpers import (REPO, final_state, max_difference, records, train, train_in_process, trainer_env,
+                           write_config)
+
+SLOWER = {"data": {"synthetic_images": 320}, "train": {"epochs": 3, "print_freq": 5}}
+
+
+def start(config, out, name, *extra):
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainers", "train", str(config), "--out", str(out), "--run", name, *extra],
+        env=trainer_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def wait_for(path, text, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{text} never appeared in {path}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_preempted_run_resumes_to_the_same_parameters_as_an_uninterrupted_one(tmp_path, sig):
+    cfg = write_config(tmp_path / "r.toml", SLOWER)
+    assert train(cfg, tmp_path, "whole").returncode == 0
+    proc = start(cfg, tmp_path, "cut")
+    run_dir = tmp_path / "r" / "cut"
+    wait_for(run_dir / "metrics.jsonl", '"kind": "epoch"')
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 4, err[-2000:]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "preempted" and manifest["exit_code"] == 4
+    assert records(run_dir, "status")[-1]["status"] == "preempted"
+    resumed = train(cfg, tmp_path, "cut", "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert max_difference(final_state(tmp_path / "r" / "whole"), final_state(run_dir)) == 0.0
+    epochs = [r["epoch"] for r in records(run_dir, "epoch")]
+    assert sorted(set(epochs)) == [0, 1, 2]
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "completed"
+
+
+def test_checkpoint_is_a_plain_dict_loadable_with_weights_only(tmp_path):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    state = torch.load(tmp_path / "c" / "c" / "checkpoint.pt", weights_only=True)
+    assert {"model", "optimizer", "epoch", "step", "rng", "config"} <= state.keys()
+    assert state["epoch"] == 1 and state["step"] == 0
+    assert not list((tmp_path / "c" / "c").glob("*.tmp"))
+
+
+def test_resume_with_a_different_config_is_refused(tmp_path, capsys):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto", "--set", "lr.base=0.2") == 2
+    err = capsys.readouterr().err
+    assert "cannot resume" in err and "lr.base was 0.05, the config says 0.2" in err
+
+
+def test_existing_run_folder_is_not_overwritten_without_resume(tmp_path, capsys):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    assert train_in_process(cfg, tmp_path, "c") == 2
+    assert "--resume auto" in capsys.readouterr().err
+
+
+def test_divergence_stops_the_run_with_its_own_status_and_exit_code(tmp_path):
+    cfg = write_config(tmp_path / "d.toml", {"lr": {"base": 1e8}})
+    assert train_in_process(cfg, tmp_path, "d") == 3
+    run_dir = tmp_path / "d" / "d"
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "diverged"
+    last = records(run_dir, "status")[-1]
+    assert last["status"] == "diverged" and "loss is" in last["message"]

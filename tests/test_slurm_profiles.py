@@ -1,0 +1,126 @@
+"""Cluster profiles, sbatch command lines and slurm/job.sh's command construction (fast; no Slurm needed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import slurm_helpers  # noqa: F401  (puts the repo root on sys.path)
+from slurm.profiles import ProfileError, expand, load_profile, profile_env, sbatch_argv
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB_SH = ROOT / "slurm" / "job.sh"
+
+
+@pytest.mark.parametrize("name", ["local", "generic", "taito"])
+def test_profiles_load(name):
+    p = load_profile(name, environ={})
+    assert p.name == name
+    assert p.mpi_launcher in ("mpirun", "srun")
+
+
+def test_taito_reproduces_the_thesis_scripts():
+    p = load_profile("taito", environ={"IMAGENET_TAR": "/scratch/ilsvrc2012-torch-resized-new.tar"})
+    # Appendix 8/12/14: full 4-GPU nodes, exclusive, all memory.
+    argv = sbatch_argv(p, "experiments/08_x/slurm.sbatch", nodes=4, tasks_per_node=4, gpus_per_node=4,
+                       job_name="4-node-16-gpu", time_limit="13:00:00", output="o.%j",
+                       env={"BACKEND": "horovod"}, train_args=["cfg.toml", "--set", "lr.milestones=[30,60,80]"])
+    assert argv[:5] == ["sbatch", "-N", "4", "--ntasks-per-node", "4"]
+    for a in ("-p", "gpu", "--cpus-per-task", "7", "--gres=gpu:p100:4", "--exclusive", "--mem=0",
+              "13:00:00", "--requeue", "--signal=B:USR1@600"):
+        assert a in argv
+    export = next(a for a in argv if a.startswith("--export="))
+    assert export.startswith("--export=ALL,")
+    assert "DATA_TAR=/scratch/ilsvrc2012-torch-resized-new.tar" in export
+    assert "DATA_SUBDIR=ilsvrc2012-torch" in export and "SCRATCH_VAR=TMPDIR" in export
+    assert "BACKEND=horovod" in export
+    # The trainer's arguments follow the script unchanged (commas included).
+    assert argv[-4:] == ["experiments/08_x/slurm.sbatch", "cfg.toml", "--set", "lr.milestones=[30,60,80]"][-4:]
+    # Appendix 1: one GPU on a shared node, --mem=60G.
+    one = sbatch_argv(p, "s", 1, 1, 1, "j", None, "o", {})
+    assert "--gres=gpu:p100:1" in one and "--mem=60G" in one and "--exclusive" not in one
+    assert "24:00:00" in one                                   # the profile's default limit
+
+
+def test_generic_and_local_profiles():
+    g = load_profile("generic", environ={"SLURM_PARTITION": "a100"})
+    argv = sbatch_argv(g, "s", 2, 4, 4, "j", "1:00:00", "o", {})
+    assert "a100" in argv and "--gres=gpu:4" in argv
+    assert load_profile("generic", environ={}).partition == "gpu"
+    loc = load_profile("local", environ={})
+    argv = sbatch_argv(loc, "s", 1, 2, 0, "j", "1", "o", {})
+    assert not any(a.startswith("--gres") for a in argv) and "-p" not in argv
+    env = profile_env(loc)
+    assert env["MPI_ALLOW_ROOT"] == "1" and env["MPI_ARGS"] == "--oversubscribe"
+
+
+def test_profile_errors(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('partition = "gpu"\ngpus = 4\n')
+    with pytest.raises(ProfileError, match="unknown key 'gpus'"):
+        load_profile(str(bad))
+    bad.write_text('gpus_per_node = "4"\n')
+    with pytest.raises(ProfileError, match="gpus_per_node must be int"):
+        load_profile(str(bad))
+    with pytest.raises(ProfileError, match="unknown cluster profile 'nope'"):
+        load_profile("nope")
+    p = load_profile("taito", environ={})
+    with pytest.raises(ProfileError, match="4 GPUs a node"):
+        sbatch_argv(p, "s", 1, 8, 8, "j", None, "o", {})
+    with pytest.raises(ProfileError, match="commas"):
+        sbatch_argv(p, "s", 1, 1, 1, "j", None, "o", {"TRAIN_ARGS": "--set a=[1,2]"})
+    for err in (ProfileError("x"),):
+        assert "\n" not in str(err)
+
+
+def test_expand():
+    env = {"A": "1", "EMPTY": ""}
+    assert expand("${A}-$A-${B:-two}-${EMPTY:-d}-${B}", env) == "1-1-two-d-"
+
+
+# ---- slurm/job.sh, without Slurm: source it and print the command it would launch --------------------------
+
+def _job_cmd(env: dict[str, str], *args: str) -> str:
+    script = f'source "{JOB_SH}"; _build_cmd "$@"; printf "%s\\n" "${{_CMD[@]}}"'
+    base = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
+    r = subprocess.run(["bash", "-c", script, "job", *args], env={**base, **env}, capture_output=True,
+                       text=True, check=True)
+    return " ".join(r.stdout.split("\n")).strip()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_job_sh_commands(tmp_path):
+    subprocess.run(["bash", "-n", str(JOB_SH)], check=True)
+    ddp = _job_cmd({"BACKEND": "ddp", "PYTHON": "py"}, "cfg.toml", "--run", "r")
+    assert ddp == "srun --kill-on-bad-exit=1 py -m trainers train cfg.toml --run r"
+    hvd = _job_cmd({"BACKEND": "horovod", "SLURM_NTASKS": "8", "MPI_ARGS": "-oversubscribe", "PYTHON": "py"},
+                   "cfg.toml")
+    assert hvd.startswith("mpirun -np 8 -bind-to none -map-by slot -x NCCL_DEBUG=INFO -x PATH "
+                          "-mca pml ob1 -mca btl ^openib -oversubscribe")
+    assert hvd.endswith("py -m trainers train cfg.toml")
+    pmix = _job_cmd({"BACKEND": "horovod", "MPI_LAUNCHER": "srun", "PYTHON": "py"}, "c")
+    assert pmix.startswith("srun --mpi=pmix")
+    # A restart resumes; staged data and the shared-file rendezvous are passed as --set.
+    again = _job_cmd({"SLURM_RESTART_COUNT": "2", "DATA_PATH": "/tmp/d", "DDP_INIT": "file",
+                      "INIT_DIR": str(tmp_path), "SLURM_JOB_ID": "7", "PYTHON": "py"}, "c")
+    assert again.endswith(f"c --set data.path=/tmp/d --set train.init_method=file://{tmp_path}/init.7.2 "
+                          "--resume auto")
+    assert _job_cmd({"TRAIN_ARGS": "c --run x", "PYTHON": "py"}).endswith("train c --run x")
+    assert "--resume" not in _job_cmd({"RESUME": "never", "SLURM_RESTART_COUNT": "1", "PYTHON": "py"}, "c")
+
+
+def test_job_sh_rendezvous_port_differs_per_job_and_restart():
+    def port(job, restart):
+        r = subprocess.run(["bash", "-c", f'source "{JOB_SH}"; set_rendezvous; echo $MASTER_ADDR $MASTER_PORT'],
+                           env={"PATH": os.environ["PATH"], "MASTER_ADDR": "h1", "SLURM_JOB_ID": str(job),
+                                "SLURM_RESTART_COUNT": str(restart)}, capture_output=True, text=True, check=True)
+        addr, p = r.stdout.split()
+        assert addr == "h1"
+        return int(p)
+
+    ports = {port(j, r) for j in (1, 2, 3999) for r in (0, 1)}
+    assert len(ports) == 6 and all(10000 <= p < 50000 for p in ports)
