@@ -8,7 +8,8 @@ LAUNCHER ?= local
 CLUSTER ?= local
 QUICK ?=
 SEEDS ?=
-STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS))
+DRY_RUN ?=
+STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-horovod setup-cluster test test-fast report bench clean $(addprefix exp,1 2 3 4 5 6 7 8 9)

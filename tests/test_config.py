@@ -62,10 +62,13 @@ def test_milestone_beyond_the_last_epoch_is_refused(tmp_path):
         load_config(path)
 
 
-def test_missing_data_path_is_refused(tmp_path):
+def test_missing_data_path_is_refused_before_anything_starts(tmp_path, capsys):
+    from trainers.__main__ import main
+
     path = write_config(tmp_path / "c.toml", {"data": {"kind": "imagefolder", "path": str(tmp_path / "nope")}})
-    with pytest.raises(ConfigError, match="does not exist"):
-        load_config(path)
+    assert main(["train", str(path), "--out", str(tmp_path)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
 
 
 def test_cli_prints_one_line_and_exits_2_before_anything_starts(tmp_path):

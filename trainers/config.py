@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,6 +236,8 @@ def build(values: dict[str, dict[str, Any]], experiment: str, scale: str) -> Con
             if key not in known:
                 raise ConfigError(f"unknown key {name}.{key}; known keys of [{name}]: {', '.join(sorted(known))}")
         typed = {k: check_type(name, k, v, getattr(defaults, k)) for k, v in given.items()}
+        if name == "data" and "path" in typed:  # "$IMAGENET_DIR" or "${TMPDIR}/ilsvrc2012": read where it runs
+            typed["path"] = os.path.expandvars(typed["path"])
         sections[name] = dataclasses.replace(defaults, **typed)
     cfg = Config(**sections, experiment=experiment, scale=scale)
     validate(cfg)
@@ -287,6 +290,12 @@ def positive(where: str, value: float) -> None:
         raise ConfigError(f"{where} = {value} must be > 0")
 
 
+def check_paths(cfg: Config) -> None:
+    """What must exist where the run starts (not where it is planned: a cluster stages data on its nodes)."""
+    if cfg.data.kind == "imagefolder" and not Path(cfg.data.path).is_dir():
+        raise ConfigError(f"data.path {cfg.data.path} does not exist; set it to the ILSVRC-2012 root (train/ and val/)")
+
+
 def validate(cfg: Config) -> None:
     t, lr, d = cfg.train, cfg.lr, cfg.data
     for where, value in [
@@ -326,11 +335,8 @@ def validate(cfg: Config) -> None:
             )
     if cfg.bench.batches < 0 or cfg.bench.warmup_batches < 0:
         raise ConfigError("bench.batches and bench.warmup_batches must be >= 0")
-    if d.kind == "imagefolder":
-        if not d.path:
-            raise ConfigError("data.path is empty; set it to the ILSVRC-2012 root (holding train/ and val/)")
-        if not Path(d.path).is_dir():
-            raise ConfigError(f"data.path {d.path} does not exist; set it to the ILSVRC-2012 root (train/ and val/)")
+    if d.kind == "imagefolder" and not d.path:
+        raise ConfigError("data.path is empty; set it to the ILSVRC-2012 root (holding train/ and val/)")
     if t.init_method and not t.init_method.startswith(("file://", "tcp://", "env://")):
         raise ConfigError(f"train.init_method = {t.init_method!r} must start with file://, tcp:// or env://")
     if t.backend in ("single",) and t.workers != 1:

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from trainers import backends, checkpoint, data
-from trainers.config import Config, ConfigError
+from trainers.config import Config, ConfigError, check_paths
 from trainers.lr import lr_at
 from trainers.models import build_model
 from trainers.runlog import AverageMeter, RunFolder, now_iso, summary_line, test_line, train_line, versions, git_commit
@@ -330,6 +330,7 @@ def generated_spec(cfg: Config) -> dict | None:
 # Entry point: one run, whatever launched it
 # ----------------------------------------------------------------------------------------------------------------
 def run_training(cfg: Config, run_dir: Path, resume: bool = False) -> int:
+    check_paths(cfg)
     launch = backends.detect_launch()
     name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
     if launch.rank == 0 and not resume and (run_dir / "metrics.jsonl").exists():

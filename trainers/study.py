@@ -1,0 +1,310 @@
+"""A study: one experiment's varied factor expanded into runs, launched locally or on Slurm.
+
+An experiment's config.toml declares its varied factor once (the thesis's one-factor-at-a-time method):
+
+    [study]
+    question = "Does naive scaling degrade accuracy as the global batch grows?"
+    vary = { "train.workers" = [1, 2, 16, 24, 32] }     # a grid: every combination of the lists
+    extra = [{ "train.workers" = 32, "train.backend" = "ddp" }]   # single runs outside the grid
+    seeds = 1
+    nodes = 1                      # or a varied "nodes": real multi-node launches (torchrun nodes, Slurm -N)
+
+`[scale.<scale>.study]` changes any of these at a scale. Re-running a study skips completed (and diverged) runs and
+resumes the others from their checkpoints.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainers.backends import Launch, choose_backend
+from trainers.config import Config, ConfigError, find_scales_file, load_config, read_toml
+
+REPO = Path(__file__).resolve().parents[1]
+SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": ""}
+LAUNCH_KEYS = ("nodes", "tasks_per_node")  # how a run is launched, not trainer settings
+FINISHED = ("completed", "diverged")
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    settings: dict[str, Any]  # section.key -> value, passed as --set
+    nodes: int = 1
+
+    @property
+    def workers(self) -> int:
+        return int(self.settings.get("train.workers", 1))
+
+
+@dataclass(frozen=True)
+class Study:
+    experiment: Path
+    config: Path
+    question: str
+    runs: list[Run]
+    baseline: str = ""
+    kind: str = "quality"
+    overrides: list[str] = field(default_factory=list)  # --set for every run (QUICK, the user's own)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Expanding a study
+# ----------------------------------------------------------------------------------------------------------------
+def study_table(config: Path, scale: str) -> dict[str, Any]:
+    document = read_toml(config)
+    table = dict(document.get("study", {}))
+    table.update(document.get("scale", {}).get(scale, {}).get("study", {}))
+    return table
+
+
+def run_name(values: dict[str, Any], seed: int | None) -> str:
+    parts = []
+    for key, value in values.items():
+        prefix = SHORT.get(key, key.split(".")[-1])
+        parts.append(f"{prefix}{value}")
+    if seed is not None:
+        parts.append(f"s{seed}")
+    return "-".join(parts) or "run"
+
+
+def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
+    table = study_table(config, scale)
+    vary: dict[str, list] = table.get("vary", {})
+    extras = [dict(extra) for extra in table.get("extra", [])]
+    grid = [dict(zip(vary, values)) for values in itertools.product(*vary.values())] if vary else []
+    combos = grid + extras or [{}]
+    n_seeds = seeds or int(table.get("seeds", 1))
+    base_seed = load_config(config, scale).train.seed
+    runs = []
+    for combo in combos:
+        nodes = int(combo.get("nodes", table.get("nodes", 1)))
+        per_node = combo.get("tasks_per_node", table.get("tasks_per_node"))
+        for s in range(n_seeds):
+            settings = {k: v for k, v in combo.items() if k not in LAUNCH_KEYS}
+            if per_node and "train.workers" not in settings:  # N nodes x M GPUs
+                settings["train.workers"] = nodes * int(per_node)
+            settings["train.seed"] = base_seed + s
+            runs.append(Run(run_name(combo, base_seed + s), settings, nodes))
+    return runs
+
+
+def quick_overrides(config: Path, scale: str) -> list[str]:
+    """The `[quick]` table of experiments/scales.toml as --set lines: the study shrunk to a smoke run."""
+    scales = find_scales_file(config)
+    quick = read_toml(scales).get("quick", {}) if scales else {}
+    benchmark = load_config(config, scale).bench.batches > 0
+    return [f"{section}.{key}={json.dumps(value)}" for section, values in quick.items() for key, value in values.items()
+            if section != "bench" or benchmark]  # a quick quality study stays a training, not a benchmark
+
+
+def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, overrides: list[str]) -> Study:
+    config = experiment / "config.toml"
+    if not config.is_file():
+        raise ConfigError(f"{experiment} has no config.toml; pass an experiments/NN_name folder")
+    table = study_table(config, scale)
+    extra = (quick_overrides(config, scale) if quick else []) + list(overrides)
+    runs = expand(config, scale, 1 if quick and not seeds else seeds)
+    for run in runs:  # validate every run's config now, not after the first hour
+        load_config(config, scale, extra + [f"{k}={json.dumps(v)}" for k, v in run.settings.items()])
+    return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
+                 table.get("kind", "quality"), extra)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Planning: each run's resolved config, backend, folder and state
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    run: Run
+    cfg: Config
+    backend: str
+    run_dir: Path
+    status: str
+    trainer_args: list[str]
+
+    def describe(self, nodes: int, per_node: int) -> str:
+        c, r = self.cfg, self.cfg.resolved(self.backend)
+        warmup = "none" if c.lr.warmup == "none" else f"{c.lr.warmup} {c.lr.warmup_epochs} epochs"
+        return (f"{self.run.name}: {c.framework(self.backend)} ({self.backend}), {nodes} node(s) x {per_node} "
+                f"process(es), {r['world_size']} worker(s), per-GPU batch {c.train.per_worker_batch}, global batch "
+                f"{r['global_batch']}, lr {r['lr']:.4g}, warm-up {warmup}, {c.train.epochs} epochs"
+                + (f", benchmark {c.bench.batches} batches" if c.bench.batches else ""))
+
+
+def planned_runs(study: Study, scale: str, out: Path) -> list[Plan]:
+    plans = []
+    for run in study.runs:
+        sets = study.overrides + [f"{k}={json.dumps(v)}" for k, v in run.settings.items()]
+        cfg = load_config(study.config, scale, sets)
+        run_dir = out / cfg.experiment / run.name
+        args = [str(study.config), "--scale", scale, "--out", str(out), "--run-name", run.name]
+        for s in sets:
+            args += ["--set", s]
+        plans.append(Plan(run, cfg, choose_backend(cfg, Launch()), run_dir, run_status(run_dir), args))
+    return plans
+
+
+def local_commands(plan: Plan) -> list[list[str]]:
+    """The processes one run needs on this machine: one per torchrun node, or one horovodrun, or one python."""
+    run, args, py = plan.run, plan.trainer_args, sys.executable
+    if plan.status != "missing":
+        args = args + ["--resume", "auto"]
+    if plan.backend == "ddp":
+        per_node = run.workers // run.nodes
+        if run.nodes == 1:
+            return [[py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(per_node),
+                     "-m", "trainers", "train", *args]]
+        port = str(free_port())  # a fresh rendezvous per run: several torchrun nodes on localhost
+        return [[py, "-m", "torch.distributed.run", "--nnodes", str(run.nodes), "--node-rank", str(node),
+                 "--nproc-per-node", str(per_node), "--master-addr", "127.0.0.1", "--master-port", port,
+                 "-m", "trainers", "train", *args] for node in range(run.nodes)]
+    if plan.backend == "horovod":
+        horovodrun = str(Path(py).parent / "horovodrun")
+        return [[horovodrun, "-np", str(run.workers), "-H", f"localhost:{run.workers}", "--gloo",
+                 py, "-m", "trainers", "train", *args]]
+    return [[py, "-m", "trainers", "train", *args]]
+
+
+def horovod_available() -> bool:
+    try:
+        import horovod.torch  # noqa: F401
+    except Exception:  # ImportError, or a build without PyTorch support
+        return False
+    return True
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_status(run_dir: Path) -> str:
+    try:
+        return json.loads((run_dir / "manifest.json").read_text()).get("status", "missing")
+    except (OSError, json.JSONDecodeError):
+        return "missing"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Running locally, with a progress line per run
+# ----------------------------------------------------------------------------------------------------------------
+def last_epoch(run_dir: Path) -> dict | None:
+    """The newest epoch record of a run (for the progress line)."""
+    try:
+        with open(run_dir / "metrics.jsonl", "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 20000))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if '"kind": "epoch"' in line:
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    return None
+
+
+class Progress:
+    """One line per run; on a terminal it updates in place with the run's newest epoch."""
+
+    def __init__(self, total: int):
+        self.total, self.tty = total, sys.stdout.isatty()
+
+    def show(self, index: int, label: str, text: str, final: bool = False) -> None:
+        line = f"[{index}/{self.total}] {label}: {text}"
+        if self.tty:
+            sys.stdout.write("\r\033[K" + line + ("\n" if final else ""))
+            sys.stdout.flush()
+        elif final:
+            print(line, flush=True)
+
+
+def launch_local(plan: Plan, progress: Progress, index: int, label: str) -> int:
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with open(plan.run_dir / "console.log", "a") as console:
+        procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+                 for c in local_commands(plan)]
+        seen = None
+        while any(p.poll() is None for p in procs):
+            record = last_epoch(plan.run_dir)
+            if record and record != seen:
+                seen = record
+                progress.show(index, label, f"epoch {record['epoch'] + 1}/{plan.cfg.train.epochs}, "
+                                            f"val top-1 {record['val_top1']:.1f} %", final=not progress.tty)
+            time.sleep(0.5)
+    return max(abs(p.returncode) for p in procs)
+
+
+def summary(run_dir: Path) -> str:
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return f"no manifest (see {run_dir / 'console.log'})"
+    bench = [json.loads(line) for line in open(run_dir / "metrics.jsonl") if '"kind": "bench"' in line]
+    if bench:
+        return f"{manifest['status']}: {bench[-1]['images_per_s_steady']:.1f} images/s (steady state)"
+    best = manifest.get("best_val_top1")
+    return manifest["status"] + (f": best val top-1 {best:.2f} %" if best is not None else "")
+
+
+def run_local(study: Study, scale: str, out: Path, dry_run: bool) -> int:
+    plans = planned_runs(study, scale, out)
+    progress = Progress(len(plans))
+    failures, started = 0, time.time()
+    have_horovod = horovod_available()
+    for index, plan in enumerate(plans, start=1):
+        label = f"{plan.cfg.experiment}/{plan.run.name}"
+        if dry_run:
+            print(f"# {plan.describe(plan.run.nodes, plan.run.workers // plan.run.nodes if plan.backend in ('ddp', 'horovod') else 1)}")
+            for cmd in local_commands(plan):
+                print(shlex.join(cmd))
+            continue
+        if plan.status in FINISHED:
+            progress.show(index, label, f"skipped, already {plan.status}", final=True)
+            continue
+        if plan.backend == "horovod" and not have_horovod:
+            progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
+            continue
+        progress.show(index, label, f"{plan.backend}, {plan.run.workers} worker(s), {plan.cfg.train.epochs} "
+                                    f"epoch(s)...", final=not progress.tty)
+        t0 = time.time()
+        code = launch_local(plan, progress, index, label)
+        failures += code not in (0, 3)  # a diverged run is a result, not a failure
+        progress.show(index, label, f"{summary(plan.run_dir)} ({time.time() - t0:.0f} s, exit {code})", final=True)
+    if not dry_run:
+        print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {time.time() - started:.0f} s; "
+              f"run folders in {out / study.experiment.name}; `make report` turns them into tables and figures")
+    return 1 if failures else 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Entry point
+# ----------------------------------------------------------------------------------------------------------------
+def run_study(experiment: Path, scale: str = "local", launcher: str = "local", cluster: str = "local",
+              dry_run: bool = False, quick: bool = False, out: Path = Path("results/runs"), seeds: int | None = None,
+              overrides: list[str] = ()) -> int:
+    study = load_study(experiment, scale, quick, seeds, list(overrides))
+    if study.question:
+        print(f"{experiment.name}: {study.question}")
+    if study.baseline:
+        print(f"baseline: the 1-worker runs of {study.baseline} (`make exp{int(study.baseline[:2])}`), not retrained")
+    if launcher == "slurm":
+        from trainers.study_slurm import submit_all
+
+        return submit_all(study, scale, cluster, out, dry_run)
+    return run_local(study, scale, out, dry_run)

@@ -1,0 +1,58 @@
+"""Submitting a study's runs to a Slurm cluster: one `sbatch` of the experiment's slurm.sbatch per run."""
+from __future__ import annotations
+
+import math
+import shlex
+import subprocess
+import sys
+
+from trainers.config import ConfigError
+from trainers.study import REPO, Study, planned_runs
+
+
+def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tuple[int, int, int]:
+    """(nodes, tasks per node, GPUs per node) for one run on a cluster with `gpus_per_node` GPUs (0: CPU only)."""
+    if backend not in ("ddp", "horovod"):  # one process: single, emulated workers, or DataParallel over a node
+        return 1, 1, min(workers, gpus_per_node) if backend == "dp" else min(1, gpus_per_node)
+    if nodes > 1:
+        per_node = workers // nodes
+    elif gpus_per_node:
+        nodes = math.ceil(workers / gpus_per_node)
+        per_node = math.ceil(workers / nodes)
+    else:
+        per_node = workers
+    return nodes, per_node, min(per_node, gpus_per_node)
+
+
+def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool) -> int:
+    sys.path.insert(0, str(REPO))
+    from slurm.profiles import ProfileError, load_profile, sbatch_argv
+
+    try:
+        profile = load_profile(cluster)
+    except ProfileError as e:
+        raise ConfigError(str(e)) from None
+    script = study.experiment / "slurm.sbatch"
+    if not script.is_file():
+        raise ConfigError(f"{study.experiment} has no slurm.sbatch")
+    failures = 0
+    for plan in planned_runs(study, scale, out):
+        nodes, per_node, gpus = placement(plan.run.workers, plan.backend, plan.run.nodes, profile.gpus_per_node)
+        plan.run_dir.mkdir(parents=True, exist_ok=True)
+        train_args = plan.trainer_args + (["--resume", "auto"] if plan.status not in ("missing",) else [])
+        argv = sbatch_argv(
+            profile, script, nodes, per_node, gpus, job_name=f"{study.experiment.name[:2]}-{plan.run.name}",
+            time_limit=None, output=plan.run_dir / "slurm-%j.out",
+            env={"BACKEND": plan.backend, "PYTHON": sys.executable, "HARNESS_DIR": str(REPO / "slurm")},
+            train_args=train_args,
+        )
+        print(f"# {plan.describe(nodes, per_node)}")
+        if plan.status in ("completed", "diverged"):
+            print(f"#   skipped, already {plan.status}")
+            continue
+        print(shlex.join(argv), flush=True)
+        if not dry_run:
+            result = subprocess.run(argv, capture_output=True, text=True)
+            print(f"#   {result.stdout.strip() or result.stderr.strip()}")
+            failures += result.returncode != 0
+    return 1 if failures else 0
