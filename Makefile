@@ -12,11 +12,13 @@ DRY_RUN ?=
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-horovod setup-cluster test test-fast report bench clean $(addprefix exp,1 2 3 4 5 6 7 8 9)
+EXPERIMENTS := $(addprefix exp,1 2 3 4 5 6 7 8 9)
+.PHONY: help setup setup-horovod setup-cluster test test-fast report bench clean $(EXPERIMENTS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
-	@echo "  Variables: SCALE=local|gpu|thesis LAUNCHER=local|slurm CLUSTER=<slurm/clusters profile> QUICK=1 SEEDS=N"
+	@printf "  \033[36m%-14s\033[0m %s\n" "exp1 ... exp9" "Run experiment N as a study, e.g. make exp3 (the main command)"
+	@echo "  Variables: SCALE=local|gpu|thesis LAUNCHER=local|slurm CLUSTER=<slurm/clusters profile> QUICK=1 SEEDS=N DRY_RUN=1"
 
 setup: $(VENV)/.installed ## Create .venv with the pinned dependencies (fast when nothing changed)
 
@@ -38,7 +40,8 @@ test: setup $(if $(filter true,$(CI)),setup-cluster setup-horovod) ## Run the wh
 test-fast: setup ## Run the fast tests only (under a minute)
 	$(PY) -m pytest -m "not slow"
 
-exp%: setup ## Run experiment N as a study: make exp3 [SCALE=..] [LAUNCHER=slurm CLUSTER=..] [QUICK=1] [SEEDS=N]
+# expN: Run experiment N as a study (listed by `make help` below)
+$(EXPERIMENTS): exp%: setup
 	$(PY) -m trainers study $(wildcard experiments/0$*_*) $(STUDY_ARGS)
 
 report: setup ## Regenerate results/tables, results/figures and the notebooks from results/runs

@@ -31,6 +31,27 @@ def test_cluster_is_up(slurm_cluster):
     assert "UP" in r.stdout
 
 
+def test_cli_starts_and_stops_a_second_cluster(slurm_cluster, tmp_path):
+    """`python -m slurm.local_cluster start|status|stop --dir D`: daemons up on their own ports, then gone."""
+    from slurm import local_cluster
+
+    cli = [sys.executable, "-m", "slurm.local_cluster"]
+    d = tmp_path / "c2"
+    r = subprocess.run([*cli, "start", "--dir", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"export SLURM_CONF={d / 'slurm.conf'}" in r.stdout
+    second = local_cluster.Cluster.load(d)
+    pids = second.pids()
+    try:
+        r = subprocess.run([*cli, "status", "--dir", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "idle" in r.stdout, r.stdout + r.stderr
+    finally:
+        r = subprocess.run([*cli, "stop", "--dir", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "stopped" in r.stdout
+    assert not local_cluster._pid_alive(pids["slurmctld"]) and not local_cluster._pid_alive(pids["slurmd"])
+    assert slurm_cluster.running()          # the session's cluster is untouched
+
+
 def test_trivial_job(slurm_cluster, tmp_path):
     out = tmp_path / "hello.out"
     job = slurm_cluster.submit(["-n", "2", "-o", str(out), str(ROOT / "slurm" / "hello.sbatch")], cwd=tmp_path)
@@ -42,7 +63,9 @@ def test_trivial_job(slurm_cluster, tmp_path):
     assert slurm_cluster.state(job) == "COMPLETED"
 
 
-RANK_PY = "import os; print('rank', os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMIX_RANK')), flush=True)"
+# One write(2) per line: mpirun merges the ranks' output streams, and print's separate writes can interleave.
+RANK_PY = ("import os; os.write(1, ('rank %s' % os.environ.get('OMPI_COMM_WORLD_RANK', "
+           "os.environ.get('PMIX_RANK')) + chr(10)).encode())")
 
 
 def test_mpirun_hello(slurm_cluster, tmp_path):

@@ -354,6 +354,7 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False) -> int:
         run.status("diverged", trainer.start_epoch, str(e), EXIT_DIVERGED)
         return EXIT_DIVERGED
     except Preempted as e:
+        b.barrier()  # rank 0's checkpoint is on disk before any rank exits: srun and mpirun kill the rest at once
         run.log(f"=> preempted: {e}")
         run.status("preempted", run.manifest.get("epochs_done", 0), str(e), EXIT_PREEMPTED)
         return EXIT_PREEMPTED

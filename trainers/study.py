@@ -280,8 +280,8 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool) -> int:
         if plan.backend == "horovod" and not have_horovod:
             progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
             continue
-        progress.show(index, label, f"{plan.backend}, {plan.run.workers} worker(s), {plan.cfg.train.epochs} "
-                                    f"epoch(s)...", final=not progress.tty)
+        work = f"{plan.cfg.bench.batches} timed batches" if plan.cfg.bench.batches else f"{plan.cfg.train.epochs} epochs"
+        progress.show(index, label, f"{plan.backend}, {plan.run.workers} worker(s), {work}...", final=not progress.tty)
         t0 = time.time()
         code = launch_local(plan, progress, index, label)
         failures += code not in (0, 3)  # a diverged run is a result, not a failure

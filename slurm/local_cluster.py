@@ -1,0 +1,474 @@
+"""A private single-node Slurm cluster on localhost, for the tests and for trying the batch scripts on a laptop.
+
+    from slurm import local_cluster
+    cluster = local_cluster.start(workdir)        # slurmctld + slurmd (+ munged if none runs), node idle
+    job = cluster.submit(["-t", "1", "job.sbatch"]) # -> job id (int); an argv from profiles.sbatch_argv works too
+    cluster.wait(job, timeout=60)                   # -> final state, e.g. "COMPLETED"
+    cluster.stop()                                  # cancels jobs, kills the daemons it started, by PID
+
+    python -m slurm.local_cluster start  --dir D    # leaves the daemons running; prints `export SLURM_CONF=...`
+    python -m slurm.local_cluster status --dir D
+    python -m slurm.local_cluster stop   --dir D
+
+Everything (slurm.conf, state, spool, logs, PID files, the job-completion log read by `sacct -c`) lives in
+`workdir`; the daemons listen on free ports picked at start, so a system-wide Slurm is left alone. The
+configuration is the smallest that behaves like a real cluster for our purposes: cons_tres with CR_Core (two jobs
+can share the node core by core), no cgroups (proctrack/linuxproc, task/none: works in containers), no
+accounting database (jobcomp/filetxt instead), ReturnToService=2 (a node that was down comes back by itself).
+
+Needs the Debian packages from slurm/install.sh and, for slurmd, root (slurmd must switch to the job's user).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import getpass
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Job states after which nothing more happens to a job (REQUEUED and PENDING are not final).
+FINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+    "DEADLINE", "BOOT_FAIL", "SPECIAL_EXIT",
+})
+
+MUNGED = "/usr/sbin/munged"
+MUNGE_PIDFILE = Path("/run/munge/munged.pid")
+
+
+class ClusterError(RuntimeError):
+    """Slurm could not be started or did not answer; the message is one line meant for a skip reason."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _node_line(cpus: int | None = None) -> str:
+    """`slurmd -C` describes this machine (NodeName=host CPUs=.. RealMemory=..); pin it to the loopback address.
+
+    cpus: pretend the node has this many cores (slurmd is told to trust the config: SlurmdParameters=
+    config_overrides), so tests can run several multi-rank jobs at once on a 2-core machine."""
+    try:
+        out = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ClusterError(f"`slurmd -C` failed: {e}") from None
+    line = out.splitlines()[0].strip()
+    if not line.startswith("NodeName="):
+        raise ClusterError(f"unexpected `slurmd -C` output: {line!r}")
+    # RealMemory as reported may exceed what slurmd later measures by a few MB; leave a margin so the node
+    # is not drained for "Low RealMemory".
+    parts = []
+    for tok in line.split():
+        key = tok.split("=", 1)[0]
+        if key == "RealMemory":
+            tok = f"RealMemory={max(1, int(int(tok.split('=')[1]) * 0.95))}"
+        elif cpus and key in ("CPUs", "CoresPerSocket"):
+            tok = f"{key}={cpus}"
+        elif cpus and key in ("Boards", "SocketsPerBoard", "ThreadsPerCore"):
+            tok = f"{key}=1"
+        parts.append(tok)
+    return " ".join(parts) + " NodeAddr=127.0.0.1 State=UNKNOWN"
+
+
+def write_config(workdir: Path, cpus: int | None = None) -> Path:
+    """Write workdir/slurm.conf (and the state/spool/log dirs) and return its path."""
+    workdir = workdir.resolve()
+    for sub in ("state", "spool", "log", "run"):
+        (workdir / sub).mkdir(parents=True, exist_ok=True)
+    node = _node_line(cpus)
+    nodename = node.split()[0].split("=", 1)[1]
+    user = getpass.getuser()
+    conf = f"""\
+# Written by slurm/local_cluster.py: a private single-node cluster on localhost.
+ClusterName=local
+SlurmctldHost={nodename}(127.0.0.1)
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+SlurmUser={user}
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation={workdir}/state
+SlurmdSpoolDir={workdir}/spool/%n
+SlurmctldPidFile={workdir}/run/slurmctld.pid
+SlurmdPidFile={workdir}/run/slurmd.pid
+SlurmctldLogFile={workdir}/log/slurmctld.log
+SlurmdLogFile={workdir}/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={workdir}/log/jobcomp.txt
+ReturnToService=2
+MinJobAge=600
+KillWait=10
+# Jobs may requeue themselves (the preemption path of slurm/job.sh); a requeued job keeps its id.
+JobRequeue=1
+{"SlurmdParameters=config_overrides" if cpus else ""}
+{node}
+PartitionName=debug Nodes={nodename} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+"""
+    path = workdir / "slurm.conf"
+    path.write_text(conf)
+    return path
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------------------------------------------
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kill(pid: int | None, timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `timeout` seconds."""
+    if not _pid_alive(pid):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _other_slurm_daemons(ours: set[int]) -> list[int]:
+    """PIDs of slurmctld/slurmd processes that are not this cluster's (another private or system cluster)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) in ours:
+            continue
+        try:
+            if (d / "comm").read_text().strip() in ("slurmctld", "slurmd") and _pid_alive(int(d.name)):
+                found.append(int(d.name))
+        except OSError:
+            continue
+    return found
+
+
+def _munge_works() -> bool:
+    try:
+        enc = subprocess.run(["munge", "-n"], capture_output=True, timeout=10)
+        if enc.returncode != 0:
+            return False
+        dec = subprocess.run(["unmunge"], input=enc.stdout, capture_output=True, timeout=10)
+        return dec.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _start_munged() -> int | None:
+    """Start munged when none answers; return its PID if we started it (so stop() can end it), else None."""
+    if _munge_works():
+        return None
+    if os.geteuid() != 0:
+        raise ClusterError("munged is not running and starting it needs root")
+    if not Path(MUNGED).exists():
+        raise ClusterError("munge is not installed (run slurm/install.sh)")
+    subprocess.run(["install", "-d", "-o", "munge", "-g", "munge", "-m", "0755", "/run/munge"], check=True)
+    r = subprocess.run(["runuser", "-u", "munge", "--", MUNGED], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise ClusterError(f"munged failed to start: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+    for _ in range(50):
+        if _munge_works():
+            return _read_pid(MUNGE_PIDFILE)
+        time.sleep(0.1)
+    raise ClusterError("munged started but `munge -n | unmunge` still fails")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The cluster
+# --------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Cluster:
+    """A running private cluster; `env` holds what Slurm's client commands need (SLURM_CONF)."""
+
+    workdir: Path
+    conf: Path
+    munged_pid: int | None = None          # set only when start() launched munged itself
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.workdir = Path(self.workdir)
+        self.conf = Path(self.conf)
+        self.env = {"SLURM_CONF": str(self.conf)}
+
+    # ---- commands --------------------------------------------------------------------------------------------
+    def run(self, argv: list[str], check: bool = True, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+        """Run a Slurm client command (sinfo, squeue, scontrol, ...) against this cluster."""
+        env = {**os.environ, **self.env, **kw.pop("env", {})}
+        return subprocess.run(argv, env=env, capture_output=True, text=True, check=check, timeout=timeout, **kw)
+
+    def submit(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None) -> int:
+        """`sbatch --parsable ARGV` -> job id. ARGV may start with "sbatch" (as profiles.sbatch_argv returns)."""
+        argv = list(argv)
+        if argv and Path(argv[0]).name == "sbatch":
+            argv = argv[1:]
+        r = self.run(["sbatch", "--parsable", *argv], check=False, env=env or {}, cwd=cwd)
+        if r.returncode != 0:
+            raise ClusterError(f"sbatch failed: {r.stderr.strip()}")
+        return int(r.stdout.strip().split(";")[0])
+
+    def job_info(self, job: int) -> dict[str, str]:
+        """`scontrol show job -o J` as a dict (JobState, Reason, Restarts, ExitCode, ...); {} if unknown."""
+        r = self.run(["scontrol", "show", "job", "-o", str(job)], check=False)
+        if r.returncode != 0:
+            return {}
+        info: dict[str, str] = {}
+        for tok in r.stdout.split():
+            if "=" in tok:
+                k, v = tok.split("=", 1)
+                info.setdefault(k, v)
+        return info
+
+    def state(self, job: int) -> str | None:
+        """Current state of a job, from scontrol or, once purged, from the completion log (`sacct -c`)."""
+        info = self.job_info(job)
+        if info:
+            return info.get("JobState")
+        r = self.run(["sacct", "-c", "-n", "-P", "-j", str(job), "-o", "state"], check=False)
+        lines = [x.split()[0] for x in r.stdout.splitlines() if x.strip()]
+        return lines[-1] if lines else None
+
+    def requeue_now(self, job: int) -> None:
+        """A requeued job waits 120 s before it may start again; let it start now.
+
+        Not sooner than 2 s after the job ended: slurmd revokes the old run's credential with 1-second
+        resolution and kills a restart whose credential is not newer ("Job credential revoked" -> FAILED)."""
+        end = self.job_info(job).get("EndTime", "")
+        try:
+            ended = datetime.datetime.fromisoformat(end).timestamp()
+            wait = ended + 2.0 - time.time()
+            if 0 < wait <= 5:
+                time.sleep(wait)
+        except ValueError:
+            time.sleep(2.0)
+        self.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
+
+    def wait(self, job: int, timeout: float = 120, fast_requeue: bool = False, poll: float = 0.5) -> str:
+        """Block until the job reaches a final state and return it; ClusterError on timeout.
+
+        fast_requeue: whenever the job sits pending after a requeue (Restarts > 0, Reason=BeginTime), let it
+        start at once instead of Slurm's 120 s back-off (for tests of the requeue path)."""
+        return self.wait_all([job], timeout, fast_requeue, poll)[job]
+
+    def wait_all(self, jobs: list[int], timeout: float = 120, fast_requeue: bool = False,
+                 poll: float = 0.5) -> dict[int, str]:
+        """`wait` for several jobs at once (so every one of them gets the fast requeue): {job: final state}."""
+        deadline = time.monotonic() + timeout
+        done: dict[int, str] = {}
+        last: dict[int, str | None] = {}
+        while time.monotonic() < deadline:
+            for job in jobs:
+                if job in done:
+                    continue
+                info = self.job_info(job)
+                state = info.get("JobState") if info else self.state(job)
+                last[job] = state
+                if state in FINAL_STATES:
+                    done[job] = state
+                elif (fast_requeue and info and state == "PENDING" and info.get("Reason") == "BeginTime"
+                        and int(info.get("Restarts", "0")) > 0):
+                    self.requeue_now(job)
+            if len(done) == len(jobs):
+                return done
+            time.sleep(poll)
+        raise ClusterError(f"jobs not finished after {timeout:.0f} s: "
+                           + ", ".join(f"{j} {last.get(j)}" for j in jobs if j not in done))
+
+    def node_state(self) -> str:
+        r = self.run(["sinfo", "-h", "-N", "-o", "%T"], check=False)
+        return r.stdout.strip()
+
+    def jobs(self) -> list[int]:
+        r = self.run(["squeue", "-h", "-o", "%i"], check=False)
+        return [int(x) for x in r.stdout.split() if x.strip().isdigit()]
+
+    # ---- life cycle ------------------------------------------------------------------------------------------
+    def pids(self) -> dict[str, int | None]:
+        run = self.workdir / "run"
+        return {"slurmctld": _read_pid(run / "slurmctld.pid"), "slurmd": _read_pid(run / "slurmd.pid"),
+                "munged": self.munged_pid}
+
+    def running(self) -> bool:
+        p = self.pids()
+        return _pid_alive(p["slurmctld"]) and _pid_alive(p["slurmd"])
+
+    def stop(self, timeout: float = 20) -> None:
+        """Cancel all jobs (so no slurmstepd outlives the cluster), then kill the daemons started, by PID."""
+        if self.running():
+            jobs = self.jobs()
+            if jobs:
+                self.run(["scancel", *map(str, jobs)], check=False)
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline and any(
+                        self.job_info(j).get("JobState") not in FINAL_STATES | {None} for j in jobs):
+                    time.sleep(0.3)
+        p = self.pids()
+        _kill(p["slurmd"])
+        _kill(p["slurmctld"])
+        # munged is shared by every Slurm on the machine: end the one we started only if no other uses it.
+        if p["munged"] and not _other_slurm_daemons({v for v in p.values() if v}):
+            _kill(p["munged"])
+        state_file = self.workdir / "cluster.json"
+        if state_file.exists():
+            state_file.unlink()
+
+    def save(self) -> None:
+        (self.workdir / "cluster.json").write_text(json.dumps(
+            {"conf": str(self.conf), "munged_pid": self.munged_pid}, indent=1))
+
+    @classmethod
+    def load(cls, workdir: str | Path) -> "Cluster":
+        workdir = Path(workdir).resolve()
+        state = json.loads((workdir / "cluster.json").read_text())
+        return cls(workdir, Path(state["conf"]), state.get("munged_pid"))
+
+
+def available() -> str | None:
+    """None if a local cluster can be started here, else a one-line reason."""
+    missing = [c for c in ("slurmctld", "slurmd", "sbatch", "munge") if shutil.which(c) is None
+               and not Path(f"/usr/sbin/{c}").exists()]
+    if missing:
+        return f"Slurm not installed ({', '.join(missing)} missing; run slurm/install.sh as root)"
+    if os.geteuid() != 0:
+        return "the local Slurm cluster needs root (slurmd switches to the job's user)"
+    try:
+        pwd.getpwnam("munge")
+    except KeyError:
+        return "no munge user (run slurm/install.sh)"
+    return None
+
+
+def _daemon(name: str) -> str:
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+def start(workdir: str | Path, timeout: float = 60, cpus: int | None = None) -> Cluster:
+    """Write the config into `workdir`, start munged (if needed), slurmctld and slurmd; wait for an idle node.
+
+    cpus: cores the node claims to have (default: the real count)."""
+    reason = available()
+    if reason:
+        raise ClusterError(reason)
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    conf = write_config(workdir, cpus)
+    munged_pid = _start_munged()
+    cluster = Cluster(workdir, conf, munged_pid)
+    cluster.save()
+    try:
+        for name in ("slurmctld", "slurmd"):
+            r = subprocess.run([_daemon(name), "-f", str(conf)], env={**os.environ, **cluster.env},
+                               capture_output=True, text=True, timeout=60)
+            if r.returncode != 0:
+                raise ClusterError(f"{name} failed to start (rc {r.returncode}): "
+                                   f"{(r.stderr or r.stdout).strip()[-300:]}")
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = cluster.node_state()
+            if state == "idle":
+                return cluster
+            if state.startswith(("down", "drain")) and time.monotonic() > deadline - timeout + 10:
+                cluster.run(["scontrol", "update", f"nodename={_node_line().split()[0][9:]}", "state=resume"],
+                            check=False)
+            time.sleep(0.25)
+        log = workdir / "log" / "slurmctld.log"
+        tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+        raise ClusterError(f"node not idle after {timeout:.0f} s (state {state!r}); slurmctld.log: {tail}")
+    except BaseException:
+        cluster.stop()
+        raise
+
+
+# --------------------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m slurm.local_cluster",
+                                 description="A private single-node Slurm cluster on localhost.")
+    ap.add_argument("action", choices=["start", "stop", "status"])
+    ap.add_argument("--dir", required=True, help="folder for slurm.conf, state, spool and logs")
+    ap.add_argument("--cpus", type=int, help="cores the node claims (default: the real count)")
+    args = ap.parse_args(argv)
+    workdir = Path(args.dir).resolve()
+    try:
+        if args.action == "start":
+            if (workdir / "cluster.json").exists() and Cluster.load(workdir).running():
+                print(f"already running; export SLURM_CONF={workdir / 'slurm.conf'}")
+                return 0
+            c = start(workdir, cpus=args.cpus)
+            print(f"cluster up (node {c.node_state()}); now run:\n  export SLURM_CONF={c.conf}")
+        elif args.action == "stop":
+            if not (workdir / "cluster.json").exists():
+                print(f"no cluster in {workdir}")
+                return 0
+            Cluster.load(workdir).stop()
+            print("stopped")
+        else:
+            if not (workdir / "cluster.json").exists():
+                print(f"no cluster in {workdir}")
+                return 1
+            c = Cluster.load(workdir)
+            print(f"daemons {'running' if c.running() else 'not running'}: {c.pids()}")
+            print(c.run(["sinfo"], check=False).stdout + c.run(["squeue"], check=False).stdout, end="")
+            return 0 if c.running() else 1
+    except ClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

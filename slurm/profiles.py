@@ -1,0 +1,202 @@
+"""Cluster profiles (`slurm/clusters/<name>.toml`) and the sbatch command line a study run is submitted with.
+
+    profile = load_profile("taito")
+    argv = sbatch_argv(profile, "experiments/05_linear_scaling/slurm.sbatch", nodes=2, tasks_per_node=4,
+                       gpus_per_node=4, job_name="05-w8-s0", time_limit=None, output="results/slurm/%x.%j.out",
+                       env={"BACKEND": "horovod", "PYTHON": "/abs/venv/bin/python"},
+                       train_args=["experiments/05_linear_scaling/config.toml", "--run", "w8-s0", "--scale", "thesis"])
+    subprocess.run(argv)          # or print(shlex.join(argv)) for --dry-run
+
+A profile says how one cluster is used: partition, GPU syntax, CPUs and memory per task, modules, node-local
+scratch, the data tar to stage, the preemption signal, requeue, and how MPI starts. No paths of any user are
+written in a profile: string values may name environment variables, `${VAR}` or `${VAR:-default}`, expanded when
+the profile is loaded on the submitting machine, except in `description` and in `scratch`, the node-local folder,
+which is resolved on the compute node (`$TMPDIR` means the job's own TMPDIR there).
+
+The job script (slurm/job.sh) receives the profile as environment variables; see `profile_env`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+CLUSTERS_DIR = Path(__file__).resolve().parent / "clusters"
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str = ""
+    partition: str = ""                 # "" = the cluster's default partition
+    gpus_per_node: int = 0              # GPUs a node has (0 = CPU-only cluster)
+    gres_template: str = ""             # "gpu:p100:{n}", "gpu:{n}", "" = no --gres
+    cpus_per_task: int = 0              # 0 = leave to Slurm
+    mem: str = ""                       # --mem per node, e.g. "60G"; "" = leave to Slurm
+    exclusive_full_node: bool = False   # a run using every GPU of a node gets --exclusive --mem=0 (the thesis)
+    time_limit: str = ""                # default -t when the run gives none
+    modules: tuple[str, ...] = ()       # `module load` these (each entry may hold several, space-separated)
+    scratch: str = "$TMPDIR"            # node-local folder; "$VAR" is read on the node
+    stage_data: str = ""                # tar to extract into scratch once per node; "" = none
+    data_subdir: str = ""               # the dataset's folder inside the tar
+    extra_sbatch: tuple[str, ...] = ()  # more sbatch options, verbatim (e.g. "--account=${SLURM_ACCOUNT}")
+    signal: str = "USR1@120"            # sent to the batch shell that long before the time limit; "" = none
+    requeue: bool = True                # preempted runs requeue themselves (and sbatch gets --requeue)
+    mpi_launcher: str = "mpirun"        # how Horovod ranks start: "mpirun" | "srun"
+    srun_mpi: str = "pmix"              # srun --mpi=... when mpi_launcher = "srun"
+    mpi_args: tuple[str, ...] = ()      # extra mpirun arguments, e.g. "--oversubscribe"
+    mpi_allow_root: bool = False        # add --allow-run-as-root when the job runs as root (test containers)
+    max_restarts: int = 50              # a run stops requeueing itself after this many restarts
+
+    def gres(self, gpus: int) -> str:
+        """The --gres value for `gpus` GPUs on a node, or "" when none is needed."""
+        if not self.gres_template or gpus <= 0:
+            return ""
+        return self.gres_template.format(n=gpus)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Profile)}
+_VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)")
+
+
+def expand(value: str, environ: Mapping[str, str] | None = None) -> str:
+    """Expand `${VAR}`, `${VAR:-default}` and `$VAR` from the environment (unset -> "" or the default)."""
+    env = os.environ if environ is None else environ
+
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(3)
+        got = env.get(name, "")
+        return got if got else (m.group(2) or "")
+
+    return _VAR.sub(sub, value)
+
+
+def _check_type(name: str, key: str, value):
+    want = _FIELDS[key].type
+    if want in ("str",):
+        ok = isinstance(value, str)
+    elif want == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif want == "bool":
+        ok = isinstance(value, bool)
+    else:  # tuple[str, ...]
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if not ok:
+        raise ProfileError(f"cluster profile {name!r}: {key} must be {want.replace('tuple[str, ...]', 'a list of strings')}, "
+                           f"got {value!r}")
+
+
+def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile:
+    """Read slurm/clusters/<name>.toml (or a path to a .toml) into a Profile; ProfileError (one line) if invalid."""
+    path = Path(name) if name.endswith(".toml") else CLUSTERS_DIR / f"{name}.toml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in CLUSTERS_DIR.glob("*.toml")))
+        raise ProfileError(f"unknown cluster profile {name!r} (known: {known})")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ProfileError(f"cluster profile {path.name}: {e}") from None
+    values: dict = {"name": path.stem}
+    for key, value in raw.items():
+        if key not in _FIELDS or key == "name":
+            raise ProfileError(f"cluster profile {path.name}: unknown key {key!r} "
+                               f"(known: {', '.join(k for k in _FIELDS if k != 'name')})")
+        _check_type(path.name, key, value)
+        if isinstance(value, str) and key not in ("scratch", "description"):
+            value = expand(value, environ)
+        elif isinstance(value, list):
+            value = tuple(x for x in (expand(v, environ).strip() for v in value) if x)
+        values[key] = value
+    prof = Profile(**values)
+    if prof.mpi_launcher not in ("mpirun", "srun"):
+        raise ProfileError(f"cluster profile {path.name}: mpi_launcher must be 'mpirun' or 'srun', "
+                           f"got {prof.mpi_launcher!r}")
+    if prof.gres_template and "{n}" not in prof.gres_template:
+        raise ProfileError(f"cluster profile {path.name}: gres_template needs '{{n}}', got {prof.gres_template!r}")
+    return prof
+
+
+def profile_env(profile: Profile) -> dict[str, str]:
+    """The variables slurm/job.sh reads, as this profile sets them."""
+    env: dict[str, str] = {
+        "MPI_LAUNCHER": profile.mpi_launcher,
+        "SRUN_MPI": profile.srun_mpi,
+        "REQUEUE": "1" if profile.requeue else "0",
+        "MAX_RESTARTS": str(profile.max_restarts),
+    }
+    if profile.modules:
+        env["MODULES"] = " ".join(profile.modules)
+    scratch = profile.scratch.strip()
+    m = re.fullmatch(r"\$\{?(\w+)\}?", scratch)
+    if m:
+        env["SCRATCH_VAR"] = m.group(1)       # resolved on the node: SCRATCH=${!SCRATCH_VAR}
+    elif scratch:
+        env["SCRATCH"] = scratch
+    if profile.stage_data:
+        env["DATA_TAR"] = profile.stage_data
+        if profile.data_subdir:
+            env["DATA_SUBDIR"] = profile.data_subdir
+    if profile.mpi_args:
+        env["MPI_ARGS"] = " ".join(profile.mpi_args)
+    if profile.mpi_allow_root:
+        env["MPI_ALLOW_ROOT"] = "1"
+    if profile.signal:
+        env["JOB_SIGNAL"] = f"B:{profile.signal}"   # for a successor job (scontrol does not show --signal)
+    return env
+
+
+def sbatch_argv(profile: Profile, script: str | os.PathLike, nodes: int, tasks_per_node: int, gpus_per_node: int,
+                job_name: str, time_limit: str | None, output: str | os.PathLike,
+                env: Mapping[str, str] | None = None, train_args: Sequence[str] = ()) -> list[str]:
+    """The exact `sbatch ...` command for one run.
+
+    env: variables for the job on top of the profile's (BACKEND, PYTHON, TRAIN_ARGS, ...), passed with
+    --export=ALL,VAR=value (explicit values win over the submitting shell's). Values must not contain commas or
+    newlines (sbatch splits --export at commas): pass the trainer's arguments as `train_args` instead, which go
+    after the script and reach it as "$@" unchanged, requeues included."""
+    if nodes < 1 or tasks_per_node < 1:
+        raise ProfileError(f"nodes and tasks_per_node must be >= 1, got {nodes} and {tasks_per_node}")
+    if profile.gpus_per_node and gpus_per_node > profile.gpus_per_node:
+        raise ProfileError(f"cluster profile {profile.name!r} has {profile.gpus_per_node} GPUs a node; "
+                           f"asked for {gpus_per_node}")
+    argv = ["sbatch", "-N", str(nodes), "--ntasks-per-node", str(tasks_per_node)]
+    if profile.partition:
+        argv += ["-p", profile.partition]
+    if profile.cpus_per_task:
+        argv += ["--cpus-per-task", str(profile.cpus_per_task)]
+    gres = profile.gres(gpus_per_node)
+    if gres:
+        argv.append(f"--gres={gres}")
+    if profile.exclusive_full_node and profile.gpus_per_node and gpus_per_node == profile.gpus_per_node:
+        argv += ["--exclusive", "--mem=0"]        # whole node, all its memory (the thesis's 4-GPU scripts)
+    elif profile.mem:
+        argv.append(f"--mem={profile.mem}")
+    limit = time_limit or profile.time_limit
+    if limit:
+        argv += ["-t", str(limit)]
+    if profile.signal:
+        argv.append(f"--signal=B:{profile.signal}")   # B: to the batch shell, which forwards it (slurm/job.sh)
+    if profile.requeue:
+        argv += ["--requeue", "--open-mode=append"]     # a restarted job appends to the same log
+    argv += ["-J", job_name, "-o", str(output)]
+    argv += list(profile.extra_sbatch)
+    merged = {**profile_env(profile), **(env or {})}
+    for k, v in merged.items():
+        if not re.fullmatch(r"[A-Za-z_]\w*", k):
+            raise ProfileError(f"bad environment variable name {k!r}")
+        if "," in str(v) or "\n" in str(v):
+            raise ProfileError(f"{k}={v!r}: sbatch --export cannot carry commas or newlines; "
+                               f"pass trainer arguments as train_args")
+    argv.append("--export=" + ",".join(["ALL", *(f"{k}={v}" for k, v in merged.items())]))
+    argv.append(str(script))
+    argv += [str(a) for a in train_args]
+    return argv

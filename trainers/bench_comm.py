@@ -1,0 +1,163 @@
+"""DDP vs Horovod throughput on N CPU processes, and Horovod's communication share (seed 002's method).
+
+    python -m trainers.bench_comm [--nproc 2] [--model resnet18] [--image-size 64] [--batch 16]
+                                  [--batches 20] [--warmup 5] [--accumulate 16] [--fp16] [--json FILE]
+
+Every row is the trainer's own benchmark mode (`bench.batches`, synthetic data already in memory, the thesis's
+steady-state images/s) on the same model, per-worker batch, seed and threads:
+  single            one process, no communication: the compute-only reference (x N = perfect scaling)
+  ddp               torchrun --nproc-per-node N, DistributedDataParallel over gloo
+  horovod           horovodrun --gloo -np N, hvd.DistributedOptimizer, batches_per_allreduce = 1
+  horovod-fp16      the same with fp16 gradient compression (--fp16; the thesis turned it off)
+  horovod-accK      batches_per_allreduce = K: one allreduce every K per-worker batches
+Communication share (Determined's check, seeds/002: compare throughput at aggregation frequency 1 and a very large
+one): with K large the allreduce cost is spread over K batches, so throughput approaches compute-only and
+    share = 1 - images/s(batches_per_allreduce=1) / images/s(batches_per_allreduce=K)
+is the fraction of a step spent communicating (and waiting on it) that overlapping with backward did not hide.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_config(path: Path, args: argparse.Namespace, backend: str, workers: int, batches: int, warmup: int) -> Path:
+    path.write_text(
+        f"""[model]
+name = "{args.model}"
+num_classes = {args.classes}
+[data]
+kind = "synthetic"
+image_size = {args.image_size}
+loader_workers = 0
+[train]
+epochs = 1
+per_worker_batch = {args.batch}
+workers = {workers}
+backend = "{backend}"
+seed = 0
+print_freq = 1
+threads = {args.threads}
+checkpoint = false
+[bench]
+batches = {batches}
+warmup_batches = {warmup}
+"""
+    )
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def horovodrun() -> str:
+    local = Path(sys.executable).with_name("horovodrun")
+    found = str(local) if local.exists() else shutil.which("horovodrun")
+    if not found:
+        raise SystemExit("error: horovodrun not found; run `make setup-horovod`")
+    return found
+
+
+def clean_env(threads: int) -> dict:
+    """The launchers' own variables must not leak into the runs they start."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_", "HOROVOD_"))}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    env.update(OMP_NUM_THREADS=str(threads), PYTHONPATH=str(REPO))
+    return env
+
+
+def run_one(label: str, launch: list[str], config: Path, out: Path, sets: list[str], env: dict) -> dict:
+    cmd = [*launch, "-m", "trainers", "train", str(config), "--out", str(out), "--run-name", label]
+    for s in sets:
+        cmd += ["--set", s]
+    print(f"[bench-comm] {label}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
+        raise SystemExit(f"error: {label} failed (exit {result.returncode}):\n{tail}")
+    metrics = out / config.stem / label / "metrics.jsonl"
+    bench = [r for r in map(json.loads, metrics.open()) if r["kind"] == "bench"][-1]
+    return {"run": label, **{k: bench[k] for k in ("world_size", "per_worker_batch", "batches", "images_per_s_steady")}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainers.bench_comm", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc", type=int, default=2, help="processes (= workers) for ddp and horovod")
+    p.add_argument("--model", default="resnet18", help="any trainers.models name (resnet50 is slow on CPU)")
+    p.add_argument("--classes", type=int, default=1000)
+    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--batch", type=int, default=16, help="per-worker batch")
+    p.add_argument("--batches", type=int, default=20, help="timed steps (batches_per_allreduce=1 rows)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps before them")
+    p.add_argument("--accumulate", type=int, default=16, help="K: batches_per_allreduce of the compute-bound row")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    p.add_argument("--fp16", action="store_true", help="also time Horovod with fp16 compression")
+    p.add_argument("--out", help="keep the run folders here (default: a temporary folder)")
+    p.add_argument("--json", help="write the figures to this file")
+    args = p.parse_args(argv)
+
+    env = clean_env(args.threads)
+    py = [sys.executable]
+    n = args.nproc
+    hvd = [horovodrun(), "--gloo", "-np", str(n), "-H", f"localhost:{n}", sys.executable]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n)]
+    k_batches = max(2, math.ceil(args.batches / args.accumulate))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args.out) if args.out else Path(tmp)
+        cfg = Path(tmp)
+        single = write_config(cfg / "bench_single.toml", args, "single", 1, args.batches, args.warmup)
+        ddp = write_config(cfg / "bench_ddp.toml", args, "ddp", n, args.batches, args.warmup)
+        horovod = write_config(cfg / "bench_horovod.toml", args, "horovod", n, args.batches, args.warmup)
+        horovod_k = write_config(cfg / "bench_horovod_acc.toml", args, "horovod", n, k_batches, 1)
+        rows = [
+            run_one("single", py, single, out, [], env),
+            run_one("ddp", [*torchrun, "--master-port", str(free_port())], ddp, out, [], env),
+            run_one("horovod", hvd, horovod, out, [], env),
+        ]
+        if args.fp16:
+            rows.append(run_one("horovod-fp16", hvd, horovod, out, ["horovod.fp16_allreduce=true"], env))
+        rows.append(run_one(f"horovod-acc{args.accumulate}", hvd, horovod_k, out,
+                            [f"horovod.batches_per_allreduce={args.accumulate}"], env))
+
+    by = {r["run"]: r["images_per_s_steady"] for r in rows}
+    compute_bound = by[f"horovod-acc{args.accumulate}"]
+    summary = {
+        "model": args.model, "image_size": args.image_size, "per_worker_batch": args.batch, "nproc": n,
+        "threads_per_process": args.threads, "accumulate": args.accumulate, "rows": rows,
+        "ddp_vs_horovod": by["ddp"] / by["horovod"],
+        "horovod_comm_share": 1.0 - by["horovod"] / compute_bound,
+        "ddp_comm_share_vs_horovod_accK": 1.0 - by["ddp"] / compute_bound,
+        "scaling_efficiency": {name: by[name] / (n * by["single"]) for name in by if name != "single"},
+    }
+    print(f"model {args.model} {args.image_size}px, per-worker batch {args.batch}, {n} processes x "
+          f"{args.threads} thread(s)")
+    print(f"{'run':<16}{'workers':>8}{'images/s':>11}{'vs single x N':>15}")
+    for r in rows:
+        eff = r["images_per_s_steady"] / (n * by["single"]) if r["run"] != "single" else 1 / n
+        print(f"{r['run']:<16}{r['world_size']:>8}{r['images_per_s_steady']:>11.2f}{eff:>15.1%}")
+    print(f"DDP / Horovod throughput: {summary['ddp_vs_horovod']:.3f}")
+    print(f"Horovod communication share (1 - acc1/acc{args.accumulate}): {summary['horovod_comm_share']:.1%}")
+    print(f"DDP against the same compute-bound reference: {summary['ddp_comm_share_vs_horovod_accK']:.1%}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
