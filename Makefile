@@ -13,7 +13,7 @@ STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $
 
 .DEFAULT_GOAL := help
 EXPERIMENTS := $(addprefix exp,1 2 3 4 5 6 7 8 9)
-.PHONY: help setup setup-horovod setup-cluster test test-fast report bench clean $(EXPERIMENTS)
+.PHONY: help setup setup-horovod setup-cluster test test-fast report bench bench-comm clean $(EXPERIMENTS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e .
 	@touch $@
 
-setup-horovod: setup ## Build Horovod 0.28.1 into .venv (HOROVOD_GPU=nccl on a GPU cluster)
+setup-horovod: setup ## Build Horovod 0.28.1 (Gloo+MPI on CPU; HOROVOD_GPU=nccl on a GPU cluster) into .venv
 	bash trainers/horovod_build/setup.sh $(VENV)
 
 setup-cluster: ## Install Slurm and Open MPI from Debian (root) for the Slurm and MPI tests
@@ -49,6 +49,9 @@ report: setup ## Regenerate results/tables, results/figures and the notebooks fr
 
 bench: setup ## Benchmark the trainer against a hand-written loop, and emulated workers' cost
 	$(PY) -m trainers bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32
+
+bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and the communication share (seed 002)
+	$(PY) -m trainers.bench_comm --fp16 --json results/bench_comm.json
 
 clean: ## Remove caches (generated datasets) but not results
 	rm -rf .cache .pytest_cache

@@ -111,6 +111,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--steps", type=int, default=20)
     b.add_argument("--warmup", type=int, default=3)
     b.add_argument("--workers", type=int, default=32, help="emulated workers for the emulation-cost figure")
+    b.add_argument("--repeats", type=int, default=3)
     b.set_defaults(func=cmd_bench)
     return p
 

@@ -88,7 +88,8 @@ def correct_topk(output: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> list[
 
 
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path, backend_name: str, launch: backends.Launch, resume: bool):
+    def __init__(self, cfg: Config, run_dir: Path, backend_name: str, launch: backends.Launch, resume: bool,
+                 echo: bool = True):
         self.cfg = cfg
         t = cfg.train
         if t.threads:
@@ -101,7 +102,8 @@ class Trainer:
         )
         self.backend = backends.create(cfg, launch, backend_name)
         b = self.backend
-        self.run = RunFolder(run_dir, writes=b.is_main())
+        self.run = RunFolder(run_dir, writes=b.is_main(), echo=echo)
+        b.start_run(run_dir)
         torch.manual_seed(t.seed)
         self.model = b.wrap_model(build_model(cfg.model))
         self.criterion = nn.CrossEntropyLoss().to(b.device)
@@ -159,7 +161,7 @@ class Trainer:
     def step(self, images: torch.Tensor, target: torch.Tensor):
         """Forward, backward, update; backward_passes_per_step > 1 accumulates gradients over chunks first."""
         chunks = self.backend.backward_passes_per_step
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         outputs, loss_sum = [], 0.0
         for x, y in zip(images.chunk(chunks), target.chunk(chunks)):
             output = self.model(x)
@@ -329,13 +331,13 @@ def generated_spec(cfg: Config) -> dict | None:
 # ----------------------------------------------------------------------------------------------------------------
 # Entry point: one run, whatever launched it
 # ----------------------------------------------------------------------------------------------------------------
-def run_training(cfg: Config, run_dir: Path, resume: bool = False) -> int:
+def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = True) -> int:
     check_paths(cfg)
     launch = backends.detect_launch()
     name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
     if launch.rank == 0 and not resume and (run_dir / "metrics.jsonl").exists():
         raise ConfigError(f"run folder {run_dir} exists; continue it with --resume auto or pick another --run")
-    trainer = Trainer(cfg, run_dir, name, launch, resume)
+    trainer = Trainer(cfg, run_dir, name, launch, resume, echo)
     run, b = trainer.run, trainer.backend
     run.write_config({"experiment": cfg.experiment, "run": run_dir.name, "scale": cfg.scale, **cfg.to_dict(),
                       "resolved": cfg.resolved(name)})

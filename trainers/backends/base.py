@@ -24,6 +24,9 @@ class Backend:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def start_run(self, run_dir) -> None:
+        """Called on every rank once the run folder is known (Horovod starts its Timeline there)."""
+
     def shards(self) -> list[tuple[int, int]]:
         """(shard, num_shards) pairs this process reads each step, per_worker_batch images each."""
         return [(self.rank, self.world_size)]

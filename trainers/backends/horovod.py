@@ -1,0 +1,184 @@
+"""Horovod+PyTorch: the thesis's second framework (Horovod 0.15.2 then; 0.28.1 here).
+
+Every use of `horovod.torch` in the project lives in this module, each line marked `# Horovod: ...` as in Horovod's
+own examples. What it does, in the order of those examples:
+  1. hvd.init(); pin each rank to its local GPU when there are GPUs;
+  2. broadcast rank 0's parameters, buffers and (when there is any) optimizer state;
+  3. wrap the optimizer in hvd.DistributedOptimizer: gradients averaged by allreduce during backward, optionally
+     compressed to fp16 (the thesis left compression off), optionally accumulated locally over
+     `horovod.batches_per_allreduce` backward passes before one allreduce;
+  4. metrics summed with hvd.allreduce(op=Sum); data sharded by (hvd.rank(), hvd.size()).
+
+Launchers. Horovod forms its world itself, from its launcher's environment:
+  - `horovodrun -np N python -m trainers train ...`: Gloo (HOROVOD_RANK/SIZE/... and a rendezvous server) or MPI;
+  - `mpirun -np N python -m trainers train ...` (the thesis's way, also inside a Slurm allocation): MPI controller,
+    Gloo or MPI collectives on CPU, NCCL on GPUs when Horovod was built with it;
+  - `srun --mpi=pmix ...` (Open MPI with PMIx); a plain srun is refused before MPI_Init, which would abort or hang;
+  - torchrun cannot start Horovod: refused with a line that says what to use.
+The world Horovod sees is checked against the launch the trainer detected, so a wrong launch is one clear line.
+
+Timeline (`horovod.timeline = true`): Horovod only records a timeline when HOROVOD_TIMELINE is set before hvd.init().
+The backend sets it to DYNAMIC before init, and `start_run(run_dir)` (called by the loop once the run folder exists)
+starts recording into run_dir/horovod_timeline.json. A file given by the launcher (`horovodrun --timeline-filename F`
+or `-x HOROVOD_TIMELINE=F`) wins and is left alone.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from trainers.backends import Launch, register
+from trainers.backends.base import Backend, device_names
+from trainers.config import Config, ConfigError
+
+try:
+    import horovod
+    import horovod.torch as hvd  # Horovod: the PyTorch API
+except ImportError as error:  # one line: trainers.backends.resolve turns it into "run `make setup-horovod`"
+    first = (str(error).strip().splitlines() or ["horovod.torch cannot be imported"])[0]
+    raise ImportError(first[:200]) from None
+
+TIMELINE_FILE = "horovod_timeline.json"
+# Launchers Horovod can form a world under. Its world is checked against the detected launch after init.
+LAUNCHERS = ("none", "horovodrun", "mpi", "slurm")
+
+
+class HorovodBackend(Backend):
+    name = "horovod"
+
+    def __init__(self, cfg: Config, launch: Launch, device: torch.device):
+        if launch.launcher not in LAUNCHERS:
+            raise ConfigError(
+                f"backend horovod cannot run under {launch.launcher}; start it with `horovodrun -np N` or "
+                f"`mpirun -np N` (or use backend = 'ddp' under {launch.launcher})"
+            )
+        if launch.launcher == "slurm" and "PMIX_RANK" not in os.environ:
+            # Open MPI aborts (or hangs) in MPI_Init when srun starts it without a PMI plugin
+            raise ConfigError(
+                "backend horovod under srun needs `srun --mpi=pmix`; or run `mpirun -np N` inside the allocation "
+                "as the thesis did"
+            )
+        options = cfg.horovod
+        self.timeline_file: str | None = None
+        self._timeline_started = False
+        if options.timeline:
+            # Horovod: the timeline machinery is only switched on by the environment at init; DYNAMIC = start later
+            os.environ.setdefault("HOROVOD_TIMELINE", "DYNAMIC")
+        hvd.init()  # Horovod: initialize (MPI under mpirun, Gloo under horovodrun's Gloo mode)
+        super().__init__(device, hvd.rank(), hvd.size(), hvd.local_rank(), hvd.size())
+        if launch.world_size > 1 and hvd.size() != launch.world_size:
+            size = hvd.size()
+            hvd.shutdown()
+            raise ConfigError(
+                f"Horovod formed a world of {size} but the {launch.launcher} launch has {launch.world_size} processes; "
+                "start the horovod backend with `horovodrun -np N` or `mpirun -np N` (srun only with --mpi=pmix)"
+            )
+        if device.type == "cuda":
+            index = hvd.local_rank() % torch.cuda.device_count()
+            torch.cuda.set_device(index)  # Horovod: pin this process to its local GPU
+            self.device = torch.device("cuda", index)
+        self.fp16_allreduce = options.fp16_allreduce
+        # Horovod's example reads batch_size * batches_per_allreduce images a step and allreduces once after that
+        # many backward passes of batch_size each: global batch = size * per_worker_batch * batches_per_allreduce.
+        self.backward_passes_per_step = options.batches_per_allreduce
+        self.batch_multiplier = options.batches_per_allreduce
+        self.timeline = options.timeline
+        launcher_timeline = os.environ.get("HOROVOD_TIMELINE", "")
+        if launcher_timeline and launcher_timeline != "DYNAMIC":
+            self.timeline_file = launcher_timeline  # given by the launcher; Horovod records it from init
+
+    # ---- the Backend interface ----------------------------------------------------------------------------------
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        return model.to(self.device)  # Horovod needs no model wrapper: the optimizer does the allreduce
+
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
+        # Horovod: fp16 compression halves the bytes on the wire; the thesis turned it off for a fair comparison
+        compression = hvd.Compression.fp16 if self.fp16_allreduce else hvd.Compression.none
+        distributed = hvd.DistributedOptimizer(  # Horovod: allreduce (average) the gradients during backward
+            optimizer,
+            named_parameters=model.named_parameters(),
+            compression=compression,
+            backward_passes_per_step=self.backward_passes_per_step,  # Horovod: local accumulation
+            op=hvd.Average,
+        )
+        accept_set_to_none(distributed)
+        return distributed
+
+    def broadcast_initial_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        # Horovod's broadcast_optimizer_state "initialises" an empty optimizer with one step on zero gradients, which
+        # with weight decay moves the weights and fills momentum buffers (w -= lr*wd*w, buf = wd*w): a run would no
+        # longer match DDP. A fresh optimizer has nothing to broadcast, so only a resumed one is broadcast, before the
+        # parameters so that rank 0's weights overwrite anything that initialisation step touched.
+        if self.any_rank(len(optimizer.state_dict()["state"]) > 0):
+            hvd.broadcast_optimizer_state(optimizer, root_rank=0)  # Horovod: rank 0's momentum buffers and lr
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # Horovod: rank 0's parameters and buffers
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return hvd.allreduce_(tensor, op=hvd.Sum)  # Horovod: sums of correct/total, not means of means
+
+    def any_rank(self, flag: bool) -> bool:
+        t = torch.tensor([1.0 if flag else 0.0])
+        return bool(hvd.allreduce_(t, op=hvd.Sum).item() > 0)  # Horovod: CPU tensor, any collective backend
+
+    def barrier(self) -> None:
+        hvd.barrier()  # Horovod
+
+    def start_run(self, run_dir: str | Path) -> None:
+        """Called on every rank once the run folder is known: start the Horovod Timeline there when asked."""
+        if not self.timeline or self.timeline_file is not None:
+            return
+        self.timeline_file = str(Path(run_dir) / TIMELINE_FILE)
+        hvd.start_timeline(self.timeline_file)  # Horovod: only the coordinator (rank 0) writes the file
+        self._timeline_started = True
+
+    def close(self) -> None:
+        if not hvd.is_initialized():
+            return
+        if self._timeline_started:
+            hvd.stop_timeline()  # Horovod: flush and close the timeline file
+            self._timeline_started = False
+        hvd.shutdown()  # Horovod
+
+    def hosts(self) -> list[str]:
+        return sorted(set(hvd.allgather_object(socket.gethostname())))  # Horovod
+
+    def describe(self) -> dict:
+        info = super().describe()
+        if self.device.type == "cuda":
+            info["devices"] = device_names(self.device)
+        info["horovod"] = {
+            "version": horovod.__version__,
+            "controller": "mpi" if hvd.mpi_enabled() else "gloo",  # Horovod
+            "nccl_built": bool(hvd.nccl_built()),  # Horovod
+            "fp16_allreduce": self.fp16_allreduce,
+            "batches_per_allreduce": self.backward_passes_per_step,
+            "timeline": self.timeline_file,
+        }
+        return info
+
+
+def accept_set_to_none(optimizer: torch.optim.Optimizer) -> None:
+    """Horovod 0.28's zero_grad() takes no arguments (it predates torch 2.0's set_to_none); accept the keyword.
+
+    Its own check (no allreduce in flight) is kept; the gradients are set to None, torch >= 2.0's default.
+    """
+    horovod_zero_grad = optimizer.zero_grad
+
+    def zero_grad(set_to_none: bool = True) -> None:
+        horovod_zero_grad()  # Horovod: refuses while an allreduce is in flight; torch's zero_grad sets grads to None
+        if not set_to_none:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.requires_grad and p.grad is None:
+                        p.grad = torch.zeros_like(p)
+
+    optimizer.zero_grad = zero_grad
+
+
+@register("horovod")
+def _horovod(cfg: Config, launch: Launch, device: torch.device) -> Backend:
+    return HorovodBackend(cfg, launch, device)
