@@ -1,0 +1,111 @@
+"""Studies on a real Slurm cluster on localhost, and DDP under a bare mpirun: the real trainer, not a stand-in."""
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO, final_state, max_difference, records, run, train, trainer_env, write_config
+
+pytestmark = pytest.mark.slow
+SHAPE_FILES = {"config.json", "manifest.json", "metrics.jsonl", "train.log"}
+
+
+def submit_study(cluster, experiment: str, out, *extra) -> list[int]:
+    env = trainer_env(**cluster.env)
+    result = run([sys.executable, "-m", "trainers", "study", f"experiments/{experiment}", "--launcher", "slurm",
+                  "--cluster", "local", "--quick", "--out", str(out), *extra], env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    jobs = [int(j) for j in re.findall(r"Submitted batch job (\d+)", result.stdout)]
+    assert jobs, result.stdout
+    return jobs
+
+
+def run_local_study(experiment: str, out) -> None:
+    result = run([sys.executable, "-m", "trainers", "study", f"experiments/{experiment}", "--quick", "--out", str(out)],
+                 timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def shape(run_dir):
+    files = {p.name for p in run_dir.iterdir()} & SHAPE_FILES
+    config = json.loads((run_dir / "config.json").read_text())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    kinds = sorted({r["kind"] for r in map(json.loads, open(run_dir / "metrics.jsonl"))})
+    return files, sorted(config), sorted(config["resolved"]), sorted(manifest), kinds
+
+
+def check_same_shape(slurm_out, local_out, experiment):
+    slurm_runs = sorted(p.name for p in (slurm_out / experiment).iterdir())
+    assert slurm_runs == sorted(p.name for p in (local_out / experiment).iterdir())
+    for name in slurm_runs:
+        a, b = slurm_out / experiment / name, local_out / experiment / name
+        assert json.loads((a / "manifest.json").read_text())["status"] == "completed", name
+        assert shape(a) == shape(b), name
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI for the Horovod rows (make setup-cluster)")
+def test_throughput_study_runs_on_slurm_like_it_runs_locally(slurm_cluster, tmp_path):
+    jobs = submit_study(slurm_cluster, "01_throughput_single_gpu", tmp_path / "slurm")
+    states = slurm_cluster.wait_all(jobs, timeout=600)
+    assert set(states.values()) == {"COMPLETED"}, states
+    run_local_study("01_throughput_single_gpu", tmp_path / "local")
+    check_same_shape(tmp_path / "slurm", tmp_path / "local", "01_throughput_single_gpu")
+    manifest = json.loads((tmp_path / "slurm/01_throughput_single_gpu/b32-horovod-s0/manifest.json").read_text())
+    assert manifest["launcher"] == "mpi" and manifest["backend"] == "horovod"
+    manifest = json.loads((tmp_path / "slurm/01_throughput_single_gpu/b32-ddp-s0/manifest.json").read_text())
+    assert manifest["launcher"] == "slurm" and manifest["backend"] == "ddp"
+
+
+def test_quality_study_runs_on_slurm_like_it_runs_locally(slurm_cluster, tmp_path):
+    jobs = submit_study(slurm_cluster, "04_naive_scaling", tmp_path / "slurm")
+    states = slurm_cluster.wait_all(jobs, timeout=600)
+    assert set(states.values()) == {"COMPLETED"}, states
+    run_local_study("04_naive_scaling", tmp_path / "local")
+    check_same_shape(tmp_path / "slurm", tmp_path / "local", "04_naive_scaling")
+    for run_dir in (tmp_path / "slurm" / "04_naive_scaling").iterdir():
+        assert [r["epoch"] for r in records(run_dir, "epoch")] == [0, 1]
+
+
+def test_a_run_cut_by_the_time_limit_requeues_and_ends_as_an_uninterrupted_one(slurm_cluster, tmp_path):
+    from slurm.profiles import load_profile, sbatch_argv
+
+    cfg = write_config(tmp_path / "long.toml", {"train": {"epochs": 60, "workers": 1, "print_freq": 50},
+                                                "data": {"synthetic_images": 400}})
+    uninterrupted = subprocess.Popen(
+        [sys.executable, "-m", "trainers", "train", str(cfg), "--out", str(tmp_path), "--run", "whole"],
+        env=trainer_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    run_dir = tmp_path / "long" / "cut"
+    run_dir.mkdir(parents=True)
+    argv = sbatch_argv(
+        load_profile("local"), REPO / "experiments/04_naive_scaling/slurm.sbatch", nodes=1, tasks_per_node=1,
+        gpus_per_node=0, job_name="cut", time_limit="1", output=run_dir / "slurm-%j.out",
+        env={"BACKEND": "single", "PYTHON": sys.executable, "HARNESS_DIR": str(REPO / "slurm")},
+        train_args=[str(cfg), "--out", str(tmp_path), "--run-name", "cut"],
+    )
+    job = slurm_cluster.submit(argv, env=trainer_env(**slurm_cluster.env), cwd=REPO)
+    assert slurm_cluster.wait(job, timeout=900, fast_requeue=True) == "COMPLETED"
+    assert uninterrupted.wait(timeout=600) == 0, uninterrupted.stderr.read()[-2000:]
+    statuses = [r["status"] for r in records(run_dir, "status")]
+    assert "preempted" in statuses and statuses[-1] == "completed", statuses
+    assert max_difference(final_state(tmp_path / "long" / "whole"), final_state(run_dir)) == 0.0
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI (make setup-cluster)")
+def test_ddp_under_a_bare_mpirun_matches_emulated_workers(tmp_path):
+    from tests.helpers import free_port
+
+    ddp_cfg = write_config(tmp_path / "ddp.toml", {"train": {"backend": "ddp"}})
+    emu_cfg = write_config(tmp_path / "emu.toml", {"train": {"backend": "emulated"}})
+    env = trainer_env(MASTER_PORT=str(free_port()), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    result = run(["mpirun", "--oversubscribe", "-np", "2", "-x", "MASTER_PORT", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
+                  sys.executable, "-m", "trainers", "train", str(ddp_cfg), "--out", str(tmp_path), "--run", "ddp"],
+                 env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert train(emu_cfg, tmp_path, "emu").returncode == 0
+    manifest = json.loads((tmp_path / "ddp" / "ddp" / "manifest.json").read_text())
+    assert manifest["launcher"] == "mpi" and manifest["world_size"] == 2
+    assert max_difference(final_state(tmp_path / "ddp" / "ddp"), final_state(tmp_path / "emu" / "emu")) < 1e-5
