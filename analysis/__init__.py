@@ -1,0 +1,14 @@
+"""Analysis of the scaling study: run folders and thesis-era logs -> one DataFrame -> tables, figures, notebooks.
+
+    import analysis as an
+    df = an.load_study("results/runs")      # one tidy frame (see analysis.runs)
+    ref = an.load_reference()               # the thesis's Tables 1-15
+    an.tables.quality_table(df, ref, 12)    # Table 12 with our runs beside it
+"""
+from . import figures, numbers, reference, tables  # noqa: F401
+from .logs import ParsedLog, parse_log  # noqa: F401
+from .nbhelpers import (batch_size_wallclock, error_figure, first_batch_penalty, overview,  # noqa: F401
+                        quality_overview, rq2_verdict, schedules_figure, show, show_utilisation, speedup_pivot,
+                        subplots)
+from .reference import load_reference  # noqa: F401
+from .runs import load_log, load_logs, load_runs, load_study  # noqa: F401

@@ -1,0 +1,116 @@
+"""Command line: python -m analysis {report, throughput, bench-parse, bench-report}."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def _clean(v):
+    if hasattr(v, "item"):  # numpy scalar -> Python
+        v = v.item()
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def cmd_throughput(args) -> int:
+    from . import numbers as nb
+    from .logs import parse_log
+    from .runs import load_run
+
+    results = []
+    for item in args.logs:
+        p = Path(item)
+        if p.is_file() and p.name == "metrics.jsonl":
+            p = p.parent
+        if p.is_dir():
+            df, _ = load_run(p)
+            b = df[df["kind"] == "bench"]
+            r = df.iloc[0]
+            row = {"path": str(p), "tool": "run folder", "format": "metrics.jsonl",
+                   "per_gpu_batch": _clean(r["per_gpu_batch"]), "gpus": _clean(r["gpus"]),
+                   "thesis_images_per_s": None, "steady_images_per_s": None}
+            if len(b):
+                row["thesis_images_per_s"] = _clean(round(float(b["thesis_images_per_s"].iloc[0]), 2)
+                                                    if b["thesis_images_per_s"].notna().iloc[0] else math.nan)
+                row["steady_images_per_s"] = _clean(round(float(b["steady_images_per_s"].iloc[0]), 2)
+                                                    if b["steady_images_per_s"].notna().iloc[0] else math.nan)
+            else:
+                row["note"] = "no bench or iteration records"
+            results.append(row)
+            continue
+        if not p.exists():
+            print(f"analysis throughput: no such file: {item}", file=sys.stderr)
+            return 2
+        log = parse_log(p)
+        results.append(log.throughput(args.per_gpu_batch, args.gpus,
+                                      args.warmup_batches if args.warmup_batches is not None
+                                      else nb.DEFAULT_WARMUP_BATCHES))
+    if args.json:
+        print(json.dumps(results if len(results) > 1 else results[0], indent=2))
+    else:
+        for r in results:
+            def f(v):
+                return "n/a" if v is None else f"{v:.2f}"
+            extra = f" (batch {r['thesis_batch']})" if r.get("thesis_batch") not in (None, 199) else ""
+            print(f"{r['path']}: {r['tool']} [{r['format']}] thesis formula {f(r['thesis_images_per_s'])} images/s"
+                  f"{extra}, steady state {f(r['steady_images_per_s'])} images/s"
+                  + (f" — {r['note']}" if r.get("note") else "")
+                  + (f" ({r['bad_lines']} bad lines skipped)" if r.get("bad_lines") else ""))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .report import make_report
+
+    make_report(args.runs, args.out, logs=args.logs, notebooks=not args.no_notebooks)
+    return 0
+
+
+def cmd_bench_parse(args) -> int:
+    from .bench import bench_parse
+
+    bench_parse(args.lines, args.format, args.repeat)
+    return 0
+
+
+def cmd_bench_report(args) -> int:
+    from .bench import bench_report
+
+    bench_report(args.runs, notebooks=not args.no_notebooks)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("report", help="tables, figures and executed notebooks from results/runs")
+    r.add_argument("--runs", default="results/runs")
+    r.add_argument("--out", default="results")
+    r.add_argument("--logs", nargs="*", default=None, help="upstream logs or folders of them (sidecar LOG.json "
+                                                         "gives experiment, framework, gpus, per_gpu_batch, scale)")
+    r.add_argument("--no-notebooks", action="store_true")
+    r.set_defaults(fn=cmd_report)
+    t = sub.add_parser("throughput", help="thesis-formula and steady-state images/s of logs or run folders")
+    t.add_argument("logs", nargs="+", metavar="LOG")
+    t.add_argument("--per-gpu-batch", type=int, default=None)
+    t.add_argument("--gpus", type=int, default=None)
+    t.add_argument("--warmup-batches", type=int, default=None)
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(fn=cmd_throughput)
+    b = sub.add_parser("bench-parse", help="parse speed on a generated million-line log")
+    b.add_argument("--lines", type=int, default=1_000_000)
+    b.add_argument("--format", default="early-2019", choices=["early-2019", "progressmeter-2019", "current"])
+    b.add_argument("--repeat", type=int, default=3)
+    b.set_defaults(fn=cmd_bench_parse)
+    c = sub.add_parser("bench-report", help="time the report on generated run folders")
+    c.add_argument("--runs", type=int, default=50)
+    c.add_argument("--no-notebooks", action="store_true")
+    c.set_defaults(fn=cmd_bench_report)
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""Plot functions: each takes a DataFrame and an optional axis and returns the axis (no plt.show()).
+
+Colours are the Okabe-Ito colour-blind-safe palette; line styles tell thesis (dashed) from ours (solid).
+``save`` writes PNG and PDF with fixed metadata so the same data gives the same files.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+#: Okabe & Ito (2008), colour-blind safe
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+FRAMEWORK_NAME = {"pytorch": "PyTorch", "horovod+pytorch": "Horovod+PyTorch", "horovod+tensorflow": "Horovod+TF"}
+CURVE_KEYS = ["exp", "framework", "gpus", "per_gpu_batch", "global_batch", "lr", "warmup", "scale"]
+
+
+def _ax(ax, figsize=(6.4, 4.2)):
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize)
+    return ax
+
+
+def _colour(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def save(fig, out_dir: str | Path, name: str) -> list[Path]:
+    """Write <name>.png and <name>.pdf (deterministic metadata) and close the figure."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
+    if fig.get_layout_engine() is None:
+        fig.set_layout_engine("constrained")
+    fig.savefig(paths[0], dpi=100, metadata={"Software": None})
+    fig.set_layout_engine("none")  # the layout is done: the PDF reuses it instead of solving it again
+    fig.savefig(paths[1], metadata={"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None})
+    plt.close(fig)
+    return paths
+
+
+# ============================================================================================ scaling
+
+
+def _series(scaling: pd.DataFrame, framework=None, per_gpu_batch=None):
+    s = scaling
+    if framework is not None:
+        s = s[s["framework"].isin([framework] if isinstance(framework, str) else framework)]
+    if per_gpu_batch is not None:
+        s = s[s["per_gpu_batch"] == per_gpu_batch]
+    return s.groupby(["source", "scale", "framework", "per_gpu_batch"], dropna=False, sort=True)
+
+
+_SOURCE_STYLE = {"thesis": ("--", "o"), "ours (thesis formula)": ("-", "s"), "ours (steady state)": ("-", "^")}
+
+
+def _styles(scaling: pd.DataFrame, framework=None, per_gpu_batch=None):
+    """Colour by (framework, per-GPU batch, scale), line and marker by source: same in every panel."""
+    keys = sorted({(f, b, "thesis" if sc == "thesis" else "other") for _, sc, f, b in
+                   (k for k, _ in _series(scaling, framework, per_gpu_batch))}, key=str)
+    colours = {k: _colour(i) for i, k in enumerate(keys)}
+
+    def style(src, sc, fw, b):
+        ls, mk = _SOURCE_STYLE.get(src, ("-", "o"))
+        return colours[(fw, b, "thesis" if sc == "thesis" else "other")], ls, mk
+
+    return style
+
+
+def _label(source, scale, fw, b) -> str:
+    tag = "thesis" if source == "thesis" else source.replace("ours", "ours" + ("" if scale == "thesis"
+                                                                                 else f", {scale}"))
+    return f"{FRAMEWORK_NAME.get(fw, fw)} b={int(b)} — {tag}"
+
+
+def plot_throughput(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=None, ideal: bool = True):
+    """Images/s vs GPUs (thesis Figures 14-17, left), with the ideal line from each series' 1-GPU point."""
+    ax = _ax(ax)
+    style = _styles(scaling, framework, per_gpu_batch)
+    for (src, sc, fw, b), g in _series(scaling, framework, per_gpu_batch):
+        g = g.sort_values("gpus")
+        colour, ls, mk = style(src, sc, fw, b)
+        ax.plot(g["gpus"], g["images_per_s"], ls, marker=mk, color=colour, label=_label(src, sc, fw, b))
+        one = g.loc[g["gpus"] == 1, "images_per_s"]
+        if ideal and len(one) and src != "ours (steady state)":
+            xs = np.array(sorted(g["gpus"].unique()), dtype=float)
+            ax.plot(xs, float(one.iloc[0]) * xs, ":", color=colour, alpha=0.6, linewidth=1)
+    ax.set_xlabel("GPUs (workers)")
+    ax.set_ylabel("images / s")
+    if ax.get_lines():
+        ax.set_yscale("log")
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.legend(fontsize=7)
+    ax.set_title("Throughput (dotted: ideal linear scaling)", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=None):
+    """Speed-up over the 1-GPU baseline vs GPUs, with the ideal line y = x."""
+    ax = _ax(ax)
+    xmax = 1.0
+    style = _styles(scaling, framework, per_gpu_batch)
+    for (src, sc, fw, b), g in _series(scaling, framework, per_gpu_batch):
+        g = g.dropna(subset=["speedup"]).sort_values("gpus")
+        if g.empty:
+            continue
+        xmax = max(xmax, float(g["gpus"].max()))
+        colour, ls, mk = style(src, sc, fw, b)
+        ax.plot(g["gpus"], g["speedup"], ls, marker=mk, color=colour, label=_label(src, sc, fw, b))
+    ax.plot([1, xmax], [1, xmax], color="grey", linewidth=1, label="ideal")
+    ax.set_xlabel("GPUs (workers)")
+    ax.set_ylabel("speed-up over 1 GPU")
+    ax.legend(fontsize=7)
+    ax.set_title("Speed-up", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+# ============================================================================================ error curves
+
+
+def curve_label(key: dict) -> str:
+    fw = FRAMEWORK_NAME.get(key.get("framework"), key.get("framework"))
+    s = f"{fw} {_i(key.get('gpus'))} GPUs (bs={_i(key.get('global_batch'))}, lr={key.get('lr'):g}"
+    if key.get("warmup") and key.get("warmup") != "none":
+        s += f", {key['warmup']}"
+    s += ")"
+    if key.get("scale") not in (None, "thesis"):
+        s += f" [{key['scale']} scale]"
+    return s
+
+
+def _i(x) -> str:
+    return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
+
+
+def error_curves(df: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration and epoch: mean and std over seeds of train and validation top-1 error (percent)."""
+    e = df[df["kind"] == "epoch"].copy()
+    if e.empty:
+        return pd.DataFrame(columns=CURVE_KEYS + ["epoch", "train_err", "train_err_std", "val_err", "val_err_std",
+                                                  "n"])
+    e["scale"] = e["scale"].fillna("unknown")
+    e["train_err"] = 100.0 - e["train_top1"]
+    e["val_err"] = 100.0 - e["val_top1"]
+    g = e.groupby(CURVE_KEYS + ["epoch"], dropna=False)
+    out = g.agg(train_err=("train_err", "mean"), train_err_std=("train_err", "std"), val_err=("val_err", "mean"),
+                val_err_std=("val_err", "std"), n=("run", "nunique")).reset_index()
+    return out
+
+
+def plot_error_curves(df: pd.DataFrame, ax=None, which: str = "train", title: str | None = None):
+    """Top-1 training or validation error per epoch, one line per configuration (mean ± std band over seeds).
+
+    df: the study frame (epoch rows are used) or the output of error_curves().
+    """
+    ax = _ax(ax)
+    curves = df if "train_err" in df.columns else error_curves(df)
+    col = f"{which}_err"
+    for i, (key, g) in enumerate(curves.groupby(CURVE_KEYS, dropna=False, sort=True)):
+        g = g.sort_values("epoch")
+        if g[col].isna().all():
+            continue
+        k = dict(zip(CURVE_KEYS, key))
+        ax.plot(g["epoch"], g[col], color=_colour(i), label=curve_label(k))
+        std = g[f"{col}_std"]
+        if std.notna().any():
+            ax.fill_between(g["epoch"], g[col] - std, g[col] + std, color=_colour(i), alpha=0.2, linewidth=0)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(f"top-1 {'training' if which == 'train' else 'validation'} error (%)")
+    ax.set_title(title or f"top-1 {'training' if which == 'train' else 'validation'} error", fontsize=9)
+    if ax.get_lines():
+        ax.legend(fontsize=7)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def plot_error_panel(df: pd.DataFrame, ax=None, title: str | None = None):
+    """One configuration's training (solid) and validation (dashed) top-1 error on one axis."""
+    ax = _ax(ax)
+    curves = df if "train_err" in df.columns else error_curves(df)
+    for i, (key, g) in enumerate(curves.groupby(CURVE_KEYS, dropna=False, sort=True)):
+        g = g.sort_values("epoch")
+        lab = curve_label(dict(zip(CURVE_KEYS, key)))
+        ax.plot(g["epoch"], g["train_err"], "-", color=_colour(i), label=f"train — {lab}")
+        ax.plot(g["epoch"], g["val_err"], "--", color=_colour(i), label=f"val — {lab}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("top-1 error (%)")
+    if title:
+        ax.set_title(title, fontsize=8)
+    if ax.get_lines():
+        ax.legend(fontsize=6)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def plot_error_grid(df: pd.DataFrame, axes=None, ncols: int = 2):
+    """Grid of train/val error panels, one per configuration (thesis Figures 19, 25, 26, 29). Returns axes."""
+    curves = df if "train_err" in df.columns else error_curves(df)
+    groups = list(curves.groupby(CURVE_KEYS, dropna=False, sort=True))
+    n = max(1, len(groups))
+    if axes is None:
+        nrows = math.ceil(n / ncols)
+        _, axes = plt.subplots(nrows, ncols if n > 1 else 1, figsize=(6.0 * min(n, ncols), 3.6 * nrows),
+                               squeeze=False)
+    flat = np.ravel(axes)
+    for ax, (key, g) in zip(flat, groups):
+        plot_error_panel(g, ax=ax, title=curve_label(dict(zip(CURVE_KEYS, key))))
+        ax.get_legend().remove() if ax.get_legend() else None
+        ax.legend(["train", "validation"], fontsize=7)
+    for ax in flat[len(groups):]:
+        ax.set_visible(False)
+    return axes
+
+
+# ============================================================================================ schedules, utilisation
+
+
+def plot_lr_schedules(schedules: pd.DataFrame, ax=None, experiment: int | None = None):
+    """Learning rate per epoch; schedules has columns label, epoch, lr (and optionally experiment)."""
+    ax = _ax(ax)
+    s = schedules if experiment is None else schedules[schedules["experiment"] == experiment]
+    for i, (lab, g) in enumerate(s.groupby("label", sort=True)):
+        g = g.sort_values("epoch")
+        ax.step(g["epoch"], g["lr"], where="post", color=_colour(i), label=lab)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("learning rate")
+    if ax.get_lines():
+        ax.legend(fontsize=6)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def plot_utilisation(df: pd.DataFrame, ax=None, title: str | None = None):
+    """Utilisation (percent) over time from util rows, one line per run and device (thesis Figures 22, 23, 27)."""
+    ax = _ax(ax, figsize=(7.5, 3.2))
+    u = df[df["kind"] == "util"] if "kind" in df.columns else df
+    for i, ((run, dev), g) in enumerate(u.groupby(["run", "device"], dropna=False, sort=True)):
+        g = g.sort_values("t")
+        ax.plot(g["t"] / 60.0, g["util_pct"], color=_colour(i), linewidth=1, label=f"{run} {dev}")
+    ax.set_xlabel("minutes since start")
+    ax.set_ylabel("utilisation (%)")
+    ax.set_ylim(0, 105)
+    if title:
+        ax.set_title(title, fontsize=9)
+    if ax.get_lines():
+        ax.legend(fontsize=7)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def plot_steady_state(rq2: pd.DataFrame, ax=None):
+    """RQ2: the thesis's images/s next to the estimate without the first batch, per framework and GPU count."""
+    ax = _ax(ax)
+    d = rq2.dropna(subset=["steady_images_per_s"])
+    labels = [f"{FRAMEWORK_NAME.get(f, f)}\n{int(g)} GPUs" for f, g in zip(d["framework"], d["gpus"])]
+    x = np.arange(len(d))
+    base = d["thesis_images_per_s"].to_numpy(dtype=float)
+    steady = d["steady_images_per_s"].to_numpy(dtype=float)
+    ax.bar(x - 0.2, base / base, 0.4, color=PALETTE[0], label="thesis formula (first batch included)")
+    ax.bar(x + 0.2, steady / base, 0.4, color=PALETTE[1], label="first batch left out")
+    for xi, b, s in zip(x, base, steady):
+        ax.text(xi - 0.2, 1.0, f"{b:.0f}", ha="center", va="bottom", fontsize=7)
+        ax.text(xi + 0.2, s / b, f"{s:.0f}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_ylabel("images/s relative to the thesis's value")
+    ax.set_ylim(0.9, 1.2)
+    ax.legend(fontsize=7)
+    ax.set_title("RQ2: Tables 5/6 and 8/9 without the first batch (Figures 12-13)", fontsize=9)
+    return ax

@@ -1,0 +1,512 @@
+"""Parsers for the logs the thesis-era tools wrote (and our own train.log, which copies their format).
+
+Three tools, several formats:
+
+* pytorch/examples ``imagenet/main.py`` (and the thesis's Horovod copy of it, juhany/dl-experiments):
+  - ``early-2019``: ``Epoch: [0][199/10010]\\tTime 0.581 (0.633)\\tData 0.273 (0.283)\\tLoss 6.9012 (6.9321)\\t
+    Acc@1 0.000 (0.102)\\tAcc@5 0.781 (0.512)``, batch index from 0, `` * Acc@1 73.286 Acc@5 91.558``
+    (older still: ``Prec@1``/``Prec@5``);
+  - ``progressmeter-2019`` (2019-03 refactor): padded fields ``Epoch: [0][  199/10010]\\tTime  0.581 ( 0.633)``,
+    ``Loss 6.9012e+00 (6.9321e+00)``, ``Acc@1   0.00 (  0.10)``, index from 0;
+  - ``current``: as the refactor but ``progress.display(i + 1)`` (index from 1) and the summary
+    `` *   Acc@1 66.667 Acc@5 66.667``.
+  Lines may carry ``srun -l`` labels (``0: Epoch: ...``) or Open MPI ``--tag-output`` labels
+  (``[1,0]<stdout>:Epoch: ...``); several ranks' lines may be interleaved in one file.
+* Horovod's ``examples/pytorch/pytorch_imagenet_resnet50.py``: tqdm bars
+  ``Train Epoch     #1:  20%|##   | 2002/10010 [20:51<1:23:26,  1.60it/s, loss=5.43, accuracy=8.12]``.
+* tensorflow/benchmarks ``tf_cnn_benchmarks``: ``Step\\tImg/sec\\ttotal_loss``, then
+  ``1\\timages/sec: 240.4 +/- 0.0 (jitter = 0.0)\\t7.785`` and ``total images/sec: 1234.56``.
+
+Speed: the bulk (pytorch train lines, ~1M for a 90-epoch run at print frequency 1) never goes through a
+per-line regex. Lines are split as bytes, classified by a substring test, joined, their punctuation mapped to
+spaces with one ``bytes.translate`` and handed to pandas' C CSV reader. Only the rare lines (validation,
+summaries, learning-rate notes) use regular expressions. Garbled or truncated lines are skipped and counted.
+"""
+from __future__ import annotations
+
+import io
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import numbers as nb
+
+# ============================================================================================ result type
+
+
+@dataclass
+class ParsedLog:
+    """What one upstream log holds, normalised."""
+
+    path: str
+    tool: str  # "pytorch-examples" | "horovod-example" | "tf_cnn_benchmarks" | "unknown"
+    fmt: str  # "early-2019" | "progressmeter-2019" | "current" | "tqdm" | "tf_cnn_benchmarks" | "unknown"
+    #: one row per printed training batch: epoch, batch (0-based), count (= batch+1), total, time, time_avg,
+    #: data, data_avg, loss, loss_avg, top1, top1_avg, top5, top5_avg, rank
+    train: pd.DataFrame
+    #: one row per epoch: epoch, train_loss, train_top1, train_top5, val_loss, val_top1, val_top5, lr, epoch_time
+    epochs: pd.DataFrame
+    lines: int = 0
+    bad_lines: int = 0
+    info: dict = field(default_factory=dict)  # tool-specific: total_images_per_s, per_device_batch, ranks...
+
+    def throughput(self, per_gpu_batch: float | None = None, gpus: float | None = None,
+                   warmup: int = nb.DEFAULT_WARMUP_BATCHES) -> dict:
+        """Thesis-formula and steady-state images/s of the first epoch in the log."""
+        return log_throughput(self, per_gpu_batch, gpus, warmup)
+
+
+TRAIN_COLUMNS = ["epoch", "batch", "count", "total", "time", "time_avg", "data", "data_avg", "loss", "loss_avg",
+                 "top1", "top1_avg", "top5", "top5_avg", "rank"]
+EPOCH_COLUMNS = ["epoch", "train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5", "lr",
+                 "epoch_time"]
+
+
+def _empty(columns) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=float) for c in columns})
+
+
+# ============================================================================================ entry points
+
+
+def sniff(head: bytes) -> str:
+    """Which tool wrote a log, from its first bytes."""
+    if b"images/sec:" in head or b"Img/sec" in head:
+        return "tf_cnn_benchmarks"
+    if _TQDM_RE.search(head):
+        return "horovod-example"
+    if b"Epoch: [" in head or b"Test: [" in head:
+        return "pytorch-examples"
+    return "unknown"
+
+
+def parse_log(path: str | Path, raw: bytes | None = None) -> ParsedLog:
+    """Parse one upstream log file (any of the formats above). Never raises on bad content."""
+    path = str(path)
+    if raw is None:
+        raw = Path(path).read_bytes()
+    tool = sniff(raw[:1 << 20])
+    if tool == "unknown" and len(raw) > 1 << 20:
+        tool = sniff(raw)
+    if tool == "pytorch-examples":
+        return parse_pytorch_examples(raw, path)
+    if tool == "horovod-example":
+        return parse_horovod_example(raw, path)
+    if tool == "tf_cnn_benchmarks":
+        return parse_tf_cnn_benchmarks(raw, path)
+    n = raw.count(b"\n") + (0 if raw.endswith(b"\n") or not raw else 1)
+    return ParsedLog(path, "unknown", "unknown", _empty(TRAIN_COLUMNS), _empty(EPOCH_COLUMNS), lines=n,
+                     bad_lines=0, info={"note": "no known log format recognised"})
+
+
+# ============================================================================================ pytorch/examples
+
+_TRAIN_MARK = b"Epoch: ["
+_PUNCT = bytes.maketrans(b"[]()/\t:<>,", b" " * 10)
+# Train tokens after the marker and translate: E I N Time t ta Data d da Loss l la Acc@1 a aa Acc@5 b ba
+_TRAIN_USE = [0, 1, 2, 4, 5, 7, 8, 10, 11, 13, 14, 16, 17]
+_TRAIN_NAMES = ["epoch", "idx", "total", "time", "time_avg", "data", "data_avg", "loss", "loss_avg",
+                "top1", "top1_avg", "top5", "top5_avg"]
+_TRAIN_REQUIRED = ["epoch", "idx", "total", "time", "time_avg", "data", "data_avg", "top1", "top1_avg", "top5",
+                   "top5_avg"]
+# srun -l label ("0: ", " 12: ") or Open MPI --tag-output label ("[1,0]<stdout>:")
+_PREFIX_RE = re.compile(rb"^\s*(?:(\d+):\s?|\[\d+,(\d+)\]<std(?:out|err)>:)")
+_TEST_RE = re.compile(
+    rb"Test: \[ *(\d+)/(\d+)\]\tTime +([\d.]+) \( *([\d.]+)\)\tLoss +(\S+) \( *([^\s)]+)\)\t"
+    rb"(?:Acc|Prec)@1 +([\d.]+) \( *([\d.]+)\)\t(?:Acc|Prec)@5 +([\d.]+) \( *([\d.]+)\)\s*$")
+_SUMMARY_RE = re.compile(rb"^ ?\*( +)(?:Acc|Prec)@1 ([\d.]+) (?:Acc|Prec)@5 ([\d.]+)\s*$")
+_LR_RE = re.compile(rb"Setting learning rate for epoch (\d+) to ([-+\d.eE]+|nan|inf)")
+_EPOCH_OF_RE = re.compile(rb"Epoch: \[(\d+)\]")
+_E_LOSS_RE = re.compile(rb"Loss +[-\d.]+e[-+]\d+")
+
+
+def _split_prefix(line: bytes) -> tuple[int, bytes]:
+    """(rank or -1, line without its srun/mpirun label)."""
+    m = _PREFIX_RE.match(line)
+    if not m:
+        return -1, line
+    rank = m.group(1) if m.group(1) is not None else m.group(2)
+    return int(rank), line[m.end():]
+
+
+def _line_bounds(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    nl = np.flatnonzero(a == 10)
+    starts = np.concatenate(([0], nl + 1))
+    ends = np.concatenate((nl, [a.size]))
+    if starts[-1] >= a.size:  # the file ends with a newline
+        starts, ends = starts[:-1], ends[:-1]
+    return starts, ends
+
+
+def _marker_at(a: np.ndarray, starts: np.ndarray, ends: np.ndarray, k: int, marker: bytes) -> np.ndarray:
+    """Lines whose 8-byte `marker` begins k bytes after the line start (one vectorised gather)."""
+    assert len(marker) == 8
+    pos = starts + k
+    ok = pos + 8 <= ends
+    if a.size < 8:
+        return np.zeros(starts.size, dtype=bool)
+    # every byte offset viewed as the start of an unaligned little-endian uint64
+    words = np.ndarray(shape=(a.size - 7,), dtype="<u8", buffer=a, strides=(1,))
+    want = np.frombuffer(marker, dtype="<u8")[0]
+    out = np.zeros(starts.size, dtype=bool)
+    sel = np.flatnonzero(ok)
+    out[sel] = words[pos[sel]] == want
+    return out
+
+
+def _srun_label(a: np.ndarray, starts: np.ndarray, k: int) -> np.ndarray:
+    """Lines (already known to hold the marker at offset k) whose first k bytes are an srun -l label ' 12: '."""
+    if k < 3:
+        return np.zeros(starts.size, dtype=bool)
+    ok = (a[starts + k - 2] == ord(":")) & (a[starts + k - 1] == ord(" "))
+    digit_seen = np.zeros(starts.size, dtype=bool)
+    for j in range(k - 2):
+        c = a[starts + j]
+        is_d = (c >= 48) & (c <= 57)
+        ok &= is_d | ((c == 32) & ~digit_seen)  # spaces only before the digits
+        digit_seen |= is_d
+    return ok & digit_seen
+
+
+def _read_group(raw: bytes, starts, ends, keep: np.ndarray, labelled: bool) -> pd.DataFrame:
+    """Parse the lines in `keep` with pandas' C reader; every other line is turned into a comment."""
+    buf = bytearray(raw)
+    view = np.frombuffer(buf, dtype=np.uint8)
+    other = ~keep & (ends > starts)
+    view[starts[other]] = ord("#")
+    blob = buf.translate(_PUNCT)
+    shift = 1 if labelled else 0
+    # tokens: [rank] Epoch E I N Time t ta Data d da Loss l la Acc@1 a aa Acc@5 b ba  (extra tokens are
+    # dropped by the reader; a second record glued onto a line is counted from the marker count instead)
+    width = 19 + shift
+    use = ([0] if labelled else []) + [c + 1 + shift for c in _TRAIN_USE]
+    try:
+        df = pd.read_csv(io.BytesIO(blob), sep=r"\s+", header=None, names=list(range(width)), usecols=use,
+                         engine="c", comment="#", on_bad_lines="skip", low_memory=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError):
+        return _empty(_TRAIN_NAMES + ["rank"])
+    df.columns = (["rank"] if labelled else []) + _TRAIN_NAMES
+    if not labelled:
+        df["rank"] = -1
+    for col in df.columns:  # a garbled token turns a column to text: coerce, the row is then dropped
+        if df[col].dtype.kind not in "fi":
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df[df[_TRAIN_REQUIRED].notna().all(axis=1)]
+
+
+def parse_pytorch_examples(raw: bytes, path: str = "<memory>") -> ParsedLog:
+    """Parse a pytorch/examples imagenet log (any of its historical formats)."""
+    if b"\r" in raw:
+        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    a = np.frombuffer(raw, dtype=np.uint8)
+    starts, ends = _line_bounds(a)
+    n_lines = int(starts.size)
+
+    # -- classify without a Python loop over lines: the marker at offset 0 (plain) or after an srun label
+    head = raw[:1 << 16].split(b"\n")
+    offsets = sorted({ln.find(_TRAIN_MARK) for ln in head if 0 < ln.find(_TRAIN_MARK) <= 12})
+    plain = _marker_at(a, starts, ends, 0, _TRAIN_MARK)
+    srun = np.zeros(n_lines, dtype=bool)
+    for k in offsets:
+        at_k = _marker_at(a, starts, ends, k, _TRAIN_MARK)
+        srun |= at_k & _srun_label(a, starts, k)
+    fast = plain | srun
+    n_fast = int(fast.sum())
+
+    frames = []
+    if plain.any():
+        frames.append(_read_group(raw, starts, ends, plain, labelled=False))
+    if srun.any():
+        frames.append(_read_group(raw, starts, ends, srun, labelled=True))
+    bad = n_fast - sum(len(f) for f in frames)
+    n_marked = 0  # lines holding the marker that are not fast lines (counted below)
+
+    # -- the rest, line by line: mpirun-tagged train lines, validation, summaries, learning rates
+    fast_idx = np.flatnonzero(fast)
+    tagged: dict[int, list[bytes]] = {}
+    rare: list[tuple[int, int, bytes]] = []  # (epoch trained just before, rank, line)
+    cache: dict[int, int | None] = {}
+
+    def epoch_before(i: int):
+        p = int(np.searchsorted(fast_idx, i)) - 1
+        while p >= 0:
+            j = int(fast_idx[p])
+            if j not in cache:
+                m = _EPOCH_OF_RE.search(raw[starts[j]:ends[j]])
+                cache[j] = int(m.group(1)) if m else None
+            if cache[j] is not None:
+                return cache[j]
+            p -= 1
+        return None
+
+    last_tagged_epoch = None
+    for i in np.flatnonzero(~fast & (ends > starts)):
+        ln = raw[starts[i]:ends[i]]
+        if _TRAIN_MARK not in ln and b"Test: [" not in ln and b"*" not in ln and b"learning rate" not in ln:
+            continue
+        n_marked += ln.count(_TRAIN_MARK)
+        rank, body = _split_prefix(ln)
+        if body.startswith(_TRAIN_MARK):
+            tagged.setdefault(rank, []).append(body)
+            m = _EPOCH_OF_RE.match(body)
+            last_tagged_epoch = int(m.group(1)) if m else last_tagged_epoch
+        elif _TRAIN_MARK in body:  # marker in the middle of a line: two ranks' output glued together
+            bad += 1
+        else:
+            e = epoch_before(int(i))
+            rare.append((e if e is not None else (last_tagged_epoch if tagged else None), rank, body))
+    bad += max(0, raw.count(_TRAIN_MARK) - n_fast - n_marked)  # records glued onto another line
+    for rank, block in sorted(tagged.items()):
+        g, b = _read_train_block(block)
+        bad += b
+        if len(g):
+            g["rank"] = rank
+            frames.append(g)
+    train = pd.concat(frames, ignore_index=True) if frames else _empty(_TRAIN_NAMES + ["rank"])
+    ranks = sorted(int(r) for r in train["rank"].unique()) if len(train) else []
+    first_lines = [raw[starts[j]:ends[j]] for j in fast_idx[:50]] or next(iter(tagged.values()), [])[:50]
+
+    # -- one rank's view: rank 0 (or the lowest label); unlabelled interleaved ranks: first line per batch
+    if len(train):
+        labelled = [r for r in ranks if r >= 0]
+        if labelled:
+            train = train[train["rank"] == labelled[0]]
+        key = train["epoch"].to_numpy(dtype=np.int64) * 10**9 + train["idx"].to_numpy(dtype=np.int64)
+        if not (np.diff(key) > 0).all():  # interleaved ranks or repeated lines: keep the first of each batch
+            train = train.drop_duplicates(["epoch", "idx"], keep="first")
+
+    # -- format and index base
+    sample = first_lines
+    summary_spaces = [len(m.group(1)) for _, _, body in rare if (m := _SUMMARY_RE.match(body))]
+    progressmeter = any(_E_LOSS_RE.search(ln) or b"( " in ln for ln in sample)
+    fmt = "progressmeter-2019" if progressmeter else "early-2019"
+    base = 0
+    if len(train):
+        if (train["idx"] == train["total"]).any():
+            base = 1  # '[10010/10010]' only exists when counting from 1
+        elif progressmeter and not (train["idx"] == 0).any():
+            firsts = train.groupby("epoch")["idx"].min()
+            base = 1 if (firsts == 1).all() else 0
+    if summary_spaces and max(summary_spaces) >= 3 and not (len(train) and (train["idx"] == 0).any()):
+        base = 1  # ' *   Acc@1' is today's display_summary
+    if base == 1:
+        fmt = "current"
+    train = train.assign(batch=train["idx"] - base)
+    train = train.assign(count=train["batch"] + 1).sort_values(["epoch", "batch"], kind="stable")
+    train = train[TRAIN_COLUMNS].reset_index(drop=True)
+
+    # -- rare lines: validation, summaries, learning rates; attach each to the epoch trained just before it
+    epochs = _pytorch_epochs(train, rare)
+    bad += sum(1 for _, _, body in rare if body.startswith(b"Test: [") and not _TEST_RE.match(body))
+    info = {"ranks": [r for r in ranks if r >= 0], "format": fmt}
+    return ParsedLog(path, "pytorch-examples", fmt, train, epochs, lines=n_lines, bad_lines=int(bad), info=info)
+
+
+def _pytorch_epochs(train: pd.DataFrame, rare: list) -> pd.DataFrame:
+    """Per-epoch rows: the last training line's running means, validation from Test/summary lines, lr notes."""
+    rows: dict[int, dict] = {}
+    if len(train):
+        last = train.groupby("epoch").tail(1).set_index("epoch")
+        for e, r in last.iterrows():
+            rows[int(e)] = {"epoch": int(e), "train_loss": r["loss_avg"], "train_top1": r["top1_avg"],
+                            "train_top5": r["top5_avg"], "epoch_time": r["time_avg"] * r["count"]}
+    labelled = [rk for _, rk, _ in rare if rk >= 0]
+    keep_rank = min(labelled) if labelled else None
+    val_time: dict[int, float] = {}
+    for e, rank, body in rare:
+        if keep_rank is not None and rank >= 0 and rank != keep_rank:
+            continue
+        if (m := _LR_RE.search(body)):
+            le = int(m.group(1))
+            rows.setdefault(le, {"epoch": le})
+            rows[le].setdefault("lr", float(m.group(2)))
+            continue
+        e = -1 if e is None else e  # validation before any training (--evaluate)
+        if (m := _TEST_RE.match(body)):
+            row = rows.setdefault(e, {"epoch": e})
+            if row.get("_val_done"):
+                continue
+            row["val_loss"] = float(m.group(6))
+            val_time[e] = float(m.group(4)) * (int(m.group(1)) + 1)
+        elif (m := _SUMMARY_RE.match(body)):
+            row = rows.setdefault(e, {"epoch": e})
+            if not row.get("_val_done"):  # several ranks printing the same summary: keep the first
+                row["val_top1"] = float(m.group(2))
+                row["val_top5"] = float(m.group(3))
+                row["_val_done"] = True
+    for e, t in val_time.items():
+        if e in rows and "epoch_time" in rows[e]:
+            rows[e]["epoch_time"] = rows[e]["epoch_time"] + t
+    if not rows:
+        return _empty(EPOCH_COLUMNS)
+    df = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows.values()])
+    for c in EPOCH_COLUMNS:
+        if c not in df:
+            df[c] = np.nan
+    return df[EPOCH_COLUMNS].sort_values("epoch").reset_index(drop=True)
+
+
+# ============================================================================================ Horovod example
+
+_TQDM_RE = re.compile(
+    rb"(Train|Validate) Epoch +#(\d+): +(\d+)%\|[^|\r\n]*\| *(\d+)/(\d+) \[([\d:]+)<([\d:?]+), +"
+    rb"([\d.?]+)(s/it|it/s)(?:, *loss=([^,\]\s]+))?(?:, *accuracy=([^,\]\s]+))?\]")
+
+
+def _clock_s(text: bytes) -> float:
+    parts = [float(p) for p in text.split(b":")]
+    s = 0.0
+    for p in parts:
+        s = s * 60 + p
+    return s
+
+
+def parse_horovod_example(raw: bytes, path: str = "<memory>") -> ParsedLog:
+    """Parse Horovod's pytorch_imagenet_resnet50.py output (tqdm bars, '\\r'-separated updates)."""
+    text = raw.replace(b"\r", b"\n")
+    segments = [s for s in text.split(b"\n") if s.strip()]
+    n_lines = len(segments)
+    recs, bad = [], 0
+    for seg in segments:
+        if b"Epoch" not in seg or b"#" not in seg:
+            continue
+        m = _TQDM_RE.search(seg)
+        if not m:
+            bad += 1
+            continue
+        rate = float(m.group(8)) if m.group(8) not in (b"?",) else math.nan
+        if m.group(9) == b"s/it" and rate:
+            rate = 1.0 / rate
+        recs.append({"phase": m.group(1).decode(), "epoch": int(m.group(2)) - 1, "n": int(m.group(4)),
+                     "total": int(m.group(5)), "elapsed": _clock_s(m.group(6)), "rate": rate,
+                     "loss": float(m.group(10)) if m.group(10) else math.nan,
+                     "accuracy": float(m.group(11)) if m.group(11) else math.nan})
+    df = pd.DataFrame(recs)
+    if df.empty:
+        return ParsedLog(path, "horovod-example", "tqdm", _empty(TRAIN_COLUMNS), _empty(EPOCH_COLUMNS),
+                         lines=n_lines, bad_lines=bad)
+    tr = df[df["phase"] == "Train"].drop_duplicates(["epoch", "n"], keep="last")
+    # tqdm prints elapsed time; the running-mean batch time at n batches is elapsed / n
+    train = pd.DataFrame({
+        "epoch": tr["epoch"], "batch": tr["n"] - 1, "count": tr["n"], "total": tr["total"],
+        "time": np.nan, "time_avg": tr["elapsed"] / tr["n"].where(tr["n"] > 0), "data": np.nan, "data_avg": np.nan,
+        "loss": np.nan, "loss_avg": tr["loss"], "top1": np.nan, "top1_avg": tr["accuracy"], "top5": np.nan,
+        "top5_avg": np.nan, "rank": -1})
+    train = train[train["count"] > 0].reset_index(drop=True)
+    rows = {}
+    for e, g in df.groupby("epoch"):
+        t = g[g["phase"] == "Train"]
+        v = g[g["phase"] == "Validate"]
+        row = {"epoch": int(e)}
+        if len(t):
+            last = t.iloc[-1]
+            row.update(train_loss=last["loss"], train_top1=last["accuracy"], epoch_time=last["elapsed"])
+        if len(v):
+            last = v.iloc[-1]
+            row.update(val_loss=last["loss"], val_top1=last["accuracy"])
+            row["epoch_time"] = row.get("epoch_time", 0.0) + last["elapsed"]
+        rows[int(e)] = row
+    epochs = pd.DataFrame(list(rows.values()))
+    for c in EPOCH_COLUMNS:
+        if c not in epochs:
+            epochs[c] = np.nan
+    return ParsedLog(path, "horovod-example", "tqdm", train[TRAIN_COLUMNS], epochs[EPOCH_COLUMNS],
+                     lines=n_lines, bad_lines=bad)
+
+
+# ============================================================================================ tf_cnn_benchmarks
+
+_TF_STEP_RE = re.compile(
+    rb"^(?:\[\d+,(\d+)\]<stdout>:)?(\d+)\timages/sec: ([\d.]+)(?: \+/- ([\d.]+) \(jitter = ([\d.]+)\))?"
+    rb"\t([-+\d.eE]+|nan|inf)(?:\t([\d.]+)\t([\d.]+))?\s*$", re.M)
+_TF_TOTAL_RE = re.compile(rb"^(?:\[\d+,(\d+)\]<stdout>:)?total images/sec: ([\d.]+)\s*$", re.M)
+_TF_PER_DEVICE_RE = re.compile(rb"^(?:\[\d+,(\d+)\]<stdout>:)?\s*([\d.]+) per device\s*$", re.M)
+_TF_STEP_CANDIDATE = re.compile(rb"^(?:\[\d+,\d+\]<stdout>:)?\d+\timages/sec", re.M)
+
+
+def parse_tf_cnn_benchmarks(raw: bytes, path: str = "<memory>") -> ParsedLog:
+    """Parse tf_cnn_benchmarks output: per-step running images/s and the final total."""
+    raw = raw.replace(b"\r\n", b"\n")
+    n_lines = raw.count(b"\n") + (0 if raw.endswith(b"\n") or not raw else 1)
+    steps = [(int(r) if r else -1, int(s), float(ips), float(u) if u else math.nan, float(loss))
+             for r, s, ips, u, _, loss, _, _ in _TF_STEP_RE.findall(raw)]
+    candidates = len(_TF_STEP_CANDIDATE.findall(raw))
+    totals = [(int(r) if r else -1, float(v)) for r, v in _TF_TOTAL_RE.findall(raw)]
+    bad = max(0, candidates - len(steps)) + max(0, raw.count(b"total images/sec") - len(totals))
+    per_device = [float(v) for _, v in _TF_PER_DEVICE_RE.findall(raw)]
+    df = pd.DataFrame(steps, columns=["rank", "step", "images_per_s", "uncertainty", "loss"])
+    ranks = sorted(int(r) for r in df["rank"].unique()) if len(df) else []
+    if len(df):
+        keep = min(ranks)
+        df = df[df["rank"] == keep].drop_duplicates("step", keep="first")
+    total = None
+    if totals:
+        labelled = [v for r, v in totals if r >= 0]
+        total = (min(((r, v) for r, v in totals if r >= 0), default=totals[0])[1] if labelled else totals[0][1])
+    train = pd.DataFrame({"epoch": 0, "batch": df["step"] - 1, "count": df["step"], "total": np.nan,
+                          "time": np.nan, "time_avg": np.nan, "data": np.nan, "data_avg": np.nan,
+                          "loss": df["loss"], "loss_avg": np.nan, "top1": np.nan, "top1_avg": np.nan,
+                          "top5": np.nan, "top5_avg": np.nan, "rank": df["rank"]})
+    info = {"total_images_per_s": total, "per_device_batch": per_device[0] if per_device else None,
+            "last_step_images_per_s": float(df["images_per_s"].iloc[-1]) if len(df) else None,
+            "ranks": [r for r in ranks if r >= 0]}
+    return ParsedLog(path, "tf_cnn_benchmarks", "tf_cnn_benchmarks", train[TRAIN_COLUMNS].reset_index(drop=True),
+                     _empty(EPOCH_COLUMNS), lines=n_lines, bad_lines=int(bad), info=info)
+
+
+# ============================================================================================ throughput
+
+
+def _closest_count(counts: np.ndarray, target: int) -> int | None:
+    if counts.size == 0:
+        return None
+    k = int(np.argmin(np.abs(counts - target) * 2 + (counts > target)))  # ties go to the earlier batch
+    return k
+
+
+def log_throughput(log: ParsedLog, per_gpu_batch: float | None = None, gpus: float | None = None,
+                   warmup: int = nb.DEFAULT_WARMUP_BATCHES) -> dict:
+    """Thesis-formula and steady-state images/s from a parsed log's first epoch.
+
+    * pytorch/examples logs: B*G / running mean at batch 199 (the nearest printed batch if 199 was not
+      printed; ``thesis_batch`` says which), and B*G / mean time of the batches after the first `warmup`.
+    * Horovod example: the same from tqdm's elapsed time (whole seconds, so a coarse estimate).
+    * tf_cnn_benchmarks: the tool's own ``total images/sec`` (what the thesis reported; it already leaves
+      out the tool's warm-up batches) and the last per-step mean times the number of GPUs.
+    """
+    out = {"path": log.path, "tool": log.tool, "format": log.fmt, "per_gpu_batch": per_gpu_batch,
+           "gpus": gpus, "thesis_images_per_s": None, "steady_images_per_s": None, "thesis_batch": None,
+           "batch_time_avg_at_199": None, "warmup_batches": warmup, "lines": log.lines, "bad_lines": log.bad_lines}
+    g = 1 if gpus is None else gpus
+    if log.tool == "tf_cnn_benchmarks":
+        b = per_gpu_batch or log.info.get("per_device_batch")
+        out["per_gpu_batch"] = b
+        total = log.info.get("total_images_per_s")
+        last = log.info.get("last_step_images_per_s")
+        out["thesis_images_per_s"] = total
+        out["steady_images_per_s"] = last * g if last is not None else total
+        return out
+    tr = log.train
+    if tr.empty or not per_gpu_batch:
+        if not per_gpu_batch:
+            out["note"] = "per-GPU batch size needed (--per-gpu-batch)"
+        return out
+    first = tr[tr["epoch"] == tr["epoch"].min()]
+    counts = first["count"].to_numpy(dtype=float)
+    k = _closest_count(counts, nb.THESIS_BATCH_INDEX + 1)
+    if k is not None:
+        avg = float(first["time_avg"].iloc[k])
+        out["thesis_batch"] = int(first["batch"].iloc[k])
+        out["batch_time_avg_at_199"] = avg
+        t = nb.thesis_throughput(per_gpu_batch, g, avg)
+        out["thesis_images_per_s"] = None if math.isnan(t) else round(t, 2)
+    vals = first["time"].to_numpy(dtype=float)
+    steady_t = nb.steady_batch_time(counts, first["time_avg"].to_numpy(dtype=float),
+                                    None if np.isnan(vals).all() else vals, warmup=warmup)
+    s = nb.steady_throughput(per_gpu_batch, g, steady_t)
+    out["steady_images_per_s"] = None if math.isnan(s) else round(s, 2)
+    return out

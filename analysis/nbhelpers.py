@@ -1,0 +1,140 @@
+"""Small functions the notebooks call, so that each notebook cell stays one or two lines."""
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from . import figures as fg  # noqa: E402
+from . import numbers as nb  # noqa: E402
+from . import reference as rf  # noqa: E402
+from . import tables as tb  # noqa: E402
+
+
+def subplots(nrows: int = 1, ncols: int = 1, width: float = 6.5, height: float = 4.2):
+    """plt.subplots with a size per panel; returns (fig, axes) (axes a single Axes for 1x1)."""
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows))
+    return fig, axes
+
+
+def show(fig_or_ax):
+    """Render a figure to PNG (fixed metadata, so reruns give identical bytes) for a notebook to display."""
+    from IPython.display import Image
+
+    fig = getattr(fig_or_ax, "figure", fig_or_ax)
+    if hasattr(fig_or_ax, "flat"):
+        fig = fig_or_ax.flat[0].figure
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return Image(data=buf.getvalue(), format="png")
+
+
+def overview(df: pd.DataFrame) -> pd.DataFrame:
+    """Runs per experiment, scale and status."""
+    r = df[df["kind"] == "run"]
+    if r.empty:
+        return pd.DataFrame({"note": ["no runs found: tables show the thesis's values only"]})
+    return (r.groupby(["experiment", "scale", "status"], dropna=False).size().rename("runs").reset_index())
+
+
+def speedup_pivot(scaling: pd.DataFrame, framework) -> pd.DataFrame:
+    """Speed-up by GPUs (rows) and source/framework/batch (columns)."""
+    fw = [framework] if isinstance(framework, str) else list(framework)
+    s = scaling[scaling["framework"].isin(fw)].copy()
+    s["series"] = [f"{src} | {f} b={int(b)}" + ("" if sc == "thesis" else f" [{sc}]")
+                   for src, f, b, sc in zip(s["source"], s["framework"], s["per_gpu_batch"], s["scale"])]
+    return s.pivot_table(index="gpus", columns="series", values="speedup").round(2)
+
+
+def batch_size_wallclock(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
+    """Experiment 6 (per-GPU batch 128) vs 7 (32) on the most GPUs: thesis and ours."""
+    rows = []
+    for t in (12, 13):
+        q = tb.quality_table(df, ref, t)
+        q = q[q["framework"] == "horovod+pytorch"]
+        for r in q.itertuples(index=False):
+            if r.scale == "thesis" and r.gpus != 32:
+                continue
+            rows.append({"table": t, "scale": r.scale, "per_gpu_batch": r.per_gpu_batch, "gpus": r.gpus,
+                         "thesis_top1": r.thesis_top1, "thesis_wallclock": nb.format_duration(r.thesis_wallclock_s),
+                         "ours_top1": r.ours_top1, "ours_wallclock": nb.format_duration(r.ours_wallclock_s),
+                         "n_runs": r.n_runs})
+    return pd.DataFrame(rows)
+
+
+def show_utilisation(df: pd.DataFrame):
+    u = df[df["kind"] == "util"]
+    if u.empty:
+        return pd.DataFrame({"note": ["no run recorded utilisation (util records in metrics.jsonl)"]})
+    fig, ax = subplots(1, 1, width=8, height=3.2)
+    fg.plot_utilisation(u, ax=ax, title="Utilisation over time")
+    return show(fig)
+
+
+def rq2_verdict(rq2: pd.DataFrame) -> str:
+    """One plain sentence per GPU count: who is faster with and without the first batch."""
+    lines = []
+    for g, grp in rq2.dropna(subset=["steady_images_per_s"]).groupby("gpus"):
+        d = grp.set_index("framework")
+        if not {"pytorch", "horovod+pytorch"} <= set(d.index):
+            continue
+        pt, hv = d.loc["pytorch"], d.loc["horovod+pytorch"]
+        lines.append(
+            f"{int(g)} GPUs: thesis formula Horovod {hv.thesis_images_per_s:.0f} vs PyTorch {pt.thesis_images_per_s:.0f}"
+            f" images/s (Horovod {100 * (hv.thesis_images_per_s / pt.thesis_images_per_s - 1):+.1f} %); "
+            f"first batch left out: Horovod {hv.steady_images_per_s:.0f} vs PyTorch {pt.steady_images_per_s:.0f}"
+            f" (Horovod {100 * (hv.steady_images_per_s / pt.steady_images_per_s - 1):+.1f} %).")
+    return "\n".join(lines) if lines else "no first-batch times to re-analyse"
+
+
+def first_batch_penalty(ref: pd.DataFrame, epochs: int = 90) -> pd.DataFrame:
+    """Extra seconds per run if every epoch pays its first batch (Figures 12-13), vs the wall-clock gap."""
+    rows = []
+    for g in (2, 32):
+        pt, hv = rf.FIRST_BATCH_S[("pytorch", g)], rf.FIRST_BATCH_S[("horovod+pytorch", g)]
+        rows.append({"gpus": g, "first_batch_pytorch_s": pt, "first_batch_horovod_s": hv,
+                     "extra_per_epoch_s": round(pt - hv, 3), "extra_over_90_epochs": nb.format_duration(epochs * (pt - hv))})
+    t12 = ref[(ref["table"] == 12) & (ref["gpus"] == 32)].set_index("framework")["wallclock_s"]
+    gap = float(t12["pytorch"] - t12["horovod+pytorch"])
+    out = pd.DataFrame(rows)
+    out["table12_wallclock_gap_32gpus"] = nb.format_duration(gap)
+    return out
+
+
+def quality_overview(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
+    parts = []
+    for t in rf.QUALITY_TABLES:
+        q = tb.quality_table(df, ref, t)
+        q.insert(0, "table", t)
+        parts.append(q)
+    q = pd.concat(parts, ignore_index=True)
+    keep = ["table", "framework", "gpus", "global_batch", "lr", "warmup", "thesis_top1", "thesis_top5", "ours_top1",
+            "ours_top1_std", "ours_top5", "n_runs", "scale", "status"]
+    return q[keep]
+
+
+def schedules_figure(df: pd.DataFrame):
+    from .report import schedules_frame
+
+    sched = schedules_frame(df)
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
+    for ax, exp in zip(axes.flat, range(4, 10)):
+        fg.plot_lr_schedules(sched, ax=ax, experiment=exp)
+        ax.set_title(f"experiment {exp}", fontsize=8)
+    return fig
+
+
+def error_figure(df: pd.DataFrame, exp: int):
+    e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
+    if e.empty:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    fg.plot_error_curves(e, ax=axes[0], which="train", title=f"experiment {exp}: training error")
+    fg.plot_error_curves(e, ax=axes[1], which="val", title=f"experiment {exp}: validation error")
+    return fig
+

@@ -1,0 +1,178 @@
+"""The thesis's published values (analysis/reference/thesis.csv) and what the text says around them.
+
+Table numbers follow the captions (1-9 throughput, 10-15 accuracy); the thesis's list of tables and its
+running text call the accuracy tables 11-16 (``TEXT_NUMBER``).
+"""
+from __future__ import annotations
+
+import math
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+from . import numbers as nb
+
+REFERENCE_COLUMNS = ["table", "experiment", "framework", "per_gpu_batch", "global_batch", "nodes", "gpus", "lr",
+                     "warmup", "throughput", "top1", "top5", "wallclock_s"]
+
+CAPTIONS = {
+    1: "Single-node single-GPU throughput baseline, Horovod+TensorFlow per worker batch sizes 32, 64 and 128.",
+    2: "Single-node single-GPU throughput baseline, PyTorch per worker batch size 128.",
+    3: "Single-node single-GPU throughput baseline, Horovod+PyTorch per worker batch size 128.",
+    4: "Single-node multi-GPU throughput, Horovod+TensorFlow per worker batch sizes 32, 64 and 128.",
+    5: "Single-node multi-GPU throughput, PyTorch per worker batch size 128.",
+    6: "Single-node multi-GPU throughput, Horovod+PyTorch per worker batch size 128.",
+    7: "Multi-node multi-GPU throughput, Horovod+TensorFlow per worker batch sizes 32, 64 and 128.",
+    8: "Multi-node multi-GPU throughput, PyTorch per worker batch size 128.",
+    9: "Multi-node multi-GPU throughput, Horovod+PyTorch per worker batch size 128.",
+    10: "Validation accuracy, naive scaling method.",
+    11: "Linear learning rate scaling without warmup period. Validation accuracy and training time.",
+    12: "Linear learning rate scaling with 5 epoch stepping warmup. Validation accuracy and training time.",
+    13: "Linear learning rate scaling with 5 epoch stepping warmup and reduced per GPU worker batch size. "
+        "Validation accuracy and training time.",
+    14: "Linear learning rate scaling with 5 epoch gradual warmup. Validation accuracy and training time.",
+    15: "Linear learning rate scaling with 10 epoch gradual warmup. Validation accuracy and training time.",
+}
+#: what the thesis's running text and list of tables call each caption-numbered accuracy table
+TEXT_NUMBER = {t: t + 1 for t in range(10, 16)}
+THROUGHPUT_TABLES = tuple(range(1, 10))
+QUALITY_TABLES = tuple(range(10, 16))
+#: experiment -> caption table numbers
+EXPERIMENT_TABLES = {1: (1, 2, 3), 2: (4, 5, 6), 3: (7, 8, 9), 4: (10,), 5: (11,), 6: (12,), 7: (13,), 8: (14,),
+                     9: (15,)}
+#: throughput tables by experiment and framework
+THROUGHPUT_TABLE = {(1, "horovod+tensorflow"): 1, (1, "pytorch"): 2, (1, "horovod+pytorch"): 3,
+                    (2, "horovod+tensorflow"): 4, (2, "pytorch"): 5, (2, "horovod+pytorch"): 6,
+                    (3, "horovod+tensorflow"): 7, (3, "pytorch"): 8, (3, "horovod+pytorch"): 9}
+#: the 1-GPU baseline repeated in tables 12 and 14 is stored once, under table 11
+BASELINE_REPEATED_IN = {12: 11, 14: 11}
+
+FRAMEWORK_LABEL = {"pytorch": "PyTorch 1.0.0", "horovod+pytorch": "Horovod 0.15.2 + PyTorch 1.0.0",
+                   "horovod+tensorflow": "Horovod 0.15.2 + TensorFlow 1.12.0 + cnn_tf_v1.12_compatible"}
+
+#: Figures 12 and 13: time of the first training batch printed by each script (seconds)
+FIRST_BATCH_S = {("pytorch", 2): 18.532, ("horovod+pytorch", 2): 9.696,
+                 ("pytorch", 32): 21.925, ("horovod+pytorch", 32): 9.950}
+#: Figure 11: the running mean at batch 199, 1 GPU, per-GPU batch 128
+FIGURE_11 = {"per_gpu_batch": 128, "gpus": 1, "batch_time_avg_at_199": 0.633, "images_per_s": 202.21}
+#: speed-ups the text states (section 5.3)
+STATED_SPEEDUP_32 = {("horovod+tensorflow", 32): 22.7, ("horovod+tensorflow", 64): 26.5,
+                     ("horovod+tensorflow", 128): 26.7, ("horovod+pytorch", 128): 29.4, ("pytorch", 128): 27.5}
+
+#: quality experiments' settings (appendices 5, 7, 9, 11, 13, 15)
+QUALITY_SETTINGS = {
+    4: {"warmup": "none", "decay": "step", "base_lr": 0.1, "label": "naive scaling, lr 0.1, /10 every 30"},
+    5: {"warmup": "none", "decay": "milestones", "label": "linear scaling, no warm-up"},
+    6: {"warmup": "stepping-5", "decay": "milestones", "label": "linear scaling, 5-epoch stepping warm-up"},
+    7: {"warmup": "stepping-5", "decay": "milestones", "label": "as 6, per-GPU batch 32"},
+    8: {"warmup": "gradual-5", "decay": "milestones", "label": "linear scaling, 5-epoch gradual warm-up"},
+    9: {"warmup": "gradual-10", "decay": "milestones", "label": "linear scaling, 10-epoch gradual warm-up"},
+}
+MILESTONES = (30, 60, 80)
+
+
+def load_reference() -> pd.DataFrame:
+    """The thesis's Tables 1-15 as a frame (one row per table row; see module docstring)."""
+    with resources.files("analysis").joinpath("reference/thesis.csv").open("r") as fh:
+        df = pd.read_csv(fh)
+    for c in ("per_gpu_batch", "global_batch", "nodes", "gpus", "table", "experiment"):
+        df[c] = df[c].astype("Int64")
+    return df[REFERENCE_COLUMNS]
+
+
+def table_rows(ref: pd.DataFrame, table: int) -> pd.DataFrame:
+    """The rows the thesis prints in a table, the repeated 1-GPU baseline included."""
+    rows = ref[ref["table"] == table]
+    if table in BASELINE_REPEATED_IN:
+        base = ref[(ref["table"] == BASELINE_REPEATED_IN[table]) & (ref["gpus"] == 1)]
+        rows = pd.concat([base, rows], ignore_index=True)
+    return rows.reset_index(drop=True)
+
+
+def throughput_reference(ref: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Throughput rows (tables 1-9) with speed-up and efficiency over the same framework's 1-GPU row."""
+    ref = load_reference() if ref is None else ref
+    t = ref[ref["table"] <= 9].copy()
+    base = t[t["gpus"] == 1].set_index(["framework", "per_gpu_batch"])["throughput"]
+    t["baseline"] = [base.get((f, b), np.nan) for f, b in zip(t["framework"], t["per_gpu_batch"])]
+    t["speedup"] = t["throughput"] / t["baseline"]
+    t["efficiency"] = t["speedup"] / t["gpus"].astype(float)
+    t["wallclock_90_s"] = [nb.wallclock_estimate_s(x) for x in t["throughput"]]
+    return t.reset_index(drop=True)
+
+
+def rq2_steady_state(ref: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Tables 5/6 and 8/9 with the first batch (Figures 12-13) taken out of the thesis's 200-batch mean.
+
+    Columns framework, gpus, thesis_images_per_s, first_batch_s, steady_images_per_s; the last two are empty
+    where the thesis prints no first-batch time (4, 8, 16 and 24 GPUs).
+    """
+    ref = load_reference() if ref is None else ref
+    t = ref[ref["table"].isin([5, 6, 8, 9])]
+    rows = []
+    for r in t.itertuples(index=False):
+        first = FIRST_BATCH_S.get((r.framework, int(r.gpus)), math.nan)
+        steady = nb.without_first_batch(r.throughput, int(r.per_gpu_batch), int(r.gpus), first)
+        rows.append({"framework": r.framework, "gpus": int(r.gpus), "thesis_images_per_s": r.throughput,
+                     "first_batch_s": first, "steady_images_per_s": round(steady, 2) if math.isfinite(steady)
+                     else math.nan})
+    out = pd.DataFrame(rows).sort_values(["gpus", "framework"], kind="stable").reset_index(drop=True)
+    return out
+
+
+# ============================================================================================ lr schedules
+
+
+def thesis_lr(epoch: int, target_lr: float, warmup: str = "none", per_gpu_batch: int = 128,
+              decay: str = "milestones", base_lr: float | None = None) -> float:
+    """Learning rate at the start of an epoch, by the thesis's appendix pseudocode.
+
+    stepping-W: target * (e + 1) / (W + 1) for e < W (appendix 9);
+    gradual-W:  base + e * (target - base) / W for e < W, base = per_gpu_batch / 256 * 0.1 (appendix 13);
+    then target, divided by 10 every 30 epochs (experiment 4) or at epochs 30, 60 and 80 (experiments 5-9).
+    """
+    kind, _, w = (warmup or "none").partition("-")
+    w = int(float(w)) if w else 0
+    if kind == "stepping" and epoch < w:
+        return target_lr * (epoch + 1) / (w + 1)
+    if kind == "gradual" and epoch < w:
+        base = per_gpu_batch / 256 * 0.1 if base_lr is None else base_lr
+        return base + epoch * (target_lr - base) / w
+    if decay == "step":
+        return target_lr * 0.1 ** (epoch // 30)
+    return target_lr * 0.1 ** sum(epoch >= m for m in MILESTONES)
+
+
+def _trainers_lr():
+    """trainers.lr.lr_at as a function of (epoch, target, warmup label, per-GPU batch, decay), if importable."""
+    try:
+        from trainers.lr import Policy, lr_at
+    except Exception:  # the analysis package must work without the trainer
+        return None
+
+    def f(epoch, target_lr, warmup="none", per_gpu_batch=128, decay="milestones"):
+        kind, _, w = (warmup or "none").partition("-")
+        pol = Policy(target=target_lr, start=per_gpu_batch / 256 * 0.1, warmup=kind,
+                     warmup_epochs=int(float(w)) if w else 0, decay=decay, milestones=MILESTONES)
+        return lr_at(epoch, 0, 1, pol)
+
+    return f
+
+
+def thesis_schedules(epochs: int = 90) -> pd.DataFrame:
+    """The planned schedules of every quality-table row of experiments 4-9 (epoch, lr per row).
+
+    Uses the trainer's own `trainers.lr.lr_at` when it can be imported (so the figure shows what the trainer
+    would run), else `thesis_lr` above; the two agree (tests/test_analysis_numbers.py).
+    """
+    lr_fn = _trainers_lr() or thesis_lr
+    ref = load_reference()
+    rows = []
+    for r in ref[ref["experiment"] >= 4].itertuples(index=False):
+        s = QUALITY_SETTINGS[int(r.experiment)]
+        for e in range(epochs):
+            rows.append({"experiment": int(r.experiment), "framework": r.framework, "gpus": int(r.gpus),
+                         "per_gpu_batch": int(r.per_gpu_batch), "target_lr": r.lr, "warmup": r.warmup,
+                         "epoch": e, "lr": lr_fn(e, r.lr, r.warmup, int(r.per_gpu_batch), s["decay"])})
+    return pd.DataFrame(rows)

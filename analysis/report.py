@@ -1,0 +1,255 @@
+"""`python -m analysis report`: every thesis table and figure from the run folders and the reference data.
+
+Writes <out>/tables/*.csv|md, <out>/figures/*.png|pdf and executes the notebooks <out>/rq*.ipynb.
+Works on an empty runs folder too: the tables then hold the thesis's values only, and the figures that the
+reference data can draw (scaling, schedules, RQ2) are drawn from it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from . import figures as fg  # noqa: E402
+from . import reference as rf  # noqa: E402
+from . import tables as tb  # noqa: E402
+from .runs import load_study  # noqa: E402
+
+SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale (config.json \"scale\"): their "
+              "numbers are not comparable with the thesis's and are not placed beside them.")
+
+
+# ============================================================================================ tables
+
+
+def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> list[Path]:
+    written: list[Path] = []
+    for t in rf.THROUGHPUT_TABLES:
+        tab = tb.throughput_table(df, ref, t)
+        notes = ["thesis_images_per_s: the thesis's value; ours_thesis_formula: per-GPU batch x GPUs / running-mean "
+                 "batch time at batch 199; ours_steady: the same without the first warm-up batches.", SCALE_NOTE]
+        written += tb.write_table(tab, out, f"table{t:02d}", f"Table {t}. {rf.CAPTIONS[t]}", notes)
+    for t in rf.QUALITY_TABLES:
+        tab = tb.quality_table(df, ref, t)
+        notes = [f"Numbered as its caption; the thesis's running text and list of tables call it Table "
+                 f"{rf.TEXT_NUMBER[t]}.",
+                 "ours_top1/ours_top5: best validation accuracy (percent), mean over the configuration's completed "
+                 "runs (seeds), ± sample std; n_runs: how many; diverged or half-written runs are counted in "
+                 "status, not averaged.", SCALE_NOTE]
+        written += tb.write_table(tab, out, f"table{t:02d}", f"Table {t}. {rf.CAPTIONS[t]}", notes)
+    written += tb.write_table(tb.scaling_table(df, ref), out, "scaling",
+                              "Throughput, speed-up over 1 GPU, scaling efficiency and 90-epoch wall-clock estimate")
+    rq2 = rf.rq2_steady_state(ref)
+    written += tb.write_table(rq2, out, "rq2_steady_state",
+                              "RQ2: Tables 5/6 and 8/9 with the first training batch (Figures 12-13) left out",
+                              ["steady_images_per_s = B*G / ((200 * B*G / thesis - first_batch_s) / 199); empty "
+                               "where the thesis prints no first-batch time."])
+    written += tb.write_table(tb.run_summary(df), out, "runs", "Every run found",
+                              ["status 'running' with no final record: a half-written run."])
+    written += tb.write_table(tb.quality_summary(df), out, "quality_summary",
+                              "Best validation accuracy per configuration (all quality experiments)")
+    written += tb.write_table(tb.throughput_summary(df), out, "throughput_summary", "Throughput per configuration")
+    extra = df[(df["kind"] == "run") & (df["exp"] > 9)]
+    if len(extra):
+        written += tb.write_table(tb.run_summary(extra), out, "extra_experiments",
+                                  "Runs of experiments beyond the thesis's nine")
+    return written
+
+
+# ============================================================================================ figures
+
+
+def _quality(df: pd.DataFrame, exp: int, **where) -> pd.DataFrame:
+    e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
+    for k, v in where.items():
+        e = e[e[k] == v]
+    return e
+
+
+def _two_panel(df: pd.DataFrame, title: str):
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
+    fg.plot_error_curves(df, ax=axes[0], which="train", title=f"{title}: top-1 training error")
+    fg.plot_error_curves(df, ax=axes[1], which="val", title=f"{title}: top-1 validation error")
+    return fig
+
+
+def schedules_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Schedules of experiments 4-9: from runs' config.json resolved.schedule, else the thesis's formulas."""
+    parts = []
+    s = df[(df["kind"] == "schedule") & df["exp"].between(4, 9)]
+    for exp in range(4, 10):
+        mine = s[s["exp"] == exp]
+        if len(mine):
+            for key, g in mine.groupby(["framework", "gpus", "global_batch", "lr", "warmup", "scale"], dropna=False):
+                g = g.drop_duplicates("epoch")
+                lab = fg.curve_label(dict(zip(["framework", "gpus", "global_batch", "lr", "warmup", "scale"], key)))
+                parts.append(pd.DataFrame({"experiment": exp, "label": f"exp {exp}: {lab}", "epoch": g["epoch"],
+                                           "lr": g["planned_lr"], "source": "run config"}))
+        else:
+            th = rf.thesis_schedules()
+            th = th[th["experiment"] == exp]
+            for (fw, gp, b, lr), g in th.groupby(["framework", "gpus", "per_gpu_batch", "target_lr"]):
+                lab = f"exp {exp}: {fg.FRAMEWORK_NAME.get(fw, fw)} {gp} GPUs b={b} lr={lr:g} ({g['warmup'].iloc[0]})"
+                parts.append(pd.DataFrame({"experiment": exp, "label": lab, "epoch": g["epoch"], "lr": g["lr"],
+                                           "source": "thesis formula"}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[Path], list[str]]:
+    written: list[Path] = []
+    skipped: list[str] = []
+    scaling = tb.scaling_table(df, ref)
+
+    def two(name, title, **kw):
+        fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
+        fg.plot_throughput(scaling, ax=axes[0], **kw)
+        fg.plot_speedup(scaling, ax=axes[1], **kw)
+        fig.suptitle(title, fontsize=10)
+        written.extend(fg.save(fig, out, name))
+
+    for n, b in ((14, 32), (15, 64), (16, 128)):
+        two(f"fig{n}_scaling_horovod_tf_b{b}", f"Figure {n}. Scaling of Horovod+TensorFlow, per-GPU batch {b}",
+            framework="horovod+tensorflow", per_gpu_batch=b)
+    two("fig17_scaling_pytorch_vs_horovod", "Figure 17. Scaling of PyTorch and Horovod+PyTorch",
+        framework=["pytorch", "horovod+pytorch"])
+
+    # -- error curves of the quality experiments (only where runs exist)
+    def quality_fig(name, title, data, grid=False, single=None):
+        if data.empty:
+            skipped.append(f"{name}: no epoch records")
+            return
+        if grid:
+            axes = fg.plot_error_grid(data)
+            fig = axes.flat[0].figure
+            fig.suptitle(title, fontsize=10)
+        elif single:
+            fig, ax = plt.subplots(figsize=(7, 4.4))
+            fg.plot_error_curves(data, ax=ax, which=single, title=title)
+        else:
+            fig = _two_panel(data, title)
+        written.extend(fg.save(fig, out, name))
+
+    e4 = _quality(df, 4)
+    quality_fig("fig18_exp4_error", "Figure 18. Naive scaling", e4)
+    quality_fig("fig19_exp4_error_grid", "Figure 19. Naive scaling (grid)", e4, grid=True)
+    e5 = _quality(df, 5)
+    quality_fig("fig20_exp5_train_error", "Figure 20. Linear scaling, no warm-up: training error", e5, single="train")
+    top = e5[e5["gpus"] == e5["gpus"].max()] if len(e5) else e5
+    quality_fig("fig21_exp5_error_max_gpus", "Figure 21. Linear scaling, no warm-up, most GPUs", top, grid=True)
+    e6 = _quality(df, 6)
+    quality_fig("fig24_exp6_error", "Figure 24. Linear scaling + 5-epoch stepping warm-up", e6)
+    quality_fig("fig25_exp6_error_grid", "Figure 25. Linear scaling + 5-epoch stepping warm-up (grid)", e6, grid=True)
+    e7 = _quality(df, 7)
+    if len(e7):
+        g = e7["gpus"].max()
+        peer = e6[(e6["gpus"] == g) & (e6["framework"] == "horovod+pytorch")]
+        quality_fig("fig26_exp7_vs_exp6_grid", "Figure 26. Smaller per-GPU batch (exp 7) vs exp 6",
+                    pd.concat([e7, peer]), grid=True)
+    else:
+        skipped.append("fig26_exp7_vs_exp6_grid: no epoch records")
+    e8 = _quality(df, 8)
+    quality_fig("fig28_exp8_error", "Figure 28. Linear scaling + 5-epoch gradual warm-up", e8)
+    quality_fig("fig29_exp8_error_grid", "Figure 29. Linear scaling + 5-epoch gradual warm-up (grid)", e8, grid=True)
+    e9 = _quality(df, 9)
+    if len(e9):
+        peer = e8[e8["gpus"].isin(e9["gpus"].unique())]
+        quality_fig("fig30_exp9_vs_exp8_grid", "Figure 30. 5- vs 10-epoch gradual warm-up",
+                    pd.concat([e8.iloc[0:0], peer, e9]), grid=True)
+    else:
+        skipped.append("fig30_exp9_vs_exp8_grid: no epoch records")
+
+    # -- utilisation (Figures 22, 23, 27) when runs recorded it
+    util = df[df["kind"] == "util"]
+    for name, title, exp, fw in (("fig22_util_exp6_pytorch", "Figure 22. Utilisation, PyTorch, exp 6", 6, "pytorch"),
+                                 ("fig23_util_exp6_horovod", "Figure 23. Utilisation, Horovod+PyTorch, exp 6", 6,
+                                  "horovod+pytorch"),
+                                 ("fig27_util_exp7_horovod", "Figure 27. Utilisation, Horovod+PyTorch, exp 7", 7,
+                                  "horovod+pytorch")):
+        u = util[(util["exp"] == exp) & (util["framework"] == fw)]
+        if u.empty:
+            skipped.append(f"{name}: no utilisation records")
+            continue
+        u = u[u["gpus"] == u["gpus"].max()]
+        fig, ax = plt.subplots(figsize=(8, 3.2))
+        fg.plot_utilisation(u, ax=ax, title=title)
+        written.extend(fg.save(fig, out, name))
+    other = util[~util["exp"].isin([6, 7])]
+    if len(other):
+        fig, ax = plt.subplots(figsize=(8, 3.2))
+        fg.plot_utilisation(other, ax=ax, title="Utilisation, other runs")
+        written.extend(fg.save(fig, out, "util_other_runs"))
+
+    # -- learning-rate schedules of experiments 4-9, one figure
+    sched = schedules_frame(df)
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
+    for ax, exp in zip(axes.flat, range(4, 10)):
+        fg.plot_lr_schedules(sched, ax=ax, experiment=exp)
+        src = sched.loc[sched["experiment"] == exp, "source"]
+        ax.set_title(f"Experiment {exp}: {rf.QUALITY_SETTINGS[exp]['label']} ({src.iloc[0] if len(src) else ''})",
+                     fontsize=8)
+    fig.suptitle("Learning-rate schedules of experiments 4-9", fontsize=10)
+    written.extend(fg.save(fig, out, "lr_schedules_exp4-9"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fg.plot_steady_state(rf.rq2_steady_state(ref), ax=ax)
+    written.extend(fg.save(fig, out, "rq2_steady_state"))
+    return written, skipped
+
+
+# ============================================================================================ entry point
+
+
+def make_report(runs="results/runs", out="results", logs=None, notebooks: bool = True, quiet: bool = False) -> dict:
+    """Regenerate tables, figures and (optionally) the executed notebooks. Returns what was done."""
+    t0 = time.perf_counter()
+    out = Path(out)
+    df = load_study(runs, logs)
+    ref = rf.load_reference()
+    tables = build_tables(df, ref, out / "tables")
+    # the notebooks run in their own kernels while this process draws the figures
+    nb_result: dict = {}
+    worker = None
+    if notebooks:
+        import IPython  # noqa: F401  (imported here, not half-way in the worker thread while pyplot looks for it)
+
+        from .notebooks import run_notebooks
+
+        plt.switch_backend("Agg")
+        def _work():
+            try:
+                nb_result["paths"] = run_notebooks(out, runs, logs)
+            except Exception as exc:  # reported after the figures are done
+                nb_result["error"] = exc
+
+        worker = threading.Thread(target=_work, name="notebooks")
+        worker.start()
+    figs, skipped = build_figures(df, ref, out / "figures")
+    problems = list(df.attrs.get("problems", []))
+    index = ["# Report index", "", f"Runs: {int((df['kind'] == 'run').sum())}", "",
+             "## Tables", ""] + [f"- {p.name}" for p in tables if p.suffix == ".md"] + \
+            ["", "## Figures", ""] + [f"- {p.name}" for p in figs if p.suffix == ".png"] + \
+            ["", "## Not drawn", ""] + [f"- {s}" for s in skipped] + \
+            ["", "## Problems found while loading", ""] + [f"- {p}" for p in problems]
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    (out / "tables" / "README.md").write_text("\n".join(index) + "\n")
+    nbs: list[Path] = []
+    if worker is not None:
+        worker.join()
+        if "error" in nb_result:
+            raise nb_result["error"]
+        nbs = nb_result["paths"]
+    info = {"runs": int((df["kind"] == "run").sum()), "tables": len(tables), "figures": len(figs),
+            "skipped": skipped, "problems": problems, "notebooks": [str(p) for p in nbs],
+            "seconds": round(time.perf_counter() - t0, 2)}
+    if not quiet:
+        print(f"report: {info['runs']} runs, {len(tables)} table files, {len(figs)} figure files, "
+              f"{len(nbs)} notebooks in {info['seconds']} s -> {out}")
+        for p in problems:
+            print(f"  problem: {p}")
+    return info

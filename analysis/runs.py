@@ -1,0 +1,367 @@
+"""Load run folders (results/runs/<experiment>/<run>/) and upstream logs into one tidy DataFrame.
+
+One row per (run, record): ``kind`` says which record --
+  run       one per run: status, best validation accuracy, wall-clock, bad lines (always present, so a
+            half-written or failed run still shows up);
+  epoch     one per epoch: train/val loss, top-1, top-5 (percent), learning rate, epoch time;
+  bench     throughput summary: thesis-formula and steady-state images/s (from the trainer's bench record,
+            or derived from per-iteration records, or from an upstream log);
+  util      utilisation samples: seconds since the run started, util_pct, mem_gb, device;
+  schedule  the planned learning rate of each epoch (config.json resolved.schedule).
+Every row carries the run's identity and configuration columns (RUN_COLUMNS), so any table or figure is a
+filter and a group-by away. Nothing here raises on bad content: unreadable files and lines are counted.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import logs as lg
+from . import numbers as nb
+
+RUN_COLUMNS = ["experiment", "exp", "run", "path", "source", "scale", "framework", "backend", "gpus",
+               "per_gpu_batch", "global_batch", "lr", "warmup", "seed", "epochs", "epochs_done", "status",
+               "diverged", "wallclock_s", "bad_lines"]
+RECORD_COLUMNS = ["kind", "epoch", "train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5",
+                  "epoch_lr", "epoch_time", "images", "thesis_images_per_s", "steady_images_per_s",
+                  "batch_time_avg_at_199", "warmup_batches", "data_share", "best_val_top1", "best_val_top5",
+                  "t", "util_pct", "mem_gb", "device", "planned_lr", "note"]
+COLUMNS = RUN_COLUMNS + RECORD_COLUMNS
+FINAL = ("completed", "diverged", "failed", "preempted")
+_EXP_RE = re.compile(r"^(\d+)")
+_ITER_MARKS = ('"kind": "iter"', '"kind":"iter"')
+
+
+def experiment_number(name: str) -> int | None:
+    """The leading NN of an experiment folder name ('05_linear_scaling' -> 5)."""
+    m = _EXP_RE.match(name or "")
+    return int(m.group(1)) if m else None
+
+
+def _read_json(path: Path) -> tuple[dict | None, str | None]:
+    try:
+        data = json.loads(path.read_text())
+        return (data, None) if isinstance(data, dict) else (None, f"{path.name}: not an object")
+    except FileNotFoundError:
+        return None, f"{path.name}: missing"
+    except (OSError, ValueError) as exc:
+        return None, f"{path.name}: unreadable ({type(exc).__name__})"
+
+
+def _iso_to_unix(s) -> float:
+    if not s:
+        return math.nan
+    try:
+        return datetime.fromisoformat(str(s).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return math.nan
+
+
+def _finite(x) -> bool:
+    try:
+        return x is not None and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def read_metrics(path: Path) -> tuple[list[dict], list[str], int]:
+    """(records other than iter, raw iter lines, bad line count) of a metrics.jsonl."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return [], [], 0
+    records, iters, bad = [], [], 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if _ITER_MARKS[0] in line or _ITER_MARKS[1] in line:
+            iters.append(line)
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if not isinstance(rec, dict) or "kind" not in rec:
+            bad += 1
+            continue
+        records.append(rec)
+    return records, iters, bad
+
+
+def _parse_iters(lines: list[str]) -> tuple[pd.DataFrame, int]:
+    recs, bad = [], 0
+    for line in lines:
+        try:
+            r = json.loads(line)
+            recs.append((int(r["epoch"]), int(r["iter"]), float(r.get("batch_time", math.nan)),
+                         float(r.get("batch_time_avg", math.nan)), float(r.get("data_time_avg", math.nan)),
+                         float(r.get("loss", math.nan))))
+        except (ValueError, KeyError, TypeError):
+            bad += 1
+    df = pd.DataFrame(recs, columns=["epoch", "iter", "batch_time", "batch_time_avg", "data_time_avg", "loss"])
+    return df, bad
+
+
+def _run_identity(run_dir: Path, config: dict | None) -> dict:
+    cfg = config or {}
+    train = cfg.get("train") or {}
+    lr = cfg.get("lr") or {}
+    res = cfg.get("resolved") or {}
+    experiment = cfg.get("experiment") or run_dir.parent.name
+    gpus = res.get("world_size", train.get("workers"))
+    b = train.get("per_worker_batch")
+    gb = res.get("global_batch", (b * gpus) if (b and gpus) else None)
+    return {
+        "experiment": experiment, "exp": experiment_number(experiment), "run": cfg.get("run") or run_dir.name,
+        "path": str(run_dir), "source": "run", "scale": cfg.get("scale"), "framework": res.get("framework"),
+        "backend": res.get("backend", train.get("backend")), "gpus": gpus, "per_gpu_batch": b,
+        "global_batch": gb, "lr": res.get("lr", lr.get("base")),
+        "warmup": nb.warmup_label(lr.get("warmup"), lr.get("warmup_epochs")) if lr else None,
+        "seed": train.get("seed"), "epochs": train.get("epochs"),
+    }
+
+
+def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
+    """One run folder -> (its rows, problems found)."""
+    run_dir = Path(run_dir)
+    problems: list[str] = []
+    config, err = _read_json(run_dir / "config.json")
+    if err:
+        problems.append(f"{run_dir}: {err}")
+    manifest, err = _read_json(run_dir / "manifest.json")
+    if err:
+        problems.append(f"{run_dir}: {err}")
+    ident = _run_identity(run_dir, config)
+    records, iter_lines, bad = read_metrics(run_dir / "metrics.jsonl")
+    if bad:
+        problems.append(f"{run_dir}: metrics.jsonl: {bad} bad line(s) skipped")
+
+    rows: list[dict] = []
+    # -- epochs (a resumed run may repeat an epoch: the last record wins)
+    epochs: dict[int, dict] = {}
+    statuses: list[str] = []
+    benches: list[dict] = []
+    utils: list[dict] = []
+    t0 = _iso_to_unix((manifest or {}).get("start"))
+    first_time = None
+    for r in records:
+        k = r.get("kind")
+        if _finite(r.get("time")) and first_time is None:
+            first_time = float(r["time"])
+        if k == "epoch" and "epoch" in r:
+            try:
+                epochs[int(r["epoch"])] = r
+            except (TypeError, ValueError):
+                bad += 1
+        elif k == "status":
+            statuses.append(str(r.get("status")))
+        elif k == "bench":
+            benches.append(r)
+        elif k == "util":
+            utils.append(r)
+    diverged = False
+    for e in sorted(epochs):
+        r = epochs[e]
+        if any(k in r and r[k] is not None and not _finite(r[k]) for k in ("train_loss", "val_loss")):
+            diverged = True
+        rows.append({"kind": "epoch", "epoch": e, "train_loss": r.get("train_loss"),
+                     "train_top1": r.get("train_top1"), "train_top5": r.get("train_top5"),
+                     "val_loss": r.get("val_loss"), "val_top1": r.get("val_top1"), "val_top5": r.get("val_top5"),
+                     "epoch_lr": r.get("lr"), "epoch_time": r.get("epoch_time"), "images": r.get("images")})
+
+    # -- throughput
+    b, g = ident["per_gpu_batch"], ident["gpus"]
+    for r in benches:
+        rows.append({"kind": "bench", "thesis_images_per_s": r.get("images_per_s_thesis"),
+                     "steady_images_per_s": r.get("images_per_s_steady"),
+                     "batch_time_avg_at_199": r.get("batch_time_avg_at_199"),
+                     "warmup_batches": r.get("warmup_batches"), "data_share": r.get("data_share"),
+                     "note": "bench record"})
+    if iter_lines:
+        it, ibad = _parse_iters(iter_lines)
+        bad += ibad
+        if len(it) and not np.isfinite(it["loss"].to_numpy(dtype=float)).all():
+            diverged = True
+        is_bench = bool(((config or {}).get("bench") or {}).get("batches")) or (ident["exp"] or 99) <= 3
+        if not benches and is_bench and len(it) and b and g:
+            first = it[it["epoch"] == it["epoch"].min()]
+            warm = int(((config or {}).get("bench") or {}).get("warmup_batches") or nb.DEFAULT_WARMUP_BATCHES)
+            at199 = first.loc[first["iter"] == nb.THESIS_BATCH_INDEX, "batch_time_avg"]
+            avg199 = float(at199.iloc[0]) if len(at199) else math.nan
+            steady_t = nb.steady_batch_time(first["iter"] + 1, first["batch_time_avg"], first["batch_time"],
+                                            warmup=warm)
+            rows.append({"kind": "bench", "thesis_images_per_s": nb.thesis_throughput(b, g, avg199),
+                         "steady_images_per_s": nb.steady_throughput(b, g, steady_t),
+                         "batch_time_avg_at_199": avg199, "warmup_batches": warm,
+                         "data_share": float(first["data_time_avg"].iloc[-1] / first["batch_time_avg"].iloc[-1])
+                         if first["batch_time_avg"].iloc[-1] else math.nan,
+                         "note": "from iteration records"})
+
+    # -- utilisation over time
+    origin = t0 if _finite(t0) else first_time
+    for r in utils:
+        t = float(r["time"]) - origin if (_finite(r.get("time")) and origin is not None) else math.nan
+        rows.append({"kind": "util", "t": t, "util_pct": r.get("util_pct"), "mem_gb": r.get("mem_gb"),
+                     "device": r.get("device")})
+
+    # -- planned schedule
+    sched = ((config or {}).get("resolved") or {}).get("schedule") or []
+    for e, v in enumerate(sched):
+        rows.append({"kind": "schedule", "epoch": e, "planned_lr": v})
+
+    # -- status: the most final word of manifest and status records; non-finite losses mean diverged
+    m_status = (manifest or {}).get("status")
+    last = statuses[-1] if statuses else None
+    cands = [s for s in (m_status, last) if s]
+    status = next((s for s in ("diverged", "completed", "failed", "preempted") if s in cands), None)
+    status = status or (cands[0] if cands else "unknown")
+    if diverged or "diverged" in statuses:
+        status, diverged = "diverged", True
+    epochs_done = (manifest or {}).get("epochs_done", len(epochs))
+    # -- wall-clock: sum of epoch times, else manifest end - start
+    et = [float(epochs[e].get("epoch_time")) for e in epochs if _finite(epochs[e].get("epoch_time"))]
+    wall = float(sum(et)) if et else math.nan
+    if not et and manifest:
+        wall = _iso_to_unix(manifest.get("end")) - _iso_to_unix(manifest.get("start"))
+    val1 = [float(epochs[e]["val_top1"]) for e in epochs if _finite(epochs[e].get("val_top1"))]
+    val5 = [float(epochs[e]["val_top5"]) for e in epochs if _finite(epochs[e].get("val_top5"))]
+    summary = {"kind": "run", "best_val_top1": max(val1) if val1 else math.nan,
+               "best_val_top5": max(val5) if val5 else math.nan,
+               "note": "; ".join(p.split(": ", 1)[-1] for p in problems) or None}
+    run_cols = dict(ident, epochs_done=epochs_done, status=status, diverged=diverged, wallclock_s=wall,
+                    bad_lines=bad)
+    frame = pd.DataFrame([summary] + rows)
+    for c, v in run_cols.items():
+        frame[c] = v
+    return frame, problems
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Run folders under root: any folder holding config.json, manifest.json or metrics.jsonl."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = set()
+    for name in ("config.json", "manifest.json", "metrics.jsonl"):
+        found.update(p.parent for p in root.glob(f"**/{name}"))
+    return sorted(found)
+
+
+def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    if not frames:
+        df = pd.DataFrame({c: pd.Series(dtype=object if c in ("experiment", "run", "path", "source", "scale",
+                                                              "framework", "backend", "warmup", "status",
+                                                              "kind", "device", "note") else float)
+                           for c in COLUMNS})
+        return df
+    df = pd.concat(frames, ignore_index=True)
+    for c in COLUMNS:
+        if c not in df:
+            df[c] = np.nan
+    num = [c for c in COLUMNS if c not in ("experiment", "run", "path", "source", "scale", "framework", "backend",
+                                           "warmup", "status", "kind", "device", "note", "diverged")]
+    for c in num:
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    df["diverged"] = df["diverged"].fillna(False).astype(bool)
+    return df[COLUMNS]
+
+
+def load_runs(root: str | Path = "results/runs") -> pd.DataFrame:
+    """Every run folder under root as one tidy frame (problems in ``df.attrs['problems']``)."""
+    frames, problems = [], []
+    for run_dir in find_runs(root):
+        f, p = load_run(run_dir)
+        frames.append(f)
+        problems.extend(p)
+    df = _finish(frames)
+    df.attrs["problems"] = problems
+    return df
+
+
+# ============================================================================================ upstream logs
+
+
+def load_log(path: str | Path, meta: dict | None = None) -> pd.DataFrame:
+    """One upstream log as a run: rows like load_run's, source='log'.
+
+    meta (or a sidecar ``<log>.json``) may give experiment, run, scale, framework, gpus, per_gpu_batch, lr,
+    warmup, seed; without it the run is 'unknown' scale and 1 GPU.
+    """
+    path = Path(path)
+    meta = dict(meta or {})
+    side = path.with_name(path.name + ".json")
+    if not meta and side.exists():
+        meta, _ = _read_json(side)
+        meta = meta or {}
+    log = lg.parse_log(path)
+    b, g = meta.get("per_gpu_batch"), meta.get("gpus", 1)
+    experiment = meta.get("experiment", path.parent.name)
+    ident = {"experiment": experiment, "exp": experiment_number(experiment), "run": meta.get("run", path.stem),
+             "path": str(path), "source": "log", "scale": meta.get("scale", "unknown"),
+             "framework": meta.get("framework"), "backend": None, "gpus": g, "per_gpu_batch": b,
+             "global_batch": (b * g) if b and g else None, "lr": meta.get("lr"), "warmup": meta.get("warmup"),
+             "seed": meta.get("seed"), "epochs": meta.get("epochs")}
+    rows = []
+    ep = log.epochs
+    # a loss printed as nan/inf: the run diverged (truncated lines never reach the frame, so a NaN here was
+    # written as 'nan' by the tool)
+    losses = log.train["loss"].to_numpy(dtype=float) if log.tool in ("pytorch-examples", "tf_cnn_benchmarks") \
+        else log.train["loss_avg"].to_numpy(dtype=float)
+    diverged = bool(len(losses) and (~np.isfinite(losses)).any())
+    for r in ep.itertuples(index=False):
+        if r.epoch < 0:
+            continue
+        rows.append({"kind": "epoch", "epoch": r.epoch, "train_loss": r.train_loss, "train_top1": r.train_top1,
+                     "train_top5": r.train_top5, "val_loss": r.val_loss, "val_top1": r.val_top1,
+                     "val_top5": r.val_top5, "epoch_lr": r.lr, "epoch_time": r.epoch_time})
+    tp = log.throughput(b, g)
+    if tp["thesis_images_per_s"] is not None or tp["steady_images_per_s"] is not None:
+        rows.append({"kind": "bench", "thesis_images_per_s": tp["thesis_images_per_s"],
+                     "steady_images_per_s": tp["steady_images_per_s"],
+                     "batch_time_avg_at_199": tp["batch_time_avg_at_199"], "warmup_batches": tp["warmup_batches"],
+                     "note": f"{log.tool} log ({log.fmt})"})
+    val1 = ep["val_top1"].dropna() if len(ep) else pd.Series(dtype=float)
+    val5 = ep["val_top5"].dropna() if len(ep) else pd.Series(dtype=float)
+    wall = float(ep["epoch_time"].sum()) if len(ep) and ep["epoch_time"].notna().any() else math.nan
+    summary = {"kind": "run", "best_val_top1": val1.max() if len(val1) else math.nan,
+               "best_val_top5": val5.max() if len(val5) else math.nan, "note": f"{log.tool} log ({log.fmt})"}
+    frame = pd.DataFrame([summary] + rows)
+    cols = dict(ident, epochs_done=int((ep["epoch"] >= 0).sum()) if len(ep) else 0,
+                status="diverged" if diverged else "log", diverged=diverged, wallclock_s=wall,
+                bad_lines=log.bad_lines)
+    for c, v in cols.items():
+        frame[c] = v
+    return frame
+
+
+LOG_SUFFIXES = (".log", ".out", ".txt", ".err")
+
+
+def load_logs(paths) -> pd.DataFrame:
+    """Upstream logs (files, or folders searched for *.log/*.out/*.txt/*.err) as one frame like load_runs'."""
+    files: list[Path] = []
+    for p in paths or []:
+        p = Path(p)
+        if p.is_dir():
+            files.extend(sorted(q for q in p.rglob("*") if q.is_file() and q.suffix in LOG_SUFFIXES))
+        elif p.exists():
+            files.append(p)
+    return _finish([load_log(f) for f in files])
+
+
+def load_study(runs: str | Path = "results/runs", logs=None) -> pd.DataFrame:
+    """Run folders plus any upstream logs: the one frame everything else is made from."""
+    a = load_runs(runs)
+    problems = list(a.attrs.get("problems", []))
+    if logs:
+        b = load_logs(logs)
+        a = _finish([x for x in (a, b) if len(x)])
+    a.attrs["problems"] = problems
+    return a

@@ -1,0 +1,259 @@
+"""Synthetic run folders and logs that follow the run-folder contract and the upstream formats exactly.
+
+Used by the benchmarks (a million-line log, fifty runs) and by tests/fixtures/analysis/make_fixtures.py. The
+numbers are made up (a smooth curve plus seeded noise); only the shapes and formats are real.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import zlib
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from . import numbers as nb
+
+# ============================================================================================ upstream logs
+
+
+def pytorch_train_line(fmt: str, epoch: int, i: int, n: int, t: float, ta: float, d: float, da: float,
+                       loss: float, la: float, a1: float, a1a: float, a5: float, a5a: float) -> str:
+    """One training line of pytorch/examples imagenet/main.py; i is the 0-based batch index."""
+    if fmt == "early-2019":  # thesis era: unpadded, loss :.4f, index from 0
+        return (f"Epoch: [{epoch}][{i}/{n}]\tTime {t:.3f} ({ta:.3f})\tData {d:.3f} ({da:.3f})\t"
+                f"Loss {loss:.4f} ({la:.4f})\tAcc@1 {a1:.3f} ({a1a:.3f})\tAcc@5 {a5:.3f} ({a5a:.3f})")
+    w = len(str(n))
+    shown = i if fmt == "progressmeter-2019" else i + 1  # today's display(i + 1)
+    return (f"Epoch: [{epoch}][{shown:{w}d}/{n}]\tTime {t:6.3f} ({ta:6.3f})\tData {d:6.3f} ({da:6.3f})\t"
+            f"Loss {loss:.4e} ({la:.4e})\tAcc@1 {a1:6.2f} ({a1a:6.2f})\tAcc@5 {a5:6.2f} ({a5a:6.2f})")
+
+
+def pytorch_test_line(fmt: str, i: int, n: int, t: float, ta: float, loss: float, la: float, a1: float,
+                      a1a: float, a5: float, a5a: float) -> str:
+    if fmt == "early-2019":
+        return (f"Test: [{i}/{n}]\tTime {t:.3f} ({ta:.3f})\tLoss {loss:.4f} ({la:.4f})\t"
+                f"Acc@1 {a1:.3f} ({a1a:.3f})\tAcc@5 {a5:.3f} ({a5a:.3f})")
+    w = len(str(n))
+    shown = i if fmt == "progressmeter-2019" else i + 1
+    return (f"Test: [{shown:{w}d}/{n}]\tTime {t:6.3f} ({ta:6.3f})\tLoss {loss:.4e} ({la:.4e})\t"
+            f"Acc@1 {a1:6.2f} ({a1a:6.2f})\tAcc@5 {a5:6.2f} ({a5a:6.2f})")
+
+
+def pytorch_summary_line(fmt: str, top1: float, top5: float) -> str:
+    if fmt == "current":  # ' *' + meters' summaries joined by ' ' (Time and Loss summarise to '')
+        return f" *   Acc@1 {top1:.3f} Acc@5 {top5:.3f}"
+    return f" * Acc@1 {top1:.3f} Acc@5 {top5:.3f}"
+
+
+class _Meter:
+    def __init__(self):
+        self.sum = 0.0
+        self.count = 0
+
+    def update(self, v):
+        self.sum += v
+        self.count += 1
+        return self.sum / self.count
+
+
+def pytorch_log_lines(fmt: str = "early-2019", epochs: int = 1, batches: int = 250, val_batches: int = 4,
+                      first_batch_s: float = 0.0, batch_s: float = 0.6, data_s: float = 0.25, print_freq: int = 1,
+                      seed: int = 0, diverge_at: int | None = None):
+    """Yield the lines of a pytorch/examples run (training and validation of each epoch)."""
+    rng = random.Random(seed)
+    for e in range(epochs):
+        bt, dt, ls, a1m, a5m = _Meter(), _Meter(), _Meter(), _Meter(), _Meter()
+        for i in range(batches):
+            t = first_batch_s if (i == 0 and first_batch_s) else batch_s + rng.uniform(-0.01, 0.01)
+            d = (first_batch_s * 0.6 if (i == 0 and first_batch_s) else data_s + rng.uniform(-0.005, 0.005))
+            step = e * batches + i
+            loss = 6.9 * math.exp(-step / (batches * epochs * 0.7)) + rng.uniform(0, 0.05)
+            if diverge_at is not None and step >= diverge_at:
+                loss = float("nan")
+            a1 = min(100.0, 100.0 * (1 - math.exp(-step / (batches * epochs))) * 0.8 + rng.uniform(0, 2))
+            a5 = min(100.0, a1 * 1.2)
+            ta, da, la, a1a, a5a = bt.update(t), dt.update(d), ls.update(loss), a1m.update(a1), a5m.update(a5)
+            if i % print_freq == 0:
+                yield pytorch_train_line(fmt, e, i, batches, t, ta, d, da, loss, la, a1, a1a, a5, a5a)
+        vt, vl, v1, v5 = _Meter(), _Meter(), _Meter(), _Meter()
+        for i in range(val_batches):
+            acc = 60.0 + 10 * e / max(1, epochs) + rng.uniform(-1, 1)
+            t, loss = 0.3 + rng.uniform(0, 0.01), 1.5 - 0.1 * e
+            ta, la, a1a, a5a = vt.update(t), vl.update(loss), v1.update(acc), v5.update(acc + 20)
+            if i % print_freq == 0:
+                yield pytorch_test_line(fmt, i, val_batches, t, ta, loss, la, acc, a1a, acc + 20, a5a)
+        yield pytorch_summary_line(fmt, v1.sum / v1.count, v5.sum / v5.count)
+
+
+def write_pytorch_log(path: str | Path, lines_wanted: int, fmt: str = "early-2019") -> int:
+    """A pytorch/examples log of about `lines_wanted` lines at print frequency 1 (the thesis's setting)."""
+    batches = 10010
+    epochs = max(1, math.ceil(lines_wanted / (batches + 2)))
+    n = 0
+    with open(path, "w") as fh:
+        for line in pytorch_log_lines(fmt, epochs=epochs, batches=batches, val_batches=1, first_batch_s=18.5):
+            fh.write(line + "\n")
+            n += 1
+            if n >= lines_wanted:
+                break
+    return n
+
+
+# ============================================================================================ run folders
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
+
+
+def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "local", framework: str = "pytorch",
+              gpus: int = 1, per_gpu_batch: int = 32, epochs: int = 6, epochs_done: int | None = None,
+              status: str = "completed", seed: int = 0, warmup: str = "none", warmup_epochs: float = 0,
+              scaling: str = "linear", base_lr: float = 0.1, base_batch: int = 256, decay: str = "milestones",
+              milestones=(3, 4, 5), step_every: int = 30, bench_batches: int = 0, warmup_batches: int = 0,
+              iters_per_epoch: int = 20, print_freq: int = 5, util: bool = False, images_per_epoch: int = 2000,
+              final_acc: float = 70.0, start: float = 1_700_000_000.0, batch_s: float = 0.05,
+              first_batch_s: float = 0.5, bench_record: bool = True, truncate_tail: bool = False) -> Path:
+    """Write one run folder exactly as the contract describes (config.json, manifest.json, metrics.jsonl, train.log)."""
+    d = Path(root) / experiment / run
+    d.mkdir(parents=True, exist_ok=True)
+    if bench_batches:
+        epochs = 1  # a throughput benchmark trains part of one epoch
+    rng = random.Random(zlib.crc32(f"{experiment}/{run}/{seed}".encode()))
+    gb = per_gpu_batch * gpus
+    lr = base_lr * (gb / base_batch if scaling == "linear" else math.sqrt(gb / base_batch) if scaling == "sqrt"
+                    else 1.0)
+    kind = warmup
+    wl = nb.warmup_label(kind, warmup_epochs)
+    sched = []
+    for e in range(epochs):
+        if kind == "stepping" and e < warmup_epochs:
+            v = lr * (e + 1) / (warmup_epochs + 1)
+        elif kind == "gradual" and e < warmup_epochs:
+            b0 = per_gpu_batch / base_batch * base_lr
+            v = b0 + e * (lr - b0) / warmup_epochs
+        elif decay == "step":
+            v = lr * 0.1 ** (e // step_every)
+        else:
+            v = lr * 0.1 ** sum(e >= m for m in milestones)
+        sched.append(round(v, 10))
+    config = {
+        "experiment": experiment, "run": run, "scale": scale,
+        "model": {"name": "resnet8" if scale == "local" else "resnet50", "num_classes": 12 if scale == "local" else 1000},
+        "data": {"kind": "generated" if scale == "local" else "imagefolder", "path": None, "image_size": 16,
+                 "loader_workers": 2},
+        "train": {"epochs": epochs, "per_worker_batch": per_gpu_batch, "workers": gpus, "backend": "auto",
+                  "seed": seed, "print_freq": print_freq},
+        "optim": {"momentum": 0.9, "weight_decay": 1e-4},
+        "lr": {"base": base_lr, "base_batch": base_batch, "scaling": scaling, "warmup": kind,
+               "warmup_epochs": warmup_epochs, "decay": decay, "step_every": step_every,
+               "milestones": list(milestones), "gamma": 0.1},
+        "bench": {"batches": bench_batches, "warmup_batches": warmup_batches},
+        "resolved": {"world_size": gpus, "global_batch": gb, "lr": lr, "framework": framework,
+                     "backend": "emulated" if scale == "local" and gpus > 1 else "single", "schedule": sched},
+    }
+    (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    done = epochs if epochs_done is None else epochs_done
+    t = start
+    recs = [{"kind": "status", "status": "running", "epoch": 0, "message": "started", "time": t}]
+    log = []
+    ep_times = []
+    n_iter = bench_batches if bench_batches else iters_per_epoch
+    for e in range(done if not bench_batches else 1):
+        bt = _Meter()
+        avg199 = None
+        ep_start = t
+        for i in range(n_iter):
+            b = first_batch_s if i == 0 else batch_s * (1 + rng.uniform(-0.05, 0.05))
+            t += b
+            avg = bt.update(b)
+            if i == nb.THESIS_BATCH_INDEX:
+                avg199 = avg
+            if i % print_freq == 0:
+                loss = 2.5 * math.exp(-(e * n_iter + i) / (n_iter * max(1, epochs) / 2))
+                if status == "diverged" and e == done - 1 and i > n_iter // 2:
+                    loss = float("nan")
+                recs.append({"kind": "iter", "epoch": e, "iter": i, "iters": n_iter, "batch_time": b,
+                             "batch_time_avg": avg, "data_time": b * 0.3, "data_time_avg": avg * 0.3, "loss": loss,
+                             "loss_avg": loss, "top1": 50.0, "top1_avg": 50.0, "top5": 80.0, "top5_avg": 80.0,
+                             "lr": sched[e] if e < len(sched) else lr, "images": gb, "time": t})
+                log.append(pytorch_train_line("early-2019", e, i, n_iter, b, avg, b * 0.3, avg * 0.3,
+                                              loss if loss == loss else float("nan"), loss, 50.0, 50.0, 80.0, 80.0))
+            if util and i % 4 == 0:
+                recs.append({"kind": "util", "device": "cpu", "util_pct": 90.0 if i else 20.0, "mem_gb": 1.5,
+                             "time": t})
+        if bench_batches:
+            if bench_record:
+                recs.append({"kind": "bench", "per_worker_batch": per_gpu_batch, "world_size": gpus,
+                             "batches": n_iter, "warmup_batches": warmup_batches,
+                             "images_per_s_steady": gb / batch_s,
+                             "images_per_s_thesis": gb / avg199 if avg199 else None,
+                             "batch_time_avg_at_199": avg199, "data_share": 0.3, "time": t})
+            break
+        frac = (e + 1) / epochs
+        train_top1 = final_acc * (0.5 + 0.5 * frac) + rng.uniform(-1, 1)
+        val_top1 = final_acc * (0.45 + 0.55 * frac) + rng.uniform(-1, 1)
+        diverged_now = status == "diverged" and e == done - 1
+        t += 2.0
+        rec = {"kind": "epoch", "epoch": e, "lr": sched[e], "train_loss": float("nan") if diverged_now else 2.5 * (1 - frac) + 0.5,
+               "train_top1": train_top1, "train_top5": min(100.0, train_top1 + 20), "val_loss": 2.4 * (1 - frac) + 0.6,
+               "val_top1": val_top1, "val_top5": min(100.0, val_top1 + 18), "epoch_time": t - ep_start,
+               "images": images_per_epoch, "skipped_images": 0, "time": t}
+        recs.append(rec)
+        ep_times.append(t - ep_start)
+        log.append(pytorch_summary_line("early-2019", val_top1, min(100.0, val_top1 + 18)))
+    if status != "running":
+        recs.append({"kind": "status", "status": status, "epoch": done, "message": status, "time": t})
+    lines = []
+    for r in recs:
+        s = json.dumps(r)  # NaN is written as NaN, as Python's json does
+        lines.append(s)
+    text = "\n".join(lines) + "\n"
+    if truncate_tail:
+        text = text + lines[-1][: len(lines[-1]) // 2]  # a record cut in half by a kill
+    (d / "metrics.jsonl").write_text(text)
+    (d / "train.log").write_text("\n".join(log) + "\n")
+    manifest = {"status": status, "start": _iso(start), "end": None if status == "running" else _iso(t),
+                "hosts": ["localhost"], "backend": config["resolved"]["backend"], "launcher": "none",
+                "devices": ["cpu"], "seed": seed, "world_size": gpus,
+                "versions": {"python": "3.11", "torch": "2.14.1", "torchvision": "0.29.1", "horovod": None},
+                "git_commit": None, "exit_code": None if status == "running" else {"completed": 0, "diverged": 3,
+                                                                                    "failed": 1, "preempted": 4}[status],
+                "epochs_done": done}
+    (d / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return d
+
+
+def write_study(root: str | Path, n_runs: int = 50, epochs: int = 18, iters_per_epoch: int = 200,
+                print_freq: int = 10) -> list[Path]:
+    """About n_runs local-scale runs across experiments 1-9 (throughput studies and seeded quality studies)."""
+    out = []
+    k = 0
+    for exp, name in ((1, "01_throughput_single_gpu"), (2, "02_throughput_local"), (3, "03_throughput_multi_node")):
+        for fw in ("pytorch", "horovod+pytorch"):
+            for g in {1: (1,), 2: (1, 2, 4), 3: (1, 8, 32)}[exp]:
+                if k >= n_runs:
+                    return out
+                out.append(write_run(root, name, f"{fw.replace('+', '-')}-w{g}", framework=fw, gpus=g,
+                                     per_gpu_batch=32, bench_batches=220, warmup_batches=10,
+                                     batch_s=0.05 * (1 + 0.02 * g), first_batch_s=0.5 + (0.5 if fw == "pytorch" else 0)))
+                k += 1
+    quality = [(4, "04_naive_scaling", "none", 0, "none"), (5, "05_linear_scaling", "none", 0, "linear"),
+               (6, "06_stepping_warmup", "stepping", 1, "linear"), (7, "07_small_batch", "stepping", 1, "linear"),
+               (8, "08_gradual_warmup", "gradual", 1, "linear"), (9, "09_gradual_warmup_10", "gradual", 2, "linear")]
+    seed = 0
+    while k < n_runs:
+        for exp, name, wk, we, sc in quality:
+            for g in (1, 8, 32):
+                if k >= n_runs:
+                    return out
+                out.append(write_run(root, name, f"w{g}-s{seed}", framework="horovod+pytorch" if g > 1 else "pytorch",
+                                     gpus=g, per_gpu_batch=8 if exp != 7 else 2, epochs=epochs, seed=seed,
+                                     warmup=wk, warmup_epochs=we, scaling=sc, iters_per_epoch=iters_per_epoch,
+                                     print_freq=print_freq, milestones=(6, 12, 16), util=(exp == 6 and g == 32),
+                                     final_acc=60 - g / 4))
+                k += 1
+        seed += 1
+    return out
+

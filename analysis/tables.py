@@ -1,0 +1,244 @@
+"""Tables: the thesis's Tables 1-15 with our runs beside them, plus scaling and RQ2 tables.
+
+Each builder takes the study frame (runs.load_study) and the reference frame and returns a DataFrame;
+``write_table`` saves it as CSV and Markdown. A row from our runs sits beside the thesis's row only when the
+run is at the thesis scale (config.json "scale" == "thesis"); runs at other scales get rows of their own,
+labelled "local scale" (or "gpu scale", "unknown scale") in the ``scale`` column.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import numbers as nb
+from . import reference as rf
+
+# ============================================================================================ summaries
+
+
+def scale_label(scale) -> str:
+    s = scale if isinstance(scale, str) and scale else "unknown"
+    return "thesis" if s == "thesis" else f"{s} scale"
+
+
+def run_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: identity, status, best validation accuracy, wall-clock, bad lines."""
+    cols = ["experiment", "exp", "run", "source", "scale", "framework", "gpus", "per_gpu_batch", "global_batch",
+            "lr", "warmup", "seed", "epochs", "epochs_done", "status", "diverged", "best_val_top1",
+            "best_val_top5", "wallclock_s", "bad_lines", "note"]
+    r = df[df["kind"] == "run"][cols].copy()
+    r["status_label"] = [_status_label(s, d, e) for s, d, e in zip(r["status"], r["epochs_done"], r["epochs"])]
+    return r.sort_values(["experiment", "run"], kind="stable").reset_index(drop=True)
+
+
+def _status_label(status, done, planned) -> str:
+    if status == "running":
+        return f"running (half-written, {_int(done)}/{_int(planned)} epochs)"
+    return str(status)
+
+
+def _int(x) -> str:
+    return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
+
+
+CONFIG_KEYS = ["exp", "framework", "per_gpu_batch", "gpus", "scale"]
+
+
+def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean thesis-formula and steady-state images/s per configuration (bench rows)."""
+    b = df[df["kind"] == "bench"].copy()
+    if b.empty:
+        return pd.DataFrame(columns=CONFIG_KEYS + ["global_batch", "thesis_images_per_s", "steady_images_per_s",
+                                                   "n_runs"])
+    b["scale"] = b["scale"].fillna("unknown")
+    g = b.groupby(CONFIG_KEYS, dropna=False)
+    out = g.agg(global_batch=("global_batch", "first"), thesis_images_per_s=("thesis_images_per_s", "mean"),
+                steady_images_per_s=("steady_images_per_s", "mean"), n_runs=("run", "nunique")).reset_index()
+    return out
+
+
+QUALITY_KEYS = ["exp", "framework", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "scale"]
+
+
+def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Best validation top-1/top-5 per configuration: mean, std and n over seeds; wall-clock; status counts.
+
+    Completed runs make the statistics; if a configuration has none, its non-diverged runs do (marked
+    'incomplete'). Diverged runs are counted, never averaged.
+    """
+    r = df[(df["kind"] == "run") & (df["exp"] >= 4)].copy()
+    cols = QUALITY_KEYS + ["top1_mean", "top1_std", "top5_mean", "top5_std", "n", "wallclock_s", "runs", "status"]
+    if r.empty:
+        return pd.DataFrame(columns=cols)
+    r["scale"] = r["scale"].fillna("unknown")
+    rows = []
+    for key, g in r.groupby(QUALITY_KEYS, dropna=False, sort=True):
+        done = g[g["status"].isin(["completed", "log"])]
+        note = ""
+        if done.empty:
+            done = g[~g["diverged"]]
+            note = "incomplete" if len(done) else ""
+        counts = g["status"].value_counts()
+        status = ", ".join(f"{int(n)} {s}" for s, n in sorted(counts.items()))
+        if note:
+            status += f" ({note})"
+        rows.append(dict(zip(QUALITY_KEYS, key), top1_mean=done["best_val_top1"].mean(),
+                         top1_std=done["best_val_top1"].std(ddof=1) if len(done) > 1 else math.nan,
+                         top5_mean=done["best_val_top5"].mean(),
+                         top5_std=done["best_val_top5"].std(ddof=1) if len(done) > 1 else math.nan,
+                         n=int(done["best_val_top1"].notna().sum()), wallclock_s=done["wallclock_s"].mean(),
+                         runs=len(g), status=status))
+    return pd.DataFrame(rows, columns=cols)
+
+
+# ============================================================================================ thesis tables
+
+
+def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFrame:
+    """Thesis Table 1-9 with our thesis-formula and steady-state images/s, speed-up over our 1-GPU run."""
+    thesis = rf.table_rows(ref, table)
+    exp = int(thesis["experiment"].iloc[0])
+    summary = throughput_summary(df)
+    base = {(o.framework, o.per_gpu_batch, o.scale): o.thesis_images_per_s
+            for o in summary[summary["gpus"] == 1].itertuples(index=False)}
+    ours = summary[(summary["exp"] == exp) & summary["framework"].isin(set(thesis["framework"]))]
+
+    def row_from(o, row):
+        row.update(ours_thesis_formula=o.thesis_images_per_s, ours_steady=o.steady_images_per_s,
+                   n_runs=int(o.n_runs),
+                   ours_speedup=nb.speedup(o.thesis_images_per_s, base.get((o.framework, o.per_gpu_batch, o.scale))))
+        return row
+
+    rows, used = [], set()
+    for r in thesis.itertuples(index=False):
+        row = {"framework": r.framework, "per_gpu_batch": r.per_gpu_batch, "nodes": r.nodes, "gpus": r.gpus,
+               "thesis_images_per_s": r.throughput, "ours_thesis_formula": math.nan, "ours_steady": math.nan,
+               "ours_speedup": math.nan, "n_runs": 0, "scale": "thesis"}
+        for i, o in zip(ours.index, ours.itertuples(index=False)):
+            if (o.framework, o.per_gpu_batch, o.gpus, o.scale) == (r.framework, r.per_gpu_batch, r.gpus, "thesis"):
+                used.add(i)
+                row_from(o, row)
+        rows.append(row)
+    for i, o in zip(ours.index, ours.itertuples(index=False)):
+        if i not in used:
+            rows.append(row_from(o, {"framework": o.framework, "per_gpu_batch": o.per_gpu_batch, "nodes": math.nan,
+                                     "gpus": o.gpus, "thesis_images_per_s": math.nan,
+                                     "scale": scale_label(o.scale)}))
+    cols = ["framework", "per_gpu_batch", "nodes", "gpus", "thesis_images_per_s", "ours_thesis_formula",
+            "ours_steady", "ours_speedup", "n_runs", "scale"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def quality_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFrame:
+    """Thesis Table 10-15 with our best val top-1/top-5 (mean ± std over seeds, n) and wall-clock beside."""
+    thesis = rf.table_rows(ref, table)
+    exp = int(thesis[thesis["table"] == table]["experiment"].iloc[0])
+    ours = quality_summary(df)
+    ours = ours[ours["exp"] == exp]
+    rows, used = [], set()
+
+    def fill(row, o):
+        row.update(ours_top1=o["top1_mean"], ours_top1_std=o["top1_std"], ours_top5=o["top5_mean"],
+                   ours_top5_std=o["top5_std"], n_runs=int(o["n"]), ours_wallclock_s=o["wallclock_s"],
+                   status=o["status"])
+
+    for r in thesis.itertuples(index=False):
+        row = {"framework": r.framework, "lr": r.lr, "per_gpu_batch": r.per_gpu_batch,
+               "global_batch": r.global_batch, "gpus": r.gpus, "nodes": r.nodes, "warmup": r.warmup,
+               "thesis_top1": r.top1, "thesis_top5": r.top5, "thesis_wallclock_s": r.wallclock_s,
+               "ours_top1": math.nan, "ours_top1_std": math.nan, "ours_top5": math.nan, "ours_top5_std": math.nan,
+               "n_runs": 0, "ours_wallclock_s": math.nan, "scale": "thesis", "status": ""}
+        if r.table == table:  # the repeated baseline is matched in its own table only
+            m = ours[(ours["framework"] == r.framework) & (ours["per_gpu_batch"] == r.per_gpu_batch)
+                     & (ours["gpus"] == r.gpus) & (ours["scale"] == "thesis")]
+            if len(m):
+                used.add(m.index[0])
+                fill(row, m.iloc[0])
+        rows.append(row)
+    for i, o in ours.iterrows():
+        if i in used:
+            continue
+        row = {"framework": o["framework"], "lr": o["lr"], "per_gpu_batch": o["per_gpu_batch"],
+               "global_batch": o["global_batch"], "gpus": o["gpus"], "nodes": math.nan, "warmup": o["warmup"],
+               "thesis_top1": math.nan, "thesis_top5": math.nan, "thesis_wallclock_s": math.nan,
+               "scale": scale_label(o["scale"])}
+        fill(row, o)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def scaling_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
+    """Images/s, speed-up, efficiency and 90-epoch wall-clock vs GPUs: thesis rows and ours."""
+    t = rf.throughput_reference(ref)
+    thesis = pd.DataFrame({"source": "thesis", "scale": "thesis", "framework": t["framework"],
+                           "per_gpu_batch": t["per_gpu_batch"].astype(float), "gpus": t["gpus"].astype(float),
+                           "images_per_s": t["throughput"], "speedup": t["speedup"], "efficiency": t["efficiency"],
+                           "wallclock_90_s": t["wallclock_90_s"]})
+    ours = throughput_summary(df)
+    if len(ours):  # one point per framework, batch, scale and GPU count, whichever experiment measured it
+        ours = ours.groupby(["framework", "per_gpu_batch", "scale", "gpus"], dropna=False, as_index=False).agg(
+            thesis_images_per_s=("thesis_images_per_s", "mean"), steady_images_per_s=("steady_images_per_s", "mean"))
+    rows = []
+    for (fw, b, sc), g in ours.groupby(["framework", "per_gpu_batch", "scale"], dropna=False):
+        base = g.loc[g["gpus"] == 1, "thesis_images_per_s"]
+        base_v = float(base.iloc[0]) if len(base) else math.nan
+        for o in g.itertuples(index=False):
+            for src, v in (("ours (thesis formula)", o.thesis_images_per_s), ("ours (steady state)",
+                                                                               o.steady_images_per_s)):
+                base_s = (float(g.loc[g["gpus"] == 1, "steady_images_per_s"].iloc[0])
+                          if src.endswith("state)") and (g["gpus"] == 1).any() else base_v)
+                sp = nb.speedup(v, base_s)
+                rows.append({"source": src, "scale": scale_label(sc) if sc != "thesis" else "thesis",
+                             "framework": fw, "per_gpu_batch": b, "gpus": o.gpus, "images_per_s": v, "speedup": sp,
+                             "efficiency": nb.efficiency(sp, o.gpus),
+                             "wallclock_90_s": nb.wallclock_estimate_s(v) if sc == "thesis" else math.nan})
+    out = pd.concat([thesis, pd.DataFrame(rows)], ignore_index=True) if rows else thesis
+    return out
+
+
+# ============================================================================================ writing
+
+
+def _fmt(v, col: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return ""
+    if col.endswith("wallclock_s") or col == "wallclock_90_s":
+        return nb.format_duration(float(v))
+    if isinstance(v, (float, np.floating)):
+        if col == "lr":
+            return f"{v:g}"
+        if float(v).is_integer() and col in ("per_gpu_batch", "global_batch", "gpus", "nodes", "n_runs", "n",
+                                             "exp", "epochs", "epochs_done", "seed", "bad_lines"):
+            return str(int(v))
+        return f"{v:.3f}" if col.startswith(("thesis_top", "ours_top", "top", "best_val")) else f"{v:.2f}" \
+            if abs(v) >= 1 or v == 0 else f"{v:.4g}"
+    return str(v)
+
+
+def to_markdown(df: pd.DataFrame, title: str | None = None, notes: list[str] | None = None) -> str:
+    """A plain pipe table (no extra dependency)."""
+    lines = []
+    if title:
+        lines += [f"### {title}", ""]
+    cols = list(df.columns)
+    lines.append("| " + " | ".join(cols) + " |")
+    lines.append("|" + "|".join("---" for _ in cols) + "|")
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v, c).replace("|", "/") for v, c in zip(row, cols)) + " |")
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, title: str | None = None,
+                notes: list[str] | None = None) -> list[Path]:
+    """Save a table as <name>.csv and <name>.md; returns the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"
+    df.to_csv(csv, index=False, float_format="%.6g", lineterminator="\n")
+    md.write_text(to_markdown(df, title, notes))
+    return [csv, md]

@@ -1,0 +1,179 @@
+"""Run folders -> one tidy DataFrame; statuses, throughput, seeds; tables and plot functions from fixtures."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+import analysis as an  # noqa: E402
+from analysis import figures as fg  # noqa: E402
+from analysis import tables as tb  # noqa: E402
+from analysis.__main__ import main  # noqa: E402
+
+FIX = Path(__file__).parent / "fixtures" / "analysis"
+RUNS = FIX / "runs"
+
+
+@pytest.fixture(scope="module")
+def study():
+    return an.load_study(RUNS, [FIX / "logs" / "brought"])
+
+
+def _run(df, experiment, run):
+    r = df[(df["kind"] == "run") & (df["experiment"] == experiment) & (df["run"] == run)]
+    assert len(r) == 1
+    return r.iloc[0]
+
+
+def test_one_tidy_frame(study):
+    assert set(study["kind"]) == {"run", "epoch", "bench", "util", "schedule"}
+    assert (study["kind"] == "run").sum() == 15  # 13 run folders + 2 brought logs
+    assert set(study.columns) >= {"experiment", "exp", "framework", "gpus", "per_gpu_batch", "global_batch", "lr",
+                                  "warmup", "scale", "status", "val_top1"}
+
+
+def test_statuses_diverged_and_half_written(study):
+    assert _run(study, "06_stepping_warmup", "w8-s0")["status"] == "diverged"
+    assert bool(_run(study, "06_stepping_warmup", "w8-s0")["diverged"])
+    half = _run(study, "06_stepping_warmup", "w16-s0")
+    assert half["status"] == "running" and half["bad_lines"] == 1 and half["epochs_done"] == 2
+    assert _run(study, "05_linear_scaling", "w32-s1")["status"] == "completed"
+    summary = tb.run_summary(study)
+    assert summary.loc[summary["run"] == "w16-s0", "status_label"].iloc[0].startswith("running (half-written")
+
+
+def test_config_mapping(study):
+    r = _run(study, "06_stepping_warmup", "w32-s0")
+    assert (r["exp"], r["framework"], r["gpus"], r["per_gpu_batch"], r["global_batch"], r["warmup"]) == \
+        (6, "horovod+pytorch", 32, 4, 128, "stepping-1")
+    assert r["lr"] == pytest.approx(0.1 * 128 / 256)
+
+
+def test_bench_from_record_and_from_iterations(study):
+    b = study[study["kind"] == "bench"]
+    rec = b[(b["experiment"] == "01_throughput_single_gpu")].iloc[0]
+    assert rec["note"] == "bench record" and rec["steady_images_per_s"] == pytest.approx(32 / 0.05)
+    # 02_*: no bench record, two iteration records (batches 0 and 199): thesis formula and running-sum difference
+    lines = [json.loads(x) for x in (RUNS / "02_throughput_local" / "pytorch-w2" / "metrics.jsonl").read_text()
+             .splitlines() if '"iter"' in x]
+    it0, it199 = lines[0], lines[-1]
+    assert it199["iter"] == 199
+    der = b[(b["experiment"] == "02_throughput_local") & (b["run"] == "pytorch-w2")].iloc[0]
+    assert der["note"] == "from iteration records"
+    assert der["thesis_images_per_s"] == pytest.approx(64 / it199["batch_time_avg"])
+    steady_t = (200 * it199["batch_time_avg"] - it0["batch_time_avg"]) / 199
+    assert der["steady_images_per_s"] == pytest.approx(64 / steady_t)
+
+
+def test_utilisation_and_schedule_rows(study):
+    u = study[(study["kind"] == "util") & (study["run"] == "w32-s0")]
+    assert len(u) > 0 and u["t"].min() >= 0
+    s = study[(study["kind"] == "schedule") & (study["experiment"] == "06_stepping_warmup") & (study["run"] == "w32-s0")]
+    assert s.sort_values("epoch")["planned_lr"].round(6).tolist() == [0.025, 0.05, 0.005, 0.0005]
+
+
+def test_quality_summary_mean_std_n(study):
+    q = tb.quality_summary(study)
+    row = q[(q["exp"] == 5) & (q["gpus"] == 32)].iloc[0]
+    runs = study[(study["kind"] == "run") & (study["exp"] == 5) & (study["gpus"] == 32)]["best_val_top1"]
+    assert row["n"] == 2 and row["top1_mean"] == pytest.approx(runs.mean()) and row["top1_std"] == \
+        pytest.approx(runs.std())
+    diverged = q[(q["exp"] == 6) & (q["gpus"] == 8)].iloc[0]
+    assert diverged["status"] == "1 diverged" and diverged["n"] == 0
+
+
+def test_thesis_tables_label_local_scale_and_match_thesis_scale(study, ):
+    ref = an.load_reference()
+    t12 = tb.quality_table(study, ref, 12)
+    assert (t12.loc[t12["thesis_top1"].isna(), "scale"] == "local scale").all()
+    assert t12["thesis_top1"].notna().sum() == 6
+    t8 = tb.throughput_table(study, ref, 8)  # the thesis-scale fixture run sits beside the thesis's row
+    row = t8[(t8["gpus"] == 8) & (t8["scale"] == "thesis")].iloc[0]
+    assert row["thesis_images_per_s"] == 1418.28 and row["n_runs"] == 1 and not math.isnan(row["ours_steady"])
+    t5 = tb.throughput_table(study, ref, 5)  # a brought upstream log at thesis scale
+    row = t5[(t5["gpus"] == 2) & (t5["scale"] == "thesis")].iloc[0]
+    assert row["ours_thesis_formula"] == pytest.approx(256 / round((18.532 + 199 * 0.6) / 200, 3), abs=0.005)
+    for t in range(1, 16):
+        tab = tb.throughput_table(study, ref, t) if t <= 9 else tb.quality_table(study, ref, t)
+        assert len(tab) >= 1 and set(tab["scale"]) <= {"thesis", "local scale", "gpu scale", "unknown scale"}
+
+
+def test_markdown_writer(tmp_path, study):
+    paths = tb.write_table(tb.quality_table(study, an.load_reference(), 11), tmp_path, "t11", "Table 11")
+    md = paths[1].read_text()
+    assert md.startswith("### Table 11") and "6 days 4 hours 16 minutes" in md and "local scale" in md
+
+
+def test_loader_survives_broken_folders(tmp_path):
+    d = tmp_path / "09_x" / "r1"
+    d.mkdir(parents=True)
+    (d / "metrics.jsonl").write_text('{"kind": "epoch", "epoch": 0, "val_top1": 5}\nnot json\n[1,2]\n{"kind": "ep')
+    (d / "manifest.json").write_text("{broken")
+    df = an.load_runs(tmp_path)
+    r = df[df["kind"] == "run"].iloc[0]
+    assert r["bad_lines"] == 3 and r["status"] == "unknown" and r["best_val_top1"] == 5
+    assert len(df.attrs["problems"]) >= 2
+    assert an.load_runs(tmp_path / "nothing").empty
+
+
+def test_brought_diverged_log_shows_diverged():
+    df = an.load_log(FIX / "logs" / "diverged_pf1.log", {"experiment": "04_x", "per_gpu_batch": 32})
+    assert df.iloc[0]["status"] == "diverged"
+
+
+# ============================================================================================ plot functions
+
+
+def test_plot_functions_take_frame_and_axis(study):
+    ref = an.load_reference()
+    scaling = tb.scaling_table(study, ref)
+    for fn, kw in ((fg.plot_throughput, {"framework": ["pytorch", "horovod+pytorch"]}),
+                   (fg.plot_speedup, {"framework": "horovod+tensorflow", "per_gpu_batch": 32})):
+        fig, ax = plt.subplots()
+        assert fn(scaling, ax=ax, **kw) is ax and ax.get_lines()
+        plt.close(fig)
+    e = study[(study["kind"] == "epoch") & (study["exp"] == 5)]
+    fig, ax = plt.subplots()
+    assert fg.plot_error_curves(e, ax=ax, which="val") is ax and len(ax.get_lines()) == 2
+    plt.close(fig)
+    axes = fg.plot_error_grid(e)
+    assert sum(a.get_visible() for a in axes.flat) == 2
+    plt.close(axes.flat[0].figure)
+    ax = fg.plot_utilisation(study)
+    assert ax.get_lines()
+    plt.close(ax.figure)
+    ax = fg.plot_steady_state(an.reference.rq2_steady_state())
+    assert len(ax.patches) == 8
+    plt.close(ax.figure)
+    from analysis.report import schedules_frame
+    sched = schedules_frame(study)
+    assert set(sched.loc[sched["experiment"] == 6, "source"]) == {"run config"}
+    assert set(sched.loc[sched["experiment"] == 9, "source"]) == {"thesis formula"}
+    ax = fg.plot_lr_schedules(sched, experiment=9)
+    assert len(ax.get_lines()) == 2
+    plt.close(ax.figure)
+
+
+# ============================================================================================ CLI
+
+
+def test_throughput_cli_json(capsys):
+    assert main(["throughput", str(FIX / "logs" / "thesis_fig11_srun.log"), "--per-gpu-batch", "128", "--gpus",
+                 "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["thesis_images_per_s"] == 202.21 and out["steady_images_per_s"] == pytest.approx(220.31, abs=0.01)
+
+
+def test_throughput_cli_on_run_folder_and_several_logs(capsys):
+    assert main(["throughput", str(RUNS / "01_throughput_single_gpu" / "pytorch-w1"),
+                 str(FIX / "logs" / "tf_cnn_benchmarks.log"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out) == 2 and out[1]["thesis_images_per_s"] == 234.01
+    assert out[0]["steady_images_per_s"] == pytest.approx(640.0)
+    assert main(["throughput", "/nonexistent.log"]) == 2
