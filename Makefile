@@ -9,7 +9,8 @@ CLUSTER ?= local
 QUICK ?=
 SEEDS ?=
 DRY_RUN ?=
-STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run)
+JOBS ?=
+STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(JOBS),--jobs $(JOBS))
 
 .DEFAULT_GOAL := help
 EXPERIMENTS := $(addprefix exp,1 2 3 4 5 6 7 8 9)
@@ -18,7 +19,7 @@ EXPERIMENTS := $(addprefix exp,1 2 3 4 5 6 7 8 9)
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 	@printf "  \033[36m%-14s\033[0m %s\n" "exp1 ... exp9" "Run experiment N as a study, e.g. make exp3 (the main command)"
-	@echo "  Variables: SCALE=local|gpu|thesis LAUNCHER=local|slurm CLUSTER=<slurm/clusters profile> QUICK=1 SEEDS=N DRY_RUN=1"
+	@echo "  Variables: SCALE=local|gpu|thesis LAUNCHER=local|slurm CLUSTER=<slurm/clusters profile> QUICK=1 SEEDS=N JOBS=N DRY_RUN=1"
 
 setup: $(VENV)/.installed ## Create .venv with the pinned dependencies (fast when nothing changed)
 

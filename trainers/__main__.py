@@ -51,6 +51,7 @@ def cmd_study(args) -> int:
     return run_study(
         Path(args.experiment), scale=args.scale, launcher=args.launcher, cluster=args.cluster,
         dry_run=args.dry_run, quick=args.quick, out=Path(args.out), seeds=args.seeds, overrides=args.set,
+        jobs=args.jobs,
     )
 
 
@@ -89,6 +90,7 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--dry-run", action="store_true", help="print the exact commands / sbatch lines and stop")
     st.add_argument("--quick", action="store_true", help="a smoke run of the study (minutes)")
     st.add_argument("--seeds", type=int, help="number of seeds (default: the study's own)")
+    st.add_argument("--jobs", type=int, default=1, help="quality runs side by side (threads split between them)")
     st.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     st.add_argument("--out", default=str(DEFAULT_OUT))
     st.set_defaults(func=cmd_study)

@@ -233,21 +233,33 @@ class Progress:
             print(line, flush=True)
 
 
-def launch_local(plan: Plan, progress: Progress, index: int, label: str) -> int:
+@dataclass
+class Active:
+    """A run in progress: its processes and where its console output goes."""
+
+    plan: Plan
+    index: int
+    procs: list[subprocess.Popen]
+    console: Any
+    started: float
+    seen: dict | None = None
+
+    def poll(self) -> int | None:
+        if any(p.poll() is None for p in self.procs):
+            return None
+        self.console.close()
+        return max(abs(p.returncode) for p in self.procs)
+
+
+def start_local(plan: Plan, index: int, threads: int | None) -> Active:
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    with open(plan.run_dir / "console.log", "a") as console:
-        procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-                 for c in local_commands(plan)]
-        seen = None
-        while any(p.poll() is None for p in procs):
-            record = last_epoch(plan.run_dir)
-            if record and record != seen:
-                seen = record
-                progress.show(index, label, f"epoch {record['epoch'] + 1}/{plan.cfg.train.epochs}, "
-                                            f"val top-1 {record['val_top1']:.1f} %", final=not progress.tty)
-            time.sleep(0.5)
-    return max(abs(p.returncode) for p in procs)
+    if threads:  # runs side by side share the cores instead of fighting over them
+        env["OMP_NUM_THREADS"] = str(threads)
+    console = open(plan.run_dir / "console.log", "a")
+    procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+             for c in local_commands(plan)]
+    return Active(plan, index, procs, console, time.time())
 
 
 def summary(run_dir: Path) -> str:
@@ -262,33 +274,53 @@ def summary(run_dir: Path) -> str:
     return manifest["status"] + (f": best val top-1 {best:.2f} %" if best is not None else "")
 
 
-def run_local(study: Study, scale: str, out: Path, dry_run: bool) -> int:
+def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int = 1) -> int:
     plans = planned_runs(study, scale, out)
-    progress = Progress(len(plans))
-    failures, started = 0, time.time()
-    have_horovod = horovod_available()
-    for index, plan in enumerate(plans, start=1):
-        label = f"{plan.cfg.experiment}/{plan.run.name}"
-        if dry_run:
-            print(f"# {plan.describe(plan.run.nodes, plan.run.workers // plan.run.nodes if plan.backend in ('ddp', 'horovod') else 1)}")
+    if dry_run:
+        for plan in plans:
+            per_node = plan.run.workers // plan.run.nodes if plan.backend in ("ddp", "horovod") else 1
+            print(f"# {plan.describe(plan.run.nodes, per_node)}")
             for cmd in local_commands(plan):
                 print(shlex.join(cmd))
-            continue
-        if plan.status in FINISHED:
-            progress.show(index, label, f"skipped, already {plan.status}", final=True)
-            continue
-        if plan.backend == "horovod" and not have_horovod:
-            progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
-            continue
-        work = f"{plan.cfg.bench.batches} timed batches" if plan.cfg.bench.batches else f"{plan.cfg.train.epochs} epochs"
-        progress.show(index, label, f"{plan.backend}, {plan.run.workers} worker(s), {work}...", final=not progress.tty)
-        t0 = time.time()
-        code = launch_local(plan, progress, index, label)
-        failures += code not in (0, 3)  # a diverged run is a result, not a failure
-        progress.show(index, label, f"{summary(plan.run_dir)} ({time.time() - t0:.0f} s, exit {code})", final=True)
-    if not dry_run:
-        print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {time.time() - started:.0f} s; "
-              f"run folders in {out / study.experiment.name}; `make report` turns them into tables and figures")
+        return 0
+    if study.kind == "throughput":
+        jobs = 1  # a throughput run is timed alone
+    progress = Progress(len(plans))
+    failures, started, have_horovod = 0, time.time(), horovod_available()
+    waiting = list(enumerate(plans, start=1))
+    active: list[Active] = []
+    while waiting or active:
+        while waiting and len(active) < jobs:
+            index, plan = waiting.pop(0)
+            label = f"{plan.cfg.experiment}/{plan.run.name}"
+            if plan.status in FINISHED:
+                progress.show(index, label, f"skipped, already {plan.status}", final=True)
+                continue
+            if plan.backend == "horovod" and not have_horovod:
+                progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
+                continue
+            c = plan.cfg
+            work = f"{c.bench.batches} timed batches" if c.bench.batches else f"{c.train.epochs} epochs"
+            progress.show(index, label, f"{plan.backend}, {plan.run.workers} worker(s), {work}...",
+                          final=not progress.tty or jobs > 1)
+            active.append(start_local(plan, index, max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None))
+        time.sleep(0.5)
+        for run in list(active):
+            label = f"{run.plan.cfg.experiment}/{run.plan.run.name}"
+            code = run.poll()
+            if code is None:
+                record = last_epoch(run.plan.run_dir)
+                if record and record != run.seen and jobs == 1:
+                    run.seen = record
+                    progress.show(run.index, label, f"epoch {record['epoch'] + 1}/{run.plan.cfg.train.epochs}, "
+                                                    f"val top-1 {record['val_top1']:.1f} %", final=not progress.tty)
+                continue
+            active.remove(run)
+            failures += code not in (0, 3)  # a diverged run is a result, not a failure
+            progress.show(run.index, label, f"{summary(run.plan.run_dir)} ({time.time() - run.started:.0f} s, "
+                                            f"exit {code})", final=True)
+    print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {time.time() - started:.0f} s; "
+          f"run folders in {out / study.experiment.name}; `make report` turns them into tables and figures")
     return 1 if failures else 0
 
 
@@ -297,7 +329,7 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool) -> int:
 # ----------------------------------------------------------------------------------------------------------------
 def run_study(experiment: Path, scale: str = "local", launcher: str = "local", cluster: str = "local",
               dry_run: bool = False, quick: bool = False, out: Path = Path("results/runs"), seeds: int | None = None,
-              overrides: list[str] = ()) -> int:
+              overrides: list[str] = (), jobs: int = 1) -> int:
     study = load_study(experiment, scale, quick, seeds, list(overrides))
     if study.question:
         print(f"{experiment.name}: {study.question}")
@@ -307,4 +339,4 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
         from trainers.study_slurm import submit_all
 
         return submit_all(study, scale, cluster, out, dry_run)
-    return run_local(study, scale, out, dry_run)
+    return run_local(study, scale, out, dry_run, jobs)
