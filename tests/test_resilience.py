@@ -1,5 +1,6 @@
 """Checkpoints, exact resumption, preemption by a signal, divergence."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ def start(config, out, name, *extra):
     return subprocess.Popen(
         [sys.executable, "-m", "trainers", "train", str(config), "--out", str(out), "--run", name, *extra],
         env=trainer_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
     )
 
 
@@ -31,14 +33,14 @@ def wait_for(path, text, timeout=120):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
-def test_preempted_run_resumes_to_the_same_parameters_as_an_uninterrupted_one(tmp_path, sig):
-    cfg = write_config(tmp_path / "r.toml", SLOWER)
+@pytest.mark.parametrize("sig, loader_workers", [(signal.SIGTERM, 0), (signal.SIGUSR1, 1)])
+def test_preempted_run_resumes_to_the_same_parameters_as_an_uninterrupted_one(tmp_path, sig, loader_workers):
+    cfg = write_config(tmp_path / "r.toml", {**SLOWER, "data": {**SLOWER["data"], "loader_workers": loader_workers}})
     assert train(cfg, tmp_path, "whole").returncode == 0
     proc = start(cfg, tmp_path, "cut")
     run_dir = tmp_path / "r" / "cut"
     wait_for(run_dir / "metrics.jsonl", '"kind": "epoch"')
-    proc.send_signal(sig)
+    os.killpg(proc.pid, sig)  # as Slurm does: every process of the step, data-loader workers included
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 4, err[-2000:]
     manifest = json.loads((run_dir / "manifest.json").read_text())

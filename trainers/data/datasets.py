@@ -1,0 +1,264 @@
+"""Datasets: ImageFolder (ILSVRC-2012 layout), the generated miniature, and synthetic tensors.
+
+Every dataset item is (image, target, skipped): `skipped` counts the unreadable files passed over to make
+this item, so the count survives DataLoader worker processes (the collate sums it; see sampling.py).
+
+Deterministic augmentation: the random crop / flip of sample i in epoch e is a pure function of
+(seed, e, i). torchvision's v1 transforms draw from torch's global RNG, so __getitem__ seeds it from those
+three numbers and restores it afterwards. The epoch travels with the index when the loader asks for
+(epoch, i) (make_loader does that), so persistent workers, which hold their own copy of the dataset, never
+need `set_epoch`; plain integer indices use the epoch last given to `set_epoch`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision import transforms
+from torchvision.datasets.folder import IMG_EXTENSIONS
+
+from .generate import DataError, ensure_generated
+
+log = logging.getLogger(__name__)
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+SYNTHETIC_TRAIN = 1_281_167  # ILSVRC-2012's train size: synthetic epochs are ImageNet-shaped
+
+
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """A 63-bit seed that is a pure function of (seed, epoch, index)."""
+    digest = hashlib.blake2b(f"{seed}/{epoch}/{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def _split_index(item) -> tuple[int | None, int]:
+    if isinstance(item, (tuple, list)):
+        return int(item[0]), int(item[1])
+    return None, int(item)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Transforms
+# ---------------------------------------------------------------------------------------------------------
+
+class ToNormalizedTensor:
+    """ToTensor + Normalize(ImageNet mean/std) in one pass over a PIL RGB image (the same arithmetic)."""
+
+    def __init__(self, mean=IMAGENET_MEAN, std=IMAGENET_STD):
+        self.mean = torch.tensor(mean).view(3, 1, 1)
+        self.std = torch.tensor(std).view(3, 1, 1)
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        x = torch.from_numpy(np.array(img, dtype=np.uint8, copy=True)).permute(2, 0, 1)
+        return x.float().div_(255).sub_(self.mean).div_(self.std).contiguous()
+
+
+class TrainTransform:
+    """RandomResizedCrop(size, scale) + RandomHorizontalFlip + ToTensor + Normalize, drawing the same numbers
+    from torch's global RNG in the same order as torchvision's Compose of them, hence the same output; about
+    4x faster on small images, where torchvision's per-call overhead dominates (tests check the equality)."""
+
+    def __init__(self, size: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+        self.size, self.scale, self.ratio = size, scale, ratio
+        self.to_tensor = ToNormalizedTensor()
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        top, left, h, w = transforms.RandomResizedCrop.get_params(img, self.scale, self.ratio)
+        # crop, then resize (a resize with box= would read pixels outside the crop: not torchvision's output)
+        img = img.crop((left, top, left + w, top + h)).resize((self.size, self.size), Image.Resampling.BILINEAR)
+        if torch.rand(1) < 0.5:
+            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        return self.to_tensor(img)
+
+
+def imagenet_transforms(image_size: int, min_scale: float = 0.08):
+    """The thesis's (pytorch/examples imagenet) transforms, (train, val): train RandomResizedCrop +
+    RandomHorizontalFlip, val Resize(size * 256 / 224) + CenterCrop(size); both ToTensor + Normalize."""
+    val = transforms.Compose([transforms.Resize(round(image_size * 256 / 224)), transforms.CenterCrop(image_size),
+                              ToNormalizedTensor()])
+    return TrainTransform(image_size, scale=(min_scale, 1.0)), val
+
+
+def torchvision_transforms(image_size: int, min_scale: float = 0.08):
+    """The same transforms written with torchvision only (the reference the fast ones are tested against)."""
+    normalize = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    train = transforms.Compose([transforms.RandomResizedCrop(image_size, scale=(min_scale, 1.0)),
+                                transforms.RandomHorizontalFlip(), transforms.ToTensor(), normalize])
+    val = transforms.Compose([transforms.Resize(round(image_size * 256 / 224)), transforms.CenterCrop(image_size),
+                              transforms.ToTensor(), normalize])
+    return train, val
+
+
+GENERATED_MIN_SCALE = 0.35  # at ~32 px the ImageNet default 0.08 leaves a few pixels of the object
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ImageFolder with bad-image tolerance
+# ---------------------------------------------------------------------------------------------------------
+
+def _scan(root: Path, class_to_idx: dict[str, int] | None) -> tuple[list[str], list[tuple[str, int]]]:
+    """Class names and (path, target) pairs of an ImageFolder split, sorted like torchvision's."""
+    if not root.is_dir():
+        raise DataError(f"{root} is missing: an ImageFolder dataset needs {root.parent}/train and "
+                        f"{root.parent}/val, each with one sub-folder of images per class")
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    if not classes:
+        raise DataError(f"{root} has no class sub-folders (ILSVRC-2012's val/ comes flat: sort it into "
+                        f"class folders, e.g. with the usual valprep.sh)")
+    if class_to_idx is None:
+        class_to_idx = {c: i for i, c in enumerate(classes)}
+    unknown = [c for c in classes if c not in class_to_idx]
+    if unknown:
+        raise DataError(f"{root} has class folders that train/ lacks: {', '.join(unknown[:5])}")
+    samples = []
+    for c in classes:
+        for dirpath, _, files in sorted(os.walk(root / c, followlinks=True)):
+            for f in sorted(files):
+                if f.lower().endswith(IMG_EXTENSIONS):
+                    samples.append((os.path.join(dirpath, f), class_to_idx[c]))
+    if not samples:
+        raise DataError(f"{root} holds no image files ({', '.join(IMG_EXTENSIONS[:4])}, ...)")
+    return classes, samples
+
+
+def load_rgb(path: str) -> Image.Image:
+    """Decode an image fully as RGB (CMYK, greyscale, palette, alpha converted). Raises on a bad file."""
+    with open(path, "rb") as f:
+        img = Image.open(f)
+        img.load()  # decode now: a truncated file raises here, not later in a transform
+    if img.mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")
+    return img.convert("RGB") if img.mode != "RGB" else img
+
+
+class ImageFolderDataset(Dataset):
+    """An ImageFolder split whose unreadable files are replaced by the next readable index, and counted.
+
+    The replacement keeps every rank's batch the same size (needed for exact synchronous SGD); its crop
+    is still seeded by the original index, so it stays deterministic.
+    """
+
+    def __init__(self, root: Path, transform, seed: int = 0, class_to_idx: dict[str, int] | None = None,
+                 random_transform: bool = True):
+        self.root = Path(root)
+        self.classes, self.samples = _scan(self.root, class_to_idx)
+        self.class_to_idx = class_to_idx or {c: i for i, c in enumerate(self.classes)}
+        self.targets = [t for _, t in self.samples]
+        self.transform, self.seed, self.random_transform = transform, seed, random_transform
+        self.epoch = 0
+        self._skipped = 0  # in this process only: use the collated count for the true total
+        self._warned: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def skipped_count(self) -> int:
+        """Unreadable files met in this process (with loader workers, read the count the batches carry)."""
+        return self._skipped
+
+    def _load(self, index: int) -> tuple[Image.Image, int, int]:
+        for skipped in range(len(self.samples)):
+            path, target = self.samples[(index + skipped) % len(self.samples)]
+            try:
+                return load_rgb(path), target, skipped
+            except Exception as e:  # noqa: BLE001 - any undecodable file: skip it, count it, go on
+                self._skipped += 1
+                if path not in self._warned:
+                    self._warned.add(path)
+                    log.warning("skipping unreadable image %s (%s: %s)", path, type(e).__name__, e)
+        raise DataError(f"{self.root}: no readable image in {len(self.samples)} files")
+
+    def __getitem__(self, item):
+        epoch, index = _split_index(item)
+        epoch = self.epoch if epoch is None else epoch
+        img, target, skipped = self._load(index)
+        if not self.random_transform:
+            return self.transform(img), target, skipped
+        # Only the CPU generator (the one torchvision draws from): torch.manual_seed would reseed CUDA too.
+        state = torch.default_generator.get_state()
+        torch.default_generator.manual_seed(sample_seed(self.seed, epoch, index))
+        try:
+            x = self.transform(img)
+        finally:
+            torch.default_generator.set_state(state)
+        return x, target, skipped
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Synthetic data (tf_cnn_benchmarks' --data_name=imagenet without --data_dir)
+# ---------------------------------------------------------------------------------------------------------
+
+class SyntheticDataset(Dataset):
+    """n fixed random images: item i is drawn from a generator seeded by (seed, i), the same every epoch."""
+
+    def __init__(self, n: int, image_size: int, num_classes: int, seed: int):
+        self.n, self.image_size, self.num_classes, self.seed = n, image_size, num_classes, seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def set_epoch(self, epoch: int) -> None:  # fixed data: nothing changes between epochs
+        pass
+
+    def skipped_count(self) -> int:
+        return 0
+
+    def __getitem__(self, item):
+        _, index = _split_index(item)
+        if not 0 <= index < self.n:
+            raise IndexError(index)
+        g = torch.Generator().manual_seed(sample_seed(self.seed, -1, index))
+        x = torch.randn(3, self.image_size, self.image_size, generator=g)
+        return x, int(torch.randint(self.num_classes, (1,), generator=g)), 0
+
+
+def synthetic_batch(batch: int, image_size: int, num_classes: int, seed: int, device="cpu"):
+    """One fixed random (images, targets) batch made once and moved to the device (for throughput runs)."""
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randn(batch, 3, image_size, image_size, generator=g)
+    targets = torch.randint(num_classes, (batch,), generator=g)
+    return images.to(device), targets.to(device)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The one entry point
+# ---------------------------------------------------------------------------------------------------------
+
+def build_datasets(kind: str, path: str | None, image_size: int, num_classes: int, seed: int,
+                   generated: dict | None, synthetic_size: int = SYNTHETIC_TRAIN):
+    """(train_ds, val_ds) for kind "imagefolder", "generated" or "synthetic"."""
+    if kind == "synthetic":
+        return (SyntheticDataset(synthetic_size, image_size, num_classes, seed),
+                SyntheticDataset(max(1, synthetic_size // 25), image_size, num_classes, seed + 1))
+    if kind == "imagefolder":
+        if not path:
+            raise DataError("data.kind = \"imagefolder\" needs data.path: a folder with train/ and val/")
+        root = Path(path).expanduser()
+        if not root.is_dir():
+            raise DataError(f"data.path {root} does not exist: point it at a folder with train/ and val/")
+        train_tf, val_tf = imagenet_transforms(image_size)
+    elif kind == "generated":
+        if not generated:
+            raise DataError("data.kind = \"generated\" needs a data.generated table "
+                            "(classes, per_class, val_per_class, image_size, seed)")
+        root = ensure_generated(generated)
+        train_tf, val_tf = imagenet_transforms(image_size, min_scale=GENERATED_MIN_SCALE)
+    else:
+        raise DataError(f"data.kind must be imagefolder, generated or synthetic, not {kind!r}")
+    train = ImageFolderDataset(root / "train", train_tf, seed)
+    val = ImageFolderDataset(root / "val", val_tf, seed, class_to_idx=train.class_to_idx, random_transform=False)
+    if len(train.classes) > num_classes:
+        raise DataError(f"{root}/train has {len(train.classes)} classes but the model has {num_classes} outputs: "
+                        f"set model.num_classes >= {len(train.classes)}")
+    return train, val
