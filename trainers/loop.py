@@ -152,7 +152,8 @@ class Trainer:
             len(self.train_ds), self.backend.shards(), self.per_shard_batch, epoch, self.cfg.train.seed,
             shuffle=True, start_step=start_step,
         )
-        return data.make_loader(self.train_ds, sampler, self.cfg.data.loader_workers, self.backend.device.type == "cuda"), len(sampler) + start_step
+        loader = data.make_loader(self.train_ds, sampler, self.cfg.data.loader_workers, self.backend.device.type == "cuda")
+        return loader, len(sampler)  # the full epoch's steps, also when resuming from start_step
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

@@ -1,0 +1,77 @@
+"""Studies: the nine experiments expand into the thesis's runs, at every scale, without running anything."""
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+from trainers.study import expand, load_study, planned_runs, run_study
+
+EXPERIMENTS = sorted((REPO / "experiments").glob("0[1-9]_*"))
+
+
+def test_there_are_nine_experiments_each_with_config_sbatch_and_readme():
+    assert [p.name[:2] for p in EXPERIMENTS] == [f"0{n}" for n in range(1, 10)]
+    for folder in EXPERIMENTS:
+        assert {"config.toml", "slurm.sbatch", "README.md"} <= {p.name for p in folder.iterdir()}, folder
+
+
+@pytest.mark.parametrize("folder", EXPERIMENTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("scale", ["local", "gpu", "thesis"])
+def test_every_experiment_plans_at_every_scale(folder, scale, monkeypatch):
+    monkeypatch.setenv("IMAGENET_DIR", "/data/ilsvrc2012")
+    study = load_study(folder, scale, quick=False, seeds=None, overrides=[])
+    assert study.runs and study.question
+    assert len({r.name for r in study.runs}) == len(study.runs)
+
+
+def thesis_plan(name, capsys, monkeypatch):
+    monkeypatch.setenv("IMAGENET_DIR", "/data/ilsvrc2012")
+    monkeypatch.setenv("IMAGENET_TAR", "/project/ilsvrc2012.tar")
+    assert run_study(REPO / "experiments" / name, scale="thesis", launcher="slurm", cluster="taito", dry_run=True) == 0
+    return capsys.readouterr().out
+
+
+def test_experiment_6_thesis_dry_run_prints_the_thesis_nodes_batches_and_rates(capsys, monkeypatch):
+    out = thesis_plan("06_linear_scaling_stepping_warmup", capsys, monkeypatch)
+    for nodes, workers, lr in [(2, 8, "0.4"), (4, 16, "0.8"), (6, 24, "1.2"), (8, 32, "1.6")]:
+        assert f"{nodes} node(s) x 4 process(es), {workers} worker(s), per-GPU batch 128" in out
+        assert re.search(rf"w{workers}-s0: horovod\+pytorch .* lr {lr}, warm-up stepping 5 epochs, 90 epochs", out)
+        assert f"sbatch -N {nodes} --ntasks-per-node 4 -p gpu --cpus-per-task 7 --gres=gpu:p100:4" in out
+    assert "w32-ddp-s0: pytorch (ddp)" in out  # the PyTorch row at 32 GPUs
+
+
+def test_experiment_7_and_9_thesis_rates(capsys, monkeypatch):
+    out = thesis_plan("07_stepping_warmup_small_batch", capsys, monkeypatch)
+    assert "per-GPU batch 32, global batch 1024, lr 0.4, warm-up stepping 5 epochs" in out
+    out = thesis_plan("09_gradual_warmup_10", capsys, monkeypatch)
+    assert "global batch 3072, lr 1.2, warm-up gradual 10 epochs" in out
+
+
+def test_experiment_4_is_naive_and_experiment_5_linear(capsys, monkeypatch):
+    out = thesis_plan("04_naive_scaling", capsys, monkeypatch)
+    for workers in (1, 2, 16, 24, 32):
+        assert re.search(rf"w{workers}-s0: pytorch \(ddp\).* lr 0\.1, warm-up none, 90 epochs", out)
+    out = thesis_plan("05_linear_scaling", capsys, monkeypatch)
+    assert "w1-ddp-s0: pytorch (ddp), 1 node(s) x 1 process(es), 1 worker(s), per-GPU batch 128, global batch 128, lr 0.05" in out
+    assert "w32-horovod-s0: horovod+pytorch (horovod), 8 node(s) x 4 process(es)" in out and "lr 1.6" in out
+
+
+def test_local_quality_studies_run_three_seeds_as_emulated_workers():
+    study = load_study(REPO / "experiments/08_gradual_warmup_5", "local", quick=False, seeds=None, overrides=[])
+    assert [r.name for r in study.runs] == [f"w{w}-s{s}" for w in (16, 24, 32) for s in range(3)]
+    plans = planned_runs(study, "local", Path("/nonexistent"))
+    assert {p.backend for p in plans} == {"emulated"} and {p.status for p in plans} == {"missing"}
+
+
+def test_quick_shrinks_a_quality_study_without_turning_it_into_a_benchmark():
+    study = load_study(REPO / "experiments/04_naive_scaling", "local", quick=True, seeds=None, overrides=[])
+    cfg = planned_runs(study, "local", Path("/nonexistent"))[0].cfg
+    assert cfg.train.epochs == 2 and cfg.bench.batches == 0 and len(study.runs) == 5
+
+
+def test_experiment_3_local_uses_several_torchrun_nodes():
+    runs = expand(REPO / "experiments/03_throughput_distributed_data_parallel/config.toml", "local")
+    by_name = {r.name: r for r in runs}
+    assert by_name["n2-ddp-t2-s0"].nodes == 2 and by_name["n2-ddp-t2-s0"].workers == 4
+    assert by_name["n1-t1-ddp-s0"].workers == 1
