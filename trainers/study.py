@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -257,7 +258,8 @@ def start_local(plan: Plan, index: int, threads: int | None) -> Active:
     if threads:  # runs side by side share the cores instead of fighting over them
         env["OMP_NUM_THREADS"] = str(threads)
     console = open(plan.run_dir / "console.log", "a")
-    procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint)
+    procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
              for c in local_commands(plan)]
     return Active(plan, index, procs, console, time.time())
 
@@ -274,21 +276,9 @@ def summary(run_dir: Path) -> str:
     return manifest["status"] + (f": best val top-1 {best:.2f} %" if best is not None else "")
 
 
-def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int = 1) -> int:
-    plans = planned_runs(study, scale, out)
-    if dry_run:
-        for plan in plans:
-            per_node = plan.run.workers // plan.run.nodes if plan.backend in ("ddp", "horovod") else 1
-            print(f"# {plan.describe(plan.run.nodes, per_node)}")
-            for cmd in local_commands(plan):
-                print(shlex.join(cmd))
-        return 0
-    if study.kind == "throughput":
-        jobs = 1  # a throughput run is timed alone
-    progress = Progress(len(plans))
-    failures, started, have_horovod = 0, time.time(), horovod_available()
-    waiting = list(enumerate(plans, start=1))
-    active: list[Active] = []
+def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, have_horovod: bool) -> int:
+    """Start runs while fewer than `jobs` are active; report each as it ends. Returns the number that failed."""
+    failures = 0
     while waiting or active:
         while waiting and len(active) < jobs:
             index, plan = waiting.pop(0)
@@ -319,6 +309,45 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int = 1)
             failures += code not in (0, 3)  # a diverged run is a result, not a failure
             progress.show(run.index, label, f"{summary(run.plan.run_dir)} ({time.time() - run.started:.0f} s, "
                                             f"exit {code})", final=True)
+    return failures
+
+
+def stop_active(active: list[Active]) -> None:
+    """SIGTERM to every process of the active runs: each checkpoints at its next iteration and exits."""
+    for run in active:
+        for proc in run.procs:
+            if proc.poll() is None:
+                proc.terminate()
+    for run in active:
+        for proc in run.procs:
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int = 1) -> int:
+    plans = planned_runs(study, scale, out)
+    if dry_run:
+        for plan in plans:
+            per_node = plan.run.workers // plan.run.nodes if plan.backend in ("ddp", "horovod") else 1
+            print(f"# {plan.describe(plan.run.nodes, per_node)}")
+            for cmd in local_commands(plan):
+                print(shlex.join(cmd))
+        return 0
+    if study.kind == "throughput":
+        jobs = 1  # a throughput run is timed alone
+    progress = Progress(len(plans))
+    started, have_horovod = time.time(), horovod_available()
+    waiting = list(enumerate(plans, start=1))
+    active: list[Active] = []
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops a study as Ctrl-C does
+    try:
+        failures = drive(waiting, active, jobs, progress, have_horovod)
+    except KeyboardInterrupt:
+        stop_active(active)
+        print(f"{study.experiment.name}: interrupted; {len(active)} run(s) checkpointed. The same command resumes them.")
+        return 130
     print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {time.time() - started:.0f} s; "
           f"run folders in {out / study.experiment.name}; `make report` turns them into tables and figures")
     return 1 if failures else 0
