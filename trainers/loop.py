@@ -124,7 +124,6 @@ class Trainer:
     # ---- checkpoints ------------------------------------------------------------------------------------------
     def restore(self) -> None:
         state = checkpoint.load(self.ckpt_path)
-        checkpoint.check_same_config(self.ckpt_path, state["config"], self.cfg.to_dict())
         self.backend.unwrap(self.model).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.start_epoch, self.start_step = state["epoch"], state["step"]
@@ -338,6 +337,9 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
     name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
     if launch.rank == 0 and not resume and (run_dir / "metrics.jsonl").exists():
         raise ConfigError(f"run folder {run_dir} exists; continue it with --resume auto or pick another --run")
+    if resume and (run_dir / "checkpoint.pt").exists():  # refuse a changed config before any process group exists
+        saved = checkpoint.load(run_dir / "checkpoint.pt")["config"]
+        checkpoint.check_same_config(run_dir / "checkpoint.pt", saved, cfg.to_dict())
     trainer = Trainer(cfg, run_dir, name, launch, resume, echo)
     run, b = trainer.run, trainer.backend
     run.write_config({"experiment": cfg.experiment, "run": run_dir.name, "scale": cfg.scale, **cfg.to_dict(),
