@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers.backends import Launch, choose_backend
+from trainers.backends import Launch, choose_backend, free_port
 from trainers.config import Config, ConfigError, find_scales_file, load_config, read_toml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -182,14 +182,6 @@ def horovod_available() -> bool:
     except Exception:  # ImportError, or a build without PyTorch support
         return False
     return True
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_status(run_dir: Path) -> str:
