@@ -33,7 +33,8 @@ def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> list[Path]:
     for t in rf.THROUGHPUT_TABLES:
         tab = tb.throughput_table(df, ref, t)
         notes = ["thesis_images_per_s: the thesis's value; ours_thesis_formula: per-GPU batch x GPUs / running-mean "
-                 "batch time at batch 199; ours_steady: the same without the first warm-up batches.", SCALE_NOTE]
+                 "batch time at batch 199; ours_steady: the same without the first warm-up batches; the speed-ups divide "
+                 "each by our 1-GPU run's.", SCALE_NOTE]
         written += tb.write_table(tab, out, f"table{t:02d}", f"Table {t}. {rf.CAPTIONS[t]}", notes)
     for t in rf.QUALITY_TABLES:
         tab = tb.quality_table(df, ref, t)

@@ -102,21 +102,22 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
     thesis = rf.table_rows(ref, table)
     exp = int(thesis["experiment"].iloc[0])
     summary = throughput_summary(df)
-    base = {(o.framework, o.per_gpu_batch, o.scale): o.thesis_images_per_s
-            for o in summary[summary["gpus"] == 1].itertuples(index=False)}
+    ones = summary[summary["gpus"] == 1].itertuples(index=False)
+    base = {(o.framework, o.per_gpu_batch, o.scale): (o.thesis_images_per_s, o.steady_images_per_s) for o in ones}
     ours = summary[(summary["exp"] == exp) & summary["framework"].isin(set(thesis["framework"]))]
 
     def row_from(o, row):
+        base_thesis, base_steady = base.get((o.framework, o.per_gpu_batch, o.scale), (math.nan, math.nan))
         row.update(ours_thesis_formula=o.thesis_images_per_s, ours_steady=o.steady_images_per_s,
-                   n_runs=int(o.n_runs),
-                   ours_speedup=nb.speedup(o.thesis_images_per_s, base.get((o.framework, o.per_gpu_batch, o.scale))))
+                   n_runs=int(o.n_runs), ours_speedup=nb.speedup(o.thesis_images_per_s, base_thesis),
+                   ours_steady_speedup=nb.speedup(o.steady_images_per_s, base_steady))
         return row
 
     rows, used = [], set()
     for r in thesis.itertuples(index=False):
         row = {"framework": r.framework, "per_gpu_batch": r.per_gpu_batch, "nodes": r.nodes, "gpus": r.gpus,
                "thesis_images_per_s": r.throughput, "ours_thesis_formula": math.nan, "ours_steady": math.nan,
-               "ours_speedup": math.nan, "n_runs": 0, "scale": "thesis"}
+               "ours_speedup": math.nan, "ours_steady_speedup": math.nan, "n_runs": 0, "scale": "thesis"}
         for i, o in zip(ours.index, ours.itertuples(index=False)):
             if (o.framework, o.per_gpu_batch, o.gpus, o.scale) == (r.framework, r.per_gpu_batch, r.gpus, "thesis"):
                 used.add(i)
@@ -128,7 +129,7 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
                                      "gpus": o.gpus, "thesis_images_per_s": math.nan,
                                      "scale": scale_label(o.scale)}))
     cols = ["framework", "per_gpu_batch", "nodes", "gpus", "thesis_images_per_s", "ours_thesis_formula",
-            "ours_steady", "ours_speedup", "n_runs", "scale"]
+            "ours_steady", "ours_speedup", "ours_steady_speedup", "n_runs", "scale"]
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -36,9 +36,9 @@ def test_experiment_6_thesis_dry_run_prints_the_thesis_nodes_batches_and_rates(c
     out = thesis_plan("06_linear_scaling_stepping_warmup", capsys, monkeypatch)
     for nodes, workers, lr in [(2, 8, "0.4"), (4, 16, "0.8"), (6, 24, "1.2"), (8, 32, "1.6")]:
         assert f"{nodes} node(s) x 4 process(es), {workers} worker(s), per-GPU batch 128" in out
-        assert re.search(rf"w{workers}-s0: horovod\+pytorch .* lr {lr}, warm-up stepping 5 epochs, 90 epochs", out)
+        assert re.search(rf"thesis-w{workers}-s0: horovod\+pytorch .* lr {lr}, warm-up stepping 5 epochs, 90 epochs", out)
         assert f"sbatch -N {nodes} --ntasks-per-node 4 -p gpu --cpus-per-task 7 --gres=gpu:p100:4" in out
-    assert "w32-ddp-s0: pytorch (ddp)" in out  # the PyTorch row at 32 GPUs
+    assert "thesis-w32-ddp-s0: pytorch (ddp)" in out  # the PyTorch row at 32 GPUs
 
 
 def test_experiment_7_and_9_thesis_rates(capsys, monkeypatch):
@@ -51,10 +51,10 @@ def test_experiment_7_and_9_thesis_rates(capsys, monkeypatch):
 def test_experiment_4_is_naive_and_experiment_5_linear(capsys, monkeypatch):
     out = thesis_plan("04_naive_scaling", capsys, monkeypatch)
     for workers in (1, 2, 16, 24, 32):
-        assert re.search(rf"w{workers}-s0: pytorch \(ddp\).* lr 0\.1, warm-up none, 90 epochs", out)
+        assert re.search(rf"thesis-w{workers}-s0: pytorch \(ddp\).* lr 0\.1, warm-up none, 90 epochs", out)
     out = thesis_plan("05_linear_scaling", capsys, monkeypatch)
-    assert "w1-ddp-s0: pytorch (ddp), 1 node(s) x 1 process(es), 1 worker(s), per-GPU batch 128, global batch 128, lr 0.05" in out
-    assert "w32-horovod-s0: horovod+pytorch (horovod), 8 node(s) x 4 process(es)" in out and "lr 1.6" in out
+    assert "thesis-w1-ddp-s0: pytorch (ddp), 1 node(s) x 1 process(es), 1 worker(s), per-GPU batch 128, global batch 128, lr 0.05" in out
+    assert "thesis-w32-horovod-s0: horovod+pytorch (horovod), 8 node(s) x 4 process(es)" in out and "lr 1.6" in out
 
 
 def test_local_quality_studies_run_three_seeds_as_emulated_workers():

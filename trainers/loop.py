@@ -304,7 +304,7 @@ class Trainer:
             data_times.append(data_time.val)
             self.log_iteration(0, i, warm + timed, self.policy.target, len(target), batch_time, data_time, losses, top1, top5)
             end = time.time()
-        images_per_step = cfg.train.per_worker_batch * b.batch_multiplier * b.workers
+        images_per_step = per_process * b.world_size  # all ranks' images in one step
         steady = times[warm:]
         self.run.record(
             "bench", per_worker_batch=cfg.train.per_worker_batch, world_size=b.workers, batches=timed,

@@ -95,7 +95,8 @@ def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
             if per_node and "train.workers" not in settings:  # N nodes x M GPUs
                 settings["train.workers"] = nodes * int(per_node)
             settings["train.seed"] = base_seed + s
-            runs.append(Run(run_name(combo, base_seed + s), settings, nodes))
+            name = run_name(combo, base_seed + s)  # runs at another scale get their own folders
+            runs.append(Run(name if scale == "local" else f"{scale}-{name}", settings, nodes))
     return runs
 
 
