@@ -25,15 +25,17 @@ def test_every_experiment_plans_at_every_scale(folder, scale, monkeypatch):
     assert len({r.name for r in study.runs}) == len(study.runs)
 
 
-def thesis_plan(name, capsys, monkeypatch):
+def thesis_plan(name, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("IMAGENET_DIR", "/data/ilsvrc2012")
     monkeypatch.setenv("IMAGENET_TAR", "/project/ilsvrc2012.tar")
-    assert run_study(REPO / "experiments" / name, scale="thesis", launcher="slurm", cluster="taito", dry_run=True) == 0
+    assert run_study(REPO / "experiments" / name, scale="thesis", launcher="slurm", cluster="taito", dry_run=True,
+                     out=tmp_path) == 0
+    assert not list(tmp_path.iterdir())  # a dry run creates nothing
     return capsys.readouterr().out
 
 
-def test_experiment_6_thesis_dry_run_prints_the_thesis_nodes_batches_and_rates(capsys, monkeypatch):
-    out = thesis_plan("06_linear_scaling_stepping_warmup", capsys, monkeypatch)
+def test_experiment_6_thesis_dry_run_prints_the_thesis_nodes_batches_and_rates(capsys, monkeypatch, tmp_path):
+    out = thesis_plan("06_linear_scaling_stepping_warmup", capsys, monkeypatch, tmp_path)
     for nodes, workers, lr in [(2, 8, "0.4"), (4, 16, "0.8"), (6, 24, "1.2"), (8, 32, "1.6")]:
         assert f"{nodes} node(s) x 4 process(es), {workers} worker(s), per-GPU batch 128" in out
         assert re.search(rf"thesis-w{workers}-s0: horovod\+pytorch .* lr {lr}, warm-up stepping 5 epochs, 90 epochs", out)
@@ -41,18 +43,18 @@ def test_experiment_6_thesis_dry_run_prints_the_thesis_nodes_batches_and_rates(c
     assert "thesis-w32-ddp-s0: pytorch (ddp)" in out  # the PyTorch row at 32 GPUs
 
 
-def test_experiment_7_and_9_thesis_rates(capsys, monkeypatch):
-    out = thesis_plan("07_stepping_warmup_small_batch", capsys, monkeypatch)
+def test_experiment_7_and_9_thesis_rates(capsys, monkeypatch, tmp_path):
+    out = thesis_plan("07_stepping_warmup_small_batch", capsys, monkeypatch, tmp_path)
     assert "per-GPU batch 32, global batch 1024, lr 0.4, warm-up stepping 5 epochs" in out
-    out = thesis_plan("09_gradual_warmup_10", capsys, monkeypatch)
+    out = thesis_plan("09_gradual_warmup_10", capsys, monkeypatch, tmp_path)
     assert "global batch 3072, lr 1.2, warm-up gradual 10 epochs" in out
 
 
-def test_experiment_4_is_naive_and_experiment_5_linear(capsys, monkeypatch):
-    out = thesis_plan("04_naive_scaling", capsys, monkeypatch)
+def test_experiment_4_is_naive_and_experiment_5_linear(capsys, monkeypatch, tmp_path):
+    out = thesis_plan("04_naive_scaling", capsys, monkeypatch, tmp_path)
     for workers in (1, 2, 16, 24, 32):
         assert re.search(rf"thesis-w{workers}-s0: pytorch \(ddp\).* lr 0\.1, warm-up none, 90 epochs", out)
-    out = thesis_plan("05_linear_scaling", capsys, monkeypatch)
+    out = thesis_plan("05_linear_scaling", capsys, monkeypatch, tmp_path)
     assert "thesis-w1-ddp-s0: pytorch (ddp), 1 node(s) x 1 process(es), 1 worker(s), per-GPU batch 128, global batch 128, lr 0.05" in out
     assert "thesis-w32-horovod-s0: horovod+pytorch (horovod), 8 node(s) x 4 process(es)" in out and "lr 1.6" in out
 

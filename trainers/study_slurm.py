@@ -38,7 +38,6 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool) -> in
     failures = 0
     for plan in planned_runs(study, scale, out):
         nodes, per_node, gpus = placement(plan.run.workers, plan.backend, plan.run.nodes, profile.gpus_per_node)
-        plan.run_dir.mkdir(parents=True, exist_ok=True)
         train_args = plan.trainer_args + (["--resume", "auto"] if plan.status not in ("missing",) else [])
         argv = sbatch_argv(
             profile, script, nodes, per_node, gpus, job_name=f"{study.experiment.name[:2]}-{plan.run.name}",
@@ -52,6 +51,7 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool) -> in
             continue
         print(shlex.join(argv), flush=True)
         if not dry_run:
+            plan.run_dir.mkdir(parents=True, exist_ok=True)  # sbatch -o writes into it
             result = subprocess.run(argv, capture_output=True, text=True)
             print(f"#   {result.stdout.strip() or result.stderr.strip()}")
             failures += result.returncode != 0
