@@ -282,16 +282,15 @@ class Cluster:
     def requeue_now(self, job: int) -> None:
         """A requeued job waits 120 s before it may start again; let it start now.
 
-        Not sooner than 2 s after the job ended: slurmd revokes the old run's credential with 1-second
-        resolution and kills a restart whose credential is not newer ("Job credential revoked" -> FAILED)."""
+        Not sooner than 5 s after the job ended: slurmd revokes the old run's credential with 1-second
+        resolution and kills a restart whose credential is not newer ("Job credential revoked" -> FAILED);
+        2 s was seen to be too little once on a busy machine."""
         end = self.job_info(job).get("EndTime", "")
         try:
-            ended = datetime.datetime.fromisoformat(end).timestamp()
-            wait = ended + 2.0 - time.time()
-            if 0 < wait <= 5:
-                time.sleep(wait)
+            wait = datetime.datetime.fromisoformat(end).timestamp() + 5.0 - time.time()
         except ValueError:
-            time.sleep(2.0)
+            wait = 5.0
+        time.sleep(min(max(wait, 3.0), 10.0))  # at least 3 s whatever EndTime says
         self.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
 
     def wait(self, job: int, timeout: float = 120, fast_requeue: bool = False, poll: float = 0.5) -> str:
