@@ -85,3 +85,16 @@ def test_divergence_stops_the_run_with_its_own_status_and_exit_code(tmp_path):
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "diverged"
     last = records(run_dir, "status")[-1]
     assert last["status"] == "diverged" and "loss is" in last["message"]
+
+
+def test_resume_without_a_checkpoint_starts_the_records_over(tmp_path):
+    """A run killed before its first checkpoint restarts from scratch: its old records must not be read twice."""
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    run_dir = tmp_path / "c" / "c"
+    (run_dir / "checkpoint.pt").unlink()
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 0
+    assert [r["status"] for r in records(run_dir, "status")] == ["running", "completed"]
+    assert len(records(run_dir, "epoch")) == 1
+    assert (run_dir / "train.log").read_text().count("* Acc@1") == 1
+    assert json.loads((run_dir / "manifest.json").read_text())["resumed_at"] is None

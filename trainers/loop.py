@@ -102,7 +102,9 @@ class Trainer:
         )
         self.backend = backends.create(cfg, launch, backend_name)
         b = self.backend
-        self.run = RunFolder(run_dir, writes=b.is_main(), echo=echo)
+        self.ckpt_path = run_dir / "checkpoint.pt"
+        self.resuming = resume and self.ckpt_path.exists()
+        self.run = RunFolder(run_dir, writes=b.is_main(), echo=echo, fresh=not self.resuming)
         b.start_run(run_dir)
         torch.manual_seed(t.seed)
         self.model = b.wrap_model(build_model(cfg.model))
@@ -113,8 +115,7 @@ class Trainer:
         self.optimizer = b.wrap_optimizer(optimizer, self.model)
         self.per_shard_batch = t.per_worker_batch * b.batch_multiplier
         self.start_epoch, self.start_step, self.partial, self.best_top1 = 0, 0, Sums(), 0.0
-        self.ckpt_path = run_dir / "checkpoint.pt"
-        if resume and self.ckpt_path.exists():
+        if self.resuming:
             self.restore()
         else:
             b.broadcast_initial_state(self.model, self.optimizer)
@@ -344,7 +345,7 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
     run, b = trainer.run, trainer.backend
     run.write_config({"experiment": cfg.experiment, "run": run_dir.name, "scale": cfg.scale, **cfg.to_dict(),
                       "resolved": cfg.resolved(name)})
-    if (run_dir / "manifest.json").exists() and resume:
+    if (run_dir / "manifest.json").exists() and trainer.resuming:
         run.manifest = json.loads((run_dir / "manifest.json").read_text())
     run.update_manifest(
         start=run.manifest.get("start", now_iso()), end=None, launcher=launch.launcher, seed=cfg.train.seed,

@@ -90,7 +90,9 @@ def summary_line(top1: float, top5: float) -> str:
 
 
 class RunFolder:
-    def __init__(self, path: Path, writes: bool, echo: bool = True):
+    def __init__(self, path: Path, writes: bool, echo: bool = True, fresh: bool = True):
+        """fresh: the run starts from scratch, so records of an earlier attempt (one killed before its first
+        checkpoint) are dropped rather than read twice; a resumed run appends."""
         self.path = path
         self.writes = writes
         self.echo = echo and writes
@@ -98,8 +100,9 @@ class RunFolder:
         self.manifest: dict[str, Any] = {}
         if writes:
             path.mkdir(parents=True, exist_ok=True)
-            self._metrics = open(path / "metrics.jsonl", "a", buffering=1)
-            self._log = open(path / "train.log", "a", buffering=1)
+            mode = "w" if fresh else "a"
+            self._metrics = open(path / "metrics.jsonl", mode, buffering=1)
+            self._log = open(path / "train.log", mode, buffering=1)
 
     # ---- structured records ------------------------------------------------------------------------------------
     def record(self, kind: str, **fields) -> None:
