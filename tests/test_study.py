@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO
-from trainers.study import expand, load_study, planned_runs, run_study
+from trainers.study import expand, load_study, planned_runs, run_study, threads_per_process
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("0[1-9]_*"))
 
@@ -77,3 +77,16 @@ def test_experiment_3_local_uses_several_torchrun_nodes():
     by_name = {r.name: r for r in runs}
     assert by_name["n2-ddp-t2-s0"].nodes == 2 and by_name["n2-ddp-t2-s0"].workers == 4
     assert by_name["n1-t1-ddp-s0"].workers == 1
+
+
+def test_local_runs_share_the_cores_evenly_between_jobs_and_ranks():
+    study = load_study(REPO / "experiments/03_throughput_distributed_data_parallel", "local", quick=True, seeds=None,
+                       overrides=[])
+    plans = {p.run.name: p for p in planned_runs(study, "local", Path("/nonexistent"))}
+    assert threads_per_process(plans["n1-t1-ddp-s0"], jobs=1, cores=16) == 16
+    assert threads_per_process(plans["n2-ddp-t2-s0"], jobs=1, cores=16) == 4   # 2 torchrun nodes x 2 ranks
+    assert threads_per_process(plans["n2-horovod-t2-s0"], jobs=1, cores=16) == 4
+    assert threads_per_process(plans["n2-horovod-t2-s0"], jobs=1, cores=2) == 1  # never below one
+    quality = load_study(REPO / "experiments/05_linear_scaling", "local", quick=True, seeds=None, overrides=[])
+    emulated = planned_runs(quality, "local", Path("/nonexistent"))[-1]
+    assert emulated.run.workers == 32 and threads_per_process(emulated, jobs=2, cores=16) == 8  # one process

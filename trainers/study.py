@@ -245,11 +245,18 @@ class Active:
         return max(abs(p.returncode) for p in self.procs)
 
 
-def start_local(plan: Plan, index: int, threads: int | None) -> Active:
+def threads_per_process(plan: Plan, jobs: int, cores: int | None = None) -> int:
+    """This machine's cores shared evenly by the runs side by side and each run's processes. torchrun alone would
+    give its ranks 1 thread and horovodrun the default (all cores, each): 4 Horovod ranks on 2 cores then spin
+    against each other, and DDP and Horovod would not be compared on equal terms."""
+    processes = plan.run.workers if plan.backend in ("ddp", "horovod") else 1
+    return max(1, (cores or os.cpu_count() or 1) // jobs // processes)
+
+
+def start_local(plan: Plan, index: int, jobs: int) -> Active:
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    if threads:  # runs side by side share the cores instead of fighting over them
-        env["OMP_NUM_THREADS"] = str(threads)
+    env.setdefault("OMP_NUM_THREADS", str(threads_per_process(plan, jobs)))  # a user's own setting wins
     console = open(plan.run_dir / "console.log", "a")
     # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint)
     procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
@@ -286,7 +293,7 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
             work = f"{c.bench.batches} timed batches" if c.bench.batches else f"{c.train.epochs} epochs"
             progress.show(index, label, f"{plan.backend}, {plan.run.workers} worker(s), {work}...",
                           final=not progress.tty or jobs > 1)
-            active.append(start_local(plan, index, max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None))
+            active.append(start_local(plan, index, jobs))
         time.sleep(0.5)
         for run in list(active):
             label = f"{run.plan.cfg.experiment}/{run.plan.run.name}"
