@@ -32,6 +32,18 @@ def _colour(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
+def _finish(ax, xlabel: str, ylabel: str, title: str | None = None, legend_size: int = 7, title_size: int = 9):
+    """Labels, an optional title, a legend when anything was drawn, and a light grid: every line plot ends so."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=title_size)
+    if ax.get_lines():
+        ax.legend(fontsize=legend_size)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
 def save(fig, out_dir: str | Path, name: str) -> list[Path]:
     """Write <name>.png and <name>.pdf (deterministic metadata) and close the figure."""
     out_dir = Path(out_dir)
@@ -92,15 +104,10 @@ def plot_throughput(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batc
         if ideal and len(one) and src != "ours (steady state)":
             xs = np.array(sorted(g["gpus"].unique()), dtype=float)
             ax.plot(xs, float(one.iloc[0]) * xs, ":", color=colour, alpha=0.6, linewidth=1)
-    ax.set_xlabel("GPUs (workers)")
-    ax.set_ylabel("images / s")
     if ax.get_lines():
         ax.set_yscale("log")
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.legend(fontsize=7)
-    ax.set_title("Throughput (dotted: ideal linear scaling)", fontsize=9)
-    ax.grid(True, alpha=0.3)
-    return ax
+    return _finish(ax, "GPUs (workers)", "images / s", "Throughput (dotted: ideal linear scaling)")
 
 
 def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=None):
@@ -116,12 +123,7 @@ def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=N
         colour, ls, mk = style(src, sc, fw, b)
         ax.plot(g["gpus"], g["speedup"], ls, marker=mk, color=colour, label=_label(src, sc, fw, b))
     ax.plot([1, xmax], [1, xmax], color="grey", linewidth=1, label="ideal")
-    ax.set_xlabel("GPUs (workers)")
-    ax.set_ylabel("speed-up over 1 GPU")
-    ax.legend(fontsize=7)
-    ax.set_title("Speed-up", fontsize=9)
-    ax.grid(True, alpha=0.3)
-    return ax
+    return _finish(ax, "GPUs (workers)", "speed-up over 1 GPU", "Speed-up")
 
 
 # ============================================================================================ error curves
@@ -174,13 +176,8 @@ def plot_error_curves(df: pd.DataFrame, ax=None, which: str = "train", title: st
         std = g[f"{col}_std"]
         if std.notna().any():
             ax.fill_between(g["epoch"], g[col] - std, g[col] + std, color=_colour(i), alpha=0.2, linewidth=0)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel(f"top-1 {'training' if which == 'train' else 'validation'} error (%)")
-    ax.set_title(title or f"top-1 {'training' if which == 'train' else 'validation'} error", fontsize=9)
-    if ax.get_lines():
-        ax.legend(fontsize=7)
-    ax.grid(True, alpha=0.3)
-    return ax
+    kind = "training" if which == "train" else "validation"
+    return _finish(ax, "epoch", f"top-1 {kind} error (%)", title or f"top-1 {kind} error")
 
 
 def plot_error_panel(df: pd.DataFrame, ax=None, title: str | None = None):
@@ -192,14 +189,7 @@ def plot_error_panel(df: pd.DataFrame, ax=None, title: str | None = None):
         lab = curve_label(dict(zip(CURVE_KEYS, key)))
         ax.plot(g["epoch"], g["train_err"], "-", color=_colour(i), label=f"train — {lab}")
         ax.plot(g["epoch"], g["val_err"], "--", color=_colour(i), label=f"val — {lab}")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("top-1 error (%)")
-    if title:
-        ax.set_title(title, fontsize=8)
-    if ax.get_lines():
-        ax.legend(fontsize=6)
-    ax.grid(True, alpha=0.3)
-    return ax
+    return _finish(ax, "epoch", "top-1 error (%)", title, legend_size=6, title_size=8)
 
 
 def plot_error_grid(df: pd.DataFrame, axes=None, ncols: int = 2):
@@ -231,12 +221,7 @@ def plot_lr_schedules(schedules: pd.DataFrame, ax=None, experiment: int | None =
     for i, (lab, g) in enumerate(s.groupby("label", sort=True)):
         g = g.sort_values("epoch")
         ax.step(g["epoch"], g["lr"], where="post", color=_colour(i), label=lab)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("learning rate")
-    if ax.get_lines():
-        ax.legend(fontsize=6)
-    ax.grid(True, alpha=0.3)
-    return ax
+    return _finish(ax, "epoch", "learning rate", legend_size=6)
 
 
 def plot_utilisation(df: pd.DataFrame, ax=None, title: str | None = None):
@@ -246,15 +231,8 @@ def plot_utilisation(df: pd.DataFrame, ax=None, title: str | None = None):
     for i, ((run, dev), g) in enumerate(u.groupby(["run", "device"], dropna=False, sort=True)):
         g = g.sort_values("t")
         ax.plot(g["t"] / 60.0, g["util_pct"], color=_colour(i), linewidth=1, label=f"{run} {dev}")
-    ax.set_xlabel("minutes since start")
-    ax.set_ylabel("utilisation (%)")
     ax.set_ylim(0, 105)
-    if title:
-        ax.set_title(title, fontsize=9)
-    if ax.get_lines():
-        ax.legend(fontsize=7)
-    ax.grid(True, alpha=0.3)
-    return ax
+    return _finish(ax, "minutes since start", "utilisation (%)", title)
 
 
 def plot_steady_state(rq2: pd.DataFrame, ax=None):
