@@ -37,6 +37,16 @@ def shape(run_dir):
     return files, sorted(config), sorted(config["resolved"]), sorted(manifest), kinds
 
 
+def run_on_slurm_and_locally(cluster, experiment, tmp_path):
+    """The QUICK study submitted to the cluster and run locally; both must leave the same completed run folders."""
+    jobs = submit_study(cluster, experiment, tmp_path / "slurm")
+    states = cluster.wait_all(jobs, timeout=600)
+    assert set(states.values()) == {"COMPLETED"}, states
+    run_local_study(experiment, tmp_path / "local")
+    check_same_shape(tmp_path / "slurm", tmp_path / "local", experiment)
+    return tmp_path / "slurm" / experiment
+
+
 def check_same_shape(slurm_out, local_out, experiment):
     slurm_runs = sorted(p.name for p in (slurm_out / experiment).iterdir())
     assert slurm_runs == sorted(p.name for p in (local_out / experiment).iterdir())
@@ -48,24 +58,16 @@ def check_same_shape(slurm_out, local_out, experiment):
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI for the Horovod rows (make setup-cluster)")
 def test_throughput_study_runs_on_slurm_like_it_runs_locally(slurm_cluster, tmp_path):
-    jobs = submit_study(slurm_cluster, "01_throughput_single_gpu", tmp_path / "slurm")
-    states = slurm_cluster.wait_all(jobs, timeout=600)
-    assert set(states.values()) == {"COMPLETED"}, states
-    run_local_study("01_throughput_single_gpu", tmp_path / "local")
-    check_same_shape(tmp_path / "slurm", tmp_path / "local", "01_throughput_single_gpu")
-    manifest = json.loads((tmp_path / "slurm/01_throughput_single_gpu/b32-horovod-s0/manifest.json").read_text())
+    slurm_runs = run_on_slurm_and_locally(slurm_cluster, "01_throughput_single_gpu", tmp_path)
+    manifest = json.loads((slurm_runs / "b32-horovod-s0/manifest.json").read_text())
     assert manifest["launcher"] == "mpi" and manifest["backend"] == "horovod"
-    manifest = json.loads((tmp_path / "slurm/01_throughput_single_gpu/b32-ddp-s0/manifest.json").read_text())
+    manifest = json.loads((slurm_runs / "b32-ddp-s0/manifest.json").read_text())
     assert manifest["launcher"] == "slurm" and manifest["backend"] == "ddp"
 
 
 def test_quality_study_runs_on_slurm_like_it_runs_locally(slurm_cluster, tmp_path):
-    jobs = submit_study(slurm_cluster, "04_naive_scaling", tmp_path / "slurm")
-    states = slurm_cluster.wait_all(jobs, timeout=600)
-    assert set(states.values()) == {"COMPLETED"}, states
-    run_local_study("04_naive_scaling", tmp_path / "local")
-    check_same_shape(tmp_path / "slurm", tmp_path / "local", "04_naive_scaling")
-    for run_dir in (tmp_path / "slurm" / "04_naive_scaling").iterdir():
+    slurm_runs = run_on_slurm_and_locally(slurm_cluster, "04_naive_scaling", tmp_path)
+    for run_dir in slurm_runs.iterdir():
         assert [r["epoch"] for r in records(run_dir, "epoch")] == [0, 1]
 
 
