@@ -71,7 +71,8 @@ class Sums:
         self.images += n
 
     def reduced(self, backend) -> "Sums":
-        t = backend.all_reduce_sum(torch.tensor([self.loss, self.top1, self.top5, float(self.images)], dtype=torch.float64, device=backend.device))
+        sums = [self.loss, self.top1, self.top5, float(self.images)]
+        t = backend.all_reduce_sum(torch.tensor(sums, dtype=torch.float64, device=backend.device))
         loss, c1, c5, n = t.tolist()
         return Sums(loss, c1, c5, int(n))
 
@@ -110,7 +111,8 @@ class Trainer:
         self.model = b.wrap_model(build_model(cfg.model))
         self.criterion = nn.CrossEntropyLoss().to(b.device)
         optimizer = torch.optim.SGD(
-            self.model.parameters(), lr=self.policy.target, momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay
+            self.model.parameters(), lr=self.policy.target, momentum=cfg.optim.momentum,
+            weight_decay=cfg.optim.weight_decay,
         )
         self.optimizer = b.wrap_optimizer(optimizer, self.model)
         self.per_shard_batch = t.per_worker_batch * b.batch_multiplier
@@ -152,7 +154,8 @@ class Trainer:
             len(self.train_ds), self.backend.shards(), self.per_shard_batch, epoch, self.cfg.train.seed,
             shuffle=True, start_step=start_step,
         )
-        loader = data.make_loader(self.train_ds, sampler, self.cfg.data.loader_workers, self.backend.device.type == "cuda")
+        pin = self.backend.device.type == "cuda"
+        loader = data.make_loader(self.train_ds, sampler, self.cfg.data.loader_workers, pin)
         return loader, len(sampler)  # the full epoch's steps, also when resuming from start_step
 
     def set_lr(self, lr: float) -> None:
@@ -281,7 +284,8 @@ class Trainer:
         warm, timed = cfg.bench.warmup_batches, cfg.bench.batches
         per_process = self.per_shard_batch * len(b.shards())
         if cfg.data.kind == "synthetic":  # tf_cnn_benchmarks' synthetic mode: one batch already on the device
-            fixed = data.synthetic_batch(per_process, cfg.data.image_size, cfg.model.num_classes, cfg.train.seed, b.device)
+            fixed = data.synthetic_batch(per_process, cfg.data.image_size, cfg.model.num_classes, cfg.train.seed,
+                                         b.device)
             source = ((*fixed, 0) for _ in range(warm + timed))
         else:
             loader, _ = self.batches(0, 0)
@@ -303,7 +307,8 @@ class Trainer:
             batch_time.update(time.time() - end)
             times.append(batch_time.val)
             data_times.append(data_time.val)
-            self.log_iteration(0, i, warm + timed, self.policy.target, len(target), batch_time, data_time, losses, top1, top5)
+            self.log_iteration(0, i, warm + timed, self.policy.target, len(target), batch_time, data_time, losses,
+                               top1, top5)
             end = time.time()
         images_per_step = per_process * b.world_size  # all ranks' images in one step
         steady = times[warm:]
@@ -349,7 +354,8 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
         run.manifest = json.loads((run_dir / "manifest.json").read_text())
     run.update_manifest(
         start=run.manifest.get("start", now_iso()), end=None, launcher=launch.launcher, seed=cfg.train.seed,
-        versions=versions(), git_commit=git_commit(), resumed_at=now_iso() if trainer.start_epoch or trainer.start_step else None,
+        versions=versions(), git_commit=git_commit(),
+        resumed_at=now_iso() if trainer.start_epoch or trainer.start_step else None,
         **b.describe(),
     )
     run.status("running", trainer.start_epoch)

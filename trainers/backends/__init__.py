@@ -128,7 +128,8 @@ def check_world(cfg: Config, launch: Launch, name: str) -> None:
                 f"--nproc-per-node {workers}, srun, mpirun or horovodrun, or use backend = 'emulated'"
             )
     elif launch.world_size > 1:
-        raise ConfigError(f"backend {name} runs in one process, but {launch.world_size} were launched; use ddp or horovod")
+        raise ConfigError(f"backend {name} runs in one process, but {launch.world_size} were launched; "
+                          "use ddp or horovod")
 
 
 @register("single")
@@ -159,7 +160,8 @@ def _dp(cfg: Config, launch: Launch, device: torch.device) -> Backend:
     from trainers.backends.torch_dist import DataParallelBackend
 
     if device.type == "cuda" and torch.cuda.device_count() < cfg.train.workers:
-        raise ConfigError(f"backend dp with {cfg.train.workers} workers needs as many GPUs; {torch.cuda.device_count()} visible")
+        raise ConfigError(f"backend dp with {cfg.train.workers} workers needs as many GPUs; "
+                          f"{torch.cuda.device_count()} visible")
     return DataParallelBackend(device, cfg.train.workers)
 
 
@@ -178,7 +180,8 @@ def resolve(cfg: Config, launch: Launch) -> str:
         try:
             import trainers.backends.horovod  # noqa: F401  (registers itself; fails without Horovod)
         except ImportError as e:
-            raise ConfigError(f"backend horovod needs Horovod with PyTorch support: run `make setup-horovod` ({e})") from None
+            hint = f"backend horovod needs Horovod with PyTorch support: run `make setup-horovod` ({e})"
+            raise ConfigError(hint) from None
     if name not in BACKENDS:
         raise ConfigError(f"backend {name!r} is not available; known: {', '.join(sorted(BACKENDS))}")
     check_world(cfg, launch, name)
