@@ -1,0 +1,53 @@
+"""The thesis's three quality findings checked on runs: differences, standard errors over seeds, verdicts."""
+import math
+
+import pandas as pd
+import pytest
+
+from analysis import reference as rf
+from analysis.orderings import difference, orderings
+
+
+def runs(rows):
+    """rows: (exp, workers, warmup, [best top-1 of each seed]) at per-worker batch 4."""
+    out = []
+    for exp, gpus, warmup, tops in rows:
+        for top1 in tops:
+            out.append(dict(kind="run", exp=exp, gpus=gpus, per_gpu_batch=4, global_batch=4 * gpus, warmup=warmup,
+                            scale="local", status="completed", best_val_top1=top1))
+    return pd.DataFrame(out)
+
+
+def test_difference_and_its_standard_error():
+    diff, se = difference(pd.Series([3.0, 5.0]), pd.Series([1.0, 1.0, 1.0]))
+    assert diff == 3.0 and se == pytest.approx(math.sqrt(2.0 / 2 + 0.0 / 3))
+    assert math.isnan(difference(pd.Series([3.0]), pd.Series([1.0, 2.0]))[1])
+
+
+def test_the_thesis_findings_hold_on_runs_built_to_show_them():
+    df = runs([(4, 1, "none", [60, 61, 59]), (4, 2, "none", [61, 62, 60]), (4, 32, "none", [40, 41, 39]),
+               (5, 1, "none", [62, 63, 61]), (5, 32, "none", [55, 56, 54]),
+               (6, 32, "stepping-1", [61.5, 62.5, 60.5])])
+    table = orderings(df, rf.load_reference()).set_index("finding")
+    naive = table.filter(like="naive", axis=0).iloc[0]
+    assert naive["verdict"] == "holds" and naive["difference"] == pytest.approx(-20.0)
+    assert naive["thesis_difference"] == pytest.approx(69.006 - 73.286)
+    beats = table.filter(like="beats", axis=0).iloc[0]
+    assert beats["verdict"] == "holds" and beats["difference"] == pytest.approx(6.5)
+    assert beats["thesis_difference"] == pytest.approx(74.662 - 73.078)
+    near = table.filter(like="within noise of 1 worker", axis=0).iloc[0]
+    assert near["verdict"] == "holds" and near["difference"] == pytest.approx(-0.5)
+
+
+def test_the_findings_fail_on_runs_that_contradict_them():
+    df = runs([(4, 1, "none", [50, 51, 49]), (4, 32, "none", [60, 61, 59]),
+               (5, 1, "none", [62, 63, 61]), (5, 32, "none", [58, 59, 57]),
+               (8, 32, "gradual-1", [52, 53, 51])])
+    verdicts = orderings(df, rf.load_reference()).set_index("finding")["verdict"]
+    assert (verdicts == "does not hold").all(), verdicts
+    assert list(verdicts.index.str.contains("exp 8")) == [False, True, True]
+
+
+def test_one_seed_gives_no_verdict_on_noise():
+    df = runs([(5, 1, "none", [62]), (5, 32, "none", [58]), (6, 32, "stepping-1", [60])])
+    assert set(orderings(df, rf.load_reference())["verdict"]) == {"no noise estimate (fewer than 2 seeds)"}
