@@ -99,6 +99,8 @@ RQ3 = [
     ("code", None),
     ("md", "## Best validation accuracy: thesis and ours (mean ± std over seeds)"),
     ("code", "an.quality_overview(df, ref)"),
+    ("md", "## Do the thesis's three findings hold in our runs? (differences of mean best top-1, SE over seeds)"),
+    ("code", "an.orderings(df, ref)"),
     ("md", "## Learning-rate schedules of experiments 4-9"),
     ("code", "fig = an.schedules_figure(df)\nan.show(fig)"),
     ("md", "## Training and validation error per epoch (only experiments with runs)"),
