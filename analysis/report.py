@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from . import figures as fg  # noqa: E402
-from . import orderings as od  # noqa: E402
+from . import findings as fd  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
 from .runs import load_study  # noqa: E402
@@ -56,8 +56,8 @@ def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> list[Path]:
                               ["status 'running' with no final record: a half-written run."])
     written += tb.write_table(tb.quality_summary(df), out, "quality_summary",
                               "Best validation accuracy per configuration (all quality experiments)")
-    written += tb.write_table(od.orderings(df, ref), out, "orderings",
-                              "The thesis's three quality findings, checked on our runs", od.NOTES)
+    written += tb.write_table(fd.orderings(df, ref), out, "orderings",
+                              "The thesis's three quality findings, checked on our runs", fd.NOTES)
     written += tb.write_table(tb.throughput_summary(df), out, "throughput_summary", "Throughput per configuration")
     extra = df[(df["kind"] == "run") & (df["exp"] > 9)]
     if len(extra):

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from analysis import reference as rf
-from analysis.orderings import difference, orderings
+from analysis.findings import difference, orderings
 
 
 def runs(rows):
