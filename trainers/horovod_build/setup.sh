@@ -35,8 +35,11 @@ die() { echo "[setup-horovod] ERROR: $*" >&2; exit 1; }
 py="$venv/bin/python"
 pip=("$py" -m pip)
 
-check_build() { "$venv/bin/horovodrun" --check-build 2>/dev/null; }
-has_pytorch() { [ -x "$venv/bin/horovodrun" ] && check_build | grep -q '\[X\] PyTorch'; }
+# The gate is a direct import of horovod.torch, which is what the trainers need.
+# (`horovodrun --check-build` answers from a forked child per framework and, under
+# load, once reported PyTorch missing from a good build: it is printed, not trusted.)
+has_pytorch() { "$py" -c 'import horovod.torch as hvd; assert hvd.gloo_built()' 2>/dev/null; }
+import_error() { "$py" -c 'import horovod.torch as hvd; assert hvd.gloo_built(), "Gloo not built"' 2>&1 | tail -1; }
 
 # 0. Already there? -------------------------------------------------------------
 if [ "${HOROVOD_FORCE:-0}" != 1 ] && has_pytorch; then
@@ -115,8 +118,8 @@ say "built in $(( $(date +%s) - start )) s"
 
 # 4. Verify ---------------------------------------------------------------------
 if ! has_pytorch; then
-    check_build >>"$log" 2>&1 || true
-    die "Horovod installed but 'horovodrun --check-build' does not list PyTorch; see $log"
+    die "Horovod installed but 'import horovod.torch' fails: $(import_error); see $log"
 fi
-check_build | sed -n '/Available Frameworks/,$p' | sed 's/^/[setup-horovod]   /'
+"$venv/bin/horovodrun" --check-build 2>/dev/null | sed -n '/Available Frameworks/,$p' \
+    | sed 's/^/[setup-horovod]   /' || true
 say "OK: Horovod $HOROVOD_VERSION with PyTorch in $venv"
