@@ -15,7 +15,7 @@ STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $
 
 .DEFAULT_GOAL := help
 EXPERIMENTS := $(addprefix exp,1 2 3 4 5 6 7 8 9)
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report bench bench-comm clean $(EXPERIMENTS)
+.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report bench bench-comm noise-scale clean $(EXPERIMENTS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -62,6 +62,13 @@ bench: setup ## Benchmark the trainer against a hand-written loop, and emulated 
 
 bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and the communication share (seed 002)
 	$(PY) -m trainers.bench_comm --fp16 --json results/bench_comm.json
+
+# the runs share seed 0, hence their initial weights: those are measured once
+NOISE_RUNS = $(wildcard results/runs/05_linear_scaling/w*-s0 results/runs/06_linear_scaling_stepping_warmup/w32-s0)
+noise-scale: setup ## Gradient noise scale of the local exp5/exp6 models, initial and final weights -> results/noise_scale/
+	@test -n "$(NOISE_RUNS)" || { echo "make: no experiment 5/6 runs in results/runs: run 'make exp5 exp6' first"; exit 2; }
+	$(PY) -m trainers noise-scale $(firstword $(NOISE_RUNS)) --init --groups 32 --json results/noise_scale/initial.json
+	$(PY) -m trainers noise-scale $(NOISE_RUNS) --groups 64 --json results/noise_scale/final.json
 
 clean: ## Remove caches (generated datasets) but not results
 	rm -rf .cache .pytest_cache

@@ -1,4 +1,4 @@
-"""Command line: python -m trainers {train, study, schedule, data, bench} ..."""
+"""Command line: python -m trainers {train, study, schedule, data, bench, noise-scale} ..."""
 from __future__ import annotations
 
 import argparse
@@ -61,6 +61,12 @@ def cmd_bench(args) -> int:
     return run_bench(args)
 
 
+def cmd_noise_scale(args) -> int:
+    from trainers.noise_scale import main as noise_scale
+
+    return noise_scale(args.runs, args.workers, args.groups, args.init, args.seed, args.json)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m trainers", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -115,6 +121,15 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--workers", type=int, default=32, help="emulated workers for the emulation-cost figure")
     b.add_argument("--repeats", type=int, default=3)
     b.set_defaults(func=cmd_bench)
+
+    n = sub.add_parser("noise-scale", help="gradient noise scale B_simple of runs' models (McCandlish et al. 2018)")
+    n.add_argument("runs", nargs="+", help="run folders with a checkpoint.pt")
+    n.add_argument("--workers", type=int, default=32, help="big batch = workers x the run's per-worker batch")
+    n.add_argument("--groups", type=int, default=32, help="big batches to average over")
+    n.add_argument("--init", action="store_true", help="measure the runs' initial weights instead of their last")
+    n.add_argument("--seed", type=int, default=0, help="the order the training examples are drawn in")
+    n.add_argument("--json", help="also write the results to this file")
+    n.set_defaults(func=cmd_noise_scale)
     return p
 
 

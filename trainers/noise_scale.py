@@ -1,0 +1,128 @@
+"""The gradient noise scale of a run's model: the batch size beyond which a problem stops using larger batches well.
+
+McCandlish, Kaplan and Amodei, "An Empirical Model of Large-Batch Training" (2018; seed 000), appendix A.1:
+B_simple = tr(Σ) / |G|², with G the full-data gradient and Σ the covariance of one example's gradient. A batch of
+B examples gives E|g_B|² = |G|² + tr(Σ)/B, so gradients at two batch sizes give unbiased estimates of both terms:
+
+    |G|² ≈ (B_big |g_big|² − B_small |g_small|²) / (B_big − B_small)
+    tr Σ ≈ (|g_small|² − |g_big|²) / (1/B_small − 1/B_big)
+
+Here the small batch is one worker's (per_worker_batch, batch norm over it, as in training) and the big one the
+average of `workers` such gradients: the gradient an emulated step with that many workers applies. In the paper's
+model a batch B needs about (1 + B / B_noise) times the fewest epochs, so a global batch far above B_simple trains
+fewer useful steps per epoch: the reason a miniature with a small noise scale cannot keep 32-worker quality.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+import torch.nn as nn
+
+from trainers import checkpoint, data
+from trainers.config import ConfigError, from_dict
+from trainers.loop import generated_spec  # the loop's own mapping: both read the same data set
+from trainers.models import build_model
+
+
+@dataclass(frozen=True)
+class NoiseScale:
+    b_simple: float       # tr(Σ) / |G|², in examples
+    grad_sq: float        # |G|² estimate
+    trace_cov: float      # tr(Σ) estimate
+    b_small: int
+    b_big: int
+    groups: int           # big batches measured (each from b_big / b_small small ones)
+
+
+def estimate(small_sq: list[float], big_sq: list[float], b_small: int, b_big: int) -> NoiseScale:
+    """B_simple from squared gradient norms at two batch sizes (the means over all measurements of each)."""
+    if not b_big > b_small > 0:
+        raise ValueError(f"need 0 < b_small < b_big, got {b_small} and {b_big}")
+    small, big = sum(small_sq) / len(small_sq), sum(big_sq) / len(big_sq)
+    grad_sq = (b_big * big - b_small * small) / (b_big - b_small)
+    trace_cov = (small - big) / (1 / b_small - 1 / b_big)
+    return NoiseScale(trace_cov / grad_sq, grad_sq, trace_cov, b_small, b_big, len(big_sq))
+
+
+def flat_grad(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
+
+
+def measure(model: nn.Module, loss_fn: Callable, batches: Iterator, workers: int, groups: int,
+            b_small: int, progress: Callable[[int], None] = lambda done: None) -> NoiseScale:
+    """`groups` times: `workers` small-batch gradients, their squared norms, and the squared norm of their mean."""
+    small_sq, big_sq = [], []
+    for group in range(groups):
+        total = None
+        for _ in range(workers):
+            x, y = next(batches)
+            model.zero_grad(set_to_none=True)
+            loss_fn(model(x), y).backward()
+            g = flat_grad(model).detach().double()
+            small_sq.append(float(g @ g))
+            total = g.clone() if total is None else total.add_(g)
+        mean = total / workers
+        big_sq.append(float(mean @ mean))
+        progress(group + 1)
+    return estimate(small_sq, big_sq, b_small, b_small * workers)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A run folder's model on its own training data
+# ----------------------------------------------------------------------------------------------------------------
+def training_batches(cfg, seed: int) -> Iterator:
+    """Endless per-worker batches of the run's training set, with its training transforms, in a seeded order."""
+    train_ds, _ = data.build_datasets(
+        cfg.data.kind, cfg.data.path, cfg.data.image_size, cfg.model.num_classes, cfg.train.seed,
+        generated=generated_spec(cfg), synthetic_size=cfg.data.synthetic_images,
+    )
+    epoch = 0
+    while True:
+        order = data.epoch_permutation(len(train_ds), epoch, seed)
+        b = cfg.train.per_worker_batch
+        for s in range(0, len(order) - b + 1, b):
+            batch = data.collate([train_ds[(epoch, i)] for i in order[s:s + b]])
+            yield batch.images, batch.targets
+        epoch += 1
+
+
+def measure_run(run_dir: Path, workers: int, groups: int, at_init: bool = False, seed: int = 0) -> dict:
+    """B_simple of the run's final model (or, with at_init, of its initial weights) at per-worker batch x workers."""
+    ckpt = run_dir / "checkpoint.pt"
+    if not ckpt.exists():
+        raise ConfigError(f"{run_dir} has no checkpoint.pt: measure a run trained with train.checkpoint = true")
+    state = checkpoint.load(ckpt)
+    cfg = from_dict(state["config"])
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(cfg.model)
+    if not at_init:
+        model.load_state_dict(state["model"])
+    model.train()  # batch norm over each worker's batch, as in training
+    weights = "initial" if at_init else f"epoch {state['epoch']}"
+    label = f"{run_dir.name} ({weights} weights)"
+
+    def progress(done: int) -> None:
+        print(f"\r{label}: {done}/{groups} groups of {workers} x {cfg.train.per_worker_batch}", end="",
+              file=sys.stderr, flush=True)
+
+    result = measure(model, nn.CrossEntropyLoss(), training_batches(cfg, seed), workers, groups,
+                     cfg.train.per_worker_batch, progress)
+    print(file=sys.stderr)
+    return {"run": str(run_dir), "weights": weights, "seed": seed, **asdict(result)}
+
+
+def main(run_dirs: list[str], workers: int, groups: int, at_init: bool, seed: int, json_path: str | None) -> int:
+    rows = [measure_run(Path(d), workers, groups, at_init, seed) for d in run_dirs]
+    for r in rows:
+        print(f"{r['run']} [{r['weights']}]: B_simple {r['b_simple']:.1f} examples "
+              f"(|G|^2 {r['grad_sq']:.4g}, tr Sigma {r['trace_cov']:.4g}; batches {r['b_small']} and {r['b_big']}, "
+              f"{r['groups']} groups)")
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
