@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO
-from trainers.study import expand, load_study, planned_runs, run_study, threads_per_process
+from trainers.study import default_jobs, expand, load_study, planned_runs, run_study, threads_per_process
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("0[1-9]_*"))
 
@@ -90,3 +90,16 @@ def test_local_runs_share_the_cores_evenly_between_jobs_and_ranks():
     quality = load_study(REPO / "experiments/05_linear_scaling", "local", quick=True, seeds=None, overrides=[])
     emulated = planned_runs(quality, "local", Path("/nonexistent"))[-1]
     assert emulated.run.workers == 32 and threads_per_process(emulated, jobs=2, cores=16) == 8  # one process
+
+
+def test_by_default_cpu_quality_runs_go_side_by_side_and_throughput_runs_alone():
+    def plans(experiment, scale="local", seeds=None):
+        study = load_study(REPO / "experiments" / experiment, scale, quick=False, seeds=seeds, overrides=[])
+        return study, planned_runs(study, scale, Path("/nonexistent"))
+
+    quality, runs = plans("05_linear_scaling")  # 2 worker counts x 3 seeds, emulated on the CPU
+    assert default_jobs(quality, runs, cores=2) == 2      # one thread each: how the local results were measured
+    assert default_jobs(quality, runs, cores=64) == 6     # never more than the runs
+    assert default_jobs(*plans("05_linear_scaling", seeds=1), cores=1) == 1
+    assert default_jobs(*plans("03_throughput_distributed_data_parallel"), cores=16) == 1  # timed alone
+    assert default_jobs(*plans("05_linear_scaling", "gpu"), cores=16) == 1  # one GPU: one run at a time

@@ -96,7 +96,8 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--dry-run", action="store_true", help="print the exact commands / sbatch lines and stop")
     st.add_argument("--quick", action="store_true", help="a smoke run of the study (minutes)")
     st.add_argument("--seeds", type=int, help="number of seeds (default: the study's own)")
-    st.add_argument("--jobs", type=int, default=1, help="quality runs side by side (threads split between them)")
+    st.add_argument("--jobs", type=int, help="quality runs side by side, the cores split between them (default: on "
+                    "the CPU one run per core; on a GPU and for throughput runs 1)")
     st.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     st.add_argument("--out", default=str(DEFAULT_OUT))
     st.set_defaults(func=cmd_study)

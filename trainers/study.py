@@ -213,7 +213,7 @@ def last_epoch(run_dir: Path) -> dict | None:
 
 
 class Progress:
-    """One line per run; on a terminal it updates in place with the run's newest epoch."""
+    """One line per run; on a terminal it updates in place with the newest epoch (of any run side by side)."""
 
     def __init__(self, total: int):
         self.total, self.tty = total, sys.stdout.isatty()
@@ -251,6 +251,14 @@ def threads_per_process(plan: Plan, jobs: int, cores: int | None = None) -> int:
     against each other, and DDP and Horovod would not be compared on equal terms."""
     processes = plan.run.workers if plan.backend in ("ddp", "horovod") else 1
     return max(1, (cores or os.cpu_count() or 1) // jobs // processes)
+
+
+def default_jobs(study: Study, plans: list[Plan], cores: int | None = None) -> int:
+    """Quality runs on the CPU go side by side, a core each (small models use one core better than two, and the
+    local results were measured so); a throughput run is timed alone, and a GPU takes one run at a time."""
+    if study.kind == "throughput" or any(p.cfg.train.device != "cpu" for p in plans):
+        return 1
+    return max(1, min(cores or os.cpu_count() or 1, len(plans)))
 
 
 def start_local(plan: Plan, index: int, jobs: int) -> Active:
@@ -300,7 +308,7 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
             code = run.poll()
             if code is None:
                 record = last_epoch(run.plan.run_dir)
-                if record and record != run.seen and jobs == 1:
+                if record and record != run.seen:  # side by side on a terminal, the newest epoch of any run
                     run.seen = record
                     progress.show(run.index, label, f"epoch {record['epoch'] + 1}/{run.plan.cfg.train.epochs}, "
                                                     f"val top-1 {record['val_top1']:.1f} %", final=not progress.tty)
@@ -326,7 +334,7 @@ def stop_active(active: list[Active]) -> None:
                 proc.kill()
 
 
-def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int = 1) -> int:
+def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | None = None) -> int:
     plans = planned_runs(study, scale, out)
     if dry_run:
         for plan in plans:
@@ -337,6 +345,7 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int = 1)
         return 0
     if study.kind == "throughput":
         jobs = 1  # a throughput run is timed alone
+    jobs = jobs or default_jobs(study, plans)
     progress = Progress(len(plans))
     started, have_horovod = time.time(), horovod_available()
     waiting = list(enumerate(plans, start=1))
@@ -358,7 +367,7 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int = 1)
 # ----------------------------------------------------------------------------------------------------------------
 def run_study(experiment: Path, scale: str = "local", launcher: str = "local", cluster: str = "local",
               dry_run: bool = False, quick: bool = False, out: Path = Path("results/runs"), seeds: int | None = None,
-              overrides: list[str] = (), jobs: int = 1) -> int:
+              overrides: list[str] = (), jobs: int | None = None) -> int:
     study = load_study(experiment, scale, quick, seeds, list(overrides))
     if study.question:
         print(f"{experiment.name}: {study.question}")
