@@ -33,11 +33,13 @@ setup-horovod: setup ## Build Horovod 0.28.1 (Gloo+MPI on CPU; HOROVOD_GPU=nccl 
 	bash trainers/horovod_build/setup.sh $(VENV)
 
 # Experiments 1-3 compare DDP with Horovod, so they build Horovod first when it can be built (once, ~3 minutes).
-# HOROVOD=0 skips the build; a failed build costs only the Horovod rows, which the study reports as skipped.
+# Not with HOROVOD=0 or DRY_RUN, nor for a real cluster (LAUNCHER=slurm, CLUSTER other than local): on its login node
+# build it for the GPUs yourself (HOROVOD_GPU=nccl make setup-horovod). A failed build costs only the Horovod rows.
+REAL_CLUSTER = $(and $(filter slurm,$(LAUNCHER)),$(filter-out local,$(CLUSTER)))
+AUTO_HOROVOD = $(if $(or $(filter 0,$(HOROVOD)),$(DRY_RUN),$(REAL_CLUSTER)),,yes)
 horovod-if-possible: setup
-	@if [ "$(HOROVOD)" = 0 ] || [ -n "$(DRY_RUN)" ]; then exit 0; fi; \
-	bash trainers/horovod_build/setup.sh $(VENV) \
-	    || echo "make: Horovod could not be built (reason above); the study skips its Horovod rows"
+	$(if $(AUTO_HOROVOD),bash trainers/horovod_build/setup.sh $(VENV) \
+	    || echo "make: Horovod could not be built (reason above); the study skips its Horovod rows")
 
 setup-cluster: ## Install Slurm and Open MPI from Debian (root) for the Slurm and MPI tests
 	bash slurm/install.sh
