@@ -1,5 +1,6 @@
 """Gradient noise scale B_simple = tr(Σ) / |G|² (McCandlish et al. 2018, appendix A.1)."""
 import json
+import math
 
 import pytest
 import torch
@@ -12,16 +13,32 @@ from trainers.__main__ import main as cli
 
 def test_estimate_inverts_the_expected_squared_norms():
     # |G|² = 4, tr Σ = 64: E|g_4|² = 4 + 64/4 = 20, E|g_128|² = 4 + 64/128 = 4.5
-    est = noise_scale.estimate([19.0, 21.0], [4.4, 4.6], b_small=4, b_big=128)
-    assert est.grad_sq == pytest.approx(4.0)
+    est = noise_scale.estimate([20.0, 20.0], [4.5, 4.5], b_small=4, b_big=128)
+    assert est.grad_sq == pytest.approx(4.0) and est.grad_sq_se == 0
     assert est.trace_cov == pytest.approx(64.0)
-    assert est.b_simple == pytest.approx(16.0)
+    assert est.b_simple == est.b_simple_low == est.b_simple_high == pytest.approx(16.0)
     assert (est.b_small, est.b_big, est.groups) == (4, 128, 2)
 
 
-def test_estimate_refuses_batches_in_the_wrong_order():
+def test_the_range_widens_with_the_spread_of_the_groups_and_opens_when_the_gradient_is_unresolved():
+    # per-group |G|² estimates 3 and 5 (mean 4, SE 1): the range takes |G|² from 6 down to 2
+    groups = noise_scale.estimate([20.0, 20.0], [3.53125, 5.46875], b_small=4, b_big=128)
+    assert groups.trace_cov == pytest.approx(64.0)
+    assert groups.grad_sq == pytest.approx(4.0) and groups.grad_sq_se == pytest.approx(1.0)
+    assert groups.b_simple_low == pytest.approx(groups.trace_cov / 6)
+    assert groups.b_simple_high == pytest.approx(groups.trace_cov / 2)
+    # the spread of the groups covers zero: B_simple has a lower bound only
+    near_zero = noise_scale.estimate([16.0, 16.0], [0.2, 0.9], b_small=4, b_big=128)
+    assert near_zero.b_simple_high == math.inf and 0 < near_zero.b_simple_low < near_zero.b_simple
+    negative = noise_scale.estimate([16.0, 16.0], [0.1, 0.2], b_small=4, b_big=128)
+    assert negative.grad_sq < 0 and negative.b_simple == negative.b_simple_low == negative.b_simple_high == math.inf
+
+
+def test_estimate_refuses_batches_in_the_wrong_order_or_a_single_group():
     with pytest.raises(ValueError, match="b_small < b_big"):
-        noise_scale.estimate([1.0], [1.0], b_small=8, b_big=8)
+        noise_scale.estimate([1.0, 1.0], [1.0, 1.0], b_small=8, b_big=8)
+    with pytest.raises(ValueError, match="at least two groups"):
+        noise_scale.estimate([1.0], [1.0], b_small=4, b_big=8)
 
 
 def test_measure_recovers_the_exact_noise_scale_of_a_finite_data_set():

@@ -15,6 +15,8 @@ fewer useful steps per epoch: the reason a miniature with a small noise scale ca
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,21 +34,33 @@ from trainers.models import build_model
 @dataclass(frozen=True)
 class NoiseScale:
     b_simple: float       # tr(Σ) / |G|², in examples
+    b_simple_low: float   # with |G|² two standard errors higher: a lower bound
+    b_simple_high: float  # with |G|² two standard errors lower; inf when |G|² is not resolved from zero
     grad_sq: float        # |G|² estimate
+    grad_sq_se: float     # its standard error over the groups
     trace_cov: float      # tr(Σ) estimate
     b_small: int
     b_big: int
-    groups: int           # big batches measured (each from b_big / b_small small ones)
+    groups: int           # big batches measured (each the mean of b_big / b_small small ones)
 
 
 def estimate(small_sq: list[float], big_sq: list[float], b_small: int, b_big: int) -> NoiseScale:
-    """B_simple from squared gradient norms at two batch sizes (the means over all measurements of each)."""
+    """B_simple from, per group, the mean squared norm of its small-batch gradients and that of their mean.
+
+    Late in training |G|² is a small difference of large numbers: its standard error over the groups gives the range
+    of B_simple (the spread of tr Σ, a mean of large positive terms, is left out)."""
     if not b_big > b_small > 0:
         raise ValueError(f"need 0 < b_small < b_big, got {b_small} and {b_big}")
-    small, big = sum(small_sq) / len(small_sq), sum(big_sq) / len(big_sq)
-    grad_sq = (b_big * big - b_small * small) / (b_big - b_small)
-    trace_cov = (small - big) / (1 / b_small - 1 / b_big)
-    return NoiseScale(trace_cov / grad_sq, grad_sq, trace_cov, b_small, b_big, len(big_sq))
+    if len(small_sq) != len(big_sq) or len(big_sq) < 2:
+        raise ValueError("need one small and one big squared norm per group, and at least two groups")
+    per_group = [(b_big * big - b_small * small) / (b_big - b_small) for small, big in zip(small_sq, big_sq)]
+    grad_sq = statistics.fmean(per_group)
+    grad_sq_se = statistics.stdev(per_group) / math.sqrt(len(per_group))
+    trace_cov = (statistics.fmean(small_sq) - statistics.fmean(big_sq)) / (1 / b_small - 1 / b_big)
+    low = trace_cov / (grad_sq + 2 * grad_sq_se) if grad_sq + 2 * grad_sq_se > 0 else math.inf
+    high = trace_cov / (grad_sq - 2 * grad_sq_se) if grad_sq > 2 * grad_sq_se else math.inf
+    point = trace_cov / grad_sq if grad_sq > 0 else math.inf
+    return NoiseScale(point, low, high, grad_sq, grad_sq_se, trace_cov, b_small, b_big, len(big_sq))
 
 
 def flat_grad(model: nn.Module) -> torch.Tensor:
@@ -58,15 +72,16 @@ def measure(model: nn.Module, loss_fn: Callable, batches: Iterator, workers: int
     """`groups` times: `workers` small-batch gradients, their squared norms, and the squared norm of their mean."""
     small_sq, big_sq = [], []
     for group in range(groups):
-        total = None
+        total, sq = None, 0.0
         for _ in range(workers):
             x, y = next(batches)
             model.zero_grad(set_to_none=True)
             loss_fn(model(x), y).backward()
             g = flat_grad(model).detach().double()
-            small_sq.append(float(g @ g))
+            sq += float(g @ g)
             total = g.clone() if total is None else total.add_(g)
         mean = total / workers
+        small_sq.append(sq / workers)
         big_sq.append(float(mean @ mean))
         progress(group + 1)
     return estimate(small_sq, big_sq, b_small, b_small * workers)
@@ -119,10 +134,12 @@ def measure_run(run_dir: Path, workers: int, groups: int, at_init: bool = False,
 def main(run_dirs: list[str], workers: int, groups: int, at_init: bool, seed: int, json_path: str | None) -> int:
     rows = [measure_run(Path(d), workers, groups, at_init, seed) for d in run_dirs]
     for r in rows:
-        print(f"{r['run']} [{r['weights']}]: B_simple {r['b_simple']:.1f} examples "
-              f"(|G|^2 {r['grad_sq']:.4g}, tr Sigma {r['trace_cov']:.4g}; batches {r['b_small']} and {r['b_big']}, "
-              f"{r['groups']} groups)")
+        high = "unbounded: |G|^2 not resolved from 0" if math.isinf(r["b_simple_high"]) else f"{r['b_simple_high']:.0f}"
+        print(f"{r['run']} [{r['weights']}]: B_simple {r['b_simple']:.0f} examples, 2-SE range {r['b_simple_low']:.0f} "
+              f"to {high} (|G|^2 {r['grad_sq']:.3g} +- {r['grad_sq_se']:.2g}, tr Sigma {r['trace_cov']:.3g}; "
+              f"batches {r['b_small']} and {r['b_big']}, {r['groups']} groups)")
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(rows, indent=1) + "\n")
+        finite = [{k: (None if v == math.inf else v) for k, v in r.items()} for r in rows]  # JSON has no inf
+        Path(json_path).write_text(json.dumps(finite, indent=1) + "\n")
     return 0
