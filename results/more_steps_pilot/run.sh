@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The more-steps pilot (results/more_steps_pilot/README.md): the local miniature at 72 epochs instead of 18, so the
 # 32-worker runs take 4,500 optimizer steps instead of 1,125; warm-up and lr drops scaled with the epochs.
-# Run from the repository root after `make setup`: bash results/more_steps_pilot/run.sh SEED  (~27 min on 2 cores)
+# Run from the repository root after `make setup`: bash results/more_steps_pilot/run.sh SEED  (~32 min on 2 cores)
 set -euo pipefail
 seed="${1:?usage: bash results/more_steps_pilot/run.sh SEED}"
 out=results/more_steps_pilot/runs
