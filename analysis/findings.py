@@ -122,3 +122,17 @@ NOTES = [
     f"verdicts: 'holds' needs the difference to exceed {NOISE_SES:g} SE (or, for 'within noise', to stay inside "
     f"{NOISE_SES:g} SE); with 3 seeds a side this is a rough screen, not a significance test.",
 ]
+
+
+def seed_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Run folders outside the studies (e.g. results/more_steps_pilot/runs), grouped by configuration: the run name
+    without its seed suffix (-sN). Best top-1 and last-epoch training loss, mean ± sd over the seeds."""
+    runs = df[(df["kind"] == "run") & (df["status"] == "completed")].copy()
+    last_epoch = df[df["kind"] == "epoch"].sort_values("epoch").groupby("path")["train_loss"].last()
+    runs["last_train_loss"] = runs["path"].map(last_epoch)
+    runs["configuration"] = runs["experiment"] + "/" + runs["run"].str.replace(r"-s\d+$", "", regex=True)
+    g = runs.groupby("configuration")
+    return pd.DataFrame({
+        "seeds": g.size(), "best_top1_mean": g["best_val_top1"].mean(), "best_top1_sd": g["best_val_top1"].std(),
+        "last_train_loss_mean": g["last_train_loss"].mean(),
+    }).round(2).reset_index()

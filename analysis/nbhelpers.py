@@ -138,3 +138,15 @@ def error_figure(df: pd.DataFrame, exp: int):
     fg.plot_error_curves(e, ax=axes[1], which="val", title=f"experiment {exp}: validation error")
     return fig
 
+
+
+def pilot_summary(path: str = "more_steps_pilot/runs"):
+    """The more-steps pilot's runs by configuration, or one line on how to make them."""
+    from pathlib import Path
+
+    from .findings import seed_summary
+    from .runs import load_runs
+
+    if not Path(path).is_dir():
+        return f"no runs in {path}: bash results/more_steps_pilot/run.sh SEED makes them"
+    return seed_summary(load_runs(path))

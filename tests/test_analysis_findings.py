@@ -54,3 +54,19 @@ def test_the_findings_fail_on_runs_that_contradict_them():
 def test_one_seed_gives_no_verdict_on_noise():
     df = runs([(5, 1, "none", [62]), (5, 32, "none", [58]), (6, 32, "stepping-1", [60])])
     assert set(orderings(df, rf.load_reference())["verdict"]) == {"no noise estimate (fewer than 2 seeds)"}
+
+
+def test_seed_summary_groups_runs_by_name_without_the_seed():
+    from analysis.findings import seed_summary
+
+    rows = []
+    for run, top1, loss in [("base-w1-s0", 70.0, 1.0), ("base-w1-s1", 74.0, 0.8), ("wide-w32-s0", 60.0, 1.5)]:
+        path = f"runs/e/{run}"
+        rows.append(dict(kind="run", experiment="e", run=run, path=path, status="completed", best_val_top1=top1))
+        rows += [dict(kind="epoch", path=path, epoch=0, train_loss=9.0), dict(kind="epoch", path=path, epoch=1,
+                                                                               train_loss=loss)]
+    rows.append(dict(kind="run", experiment="e", run="base-w1-s2", path="runs/e/base-w1-s2", status="running",
+                     best_val_top1=10.0))  # unfinished: left out
+    table = seed_summary(pd.DataFrame(rows)).set_index("configuration")
+    assert table.loc["e/base-w1"].tolist() == [2, 72.0, pytest.approx(2.83), 0.9]
+    assert table.loc["e/wide-w32", "seeds"] == 1 and math.isnan(table.loc["e/wide-w32", "best_top1_sd"])
