@@ -118,10 +118,13 @@ def _run_identity(run_dir: Path, config: dict | None) -> dict:
     gpus = res.get("world_size", train.get("workers"))
     b = train.get("per_worker_batch")
     gb = res.get("global_batch", (b * gpus) if (b and gpus) else None)
+    backend = res.get("backend", train.get("backend"))
+    # emulated workers are neither DDP nor Horovod: label them by what they are (older runs said "pytorch")
+    framework = "emulated" if backend == "emulated" else res.get("framework")
     return {
         "experiment": experiment, "exp": experiment_number(experiment), "run": cfg.get("run") or run_dir.name,
-        "path": str(run_dir), "source": "run", "scale": cfg.get("scale"), "framework": res.get("framework"),
-        "backend": res.get("backend", train.get("backend")), "gpus": gpus, "per_gpu_batch": b,
+        "path": str(run_dir), "source": "run", "scale": cfg.get("scale"), "framework": framework,
+        "backend": backend, "gpus": gpus, "per_gpu_batch": b,
         "global_batch": gb, "lr": res.get("lr", lr.get("base")),
         "warmup": nb.warmup_label(lr.get("warmup"), lr.get("warmup_epochs")) if lr else None,
         "seed": train.get("seed"), "epochs": train.get("epochs"),

@@ -142,7 +142,9 @@ class Config:
         )
 
     def framework(self, backend: str | None = None) -> str:
-        return "horovod+pytorch" if (backend or self.train.backend) == "horovod" else "pytorch"
+        """What the run measures: Horovod+PyTorch, PyTorch (DDP, DP, one process) or emulated workers."""
+        backend = backend or self.train.backend
+        return {"horovod": "horovod+pytorch", "emulated": "emulated"}.get(backend, "pytorch")
 
     def to_dict(self) -> dict[str, Any]:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
