@@ -121,32 +121,38 @@ def schedules_frame(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=None):
+    """Throughput and speed-up (Figures 14-17): the thesis's scale on the top row; ours at any other scale (CPU
+    cores) on a row of its own below, since its images/s are not comparable with the P100 numbers."""
+    kw = {"framework": framework, "per_gpu_batch": per_gpu_batch}
+    thesis = scaling[scaling["scale"] == "thesis"]
+    other = scaling[(scaling["scale"] != "thesis")
+                    & scaling["framework"].isin([framework] if isinstance(framework, str) else framework)]
+    other = other.dropna(subset=["images_per_s"])
+    if per_gpu_batch is not None:
+        other = other[other["per_gpu_batch"] == per_gpu_batch]
+    rows = [thesis] + ([other] if len(other) else [])
+    fig, axes = plt.subplots(len(rows), 2, figsize=(13, 4.4 * len(rows)), squeeze=False)
+    for row, data in zip(axes, rows):
+        fg.plot_throughput(data, ax=row[0], **kw)
+        fg.plot_speedup(data, ax=row[1], **kw)
+    if len(rows) > 1:
+        scales = ", ".join(sorted(other["scale"].unique()))
+        for ax, what in zip(axes[0], ("Throughput (dotted: ideal linear scaling)", "Speed-up")):
+            ax.set_title(f"{what}, the thesis (P100 GPUs)", fontsize=9)
+        for ax, what in zip(axes[1], ("Throughput", "Speed-up")):
+            ax.set_title(f"{what}, ours at the {scales} (not comparable with the P100 row above)", fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
 def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[Path], list[str]]:
     written: list[Path] = []
     skipped: list[str] = []
     scaling = tb.scaling_table(df, ref)
 
     def two(name, title, **kw):
-        """The thesis's scale on the top row; ours at any other scale (CPU cores) on a row of its own below."""
-        thesis = scaling[scaling["scale"] == "thesis"]
-        other = scaling[scaling["scale"] != "thesis"]
-        other = other[other["framework"].isin([kw["framework"]] if isinstance(kw["framework"], str)
-                                              else kw["framework"])].dropna(subset=["images_per_s"])
-        if "per_gpu_batch" in kw:
-            other = other[other["per_gpu_batch"] == kw["per_gpu_batch"]]
-        rows = [thesis] + ([other] if len(other) else [])
-        fig, axes = plt.subplots(len(rows), 2, figsize=(13, 4.4 * len(rows)), squeeze=False)
-        for row, data in zip(axes, rows):
-            fg.plot_throughput(data, ax=row[0], **kw)
-            fg.plot_speedup(data, ax=row[1], **kw)
-        if len(rows) > 1:
-            scales = ", ".join(sorted(other["scale"].unique()))
-            for ax, what in zip(axes[0], ("Throughput (dotted: ideal linear scaling)", "Speed-up")):
-                ax.set_title(f"{what}, the thesis (P100 GPUs)", fontsize=9)
-            for ax, what in zip(axes[1], ("Throughput", "Speed-up")):
-                ax.set_title(f"{what}, ours at the {scales} (not comparable with the P100 row above)", fontsize=9)
-        fig.suptitle(title, fontsize=10)
-        written.extend(fg.save(fig, out, name))
+        written.extend(fg.save(scaling_figure(scaling, title, **kw), out, name))
 
     for n, b in ((14, 32), (15, 64), (16, 128)):
         two(f"fig{n}_scaling_horovod_tf_b{b}", f"Figure {n}. Scaling of Horovod+TensorFlow, per-GPU batch {b}",

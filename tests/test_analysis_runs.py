@@ -51,7 +51,7 @@ def test_statuses_diverged_and_half_written(study):
 def test_config_mapping(study):
     r = _run(study, "06_stepping_warmup", "w32-s0")
     assert (r["exp"], r["framework"], r["gpus"], r["per_gpu_batch"], r["global_batch"], r["warmup"]) == \
-        (6, "horovod+pytorch", 32, 4, 128, "stepping-1")
+        (6, "emulated", 32, 4, 128, "stepping-1")
     assert r["lr"] == pytest.approx(0.1 * 128 / 256)
 
 
