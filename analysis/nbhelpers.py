@@ -52,14 +52,13 @@ def speedup_pivot(scaling: pd.DataFrame, framework) -> pd.DataFrame:
 
 
 def batch_size_wallclock(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
-    """Experiment 6 (per-GPU batch 128) vs 7 (32) on the most GPUs: thesis and ours."""
+    """Experiment 6 (per-GPU batch 128) vs 7 (32) on 32 GPUs: the thesis's Horovod rows and ours (Horovod, or
+    emulated workers at the local and gpu scales)."""
     rows = []
     for t in (12, 13):
         q = tb.quality_table(df, ref, t)
-        q = q[q["framework"] == "horovod+pytorch"]
+        q = q[q["framework"].isin(["horovod+pytorch", "emulated"]) & (q["gpus"] == 32)]
         for r in q.itertuples(index=False):
-            if r.scale == "thesis" and r.gpus != 32:
-                continue
             rows.append({"table": t, "scale": r.scale, "per_gpu_batch": r.per_gpu_batch, "gpus": r.gpus,
                          "thesis_top1": r.thesis_top1, "thesis_wallclock": nb.format_duration(r.thesis_wallclock_s),
                          "ours_top1": r.ours_top1, "ours_wallclock": nb.format_duration(r.ours_wallclock_s),
