@@ -128,6 +128,21 @@ def schedules_figure(df: pd.DataFrame):
     return fig
 
 
+def error_figures(df: pd.DataFrame, experiments=range(4, 10)):
+    """Training and validation error of every quality experiment with runs, one row each, as one image (a notebook
+    cell shows only its last value, so one figure rather than a loop of them)."""
+    have = [e for e in experiments if ((df["kind"] == "epoch") & (df["exp"] == e)).any()]
+    if not have:
+        return pd.DataFrame({"note": ["no epoch records: no error curves to draw"]})
+    fig, axes = plt.subplots(len(have), 2, figsize=(12, 3.6 * len(have)), squeeze=False)
+    for row, exp in zip(axes, have):
+        e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
+        fg.plot_error_curves(e, ax=row[0], which="train", title=f"experiment {exp}: training error")
+        fg.plot_error_curves(e, ax=row[1], which="val", title=f"experiment {exp}: validation error")
+        fg.share_y(row)
+    return show(fig)
+
+
 def error_figure(df: pd.DataFrame, exp: int):
     e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
     if e.empty:
