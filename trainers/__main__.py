@@ -1,4 +1,4 @@
-"""Command line: python -m trainers {train, study, schedule, data, bench, noise-scale} ..."""
+"""Command line: python -m trainers {train, study, schedule, config, data, bench, noise-scale} ..."""
 from __future__ import annotations
 
 import argparse
@@ -28,10 +28,21 @@ def cmd_train(args) -> int:
 def cmd_schedule(args) -> int:
     from trainers.lr import schedule
 
-    cfg = load_config(args.config, args.scale, args.set)
+    cfg = load_config(args.config, args.scale, args.set, need_data=False)  # printing a schedule reads no data
     print("epoch,lr")
     for epoch, lr in enumerate(schedule(cfg.lr_policy(), cfg.train.epochs)):
         print(f"{epoch},{lr:.6g}")
+    return 0
+
+
+def cmd_config(args) -> int:
+    from trainers.show_config import show
+
+    cfg = load_config(args.config, args.scale, args.set, need_data=False)
+    if cfg.data.kind == "imagefolder" and (not cfg.data.path or "$" in cfg.data.path):
+        print(f"note: data.path is {cfg.data.path or 'empty'}: set it (or IMAGENET_DIR) before training",
+              file=sys.stderr)
+    sys.stdout.write(show(cfg, args.json))
     return 0
 
 
@@ -88,6 +99,11 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schedule", help="print the learning rate at the start of each epoch as CSV")
     config_args(s)
     s.set_defaults(func=cmd_schedule)
+
+    c = sub.add_parser("config", help="print the merged, resolved config a run would get (TOML, or --json)")
+    config_args(c)
+    c.add_argument("--json", action="store_true", help="the config.json a run saves, `resolved` included")
+    c.set_defaults(func=cmd_config)
 
     st = sub.add_parser("study", help="expand an experiment into its runs and launch them")
     st.add_argument("experiment", help="experiments/NN_name")

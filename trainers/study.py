@@ -365,6 +365,16 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
 # ----------------------------------------------------------------------------------------------------------------
 # Entry point
 # ----------------------------------------------------------------------------------------------------------------
+def data_warning(study: Study, scale: str) -> str | None:
+    """One line when the runs would read ILSVRC-2012 from an unset $IMAGENET_DIR (the gpu and thesis scales)."""
+    cfg = load_config(study.config, scale, study.overrides, need_data=False)
+    if cfg.data.kind != "imagefolder" or (cfg.data.path and "$" not in cfg.data.path):
+        return None
+    unset = "IMAGENET_DIR is not set" if "IMAGENET_DIR" in cfg.data.path else "data.path is not set"
+    return (f"warning: {unset} (data.path = {cfg.data.path or 'empty'}): the runs need the ILSVRC-2012 root "
+            "(train/ and val/) where they start; export IMAGENET_DIR=..., or let a Slurm profile stage a tar")
+
+
 def run_study(experiment: Path, scale: str = "local", launcher: str = "local", cluster: str = "local",
               dry_run: bool = False, quick: bool = False, out: Path = Path("results/runs"), seeds: int | None = None,
               overrides: list[str] = (), jobs: int | None = None) -> int:
@@ -373,6 +383,9 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
         print(f"{experiment.name}: {study.question}")
     if study.baseline:
         print(f"baseline: the 1-worker runs of {study.baseline} (`make exp{int(study.baseline[:2])}`), not retrained")
+    warning = data_warning(study, scale)
+    if warning:
+        print(warning, file=sys.stderr)
     if launcher == "slurm":
         from trainers.study_slurm import submit_all
 
