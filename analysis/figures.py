@@ -281,7 +281,7 @@ def plot_lr_schedules(schedules: pd.DataFrame, ax=None, experiment: int | None =
     """Learning rate per epoch; schedules has columns label, epoch, lr (and optionally experiment)."""
     ax = _ax(ax)
     s = schedules if experiment is None else schedules[schedules["experiment"] == experiment]
-    for i, (lab, g) in enumerate(s.groupby("label", sort=True)):
+    for i, (lab, g) in enumerate(s.groupby("label", sort=False)):  # in the order of the runs (1, 2, 16 workers)
         g = g.sort_values("epoch")
         ax.step(g["epoch"], g["lr"], where="post", color=_colour(i), label=lab)
     return _finish(ax, "epoch", "learning rate", legend_size=6)

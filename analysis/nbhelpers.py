@@ -42,6 +42,13 @@ def overview(df: pd.DataFrame) -> pd.DataFrame:
     return (r.groupby(["experiment", "scale", "status"], dropna=False).size().rename("runs").reset_index())
 
 
+def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=None):
+    """Throughput and speed-up as in the report (the thesis's P100 row; ours at other scales on a row below)."""
+    from .report import scaling_figure as draw
+
+    return show(draw(scaling, title, framework, per_gpu_batch))
+
+
 def speedup_pivot(scaling: pd.DataFrame, framework) -> pd.DataFrame:
     """Speed-up by GPUs (rows) and source/framework/batch (columns)."""
     fw = [framework] if isinstance(framework, str) else list(framework)

@@ -39,10 +39,8 @@ RQ1 = [
     ("md", "## Throughput and speed-up by per-GPU batch size (thesis data, and ours where present)"),
     ("code", "scaling = an.tables.scaling_table(df, ref)\n"
              "an.speedup_pivot(scaling, 'horovod+tensorflow')"),
-    ("code", "fig, axes = an.subplots(1, 2)\n"
-             "an.figures.plot_throughput(scaling, ax=axes[0], framework='horovod+tensorflow')\n"
-             "an.figures.plot_speedup(scaling, ax=axes[1], framework='horovod+tensorflow')\n"
-             "an.show(fig)"),
+    ("code", "an.scaling_figure(scaling, 'Horovod+TensorFlow by per-GPU batch (Figures 14-16)', "
+             "'horovod+tensorflow')"),
     ("md", "## Our throughput runs by per-GPU batch size"),
     ("code", "an.tables.throughput_summary(df)"),
     ("md", "## Wall-clock: per-GPU batch 32 (experiment 7) vs 128 (experiment 6), 32 GPUs"),
@@ -62,10 +60,7 @@ RQ2 = [
     ("md", "## The thesis's numbers (Tables 2/3, 5/6, 8/9) and speed-ups"),
     ("code", "scaling = an.tables.scaling_table(df, ref)\n"
              "an.speedup_pivot(scaling, ['pytorch', 'horovod+pytorch'])"),
-    ("code", "fig, axes = an.subplots(1, 2)\n"
-             "an.figures.plot_throughput(scaling, ax=axes[0], framework=['pytorch', 'horovod+pytorch'])\n"
-             "an.figures.plot_speedup(scaling, ax=axes[1], framework=['pytorch', 'horovod+pytorch'])\n"
-             "an.show(fig)"),
+    ("code", "an.scaling_figure(scaling, 'PyTorch and Horovod+PyTorch (Figure 17)', ['pytorch', 'horovod+pytorch'])"),
     ("md", "## Re-analysis: the same tables without the first batch\n\n"
            "With n = 200 batches and thesis throughput T, the summed batch time is 200·B·G/T; removing the first "
            "batch t₀ leaves (200·B·G/T − t₀)/199 per batch. The thesis prints t₀ only for 2 and 32 GPUs."),

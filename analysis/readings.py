@@ -68,8 +68,10 @@ def _thesis_claim(finding: str, ref: pd.DataFrame) -> str:
 
 
 def _row_text(r) -> str:
+    thesis = getattr(r, "thesis_difference", math.nan)
     return (f"exp {int(r.experiment)} at {int(r.workers)} workers ({_pts(r.difference)} points, 90 % CI "
-            f"{_pts(r.ci_low)} to {_pts(r.ci_high)}, margin ±{r.margin:g})")
+            f"{_pts(r.ci_low)} to {_pts(r.ci_high)}, margin ±{r.margin:g}"
+            + ("" if pd.isna(thesis) else f"; thesis {_pts(float(thesis))}") + ")")
 
 
 def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
@@ -93,7 +95,7 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
             said = ([str(h) for h in g["holds"]] if "holds" in g else
                     [supports(finding, r.verdict, float(r.ci_low), float(r.margin)) for r in g.itertuples()])
             parts = []
-            for word, label in (("yes", "holds"), ("no", "**fails**"), ("undecided", "undecided")):
+            for word, label in (("yes", "holds"), ("no", "**fails**"), ("undecided", "no verdict (interval too wide)")):
                 hit = [_row_text(r) for r, s in zip(g.itertuples(), said) if s == word]
                 if hit:
                     parts.append(f"{label} for " + "; ".join(hit))

@@ -34,7 +34,7 @@ def test_rq3_reading_says_where_a_finding_fails_locally():
     naive = text.split("*Naive")[1].split("*Linear")[0]
     assert "holds everywhere" in naive
     # warmup_not_worse: the interval's low end (-1.5) is below -margin: undecided, not a pass
-    assert "undecided: undecided for exp 6 at 32 workers" in text.split("*Linear scaling with warm-up")[1].split("*With")[0]
+    assert "undecided: no verdict (interval too wide) for exp 6 at 32 workers" in text.split("*Linear scaling with warm-up")[1].split("*With")[0]
 
 
 def test_rq3_reading_changes_when_the_verdicts_change():
@@ -45,10 +45,11 @@ def test_rq3_reading_changes_when_the_verdicts_change():
     assert "holds everywhere" in line and "fails" not in line
 
 
-def test_rq3_reading_prefers_the_tables_own_holds_column():
+def test_rq3_reading_prefers_the_tables_own_holds_column_and_shows_the_thesis_difference():
     v = verdict_table()
-    v["holds"] = "no"
-    assert "fails everywhere" in rd.rq3_reading(v, REF).split("*Naive")[1].split("*Linear")[0]
+    v["holds"], v["thesis_difference"] = "no", -4.28
+    naive = rd.rq3_reading(v, REF).split("*Naive")[1].split("*Linear")[0]
+    assert "fails everywhere" in naive and "margin ±1; thesis -4.3)" in naive
 
 
 def test_rq3_reading_on_an_older_table_says_what_is_missing():
