@@ -141,7 +141,7 @@ def error_figures(df: pd.DataFrame, experiments=range(4, 10)):
     have = [e for e in experiments if ((df["kind"] == "epoch") & (df["exp"] == e)).any()]
     if not have:
         return pd.DataFrame({"note": ["no epoch records: no error curves to draw"]})
-    fig, axes = plt.subplots(len(have), 2, figsize=(12, 3.6 * len(have)), squeeze=False)
+    fig, axes = plt.subplots(len(have), 2, figsize=(12, 3.6 * len(have)), squeeze=False, layout="constrained")
     for row, exp in zip(axes, have):
         e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
         fg.plot_error_curves(e, ax=row[0], which="train", title=f"experiment {exp}: training error")

@@ -132,7 +132,7 @@ def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=N
     if per_gpu_batch is not None:
         other = other[other["per_gpu_batch"] == per_gpu_batch]
     rows = [thesis] + ([other] if len(other) else [])
-    fig, axes = plt.subplots(len(rows), 2, figsize=(13, 4.4 * len(rows)), squeeze=False)
+    fig, axes = plt.subplots(len(rows), 2, figsize=(13, 4.4 * len(rows)), squeeze=False, layout="constrained")
     for row, data in zip(axes, rows):
         fg.plot_throughput(data, ax=row[0], **kw)
         fg.plot_speedup(data, ax=row[1], **kw)
