@@ -118,6 +118,8 @@ def test_figure17_puts_cpu_runs_on_their_own_row_and_legends_only_drawn_series()
     top, bottom = legend_texts(axes[0, 0]), legend_texts(axes[1, 0])
     assert top == ["Horovod+PyTorch b=128 — thesis", "PyTorch b=128 — thesis"]
     assert bottom == ["PyTorch b=128 — ours, local scale (steady state)"]  # the all-NaN estimate is not listed
+    assert legend_texts(axes[0, 1]) == top + ["ideal"] and legend_texts(axes[1, 1]) == bottom + ["ideal"]
+    assert len(axes[1, 1].get_lines()) == 2  # our speed-up curve and the ideal line, nothing empty
     assert "not comparable" in axes[1, 0].get_title()
     assert max(axes[1, 0].get_lines()[0].get_ydata()) == 100.0
     fig.canvas.draw()
