@@ -213,7 +213,8 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
                                   "horovod+pytorch"),
                                  ("fig27_util_exp7_horovod", "Figure 27. Utilisation, Horovod+PyTorch, exp 7", 7,
                                   "horovod+pytorch")):
-        u = util[(util["exp"] == exp) & (util["framework"] == fw)]
+        # experiments 6-7 are Horovod studies: their emulated-worker runs (local, gpu scales) stand in for Horovod
+        u = util[(util["exp"] == exp) & util["framework"].isin([fw] + (["emulated"] if "horovod" in fw else []))]
         if u.empty:
             skipped.append(f"{name}: no utilisation records")
             continue
