@@ -14,12 +14,11 @@ HOROVOD ?= auto
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(JOBS),--jobs $(JOBS))
 
 .DEFAULT_GOAL := help
-EXPERIMENTS := $(addprefix exp,1 2 3 4 5 6 7 8 9)
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report bench bench-comm noise-scale clean $(EXPERIMENTS)
+.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report bench bench-comm noise-scale clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
-	@printf "  \033[36m%-14s\033[0m %s\n" "exp1 ... exp9" "Run experiment N as a study, e.g. make exp3 (the main command)"
+	@printf "  \033[36m%-14s\033[0m %s\n" "expN" "Run experiments/NN_* as a study, e.g. make exp3 (the main command); N = 1...11"
 	@echo "  Variables: SCALE=local|gpu|thesis LAUNCHER=local|slurm CLUSTER=<slurm/clusters profile> QUICK=1 SEEDS=N JOBS=N DRY_RUN=1 HOROVOD=0"
 
 setup: $(VENV)/.installed ## Create .venv with the pinned dependencies (fast when nothing changed)
@@ -51,12 +50,15 @@ test: setup $(if $(filter true,$(CI)),setup-cluster setup-horovod) ## Run the wh
 test-fast: setup ## Run the fast tests only (under a minute)
 	$(PY) -m pytest -m "not slow"
 
-# expN: Run experiment N as a study (listed by `make help` below)
-$(EXPERIMENTS): exp%: setup
-	$(PY) -m trainers study $(wildcard experiments/0$*_*) $(STUDY_ARGS)
+# expN: Run experiments/NN_* as a study, any N (listed by `make help` above). A pattern rule, so not .PHONY (make
+# skips implicit rules for phony targets); the runs go to results/runs/ (QUICK=1: results/quick/).
+exp%: setup
+	$(eval EXP_DIR := $(firstword $(wildcard experiments/$(shell printf '%02d' '$*' 2>/dev/null)_*)))
+	@test -n "$(EXP_DIR)" || { echo "make: no experiment $* (no experiments/NN_name folder for it)"; exit 2; }
+	$(PY) -m trainers study $(EXP_DIR) $(STUDY_ARGS)
 exp1 exp2 exp3: horovod-if-possible
 
-report: setup ## Regenerate results/tables, results/figures and the notebooks from results/runs
+report: setup ## Regenerate results/tables, figures, notebooks from results/runs (else the committed reference)
 	$(PY) -m analysis report
 
 bench: setup ## Benchmark the trainer against a hand-written loop, and emulated workers' cost
@@ -66,7 +68,8 @@ bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and t
 	$(PY) -m trainers.bench_comm --fp16 --json results/bench_comm.json
 
 # the runs share seed 0, hence their initial weights: those are measured once
-NOISE_RUNS = $(wildcard results/runs/05_linear_scaling/w*-s0 results/runs/06_linear_scaling_stepping_warmup/w32-s0)
+NOISE_RUN_GLOB = 05_linear_scaling/w*-s0 06_linear_scaling_stepping_warmup/w32-s0
+NOISE_RUNS = $(or $(wildcard $(addprefix results/runs/,$(NOISE_RUN_GLOB))),$(wildcard $(addprefix results/reference/*/,$(NOISE_RUN_GLOB))))
 noise-scale: setup ## Gradient noise scale of the local exp5/exp6 models, initial and final weights -> results/noise_scale/
 	@test -n "$(NOISE_RUNS)" || { echo "make: no experiment 5/6 runs in results/runs: run 'make exp5 exp6' first"; exit 2; }
 	$(PY) -m trainers noise-scale $(firstword $(NOISE_RUNS)) --init --groups 32 --json results/noise_scale/initial.json
