@@ -57,7 +57,7 @@ def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> list[Path]:
     written += tb.write_table(tb.quality_summary(df), out, "quality_summary",
                               "Best validation accuracy per configuration (all quality experiments)")
     written += tb.write_table(fd.orderings(df, ref), out, "orderings",
-                              "The thesis's three quality findings, checked on our runs", fd.NOTES)
+                              "The thesis's three quality findings: 90 % intervals against a declared margin", fd.notes())
     written += tb.write_table(tb.throughput_summary(df), out, "throughput_summary", "Throughput per configuration")
     extra = df[(df["kind"] == "run") & (df["exp"] > 9)]
     if len(extra):
