@@ -68,12 +68,12 @@ def reference_values(folder: Path, experiment: str, fingerprint: str, kind: str)
 
 def thesis_value(ref: pd.DataFrame, experiment: str, framework: str, gpus: int, per_gpu_batch: int,
                  kind: str) -> float:
-    """The thesis's images/s or best top-1 for the same experiment, framework and GPU count (and per-GPU batch
-    where the thesis ran that one)."""
+    """The thesis's images/s or best top-1 for the same experiment, framework and GPU count. Throughput also needs
+    the same per-GPU batch; quality takes the thesis's row whatever the batch (the miniature's is its own)."""
     rows = ref[(ref["experiment"] == experiment_number(experiment)) & (ref["framework"] == framework)
                & (ref["gpus"] == gpus)]
-    same_batch = rows[rows["per_gpu_batch"] == per_gpu_batch]
-    rows = same_batch if len(same_batch) else rows
+    if kind == "throughput":
+        rows = rows[rows["per_gpu_batch"] == per_gpu_batch]
     column = "throughput" if kind == "throughput" else "top1"
     values = rows[column].dropna()
     return float(values.mean()) if len(values) else math.nan
@@ -127,3 +127,33 @@ def comparison_text(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT)
     for label, _, description in reference_machines(root):
         lines.append(f"reference {label}: {description}")
     return "\n".join(lines)
+
+
+# ============================================================================================ the report's view
+
+
+def default_runs_root(own: Path = Path("results/runs"), root: Path = REFERENCE_ROOT) -> tuple[Path, str]:
+    """(runs root, what it is) for the report: this machine's results/runs when it holds runs, else the committed
+    reference (the first machine's)."""
+    if own.is_dir() and any(own.glob("*/*/config.json")):
+        return own, "this machine"
+    machines = reference_machines(root)
+    if machines:
+        label, folder, _ = machines[0]
+        return folder, f"the committed reference, machine {label}"
+    return own, "this machine"
+
+
+def report_comparison(df: pd.DataFrame, root: Path = REFERENCE_ROOT) -> pd.DataFrame:
+    """Every configuration of `df`'s runs (this machine's) beside the reference machines' and the thesis's."""
+    runs = df[(df["kind"] == "run") & (df["source"] == "run")]
+    parts = []
+    for (experiment, kind), g in runs.groupby([runs["experiment"],
+                                               runs["exp"].le(3).map({True: "throughput", False: "quality"})]):
+        entries = [dict(name=r.run, run_dir=Path(r.path), fingerprint=r.fingerprint, experiment=experiment,
+                        framework=r.framework, gpus=r.gpus, per_gpu_batch=r.per_gpu_batch) for r in g.itertuples()]
+        frame = comparison_frame(entries, kind, root)
+        frame.insert(0, "measure", "steady images/s" if kind == "throughput" else "best top-1 %")
+        frame.insert(0, "experiment", experiment)
+        parts.append(frame)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

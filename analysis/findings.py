@@ -244,7 +244,7 @@ def notes() -> list[str]:
 
 
 def seed_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Run folders outside the studies (e.g. results/more_steps_pilot/runs), grouped by configuration: the run name
+    """Run folders outside the studies (e.g. experiment 10, the more-steps pilot), grouped by configuration: the run name
     without its seed suffix (-sN). Best top-1 and last-epoch training loss, mean ± sd over the seeds."""
     runs = df[(df["kind"] == "run") & (df["status"] == "completed")].copy()
     last_epoch = df[df["kind"] == "epoch"].sort_values("epoch").groupby("path")["train_loss"].last()
