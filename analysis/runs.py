@@ -399,8 +399,10 @@ def mixed_groups(df: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
 
 
 def refuse_mixed_configs(df: pd.DataFrame) -> pd.DataFrame:
-    """Mark runs whose group mixes configs MIXED and say so in df.attrs['problems']."""
+    """Mark runs whose group mixes configs MIXED and say so in df.attrs['problems']. Their throughput rows go (the
+    throughput tables average every bench row of a group); their run and epoch rows stay, listed and drawn per run."""
     problems = list(df.attrs.get("problems", []))
+    refused: set = set()
     for key, g in mixed_groups(df):
         counts = ", ".join(f"{fp} ({n} run{'s' if n > 1 else ''})" for fp, n in g["fingerprint"].value_counts().items())
         folders = sorted({str(Path(p).parent) for p in g["path"]})
@@ -408,5 +410,10 @@ def refuse_mixed_configs(df: pd.DataFrame) -> pd.DataFrame:
                         f"{key['scale']}: runs of different configs (fingerprints {counts}) -- not averaged; "
                         f"runs: {', '.join(sorted(g['run']))}")
         df.loc[df["path"].isin(g["path"]), "status"] = MIXED
+        refused.update(g["path"])
+    if refused:
+        attrs = dict(df.attrs)
+        df = df[~(df["path"].isin(refused) & (df["kind"] == "bench"))].reset_index(drop=True)
+        df.attrs = attrs
     df.attrs["problems"] = problems
     return df

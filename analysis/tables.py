@@ -78,8 +78,8 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
     for key, g in r.groupby(QUALITY_KEYS, dropna=False, sort=True):
         done = g[g["status"].isin(["completed", "log"])]
         note = ""
-        if done.empty:
-            done = g[~g["diverged"]]
+        if done.empty:  # never runs of mixed configs (runs.refuse_mixed_configs): they are not averaged
+            done = g[~g["diverged"] & (g["status"] != "mixed-config")]
             note = "incomplete" if len(done) else ""
         counts = g["status"].value_counts()
         status = ", ".join(f"{int(n)} {s}" for s, n in sorted(counts.items()))

@@ -177,3 +177,33 @@ def test_throughput_cli_on_run_folder_and_several_logs(capsys):
     assert len(out) == 2 and out[1]["thesis_images_per_s"] == 234.01
     assert out[0]["steady_images_per_s"] == pytest.approx(640.0)
     assert main(["throughput", "/nonexistent.log"]) == 2
+
+
+# ---- runs of different configs are never averaged ----------------------------------------------------------------
+def test_a_group_mixing_configs_is_refused_with_a_problem_line(tmp_path):
+    import shutil
+
+    from analysis.runs import MIXED, load_study
+
+    reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu"
+    for experiment, runs in (("05_linear_scaling", ("w1-s0", "w1-s1", "w1-s2")), ("04_naive_scaling", ("w1-s0",
+                                                                                                       "w1-s1"))):
+        for run in runs:
+            shutil.copytree(reference / experiment / run, tmp_path / experiment / run,
+                            ignore=shutil.ignore_patterns("*.pt"))
+    smoke = tmp_path / "05_linear_scaling/w1-s2/config.json"  # a smoke run under a full run's name: 2 epochs
+    config = json.loads(smoke.read_text())
+    config["train"]["epochs"], config["lr"]["milestones"] = 2, [1]
+    smoke.write_text(json.dumps(config))
+    df = load_study(tmp_path)
+    runs = df[df["kind"] == "run"].set_index(["experiment", "run"])
+    assert set(runs.loc["05_linear_scaling", "status"]) == {MIXED}
+    assert set(runs.loc["04_naive_scaling", "status"]) == {"completed"}  # one config: averaged as before
+    problems = [p for p in df.attrs["problems"] if "different configs" in p]
+    assert len(problems) == 1 and "05_linear_scaling" in problems[0] and "not averaged" in problems[0]
+    summary = tb.quality_summary(df).set_index("exp")
+    assert math.isnan(summary.loc[5, "top1_mean"]) and summary.loc[5, "n"] == 0 and MIXED in summary.loc[5, "status"]
+    assert summary.loc[4, "n"] == 2
+    from analysis.findings import orderings
+
+    assert orderings(df, an.load_reference()).empty  # no baseline to compare with: it is refused
