@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
-COLUMNS = ["scale", "finding", "experiment", "workers", "against", "n", "n_against", "difference", "ci_low",
+COLUMNS = ["scale", "finding", "experiment", "workers", "warmup", "against", "n", "n_against", "difference", "ci_low",
            "ci_high", "margin", "verdict", "holds", "method", "seeds_needed", "needed_for", "final_difference",
            "final_ci_low", "final_ci_high", "final_verdict", "thesis_difference"]
 WARMUP_EXPERIMENTS = (6, 8, 9)
@@ -154,6 +154,7 @@ def compare(finding: str, exp: int, workers: int, against: str, a: pd.DataFrame,
             margin: float, thesis_difference: float) -> dict:
     """One row: best top-1 (the verdict) and final-epoch top-1 of `a` minus `b`, 90 % intervals, verdicts."""
     row = dict(finding=finding, experiment=exp, workers=workers, against=against, n=len(a), n_against=len(b),
+               warmup=a["warmup"].iloc[0] if "warmup" in a and len(a) else None,
                margin=margin, thesis_difference=thesis_difference)
     best_a, best_b = _by_seed(a, "best_val_top1"), _by_seed(b, "best_val_top1")
     paired = _paired(best_a, best_b)
@@ -233,7 +234,8 @@ def notes() -> list[str]:
     return [
         "difference: mean best validation top-1 (percent) of the experiment at `workers` minus `against`'s; "
         "ci_low/ci_high: its 90 % t interval (scipy.stats; `method` paired by seed, or Welch); final_*: the same "
-        "for the last epoch's top-1; thesis_difference: the thesis's single runs.",
+        "for the last epoch's top-1; thesis_difference: the thesis's single runs; warmup: the experiment's warm-up "
+        "as its runs' config.json says (gradual-N: the per-epoch formula, goyal-N: the per-iteration ramp).",
         "verdict: equivalent when the interval lies inside (-margin, margin), worse/better when it lies entirely "
         "below -margin / above margin, else inconclusive; holds: whether that supports the finding "
         "(naive_degrades: worse; warmup_not_worse: ci_low > -margin; warmup_matches_baseline: equivalent).",

@@ -390,9 +390,12 @@ def add_fingerprints(df: pd.DataFrame) -> pd.DataFrame:
 
 def mixed_groups(df: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
     """(the group's key, its finished runs) of every group of finished runs with more than one fingerprint."""
-    runs = df[(df["kind"] == "run") & df["status"].isin(["completed", "diverged", "log"])]
+    runs = df[(df["kind"] == "run") & df["status"].isin(["completed", "diverged", "log"])].copy()
+    # throughput tables keep backends apart (DDP and DataParallel are both "pytorch"); quality tables do not
+    benched = set(df.loc[df["kind"] == "bench", "path"])
+    runs["pool_backend"] = [b if p in benched else "" for p, b in zip(runs["path"], runs["backend"])]
     out = []
-    for key, g in runs.groupby(POOL_KEYS, dropna=False, sort=True):
+    for key, g in runs.groupby(POOL_KEYS + ["pool_backend"], dropna=False, sort=True):
         if g["fingerprint"].nunique() > 1:
             out.append((dict(zip(POOL_KEYS, key)), g))
     return out
