@@ -9,11 +9,11 @@ from tests.helpers import REPO
 from trainers.config import ConfigError, load_config
 from trainers.study import default_jobs, expand, load_study, planned_runs, run_study, threads_per_process
 
-EXPERIMENTS = sorted((REPO / "experiments").glob("0[1-9]_*"))
+EXPERIMENTS = sorted((REPO / "experiments").glob("[0-9][0-9]_*"))
 
 
-def test_there_are_nine_experiments_each_with_config_sbatch_and_readme():
-    assert [p.name[:2] for p in EXPERIMENTS] == [f"0{n}" for n in range(1, 10)]
+def test_the_nine_experiments_and_the_studies_beyond_each_have_config_sbatch_and_readme():
+    assert [p.name[:2] for p in EXPERIMENTS] == [f"{n:02d}" for n in range(1, 12)]
     for folder in EXPERIMENTS:
         assert {"config.toml", "slurm.sbatch", "README.md"} <= {p.name for p in folder.iterdir()}, folder
 
