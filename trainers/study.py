@@ -372,6 +372,8 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
         for plan in plans:
             per_node = plan.run.workers // plan.run.nodes if plan.backend in ("ddp", "horovod") else 1
             print(f"# {plan.describe(plan.run.nodes, per_node)}")
+            if plan.status == OTHER_CONFIG:
+                print(f"#   {plan.run_dir} holds another config's run: the study would refuse to start")
             for cmd in local_commands(plan):
                 print(shlex.join(cmd))
         return 0
