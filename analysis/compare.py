@@ -140,6 +140,10 @@ def default_runs_root(own: Path = Path("results/runs"), root: Path = REFERENCE_R
     machines = reference_machines(root)
     if machines:
         label, folder, _ = machines[0]
+        try:  # as a user would type it (and as the report's index names it)
+            folder = folder.relative_to(Path.cwd())
+        except ValueError:
+            pass
         return folder, f"the committed reference, machine {label}"
     return own, "this machine"
 
