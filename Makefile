@@ -10,7 +10,7 @@ SCALE ?= local
 LAUNCHER ?= local
 ## CLUSTER=<profile>        with LAUNCHER=slurm: a profile in slurm/clusters/ (local, generic, taito)
 CLUSTER ?= local
-## QUICK=1                  the study shrunk to a smoke run (a minute or two)
+## QUICK=1                  the study shrunk to a smoke run (a minute or two), into results/quick/
 QUICK ?=
 ## SEEDS=N                  seeds per configuration (default: the study's own, 3 at the local scale)
 SEEDS ?=
@@ -18,7 +18,7 @@ SEEDS ?=
 JOBS ?=
 ## DRY_RUN=1                print the exact commands / sbatch lines and stop
 DRY_RUN ?=
-## OUT=DIR                  the runs' output folder (default results/runs); make report reads the same folder
+## OUT=DIR                  the runs' output folder (default results/runs, QUICK=1 results/quick); make report reads it
 OUT ?=
 ## HOROVOD=0                experiments 1-3: don't build Horovod first (its rows are skipped)
 HOROVOD ?= auto
@@ -29,8 +29,7 @@ SITE_TORCH ?=
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT))
 
 .DEFAULT_GOAL := help
-EXPERIMENTS := $(addprefix exp,1 2 3 4 5 6 7 8 9)
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report cost bench bench-comm noise-scale clean $(EXPERIMENTS)
+.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report cost bench bench-comm noise-scale clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -38,7 +37,7 @@ help: ## List the targets and the variables
 	echo "Targets:"; \
 	grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk -v on="$$on" -v off="$$off" \
 	    'BEGIN {FS = ":.*## "}; {printf "  %s%-14s%s %s\n", on, $$1, off, $$2}'; \
-	printf "  %s%-14s%s %s\n" "$$on" "exp1 ... exp9" "$$off" "Run experiment N as a study, e.g. make exp3 (the main command)"; \
+	printf "  %s%-14s%s %s\n" "$$on" "expN" "$$off" "Run experiments/NN_* as a study, e.g. make exp3 (the main command); N = 1...11"; \
 	echo; echo "Variables (e.g. make exp6 SCALE=thesis LAUNCHER=slurm CLUSTER=taito DRY_RUN=1):"; \
 	grep -hE '^## ' $(MAKEFILE_LIST) | sed 's/^## /  /'
 
@@ -85,12 +84,15 @@ test: setup $(if $(filter true,$(CI)),setup-cluster setup-horovod) ## Run the wh
 test-fast: setup ## Run the fast tests only (under a minute)
 	$(PY) -m pytest -m "not slow"
 
-# expN: Run experiment N as a study (listed by `make help` below)
-$(EXPERIMENTS): exp%: setup
-	$(PY) -m trainers study $(wildcard experiments/0$*_*) $(STUDY_ARGS)
+# expN: Run experiments/NN_* as a study, any N (listed by `make help` above). A pattern rule, so not .PHONY (make
+# skips implicit rules for phony targets); the runs go to results/runs/ (QUICK=1: results/quick/).
+exp%: setup
+	$(eval EXP_DIR := $(firstword $(wildcard experiments/$(shell printf '%02d' '$*' 2>/dev/null)_*)))
+	@test -n "$(EXP_DIR)" || { echo "make: no experiment $* (no experiments/NN_name folder for it)"; exit 2; }
+	$(PY) -m trainers study $(EXP_DIR) $(STUDY_ARGS)
 exp1 exp2 exp3: horovod-if-possible
 
-report: setup ## Regenerate results/tables, results/figures and the notebooks from results/runs (or OUT=)
+report: setup ## Regenerate results/tables, figures, notebooks from results/runs (else the committed reference; or OUT=)
 	$(PY) -m analysis report $(if $(OUT),--runs $(OUT))
 
 cost: setup ## GPU-hours of every experiment at the gpu and thesis scales -> results/tables/cost.md
@@ -103,7 +105,8 @@ bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and t
 	$(PY) -m trainers.bench_comm --fp16 --json results/bench_comm.json
 
 # the runs share seed 0, hence their initial weights: those are measured once
-NOISE_RUNS = $(wildcard results/runs/05_linear_scaling/w*-s0 results/runs/06_linear_scaling_stepping_warmup/w32-s0)
+NOISE_RUN_GLOB = 05_linear_scaling/w*-s0 06_linear_scaling_stepping_warmup/w32-s0
+NOISE_RUNS = $(or $(wildcard $(addprefix results/runs/,$(NOISE_RUN_GLOB))),$(wildcard $(addprefix results/reference/*/,$(NOISE_RUN_GLOB))))
 noise-scale: setup ## Gradient noise scale of the local exp5/exp6 models, initial and final weights -> results/noise_scale/
 	@test -n "$(NOISE_RUNS)" || { echo "make: no experiment 5/6 runs in results/runs: run 'make exp5 exp6' first"; exit 2; }
 	$(PY) -m trainers noise-scale $(firstword $(NOISE_RUNS)) --init --groups 32 --json results/noise_scale/initial.json

@@ -98,8 +98,9 @@ def cmd_bench_report(args) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("report", help="tables, figures and executed notebooks from results/runs")
-    r.add_argument("--runs", default="results/runs")
+    r = sub.add_parser("report", help="tables, figures and executed notebooks from results/runs (else the reference)")
+    r.add_argument("--runs", default=None, help="runs root (default: results/runs when it holds runs, else the "
+                   "committed reference results/reference/<machine>)")
     r.add_argument("--out", default="results")
     r.add_argument("--logs", nargs="*", default=None, help="upstream logs or folders of them (sidecar LOG.json "
                                                          "gives experiment, framework, gpus, per_gpu_batch, scale)")

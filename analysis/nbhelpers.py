@@ -161,7 +161,7 @@ def error_figure(df: pd.DataFrame, exp: int):
 
 
 
-def pilot_summary(path: str = "more_steps_pilot/runs"):
+def pilot_summary(path: str = "reference/vm-2cpu/10_more_steps_pilot"):
     """The more-steps pilot's runs by configuration, or one line on how to make them."""
     from pathlib import Path
 
@@ -169,5 +169,5 @@ def pilot_summary(path: str = "more_steps_pilot/runs"):
     from .runs import load_runs
 
     if not Path(path).is_dir():
-        return f"no runs in {path}: bash results/more_steps_pilot/run.sh SEED makes them"
+        return f"no runs in {path}: make exp10 makes them"
     return seed_summary(load_runs(path))

@@ -90,12 +90,13 @@ RQ3 = [
     ("code", None),
     ("md", "## Best validation accuracy: thesis and ours (mean ± std over seeds)"),
     ("code", "an.quality_overview(df, ref)"),
-    ("md", "## Do the thesis's three findings hold in our runs? (differences of mean best top-1, SE over seeds)"),
+    ("md", "## Do the thesis's three findings hold in our runs? (90 % intervals of the difference in best top-1 "
+           "against the scale's declared margin: equivalent, worse, better or inconclusive)"),
     ("code", "verdicts = an.orderings(df, ref)\nverdicts"),
     ("md", "## The local 32-worker gap and optimizer steps\n\n"
-           "The miniature at 72 epochs instead of 18 (`more_steps_pilot/`, its README): the 32-worker runs take "
+           "The miniature at 72 epochs instead of 18 (experiment 10, `experiments/10_more_steps_pilot`): the 32-worker runs take "
            "4,500 steps instead of 1,125. Best top-1 and last-epoch training loss, mean ± sd over seeds."),
-    ("code", "an.pilot_summary(\"more_steps_pilot/runs\")"),
+    ("code", "an.pilot_summary(RUNS + \"/10_more_steps_pilot\")"),
     ("md", "## Learning-rate schedules of experiments 4-9"),
     ("code", "fig = an.schedules_figure(df)\nan.show(fig)"),
     ("md", "## Training and validation error per epoch (only experiments with runs)"),

@@ -57,7 +57,7 @@ def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> list[Path]:
     written += tb.write_table(tb.quality_summary(df), out, "quality_summary",
                               "Best validation accuracy per configuration (all quality experiments)")
     written += tb.write_table(fd.orderings(df, ref), out, "orderings",
-                              "The thesis's three quality findings, checked on our runs", fd.NOTES)
+                              "The thesis's three quality findings: 90 % intervals against a declared margin", fd.notes())
     written += tb.write_table(tb.throughput_summary(df), out, "throughput_summary", "Throughput per configuration")
     extra = df[(df["kind"] == "run") & (df["exp"] > 9)]
     if len(extra):
@@ -248,13 +248,20 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
 # ============================================================================================ entry point
 
 
-def make_report(runs="results/runs", out="results", logs=None, notebooks: bool = True, quiet: bool = False) -> dict:
-    """Regenerate tables, figures and (optionally) the executed notebooks. Returns what was done."""
+def make_report(runs=None, out="results", logs=None, notebooks: bool = True, quiet: bool = False) -> dict:
+    """Regenerate tables, figures and (optionally) the executed notebooks. Returns what was done.
+    runs: a runs root; by default this machine's results/runs, or the committed reference when that is empty."""
+    from .compare import default_runs_root, report_comparison
+
     t0 = time.perf_counter()
     out = Path(out)
+    runs, origin = (Path(runs), str(runs)) if runs else default_runs_root()
     df = load_study(runs, logs)
     ref = rf.load_reference()
     tables = build_tables(df, ref, out / "tables")
+    if origin == "this machine":  # this machine's runs beside the committed reference's, matched by fingerprint
+        tables += tb.write_table(report_comparison(df), out / "tables", "this_machine_vs_reference",
+                                 "This machine's runs, the committed reference's (by machine) and the thesis's")
     # the notebooks run in their own kernels while this process draws the figures
     nb_result: dict = {}
     worker = None
@@ -274,7 +281,7 @@ def make_report(runs="results/runs", out="results", logs=None, notebooks: bool =
         worker.start()
     figs, skipped = build_figures(df, ref, out / "figures")
     problems = list(df.attrs.get("problems", []))
-    index = ["# Report index", "", f"Runs: {int((df['kind'] == 'run').sum())}", "",
+    index = ["# Report index", "", f"Runs: {int((df['kind'] == 'run').sum())} from {runs} ({origin})", "",
              "## Tables", ""] + [f"- {p.name}" for p in tables if p.suffix == ".md"] + \
             ["", "## Figures", ""] + [f"- {p.name}" for p in figs if p.suffix == ".png"] + \
             ["", "## Not drawn", ""] + [f"- {s}" for s in skipped] + \
@@ -291,7 +298,7 @@ def make_report(runs="results/runs", out="results", logs=None, notebooks: bool =
             "skipped": skipped, "problems": problems, "notebooks": [str(p) for p in nbs],
             "seconds": round(time.perf_counter() - t0, 2)}
     if not quiet:
-        print(f"report: {info['runs']} runs, {len(tables)} table files, {len(figs)} figure files, "
+        print(f"report: {info['runs']} runs from {runs} ({origin}), {len(tables)} table files, {len(figs)} figure files, "
               f"{len(nbs)} notebooks in {info['seconds']} s -> {out}")
         for p in problems:
             print(f"  problem: {p}")

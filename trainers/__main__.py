@@ -62,7 +62,8 @@ def cmd_study(args) -> int:
 
     return run_study(
         Path(args.experiment), scale=args.scale, launcher=args.launcher, cluster=args.cluster,
-        dry_run=args.dry_run, quick=args.quick, out=Path(args.out), seeds=args.seeds, overrides=args.set,
+        dry_run=args.dry_run, quick=args.quick, out=Path(args.out) if args.out else None, seeds=args.seeds,
+        overrides=args.set,
         jobs=args.jobs,
     )
 
@@ -116,7 +117,8 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--jobs", type=int, help="quality runs side by side, the cores split between them (default: on "
                     "the CPU one run per core; on a GPU and for throughput runs 1)")
     st.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    st.add_argument("--out", default=str(DEFAULT_OUT))
+    st.add_argument("--out", help="runs root (default results/runs; with --quick results/quick, so smoke runs never "
+                    "share folders with full ones)")
     st.set_defaults(func=cmd_study)
 
     d = sub.add_parser("data", help="make the generated ImageNet-shaped dataset")
