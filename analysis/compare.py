@@ -70,8 +70,9 @@ def thesis_value(ref: pd.DataFrame, experiment: str, framework: str, gpus: int, 
                  kind: str) -> float:
     """The thesis's images/s or best top-1 for the same experiment, framework and GPU count. Throughput also needs
     the same per-GPU batch; quality takes the thesis's row whatever the batch (the miniature's is its own)."""
-    rows = ref[(ref["experiment"] == experiment_number(experiment)) & (ref["framework"] == framework)
-               & (ref["gpus"] == gpus)]
+    rows = ref[(ref["experiment"] == experiment_number(experiment)) & (ref["gpus"] == gpus)]
+    if framework != "emulated":  # emulated workers stand in for whichever framework the thesis ran them with
+        rows = rows[rows["framework"] == framework]
     if kind == "throughput":
         rows = rows[rows["per_gpu_batch"] == per_gpu_batch]
     column = "throughput" if kind == "throughput" else "top1"
