@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, final_state, max_difference, records, run, torchrun, train, trainer_env, write_config
+from tests.helpers import (REPO, final_state, max_difference, mpirun_cannot_launch, records, run, torchrun, train,
+                           trainer_env, write_config)
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -81,7 +82,7 @@ def test_horovodrun_trains_exactly_as_ddp_and_emulated_workers(tmp_path, referen
 
 @pytest.mark.slow
 def test_bare_mpirun_of_the_trainer_works_as_in_the_thesis(tmp_path, reference):
-    need(None if shutil.which("mpirun") else "Open MPI's mpirun is not installed; run `make setup-horovod` as root")
+    need(mpirun_cannot_launch())
     ddp, _ = reference
     env = trainer_env()
     result = run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-bind-to", "none",

@@ -169,3 +169,30 @@ def test_more_ranks_than_gpus_take_the_cpu_or_are_refused(tmp_path, monkeypatch)
 ])
 def test_launchers_tell_how_many_processes_share_the_node(env, per_node):
     assert detect_launch(env).local_world_size == per_node
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The GPU bench's plumbing, run on the CPU with a tiny model
+# ----------------------------------------------------------------------------------------------------------------
+def test_the_gpu_bench_writes_a_row_per_variant_batch_and_wrapper(tmp_path, monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    from trainers import bench
+
+    monkeypatch.setattr(bench, "GPU_MODEL", "cifar_resnet8")
+    monkeypatch.setattr(bench, "GPU_IMAGE_SIZE", 16)
+    monkeypatch.setattr(bench, "GPU_BATCHES", (4,))
+    monkeypatch.setattr(bench, "GPU_STEPS", 2)
+    monkeypatch.setattr(bench, "GPU_WARMUP", 1)
+    monkeypatch.setattr(bench, "GPU_VARIANTS", {k: bench.GPU_VARIANTS[k] for k in ("fp32", "bf16_channels_last")})
+    monkeypatch.setattr(bench, "EMULATED_WORKERS", 4)
+    monkeypatch.setattr(bench, "EMULATED_BATCH", 2)
+    monkeypatch.setattr(bench, "EMULATED_STEPS", 2)
+    out = tmp_path / "bench.json"
+    assert bench.run_gpu_bench(SimpleNamespace(json=str(out)), device="cpu") == 0
+    result = json.loads(out.read_text())
+    assert result["device"] == "cpu"
+    assert [(r["variant"], r["wrapper"]) for r in result["rows"]] == [
+        ("fp32", "single"), ("fp32", "ddp"), ("bf16_channels_last", "single"), ("bf16_channels_last", "ddp")]
+    assert all(r["ratio"] > 0 for r in result["rows"]) and result["emulated"]["step_cost_ratio"] > 0
