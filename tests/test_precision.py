@@ -196,3 +196,19 @@ def test_the_gpu_bench_writes_a_row_per_variant_batch_and_wrapper(tmp_path, monk
     assert [(r["variant"], r["wrapper"]) for r in result["rows"]] == [
         ("fp32", "single"), ("fp32", "ddp"), ("bf16_channels_last", "single"), ("bf16_channels_last", "ddp")]
     assert all(r["ratio"] > 0 for r in result["rows"]) and result["emulated"]["step_cost_ratio"] > 0
+
+
+def test_experiment_1_gains_precision_rows_at_the_gpu_scale_only():
+    from tests.helpers import REPO
+    from trainers.study import expand
+
+    config = REPO / "experiments" / "01_throughput_single_gpu" / "config.toml"
+    gpu = {run.name: run.settings for run in expand(config, "gpu")}
+    thesis_rows = [f"gpu-b{b}-{f}-s0" for b in (32, 64, 128) for f in ("ddp", "horovod")]
+    assert all("train.precision" not in gpu[name] for name in thesis_rows)  # the thesis's rows stay fp32
+    assert gpu["gpu-b128-ddp-tf32-s0"]["train.precision"] == "tf32"
+    assert gpu["gpu-b256-ddp-bf16-cl-s0"]["train.channels_last"] is True
+    assert gpu["gpu-b256-ddp-bf16-cl-compiled-s0"]["train.compile"] is True
+    for scale in ("thesis", "local"):
+        assert all(load_config(config, scale).train.precision == "fp32" and "train.precision" not in run.settings
+                   for run in expand(config, scale))

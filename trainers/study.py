@@ -31,7 +31,8 @@ from trainers.backends import Launch, choose_backend, free_port
 from trainers.config import Config, ConfigError, find_scales_file, load_config, read_toml
 
 REPO = Path(__file__).resolve().parents[1]
-SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": ""}
+SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
+         "train.precision": "", "train.channels_last": "cl", "train.compile": "compiled"}
 LAUNCH_KEYS = ("nodes", "tasks_per_node")  # how a run is launched, not trainer settings
 FINISHED = ("completed", "diverged")
 
@@ -72,7 +73,7 @@ def run_name(values: dict[str, Any], seed: int | None) -> str:
     parts = []
     for key, value in values.items():
         prefix = SHORT.get(key, key.split(".")[-1])
-        parts.append(f"{prefix}{value}")
+        parts.append(prefix if value is True else f"{prefix}{value}")  # a switch that is on: its name alone
     if seed is not None:
         parts.append(f"s{seed}")
     return "-".join(parts) or "run"
