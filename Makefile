@@ -59,7 +59,7 @@ exp1 exp2 exp3: horovod-if-possible
 report: setup ## Regenerate results/tables, results/figures and the notebooks from results/runs
 	$(PY) -m analysis report
 
-bench: setup ## Benchmark the trainer against a hand-written loop, and emulated workers' cost
+bench: setup ## Benchmark the trainer against a hand-written loop, and emulated workers' cost (a GPU: results/bench_gpu.json)
 	$(PY) -m trainers bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32
 
 bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and the communication share (seed 002)

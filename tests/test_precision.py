@@ -212,3 +212,9 @@ def test_experiment_1_gains_precision_rows_at_the_gpu_scale_only():
     for scale in ("thesis", "local"):
         assert all(load_config(config, scale).train.precision == "fp32" and "train.precision" not in run.settings
                    for run in expand(config, scale))
+
+
+def test_deterministic_mode_trains_on_the_cpu_as_the_default_does(tmp_path):
+    default = short_run(tmp_path, "plain")
+    deterministic = short_run(tmp_path, "det", deterministic=True)  # global pooling as a mean: the same numbers
+    assert max_difference(default, deterministic) <= 1e-5
