@@ -218,3 +218,12 @@ def test_deterministic_mode_trains_on_the_cpu_as_the_default_does(tmp_path):
     default = short_run(tmp_path, "plain")
     deterministic = short_run(tmp_path, "det", deterministic=True)  # global pooling as a mean: the same numbers
     assert max_difference(default, deterministic) <= 1e-5
+
+
+@pytest.mark.slow  # torch.compile's first compilation takes minutes of CPU
+def test_a_compiled_model_trains_as_the_eager_one(tmp_path):
+    settings = {"workers": 2, "workers_per_pass": 1, "epochs": 1}  # passes: the compiled graph sees both states
+    eager = write_config(tmp_path / "eager.toml", {"train": settings})
+    compiled = write_config(tmp_path / "compiled.toml", {"train": {**settings, "compile": True}})
+    assert train_in_process(eager, tmp_path, "e") == 0 and train_in_process(compiled, tmp_path, "c") == 0
+    assert max_difference(final_state(tmp_path / "eager" / "e"), final_state(tmp_path / "compiled" / "c")) <= 1e-4
