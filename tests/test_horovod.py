@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.helpers import (REPO, final_state, max_difference, mpirun_cannot_launch, records, run, torchrun, train,
                            trainer_env, write_config)
@@ -136,3 +137,20 @@ def test_without_horovod_the_horovod_backend_is_one_line_that_says_how_to_instal
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "make setup-horovod" in lines[0], result.stderr
     assert not (tmp_path / "hvd" / "x").exists()  # refused before anything started
+
+
+@pytest.mark.slow
+def test_fp16_with_its_gradient_scaler_trains_under_horovod(tmp_path):
+    # the scaler must read gradients only after Horovod's allreduce finished (synchronize, then skip_synchronize)
+    need(horovod_missing())
+    config = write_config(tmp_path / "hvd.toml", {"train": {"backend": "horovod", "precision": "fp16"}})
+    result = run([horovodrun(), "--gloo", "-np", "2", "-H", "localhost:2", *trainer_args(config, tmp_path, "f")])
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    # fp16 kernels round differently at another batch size: emulate each worker in a pass of its own, as a rank
+    emulated = write_config(tmp_path / "emu.toml", {"train": {"backend": "emulated", "precision": "fp16",
+                                                              "workers_per_pass": 1}})
+    assert train(emulated, tmp_path, "e").returncode == 0
+    state = torch.load(tmp_path / "hvd" / "f" / "checkpoint.pt", weights_only=True)
+    emulated_state = torch.load(tmp_path / "emu" / "e" / "checkpoint.pt", weights_only=True)
+    assert state["scaler"] == emulated_state["scaler"] and state["scaler"]["scale"] > 0
+    assert max_difference(state["model"], emulated_state["model"]) < 1e-5

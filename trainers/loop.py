@@ -90,9 +90,6 @@ def topk_hits(output: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> list[tor
     return [hits[:, : min(k, maxk)].sum() for k in ks]
 
 
-def correct_topk(output: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> list[float]:
-    return [float(c) for c in topk_hits(output, target, ks)]
-
 
 @dataclass
 class Reading:
