@@ -4,6 +4,7 @@ Each test skips with one line where no CUDA GPU is visible (the CPU versions are
 """
 import json
 import os
+import sys
 
 import pytest
 import torch
@@ -54,3 +55,15 @@ def test_mixed_precision_layouts_and_compile_train_on_the_gpu(tmp_path, settings
     assert result.returncode == 0, result.stderr[-2000:]
     epoch = records(tmp_path / "m" / "m", "epoch")[-1]
     assert torch.isfinite(torch.tensor([epoch["train_loss"], epoch["val_loss"]])).all()
+
+
+def test_experiment_5s_32_workers_take_a_step_at_the_gpu_scale(tmp_path):
+    from tests.helpers import REPO, run
+
+    result = run([sys.executable, "-m", "trainers", "train", str(REPO / "experiments" / "05_linear_scaling"),
+                  "--scale", "gpu", "--out", str(tmp_path), "--run", "w32", "--set", "data.kind=synthetic",
+                  "--set", "train.workers=32", "--set", "bench.batches=1", "--set", "bench.warmup_batches=0"],
+                 timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    manifest = json.loads((tmp_path / "05_linear_scaling" / "w32" / "manifest.json").read_text())
+    assert manifest["workers"] == 32 and 1 <= manifest["workers_per_pass"] <= 32
