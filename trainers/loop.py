@@ -386,6 +386,7 @@ class Trainer:
         if cfg.data.kind == "synthetic":  # tf_cnn_benchmarks' synthetic mode: one batch already on the device
             fixed = data.synthetic_batch(per_process, cfg.data.image_size, cfg.model.num_classes, cfg.train.seed,
                                          b.device)
+            fixed = (self.compute.layout(fixed[0]), fixed[1])  # channels_last once, as a hand-written loop would
             source = ((*fixed, 0) for _ in range(warm + timed))
         else:
             loader, _ = self.batches(0, 0)
