@@ -110,8 +110,9 @@ def pick_device(cfg: Config, launch: Launch) -> torch.device:
     if wanted == "cuda" and not gpus:
         raise ConfigError("train.device = 'cuda' but no GPU is visible; use --set train.device=cpu")
     if wanted == "cuda" and per_node > gpus:
-        raise ConfigError(f"{per_node} processes on this node but {gpus} GPU(s): never two ranks on one GPU; start at "
-                          f"most {gpus} per node, or use --set train.device=cpu (gloo)")
+        raise ConfigError(f"{per_node} processes on this node but {gpus} GPU(s) visible: never two ranks on one GPU; "
+                          f"start at most {gpus} per node, or use --set train.device=cpu (gloo); under Slurm let "
+                          "every task see the node's GPUs (--gres=gpu:N, no per-task GPU binding)")
     if wanted == "cuda" or (wanted == "auto" and 0 < per_node <= gpus):
         torch.cuda.set_device(launch.local_rank)
         return torch.device("cuda", launch.local_rank)
