@@ -98,7 +98,7 @@ report: setup ## Regenerate results/tables, figures, notebooks from results/runs
 cost: setup ## GPU-hours of every experiment at the gpu and thesis scales -> results/tables/cost.md
 	$(PY) -m analysis cost
 
-bench: setup ## Benchmark the trainer against a hand-written loop, and emulated workers' cost
+bench: setup ## Benchmark the trainer against a hand-written loop, and emulated workers' cost (a GPU: results/bench_gpu.json)
 	$(PY) -m trainers bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32
 
 bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and the communication share (seed 002)

@@ -1,7 +1,9 @@
 """Shared helpers for the tests: tiny configs and running the trainer as a user would."""
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +66,22 @@ def torchrun(nproc: int, config: Path, out: Path, run_name: str, *extra: str, ti
     return run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                 "--master-port", str(free_port()), "-m", "trainers", "train", str(config),
                 "--out", str(out), "--run-name", run_name, *extra], timeout=timeout)
+
+
+@functools.lru_cache(maxsize=None)
+def mpirun_cannot_launch() -> str | None:
+    """Why `mpirun` can't start even one local process here (not installed; no rsh/ssh agent...), or None."""
+    if shutil.which("mpirun") is None:
+        return "Open MPI's mpirun is not installed; run `make setup-horovod` as root"
+    try:
+        result = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "1", sys.executable, "-c",
+                                 "pass"], capture_output=True, text=True, timeout=120, env=trainer_env())
+    except subprocess.TimeoutExpired:
+        return "mpirun -np 1 did not finish in 120 s"
+    if result.returncode == 0:
+        return None
+    lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip(" -*\t")]
+    return f"mpirun cannot launch here: {lines[0][:160] if lines else f'exit {result.returncode}'}"
 
 
 def free_port() -> int:

@@ -25,6 +25,15 @@ def test_emulated_workers_match_ddp_with_two_gloo_processes(tmp_path):
     assert manifest["backend"] == "ddp" and manifest["launcher"] == "torchrun" and manifest["world_size"] == 2
 
 
+def test_emulated_workers_in_passes_still_match_ddp(tmp_path):
+    ddp_cfg = write_config(tmp_path / "ddp.toml", {"train": {"backend": "ddp"}})
+    emu_cfg = write_config(tmp_path / "emu.toml", {"train": {"backend": "emulated", "workers_per_pass": 1}})
+    assert torchrun(2, ddp_cfg, tmp_path, "ddp").returncode == 0
+    emu = train(emu_cfg, tmp_path, "emu")
+    assert emu.returncode == 0, emu.stderr[-3000:]
+    assert max_difference(final_state(tmp_path / "ddp" / "ddp"), final_state(tmp_path / "emu" / "emu")) < 1e-5
+
+
 def test_ddp_metrics_are_sums_over_ranks(tmp_path):
     # sharded validation over an odd-sized set (3 images on 2 ranks) stays exact
     cfg = write_config(tmp_path / "c.toml", {"train": {"backend": "ddp", "epochs": 1},

@@ -140,6 +140,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=int, default=3)
     b.add_argument("--workers", type=int, default=32, help="emulated workers for the emulation-cost figure")
     b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--device", choices=("auto", "cpu"), default="auto",
+                   help="auto: with a CUDA GPU, the GPU bench (ResNet-50, precisions, wrappers); cpu: this machine's CPU")
+    b.add_argument("--json", help="the GPU bench's output (default results/bench_gpu.json)")
     b.set_defaults(func=cmd_bench)
 
     n = sub.add_parser("noise-scale", help="gradient noise scale B_simple of runs' models (McCandlish et al. 2018)")

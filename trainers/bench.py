@@ -5,9 +5,18 @@
 2. One step of `emulated` workers / one plain step of the same global batch (goal <= 1.15: emulating 32 GPUs costs
    little more than the batch itself).
 Each figure is the best of `--repeats` interleaved measurements, so a busy machine biases neither side.
+
+With a CUDA GPU (and `--device auto`), one run measures instead, on ResNet-50 at 224 px with synthetic data:
+  - the trainer against a hand-written loop of the same model, batch, precision, layout and wrapper (plain for the
+    `single` backend, DDP at world size 1 for `ddp`), for fp32, bf16 + channels_last and compiled (bf16 +
+    channels_last + torch.compile), at per-GPU batch 32, 128 and 256 (goal >= 0.95 in every row). The hand-written
+    loop reads the loss once at the end, the GPU's limit; the trainer reads it every print_freq steps;
+  - one step of 32 emulated workers x 128 against 32 plain batch-128 steps (goal <= 1.10);
+and writes the figures, with the GPU's name, as JSON (`--json`, default results/bench_gpu.json).
 """
 from __future__ import annotations
 
+import datetime
 import json
 import tempfile
 import time
@@ -16,6 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from trainers import compute
 from trainers.config import BenchConfig, Config, DataConfig, ModelConfig, TrainConfig
 from trainers.data import synthetic_batch
 from trainers.models import build_model
@@ -41,15 +51,17 @@ def hand_written_loop(model_name: str, batch: int, image_size: int, steps: int, 
 
 
 def trainer_images_per_s(model_name: str, workers: int, per_worker: int, image_size: int, steps: int,
-                         warmup: int) -> float:
-    """The real training loop in benchmark mode (synthetic data, the single or emulated backend)."""
+                         warmup: int, device: str = "cpu", backend: str = "", **settings) -> float:
+    """The real training loop in benchmark mode (synthetic data; the single, emulated or ddp backend)."""
     from trainers.loop import run_training
 
+    if settings.get("compile"):
+        torch._dynamo.reset()  # a fresh model each time: no stale graphs, no recompile limit reached
     cfg = Config(
         model=ModelConfig(name=model_name, num_classes=1000),
         data=DataConfig(kind="synthetic", image_size=image_size, loader_workers=0),
-        train=TrainConfig(epochs=1, per_worker_batch=per_worker, workers=workers, device="cpu", print_freq=10**6,
-                          backend="emulated" if workers > 1 else "single", checkpoint=False),
+        train=TrainConfig(epochs=1, per_worker_batch=per_worker, workers=workers, device=device, print_freq=10**6,
+                          backend=backend or ("emulated" if workers > 1 else "single"), checkpoint=False, **settings),
         bench=BenchConfig(batches=steps, warmup_batches=warmup),
         experiment="bench",
     )
@@ -61,6 +73,8 @@ def trainer_images_per_s(model_name: str, workers: int, per_worker: int, image_s
 
 
 def run_bench(args) -> int:
+    if getattr(args, "device", "auto") != "cpu" and torch.cuda.is_available():
+        return run_gpu_bench(args)
     torch.manual_seed(0)
     print(f"model {args.model}, {args.image_size} px, batch {args.batch}, {args.steps} timed steps after "
           f"{args.warmup}, {torch.get_num_threads()} threads, best of {args.repeats}", flush=True)
@@ -79,4 +93,114 @@ def run_bench(args) -> int:
     print(f"trainer / hand-written loop: {ratio:.3f}  (goal >= 0.95)")
     print(f"emulated {args.workers} workers / one plain step of batch {per_worker * args.workers}: {cost:.3f} "
           f"(goal <= 1.15)")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# On a GPU: the trainer against the hand-written limit, per precision, layout, compile and wrapper
+# ----------------------------------------------------------------------------------------------------------------
+GPU_MODEL, GPU_IMAGE_SIZE, GPU_BATCHES = "resnet50", 224, (32, 128, 256)
+GPU_STEPS, GPU_WARMUP = 50, 15  # compiled variants compile during the warm-up
+GPU_VARIANTS = {
+    "fp32": {},
+    "bf16_channels_last": {"precision": "bf16", "channels_last": True},
+    "compiled": {"precision": "bf16", "channels_last": True, "compile": True},
+}
+EMULATED_WORKERS, EMULATED_BATCH, EMULATED_STEPS = 32, 128, 4
+
+
+def hand_written_gpu_loop(batch: int, steps: int, warmup: int, wrapper: str, device: str = "cuda",
+                          precision: str = "fp32", channels_last: bool = False, compile: bool = False) -> float:
+    """The plainest loop of the same model, batch, precision, layout and wrapper: images/s, one sync at the end."""
+    import torch.distributed as dist
+
+    from trainers.backends import free_port
+
+    settings = TrainConfig(precision=precision, channels_last=channels_last, compile=compile)
+    compute.configure_torch(settings)  # the same TF32 / cuDNN switches as the trainer's
+    torch.manual_seed(0)
+    device = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda device: None)
+    model = build_model(ModelConfig(name=GPU_MODEL, num_classes=1000))
+    model = model.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    if wrapper == "ddp":
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+        from trainers.backends.torch_dist import buffer_sync
+
+        ids = [device.index] if device.index is not None else None
+        model = nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
+                                                    **buffer_sync(False))
+    if compile:
+        torch._dynamo.reset()
+        model = torch.compile(model)
+    criterion = nn.CrossEntropyLoss().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    images, target = synthetic_batch(batch, GPU_IMAGE_SIZE, 1000, seed=0, device=device)
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    autocast = compute.Compute(settings, device).autocast
+    model.train()
+    try:
+        for i in range(warmup + steps):
+            if i == warmup:
+                sync(device)
+                start = time.perf_counter()
+            with autocast():
+                loss = criterion(model(images), target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        loss.item()
+        sync(device)
+        return batch * steps / (time.perf_counter() - start)
+    finally:
+        if wrapper == "ddp":
+            dist.destroy_process_group()
+
+
+def gpu_rows(device: str) -> list[dict]:
+    rows = []
+    for variant, settings in GPU_VARIANTS.items():
+        for batch in GPU_BATCHES:
+            for wrapper in ("single", "ddp"):
+                hand = hand_written_gpu_loop(batch, GPU_STEPS, GPU_WARMUP, wrapper, device, **settings)
+                ours = trainer_images_per_s(GPU_MODEL, 1, batch, GPU_IMAGE_SIZE, GPU_STEPS, GPU_WARMUP,
+                                            device=device, backend=wrapper, **settings)
+                rows.append({"variant": variant, "wrapper": wrapper, "per_gpu_batch": batch,
+                             "hand_written_images_per_s": hand, "trainer_images_per_s": ours, "ratio": ours / hand})
+                print(f"  {variant:>18} {wrapper:>6} batch {batch:>3}: hand-written {hand:8.1f} img/s, trainer "
+                      f"{ours:8.1f} img/s, ratio {ours / hand:.3f}", flush=True)
+    return rows
+
+
+def emulated_cost(device: str) -> dict:
+    """One step of 32 emulated workers x 128 against 32 plain steps of 128 (fp32; passes as auto picks them)."""
+    plain = trainer_images_per_s(GPU_MODEL, 1, EMULATED_BATCH, GPU_IMAGE_SIZE, GPU_STEPS, GPU_WARMUP, device=device)
+    emulated = trainer_images_per_s(GPU_MODEL, EMULATED_WORKERS, EMULATED_BATCH, GPU_IMAGE_SIZE, EMULATED_STEPS, 1,
+                                    device=device)
+    cost = plain / emulated  # (time of one emulated step) / (time of 32 plain steps): the same images
+    print(f"  emulated {EMULATED_WORKERS} x {EMULATED_BATCH}: {emulated:.1f} img/s; plain batch {EMULATED_BATCH}: "
+          f"{plain:.1f} img/s; one emulated step / {EMULATED_WORKERS} plain steps = {cost:.3f} (goal <= 1.10)",
+          flush=True)
+    return {"workers": EMULATED_WORKERS, "per_worker_batch": EMULATED_BATCH, "emulated_images_per_s": emulated,
+            "plain_images_per_s": plain, "step_cost_ratio": cost}
+
+
+def run_gpu_bench(args, device: str = "cuda") -> int:
+    """The GPU bench; `device="cpu"` runs the same plumbing on the CPU (its tests, with a tiny model)."""
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    print(f"GPU bench on {name}: {GPU_MODEL} {GPU_IMAGE_SIZE} px, synthetic data, {GPU_STEPS} timed steps after "
+          f"{GPU_WARMUP}", flush=True)
+    result = {
+        "device": name, "torch": torch.__version__, "cuda": torch.version.cuda,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "model": GPU_MODEL, "image_size": GPU_IMAGE_SIZE, "steps": GPU_STEPS, "warmup": GPU_WARMUP,
+        "variants": GPU_VARIANTS, "rows": gpu_rows(device), "emulated": emulated_cost(device),
+    }
+    result["worst_ratio"] = min(row["ratio"] for row in result["rows"])
+    out = Path(getattr(args, "json", None) or "results/bench_gpu.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"trainer / hand-written loop, worst row: {result['worst_ratio']:.3f} (goal >= 0.95); wrote {out}")
     return 0

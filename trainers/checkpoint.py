@@ -18,6 +18,7 @@ from trainers.config import ConfigError
 MAY_DIFFER_ON_RESUME = {
     ("data", "path"), ("data", "loader_workers"), ("train", "print_freq"), ("train", "threads"),
     ("train", "device"), ("train", "init_method"), ("train", "checkpoint"),
+    ("train", "compile"), ("train", "cudnn_benchmark"), ("train", "workers_per_pass"),
 }
 
 

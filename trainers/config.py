@@ -20,6 +20,7 @@ from trainers import lr as lr_policy
 
 SCALES = ("local", "gpu", "thesis")
 BACKENDS = ("auto", "single", "emulated", "ddp", "horovod", "dp")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # Tables in an experiment's config.toml that are not trainer settings.
 NON_TRAINER_TABLES = ("study", "scale")
 
@@ -65,6 +66,13 @@ class TrainConfig:
     threads: int = 0  # torch intra-op threads per process; 0 = torch's default
     init_method: str = ""  # "" = env:// from the launcher; "file:///shared/path" = the thesis's shared-file init
     checkpoint: bool = True
+    # how the model computes (trainers/compute.py); the thesis's P100s ran strict fp32
+    precision: str = "fp32"  # "fp32" (IEEE, TF32 off) | "tf32" | "bf16" / "fp16" (autocast; fp16 with a grad scaler)
+    channels_last: bool = False  # NHWC memory layout (tensor cores' native layout)
+    compile: bool = False  # torch.compile the (wrapped) model
+    cudnn_benchmark: bool = True  # cuDNN autotuning, as the thesis's scripts; off under deterministic
+    deterministic: bool = False  # deterministic kernels: a resumed GPU run ends bit-identical (slower)
+    workers_per_pass: int = 0  # emulated workers per forward/backward; 0 = auto (all on CPU, what fits on a GPU)
 
 
 @dataclass(frozen=True)
@@ -317,6 +325,12 @@ def validate(cfg: Config, need_data: bool = True) -> None:
         positive(where, value)
     one_of("train.backend", t.backend, BACKENDS)
     one_of("train.device", t.device, ("auto", "cpu", "cuda"))
+    one_of("train.precision", t.precision, PRECISIONS)
+    if t.workers_per_pass < 0:
+        raise ConfigError(f"train.workers_per_pass = {t.workers_per_pass} must be >= 0 (0 = as many as fit)")
+    if t.workers_per_pass and t.backend in ("single", "ddp", "horovod", "dp"):
+        raise ConfigError(f"train.workers_per_pass splits emulated workers into passes; train.backend = "
+                          f"{t.backend!r} has none (use backend = 'emulated' or leave it 0)")
     one_of("data.kind", d.kind, ("imagefolder", "generated", "synthetic"))
     one_of("data.val_mode", d.val_mode, ("every_rank", "sharded"))
     one_of("lr.scaling", lr.scaling, lr_policy.SCALINGS)

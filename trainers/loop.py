@@ -17,12 +17,13 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from trainers import backends, checkpoint, data
+from trainers import backends, checkpoint, compute, data
 from trainers.config import Config, ConfigError, check_paths
 from trainers.lr import lr_at
 from trainers.models import build_model
 from trainers.runlog import AverageMeter, RunFolder, now_iso, summary_line, test_line, train_line, versions, git_commit
 
+THESIS_BATCH_INDEX = 199  # the thesis read the running mean batch time at training batch 199
 EXIT_COMPLETED, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_PREEMPTED = 0, 1, 2, 3, 4
 
 
@@ -81,11 +82,68 @@ class Sums:
         return self.loss / n, 100.0 * self.top1 / n, 100.0 * self.top5 / n
 
 
-def correct_topk(output: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> list[float]:
+def topk_hits(output: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> list[torch.Tensor]:
+    """Correct predictions among the top k, as device tensors (reading them would wait for the GPU)."""
     maxk = min(max(ks), output.shape[1])
     pred = output.topk(maxk, dim=1).indices
-    hits = pred.eq(target.view(-1, 1))
-    return [hits[:, : min(k, maxk)].any(dim=1).sum().item() for k in ks]
+    hits = pred.eq(target.view(-1, 1))  # at most one hit a row: the top-k classes are distinct
+    return [hits[:, : min(k, maxk)].sum() for k in ks]
+
+
+
+@dataclass
+class Reading:
+    """A meter's value at one iteration and its running mean, read from the device (train_line's .val/.avg)."""
+
+    val: float
+    avg: float
+
+
+class DeviceTotals:
+    """Loss x images and top-1/top-5 hits summed on the device, step after step, in float64 as host sums were.
+
+    Reading a GPU value waits for every step queued before it, so the loop reads these only where it logs (every
+    print_freq steps and at the epoch's end): the logged values are the same, the GPU never idles in between.
+    Two sums, as before: the epoch's (from a resumed checkpoint's partial sums on) and the meters' (from zero).
+    On the CPU reading costs nothing and Python floats are cheaper than tensor ops, so the sums stay on the host.
+    """
+
+    def __init__(self, device: torch.device, start: Sums | None = None):
+        start = start or Sums()
+        self.on_host = device.type == "cpu"
+        self.epoch = [start.loss, start.top1, start.top5]
+        self.meters, self.last = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
+        if not self.on_host:
+            self.epoch = torch.tensor(self.epoch, dtype=torch.float64, device=device)
+            self.meters = self.last = torch.zeros(3, dtype=torch.float64, device=device)
+        self.epoch_images, self.images, self.last_images = start.images, 0, 0
+
+    def add(self, loss: torch.Tensor, output: torch.Tensor, target: torch.Tensor) -> None:
+        n = len(target)
+        if self.on_host:
+            hits = output.topk(min(5, output.shape[1]), dim=1).indices.eq(target.view(-1, 1)).sum(0).tolist()
+            self.last = [loss.item() * n, float(hits[0]), float(sum(hits))]  # hits by rank: top-1, top-5
+            self.epoch = [a + b for a, b in zip(self.epoch, self.last)]
+            self.meters = [a + b for a, b in zip(self.meters, self.last)]
+        else:
+            c1, c5 = topk_hits(output, target)
+            self.last = torch.stack([loss.detach().double() * n, c1.double(), c5.double()])
+            self.epoch += self.last
+            self.meters += self.last
+        self.epoch_images += n
+        self.images += n
+        self.last_images = n
+
+    def read(self) -> tuple[float, Reading, Reading, Reading, Sums]:
+        """(the last loss, loss / top-1 / top-5 meter readings, the epoch's sums) in one device-to-host copy."""
+        if self.on_host:
+            last, meters, epoch = self.last, self.meters, self.epoch
+        else:
+            last, meters, epoch = torch.stack([self.last, self.meters, self.epoch]).tolist()
+        n, count = max(self.last_images, 1), max(self.images, 1)
+        loss = last[0] / n
+        readings = [Reading(scale * v / n, scale * m / count) for v, m, scale in zip(last, meters, (1.0, 100.0, 100.0))]
+        return (loss, *readings, Sums(*epoch, self.epoch_images))
 
 
 class Trainer:
@@ -95,6 +153,7 @@ class Trainer:
         t = cfg.train
         if t.threads:
             torch.set_num_threads(t.threads)
+        compute.configure_torch(t)
         self.policy = cfg.lr_policy()
         # Data first: generating the miniature dataset may take a minute, and no peer should be waiting on us.
         self.train_ds, self.val_ds = data.build_datasets(
@@ -108,7 +167,8 @@ class Trainer:
         self.run = RunFolder(run_dir, writes=b.is_main(), echo=echo, fresh=not self.resuming)
         b.start_run(run_dir)
         torch.manual_seed(t.seed)
-        self.model = b.wrap_model(build_model(cfg.model))
+        self.compute = compute.Compute(t, b.device)
+        self.model = compute.compile_model(b.wrap_model(compute.prepare_model(build_model(cfg.model), t)), t)
         self.criterion = nn.CrossEntropyLoss().to(b.device)
         optimizer = torch.optim.SGD(
             self.model.parameters(), lr=self.policy.target, momentum=cfg.optim.momentum,
@@ -121,8 +181,39 @@ class Trainer:
             self.restore()
         else:
             b.broadcast_initial_state(self.model, self.optimizer)
+        self.fit_workers_per_pass()
         self.stop = StopSignal()
         self.skipped = 0
+
+    def fit_workers_per_pass(self) -> None:
+        """Emulated workers on a GPU with workers_per_pass = 0: the most whole workers one pass holds, measured."""
+        b = self.backend
+        if getattr(b, "workers_per_pass", None) != 0:
+            return
+        t, size = self.cfg.train, self.cfg.data.image_size
+        total = torch.cuda.get_device_properties(b.device).total_memory
+
+        def try_pass(n: int) -> None:  # zeros: no random numbers drawn; running statistics left alone
+            self.optimizer.zero_grad()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(b.device)
+            b.interleaved.set_pass(n, first=False)
+            images = self.compute.layout(torch.zeros(n * t.per_worker_batch, 3, size, size, device=b.device))
+            target = torch.zeros(n * t.per_worker_batch, dtype=torch.long, device=b.device)
+            self.model.train()
+            with self.compute.autocast():
+                loss = self.criterion(self.model(images), target)
+            self.compute.backward(loss)
+            torch.cuda.synchronize(b.device)
+
+        try:
+            b.workers_per_pass = compute.largest_fitting_pass(
+                try_pass, b.workers, lambda: torch.cuda.max_memory_allocated(b.device) <= compute.MEMORY_HEADROOM * total)
+        finally:
+            self.optimizer.zero_grad()
+            b.interleaved.set_pass(b.workers, first=True)
+            torch.cuda.empty_cache()
+        self.run.log(f"=> {b.workers_per_pass} of {b.workers} emulated workers per forward/backward pass")
 
     # ---- checkpoints ------------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -132,6 +223,7 @@ class Trainer:
         self.start_epoch, self.start_step = state["epoch"], state["step"]
         self.partial = Sums(*state["partial"])
         self.best_top1 = state["best_top1"]
+        self.compute.load_state_dict(state.get("scaler", {}))
         checkpoint.restore_rng(state["rng"])
 
     def save(self, epoch: int, step: int, partial: Sums) -> None:
@@ -145,6 +237,7 @@ class Trainer:
             "partial": [partial.loss, partial.top1, partial.top5, partial.images],
             "best_top1": self.best_top1,
             "rng": checkpoint.rng_state(),
+            "scaler": self.compute.state_dict(),  # fp16's loss scale: resume takes the same steps
             "config": self.cfg.to_dict(),
         })
 
@@ -163,24 +256,33 @@ class Trainer:
             group["lr"] = lr
 
     def step(self, images: torch.Tensor, target: torch.Tensor):
-        """Forward, backward, update; backward_passes_per_step > 1 accumulates gradients over chunks first."""
-        chunks = self.backend.backward_passes_per_step
+        """Forward, backward, update: the batch's logits and mean loss, on the device (nothing waits for the GPU).
+
+        The backend may split the batch into passes (Horovod's local accumulation; emulated workers that don't
+        fit in one pass); each pass's loss is weighted by its share of the images, so the accumulated gradient is
+        the whole batch's mean loss gradient.
+        """
+        c = self.compute
+        images = c.layout(images)
         self.optimizer.zero_grad()
-        outputs, loss_sum = [], 0.0
-        for x, y in zip(images.chunk(chunks), target.chunk(chunks)):
-            output = self.model(x)
-            loss = self.criterion(output, y)
-            (loss / chunks).backward()
+        outputs, losses, total = [], [], len(target)
+        for x, y in self.backend.micro_batches(images, target):
+            with c.autocast():
+                output = self.model(x)
+                loss = self.criterion(output, y)
+            c.backward(loss if len(y) == total else loss * (len(y) / total))
             outputs.append(output.detach())
-            loss_sum += loss.item() * len(y)
-        self.optimizer.step()
-        return torch.cat(outputs), loss_sum / len(target)
+            losses.append(loss.detach() if len(y) == total else loss.detach().double() * len(y))
+        self.backend.optimizer_step(self.optimizer, c.scaler)
+        if len(outputs) == 1:
+            return outputs[0], losses[0]
+        return torch.cat(outputs), torch.stack(losses).sum() / total
 
     def train_epoch(self, epoch: int) -> Sums:
         cfg, b = self.cfg, self.backend
         loader, n = self.batches(epoch, self.start_step)
-        batch_time, data_time, losses, top1, top5 = (AverageMeter() for _ in range(5))
-        sums, self.partial = self.partial, Sums()
+        batch_time, data_time = AverageMeter(), AverageMeter()
+        totals, sums, self.partial = DeviceTotals(b.device, self.partial), self.partial, Sums()
         self.model.train()
         lr = lr_at(epoch, self.start_step, n, self.policy)
         self.run.log(f"Setting learning rate for epoch {epoch} to {lr}")
@@ -192,16 +294,17 @@ class Trainer:
             lr = lr_at(epoch, i, n, self.policy)
             self.set_lr(lr)
             output, loss = self.step(images, target)
-            c1, c5 = correct_topk(output, target)
-            size = len(target)
-            losses.update(loss, size)
-            top1.update(100.0 * c1 / size, size)
-            top5.update(100.0 * c5 / size, size)
-            sums.add(loss, c1, c5, size)
-            batch_time.update(time.time() - end)
-            if i % cfg.train.print_freq == 0 or i == n - 1:
-                self.log_iteration(epoch, i, n, lr, size, batch_time, data_time, losses, top1, top5)
-            self.check_stop(epoch, i + 1, n, loss, sums)
+            totals.add(loss, output, target)
+            logged = i % cfg.train.print_freq == 0 or i == n - 1
+            if logged or (b.world_size == 1 and self.stop.received is not None):  # else: no wait for the GPU
+                loss, losses, top1, top5, sums = totals.read()
+                batch_time.update(time.time() - end)
+                if logged:
+                    self.log_iteration(epoch, i, n, lr, len(target), batch_time, data_time, losses, top1, top5)
+                # a NaN anywhere since the last reading has made the summed loss NaN (losses are >= 0)
+                self.check_stop(epoch, i + 1, n, loss if math.isfinite(sums.loss) else sums.loss, sums)
+            else:
+                batch_time.update(time.time() - end)
             end = time.time()
         self.start_step = 0
         return sums
@@ -236,21 +339,18 @@ class Trainer:
             self.val_ds, [indices[i: i + batch] for i in range(0, len(indices), batch)],
             self.cfg.data.loader_workers, b.device.type == "cuda",
         )
-        batch_time, losses, top1, top5 = (AverageMeter() for _ in range(4))
-        sums = Sums()
+        batch_time, totals, sums = AverageMeter(), DeviceTotals(b.device), Sums()
         self.model.eval()
         end = time.time()
         with torch.no_grad():
             for i, (images, target, _) in enumerate(loader):
                 images, target = images.to(b.device, non_blocking=True), target.to(b.device, non_blocking=True)
-                output = self.model(images)
-                loss = self.criterion(output, target).item()
-                c1, c5 = correct_topk(output, target)
-                size = len(target)
-                sums.add(loss, c1, c5, size)
-                losses.update(loss, size)
-                top1.update(100.0 * c1 / size, size)
-                top5.update(100.0 * c5 / size, size)
+                with self.compute.autocast():
+                    output = self.model(self.compute.layout(images))
+                    loss = self.criterion(output, target)
+                totals.add(loss, output, target)
+                if i % self.cfg.train.print_freq == 0 or i == len(loader) - 1:
+                    _, losses, top1, top5, sums = totals.read()
                 batch_time.update(time.time() - end)
                 end = time.time()
                 if i % self.cfg.train.print_freq == 0:
@@ -286,12 +386,15 @@ class Trainer:
         if cfg.data.kind == "synthetic":  # tf_cnn_benchmarks' synthetic mode: one batch already on the device
             fixed = data.synthetic_batch(per_process, cfg.data.image_size, cfg.model.num_classes, cfg.train.seed,
                                          b.device)
+            fixed = (self.compute.layout(fixed[0]), fixed[1])  # channels_last once, as a hand-written loop would
             source = ((*fixed, 0) for _ in range(warm + timed))
         else:
             loader, _ = self.batches(0, 0)
             source = forever(loader)
         times, data_times = [], []
-        batch_time, data_time, losses, top1, top5 = (AverageMeter() for _ in range(5))
+        batch_time, data_time, totals = AverageMeter(), AverageMeter(), DeviceTotals(b.device)
+        # the GPU is waited for only here, so the sums of step times up to each of these are exact wall times
+        read_at = {warm - 1, THESIS_BATCH_INDEX, warm + timed - 1}
         self.model.train()
         self.set_lr(lr_at(0, 0, 1, self.policy))
         end = time.time()
@@ -300,15 +403,16 @@ class Trainer:
             data_time.update(time.time() - end)
             images, target = images.to(b.device, non_blocking=True), target.to(b.device, non_blocking=True)
             output, loss = self.step(images, target)
-            c1, c5 = correct_topk(output, target)
-            losses.update(loss, len(target))
-            top1.update(100.0 * c1 / len(target), len(target))
-            top5.update(100.0 * c5 / len(target), len(target))
+            totals.add(loss, output, target)
+            logged = i in read_at or i % cfg.train.print_freq == 0
+            if logged:
+                _, losses, top1, top5, _ = totals.read()
             batch_time.update(time.time() - end)
             times.append(batch_time.val)
             data_times.append(data_time.val)
-            self.log_iteration(0, i, warm + timed, self.policy.target, len(target), batch_time, data_time, losses,
-                               top1, top5)
+            if logged:
+                self.log_iteration(0, i, warm + timed, self.policy.target, len(target), batch_time, data_time,
+                                   losses, top1, top5)
             end = time.time()
         images_per_step = per_process * b.world_size  # all ranks' images in one step
         steady = times[warm:]

@@ -35,7 +35,8 @@ from trainers.config import Config, ConfigError, find_scales_file, load_config, 
 from trainers.fingerprint import config_fingerprint, folder_fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
-SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": ""}
+SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
+         "train.precision": "", "train.channels_last": "cl", "train.compile": "compiled"}
 LAUNCH_KEYS = ("nodes", "tasks_per_node", "run")  # how a run is launched or named, not trainer settings
 FINISHED = ("completed", "diverged")
 OTHER_CONFIG = "other-config"  # a run folder made by a config other than the plan's
@@ -78,7 +79,7 @@ def run_name(values: dict[str, Any], seed: int | None) -> str:
     parts = []
     for key, value in values.items():
         prefix = SHORT.get(key, key.split(".")[-1])
-        parts.append(f"{prefix}{value}")
+        parts.append(prefix if value is True else f"{prefix}{value}")  # a switch that is on: its name alone
     if seed is not None:
         parts.append(f"s{seed}")
     return "-".join(parts) or "run"

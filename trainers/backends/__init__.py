@@ -29,6 +29,7 @@ class Launch:
     master_addr: str | None = None
     master_port: int | None = None
     hosts: list[str] = field(default_factory=list)
+    local_world_size: int = 1  # processes on this node: more than its GPUs means CPU, never two ranks on one GPU
 
 
 def first_host(nodelist: str) -> str:
@@ -55,12 +56,17 @@ def detect_launch(env: Mapping[str, str] = os.environ) -> Launch:
     def num(key: str) -> int:
         return int(env[key])
 
+    def per_node(key: str, fallback: str) -> int:  # "2(x3)" and "2,1" (Slurm's per-node lists): this node's first
+        return int(re.match(r"\d+", env.get(key) or env.get(fallback, "1")).group())
+
     if "HOROVOD_RANK" in env:  # horovodrun with Gloo
-        return Launch("horovodrun", num("HOROVOD_RANK"), num("HOROVOD_SIZE"), num("HOROVOD_LOCAL_RANK"))
+        return Launch("horovodrun", num("HOROVOD_RANK"), num("HOROVOD_SIZE"), num("HOROVOD_LOCAL_RANK"),
+                      local_world_size=per_node("HOROVOD_LOCAL_SIZE", "HOROVOD_SIZE"))
     if "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env:  # torchrun
         return Launch(
             "torchrun", num("RANK"), num("WORLD_SIZE"), num("LOCAL_RANK"),
             env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", "29500")),
+            local_world_size=per_node("LOCAL_WORLD_SIZE", "WORLD_SIZE"),
         )
     if "OMPI_COMM_WORLD_RANK" in env:  # mpirun (also horovodrun over MPI), on one host or in a Slurm allocation
         nodes = env.get("SLURM_JOB_NODELIST")
@@ -69,12 +75,14 @@ def detect_launch(env: Mapping[str, str] = os.environ) -> Launch:
         return Launch(
             "mpi", num("OMPI_COMM_WORLD_RANK"), num("OMPI_COMM_WORLD_SIZE"),
             num("OMPI_COMM_WORLD_LOCAL_RANK"), addr, port,
+            local_world_size=per_node("OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE"),
         )
     if "SLURM_STEP_NUM_TASKS" in env and "SLURM_PROCID" in env:  # srun (the batch shell itself has no step size)
         nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "127.0.0.1")
         return Launch(
             "slurm", num("SLURM_PROCID"), num("SLURM_STEP_NUM_TASKS"), int(env.get("SLURM_LOCALID", "0")),
             env.get("MASTER_ADDR") or first_host(nodes), job_port(env),
+            local_world_size=per_node("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"),
         )
     return Launch()
 
@@ -94,12 +102,20 @@ def register(name: str):
 
 
 def pick_device(cfg: Config, launch: Launch) -> torch.device:
+    """One GPU per process, or the CPU. More processes on a node than GPUs: "auto" takes the CPU (gloo) on every
+    rank alike, "cuda" is refused; NCCL cannot put two ranks on one GPU, and sharing one would be no test anyway."""
     wanted = cfg.train.device
-    if wanted == "cuda" and not torch.cuda.is_available():
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    per_node = max(launch.local_world_size, launch.local_rank + 1)
+    if wanted == "cuda" and not gpus:
         raise ConfigError("train.device = 'cuda' but no GPU is visible; use --set train.device=cpu")
-    if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()):
-        torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
-        return torch.device("cuda", launch.local_rank % torch.cuda.device_count())
+    if wanted == "cuda" and per_node > gpus:
+        raise ConfigError(f"{per_node} processes on this node but {gpus} GPU(s) visible: never two ranks on one GPU; "
+                          f"start at most {gpus} per node, or use --set train.device=cpu (gloo); under Slurm let "
+                          "every task see the node's GPUs (--gres=gpu:N, no per-task GPU binding)")
+    if wanted == "cuda" or (wanted == "auto" and 0 < per_node <= gpus):
+        torch.cuda.set_device(launch.local_rank)
+        return torch.device("cuda", launch.local_rank)
     return torch.device("cpu")
 
 
@@ -141,7 +157,7 @@ def _single(cfg: Config, launch: Launch, device: torch.device) -> Backend:
 def _emulated(cfg: Config, launch: Launch, device: torch.device) -> Backend:
     from trainers.backends.emulated import EmulatedBackend
 
-    return EmulatedBackend(device, workers=cfg.train.workers)
+    return EmulatedBackend(device, workers=cfg.train.workers, workers_per_pass=cfg.train.workers_per_pass)
 
 
 @register("ddp")
@@ -152,7 +168,9 @@ def _ddp(cfg: Config, launch: Launch, device: torch.device) -> Backend:
     if init == "env://":
         os.environ.setdefault("MASTER_ADDR", launch.master_addr or "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(launch.master_port or free_port()))
-    return DDPBackend(device, launch.rank, launch.world_size, launch.local_rank, cfg.train.workers, init)
+    # rank 0's buffers are the ones saved and evaluated; other ranks' only matter when they validate a shard
+    broadcast = cfg.data.val_mode == "sharded"
+    return DDPBackend(device, launch.rank, launch.world_size, launch.local_rank, cfg.train.workers, init, broadcast)
 
 
 @register("dp")

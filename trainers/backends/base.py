@@ -35,7 +35,21 @@ class Backend:
         return model.to(self.device)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
+        model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
         return getattr(model, "module", model)
+
+    def micro_batches(self, images: torch.Tensor, target: torch.Tensor):
+        """The forward/backward passes of one step; their gradients accumulate before the optimizer steps."""
+        n = self.backward_passes_per_step
+        return zip(images.chunk(n), target.chunk(n)) if n > 1 else ((images, target),)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, scaler=None) -> None:
+        """One update; with fp16's gradient scaler, a step with inf/NaN gradients is skipped and the scale lowered."""
+        if scaler is None:
+            optimizer.step()
+            return
+        scaler.step(optimizer)
+        scaler.update()
 
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
         return optimizer

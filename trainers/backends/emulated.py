@@ -4,6 +4,10 @@ Each step reads k per-worker batches in the order a k-replica DistributedSampler
 its own BatchNorm batch statistics, averages the gradients (the mean loss over the k equal batches) and takes one
 optimizer step. Running statistics follow worker 0, as in a real run: DDP broadcasts rank 0's buffers before each
 forward and Horovod saves rank 0's.
+
+Passes: when k workers' batches don't fit in memory at once (32 x 128 ResNet-50 images on one GPU), the step runs
+in passes of `workers_per_pass` whole workers, gradients accumulating to the same mean over all k batches; each
+worker still normalises on its own batch, and only the first pass (worker 0's) updates the running statistics.
 """
 from __future__ import annotations
 
@@ -25,13 +29,21 @@ class WorkerBatchNorm2d(nn.BatchNorm2d):
     def __init__(self, num_features: int, workers: int, **kwargs):
         super().__init__(num_features, **kwargs)
         self.workers = workers
+        self.update_stats = True  # False in later passes: worker 0, in the first pass, owns the running statistics
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         k = self.workers
-        if not self.training or k == 1:
+        if not self.training:
+            return super().forward(x)
+        if not self.update_stats:  # batch statistics only: no running statistics, no num_batches_tracked
+            n, c, h, w = x.shape
+            y = F.batch_norm(x.reshape(n // k, k * c, h, w), None, None, self.weight.repeat(k),
+                             self.bias.repeat(k), True, 0.0, self.eps)
+            return y.reshape(n, c, h, w)
+        if k == 1:
             return super().forward(x)
         n, c, h, w = x.shape
-        grouped = x.reshape(n // k, k * c, h, w)  # a view: conv outputs are contiguous
+        grouped = x.reshape(n // k, k * c, h, w)  # a view when contiguous (NCHW); a copy in channels_last
         self.num_batches_tracked.add_(1)
         momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
         running_mean, running_var = self.running_mean.repeat(k), self.running_var.repeat(k)
@@ -41,7 +53,7 @@ class WorkerBatchNorm2d(nn.BatchNorm2d):
         with torch.no_grad():  # keep worker 0's running statistics, as rank 0's are the ones a real run ends with
             self.running_mean.copy_(running_mean[:c])
             self.running_var.copy_(running_var[:c])
-        return y.view(n, c, h, w)
+        return y.reshape(n, c, h, w)
 
 
 class WorkerInterleaved(nn.Module):
@@ -53,6 +65,15 @@ class WorkerInterleaved(nn.Module):
         super().__init__()
         self.module = module
         self.workers = workers
+
+    def set_pass(self, workers: int, first: bool) -> None:
+        """The next forward holds `workers` workers; only the first pass of a step updates running statistics."""
+        if (workers, first) == getattr(self, "_pass", (self.workers, True)):
+            return
+        self.workers, self._pass = workers, (workers, first)
+        for m in self.module.modules():
+            if isinstance(m, WorkerBatchNorm2d):
+                m.workers, m.update_stats = workers, first
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         k = self.workers
@@ -86,8 +107,35 @@ def use_worker_batchnorm(model: nn.Module, workers: int) -> nn.Module:
 class EmulatedBackend(Backend):
     name = "emulated"
 
+    def __init__(self, device: torch.device, workers: int, workers_per_pass: int = 0):
+        super().__init__(device, workers=workers)
+        # 0 = auto: one pass on CPU (memory is rarely the limit there); on a GPU the trainer measures what fits
+        self.workers_per_pass = min(workers_per_pass, workers) if workers_per_pass else 0
+        if not self.workers_per_pass and device.type != "cuda":
+            self.workers_per_pass = workers
+        self.interleaved: WorkerInterleaved | None = None
+
     def shards(self) -> list[tuple[int, int]]:
         return [(worker, self.workers) for worker in range(self.workers)]
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
-        return WorkerInterleaved(use_worker_batchnorm(model, self.workers), self.workers).to(self.device)
+        self.interleaved = WorkerInterleaved(use_worker_batchnorm(model, self.workers), self.workers).to(self.device)
+        return self.interleaved
+
+    def micro_batches(self, images: torch.Tensor, target: torch.Tensor):
+        """Passes of whole workers (the last may hold fewer); worker-major rows, so each pass is a slice."""
+        per_pass = self.workers_per_pass or self.workers
+        if per_pass >= self.workers:
+            self.interleaved.set_pass(self.workers, first=True)
+            yield images, target
+            return
+        batch = len(target) // self.workers  # one worker's images
+        for first in range(0, self.workers, per_pass):
+            k = min(per_pass, self.workers - first)
+            self.interleaved.set_pass(k, first=first == 0)
+            rows = slice(first * batch, (first + k) * batch)
+            yield images[rows], target[rows]
+        self.interleaved.set_pass(self.workers, first=True)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "workers_per_pass": self.workers_per_pass or self.workers}

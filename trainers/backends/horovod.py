@@ -127,6 +127,15 @@ class HorovodBackend(Backend):
     def barrier(self) -> None:
         hvd.barrier()  # Horovod
 
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, scaler=None) -> None:
+        if scaler is None:
+            optimizer.step()
+            return
+        optimizer.synchronize()  # Horovod: the allreduce finishes before the scaler reads the gradients for inf/NaN
+        with optimizer.skip_synchronize():  # Horovod: ... and is not started again by step()
+            scaler.step(optimizer)
+        scaler.update()
+
     def start_run(self, run_dir: str | Path) -> None:
         """Called on every rank once the run folder is known: start the Horovod Timeline there when asked."""
         if not self.timeline or self.timeline_file is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 
 import torch
@@ -17,8 +18,10 @@ COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=int(os.environ.get("TRAINERS_COL
 class DDPBackend(Backend):
     name = "ddp"
 
-    def __init__(self, device, rank, world_size, local_rank, workers, init_method: str):
+    def __init__(self, device, rank, world_size, local_rank, workers, init_method: str,
+                 broadcast_buffers: bool = True):
         super().__init__(device, rank, world_size, local_rank, workers)
+        self.broadcast_buffers = broadcast_buffers
         # PyTorch: NCCL between GPUs, gloo on CPU; the thesis's shared-file init when init_method is file://
         dist.init_process_group(
             backend="nccl" if device.type == "cuda" else "gloo",
@@ -30,9 +33,13 @@ class DDPBackend(Backend):
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         model = model.to(self.device)
-        # PyTorch: DDP broadcasts rank 0's parameters and buffers here, and the buffers again before each forward.
+        # PyTorch: DDP broadcasts rank 0's parameters and buffers here, and (broadcast_buffers) the buffers again
+        # before each forward: the running statistics every rank then evaluates with are rank 0's. Without sharded
+        # validation only rank 0's are ever used (saved, evaluated), so the per-step broadcast is left out.
+        # gradient_as_bucket_view: gradients live in DDP's allreduce buckets, saving a copy each way per step.
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=True)
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
+                                                   **buffer_sync(self.broadcast_buffers))
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)  # PyTorch: sums of correct/total, not means of means
@@ -54,6 +61,14 @@ class DDPBackend(Backend):
         names: list = [None] * self.world_size
         dist.all_gather_object(names, super().hosts()[0])
         return sorted(set(names))
+
+
+def buffer_sync(every_forward: bool) -> dict:
+    """DDP's option for broadcasting rank 0's buffers before each forward (renamed in torch 2.14; both keep the
+    broadcast at construction)."""
+    if "forward_sync_buffers" in inspect.signature(nn.parallel.DistributedDataParallel.__init__).parameters:
+        return {"forward_sync_buffers": every_forward}
+    return {"broadcast_buffers": every_forward}
 
 
 class DataParallelBackend(Backend):

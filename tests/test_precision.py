@@ -1,0 +1,229 @@
+"""How the model computes (precision, layout, passes of emulated workers, device choice), tested on the CPU."""
+import os
+import signal
+
+import pytest
+import torch
+
+from tests.helpers import final_state, max_difference, records, train_in_process, write_config
+from trainers import backends, compute
+from trainers.backends import Launch, detect_launch
+from trainers.config import ConfigError, load_config
+
+
+def short_run(tmp_path, name, **train):
+    """A 2-epoch, 6-steps-an-epoch training of 8 emulated workers x 2 images; returns the final state."""
+    cfg = write_config(tmp_path / f"{name}.toml", {"train": {"workers": 8, "per_worker_batch": 2, **train}})
+    assert train_in_process(cfg, tmp_path, name) == 0
+    return final_state(tmp_path / name / name)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Emulated workers in passes
+# ----------------------------------------------------------------------------------------------------------------
+def test_workers_in_1_2_3_and_8_passes_end_with_the_same_parameters(tmp_path):
+    one = short_run(tmp_path, "p8", workers_per_pass=8)
+    for per_pass in (4, 3, 1):  # 2 passes, 3 uneven ones (3 + 3 + 2 workers), 8 passes
+        other = short_run(tmp_path, f"p{per_pass}", workers_per_pass=per_pass)
+        assert max_difference(one, other) <= 1e-5, per_pass  # parameters and worker 0's running statistics
+    manifest = (tmp_path / "p3" / "p3" / "manifest.json").read_text()
+    assert '"workers_per_pass": 3' in manifest
+
+
+def test_auto_is_one_pass_on_the_cpu(tmp_path):
+    short_run(tmp_path, "auto")
+    assert '"workers_per_pass": 8' in (tmp_path / "auto" / "auto" / "manifest.json").read_text()
+
+
+def test_largest_fitting_pass_halves_on_out_of_memory_and_on_too_high_a_peak():
+    tried = []
+
+    def try_pass(n):
+        tried.append(n)
+        if n > 12:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    assert compute.largest_fitting_pass(try_pass, 32) == 8 and tried == [32, 16, 8]
+    tried.clear()
+    peak_below_headroom = lambda: tried[-1] <= 12  # noqa: E731  (24 workers ran, but too close to the limit)
+    assert compute.largest_fitting_pass(tried.append, 24, fits=peak_below_headroom) == 12 and tried == [24, 12]
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        compute.largest_fitting_pass(lambda n: try_pass(99), 4)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Precision and layout on the CPU
+# ----------------------------------------------------------------------------------------------------------------
+def test_bf16_and_channels_last_train_on_the_cpu(tmp_path):
+    fp32 = short_run(tmp_path, "fp32")
+    bf16 = short_run(tmp_path, "bf16", precision="bf16", channels_last=True)
+    difference = max_difference(fp32, bf16)
+    assert 0 < difference < 0.05  # autocast really ran (not bit-identical), and it trained the same model
+    epoch = records(tmp_path / "bf16" / "bf16", "epoch")[-1]
+    assert all(torch.isfinite(torch.tensor(epoch[k])) for k in ("train_loss", "val_loss"))
+
+
+def test_channels_last_alone_changes_the_layout_not_the_result(tmp_path):
+    nchw = short_run(tmp_path, "nchw", workers_per_pass=2)
+    nhwc = short_run(tmp_path, "nhwc", workers_per_pass=2, channels_last=True)
+    assert max_difference(nchw, nhwc) <= 1e-5
+
+
+def preempt_at(monkeypatch, step_number):
+    """Send this process SIGUSR1 (as Slurm does) at the `step_number`-th training step."""
+    from trainers.loop import Trainer
+
+    original, calls = Trainer.step, []
+
+    def step(self, images, target):
+        calls.append(1)
+        if len(calls) == step_number:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return original(self, images, target)
+
+    monkeypatch.setattr(Trainer, "step", step)
+
+
+def test_fp16_resume_is_exact_with_the_scaler_state(tmp_path, monkeypatch):
+    cfg = write_config(tmp_path / "h.toml", {"train": {"precision": "fp16"}})
+    assert train_in_process(cfg, tmp_path, "whole") == 0
+    preempt_at(monkeypatch, 4)
+    assert train_in_process(cfg, tmp_path, "cut") == 4
+    cut = torch.load(tmp_path / "h" / "cut" / "checkpoint.pt", weights_only=True)
+    assert cut["step"] == 4 and cut["scaler"]["scale"] > 0  # the loss scale went into the checkpoint
+    monkeypatch.undo()
+    assert train_in_process(cfg, tmp_path, "cut", "--resume", "auto") == 0
+    whole = torch.load(tmp_path / "h" / "whole" / "checkpoint.pt", weights_only=True)
+    resumed = torch.load(tmp_path / "h" / "cut" / "checkpoint.pt", weights_only=True)
+    assert max_difference(whole["model"], resumed["model"]) == 0.0
+    assert whole["scaler"] == resumed["scaler"]
+
+
+def test_the_loop_waits_for_the_device_only_where_it_logs(tmp_path, monkeypatch):
+    from trainers import loop
+
+    reads = []
+    original = loop.DeviceTotals.read
+    monkeypatch.setattr(loop.DeviceTotals, "read", lambda self: reads.append(1) or original(self))
+    cfg = write_config(tmp_path / "r.toml", {"train": {"epochs": 1, "print_freq": 4},
+                                             "data": {"synthetic_images": 80}})
+    assert train_in_process(cfg, tmp_path, "r") == 0
+    # 10 training steps: read at steps 0, 4, 8 and the last; validation (one batch): once
+    assert len(reads) == 4 + 1
+    iters = records(tmp_path / "r" / "r", "iter")
+    assert [r["iter"] for r in iters] == [0, 4, 8, 9]
+    epoch = records(tmp_path / "r" / "r", "epoch")[-1]
+    assert iters[-1]["loss_avg"] == pytest.approx(epoch["train_loss"], rel=1e-12)  # one epoch: the same mean
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Config mistakes: one line, exit 2
+# ----------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("override, message", [
+    ("train.precision=fp8", "train.precision = 'fp8' is not one of fp32, tf32, bf16, fp16"),
+    ("train.precision=16", "train.precision = 16 has the wrong type"),
+    ("train.channels_last=1", "train.channels_last = 1 has the wrong type"),
+    ("train.compile=yes", "train.compile = 'yes' has the wrong type"),
+    ("train.deterministic=0", "train.deterministic = 0 has the wrong type"),
+    ("train.cudnn_benchmark=on", "train.cudnn_benchmark = 'on' has the wrong type"),
+    ("train.workers_per_pass=-1", "train.workers_per_pass = -1 must be >= 0"),
+    ("train.workers_per_pass=2.5", "train.workers_per_pass = 2.5 has the wrong type"),
+    ("train.workers_per_pass=2 train.backend=ddp", "train.backend = 'ddp' has none"),
+])
+def test_each_bad_value_is_one_line_and_exit_2(tmp_path, capsys, override, message):
+    sets = [arg for setting in override.split() for arg in ("--set", setting)]
+    assert train_in_process(write_config(tmp_path / "c.toml"), tmp_path, "c", *sets) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Never two ranks on one GPU
+# ----------------------------------------------------------------------------------------------------------------
+def one_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+
+
+def test_more_ranks_than_gpus_take_the_cpu_or_are_refused(tmp_path, monkeypatch):
+    one_gpu(monkeypatch)
+    two_ranks = Launch("torchrun", 1, 2, 1, local_world_size=2)
+    auto = load_config(write_config(tmp_path / "a.toml", {"train": {"device": "auto"}}))
+    assert backends.pick_device(auto, two_ranks) == torch.device("cpu")
+    assert backends.pick_device(auto, Launch()) == torch.device("cuda", 0)  # one process, one GPU: the GPU
+    cuda = load_config(write_config(tmp_path / "c.toml", {"train": {"device": "cuda"}}))
+    with pytest.raises(ConfigError, match="2 processes on this node but 1 GPU.*never two ranks on one GPU.*"
+                                          "--set train.device=cpu"):
+        backends.pick_device(cuda, two_ranks)
+
+
+@pytest.mark.parametrize("env, per_node", [
+    ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, 2),
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 4),
+    ({"SLURM_STEP_NUM_TASKS": "6", "SLURM_PROCID": "0", "SLURM_STEP_TASKS_PER_NODE": "2(x3)",
+      "SLURM_STEP_NODELIST": "n1"}, 2),
+    ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "0", "HOROVOD_LOCAL_SIZE": "2"}, 2),
+    ({}, 1),
+])
+def test_launchers_tell_how_many_processes_share_the_node(env, per_node):
+    assert detect_launch(env).local_world_size == per_node
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The GPU bench's plumbing, run on the CPU with a tiny model
+# ----------------------------------------------------------------------------------------------------------------
+def test_the_gpu_bench_writes_a_row_per_variant_batch_and_wrapper(tmp_path, monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    from trainers import bench
+
+    monkeypatch.setattr(bench, "GPU_MODEL", "cifar_resnet8")
+    monkeypatch.setattr(bench, "GPU_IMAGE_SIZE", 16)
+    monkeypatch.setattr(bench, "GPU_BATCHES", (4,))
+    monkeypatch.setattr(bench, "GPU_STEPS", 2)
+    monkeypatch.setattr(bench, "GPU_WARMUP", 1)
+    monkeypatch.setattr(bench, "GPU_VARIANTS", {k: bench.GPU_VARIANTS[k] for k in ("fp32", "bf16_channels_last")})
+    monkeypatch.setattr(bench, "EMULATED_WORKERS", 4)
+    monkeypatch.setattr(bench, "EMULATED_BATCH", 2)
+    monkeypatch.setattr(bench, "EMULATED_STEPS", 2)
+    out = tmp_path / "bench.json"
+    assert bench.run_gpu_bench(SimpleNamespace(json=str(out)), device="cpu") == 0
+    result = json.loads(out.read_text())
+    assert result["device"] == "cpu"
+    assert [(r["variant"], r["wrapper"]) for r in result["rows"]] == [
+        ("fp32", "single"), ("fp32", "ddp"), ("bf16_channels_last", "single"), ("bf16_channels_last", "ddp")]
+    assert all(r["ratio"] > 0 for r in result["rows"]) and result["emulated"]["step_cost_ratio"] > 0
+
+
+def test_experiment_1_gains_precision_rows_at_the_gpu_scale_only():
+    from tests.helpers import REPO
+    from trainers.study import expand
+
+    config = REPO / "experiments" / "01_throughput_single_gpu" / "config.toml"
+    gpu = {run.name: run.settings for run in expand(config, "gpu")}
+    thesis_rows = [f"gpu-b{b}-{f}-s0" for b in (32, 64, 128) for f in ("ddp", "horovod")]
+    assert all("train.precision" not in gpu[name] for name in thesis_rows)  # the thesis's rows stay fp32
+    assert gpu["gpu-b128-ddp-tf32-s0"]["train.precision"] == "tf32"
+    assert gpu["gpu-b256-ddp-bf16-cl-s0"]["train.channels_last"] is True
+    assert gpu["gpu-b256-ddp-bf16-cl-compiled-s0"]["train.compile"] is True
+    for scale in ("thesis", "local"):
+        assert all(load_config(config, scale).train.precision == "fp32" and "train.precision" not in run.settings
+                   for run in expand(config, scale))
+
+
+def test_deterministic_mode_trains_on_the_cpu_as_the_default_does(tmp_path):
+    default = short_run(tmp_path, "plain")
+    deterministic = short_run(tmp_path, "det", deterministic=True)  # global pooling as a mean: the same numbers
+    assert max_difference(default, deterministic) <= 1e-5
+
+
+@pytest.mark.slow  # torch.compile's first compilation takes minutes of CPU
+def test_a_compiled_model_trains_as_the_eager_one(tmp_path):
+    settings = {"workers": 2, "workers_per_pass": 1, "epochs": 1}  # passes: the compiled graph sees both states
+    eager = write_config(tmp_path / "eager.toml", {"train": settings})
+    compiled = write_config(tmp_path / "compiled.toml", {"train": {**settings, "compile": True}})
+    assert train_in_process(eager, tmp_path, "e") == 0 and train_in_process(compiled, tmp_path, "c") == 0
+    assert max_difference(final_state(tmp_path / "eager" / "e"), final_state(tmp_path / "compiled" / "c")) <= 1e-4

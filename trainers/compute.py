@@ -1,0 +1,116 @@
+"""How the model computes: precision, memory layout, torch.compile, cuDNN autotuning and determinism.
+
+`[train] precision`:
+  - "fp32": strict IEEE fp32, as on the thesis's P100s (TF32 off for matmuls and convolutions);
+  - "tf32": fp32 tensors, TF32 tensor-core math in matmuls and convolutions (Ampere and later; no effect on CPU);
+  - "bf16": autocast to bfloat16 (works on CPU too);
+  - "fp16": autocast to float16 with a gradient scaler; the scaler's state is checkpointed, so resume stays exact,
+    and a step the scaler skips (inf/NaN gradients) lowers the scale instead of counting as divergence.
+`channels_last` stores activations NHWC, the tensor cores' layout; `compile` runs the wrapped model through
+torch.compile; `cudnn_benchmark` lets cuDNN time its algorithms on the first batch of each shape, as the thesis's
+scripts did; `deterministic` asks for deterministic kernels everywhere, so a resumed GPU run ends bit-identical.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+import torch.nn as nn
+
+from trainers.config import TrainConfig
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def configure_torch(t: TrainConfig) -> None:
+    """Process-wide switches; call before the first CUDA kernel (cuBLAS reads its workspace setting at init)."""
+    tf32 = t.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32  # torch's default is True: fp32 would silently be TF32 convolutions
+    torch.backends.cudnn.benchmark = t.cudnn_benchmark and not t.deterministic  # autotuning picks by timing
+    torch.backends.cudnn.deterministic = t.deterministic
+    if t.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS reductions
+    torch.use_deterministic_algorithms(t.deterministic)
+
+
+class GlobalAvgPool(nn.Module):
+    """AdaptiveAvgPool2d(1) as a mean: the same numbers, and a backward CUDA runs deterministically."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=(2, 3), keepdim=True)
+
+
+def use_deterministic_pooling(model: nn.Module) -> nn.Module:
+    """Swap global adaptive average pooling (adaptive_avg_pool2d's CUDA backward has no deterministic kernel)."""
+    for name, child in model.named_children():
+        if isinstance(child, nn.AdaptiveAvgPool2d) and child.output_size in (1, (1, 1)):
+            setattr(model, name, GlobalAvgPool())
+        else:
+            use_deterministic_pooling(child)
+    return model
+
+
+def prepare_model(model: nn.Module, t: TrainConfig) -> nn.Module:
+    """Layout and kernels of the bare model, before a backend wraps it."""
+    if t.deterministic:
+        model = use_deterministic_pooling(model)
+    if t.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
+class Compute:
+    """Autocast, the fp16 gradient scaler and the input layout of one run."""
+
+    def __init__(self, t: TrainConfig, device: torch.device):
+        self.dtype = AUTOCAST_DTYPES.get(t.precision)
+        self.device_type = device.type
+        self.channels_last = t.channels_last
+        self.scaler = torch.amp.GradScaler(device.type) if t.precision == "fp16" else None
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def layout(self, images: torch.Tensor) -> torch.Tensor:
+        return images.contiguous(memory_format=torch.channels_last) if self.channels_last else images
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def state_dict(self) -> dict:
+        return self.scaler.state_dict() if self.scaler is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.scaler is not None and state:
+            self.scaler.load_state_dict(state)
+
+
+def compile_model(model: nn.Module, t: TrainConfig) -> nn.Module:
+    """torch.compile of the wrapped model (DDP's optimizer splits the graph at its buckets)."""
+    return torch.compile(model) if t.compile else model
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Emulated workers per pass: the most whole workers whose forward/backward fits in GPU memory
+# ----------------------------------------------------------------------------------------------------------------
+MEMORY_HEADROOM = 0.9  # a pass may use 90 % of the GPU: the optimizer state and allocator slack come on top
+
+
+def largest_fitting_pass(try_pass, workers: int, fits=lambda: True) -> int:
+    """Halve the workers per pass from all of them until `try_pass(n)` runs without CUDA running out of memory
+    and `fits()` (the peak against the headroom) agrees; one worker per pass that does not fit is the user's
+    error, raised as is."""
+    n = workers
+    while True:
+        try:
+            try_pass(n)
+            if fits() or n == 1:
+                return n
+        except torch.cuda.OutOfMemoryError:
+            if n == 1:
+                raise
+        n = (n + 1) // 2
