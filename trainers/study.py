@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers.backends import Launch, choose_backend, free_port
+from trainers import runfolder
+from trainers.backends import Launch, choose_backend, free_port, horovod_available, torchrun_command
 from trainers.config import Config, ConfigError, find_scales_file, load_config, read_toml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,10 +165,10 @@ def local_commands(plan: Plan) -> list[list[str]]:
     if plan.backend == "ddp":
         per_node = run.workers // run.nodes
         if run.nodes == 1:
-            return [[py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(per_node),
+            return [[*torchrun_command(py), "--standalone", "--nproc-per-node", str(per_node),
                      "-m", "trainers", "train", *args]]
         port = str(free_port())  # a fresh rendezvous per run: several torchrun nodes on localhost
-        return [[py, "-m", "torch.distributed.run", "--nnodes", str(run.nodes), "--node-rank", str(node),
+        return [[*torchrun_command(py), "--nnodes", str(run.nodes), "--node-rank", str(node),
                  "--nproc-per-node", str(per_node), "--master-addr", "127.0.0.1", "--master-port", port,
                  "-m", "trainers", "train", *args] for node in range(run.nodes)]
     if plan.backend == "horovod":
@@ -177,19 +178,9 @@ def local_commands(plan: Plan) -> list[list[str]]:
     return [[py, "-m", "trainers", "train", *args]]
 
 
-def horovod_available() -> bool:
-    try:
-        import horovod.torch  # noqa: F401
-    except Exception:  # ImportError, or a build without PyTorch support
-        return False
-    return True
-
-
 def run_status(run_dir: Path) -> str:
-    try:
-        return json.loads((run_dir / "manifest.json").read_text()).get("status", "missing")
-    except (OSError, json.JSONDecodeError):
-        return "missing"
+    manifest = runfolder.read_manifest(run_dir)
+    return manifest.get("status", "missing") if manifest else "missing"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -197,19 +188,7 @@ def run_status(run_dir: Path) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 def last_epoch(run_dir: Path) -> dict | None:
     """The newest epoch record of a run (for the progress line)."""
-    try:
-        with open(run_dir / "metrics.jsonl", "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 20000))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        if '"kind": "epoch"' in line:
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                continue
-    return None
+    return runfolder.last_record(run_dir / runfolder.METRICS, "epoch")
 
 
 class Progress:
@@ -273,11 +252,10 @@ def start_local(plan: Plan, index: int, jobs: int) -> Active:
 
 
 def summary(run_dir: Path) -> str:
-    try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    manifest = runfolder.read_manifest(run_dir)
+    if manifest is None:
         return f"no manifest (see {run_dir / 'console.log'})"
-    bench = [json.loads(line) for line in open(run_dir / "metrics.jsonl") if '"kind": "bench"' in line]
+    bench = runfolder.read_metrics(run_dir).of("bench")
     if bench:
         return f"{manifest['status']}: {bench[-1]['images_per_s_steady']:.1f} images/s (steady state)"
     best = manifest.get("best_val_top1")
