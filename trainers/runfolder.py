@@ -397,10 +397,12 @@ def versions() -> dict[str, str | None]:
 class RunFolder:
     """Rank 0's writer of a run folder; other ranks get one that writes nothing (writes=False)."""
 
-    def __init__(self, path: Path, writes: bool, echo: bool = True, fresh: bool = True):
+    def __init__(self, path: Path, writes: bool, echo: bool = True, fresh: bool = True, clock=time.time):
         """fresh: the run starts from scratch, so records of an earlier attempt (one killed before its first
-        checkpoint) are dropped rather than read twice; a resumed run appends after `cut_back`."""
+        checkpoint) are dropped rather than read twice; a resumed run appends after `cut_back`.
+        clock: what stamps each record's `time` (test fixtures pass a simulated one)."""
         self.path = path
+        self.clock = clock
         self.writes = writes
         self.echo = echo and writes
         self.tty = sys.stdout.isatty()
@@ -435,7 +437,7 @@ class RunFolder:
         """Write one record of a declared kind (checked on every rank, so a wrong field fails in any test)."""
         rec = make_record(kind, **fields)
         if self.writes:
-            rec["time"] = time.time()
+            rec["time"] = self.clock()
             self._metrics.write(json.dumps(rec) + "\n")
 
     def status(self, status: str, epoch: int, message: str = "", exit_code: int | None = None, **manifest) -> None:
