@@ -13,6 +13,7 @@ import torch
 import analysis as an
 from analysis.__main__ import main as analysis_main
 from tests.helpers import REPO, free_port, records, train, train_in_process, trainer_env, write_config
+from trainers import runfolder
 from trainers.config import load_config
 from trainers.lr import schedule
 from trainers.runfolder import RankLock, RecordError, RunFolder, make_record, read_metrics
@@ -217,6 +218,27 @@ def test_resume_cuts_the_files_back_to_the_checkpoint(tmp_path, monkeypatch):
     log = (run_dir / "train.log").read_text()
     assert log.count(" * Acc@1") == 2 and log.count("Epoch: [1][0/6]") == 1
     assert "=> resumed from the checkpoint at epoch 1, iteration 0; 7 record(s) written after it dropped" in log
+
+
+def test_the_study_marks_a_run_killed_without_a_word_as_failed(tmp_path):
+    from trainers.study import mark_failed_if_silent
+
+    run = RunFolder(tmp_path, writes=True, echo=False)
+    run.update_manifest(status="running", epochs_done=1)
+    run.record("iter", **{k: 0 for k in ("epoch", "iter", "iters", "images")},
+               **{k: 0.5 for k in ("lr", "batch_time", "batch_time_avg", "data_time", "data_time_avg", "loss",
+                                   "loss_avg", "top1", "top1_avg", "top5", "top5_avg")})
+    run._metrics.write('{"kind": "ep')  # killed mid-line
+    run.close()
+    lock = RankLock(tmp_path, 0)
+    mark_failed_if_silent(tmp_path, 9)  # still held: a live process speaks for itself
+    assert runfolder.read_manifest(tmp_path)["status"] == "running"
+    lock.release()
+    mark_failed_if_silent(tmp_path, 9)
+    manifest = runfolder.read_manifest(tmp_path)
+    assert manifest["status"] == "failed" and manifest["exit_code"] == 9 and manifest["epochs_done"] == 1
+    m = read_metrics(tmp_path)
+    assert [r["kind"] for r in m.records] == ["iter", "status"] and m.bad_lines == 1
 
 
 # ================================================================================================================

@@ -262,6 +262,25 @@ def summary(run_dir: Path) -> str:
     return manifest["status"] + (f": best val top-1 {best:.2f} %" if best is not None else "")
 
 
+def mark_failed_if_silent(run_dir: Path, code: int) -> None:
+    """A run whose every process was killed (kill -9, the OOM killer) could not say so: its manifest still says
+    running. Say it for them, once nothing holds the run."""
+    manifest = runfolder.read_manifest(run_dir)
+    if not manifest or manifest.get("status") != "running":
+        return
+    try:
+        lock = runfolder.RankLock(run_dir, 0)
+    except runfolder.RunInUse:  # a process trains it again: it speaks for itself
+        return
+    try:
+        run = runfolder.RunFolder.take_over(run_dir)
+        run.status("failed", manifest.get("epochs_done", 0),
+                   f"the run's processes ended (exit {code}) before they could write a status", code)
+        run.close()
+    finally:
+        lock.release()
+
+
 def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, have_horovod: bool) -> int:
     """Start runs while fewer than `jobs` are active; report each as it ends. Returns the number that failed."""
     failures = 0
@@ -274,6 +293,10 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
                 continue
             if plan.backend == "horovod" and not have_horovod:
                 progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
+                continue
+            if runfolder.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it
+                progress.show(index, label, "skipped: in use by another process", final=True)
+                failures += 1
                 continue
             c = plan.cfg
             work = f"{c.bench.batches} timed batches" if c.bench.batches else f"{c.train.epochs} epochs"
@@ -293,6 +316,8 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
                 continue
             active.remove(run)
             failures += code not in (0, 3)  # a diverged run is a result, not a failure
+            if code not in (0, 3):
+                mark_failed_if_silent(run.plan.run_dir, code)
             progress.show(run.index, label, f"{summary(run.plan.run_dir)} ({time.time() - run.started:.0f} s, "
                                             f"exit {code})", final=True)
     return failures
