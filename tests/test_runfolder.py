@@ -330,3 +330,16 @@ def test_the_manifest_names_the_ddp_rank_that_died_whichever_it_is(tmp_path, vic
     assert manifest["message"].startswith(f"rank {victim} of 2 died (rank {1 - victim} noticed")
     assert records(run_dir, "status")[-1]["status"] == "failed"
     assert f"error: training failed: rank {victim} of 2 died" in err
+
+
+@pytest.mark.slow
+def test_ddp_measures_its_communication(tmp_path):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"backend": "ddp", "epochs": 1}})
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(free_port()), "-m", "trainers", "train", str(cfg), "--out", str(tmp_path),
+                           "--run-name", "r"], env=trainer_env(), cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    epoch = records(tmp_path / "c" / "r", "epoch")[-1]
+    assert epoch["comm_s"] > 0 and epoch["compute_s"] > 0 and epoch["data_s"] >= 0
+    assert epoch["comm_s"] + epoch["compute_s"] + epoch["data_s"] < epoch["epoch_time"]
