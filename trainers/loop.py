@@ -433,7 +433,9 @@ def report_failure(run_dir: Path, run: RunFolder, b: backends.Backend, error: Ex
     noticed. Rank 0 writes the manifest; if rank 0 is the one gone, the lowest live rank does.
     """
     dead = dead_ranks(run_dir, b.world_size, b.rank) if b.world_size > 1 else []
-    noticed = f"{type(error).__name__}: {error}".splitlines()[0][:500]
+    # DDP wraps a collective's error once per callback it passes through: keep the innermost words
+    noticed = f"{type(error).__name__}: {error}".splitlines()[0]
+    noticed = noticed.split("Got the following error when running the callback: ")[-1][:300]
     if dead:
         message = f"rank {', '.join(map(str, dead))} of {b.world_size} died (rank {b.rank} noticed: {noticed})"
     else:
