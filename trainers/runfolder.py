@@ -23,6 +23,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 import types
 import typing
@@ -403,6 +404,7 @@ class RunFolder:
         clock: what stamps each record's `time` (test fixtures pass a simulated one)."""
         self.path = path
         self.clock = clock
+        self._write_lock = threading.Lock()  # the telemetry sampler writes from its own thread
         self.writes = writes
         self.echo = echo and writes
         self.tty = sys.stdout.isatty()
@@ -438,7 +440,10 @@ class RunFolder:
         rec = make_record(kind, **fields)
         if self.writes:
             rec["time"] = self.clock()
-            self._metrics.write(json.dumps(rec) + "\n")
+            line = json.dumps(rec) + "\n"
+            with self._write_lock:
+                if not self._metrics.closed:  # a sampler thread's last sample may come after the run closed
+                    self._metrics.write(line)
 
     def status(self, status: str, epoch: int, message: str = "", exit_code: int | None = None, **manifest) -> None:
         self.record("status", status=status, epoch=epoch, message=message)
@@ -476,7 +481,8 @@ class RunFolder:
             with open(self.path / name, "rb") as r:
                 r.seek(size)
                 tail = r.read()
-            os.ftruncate(f.fileno(), size)  # the file is opened for appending: the next write lands at `size`
+            with self._write_lock:
+                os.ftruncate(f.fileno(), size)  # the file is opened for appending: the next write lands at `size`
             if name == METRICS:
                 records, _ = parse_lines(tail.split(b"\n"))
                 dropped = sum(r["kind"] != "status" for r in records)
@@ -503,5 +509,6 @@ class RunFolder:
 
     def close(self) -> None:
         if self.writes and not self._metrics.closed:
-            self._metrics.close()
-            self._log.close()
+            with self._write_lock:
+                self._metrics.close()
+                self._log.close()
