@@ -25,12 +25,13 @@ def cmd_throughput(args) -> int:
         if p.is_file() and p.name == "metrics.jsonl":
             p = p.parent
         if p.is_dir():
-            df, _ = load_run(p)
+            df, problems = load_run(p)
             b = df[df["kind"] == "bench"]
             r = df.iloc[0]
             row = {"path": str(p), "tool": "run folder", "format": "metrics.jsonl",
                    "per_gpu_batch": _clean(r["per_gpu_batch"]), "gpus": _clean(r["gpus"]),
-                   "thesis_images_per_s": None, "steady_images_per_s": None}
+                   "thesis_images_per_s": None, "steady_images_per_s": None, "bad_lines": int(r["bad_lines"]),
+                   "problems": [q.split(": ", 1)[-1] for q in problems]}
             if len(b):
                 row["thesis_images_per_s"] = _clean(round(float(b["thesis_images_per_s"].iloc[0]), 2)
                                                     if b["thesis_images_per_s"].notna().iloc[0] else math.nan)

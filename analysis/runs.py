@@ -6,10 +6,14 @@ One row per (run, record): ``kind`` says which record --
   epoch     one per epoch: train/val loss, top-1, top-5 (percent), learning rate, epoch time;
   bench     throughput summary: thesis-formula and steady-state images/s (from the trainer's bench record,
             or derived from per-iteration records, or from an upstream log);
-  util      utilisation samples: seconds since the run started, util_pct, mem_gb, device;
+  util      utilisation samples, one row per sample and device ("cpu": the node's CPU %, the process's memory;
+            "cuda:i": that GPU's utilisation %, memory used, power): t (seconds since the run started), util_pct,
+            mem_gb, power_w, device;
   schedule  the planned learning rate of each epoch (config.json resolved.schedule).
 Every row carries the run's identity and configuration columns (RUN_COLUMNS), so any table or figure is a
-filter and a group-by away. Nothing here raises on bad content: unreadable files and lines are counted.
+filter and a group-by away. Nothing here raises on bad content: unreadable files and lines are counted, and every
+problem (a missing, empty or unreadable metrics.jsonl, bad lines) is listed in ``df.attrs['problems']``.
+Run folders are read with trainers.runfolder, the module the trainer writes them with.
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from trainers import runfolder
+
 from . import logs as lg
 from . import numbers as nb
 
@@ -30,12 +36,11 @@ RUN_COLUMNS = ["experiment", "exp", "run", "path", "source", "scale", "framework
                "diverged", "wallclock_s", "bad_lines"]
 RECORD_COLUMNS = ["kind", "epoch", "train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5",
                   "epoch_lr", "epoch_time", "images", "thesis_images_per_s", "steady_images_per_s",
-                  "batch_time_avg_at_199", "warmup_batches", "data_share", "best_val_top1", "best_val_top5",
-                  "t", "util_pct", "mem_gb", "device", "planned_lr", "note"]
+                  "batch_time_avg_at_199", "warmup_batches", "data_share", "data_s", "compute_s", "comm_s",
+                  "best_val_top1", "best_val_top5", "t", "util_pct", "mem_gb", "power_w", "device", "planned_lr",
+                  "note"]
 COLUMNS = RUN_COLUMNS + RECORD_COLUMNS
-FINAL = ("completed", "diverged", "failed", "preempted")
 _EXP_RE = re.compile(r"^(\d+)")
-_ITER_MARKS = ('"kind": "iter"', '"kind":"iter"')
 
 
 def experiment_number(name: str) -> int | None:
@@ -70,36 +75,10 @@ def _finite(x) -> bool:
         return False
 
 
-def read_metrics(path: Path) -> tuple[list[dict], list[str], int]:
-    """(records other than iter, raw iter lines, bad line count) of a metrics.jsonl."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return [], [], 0
-    records, iters, bad = [], [], 0
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        if _ITER_MARKS[0] in line or _ITER_MARKS[1] in line:
-            iters.append(line)
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            bad += 1
-            continue
-        if not isinstance(rec, dict) or "kind" not in rec:
-            bad += 1
-            continue
-        records.append(rec)
-    return records, iters, bad
-
-
-def _parse_iters(lines: list[str]) -> tuple[pd.DataFrame, int]:
+def _parse_iters(records: list[dict]) -> tuple[pd.DataFrame, int]:
     recs, bad = [], 0
-    for line in lines:
+    for r in records:
         try:
-            r = json.loads(line)
             recs.append((int(r["epoch"]), int(r["iter"]), float(r.get("batch_time", math.nan)),
                          float(r.get("batch_time_avg", math.nan)), float(r.get("data_time_avg", math.nan)),
                          float(r.get("loss", math.nan))))
@@ -107,6 +86,23 @@ def _parse_iters(lines: list[str]) -> tuple[pd.DataFrame, int]:
             bad += 1
     df = pd.DataFrame(recs, columns=["epoch", "iter", "batch_time", "batch_time_avg", "data_time_avg", "loss"])
     return df, bad
+
+
+def _util_rows(r: dict, origin: float | None) -> list[dict]:
+    """A util record as rows: the node's CPU, then each GPU."""
+    t = r.get("t")
+    if not _finite(t):  # older samples carried only the wall-clock time
+        t = float(r["time"]) - origin if (_finite(r.get("time")) and origin is not None) else math.nan
+    if "util_pct" in r:  # the first round's single-device sample
+        return [{"kind": "util", "t": t, "util_pct": r.get("util_pct"), "mem_gb": r.get("mem_gb"),
+                 "device": r.get("device")}]
+    rows = [{"kind": "util", "t": t, "util_pct": r.get("cpu_system_pct"), "mem_gb": r.get("mem_process_gb"),
+             "device": "cpu"}]
+    for g in r.get("gpus") or []:
+        if isinstance(g, dict):
+            rows.append({"kind": "util", "t": t, "util_pct": g.get("util_pct"), "mem_gb": g.get("mem_used_gb"),
+                         "power_w": g.get("power_w"), "device": f"cuda:{g.get('index')}"})
+    return rows
 
 
 def _run_identity(run_dir: Path, config: dict | None) -> dict:
@@ -142,9 +138,14 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
     if err:
         problems.append(f"{run_dir}: {err}")
     ident = _run_identity(run_dir, config)
-    records, iter_lines, bad = read_metrics(run_dir / "metrics.jsonl")
+    metrics = runfolder.read_metrics(run_dir / runfolder.METRICS)
+    bad = metrics.bad_lines
+    if metrics.problem:
+        problems.append(f"{run_dir}: metrics.jsonl: {metrics.problem}")
     if bad:
         problems.append(f"{run_dir}: metrics.jsonl: {bad} bad line(s) skipped")
+    records = [r for r in metrics.records if r["kind"] != "iter"]
+    iter_records = metrics.of("iter")
 
     rows: list[dict] = []
     # -- epochs (a resumed run may repeat an epoch: the last record wins)
@@ -177,7 +178,8 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
         rows.append({"kind": "epoch", "epoch": e, "train_loss": r.get("train_loss"),
                      "train_top1": r.get("train_top1"), "train_top5": r.get("train_top5"),
                      "val_loss": r.get("val_loss"), "val_top1": r.get("val_top1"), "val_top5": r.get("val_top5"),
-                     "epoch_lr": r.get("lr"), "epoch_time": r.get("epoch_time"), "images": r.get("images")})
+                     "epoch_lr": r.get("lr"), "epoch_time": r.get("epoch_time"), "images": r.get("images"),
+                     "data_s": r.get("data_s"), "compute_s": r.get("compute_s"), "comm_s": r.get("comm_s")})
 
     # -- throughput
     b, g = ident["per_gpu_batch"], ident["gpus"]
@@ -186,9 +188,10 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
                      "steady_images_per_s": r.get("images_per_s_steady"),
                      "batch_time_avg_at_199": r.get("batch_time_avg_at_199"),
                      "warmup_batches": r.get("warmup_batches"), "data_share": r.get("data_share"),
+                     "data_s": r.get("data_s"), "compute_s": r.get("compute_s"), "comm_s": r.get("comm_s"),
                      "note": "bench record"})
-    if iter_lines:
-        it, ibad = _parse_iters(iter_lines)
+    if iter_records:
+        it, ibad = _parse_iters(iter_records)
         bad += ibad
         if len(it) and not np.isfinite(it["loss"].to_numpy(dtype=float)).all():
             diverged = True
@@ -210,9 +213,7 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
     # -- utilisation over time
     origin = t0 if _finite(t0) else first_time
     for r in utils:
-        t = float(r["time"]) - origin if (_finite(r.get("time")) and origin is not None) else math.nan
-        rows.append({"kind": "util", "t": t, "util_pct": r.get("util_pct"), "mem_gb": r.get("mem_gb"),
-                     "device": r.get("device")})
+        rows.extend(_util_rows(r, origin))
 
     # -- planned schedule
     sched = ((config or {}).get("resolved") or {}).get("schedule") or []
@@ -365,6 +366,8 @@ def load_study(runs: str | Path = "results/runs", logs=None) -> pd.DataFrame:
     problems = list(a.attrs.get("problems", []))
     if logs:
         b = load_logs(logs)
+        counted = b[(b["kind"] == "run") & (b["bad_lines"] > 0)]
+        problems += [f"{r.path}: {int(r.bad_lines)} bad line(s) skipped" for r in counted.itertuples()]
         a = _finish([x for x in (a, b) if len(x)])
     a.attrs["problems"] = problems
     return refuse_mixed_configs(add_fingerprints(a))

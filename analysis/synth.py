@@ -1,16 +1,20 @@
 """Synthetic run folders and logs that follow the run-folder contract and the upstream formats exactly.
 
+Run folders are written with the trainer's own writer (trainers.runfolder) and learning rates computed with its own
+policy functions (trainers.lr), so a fixture cannot drift from what a real run writes.
+
 Used by the benchmarks (a million-line log, fifty runs) and by tests/fixtures/analysis/make_fixtures.py. The
 numbers are made up (a smooth curve plus seeded noise); only the shapes and formats are real.
 """
 from __future__ import annotations
 
-import json
 import math
 import random
 import zlib
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
+
+from trainers import lr, runfolder
 
 from . import numbers as nb
 
@@ -107,6 +111,27 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
 
 
+def planned_schedule(*, gpus: int, per_gpu_batch: int, epochs: int, warmup: str, warmup_epochs: float,
+                     scaling: str, base_lr: float, base_batch: int, decay: str, milestones, step_every: int
+                     ) -> tuple[float, list[float]]:
+    """(target rate, rate of each epoch) from the trainer's own policy functions (trainers.lr)."""
+    target = lr.scaled_lr(base_lr, base_batch, per_gpu_batch * gpus, scaling)
+    policy = lr.Policy(target, lr.single_worker_lr(base_lr, base_batch, per_gpu_batch), warmup=warmup,
+                       warmup_epochs=int(warmup_epochs), decay=decay, step_every=step_every,
+                       milestones=tuple(milestones), gamma=0.1)
+    return target, [round(v, 10) for v in lr.schedule(policy, epochs)]
+
+
+class _Clock:
+    """The simulated wall clock the records are stamped with (fixtures are deterministic)."""
+
+    def __init__(self, start: float):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "local", framework: str = "pytorch",
               gpus: int = 1, per_gpu_batch: int = 32, epochs: int = 6, epochs_done: int | None = None,
               status: str = "completed", seed: int = 0, warmup: str = "none", warmup_epochs: float = 0,
@@ -115,29 +140,16 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
               iters_per_epoch: int = 20, print_freq: int = 5, util: bool = False, images_per_epoch: int = 2000,
               final_acc: float = 70.0, start: float = 1_700_000_000.0, batch_s: float = 0.05,
               first_batch_s: float = 0.5, bench_record: bool = True, truncate_tail: bool = False) -> Path:
-    """Write one run folder exactly as the contract describes (config.json, manifest.json, metrics.jsonl, train.log)."""
+    """One run folder written by the trainer's own writer (trainers.runfolder), with made-up numbers."""
     d = Path(root) / experiment / run
-    d.mkdir(parents=True, exist_ok=True)
     if bench_batches:
         epochs = 1  # a throughput benchmark trains part of one epoch
     rng = random.Random(zlib.crc32(f"{experiment}/{run}/{seed}".encode()))
     gb = per_gpu_batch * gpus
-    lr = base_lr * (gb / base_batch if scaling == "linear" else math.sqrt(gb / base_batch) if scaling == "sqrt"
-                    else 1.0)
-    kind = warmup
-    wl = nb.warmup_label(kind, warmup_epochs)
-    sched = []
-    for e in range(epochs):
-        if kind == "stepping" and e < warmup_epochs:
-            v = lr * (e + 1) / (warmup_epochs + 1)
-        elif kind == "gradual" and e < warmup_epochs:
-            b0 = per_gpu_batch / base_batch * base_lr
-            v = b0 + e * (lr - b0) / warmup_epochs
-        elif decay == "step":
-            v = lr * 0.1 ** (e // step_every)
-        else:
-            v = lr * 0.1 ** sum(e >= m for m in milestones)
-        sched.append(round(v, 10))
+    target, sched = planned_schedule(gpus=gpus, per_gpu_batch=per_gpu_batch, epochs=epochs, warmup=warmup,
+                                     warmup_epochs=warmup_epochs, scaling=scaling, base_lr=base_lr,
+                                     base_batch=base_batch, decay=decay, milestones=milestones, step_every=step_every)
+    backend = "emulated" if scale == "local" and gpus > 1 else "single"
     config = {
         "experiment": experiment, "run": run, "scale": scale,
         "model": {"name": "resnet8" if scale == "local" else "resnet50", "num_classes": 12 if scale == "local" else 1000},
@@ -146,27 +158,30 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
         "train": {"epochs": epochs, "per_worker_batch": per_gpu_batch, "workers": gpus, "backend": "auto",
                   "seed": seed, "print_freq": print_freq},
         "optim": {"momentum": 0.9, "weight_decay": 1e-4},
-        "lr": {"base": base_lr, "base_batch": base_batch, "scaling": scaling, "warmup": kind,
+        "lr": {"base": base_lr, "base_batch": base_batch, "scaling": scaling, "warmup": warmup,
                "warmup_epochs": warmup_epochs, "decay": decay, "step_every": step_every,
                "milestones": list(milestones), "gamma": 0.1},
         "bench": {"batches": bench_batches, "warmup_batches": warmup_batches},
-        "resolved": {"world_size": gpus, "global_batch": gb, "lr": lr, "framework": framework,
-                     "backend": "emulated" if scale == "local" and gpus > 1 else "single", "schedule": sched},
+        "resolved": {"world_size": gpus, "global_batch": gb, "lr": target, "framework": framework,
+                     "backend": backend, "schedule": sched},
     }
-    (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    clock = _Clock(start)
+    out = runfolder.RunFolder(d, writes=True, echo=False, clock=clock)
+    out.write_config(config)
+    out.update_manifest(start=_iso(start), end=None, hosts=["localhost"], backend=backend, launcher="none",
+                        devices=["cpu"], seed=seed, world_size=gpus,
+                        versions={"python": "3.11", "torch": "2.14.1", "torchvision": "0.29.1", "horovod": None},
+                        git_commit=None)
     done = epochs if epochs_done is None else epochs_done
-    t = start
-    recs = [{"kind": "status", "status": "running", "epoch": 0, "message": "started", "time": t}]
-    log = []
-    ep_times = []
+    out.status("running", 0, "started")
     n_iter = bench_batches if bench_batches else iters_per_epoch
     for e in range(done if not bench_batches else 1):
         bt = _Meter()
         avg199 = None
-        ep_start = t
+        ep_start = clock.now
         for i in range(n_iter):
             b = first_batch_s if i == 0 else batch_s * (1 + rng.uniform(-0.05, 0.05))
-            t += b
+            clock.now += b
             avg = bt.update(b)
             if i == nb.THESIS_BATCH_INDEX:
                 avg199 = avg
@@ -174,54 +189,46 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
                 loss = 2.5 * math.exp(-(e * n_iter + i) / (n_iter * max(1, epochs) / 2))
                 if status == "diverged" and e == done - 1 and i > n_iter // 2:
                     loss = float("nan")
-                recs.append({"kind": "iter", "epoch": e, "iter": i, "iters": n_iter, "batch_time": b,
-                             "batch_time_avg": avg, "data_time": b * 0.3, "data_time_avg": avg * 0.3, "loss": loss,
-                             "loss_avg": loss, "top1": 50.0, "top1_avg": 50.0, "top5": 80.0, "top5_avg": 80.0,
-                             "lr": sched[e] if e < len(sched) else lr, "images": gb, "time": t})
-                log.append(pytorch_train_line("early-2019", e, i, n_iter, b, avg, b * 0.3, avg * 0.3,
-                                              loss if loss == loss else float("nan"), loss, 50.0, 50.0, 80.0, 80.0))
+                out.record("iter", epoch=e, iter=i, iters=n_iter, batch_time=b, batch_time_avg=avg, data_time=b * 0.3,
+                           data_time_avg=avg * 0.3, loss=loss, loss_avg=loss, top1=50.0, top1_avg=50.0, top5=80.0,
+                           top5_avg=80.0, lr=sched[e] if e < len(sched) else target, images=gb)
+                out.log(pytorch_train_line("early-2019", e, i, n_iter, b, avg, b * 0.3, avg * 0.3, loss, loss,
+                                           50.0, 50.0, 80.0, 80.0))
             if util and i % 4 == 0:
-                recs.append({"kind": "util", "device": "cpu", "util_pct": 90.0 if i else 20.0, "mem_gb": 1.5,
-                             "time": t})
+                busy = 90.0 if i else 20.0
+                out.record("util", t=clock.now - start, host="localhost", rank=0, cpu_process_pct=busy * 0.95,
+                           cpu_system_pct=busy, mem_process_gb=1.5, mem_system_pct=40.0, gpus=[])
         if bench_batches:
             if bench_record:
-                recs.append({"kind": "bench", "per_worker_batch": per_gpu_batch, "world_size": gpus,
-                             "batches": n_iter, "warmup_batches": warmup_batches,
-                             "images_per_s_steady": gb / batch_s,
-                             "images_per_s_thesis": gb / avg199 if avg199 else None,
-                             "batch_time_avg_at_199": avg199, "data_share": 0.3, "time": t})
+                steps = n_iter - warmup_batches
+                out.record("bench", per_worker_batch=per_gpu_batch, world_size=gpus, batches=n_iter,
+                           warmup_batches=warmup_batches, lr=sched[0], images_per_s_steady=gb / batch_s,
+                           images_per_s_thesis=gb / avg199 if avg199 else None, batch_time_avg_at_199=avg199,
+                           data_share=0.3, data_s=0.3 * batch_s * steps, compute_s=0.7 * batch_s * steps, comm_s=0.0)
             break
         frac = (e + 1) / epochs
         train_top1 = final_acc * (0.5 + 0.5 * frac) + rng.uniform(-1, 1)
         val_top1 = final_acc * (0.45 + 0.55 * frac) + rng.uniform(-1, 1)
         diverged_now = status == "diverged" and e == done - 1
-        t += 2.0
-        rec = {"kind": "epoch", "epoch": e, "lr": sched[e], "train_loss": float("nan") if diverged_now else 2.5 * (1 - frac) + 0.5,
-               "train_top1": train_top1, "train_top5": min(100.0, train_top1 + 20), "val_loss": 2.4 * (1 - frac) + 0.6,
-               "val_top1": val_top1, "val_top5": min(100.0, val_top1 + 18), "epoch_time": t - ep_start,
-               "images": images_per_epoch, "skipped_images": 0, "time": t}
-        recs.append(rec)
-        ep_times.append(t - ep_start)
-        log.append(pytorch_summary_line("early-2019", val_top1, min(100.0, val_top1 + 18)))
+        train_s = clock.now - ep_start
+        clock.now += 2.0
+        out.record("epoch", epoch=e, lr=sched[e], train_loss=float("nan") if diverged_now else 2.5 * (1 - frac) + 0.5,
+                   train_top1=train_top1, train_top5=min(100.0, train_top1 + 20), val_loss=2.4 * (1 - frac) + 0.6,
+                   val_top1=val_top1, val_top5=min(100.0, val_top1 + 18), epoch_time=clock.now - ep_start,
+                   images=images_per_epoch, skipped_images=0, data_s=0.3 * train_s, compute_s=0.7 * train_s,
+                   comm_s=0.0)
+        out.log(pytorch_summary_line("early-2019", val_top1, min(100.0, val_top1 + 18)))
     if status != "running":
-        recs.append({"kind": "status", "status": status, "epoch": done, "message": status, "time": t})
-    lines = []
-    for r in recs:
-        s = json.dumps(r)  # NaN is written as NaN, as Python's json does
-        lines.append(s)
-    text = "\n".join(lines) + "\n"
-    if truncate_tail:
-        text = text + lines[-1][: len(lines[-1]) // 2]  # a record cut in half by a kill
-    (d / "metrics.jsonl").write_text(text)
-    (d / "train.log").write_text("\n".join(log) + "\n")
-    manifest = {"status": status, "start": _iso(start), "end": None if status == "running" else _iso(t),
-                "hosts": ["localhost"], "backend": config["resolved"]["backend"], "launcher": "none",
-                "devices": ["cpu"], "seed": seed, "world_size": gpus,
-                "versions": {"python": "3.11", "torch": "2.14.1", "torchvision": "0.29.1", "horovod": None},
-                "git_commit": None, "exit_code": None if status == "running" else {"completed": 0, "diverged": 3,
-                                                                                    "failed": 1, "preempted": 4}[status],
-                "epochs_done": done}
-    (d / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        exit_code = {"completed": 0, "diverged": 3, "failed": 1, "preempted": 4}[status]
+        out.status(status, done, status, exit_code)
+        out.update_manifest(end=_iso(clock.now))
+    else:
+        out.update_manifest(epochs_done=done)
+    out.close()
+    if truncate_tail:  # a record cut in half by a kill
+        last = (d / runfolder.METRICS).read_bytes().splitlines()[-1]
+        with open(d / runfolder.METRICS, "ab") as f:
+            f.write(last[: len(last) // 2])
     return d
 
 

@@ -75,9 +75,9 @@ def test_a_killed_rank_makes_the_other_exit_with_a_message_naming_its_rank(tmp_p
         pytest.fail("rank 0 still running 60 s after rank 1 was killed")
     assert time.time() - killed_at < 60
     assert procs[0].returncode not in (0, None)
-    assert "rank 0 of 2" in err.strip().splitlines()[-1]
+    assert "rank 1 of 2 died (rank 0 noticed" in err.strip().splitlines()[-1]  # the rank that died, not the noticer
     manifest = json.loads((tmp_path / "k" / "k" / "manifest.json").read_text())
-    assert manifest["status"] == "failed"
+    assert manifest["status"] == "failed" and manifest["failed_ranks"] == [1]
 
 
 def test_world_size_that_disagrees_with_the_launcher_is_refused_before_launch(tmp_path):

@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 
+from trainers.runfolder import read_metrics
 from tests.helpers import (REPO, final_state, max_difference, records, train, train_in_process, trainer_env,
                            write_config)
 
@@ -23,13 +24,13 @@ def start(config, out, name, *extra):
     )
 
 
-def wait_for(path, text, timeout=120):
+def wait_for(run_dir, kind, timeout=120):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if path.exists() and text in path.read_text():
+        if read_metrics(run_dir).of(kind):
             return
         time.sleep(0.05)
-    raise AssertionError(f"{text} never appeared in {path}")
+    raise AssertionError(f"no {kind} record appeared in {run_dir}")
 
 
 @pytest.mark.slow
@@ -39,7 +40,7 @@ def test_preempted_run_resumes_to_the_same_parameters_as_an_uninterrupted_one(tm
     assert train(cfg, tmp_path, "whole").returncode == 0
     proc = start(cfg, tmp_path, "cut")
     run_dir = tmp_path / "r" / "cut"
-    wait_for(run_dir / "metrics.jsonl", '"kind": "epoch"')
+    wait_for(run_dir, "epoch")
     os.killpg(proc.pid, sig)  # as Slurm does: every process of the step, data-loader workers included
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 4, err[-2000:]

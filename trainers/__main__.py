@@ -8,6 +8,7 @@ from pathlib import Path
 
 from trainers.config import SCALES, ConfigError, load_config
 from trainers.data import DataError
+from trainers.runfolder import check_run_name
 
 DEFAULT_OUT = Path("results/runs")
 
@@ -20,6 +21,8 @@ def default_run_name(cfg) -> str:
 def cmd_train(args) -> int:
     from trainers.loop import run_training
 
+    if args.run is not None:
+        check_run_name(args.run)  # a run folder stays inside the output folder
     cfg = load_config(args.config, args.scale, args.set)
     run_dir = Path(args.out) / cfg.experiment / (args.run or default_run_name(cfg))
     return run_training(cfg, run_dir, resume=args.resume == "auto")

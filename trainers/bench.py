@@ -29,6 +29,7 @@ from trainers import compute
 from trainers.config import BenchConfig, Config, DataConfig, ModelConfig, TrainConfig
 from trainers.data import synthetic_batch
 from trainers.models import build_model
+from trainers.runfolder import read_metrics
 
 
 def hand_written_loop(model_name: str, batch: int, image_size: int, steps: int, warmup: int) -> float:
@@ -68,7 +69,7 @@ def trainer_images_per_s(model_name: str, workers: int, per_worker: int, image_s
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "bench"
         run_training(cfg, run_dir, resume=False, echo=False)
-        record = [json.loads(line) for line in open(run_dir / "metrics.jsonl") if '"kind": "bench"' in line][-1]
+        record = read_metrics(run_dir).of("bench")[-1]
     return record["images_per_s_steady"]
 
 

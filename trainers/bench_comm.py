@@ -28,6 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from trainers.backends import torchrun_command
+from trainers.runfolder import read_metrics
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -89,8 +92,7 @@ def run_one(label: str, launch: list[str], config: Path, out: Path, sets: list[s
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
         raise SystemExit(f"error: {label} failed (exit {result.returncode}):\n{tail}")
-    metrics = out / config.stem / label / "metrics.jsonl"
-    bench = [r for r in map(json.loads, metrics.open()) if r["kind"] == "bench"][-1]
+    bench = read_metrics(out / config.stem / label).of("bench")[-1]
     return {"run": label, **{k: bench[k] for k in ("world_size", "per_worker_batch", "batches", "images_per_s_steady")}}
 
 
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     py = [sys.executable]
     n = args.nproc
     hvd = [horovodrun(), "--gloo", "-np", str(n), "-H", f"localhost:{n}", sys.executable]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n)]
+    torchrun = [*torchrun_command(sys.executable), "--nproc-per-node", str(n)]
     k_batches = max(2, math.ceil(args.batches / args.accumulate))
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -5,8 +5,8 @@ Per epoch: set the learning rate from the policy, train, validate, checkpoint. T
 """
 from __future__ import annotations
 
-import json
 import math
+import os
 import signal
 import sys
 import time
@@ -21,7 +21,9 @@ from trainers import backends, checkpoint, compute, data
 from trainers.config import Config, ConfigError, check_paths
 from trainers.lr import lr_at
 from trainers.models import build_model
-from trainers.runlog import AverageMeter, RunFolder, now_iso, summary_line, test_line, train_line, versions, git_commit
+from trainers.runfolder import (MANIFEST, RankLock, RunFolder, RunInUse, dead_ranks, git_commit, now_iso,
+                                read_manifest, versions)
+from trainers.runlog import AverageMeter, summary_line, test_line, train_line
 
 THESIS_BATCH_INDEX = 199  # the thesis read the running mean batch time at training batch 199
 EXIT_COMPLETED, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_PREEMPTED = 0, 1, 2, 3, 4
@@ -184,6 +186,7 @@ class Trainer:
         self.fit_workers_per_pass()
         self.stop = StopSignal()
         self.skipped = 0
+        self.time_split = {"data_s": 0.0, "compute_s": 0.0, "comm_s": 0.0}
 
     def fit_workers_per_pass(self) -> None:
         """Emulated workers on a GPU with workers_per_pass = 0: the most whole workers one pass holds, measured."""
@@ -225,6 +228,10 @@ class Trainer:
         self.best_top1 = state["best_top1"]
         self.compute.load_state_dict(state.get("scaler", {}))
         checkpoint.restore_rng(state["rng"])
+        # what was written after this checkpoint will be written again: cut it, or the files would hold it twice
+        dropped = self.run.cut_back(state.get("run_files", {}))
+        self.run.log(f"=> resumed from the checkpoint at epoch {self.start_epoch}, iteration {self.start_step}"
+                     + (f"; {dropped} record(s) written after it dropped" if dropped else ""))
 
     def save(self, epoch: int, step: int, partial: Sums) -> None:
         if not (self.backend.is_main() and self.cfg.train.checkpoint):
@@ -239,6 +246,7 @@ class Trainer:
             "rng": checkpoint.rng_state(),
             "scaler": self.compute.state_dict(),  # fp16's loss scale: resume takes the same steps
             "config": self.cfg.to_dict(),
+            "run_files": self.run.sizes(),  # bytes of metrics.jsonl and train.log this checkpoint covers
         })
 
     # ---- one epoch of training --------------------------------------------------------------------------------
@@ -286,6 +294,7 @@ class Trainer:
         self.model.train()
         lr = lr_at(epoch, self.start_step, n, self.policy)
         self.run.log(f"Setting learning rate for epoch {epoch} to {lr}")
+        comm_start = b.comm_seconds()
         end = time.time()
         for i, (images, target, skipped) in enumerate(loader, start=self.start_step):
             data_time.update(time.time() - end)
@@ -307,6 +316,7 @@ class Trainer:
                 batch_time.update(time.time() - end)
             end = time.time()
         self.start_step = 0
+        self.time_split = time_split(data_time.sum, batch_time.sum, b.comm_seconds() - comm_start)
         return sums
 
     def log_iteration(self, epoch, i, n, lr, size, batch_time, data_time, losses, top1, top5) -> None:
@@ -372,6 +382,7 @@ class Trainer:
                 "epoch", epoch=epoch, lr=lr_at(epoch, 0, 1, self.policy), train_loss=train_loss,
                 train_top1=train_top1, train_top5=train_top5, val_loss=val_loss, val_top1=val_top1,
                 val_top5=val_top5, epoch_time=time.time() - started, images=train.images, skipped_images=self.skipped,
+                **self.time_split,
             )
             self.save(epoch + 1, 0, Sums())
             self.run.update_manifest(epochs_done=epoch + 1, best_val_top1=self.best_top1)
@@ -396,9 +407,12 @@ class Trainer:
         # the GPU is waited for only here, so the sums of step times up to each of these are exact wall times
         read_at = {warm - 1, THESIS_BATCH_INDEX, warm + timed - 1}
         self.model.train()
-        self.set_lr(lr_at(0, 0, 1, self.policy))
+        lr = lr_at(0, 0, 1, self.policy)  # the rate of the first step: the warm-up's start where there is one
+        self.set_lr(lr)
         end = time.time()
         for i in range(warm + timed):
+            if i == warm:
+                comm_start = b.comm_seconds()
             images, target, _ = next(source)
             data_time.update(time.time() - end)
             images, target = images.to(b.device, non_blocking=True), target.to(b.device, non_blocking=True)
@@ -411,18 +425,29 @@ class Trainer:
             times.append(batch_time.val)
             data_times.append(data_time.val)
             if logged:
-                self.log_iteration(0, i, warm + timed, self.policy.target, len(target), batch_time, data_time,
-                                   losses, top1, top5)
+                self.log_iteration(0, i, warm + timed, lr, len(target), batch_time, data_time, losses, top1, top5)
             end = time.time()
         images_per_step = per_process * b.world_size  # all ranks' images in one step
         steady = times[warm:]
         self.run.record(
             "bench", per_worker_batch=cfg.train.per_worker_batch, world_size=b.workers, batches=timed,
-            warmup_batches=warm, images_per_s_steady=images_per_step * len(steady) / sum(steady),
+            warmup_batches=warm, lr=lr, images_per_s_steady=images_per_step * len(steady) / sum(steady),
             images_per_s_thesis=images_per_step / (sum(times[:200]) / 200) if len(times) >= 200 else None,
             batch_time_avg_at_199=sum(times[:200]) / 200 if len(times) >= 200 else None,
             data_share=sum(data_times[warm:]) / sum(steady),
+            **time_split(sum(data_times[warm:]), sum(steady), b.comm_seconds() - comm_start),
         )
+
+
+def time_split(data_s: float, steps_s: float, comm_s: float) -> dict[str, float]:
+    """Where the training steps' time went: waiting for data, communicating, and the rest (computing)."""
+    return {"data_s": data_s, "compute_s": max(0.0, steps_s - data_s - comm_s), "comm_s": comm_s}
+
+
+def thread_settings() -> dict:
+    """What decides this process's CPU parallelism, so a rerun can match it (results drift with the thread count)."""
+    return {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
+            **{k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
 
 
 def forever(loader):
@@ -445,7 +470,16 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
     check_paths(cfg)
     launch = backends.detect_launch()
     name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
-    if launch.rank == 0 and not resume and (run_dir / "metrics.jsonl").exists():
+    # Before anything in the folder is touched: a second process training this run is refused here (exit 2).
+    lock = RankLock(run_dir, launch.rank)
+    try:
+        return train_locked(cfg, run_dir, resume, echo, launch, name)
+    finally:
+        lock.release()
+
+
+def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: backends.Launch, name: str) -> int:
+    if launch.rank == 0 and not resume and (run_dir / MANIFEST).exists():  # no manifest: nothing started, restart
         raise ConfigError(f"run folder {run_dir} exists; continue it with --resume auto or pick another --run")
     if resume and (run_dir / "checkpoint.pt").exists():  # refuse a changed config before any process group exists
         saved = checkpoint.load(run_dir / "checkpoint.pt")["config"]
@@ -454,15 +488,23 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
     run, b = trainer.run, trainer.backend
     run.write_config({"experiment": cfg.experiment, "run": run_dir.name, "scale": cfg.scale, **cfg.to_dict(),
                       "resolved": cfg.resolved(name)})
-    if (run_dir / "manifest.json").exists() and trainer.resuming:
-        run.manifest = json.loads((run_dir / "manifest.json").read_text())
+    if (run_dir / MANIFEST).exists() and trainer.resuming:
+        run.manifest = read_manifest(run_dir) or {}
     run.update_manifest(
         start=run.manifest.get("start", now_iso()), end=None, launcher=launch.launcher, seed=cfg.train.seed,
-        versions=versions(), git_commit=git_commit(),
-        resumed_at=now_iso() if trainer.start_epoch or trainer.start_step else None,
+        versions={**versions(), "cuda": torch.version.cuda}, git_commit=git_commit(), threads=thread_settings(),
+        resumed_at=now_iso() if trainer.start_epoch or trainer.start_step else None, failed_ranks=None, message=None,
         **b.describe(),
     )
     run.status("running", trainer.start_epoch)
+    try:
+        return train_to_the_end(trainer, run_dir)
+    finally:
+        run.close()
+
+
+def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
+    cfg, run, b = trainer.cfg, trainer.run, trainer.backend
     try:
         trainer.benchmark() if cfg.bench.batches > 0 else trainer.fit()
     except Diverged as e:
@@ -474,11 +516,9 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
         run.log(f"=> preempted: {e}")
         run.status("preempted", run.manifest.get("epochs_done", 0), str(e), EXIT_PREEMPTED)
         return EXIT_PREEMPTED
-    except Exception as e:  # a lost peer, an I/O error...: one line that names this rank, after the traceback
-        message = f"rank {b.rank} of {b.world_size}: {type(e).__name__}: {e}"
+    except Exception as e:  # a lost peer, an I/O error...: one line that names the failed rank, after the traceback
         traceback.print_exc()
-        print(f"error: training failed on {message}", file=sys.stderr, flush=True)
-        run.status("failed", run.manifest.get("epochs_done", 0), message, EXIT_FAILED)
+        report_failure(run_dir, run, b, e)
         return EXIT_FAILED
     finally:
         trainer.stop.restore()
@@ -487,5 +527,40 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
     if trainer.skipped:
         run.log(f"=> skipped {trainer.skipped} unreadable images")
     run.status("completed", done, exit_code=EXIT_COMPLETED)
-    run.close()
     return EXIT_COMPLETED
+
+
+def report_failure(run_dir: Path, run: RunFolder, b: backends.Backend, error: Exception) -> None:
+    """Name the rank that failed and set the manifest to failed, whichever rank it was.
+
+    A rank that dies (a signal, the OOM killer) drops its lock, so the others can tell it from the one that merely
+    noticed. Rank 0 writes the manifest; if rank 0 is the one gone, the lowest live rank does.
+    """
+    dead = dead_ranks(run_dir, b.world_size, b.rank) if b.world_size > 1 else []
+    # DDP wraps a collective's error once per callback it passes through: keep the innermost words
+    noticed = f"{type(error).__name__}: {error}".splitlines()[0]
+    noticed = noticed.split("Got the following error when running the callback: ")[-1][:300]
+    if dead:
+        message = f"rank {', '.join(map(str, dead))} of {b.world_size} died (rank {b.rank} noticed: {noticed})"
+    else:
+        message = f"rank {b.rank} of {b.world_size}: {noticed}"
+    print(f"error: training failed: {message}", file=sys.stderr, flush=True)
+    failed = dead or [b.rank]
+    if run.writes:
+        run.status("failed", run.manifest.get("epochs_done", 0), message, EXIT_FAILED, failed_ranks=failed)
+        return
+    survivors = sorted(set(range(b.world_size)) - set(dead))
+    if 0 not in dead or b.rank != survivors[0]:
+        return
+    try:
+        lock = RankLock(run_dir, 0)  # rank 0's lock is free now; holding it keeps a restarted run out meanwhile
+    except RunInUse:
+        return
+    try:
+        takeover = RunFolder.take_over(run_dir)
+        if takeover.manifest.get("status") == "running":  # rank 0 did not get to say anything itself
+            takeover.status("failed", takeover.manifest.get("epochs_done", 0), message, EXIT_FAILED,
+                            failed_ranks=failed)
+        takeover.close()
+    finally:
+        lock.release()

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers.backends import Launch, choose_backend, free_port
+from trainers import runfolder
+from trainers.backends import Launch, choose_backend, free_port, horovod_available, torchrun_command
 from trainers.config import Config, ConfigError, find_scales_file, load_config, read_toml
 from trainers.fingerprint import config_fingerprint, folder_fingerprint
 
@@ -195,10 +196,10 @@ def local_commands(plan: Plan) -> list[list[str]]:
     if plan.backend == "ddp":
         per_node = run.workers // run.nodes
         if run.nodes == 1:
-            return [[py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(per_node),
+            return [[*torchrun_command(py), "--standalone", "--nproc-per-node", str(per_node),
                      "-m", "trainers", "train", *args]]
         port = str(free_port())  # a fresh rendezvous per run: several torchrun nodes on localhost
-        return [[py, "-m", "torch.distributed.run", "--nnodes", str(run.nodes), "--node-rank", str(node),
+        return [[*torchrun_command(py), "--nnodes", str(run.nodes), "--node-rank", str(node),
                  "--nproc-per-node", str(per_node), "--master-addr", "127.0.0.1", "--master-port", port,
                  "-m", "trainers", "train", *args] for node in range(run.nodes)]
     if plan.backend == "horovod":
@@ -208,19 +209,9 @@ def local_commands(plan: Plan) -> list[list[str]]:
     return [[py, "-m", "trainers", "train", *args]]
 
 
-def horovod_available() -> bool:
-    try:
-        import horovod.torch  # noqa: F401
-    except Exception:  # ImportError, or a build without PyTorch support
-        return False
-    return True
-
-
 def run_status(run_dir: Path) -> str:
-    try:
-        return json.loads((run_dir / "manifest.json").read_text()).get("status", "missing")
-    except (OSError, json.JSONDecodeError):
-        return "missing"
+    manifest = runfolder.read_manifest(run_dir)
+    return manifest.get("status", "missing") if manifest else "missing"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -228,19 +219,7 @@ def run_status(run_dir: Path) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 def last_epoch(run_dir: Path) -> dict | None:
     """The newest epoch record of a run (for the progress line)."""
-    try:
-        with open(run_dir / "metrics.jsonl", "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 20000))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        if '"kind": "epoch"' in line:
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                continue
-    return None
+    return runfolder.last_record(run_dir / runfolder.METRICS, "epoch")
 
 
 class Progress:
@@ -304,15 +283,33 @@ def start_local(plan: Plan, index: int, jobs: int) -> Active:
 
 
 def summary(run_dir: Path) -> str:
-    try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    manifest = runfolder.read_manifest(run_dir)
+    if manifest is None:
         return f"no manifest (see {run_dir / 'console.log'})"
-    bench = [json.loads(line) for line in open(run_dir / "metrics.jsonl") if '"kind": "bench"' in line]
+    bench = runfolder.read_metrics(run_dir).of("bench")
     if bench:
         return f"{manifest['status']}: {bench[-1]['images_per_s_steady']:.1f} images/s (steady state)"
     best = manifest.get("best_val_top1")
     return manifest["status"] + (f": best val top-1 {best:.2f} %" if best is not None else "")
+
+
+def mark_failed_if_silent(run_dir: Path, code: int) -> None:
+    """A run whose every process was killed (kill -9, the OOM killer) could not say so: its manifest still says
+    running. Say it for them, once nothing holds the run."""
+    manifest = runfolder.read_manifest(run_dir)
+    if not manifest or manifest.get("status") != "running":
+        return
+    try:
+        lock = runfolder.RankLock(run_dir, 0)
+    except runfolder.RunInUse:  # a process trains it again: it speaks for itself
+        return
+    try:
+        run = runfolder.RunFolder.take_over(run_dir)
+        run.status("failed", manifest.get("epochs_done", 0),
+                   f"the run's processes ended (exit {code}) before they could write a status", code)
+        run.close()
+    finally:
+        lock.release()
 
 
 def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, have_horovod: bool) -> int:
@@ -327,6 +324,10 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
                 continue
             if plan.backend == "horovod" and not have_horovod:
                 progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
+                continue
+            if runfolder.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it
+                progress.show(index, label, "skipped: in use by another process", final=True)
+                failures += 1
                 continue
             c = plan.cfg
             work = f"{c.bench.batches} timed batches" if c.bench.batches else f"{c.train.epochs} epochs"
@@ -346,6 +347,8 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
                 continue
             active.remove(run)
             failures += code not in (0, 3)  # a diverged run is a result, not a failure
+            if code not in (0, 3):
+                mark_failed_if_silent(run.plan.run_dir, code)
             progress.show(run.index, label, f"{summary(run.plan.run_dir)} ({time.time() - run.started:.0f} s, "
                                             f"exit {code})", final=True)
     return failures

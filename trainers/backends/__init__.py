@@ -15,7 +15,8 @@ import torch
 from trainers.backends.base import Backend
 from trainers.config import Config, ConfigError
 
-__all__ = ["Backend", "Launch", "detect_launch", "register", "create", "BACKENDS"]
+__all__ = ["Backend", "Launch", "detect_launch", "register", "create", "BACKENDS", "horovod_available",
+           "torchrun_command"]
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,20 @@ def resolve(cfg: Config, launch: Launch) -> str:
         raise ConfigError(f"backend {name!r} is not available; known: {', '.join(sorted(BACKENDS))}")
     check_world(cfg, launch, name)
     return name
+
+
+def horovod_available() -> bool:
+    """Whether Horovod with PyTorch support imports here (the study runner skips Horovod runs otherwise)."""
+    try:
+        import horovod.torch  # noqa: F401  Horovod
+    except Exception:  # ImportError, or a build without PyTorch support
+        return False
+    return True
+
+
+def torchrun_command(python: str) -> list[str]:
+    """torchrun as a module of this interpreter (no console script needed)."""
+    return [python, "-m", "torch.distributed.run"]
 
 
 def create(cfg: Config, launch: Launch, name: str) -> Backend:

@@ -2,9 +2,27 @@
 from __future__ import annotations
 
 import socket
+import time
+from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
+
+
+class CommClock:
+    """Seconds this process spent communicating (the `comm_s` of epoch and bench records), as its backend measures
+    them: collectives it waits for, and the part of the gradient allreduce that backward did not hide."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    @contextmanager
+    def timing(self):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - start
 
 
 class Backend:
@@ -20,6 +38,11 @@ class Backend:
         self.world_size = world_size
         self.local_rank = local_rank
         self.workers = workers  # logical data-parallel workers; an emulating process holds several
+        self.comm = CommClock()  # single and emulated never communicate: 0
+
+    def comm_seconds(self) -> float:
+        """Communication seconds so far (read at the start and end of an epoch: the difference is its comm_s)."""
+        return self.comm.seconds
 
     def is_main(self) -> bool:
         return self.rank == 0

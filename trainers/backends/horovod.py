@@ -32,11 +32,11 @@ import torch
 import torch.nn as nn
 
 from trainers.backends import Launch, register
-from trainers.backends.base import Backend, device_names
+from trainers.backends.base import Backend, CommClock, device_names
 from trainers.config import Config, ConfigError
+from trainers.runfolder import package_version
 
 try:
-    import horovod
     import horovod.torch as hvd  # Horovod: the PyTorch API
 except ImportError as error:  # one line: trainers.backends.resolve turns it into "run `make setup-horovod`"
     first = (str(error).strip().splitlines() or ["horovod.torch cannot be imported"])[0]
@@ -105,7 +105,7 @@ class HorovodBackend(Backend):
             backward_passes_per_step=self.backward_passes_per_step,  # Horovod: local accumulation
             op=hvd.Average,
         )
-        accept_set_to_none(distributed)
+        time_synchronize(distributed, self.comm)
         return distributed
 
     def broadcast_initial_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -118,11 +118,13 @@ class HorovodBackend(Backend):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # Horovod: rank 0's parameters and buffers
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        return hvd.allreduce_(tensor, op=hvd.Sum)  # Horovod: sums of correct/total, not means of means
+        with self.comm.timing():
+            return hvd.allreduce_(tensor, op=hvd.Sum)  # Horovod: sums of correct/total, not means of means
 
     def any_rank(self, flag: bool) -> bool:
         t = torch.tensor([1.0 if flag else 0.0])
-        return bool(hvd.allreduce_(t, op=hvd.Sum).item() > 0)  # Horovod: CPU tensor, any collective backend
+        with self.comm.timing():
+            return bool(hvd.allreduce_(t, op=hvd.Sum).item() > 0)  # Horovod: CPU tensor, any collective backend
 
     def barrier(self) -> None:
         hvd.barrier()  # Horovod
@@ -160,7 +162,7 @@ class HorovodBackend(Backend):
         if self.device.type == "cuda":
             info["devices"] = device_names(self.device)
         info["horovod"] = {
-            "version": horovod.__version__,
+            "version": package_version("horovod"),
             "controller": "mpi" if hvd.mpi_enabled() else "gloo",  # Horovod
             "nccl_built": bool(hvd.nccl_built()),  # Horovod
             "fp16_allreduce": self.fp16_allreduce,
@@ -170,22 +172,16 @@ class HorovodBackend(Backend):
         return info
 
 
-def accept_set_to_none(optimizer: torch.optim.Optimizer) -> None:
-    """Horovod 0.28's zero_grad() takes no arguments (it predates torch 2.0's set_to_none); accept the keyword.
+def time_synchronize(optimizer: torch.optim.Optimizer, clock: CommClock) -> None:
+    """Count the time step() waits in synchronize() for the gradient allreduces (launched during backward, so this is
+    the part backward did not hide) as communication."""
+    synchronize = optimizer.synchronize
 
-    Its own check (no allreduce in flight) is kept; the gradients are set to None, torch >= 2.0's default.
-    """
-    horovod_zero_grad = optimizer.zero_grad
+    def timed_synchronize() -> None:
+        with clock.timing():
+            synchronize()  # Horovod: wait for every outstanding allreduce of this step
 
-    def zero_grad(set_to_none: bool = True) -> None:
-        horovod_zero_grad()  # Horovod: refuses while an allreduce is in flight; torch's zero_grad sets grads to None
-        if not set_to_none:
-            for group in optimizer.param_groups:
-                for p in group["params"]:
-                    if p.requires_grad and p.grad is None:
-                        p.grad = torch.zeros_like(p)
-
-    optimizer.zero_grad = zero_grad
+    optimizer.synchronize = timed_synchronize  # step() calls self.synchronize()
 
 
 @register("horovod")

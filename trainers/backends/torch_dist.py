@@ -4,15 +4,65 @@ from __future__ import annotations
 import datetime
 import inspect
 import os
+import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from trainers.backends.base import Backend
+from trainers.backends.base import Backend, CommClock
 
 # How long a collective may wait on a slow peer. A peer that dies closes its sockets and is noticed at once.
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=int(os.environ.get("TRAINERS_COLLECTIVE_TIMEOUT_S", "300")))
+
+
+class ExposedAllreduce:
+    """A DDP communication hook's state: how long each backward waited for its gradient allreduce.
+
+    DDP launches a bucket's allreduce as soon as backward has produced its gradients, and backward returns once every
+    bucket is reduced. The collectives run one after another (gloo's queue, NCCL's stream), so the last bucket of a
+    step completes last; it is launched when backward's own computation is about done. The time from that launch to
+    its completion is what the step waits for communication beyond what backward hid; it is added to the clock per
+    step. Host clocks on CPU; on a GPU CUDA events on the stream, read once per epoch (no sync per step).
+    """
+
+    def __init__(self, clock: CommClock, device: torch.device):
+        self.clock, self.cuda = clock, device.type == "cuda"
+        self.pending: list[tuple] = []  # CUDA: (launch event, done event) pairs not yet read
+
+    def stamp(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def add(self, launched, done) -> None:
+        if self.cuda:
+            self.pending.append((launched, done))
+        else:
+            self.clock.seconds += done - launched
+
+    def settle(self) -> None:
+        """CUDA: read the recorded events (one synchronisation, at the end of an epoch)."""
+        if self.pending:
+            torch.cuda.synchronize()
+            self.clock.seconds += sum(a.elapsed_time(b) for a, b in self.pending) / 1000.0
+            self.pending.clear()
+
+
+def timed_allreduce_hook(state: ExposedAllreduce, bucket):
+    """PyTorch's default allreduce hook (average over ranks), timed for the step's last bucket."""
+    if not bucket.is_last():
+        return default_hooks.allreduce_hook(None, bucket)
+    launched = state.stamp()
+
+    def done(fut):
+        state.add(launched, state.stamp())
+        return fut.value()
+
+    return default_hooks.allreduce_hook(None, bucket).then(done)
 
 
 class DDPBackend(Backend):
@@ -38,17 +88,27 @@ class DDPBackend(Backend):
         # validation only rank 0's are ever used (saved, evaluated), so the per-step broadcast is left out.
         # gradient_as_bucket_view: gradients live in DDP's allreduce buckets, saving a copy each way per step.
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
-                                                   **buffer_sync(self.broadcast_buffers))
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
+                                                  **buffer_sync(self.broadcast_buffers))
+        self.allreduce_wait = ExposedAllreduce(self.comm, self.device)
+        ddp.register_comm_hook(self.allreduce_wait, timed_allreduce_hook)  # PyTorch: the default allreduce, timed
+        return ddp
+
+    def comm_seconds(self) -> float:
+        if hasattr(self, "allreduce_wait"):
+            self.allreduce_wait.settle()
+        return self.comm.seconds
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)  # PyTorch: sums of correct/total, not means of means
+        with self.comm.timing():
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)  # PyTorch: sums of correct/total, not means of means
         return tensor
 
     def any_rank(self, flag: bool) -> bool:
         t = torch.tensor([1.0 if flag else 0.0], device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item())
+        with self.comm.timing():
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            return bool(t.item())
 
     def barrier(self) -> None:
         dist.barrier()
