@@ -99,7 +99,8 @@ class Trainer:
         # Data first: generating the miniature dataset may take a minute, and no peer should be waiting on us.
         self.train_ds, self.val_ds = data.build_datasets(
             cfg.data.kind, cfg.data.path, cfg.data.image_size, cfg.model.num_classes, t.seed,
-            generated=generated_spec(cfg), synthetic_size=cfg.data.synthetic_images,
+            generated=generated_spec(cfg), synthetic_size=cfg.data.synthetic_images, decoder=cfg.data.decoder,
+            max_pixels=cfg.data.max_image_pixels,
         )
         self.backend = backends.create(cfg, launch, backend_name)
         b = self.backend
@@ -122,7 +123,8 @@ class Trainer:
         else:
             b.broadcast_initial_state(self.model, self.optimizer)
         self.stop = StopSignal()
-        self.skipped = 0
+        self.unreadable = {"train": set(), "val": set()}  # this epoch's unreadable files (sample indices)
+        self.data_s = self.step_s = self.epoch_data_share = 0.0  # waiting for batches / whole steps: the data-wait share
 
     # ---- checkpoints ------------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -187,8 +189,8 @@ class Trainer:
         end = time.time()
         for i, (images, target, skipped) in enumerate(loader, start=self.start_step):
             data_time.update(time.time() - end)
-            self.skipped += int(skipped)
-            images, target = images.to(b.device, non_blocking=True), target.to(b.device, non_blocking=True)
+            self.unreadable["train"].update(skipped)
+            images, target = data.to_device(images, b.device), target.to(b.device, non_blocking=True)
             lr = lr_at(epoch, i, n, self.policy)
             self.set_lr(lr)
             output, loss = self.step(images, target)
@@ -204,6 +206,8 @@ class Trainer:
             self.check_stop(epoch, i + 1, n, loss, sums)
             end = time.time()
         self.start_step = 0
+        self.data_s, self.step_s = self.data_s + data_time.sum, self.step_s + batch_time.sum
+        self.epoch_data_share = data_time.sum / batch_time.sum if batch_time.sum else 0.0
         return sums
 
     def log_iteration(self, epoch, i, n, lr, size, batch_time, data_time, losses, top1, top5) -> None:
@@ -241,8 +245,11 @@ class Trainer:
         self.model.eval()
         end = time.time()
         with torch.no_grad():
-            for i, (images, target, _) in enumerate(loader):
-                images, target = images.to(b.device, non_blocking=True), target.to(b.device, non_blocking=True)
+            for i, (images, target, skipped) in enumerate(loader):
+                self.unreadable["val"].update(skipped)  # excluded from the batch, never replaced
+                if not len(target):
+                    continue
+                images, target = data.to_device(images, b.device), target.to(b.device, non_blocking=True)
                 output = self.model(images)
                 loss = self.criterion(output, target).item()
                 c1, c5 = correct_topk(output, target)
@@ -268,15 +275,34 @@ class Trainer:
             val_loss, val_top1, val_top5 = val.means()
             self.run.log(summary_line(val_top1, val_top5))
             self.best_top1 = max(self.best_top1, val_top1)
+            unreadable = self.count_unreadable(epoch)
             self.run.record(
                 "epoch", epoch=epoch, lr=lr_at(epoch, 0, 1, self.policy), train_loss=train_loss,
                 train_top1=train_top1, train_top5=train_top5, val_loss=val_loss, val_top1=val_top1,
-                val_top5=val_top5, epoch_time=time.time() - started, images=train.images, skipped_images=self.skipped,
+                val_top5=val_top5, epoch_time=time.time() - started, images=train.images,
+                skipped_images=unreadable["train"], skipped_val_images=unreadable["val"],
+                data_share=self.epoch_data_share,
             )
             self.save(epoch + 1, 0, Sums())
-            self.run.update_manifest(epochs_done=epoch + 1, best_val_top1=self.best_top1)
+            self.run.update_manifest(epochs_done=epoch + 1, best_val_top1=self.best_top1,
+                                     unreadable_images=self.run.manifest.get("unreadable_images", {}),
+                                     data_wait_share=self.data_s / self.step_s if self.step_s else None)
             if self.stop.received is not None and epoch + 1 < self.cfg.train.epochs:
                 raise Preempted(f"stopped by a signal after epoch {epoch}; checkpoint written")
+
+    def count_unreadable(self, epoch: int) -> dict[str, int]:
+        """This epoch's distinct unreadable files per split, summed over ranks (each sample index has one owner;
+        every_rank validation counts on rank 0 alone), into the manifest's unreadable_images[split][epoch]."""
+        b = self.backend
+        counts = b.all_reduce_sum(torch.tensor([float(len(self.unreadable["train"])), float(len(self.unreadable["val"]))],
+                                               dtype=torch.float64, device=b.device)).tolist()
+        result = {"train": int(counts[0]), "val": int(counts[1]) if self.cfg.data.val_mode == "sharded"
+                  else len(self.unreadable["val"])}
+        per_epoch = self.run.manifest.setdefault("unreadable_images", {})
+        for split, n in result.items():
+            per_epoch.setdefault(split, {})[str(epoch)] = n
+        self.unreadable = {"train": set(), "val": set()}
+        return result
 
     def benchmark(self) -> None:
         """Time `bench.batches` training steps after `bench.warmup_batches` untimed ones, on the configured data."""
@@ -298,7 +324,7 @@ class Trainer:
         for i in range(warm + timed):
             images, target, _ = next(source)
             data_time.update(time.time() - end)
-            images, target = images.to(b.device, non_blocking=True), target.to(b.device, non_blocking=True)
+            images, target = data.to_device(images, b.device), target.to(b.device, non_blocking=True)
             output, loss = self.step(images, target)
             c1, c5 = correct_topk(output, target)
             losses.update(loss, len(target))
@@ -319,6 +345,14 @@ class Trainer:
             batch_time_avg_at_199=sum(times[:200]) / 200 if len(times) >= 200 else None,
             data_share=sum(data_times[warm:]) / sum(steady),
         )
+        self.data_s, self.step_s = sum(data_times[warm:]), sum(steady)
+        self.run.update_manifest(data_wait_share=self.data_s / self.step_s)
+
+
+def data_wait_line(share: float) -> str:
+    """The run summary's answer to "was data the bottleneck?"."""
+    hint = "; more data.loader_workers or data.decoder = \"gpu\" would help" if share > 0.1 else ""
+    return f"=> waiting for data: {100 * share:.1f} % of step time{hint}"
 
 
 def forever(loader):
@@ -380,8 +414,11 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
         trainer.stop.restore()
         b.close()
     done = cfg.train.epochs if cfg.bench.batches == 0 else 0
-    if trainer.skipped:
-        run.log(f"=> skipped {trainer.skipped} unreadable images")
+    for split, per_epoch in run.manifest.get("unreadable_images", {}).items():
+        if any(per_epoch.values()):
+            run.log(f"=> unreadable {split} images per epoch: {max(per_epoch.values())} (manifest unreadable_images)")
+    if trainer.step_s:
+        run.log(data_wait_line(trainer.data_s / trainer.step_s))
     run.status("completed", done, exit_code=EXIT_COMPLETED)
     run.close()
     return EXIT_COMPLETED
