@@ -14,6 +14,7 @@ decodes the whole image (`load_rgb`), which also decides whether the file is rea
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import simplejpeg
@@ -116,8 +117,10 @@ class JpegFile:
             except (jpeg_region.RegionError, ValueError):
                 self.jpeg = False
         if not self.jpeg:
-            with Image.open(path) as img:  # reads the header only
-                self.width, self.height = img.size
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # check_size decides
+                with Image.open(path) as img:  # reads the header only
+                    self.width, self.height = img.size
         check_size(self.width, self.height, max_pixels)
 
     def decode_box(self, box, size: int, max_pixels: int) -> Image.Image:

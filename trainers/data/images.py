@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from PIL import Image
 
@@ -27,7 +29,8 @@ def _sixteen_to_eight(img: Image.Image) -> Image.Image:
 def load_rgb(path: str, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
     """Decode an image fully as 8-bit RGB (CMYK, greyscale, 16-bit, palette, alpha converted). Raises on a bad
     file, and on one whose header claims more than max_pixels pixels (before decoding it)."""
-    with open(path, "rb") as f:
+    with open(path, "rb") as f, warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the cap below decides, configurably
         img = Image.open(f)
         check_size(*img.size, max_pixels)
         img.load()  # decode now: a truncated file raises here, not later in a transform
