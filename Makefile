@@ -15,7 +15,7 @@ STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $
 
 .DEFAULT_GOAL := help
 EXPERIMENTS := $(addprefix exp,1 2 3 4 5 6 7 8 9)
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report bench bench-comm noise-scale clean $(EXPERIMENTS)
+.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report bench bench-data bench-comm noise-scale clean $(EXPERIMENTS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -59,8 +59,14 @@ exp1 exp2 exp3: horovod-if-possible
 report: setup ## Regenerate results/tables, results/figures and the notebooks from results/runs
 	$(PY) -m analysis report
 
-bench: setup ## Benchmark the trainer against a hand-written loop, and emulated workers' cost
+bench: setup bench-data ## Benchmark the trainer against a hand-written loop, and emulated workers' cost
 	$(PY) -m trainers bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32
+
+# the shared real photos beside the project, when they are there (never needed: nothing else reads them)
+BENCH_PHOTOS ?= ../shared/data/hymenoptera_data
+bench-data: setup ## Our JPEG data path vs torchvision's ImageFolder + PIL, images/s per core (on BENCH_PHOTOS)
+	@if [ -d "$(BENCH_PHOTOS)" ]; then $(PY) -m trainers data bench $(BENCH_PHOTOS) --rounds 5 --json; \
+	else echo "make: no $(BENCH_PHOTOS) here; run: $(PY) -m trainers data bench <ImageFolder dir>"; fi
 
 bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and the communication share (seed 002)
 	$(PY) -m trainers.bench_comm --fp16 --json results/bench_comm.json
