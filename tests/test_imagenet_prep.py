@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import sys
 import tarfile
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 import scipy.io
 from PIL import Image
 
-from tests.helpers import run
+from trainers.__main__ import main
 from trainers.data import DataError, build_datasets
 from trainers.data.imagenet import prepare
 
@@ -109,30 +108,31 @@ def test_md5_is_checked_by_default(tmp_path):
         prepare(a["train"], a["val"], a["devkit"], tmp_path / "out")
 
 
-def test_a_truncated_or_wrong_archive_is_one_line(tmp_path):
+def imagenet_cli(a: dict, out: Path, **replace) -> int:
+    paths = {**a, **replace}
+    return main(["data", "imagenet", "--train-tar", str(paths["train"]), "--val-tar", str(paths["val"]),
+                 "--devkit", str(paths["devkit"]), "--out", str(out), "--no-verify"])
+
+
+def test_a_truncated_or_wrong_archive_is_one_line(tmp_path, capsys):
     a = fake_ilsvrc(tmp_path / "dl")
     cut = tmp_path / "cut.tar"
     data = a["train"].read_bytes()
     cut.write_bytes(data[: len(data) // 2])
-    r = run([sys.executable, "-m", "trainers", "data", "imagenet", "--train-tar", str(cut), "--val-tar",
-             str(a["val"]), "--devkit", str(a["devkit"]), "--out", str(tmp_path / "o1"), "--no-verify"])
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: {cut}") and "truncated" in last
+    assert imagenet_cli(a, tmp_path / "o1", train=cut) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {cut}") and "truncated" in errors[0]
     wrong = tmp_path / "wrong.tar"
     wrong.write_text("this is not a tar")
-    r = run([sys.executable, "-m", "trainers", "data", "imagenet", "--train-tar", str(a["train"]), "--val-tar",
-             str(wrong), "--devkit", str(a["devkit"]), "--out", str(tmp_path / "o2"), "--no-verify"])
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert imagenet_cli(a, tmp_path / "o2", val=wrong) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(f"error: {wrong} is not a readable tar archive")
 
 
-def test_the_command_prints_data_path_and_staging_variables(tmp_path):
+def test_the_command_prints_data_path_and_staging_variables(tmp_path, capsys):
     a = fake_ilsvrc(tmp_path / "dl")
-    r = run([sys.executable, "-m", "trainers", "data", "imagenet", "--train-tar", str(a["train"]), "--val-tar",
-             str(a["val"]), "--devkit", str(a["devkit"]), "--out", str(tmp_path / "imnet"), "--no-verify"])
-    assert r.returncode == 0, r.stderr
-    assert f"data.path = {tmp_path / 'imnet'}" in r.stdout
-    assert f"DATA_TAR={tmp_path / 'imnet.tar'} DATA_SUBDIR=imnet" in r.stdout
-    assert "imagenet: train: 3/3 classes" in r.stderr
+    assert imagenet_cli(a, tmp_path / "imnet") == 0
+    out, err = capsys.readouterr()
+    assert f"data.path = {tmp_path / 'imnet'}" in out
+    assert f"DATA_TAR={tmp_path / 'imnet.tar'} DATA_SUBDIR=imnet" in out
+    assert "imagenet: train: 3/3 classes" in err
