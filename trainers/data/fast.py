@@ -86,7 +86,9 @@ def _jpeg_box(data: bytes, width: int, height: int, box, size: int) -> Image.Ima
         if full.shape[:2] != (sh, sw):
             raise ValueError(f"simplejpeg decoded {full.shape[1]}x{full.shape[0]}, expected {sw}x{sh}")
         region, xr = full[y0:y1], 0
-    return _resize_box(region, (left * fx - xr, top * fy - y0, right * fx - xr, bottom * fy - y0), size)
+    # crop to the box's whole pixels first: at 8/8 that is exactly torchvision's crop-then-resize
+    region = region[:, x0 - xr:x1 - xr]
+    return _resize_box(region, (left * fx - x0, top * fy - y0, right * fx - x0, bottom * fy - y0), size)
 
 
 def _pil_box(path: str, box, size: int, max_pixels: int) -> Image.Image:
