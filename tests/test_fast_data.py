@@ -338,3 +338,16 @@ def test_build_datasets_refuses_an_unknown_decoder(tmp_path):
     (tmp_path / "train" / "a").mkdir(parents=True)
     with pytest.raises(DataError, match="data.decoder must be one of"):
         build_datasets("imagefolder", str(tmp_path), 16, 2, 0, None, decoder="nvdali")
+
+
+def test_gpu_decoder_batches_through_the_loader_workers(tmp_path):
+    """decoder = "gpu": workers send bytes and boxes (another process), to_device decodes; here on the CPU."""
+    for split in ("train", "val"):
+        _split_with_bad_files(tmp_path / split)
+    train, val = build_datasets("imagefolder", str(tmp_path), 24, 2, 0, None, decoder="gpu")
+    batches = list(make_loader(train, IndexBatches(list(range(6)), 3), 1))
+    assert [b.skipped for b in batches] == [(1,), (3,)]  # replaced in training, and counted
+    x = fast.to_device(batches[0].images, torch.device("cpu"))
+    assert x.shape == (3, 3, 24, 24) and x.dtype == torch.float32 and x.abs().max() < 3
+    vb = list(make_loader(val, IndexBatches(list(range(6)), 6), 0))[0]
+    assert len(vb.targets) == 4 and fast.to_device(vb.images, torch.device("cpu")).shape == (4, 3, 24, 24)
