@@ -346,7 +346,7 @@ def test_synthetic_is_fixed_per_index():
     train, val = build_datasets("synthetic", None, 8, 10, 0, None, synthetic_size=100)
     assert len(train) == 100 and len(val) == 4
     x, y, s = train[7]
-    assert x.shape == (3, 8, 8) and 0 <= y < 10 and s == 0
+    assert x.shape == (3, 8, 8) and 0 <= y < 10 and s == ()
     assert torch.equal(train[(3, 7)][0], x) and not torch.equal(train[8][0], x)
     images, targets = synthetic_batch(4, 8, 10, 0, "cpu")
     again, _ = synthetic_batch(4, 8, 10, 0, torch.device("cpu"))

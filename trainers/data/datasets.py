@@ -236,7 +236,7 @@ class SyntheticDataset(Dataset):
             raise IndexError(index)
         g = torch.Generator().manual_seed(sample_seed(self.seed, -1, index))
         x = torch.randn(3, self.image_size, self.image_size, generator=g)
-        return x, int(torch.randint(self.num_classes, (1,), generator=g)), 0
+        return x, int(torch.randint(self.num_classes, (1,), generator=g)), ()
 
 
 def synthetic_batch(batch: int, image_size: int, num_classes: int, seed: int, device="cpu"):

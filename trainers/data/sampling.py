@@ -123,10 +123,19 @@ class Batch(NamedTuple):
     skipped: tuple[int, ...]  # indices of this batch's unreadable files (replaced in training, dropped in validation)
 
 
+def _unreadable(bad) -> tuple[int, ...]:
+    """An item's unreadable-file indices; 0 is accepted for "none" (datasets that never skip)."""
+    if isinstance(bad, int):
+        if bad:
+            raise TypeError("a dataset item reports its unreadable files as a tuple of sample indices, not a count")
+        return ()
+    return tuple(bad)
+
+
 def collate(items) -> Batch:
     """Stack (image, target, unreadable) items, dropping those without an image (unreadable validation files);
     keep the unreadable indices (workers are other processes, the loop counts distinct files per epoch)."""
-    unreadable = tuple(sorted({i for _, _, bad in items for i in bad}))
+    unreadable = tuple(sorted({i for _, _, bad in items for i in _unreadable(bad)}))
     kept = [(x, y) for x, y, _ in items if x is not None]
     if not kept:
         return Batch(torch.empty(0), torch.empty(0, dtype=torch.long), unreadable)
