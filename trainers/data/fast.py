@@ -19,6 +19,7 @@ import warnings
 import numpy as np
 import simplejpeg
 import torch
+import torch.nn.functional as F
 from PIL import Image
 from torchvision import transforms
 
@@ -63,14 +64,19 @@ def dct_scale(box_w: float, box_h: float, size: int) -> int:
 # Decoding a box to size x size uint8
 # ---------------------------------------------------------------------------------------------------------
 
-def _resize_box(arr: np.ndarray, box, size: int) -> Image.Image:
-    img = Image.fromarray(arr)
-    if box == (0, 0, *img.size):
-        return img.resize((size, size), Image.Resampling.BILINEAR)
-    return img.resize((size, size), Image.Resampling.BILINEAR, box=box)
+def _resize_box(arr: np.ndarray, box, size: int) -> torch.Tensor:
+    """arr's box (left, top, right, bottom) resized to size x size, H x W x 3 uint8. A whole-pixel box (the
+    training crops at 8/8) goes through torch's uint8 antialiased bilinear (SIMD; Pillow's filter to +-1, measured
+    1.7x faster than Pillow here); a fractional one through Pillow's resize with box."""
+    arr = np.ascontiguousarray(arr)
+    if box == (0, 0, arr.shape[1], arr.shape[0]):
+        x = torch.from_numpy(arr).permute(2, 0, 1)[None]  # channels-last strides: the fast kernel's layout
+        out = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+        return out[0].permute(1, 2, 0).contiguous()
+    return _hwc(Image.fromarray(arr).resize((size, size), Image.Resampling.BILINEAR, box=box))
 
 
-def _jpeg_box(data: bytes, width: int, height: int, box, size: int) -> Image.Image:
+def _jpeg_box(data: bytes, width: int, height: int, box, size: int) -> torch.Tensor:
     """Decode box (left, top, right, bottom, original pixels) of a JPEG at the smallest DCT scale covering
     size x size; raises jpeg_region.RegionError / ValueError when libjpeg can't."""
     left, top, right, bottom = box
@@ -91,13 +97,13 @@ def _jpeg_box(data: bytes, width: int, height: int, box, size: int) -> Image.Ima
     return _resize_box(region, (left * fx - x0, top * fy - y0, right * fx - x0, bottom * fy - y0), size)
 
 
-def _pil_box(path: str, box, size: int, max_pixels: int) -> Image.Image:
+def _pil_box(path: str, box, size: int, max_pixels: int) -> torch.Tensor:
     """The careful path: Pillow decodes the whole image; crop the integer box, then resize (as torchvision)."""
     img = load_rgb(path, max_pixels)
     left, top, right, bottom = box
     if all(float(v).is_integer() for v in box):
-        return img.crop((left, top, right, bottom)).resize((size, size), Image.Resampling.BILINEAR)
-    return img.resize((size, size), Image.Resampling.BILINEAR, box=box)
+        return _hwc(img.crop((left, top, right, bottom)).resize((size, size), Image.Resampling.BILINEAR))
+    return _hwc(img.resize((size, size), Image.Resampling.BILINEAR, box=box))
 
 
 class JpegFile:
@@ -125,7 +131,7 @@ class JpegFile:
                     self.width, self.height = img.size
         check_size(self.width, self.height, max_pixels)
 
-    def decode_box(self, box, size: int, max_pixels: int) -> Image.Image:
+    def decode_box(self, box, size: int, max_pixels: int) -> torch.Tensor:
         if self.jpeg:
             try:
                 return _jpeg_box(self.data, self.width, self.height, box, size)
@@ -160,8 +166,8 @@ class FastTrainTransform:
 
     def __call__(self, path: str) -> torch.Tensor:
         f, box, flip = self.plan(path)
-        img = f.decode_box(box, self.size, self.max_pixels)
-        return _hwc(img.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else img)
+        x = f.decode_box(box, self.size, self.max_pixels)
+        return x.flip(1) if flip else x
 
 
 class FastValTransform:
@@ -175,7 +181,7 @@ class FastValTransform:
     def __call__(self, path: str) -> torch.Tensor:
         f = JpegFile(path, self.max_pixels)
         box = centre_box(f.width, f.height, self.resize, self.size)
-        return _hwc(f.decode_box(box, self.size, self.max_pixels))
+        return f.decode_box(box, self.size, self.max_pixels)
 
 
 # ---------------------------------------------------------------------------------------------------------
