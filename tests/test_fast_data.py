@@ -351,3 +351,17 @@ def test_gpu_decoder_batches_through_the_loader_workers(tmp_path):
     assert x.shape == (3, 3, 24, 24) and x.dtype == torch.float32 and x.abs().max() < 3
     vb = list(make_loader(val, IndexBatches(list(range(6)), 6), 0))[0]
     assert len(vb.targets) == 4 and fast.to_device(vb.images, torch.device("cpu")).shape == (4, 3, 24, 24)
+
+
+def test_without_a_compiler_the_fast_path_falls_back_to_simplejpeg(tmp_path, monkeypatch):
+    monkeypatch.setenv("SCALING_STUDY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CC", "false")  # a compiler that always fails
+    monkeypatch.setattr(jpeg_region, "_lib", None)
+    assert not jpeg_region.available()
+    path = save_jpeg(photo(300, 200), tmp_path / "p.jpg")
+    torch.manual_seed(0)
+    f, box, flip = fast.FastTrainTransform(64).plan(path)
+    torch.manual_seed(0)
+    x = fast.FastTrainTransform(64)(path).numpy()
+    ref = exact_crop(path, box, 64)
+    assert mean_abs(x, ref[:, ::-1] if flip else ref) < 1.0  # torch vs Pillow resampling: +-1 on a noisy image
