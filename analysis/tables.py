@@ -110,7 +110,8 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
     def row_from(o, row):
         base_thesis, base_steady = base.get((o.framework, o.per_gpu_batch, o.scale), (math.nan, math.nan))
         row.update(ours_thesis_formula=o.thesis_images_per_s, ours_steady=o.steady_images_per_s,
-                   ours_data_wait_pct=100 * o.data_share, n_runs=int(o.n_runs), ours_speedup=nb.speedup(o.thesis_images_per_s, base_thesis),
+                   ours_data_wait_pct=100 * o.data_share,
+                   n_runs=int(o.n_runs), ours_speedup=nb.speedup(o.thesis_images_per_s, base_thesis),
                    ours_steady_speedup=nb.speedup(o.steady_images_per_s, base_steady))
         return row
 

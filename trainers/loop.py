@@ -124,7 +124,7 @@ class Trainer:
             b.broadcast_initial_state(self.model, self.optimizer)
         self.stop = StopSignal()
         self.unreadable = {"train": set(), "val": set()}  # this epoch's unreadable files (sample indices)
-        self.data_s = self.step_s = self.epoch_data_share = 0.0  # waiting for batches / whole steps: the data-wait share
+        self.data_s = self.step_s = self.epoch_data_share = 0.0  # waiting for batches / whole steps
 
     # ---- checkpoints ------------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -294,8 +294,8 @@ class Trainer:
         """This epoch's distinct unreadable files per split, summed over ranks (each sample index has one owner;
         every_rank validation counts on rank 0 alone), into the manifest's unreadable_images[split][epoch]."""
         b = self.backend
-        counts = b.all_reduce_sum(torch.tensor([float(len(self.unreadable["train"])), float(len(self.unreadable["val"]))],
-                                               dtype=torch.float64, device=b.device)).tolist()
+        local = [float(len(self.unreadable["train"])), float(len(self.unreadable["val"]))]
+        counts = b.all_reduce_sum(torch.tensor(local, dtype=torch.float64, device=b.device)).tolist()
         result = {"train": int(counts[0]), "val": int(counts[1]) if self.cfg.data.val_mode == "sharded"
                   else len(self.unreadable["val"])}
         per_epoch = self.run.manifest.setdefault("unreadable_images", {})

@@ -9,16 +9,18 @@
 generate.py draws the dataset and caches it, datasets.py reads images, sampling.py decides who gets what.
 """
 
-from .datasets import (DECODERS, IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset, SyntheticDataset, build_datasets,
-                       imagefolder_transforms, imagenet_transforms, load_rgb, sample_seed, synthetic_batch)
+from .datasets import (IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset, SyntheticDataset, build_datasets,
+                       imagenet_transforms, load_rgb, sample_seed, synthetic_batch)
+from .datasets import DECODERS, imagefolder_transforms
 from .fast import to_device
 from .generate import DataError, cache_path, ensure_generated, generate_dataset, is_complete
 from .sampling import (Batch, IndexBatches, StepBatchSampler, collate, epoch_permutation, make_loader,
                        shard_indices, val_indices)
 
 __all__ = [
-    "Batch", "DECODERS", "DataError", "IMAGENET_MEAN", "IMAGENET_STD", "ImageFolderDataset", "IndexBatches", "StepBatchSampler",
+    "Batch", "DataError", "IMAGENET_MEAN", "IMAGENET_STD", "ImageFolderDataset", "IndexBatches", "StepBatchSampler",
     "SyntheticDataset", "build_datasets", "cache_path", "collate", "ensure_generated", "epoch_permutation",
-    "generate_dataset", "imagefolder_transforms", "imagenet_transforms", "is_complete", "load_rgb", "make_loader", "sample_seed",
-    "shard_indices", "synthetic_batch", "to_device", "val_indices",
+    "generate_dataset", "imagenet_transforms", "is_complete", "load_rgb", "make_loader", "sample_seed",
+    "shard_indices", "synthetic_batch", "val_indices",
 ]
+__all__ += ["DECODERS", "imagefolder_transforms", "to_device"]

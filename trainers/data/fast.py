@@ -3,9 +3,9 @@
     RandomResizedCrop's box is drawn first, from the JPEG header's size and torch's global RNG, exactly as
     torchvision draws it (same calls, same order), then only that box is decoded: libjpeg's partial decoding
     (jpeg_region.py) at the smallest scale n/8 at which the box still has >= `size` pixels each way, then resized
-    to size x size (Pillow's antialiased bilinear, as torchvision's) and flipped. Images stay uint8 H x W x 3 until
-    the device (`to_device` permutes and normalises there). At scale 8/8 the pixels equal the exact path's; smaller scales differ by
-    libjpeg's scaled IDCT (tests bound the difference).
+    to size x size (antialiased bilinear, as torchvision's) and flipped. Images stay uint8 H x W x 3 until the
+    device (`to_device` permutes and normalises there). At scale 8/8 the pixels equal the exact path's to +-1;
+    smaller scales differ by libjpeg's scaled IDCT (tests bound the difference).
 
 Files that are not JPEG (PNG, CMYK JPEGs...) or that libjpeg refuses take the careful path, the same box: Pillow
 decodes the whole image (`load_rgb`), which also decides whether the file is readable at all.
