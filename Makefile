@@ -3,30 +3,63 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Variables: `make help` prints each "## VAR=..." line below as it is.
+## SCALE=local|gpu|thesis   local: CPU miniature (default); gpu: one GPU workstation; thesis: exactly the thesis (Slurm)
 SCALE ?= local
+## LAUNCHER=local|slurm     run the study's runs here (default), or submit them with sbatch
 LAUNCHER ?= local
+## CLUSTER=<profile>        with LAUNCHER=slurm: a profile in slurm/clusters/ (local, generic, taito)
 CLUSTER ?= local
+## QUICK=1                  the study shrunk to a smoke run (a minute or two), into results/quick/
 QUICK ?=
+## SEEDS=N                  seeds per configuration (default: the study's own, 3 at the local scale)
 SEEDS ?=
-DRY_RUN ?=
+## JOBS=N                   quality runs side by side, the cores split between them (default: one per core on CPU)
 JOBS ?=
+## DRY_RUN=1                print the exact commands / sbatch lines and stop
+DRY_RUN ?=
+## OUT=DIR                  the runs' output folder (default results/runs, QUICK=1 results/quick); make report reads it
+OUT ?=
+## HOROVOD=0                experiments 1-3: don't build Horovod first (its rows are skipped)
 HOROVOD ?= auto
-STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(JOBS),--jobs $(JOBS))
+## SITE_TORCH=1             make setup: a venv on the site's PyTorch (--system-site-packages), torch not pinned
+SITE_TORCH ?=
+## IMAGENET_DIR=DIR         SCALE=gpu|thesis: the ILSVRC-2012 root (train/ and val/ class folders); an environment
+##                          variable (export it, or pass it on the make line); a Slurm profile may stage a tar instead
+STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT))
 
 .DEFAULT_GOAL := help
-EXPERIMENTS := $(addprefix exp,1 2 3 4 5 6 7 8 9)
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report bench bench-data bench-comm noise-scale clean $(EXPERIMENTS)
+.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report cost bench bench-data bench-comm noise-scale clean
 
-help: ## List the targets
-	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
-	@printf "  \033[36m%-14s\033[0m %s\n" "exp1 ... exp9" "Run experiment N as a study, e.g. make exp3 (the main command)"
-	@echo "  Variables: SCALE=local|gpu|thesis LAUNCHER=local|slurm CLUSTER=<slurm/clusters profile> QUICK=1 SEEDS=N JOBS=N DRY_RUN=1 HOROVOD=0"
+# Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
+help: ## List the targets and the variables
+	@if [ -t 1 ]; then on=$$(printf '\033[36m'); off=$$(printf '\033[0m'); else on=; off=; fi; \
+	echo "Targets:"; \
+	grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk -v on="$$on" -v off="$$off" \
+	    'BEGIN {FS = ":.*## "}; {printf "  %s%-14s%s %s\n", on, $$1, off, $$2}'; \
+	printf "  %s%-14s%s %s\n" "$$on" "expN" "$$off" "Run experiments/NN_* as a study, e.g. make exp3 (the main command); N = 1...11"; \
+	echo; echo "Variables (e.g. make exp6 SCALE=thesis LAUNCHER=slurm CLUSTER=taito DRY_RUN=1):"; \
+	grep -hE '^## ' $(MAKEFILE_LIST) | sed 's/^## /  /'
 
 setup: $(VENV)/.installed ## Create .venv with the pinned dependencies (fast when nothing changed)
 
+# SITE_TORCH=1: an HPC centre's PyTorch module (load it first; PYTHON=its python3) instead of the pinned wheel: the
+# venv sees the site's packages, and every pin but torch/torchvision is installed on top.
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+NOT_TORCH = $(PY) -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
+                      print(' '.join(d for d in deps if d.split('=')[0] not in ('torch', 'torchvision')))"
 $(VENV)/.installed: pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e .
+	@test -x $(PY) || $(PYTHON) -m venv $(if $(SITE_TORCH),--system-site-packages) $(VENV)
+ifeq ($(SITE_TORCH),)
+	$(PIP) -e .
+else
+	@grep -q 'include-system-site-packages = true' $(VENV)/pyvenv.cfg || { echo "make: $(VENV) was made without \
+	SITE_TORCH=1 (it pins its own torch): remove it first (rm -rf $(VENV))"; exit 2; }
+	@$(PY) -c "import torch, torchvision; print('site PyTorch', torch.__version__, 'torchvision', torchvision.__version__)" 2>/dev/null \
+	    || { echo "make: SITE_TORCH=1 but $(PYTHON) has no torch/torchvision: load the site's PyTorch module first"; exit 2; }
+	$(PIP) $$($(NOT_TORCH))
+	$(PIP) --no-deps -e .
+endif
 	@touch $@
 
 setup-horovod: setup ## Build Horovod 0.28.1 (Gloo+MPI on CPU; HOROVOD_GPU=nccl on a GPU cluster) into .venv
@@ -51,13 +84,19 @@ test: setup $(if $(filter true,$(CI)),setup-cluster setup-horovod) ## Run the wh
 test-fast: setup ## Run the fast tests only (under a minute)
 	$(PY) -m pytest -m "not slow"
 
-# expN: Run experiment N as a study (listed by `make help` below)
-$(EXPERIMENTS): exp%: setup
-	$(PY) -m trainers study $(wildcard experiments/0$*_*) $(STUDY_ARGS)
+# expN: Run experiments/NN_* as a study, any N (listed by `make help` above). A pattern rule, so not .PHONY (make
+# skips implicit rules for phony targets); the runs go to results/runs/ (QUICK=1: results/quick/).
+exp%: setup
+	$(eval EXP_DIR := $(firstword $(wildcard experiments/$(shell printf '%02d' '$*' 2>/dev/null)_*)))
+	@test -n "$(EXP_DIR)" || { echo "make: no experiment $* (no experiments/NN_name folder for it)"; exit 2; }
+	$(PY) -m trainers study $(EXP_DIR) $(STUDY_ARGS)
 exp1 exp2 exp3: horovod-if-possible
 
-report: setup ## Regenerate results/tables, results/figures and the notebooks from results/runs
-	$(PY) -m analysis report
+report: setup ## Regenerate results/tables, figures, notebooks from results/runs (else the committed reference; or OUT=)
+	$(PY) -m analysis report $(if $(OUT),--runs $(OUT))
+
+cost: setup ## GPU-hours of every experiment at the gpu and thesis scales -> results/tables/cost.md
+	$(PY) -m analysis cost
 
 bench: setup bench-data ## Benchmark the trainer against a hand-written loop, and emulated workers' cost
 	$(PY) -m trainers bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32
@@ -72,7 +111,8 @@ bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and t
 	$(PY) -m trainers.bench_comm --fp16 --json results/bench_comm.json
 
 # the runs share seed 0, hence their initial weights: those are measured once
-NOISE_RUNS = $(wildcard results/runs/05_linear_scaling/w*-s0 results/runs/06_linear_scaling_stepping_warmup/w32-s0)
+NOISE_RUN_GLOB = 05_linear_scaling/w*-s0 06_linear_scaling_stepping_warmup/w32-s0
+NOISE_RUNS = $(or $(wildcard $(addprefix results/runs/,$(NOISE_RUN_GLOB))),$(wildcard $(addprefix results/reference/*/,$(NOISE_RUN_GLOB))))
 noise-scale: setup ## Gradient noise scale of the local exp5/exp6 models, initial and final weights -> results/noise_scale/
 	@test -n "$(NOISE_RUNS)" || { echo "make: no experiment 5/6 runs in results/runs: run 'make exp5 exp6' first"; exit 2; }
 	$(PY) -m trainers noise-scale $(firstword $(NOISE_RUNS)) --init --groups 32 --json results/noise_scale/initial.json

@@ -1,4 +1,4 @@
-"""Command line: python -m analysis {report, throughput, bench-parse, bench-report}."""
+"""Command line: python -m analysis {report, throughput, cost, bench-parse, bench-report}."""
 from __future__ import annotations
 
 import argparse
@@ -68,6 +68,19 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_cost(args) -> int:
+    from . import cost
+    from .reference import load_reference
+    from .runs import load_study
+
+    written, sums = cost.write_cost(load_study(args.runs), load_reference(), Path(args.out) / "tables",
+                                    Path(args.experiments))
+    for line in cost.summary_lines(sums):
+        print(line)
+    print("written: " + ", ".join(str(p) for p in written if p.suffix == ".md"))
+    return 0
+
+
 def cmd_bench_parse(args) -> int:
     from .bench import bench_parse
 
@@ -85,8 +98,9 @@ def cmd_bench_report(args) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("report", help="tables, figures and executed notebooks from results/runs")
-    r.add_argument("--runs", default="results/runs")
+    r = sub.add_parser("report", help="tables, figures and executed notebooks from results/runs (else the reference)")
+    r.add_argument("--runs", default=None, help="runs root (default: results/runs when it holds runs, else the "
+                   "committed reference results/reference/<machine>)")
     r.add_argument("--out", default="results")
     r.add_argument("--logs", nargs="*", default=None, help="upstream logs or folders of them (sidecar LOG.json "
                                                          "gives experiment, framework, gpus, per_gpu_batch, scale)")
@@ -99,6 +113,11 @@ def main(argv=None) -> int:
     t.add_argument("--warmup-batches", type=int, default=None)
     t.add_argument("--json", action="store_true")
     t.set_defaults(fn=cmd_throughput)
+    k = sub.add_parser("cost", help="GPU-hours of every experiment at the gpu and thesis scales -> tables/cost.md")
+    k.add_argument("--runs", default="results/runs", help="runs whose measured images/s replace the thesis's")
+    k.add_argument("--out", default="results")
+    k.add_argument("--experiments", default="experiments")
+    k.set_defaults(fn=cmd_cost)
     b = sub.add_parser("bench-parse", help="parse speed on a generated million-line log")
     b.add_argument("--lines", type=int, default=1_000_000)
     b.add_argument("--format", default="early-2019", choices=["early-2019", "progressmeter-2019", "current"])

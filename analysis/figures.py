@@ -18,7 +18,8 @@ import pandas as pd  # noqa: E402
 
 #: Okabe & Ito (2008), colour-blind safe
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
-FRAMEWORK_NAME = {"pytorch": "PyTorch", "horovod+pytorch": "Horovod+PyTorch", "horovod+tensorflow": "Horovod+TF"}
+FRAMEWORK_NAME = {"pytorch": "PyTorch", "horovod+pytorch": "Horovod+PyTorch", "horovod+tensorflow": "Horovod+TF",
+                  "emulated": "emulated"}
 CURVE_KEYS = ["exp", "framework", "gpus", "per_gpu_batch", "global_batch", "lr", "warmup", "scale"]
 
 
@@ -38,10 +39,42 @@ def _finish(ax, xlabel: str, ylabel: str, title: str | None = None, legend_size:
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title, fontsize=title_size)
-    if ax.get_lines():
+    if any(not line.get_label().startswith("_") for line in ax.get_lines()):
         ax.legend(fontsize=legend_size)
     ax.grid(True, alpha=0.3)
     return ax
+
+
+def share_y(axes) -> None:
+    """One y-range for all visible panels, so that heights compare across them (grids, train beside val)."""
+    shown = [ax for ax in np.ravel(axes) if ax.get_visible() and ax.has_data()]
+    if not shown:
+        return
+    lo = min(ax.get_ylim()[0] for ax in shown)
+    hi = max(ax.get_ylim()[1] for ax in shown)
+    for ax in shown:
+        ax.set_ylim(lo, hi)
+
+
+def log2_ticks(ax, axis: str = "y") -> None:
+    """A log axis with plain numbers at every power of two in range (matplotlib shows one 10^k tick otherwise)."""
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    lo, hi = max(lo, 1e-9), max(hi, 1e-9)
+    ticks = [2.0 ** k for k in range(math.floor(math.log2(lo)), math.ceil(math.log2(hi)) + 1)]
+    if sum(lo <= t <= hi for t in ticks) < 3:  # a range under 4x: round numbers instead of powers of two
+        ticks = list(matplotlib.ticker.MaxNLocator(nbins=5).tick_values(lo, hi))
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(matplotlib.ticker.FixedLocator(ticks))
+    target.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    (ax.set_ylim if axis == "y" else ax.set_xlim)(lo, hi)
+
+
+def gpu_ticks(ax, gpus) -> None:
+    """x ticks at the GPU counts measured (1, 2, 4, 8, 16, 24, 32), not at matplotlib's 0, 5, 10..."""
+    xs = sorted({int(g) for g in gpus if g == g})
+    if xs:
+        ax.set_xticks(xs, [str(x) for x in xs], fontsize=7)
 
 
 def save(fig, out_dir: str | Path, name: str) -> list[Path]:
@@ -97,7 +130,9 @@ def plot_throughput(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batc
     ax = _ax(ax)
     style = _styles(scaling, framework, per_gpu_batch)
     for (src, sc, fw, b), g in _series(scaling, framework, per_gpu_batch):
-        g = g.sort_values("gpus")
+        g = g.dropna(subset=["images_per_s"]).sort_values("gpus")
+        if g.empty:  # a configuration measured by one estimate only: no empty legend entry for the other
+            continue
         colour, ls, mk = style(src, sc, fw, b)
         ax.plot(g["gpus"], g["images_per_s"], ls, marker=mk, color=colour, label=_label(src, sc, fw, b))
         one = g.loc[g["gpus"] == 1, "images_per_s"]
@@ -106,8 +141,9 @@ def plot_throughput(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batc
             ax.plot(xs, float(one.iloc[0]) * xs, ":", color=colour, alpha=0.6, linewidth=1)
     if ax.get_lines():
         ax.set_yscale("log")
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    return _finish(ax, "GPUs (workers)", "images / s", "Throughput (dotted: ideal linear scaling)")
+        log2_ticks(ax, "y")
+        gpu_ticks(ax, np.concatenate([line.get_xdata() for line in ax.get_lines()]))
+    return _finish(ax, "GPUs (workers)", "images / s (log scale)", "Throughput (dotted: ideal linear scaling)")
 
 
 def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=None):
@@ -123,6 +159,7 @@ def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=N
         colour, ls, mk = style(src, sc, fw, b)
         ax.plot(g["gpus"], g["speedup"], ls, marker=mk, color=colour, label=_label(src, sc, fw, b))
     ax.plot([1, xmax], [1, xmax], color="grey", linewidth=1, label="ideal")
+    gpu_ticks(ax, np.concatenate([line.get_xdata() for line in ax.get_lines()]))
     return _finish(ax, "GPUs (workers)", "speed-up over 1 GPU", "Speed-up")
 
 
@@ -130,8 +167,13 @@ def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=N
 
 
 def curve_label(key: dict) -> str:
+    """'Horovod+PyTorch 32 GPUs (bs=4096, lr=1.6, stepping-5)'; emulated runs say what they emulate:
+    '32 emulated workers (bs=128, ...)' (synchronous data-parallel SGD in one process)."""
     fw = FRAMEWORK_NAME.get(key.get("framework"), key.get("framework"))
-    s = f"{fw} {_i(key.get('gpus'))} GPUs (bs={_i(key.get('global_batch'))}, lr={key.get('lr'):g}"
+    n = _i(key.get("gpus"))
+    who = (f"{n} emulated worker{'' if n == '1' else 's'}" if key.get("framework") == "emulated"
+           else f"{fw} {n} GPU{'' if n == '1' else 's'}")
+    s = f"{who} (bs={_i(key.get('global_batch'))}, lr={key.get('lr'):g}"
     if key.get("warmup") and key.get("warmup") != "none":
         s += f", {key['warmup']}"
     s += ")"
@@ -159,10 +201,24 @@ def error_curves(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def plot_error_curves(df: pd.DataFrame, ax=None, which: str = "train", title: str | None = None):
+def thesis_best_error(reference: pd.DataFrame | None, key: dict) -> float:
+    """100 - the thesis's best validation top-1 for a curve's configuration; nan unless the curve is at the thesis
+    scale (other scales' numbers are not placed beside the thesis's) and the thesis has that row."""
+    if reference is None or key.get("scale") != "thesis":
+        return math.nan
+    r = reference[(reference["experiment"] == key.get("exp")) & (reference["framework"] == key.get("framework"))
+                  & (reference["gpus"] == key.get("gpus")) & (reference["per_gpu_batch"] == key.get("per_gpu_batch"))]
+    r = r.dropna(subset=["top1"])
+    return 100.0 - float(r["top1"].iloc[0]) if len(r) else math.nan
+
+
+def plot_error_curves(df: pd.DataFrame, ax=None, which: str = "train", title: str | None = None,
+                      reference: pd.DataFrame | None = None):
     """Top-1 training or validation error per epoch, one line per configuration (mean ± std band over seeds).
 
-    df: the study frame (epoch rows are used) or the output of error_curves().
+    df: the study frame (epoch rows are used) or the output of error_curves(). reference (the thesis's tables):
+    on the validation plot, a thesis-scale curve gets the thesis's best validation error as a marker at its last
+    epoch (the thesis publishes that number, not its curves).
     """
     ax = _ax(ax)
     curves = df if "train_err" in df.columns else error_curves(df)
@@ -176,6 +232,10 @@ def plot_error_curves(df: pd.DataFrame, ax=None, which: str = "train", title: st
         std = g[f"{col}_std"]
         if std.notna().any():
             ax.fill_between(g["epoch"], g[col] - std, g[col] + std, color=_colour(i), alpha=0.2, linewidth=0)
+        best = thesis_best_error(reference, k) if which == "val" else math.nan
+        if not math.isnan(best):
+            ax.plot([g["epoch"].max()], [best], "D", color=_colour(i), markeredgecolor="black",
+                    label=f"thesis best — {curve_label(k)}")
     kind = "training" if which == "train" else "validation"
     return _finish(ax, "epoch", f"top-1 {kind} error (%)", title or f"top-1 {kind} error")
 
@@ -193,7 +253,8 @@ def plot_error_panel(df: pd.DataFrame, ax=None, title: str | None = None):
 
 
 def plot_error_grid(df: pd.DataFrame, axes=None, ncols: int = 2):
-    """Grid of train/val error panels, one per configuration (thesis Figures 19, 25, 26, 29). Returns axes."""
+    """Grid of train/val error panels, one per configuration, on one y-range (thesis Figures 19, 25, 26, 29, 30).
+    Returns the axes."""
     curves = df if "train_err" in df.columns else error_curves(df)
     groups = list(curves.groupby(CURVE_KEYS, dropna=False, sort=True))
     n = max(1, len(groups))
@@ -202,12 +263,14 @@ def plot_error_grid(df: pd.DataFrame, axes=None, ncols: int = 2):
         _, axes = plt.subplots(nrows, ncols if n > 1 else 1, figsize=(6.0 * min(n, ncols), 3.6 * nrows),
                                squeeze=False)
     flat = np.ravel(axes)
+    several = curves["exp"].nunique() > 1  # e.g. Figure 26, 30: say which experiment each panel is
     for ax, (key, g) in zip(flat, groups):
-        plot_error_panel(g, ax=ax, title=curve_label(dict(zip(CURVE_KEYS, key))))
-        ax.get_legend().remove() if ax.get_legend() else None
+        k = dict(zip(CURVE_KEYS, key))
+        plot_error_panel(g, ax=ax, title=(f"exp {_i(k['exp'])}: " if several else "") + curve_label(k))
         ax.legend(["train", "validation"], fontsize=7)
     for ax in flat[len(groups):]:
         ax.set_visible(False)
+    share_y(flat)
     return axes
 
 
@@ -218,7 +281,7 @@ def plot_lr_schedules(schedules: pd.DataFrame, ax=None, experiment: int | None =
     """Learning rate per epoch; schedules has columns label, epoch, lr (and optionally experiment)."""
     ax = _ax(ax)
     s = schedules if experiment is None else schedules[schedules["experiment"] == experiment]
-    for i, (lab, g) in enumerate(s.groupby("label", sort=True)):
+    for i, (lab, g) in enumerate(s.groupby("label", sort=False)):  # in the order of the runs (1, 2, 16 workers)
         g = g.sort_values("epoch")
         ax.step(g["epoch"], g["lr"], where="post", color=_colour(i), label=lab)
     return _finish(ax, "epoch", "learning rate", legend_size=6)
@@ -236,21 +299,34 @@ def plot_utilisation(df: pd.DataFrame, ax=None, title: str | None = None):
 
 
 def plot_steady_state(rq2: pd.DataFrame, ax=None):
-    """RQ2: the thesis's images/s next to the estimate without the first batch, per framework and GPU count."""
+    """RQ2: PyTorch beside Horovod+PyTorch in images/s per GPU, by the thesis's formula and with the first batch
+    left out, for the GPU counts where the thesis prints the first batch. Bars start at 0 (absolute values)."""
     ax = _ax(ax)
     d = rq2.dropna(subset=["steady_images_per_s"])
-    labels = [f"{FRAMEWORK_NAME.get(f, f)}\n{int(g)} GPUs" for f, g in zip(d["framework"], d["gpus"])]
-    x = np.arange(len(d))
-    base = d["thesis_images_per_s"].to_numpy(dtype=float)
-    steady = d["steady_images_per_s"].to_numpy(dtype=float)
-    ax.bar(x - 0.2, base / base, 0.4, color=PALETTE[0], label="thesis formula (first batch included)")
-    ax.bar(x + 0.2, steady / base, 0.4, color=PALETTE[1], label="first batch left out")
-    for xi, b, s in zip(x, base, steady):
-        ax.text(xi - 0.2, 1.0, f"{b:.0f}", ha="center", va="bottom", fontsize=7)
-        ax.text(xi + 0.2, s / b, f"{s:.0f}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(x, labels, fontsize=7)
-    ax.set_ylabel("images/s relative to the thesis's value")
-    ax.set_ylim(0.9, 1.2)
-    ax.legend(fontsize=7)
-    ax.set_title("RQ2: Tables 5/6 and 8/9 without the first batch (Figures 12-13)", fontsize=9)
+    counts = sorted(d["gpus"].unique())
+    bars = [("pytorch", "thesis_images_per_s", "", "PyTorch — thesis formula (first batch included)"),
+            ("horovod+pytorch", "thesis_images_per_s", "", "Horovod+PyTorch — thesis formula"),
+            ("pytorch", "steady_images_per_s", "//", "PyTorch — first batch left out"),
+            ("horovod+pytorch", "steady_images_per_s", "//", "Horovod+PyTorch — first batch left out")]
+    width = 0.8 / len(bars)
+    colour = {"pytorch": PALETTE[0], "horovod+pytorch": PALETTE[1]}
+    for j, (fw, col, hatch, label) in enumerate(bars):
+        xs, ys = [], []
+        for i, g in enumerate(counts):
+            row = d[(d["gpus"] == g) & (d["framework"] == fw)]
+            if len(row):
+                xs.append(i - 0.4 + (j + 0.5) * width)
+                ys.append(float(row[col].iloc[0]) / g)
+        ax.bar(xs, ys, width, color=colour[fw], hatch=hatch, edgecolor="white" if not hatch else "black",
+               linewidth=0.5, label=label)
+        for x, y in zip(xs, ys):
+            ax.text(x, y, f"{y:.0f}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(counts)), [f"{int(g)} GPUs" for g in counts])
+    ax.set_ylim(0, max([1.0] + [float(v) / g for g, v in zip(d["gpus"], d[["thesis_images_per_s",
+                                                                             "steady_images_per_s"]].max(axis=1))])
+                * 1.25)
+    ax.set_ylabel("images / s per GPU")
+    ax.legend(fontsize=7, loc="upper center", ncols=2)
+    ax.set_title("RQ2: PyTorch vs Horovod+PyTorch, thesis formula vs first batch left out (Tables 5/6, 8/9)",
+                 fontsize=9)
     return ax

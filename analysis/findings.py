@@ -1,44 +1,180 @@
-"""The thesis's three quality findings, checked on our runs at each scale (the issue's "do the orderings hold?").
+"""The thesis's three quality findings as equivalence tests with a declared margin, at each scale.
 
-1. Naive scaling degrades as the global batch grows (experiment 4).
-2. Linear scaling with warm-up beats linear scaling without it at 32 workers (experiments 6, 8, 9 against 5).
-3. With warm-up, the 32-worker model is within noise of the 1-worker baseline (experiments 6, 8, 9 against 5);
-   checked at every worker count with warm-up, to show where a miniature stops following it.
-
-"Noise" is the seed-to-seed spread: two configurations differ when their means are more than two standard errors
-of the difference apart (SE = sqrt(sd_a^2 / n_a + sd_b^2 / n_b)); with 3 seeds a side this is a rough screen, not
-a test at a stated level, and the table says so. With a single seed there is no SE and no verdict on noise.
+findings (column `finding`), each a difference "treated minus control" of best validation top-1 (the thesis's
+tables record the best epoch: its scripts keep best_acc1, and its text reports "best Top-1/Top-5"):
+  naive_degrades           experiment 4 at each worker count against its 1-worker run; holds when `worse`;
+  warmup_not_worse         experiments 6, 8, 9 at 32 workers against experiment 5 at 32 (no warm-up); holds when the
+                           interval's low end is above -margin (`equivalent` or `better`: not worse by the margin);
+  warmup_matches_baseline  experiments 6, 8, 9 at each worker count against experiment 5's 1-worker baseline;
+                           holds when `equivalent`.
+verdict, from the 90 % confidence interval [ci_low, ci_high] of the difference and the scale's margin m (declared
+with its reason in experiments/scales.toml [margins.<scale>]):
+  equivalent    -m < ci_low and ci_high < m (two one-sided tests at 5 % each reject |difference| >= m: TOST);
+  worse         ci_high < -m (the difference is beyond -m, one-sided at 5 %);
+  better        ci_low > m;
+  inconclusive  otherwise, and whenever there is no interval (fewer than 2 runs a side, or mixed configs).
+The interval is scipy's t interval: paired by seed when both sides ran the same seeds (same initial weights), else
+Welch's. Each row is its own comparison at 90 %, not corrected for the number of rows. `seeds_needed` says how many
+seeds a side the interval would need, at the measured difference and spread, to reach a verdict other than
+`inconclusive` (`needed_for`). Final-epoch top-1 gets the same interval and verdict in the final_* columns.
 """
 from __future__ import annotations
 
 import math
+import tomllib
+from pathlib import Path
 
 import pandas as pd
+from scipy import stats
 
-COLUMNS = ["scale", "finding", "ours", "difference", "se", "thesis_difference", "verdict"]
+COLUMNS = ["scale", "finding", "experiment", "workers", "warmup", "against", "n", "n_against", "difference", "ci_low",
+           "ci_high", "margin", "verdict", "holds", "method", "seeds_needed", "needed_for", "final_difference",
+           "final_ci_low", "final_ci_high", "final_verdict", "thesis_difference"]
 WARMUP_EXPERIMENTS = (6, 8, 9)
-NOISE_SES = 2.0
+CONFIDENCE = 0.90
+SCALES_FILE = Path(__file__).resolve().parents[1] / "experiments" / "scales.toml"
+MOST_SEEDS = 1000  # seeds_needed searches up to this many
+
+
+# ============================================================================================ margins and verdicts
+
+
+def margins(path: Path = SCALES_FILE) -> dict[str, dict]:
+    """{scale: {"points": m, "reason": why}} from experiments/scales.toml [margins.<scale>]."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f).get("margins", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def verdict(ci_low: float, ci_high: float, margin: float) -> str:
+    """equivalent / worse / better / inconclusive: where the 90 % interval lies against (-margin, margin)."""
+    if any(math.isnan(x) for x in (ci_low, ci_high, margin)):
+        return "inconclusive"
+    if -margin < ci_low and ci_high < margin:
+        return "equivalent"
+    if ci_high < -margin:
+        return "worse"
+    if ci_low > margin:
+        return "better"
+    return "inconclusive"
+
+
+def holds(finding: str, ci_low: float, verdict_: str, margin: float) -> str:
+    """Whether the verdict supports the thesis's finding: yes, no, or undecided."""
+    if finding == "naive_degrades":
+        return {"worse": "yes", "equivalent": "no", "better": "no"}.get(verdict_, "undecided")
+    if finding == "warmup_not_worse":
+        if not math.isnan(ci_low) and ci_low > -margin:
+            return "yes"
+        return "no" if verdict_ == "worse" else "undecided"
+    return {"equivalent": "yes", "worse": "no", "better": "no"}.get(verdict_, "undecided")
+
+
+# ============================================================================================ intervals
+
+
+def _paired(a: pd.Series, b: pd.Series) -> bool:
+    """Both sides ran the same seeds (the index), at least two."""
+    return len(a) > 1 and a.index.is_unique and b.index.is_unique and set(a.index) == set(b.index)
+
+
+def interval(a: pd.Series, b: pd.Series, paired: bool) -> dict:
+    """mean(a) - mean(b) with its 90 % t interval (scipy.stats): paired over the shared index (seeds), or Welch's."""
+    a, b = a.dropna().astype(float), b.dropna().astype(float)
+    diff = float(a.mean() - b.mean()) if len(a) and len(b) else math.nan
+    out = dict(difference=diff, ci_low=math.nan, ci_high=math.nan, se=math.nan, method="fewer than 2 runs a side")
+    if len(a) < 2 or len(b) < 2:
+        return out
+    if paired:
+        d = a.sort_index() - b.sort_index()
+        se = float(d.std(ddof=1) / math.sqrt(len(d)))
+        result = stats.ttest_rel(a.sort_index(), b.sort_index()) if se > 0 else None
+        out.update(method="paired")
+    else:
+        se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+        result = stats.ttest_ind(a, b, equal_var=False) if se > 0 else None
+        out.update(method="welch")
+    if result is None:  # no spread at all: the difference is exact
+        out.update(ci_low=diff, ci_high=diff, se=0.0)
+        return out
+    ci = result.confidence_interval(CONFIDENCE)
+    out.update(ci_low=float(ci.low), ci_high=float(ci.high), se=se)
+    return out
+
+
+def _half_width(n: int, sd_a: float | None, sd_b: float | None, sd_diff: float | None) -> float:
+    """Half the 90 % interval with n seeds a side at the given spread (paired: sd of the differences)."""
+    if sd_diff is not None:
+        return stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd_diff / math.sqrt(n)
+    va, vb = sd_a ** 2, sd_b ** 2
+    dof = (n - 1) * (va + vb) ** 2 / (va ** 2 + vb ** 2)  # Welch-Satterthwaite with n a side
+    return stats.t.ppf(0.5 + CONFIDENCE / 2, dof) * math.sqrt((va + vb) / n)
+
+
+def seeds_needed(diff: float, sd_a: float | None, sd_b: float | None, sd_diff: float | None,
+                 margin: float) -> tuple[int | None, str]:
+    """(seeds a side, the verdict they would reach) if the difference and spread stayed as measured: the interval
+    must fit inside the margin (equivalent) or beyond it (worse/better). None when no number would do."""
+    target = "equivalent" if abs(diff) < margin else ("worse" if diff < 0 else "better")
+    room = abs(abs(diff) - margin)
+    spread = [x for x in (sd_a, sd_b, sd_diff) if x is not None]
+    if any(math.isnan(x) for x in [diff, margin, *spread]) or room == 0 or not spread:
+        return None, target
+    if all(x == 0 for x in spread):
+        return 2, target
+    for n in range(2, MOST_SEEDS + 1):
+        if _half_width(n, sd_a, sd_b, sd_diff) < room:
+            return n, target
+    return None, target
+
+
+# ============================================================================================ one comparison
 
 
 def _completed(df: pd.DataFrame) -> pd.DataFrame:
     r = df[(df["kind"] == "run") & df["exp"].between(4, 9) & df["status"].isin(["completed", "log"])]
-    return r.dropna(subset=["best_val_top1"])
+    r = r.dropna(subset=["best_val_top1"]).copy()
+    epochs = df[df["kind"] == "epoch"].dropna(subset=["val_top1"]).sort_values("epoch")
+    r["final_top1"] = r["path"].map(epochs.groupby("path")["val_top1"].last()) if "path" in r else math.nan
+    return r
 
 
-def _stats(values: pd.Series) -> tuple[float, float, int]:
-    n = int(values.count())
-    return float(values.mean()), float(values.std(ddof=1)) if n > 1 else math.nan, n
+def _by_seed(side: pd.DataFrame, column: str) -> pd.Series:
+    seeds = side["seed"] if "seed" in side else pd.Series(range(len(side)), index=side.index)
+    return pd.Series(side[column].to_numpy(dtype=float), index=seeds.to_numpy())
 
 
-def _fmt(mean: float, sd: float, n: int) -> str:
-    return f"{mean:.2f}" + (f" ± {sd:.2f}" if not math.isnan(sd) else "") + f" (n={n})"
+def _mixed(*sides: pd.DataFrame) -> bool:
+    return any("fingerprint" in s and s["fingerprint"].nunique() > 1 for s in sides)
 
 
-def difference(a: pd.Series, b: pd.Series) -> tuple[float, float]:
-    """mean(a) - mean(b) and its standard error (nan when either side has fewer than 2 runs)."""
-    (ma, sa, na), (mb, sb, nb) = _stats(a), _stats(b)
-    se = math.sqrt(sa ** 2 / na + sb ** 2 / nb) if na > 1 and nb > 1 else math.nan
-    return ma - mb, se
+def compare(finding: str, exp: int, workers: int, against: str, a: pd.DataFrame, b: pd.DataFrame,
+            margin: float, thesis_difference: float) -> dict:
+    """One row: best top-1 (the verdict) and final-epoch top-1 of `a` minus `b`, 90 % intervals, verdicts."""
+    row = dict(finding=finding, experiment=exp, workers=workers, against=against, n=len(a), n_against=len(b),
+               warmup=a["warmup"].iloc[0] if "warmup" in a and len(a) else None,
+               margin=margin, thesis_difference=thesis_difference)
+    best_a, best_b = _by_seed(a, "best_val_top1"), _by_seed(b, "best_val_top1")
+    paired = _paired(best_a, best_b)
+    best = interval(best_a, best_b, paired)
+    if _mixed(a, b):  # refused: runs of different configs are never averaged
+        best.update(ci_low=math.nan, ci_high=math.nan, method="configs differ apart from the seed: not compared")
+    row.update(difference=best["difference"], ci_low=best["ci_low"], ci_high=best["ci_high"], method=best["method"])
+    row["verdict"] = verdict(best["ci_low"], best["ci_high"], margin)
+    row["holds"] = holds(finding, best["ci_low"], row["verdict"], margin)
+    sd_diff = float((best_a.sort_index() - best_b.sort_index()).std(ddof=1)) if paired else None
+    sds = (None, None) if paired else (float(best_a.std(ddof=1)), float(best_b.std(ddof=1)))
+    row["seeds_needed"], row["needed_for"] = seeds_needed(best["difference"], *sds, sd_diff, margin)
+    final = interval(_by_seed(a, "final_top1"), _by_seed(b, "final_top1"), paired)
+    row.update(final_difference=final["difference"], final_ci_low=final["ci_low"], final_ci_high=final["ci_high"],
+               final_verdict=verdict(final["ci_low"], final["ci_high"], margin) if not _mixed(a, b)
+               else "inconclusive")
+    return row
+
+
+# ============================================================================================ the findings
 
 
 def _thesis_top1(ref: pd.DataFrame, exp: int, gpus: int) -> float:
@@ -48,41 +184,18 @@ def _thesis_top1(ref: pd.DataFrame, exp: int, gpus: int) -> float:
     return float(rows["top1"].mean()) if len(rows) else math.nan
 
 
-def naive_degrades(runs: pd.DataFrame, ref: pd.DataFrame) -> dict | None:
+def naive_degrades(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list[dict]:
     naive = runs[runs["exp"] == 4]
-    if naive["gpus"].nunique() < 2:
-        return None
-    by_batch = {int(b): g["best_val_top1"] for b, g in naive.groupby("global_batch")}
-    batches = sorted(by_batch)
-    means = [by_batch[b].mean() for b in batches]
-    peak = means.index(max(means))
-    monotone = peak < len(means) - 1 and all(x >= y for x, y in zip(means[peak:], means[peak + 1:]))
-    diff, se = difference(by_batch[batches[-1]], by_batch[batches[0]])
-    thesis = ref[ref["experiment"] == 4].sort_values("global_batch")["top1"]
-    ours = ", ".join(f"{b}: {_fmt(*_stats(by_batch[b]))}" for b in batches)
-    below = diff < 0 and (math.isnan(se) or -diff > NOISE_SES * se)
-    verdict = "holds" if monotone and below else ("partly" if below or monotone else "does not hold")
-    if math.isnan(se) and verdict != "does not hold":
-        verdict += " (one seed: no noise estimate)"
-    return dict(finding="naive scaling degrades as the global batch grows (largest vs smallest batch)",
-                ours=f"global batch {ours}; falls monotonically from the best" + ("" if monotone else ": no"),
-                difference=diff, se=se, thesis_difference=float(thesis.iloc[-1] - thesis.iloc[0]), verdict=verdict)
+    base = naive[naive["gpus"] == naive["gpus"].min()] if len(naive) else naive
+    rows = []
+    for gpus, g in naive[naive["gpus"] > naive["gpus"].min()].groupby("gpus", sort=True):
+        thesis = _thesis_top1(ref, 4, int(gpus)) - _thesis_top1(ref, 4, int(base["gpus"].iloc[0]))
+        rows.append(compare("naive_degrades", 4, int(gpus), f"exp 4, {int(base['gpus'].iloc[0])} worker(s)", g, base,
+                            margin, thesis))
+    return rows
 
 
-def _compare(finding: str, a: pd.Series, b: pd.Series, thesis_difference: float, want: str) -> dict:
-    """want 'higher': a must beat b by more than the noise; 'same': a within the noise of b."""
-    diff, se = difference(a, b)
-    if math.isnan(se):
-        verdict = "no noise estimate (fewer than 2 seeds)"
-    elif want == "higher":
-        verdict = "holds" if diff > NOISE_SES * se else ("within noise" if diff > -NOISE_SES * se else "does not hold")
-    else:
-        verdict = "holds" if abs(diff) <= NOISE_SES * se else "does not hold"
-    return dict(finding=finding, ours=f"{_fmt(*_stats(a))} vs {_fmt(*_stats(b))}", difference=diff, se=se,
-                thesis_difference=thesis_difference, verdict=verdict)
-
-
-def warmup_findings(runs: pd.DataFrame, ref: pd.DataFrame) -> list[dict]:
+def warmup_findings(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list[dict]:
     """At 32 workers, each warm-up against none; at every worker count with warm-up, against the 1-worker baseline
     (the thesis's claim is about 32; the smaller counts show where a miniature stops following it)."""
     base = runs[(runs["exp"] == 5) & (runs["gpus"] == 1)]
@@ -94,38 +207,46 @@ def warmup_findings(runs: pd.DataFrame, ref: pd.DataFrame) -> list[dict]:
     for exp in WARMUP_EXPERIMENTS:
         warm = runs[(runs["exp"] == exp) & (runs["per_gpu_batch"] == batch)]
         for gpus, g in warm.groupby("gpus", sort=True):
-            label = f"exp {exp} ({g['warmup'].iloc[0]}, {int(gpus)} workers)"
             thesis_warm = _thesis_top1(ref, exp, int(gpus))
             if gpus == 32 and len(none):
-                rows.append(_compare(f"warm-up beats none at 32 workers: {label} vs exp 5", g["best_val_top1"],
-                                     none["best_val_top1"], thesis_warm - _thesis_top1(ref, 5, 32), "higher"))
+                rows.append(compare("warmup_not_worse", exp, 32, "exp 5, 32 workers (no warm-up)", g, none, margin,
+                                    thesis_warm - _thesis_top1(ref, 5, 32)))
             if len(base):
-                rows.append(_compare(f"with warm-up within noise of 1 worker: {label} vs exp 5 (1 worker)",
-                                     g["best_val_top1"], base["best_val_top1"],
-                                     thesis_warm - _thesis_top1(ref, 5, 1), "same"))
+                rows.append(compare("warmup_matches_baseline", exp, int(gpus), "exp 5, 1 worker", g, base, margin,
+                                    thesis_warm - _thesis_top1(ref, 5, 1)))
     return rows
 
 
 def orderings(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
-    """One row per finding and scale: our mean best top-1 values, the difference, its SE, the thesis's, a verdict."""
+    """One row per finding, experiment and worker count at each scale (see the module docstring)."""
+    declared = margins()
     rows = []
     runs = _completed(df)
     for scale, g in runs.groupby(runs["scale"].fillna("unknown"), sort=True):
-        found = [naive_degrades(g, ref)] + warmup_findings(g, ref)
-        rows += [{"scale": scale, **row} for row in found if row]
+        margin = float(declared.get(scale, {}).get("points", math.nan))
+        found = naive_degrades(g, ref, margin) + warmup_findings(g, ref, margin)
+        rows += [{"scale": scale, **row} for row in found]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-NOTES = [
-    "difference: our mean best val top-1 (percent) of the first configuration minus the second; se: its standard "
-    "error over seeds; thesis_difference: the same difference in the thesis's single runs.",
-    f"verdicts: 'holds' needs the difference to exceed {NOISE_SES:g} SE (or, for 'within noise', to stay inside "
-    f"{NOISE_SES:g} SE); with 3 seeds a side this is a rough screen, not a significance test.",
-]
+def notes() -> list[str]:
+    declared = margins()
+    return [
+        "difference: mean best validation top-1 (percent) of the experiment at `workers` minus `against`'s; "
+        "ci_low/ci_high: its 90 % t interval (scipy.stats; `method` paired by seed, or Welch); final_*: the same "
+        "for the last epoch's top-1; thesis_difference: the thesis's single runs; warmup: the experiment's warm-up "
+        "as its runs' config.json says (gradual-N: the per-epoch formula, goyal-N: the per-iteration ramp).",
+        "verdict: equivalent when the interval lies inside (-margin, margin), worse/better when it lies entirely "
+        "below -margin / above margin, else inconclusive; holds: whether that supports the finding "
+        "(naive_degrades: worse; warmup_not_worse: ci_low > -margin; warmup_matches_baseline: equivalent).",
+        "seeds_needed: seeds a side for the interval to reach `needed_for` if the difference and the spread stayed "
+        "as measured (empty: none would). Rows are not corrected for multiple comparisons.",
+    ] + [f"margin at the {scale} scale: {m.get('points')} points -- {m.get('reason', '')}" for scale, m in
+         declared.items()]
 
 
 def seed_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Run folders outside the studies (e.g. results/more_steps_pilot/runs), grouped by configuration: the run name
+    """Run folders outside the studies (e.g. experiment 10, the more-steps pilot), grouped by configuration: the run name
     without its seed suffix (-sN). Best top-1 and last-epoch training loss, mean ± sd over the seeds."""
     runs = df[(df["kind"] == "run") & (df["status"] == "completed")].copy()
     last_epoch = df[df["kind"] == "epoch"].sort_values("epoch").groupby("path")["train_loss"].last()

@@ -42,6 +42,13 @@ def overview(df: pd.DataFrame) -> pd.DataFrame:
     return (r.groupby(["experiment", "scale", "status"], dropna=False).size().rename("runs").reset_index())
 
 
+def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=None):
+    """Throughput and speed-up as in the report (the thesis's P100 row; ours at other scales on a row below)."""
+    from .report import scaling_figure as draw
+
+    return show(draw(scaling, title, framework, per_gpu_batch))
+
+
 def speedup_pivot(scaling: pd.DataFrame, framework) -> pd.DataFrame:
     """Speed-up by GPUs (rows) and source/framework/batch (columns)."""
     fw = [framework] if isinstance(framework, str) else list(framework)
@@ -52,14 +59,13 @@ def speedup_pivot(scaling: pd.DataFrame, framework) -> pd.DataFrame:
 
 
 def batch_size_wallclock(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
-    """Experiment 6 (per-GPU batch 128) vs 7 (32) on the most GPUs: thesis and ours."""
+    """Experiment 6 (per-GPU batch 128) vs 7 (32) on 32 GPUs: the thesis's Horovod rows and ours (Horovod, or
+    emulated workers at the local and gpu scales)."""
     rows = []
     for t in (12, 13):
         q = tb.quality_table(df, ref, t)
-        q = q[q["framework"] == "horovod+pytorch"]
+        q = q[q["framework"].isin(["horovod+pytorch", "emulated"]) & (q["gpus"] == 32)]
         for r in q.itertuples(index=False):
-            if r.scale == "thesis" and r.gpus != 32:
-                continue
             rows.append({"table": t, "scale": r.scale, "per_gpu_batch": r.per_gpu_batch, "gpus": r.gpus,
                          "thesis_top1": r.thesis_top1, "thesis_wallclock": nb.format_duration(r.thesis_wallclock_s),
                          "ours_top1": r.ours_top1, "ours_wallclock": nb.format_duration(r.ours_wallclock_s),
@@ -129,6 +135,21 @@ def schedules_figure(df: pd.DataFrame):
     return fig
 
 
+def error_figures(df: pd.DataFrame, experiments=range(4, 10)):
+    """Training and validation error of every quality experiment with runs, one row each, as one image (a notebook
+    cell shows only its last value, so one figure rather than a loop of them)."""
+    have = [e for e in experiments if ((df["kind"] == "epoch") & (df["exp"] == e)).any()]
+    if not have:
+        return pd.DataFrame({"note": ["no epoch records: no error curves to draw"]})
+    fig, axes = plt.subplots(len(have), 2, figsize=(12, 3.6 * len(have)), squeeze=False, layout="constrained")
+    for row, exp in zip(axes, have):
+        e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
+        fg.plot_error_curves(e, ax=row[0], which="train", title=f"experiment {exp}: training error")
+        fg.plot_error_curves(e, ax=row[1], which="val", title=f"experiment {exp}: validation error")
+        fg.share_y(row)
+    return show(fig)
+
+
 def error_figure(df: pd.DataFrame, exp: int):
     e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
     if e.empty:
@@ -140,7 +161,7 @@ def error_figure(df: pd.DataFrame, exp: int):
 
 
 
-def pilot_summary(path: str = "more_steps_pilot/runs"):
+def pilot_summary(path: str = "reference/vm-2cpu/10_more_steps_pilot"):
     """The more-steps pilot's runs by configuration, or one line on how to make them."""
     from pathlib import Path
 
@@ -148,5 +169,5 @@ def pilot_summary(path: str = "more_steps_pilot/runs"):
     from .runs import load_runs
 
     if not Path(path).is_dir():
-        return f"no runs in {path}: bash results/more_steps_pilot/run.sh SEED makes them"
+        return f"no runs in {path}: make exp10 makes them"
     return seed_summary(load_runs(path))

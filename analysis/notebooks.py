@@ -39,21 +39,15 @@ RQ1 = [
     ("md", "## Throughput and speed-up by per-GPU batch size (thesis data, and ours where present)"),
     ("code", "scaling = an.tables.scaling_table(df, ref)\n"
              "an.speedup_pivot(scaling, 'horovod+tensorflow')"),
-    ("code", "fig, axes = an.subplots(1, 2)\n"
-             "an.figures.plot_throughput(scaling, ax=axes[0], framework='horovod+tensorflow')\n"
-             "an.figures.plot_speedup(scaling, ax=axes[1], framework='horovod+tensorflow')\n"
-             "an.show(fig)"),
+    ("code", "an.scaling_figure(scaling, 'Horovod+TensorFlow by per-GPU batch (Figures 14-16)', "
+             "'horovod+tensorflow')"),
     ("md", "## Our throughput runs by per-GPU batch size"),
     ("code", "an.tables.throughput_summary(df)"),
     ("md", "## Wall-clock: per-GPU batch 32 (experiment 7) vs 128 (experiment 6), 32 GPUs"),
     ("code", "an.batch_size_wallclock(df, ref)"),
     ("code", "an.show_utilisation(df)"),
-    ("md", "## Reading\n\n"
-           "In the thesis's numbers a smaller per-GPU batch scales worse: Horovod+TensorFlow reaches 22.7x on 32 "
-           "GPUs at batch 32 against 26.5x and 26.7x at 64 and 128, and experiment 7 (batch 32) took 8 h where "
-           "experiment 6 (batch 128) took 6 h 36 min on the same 32 GPUs with the same or better accuracy. The "
-           "tables above put our runs beside those numbers; rows at 'local scale' show the direction of the "
-           "effect on our hardware, not the thesis's magnitudes."),
+    ("md", "## Reading"),
+    ("code", "an.markdown(an.rq1_reading(df, ref))"),
 ]
 
 RQ2 = [
@@ -66,10 +60,7 @@ RQ2 = [
     ("md", "## The thesis's numbers (Tables 2/3, 5/6, 8/9) and speed-ups"),
     ("code", "scaling = an.tables.scaling_table(df, ref)\n"
              "an.speedup_pivot(scaling, ['pytorch', 'horovod+pytorch'])"),
-    ("code", "fig, axes = an.subplots(1, 2)\n"
-             "an.figures.plot_throughput(scaling, ax=axes[0], framework=['pytorch', 'horovod+pytorch'])\n"
-             "an.figures.plot_speedup(scaling, ax=axes[1], framework=['pytorch', 'horovod+pytorch'])\n"
-             "an.show(fig)"),
+    ("code", "an.scaling_figure(scaling, 'PyTorch and Horovod+PyTorch (Figure 17)', ['pytorch', 'horovod+pytorch'])"),
     ("md", "## Re-analysis: the same tables without the first batch\n\n"
            "With n = 200 batches and thesis throughput T, the summed batch time is 200·B·G/T; removing the first "
            "batch t₀ leaves (200·B·G/T − t₀)/199 per batch. The thesis prints t₀ only for 2 and 32 GPUs."),
@@ -99,25 +90,21 @@ RQ3 = [
     ("code", None),
     ("md", "## Best validation accuracy: thesis and ours (mean ± std over seeds)"),
     ("code", "an.quality_overview(df, ref)"),
-    ("md", "## Do the thesis's three findings hold in our runs? (differences of mean best top-1, SE over seeds)"),
-    ("code", "an.orderings(df, ref)"),
+    ("md", "## Do the thesis's three findings hold in our runs? (90 % intervals of the difference in best top-1 "
+           "against the scale's declared margin: equivalent, worse, better or inconclusive)"),
+    ("code", "verdicts = an.orderings(df, ref)\nverdicts"),
     ("md", "## The local 32-worker gap and optimizer steps\n\n"
-           "The miniature at 72 epochs instead of 18 (`more_steps_pilot/`, its README): the 32-worker runs take "
+           "The miniature at 72 epochs instead of 18 (experiment 10, `experiments/10_more_steps_pilot`): the 32-worker runs take "
            "4,500 steps instead of 1,125. Best top-1 and last-epoch training loss, mean ± sd over seeds."),
-    ("code", "an.pilot_summary(\"more_steps_pilot/runs\")"),
+    ("code", "an.pilot_summary(RUNS + \"/10_more_steps_pilot\")"),
     ("md", "## Learning-rate schedules of experiments 4-9"),
     ("code", "fig = an.schedules_figure(df)\nan.show(fig)"),
     ("md", "## Training and validation error per epoch (only experiments with runs)"),
-    ("code", "for exp in range(4, 10):\n    fig = an.error_figure(df, exp)\n    if fig is not None:\n"
-             "        an.show(fig)"),
-    ("md", "## Reading\n\n"
-           "In the thesis, naive scaling lost 4.3 points of top-1 at 32 GPUs (73.3 % → 69.0 %); the linear "
-           "scaling rule alone recovered part of it (73.1 % against a 75.0 % baseline); adding a 5-epoch stepping "
-           "warm-up brought every worker count to within 0.6 points of the baseline (74.5-74.8 %), and gradual or "
-           "longer warm-ups (experiments 8-9: 74.3-74.7 %) did not improve on it. The tables above put our runs "
-           "beside those values; local-scale rows are a miniature of the same study and show whether the same "
-           "ordering holds, not the thesis's magnitudes."),
+    ("code", "an.error_figures(df)"),
+    ("md", "## Reading"),
+    ("code", "an.markdown(an.rq3_reading(verdicts, ref))"),
 ]
+
 
 NOTEBOOKS = {"rq1_batch_size.ipynb": RQ1, "rq2_horovod_speedup.ipynb": RQ2, "rq3_model_quality.ipynb": RQ3}
 

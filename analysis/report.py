@@ -57,7 +57,7 @@ def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> list[Path]:
     written += tb.write_table(tb.quality_summary(df), out, "quality_summary",
                               "Best validation accuracy per configuration (all quality experiments)")
     written += tb.write_table(fd.orderings(df, ref), out, "orderings",
-                              "The thesis's three quality findings, checked on our runs", fd.NOTES)
+                              "The thesis's three quality findings: 90 % intervals against a declared margin", fd.notes())
     written += tb.write_table(tb.throughput_summary(df), out, "throughput_summary", "Throughput per configuration")
     extra = df[(df["kind"] == "run") & (df["exp"] > 9)]
     if len(extra):
@@ -76,11 +76,27 @@ def _quality(df: pd.DataFrame, exp: int, **where) -> pd.DataFrame:
     return e
 
 
-def _two_panel(df: pd.DataFrame, title: str):
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
-    fg.plot_error_curves(df, ax=axes[0], which="train", title=f"{title}: top-1 training error")
-    fg.plot_error_curves(df, ax=axes[1], which="val", title=f"{title}: top-1 validation error")
+def _two_panel(df: pd.DataFrame, title: str, ref: pd.DataFrame | None = None):
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
+    fg.plot_error_curves(df, ax=axes[0], which="train", title="top-1 training error")
+    fg.plot_error_curves(df, ax=axes[1], which="val", title="top-1 validation error", reference=ref)
+    fg.share_y(axes)
+    fig.suptitle(title, fontsize=10)
     return fig
+
+
+def baseline_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """Experiment 5's 1-worker runs: the baseline experiments 6-9 are compared with (the thesis's 1-GPU curve)."""
+    return _quality(df, 5, gpus=1)
+
+
+def exp7_peers(e6: pd.DataFrame, e7: pd.DataFrame) -> pd.DataFrame:
+    """Experiment 6's runs beside experiment 7's: same worker count, framework and scale (Figure 26)."""
+    keys = e7[["gpus", "framework", "scale"]].drop_duplicates()
+    return e6.merge(keys, on=["gpus", "framework", "scale"], how="inner")
+
+
+
 
 
 def schedules_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -105,17 +121,38 @@ def schedules_frame(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=None):
+    """Throughput and speed-up (Figures 14-17): the thesis's scale on the top row; ours at any other scale (CPU
+    cores) on a row of its own below, since its images/s are not comparable with the P100 numbers."""
+    kw = {"framework": framework, "per_gpu_batch": per_gpu_batch}
+    thesis = scaling[scaling["scale"] == "thesis"]
+    other = scaling[(scaling["scale"] != "thesis")
+                    & scaling["framework"].isin([framework] if isinstance(framework, str) else framework)]
+    other = other.dropna(subset=["images_per_s"])
+    if per_gpu_batch is not None:
+        other = other[other["per_gpu_batch"] == per_gpu_batch]
+    rows = [thesis] + ([other] if len(other) else [])
+    fig, axes = plt.subplots(len(rows), 2, figsize=(13, 4.4 * len(rows)), squeeze=False, layout="constrained")
+    for row, data in zip(axes, rows):
+        fg.plot_throughput(data, ax=row[0], **kw)
+        fg.plot_speedup(data, ax=row[1], **kw)
+    if len(rows) > 1:
+        scales = ", ".join(sorted(other["scale"].unique()))
+        for ax, what in zip(axes[0], ("Throughput (dotted: ideal linear scaling)", "Speed-up")):
+            ax.set_title(f"{what}, the thesis (P100 GPUs)", fontsize=9)
+        for ax, what in zip(axes[1], ("Throughput", "Speed-up")):
+            ax.set_title(f"{what}, ours at the {scales} (not comparable with the P100 row above)", fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
 def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[Path], list[str]]:
     written: list[Path] = []
     skipped: list[str] = []
     scaling = tb.scaling_table(df, ref)
 
     def two(name, title, **kw):
-        fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
-        fg.plot_throughput(scaling, ax=axes[0], **kw)
-        fg.plot_speedup(scaling, ax=axes[1], **kw)
-        fig.suptitle(title, fontsize=10)
-        written.extend(fg.save(fig, out, name))
+        written.extend(fg.save(scaling_figure(scaling, title, **kw), out, name))
 
     for n, b in ((14, 32), (15, 64), (16, 128)):
         two(f"fig{n}_scaling_horovod_tf_b{b}", f"Figure {n}. Scaling of Horovod+TensorFlow, per-GPU batch {b}",
@@ -134,9 +171,9 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
             fig.suptitle(title, fontsize=10)
         elif single:
             fig, ax = plt.subplots(figsize=(7, 4.4))
-            fg.plot_error_curves(data, ax=ax, which=single, title=title)
+            fg.plot_error_curves(data, ax=ax, which=single, title=title, reference=ref)
         else:
-            fig = _two_panel(data, title)
+            fig = _two_panel(data, title, ref)
         written.extend(fg.save(fig, out, name))
 
     e4 = _quality(df, 4)
@@ -146,19 +183,20 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
     quality_fig("fig20_exp5_train_error", "Figure 20. Linear scaling, no warm-up: training error", e5, single="train")
     top = e5[e5["gpus"] == e5["gpus"].max()] if len(e5) else e5
     quality_fig("fig21_exp5_error_max_gpus", "Figure 21. Linear scaling, no warm-up, most GPUs", top, grid=True)
+    base = baseline_runs(df)
     e6 = _quality(df, 6)
-    quality_fig("fig24_exp6_error", "Figure 24. Linear scaling + 5-epoch stepping warm-up", e6)
+    quality_fig("fig24_exp6_error", "Figure 24. Linear scaling + 5-epoch stepping warm-up (1 worker: exp 5)",
+                pd.concat([base, e6]) if len(e6) else e6)
     quality_fig("fig25_exp6_error_grid", "Figure 25. Linear scaling + 5-epoch stepping warm-up (grid)", e6, grid=True)
     e7 = _quality(df, 7)
     if len(e7):
-        g = e7["gpus"].max()
-        peer = e6[(e6["gpus"] == g) & (e6["framework"] == "horovod+pytorch")]
-        quality_fig("fig26_exp7_vs_exp6_grid", "Figure 26. Smaller per-GPU batch (exp 7) vs exp 6",
-                    pd.concat([e7, peer]), grid=True)
+        quality_fig("fig26_exp7_vs_exp6_grid", "Figure 26. Smaller per-GPU batch (exp 7) vs the larger one (exp 6), "
+                    "same workers", pd.concat([e7, exp7_peers(e6, e7)]), grid=True)
     else:
         skipped.append("fig26_exp7_vs_exp6_grid: no epoch records")
     e8 = _quality(df, 8)
-    quality_fig("fig28_exp8_error", "Figure 28. Linear scaling + 5-epoch gradual warm-up", e8)
+    quality_fig("fig28_exp8_error", "Figure 28. Linear scaling + 5-epoch gradual warm-up (1 worker: exp 5)",
+                pd.concat([base, e8]) if len(e8) else e8)
     quality_fig("fig29_exp8_error_grid", "Figure 29. Linear scaling + 5-epoch gradual warm-up (grid)", e8, grid=True)
     e9 = _quality(df, 9)
     if len(e9):
@@ -175,7 +213,8 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
                                   "horovod+pytorch"),
                                  ("fig27_util_exp7_horovod", "Figure 27. Utilisation, Horovod+PyTorch, exp 7", 7,
                                   "horovod+pytorch")):
-        u = util[(util["exp"] == exp) & (util["framework"] == fw)]
+        # experiments 6-7 are Horovod studies: their emulated-worker runs (local, gpu scales) stand in for Horovod
+        u = util[(util["exp"] == exp) & util["framework"].isin([fw] + (["emulated"] if "horovod" in fw else []))]
         if u.empty:
             skipped.append(f"{name}: no utilisation records")
             continue
@@ -209,13 +248,20 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
 # ============================================================================================ entry point
 
 
-def make_report(runs="results/runs", out="results", logs=None, notebooks: bool = True, quiet: bool = False) -> dict:
-    """Regenerate tables, figures and (optionally) the executed notebooks. Returns what was done."""
+def make_report(runs=None, out="results", logs=None, notebooks: bool = True, quiet: bool = False) -> dict:
+    """Regenerate tables, figures and (optionally) the executed notebooks. Returns what was done.
+    runs: a runs root; by default this machine's results/runs, or the committed reference when that is empty."""
+    from .compare import default_runs_root, report_comparison
+
     t0 = time.perf_counter()
     out = Path(out)
+    runs, origin = (Path(runs), str(runs)) if runs else default_runs_root()
     df = load_study(runs, logs)
     ref = rf.load_reference()
     tables = build_tables(df, ref, out / "tables")
+    if origin == "this machine":  # this machine's runs beside the committed reference's, matched by fingerprint
+        tables += tb.write_table(report_comparison(df), out / "tables", "this_machine_vs_reference",
+                                 "This machine's runs, the committed reference's (by machine) and the thesis's")
     # the notebooks run in their own kernels while this process draws the figures
     nb_result: dict = {}
     worker = None
@@ -235,7 +281,7 @@ def make_report(runs="results/runs", out="results", logs=None, notebooks: bool =
         worker.start()
     figs, skipped = build_figures(df, ref, out / "figures")
     problems = list(df.attrs.get("problems", []))
-    index = ["# Report index", "", f"Runs: {int((df['kind'] == 'run').sum())}", "",
+    index = ["# Report index", "", f"Runs: {int((df['kind'] == 'run').sum())} from {runs} ({origin})", "",
              "## Tables", ""] + [f"- {p.name}" for p in tables if p.suffix == ".md"] + \
             ["", "## Figures", ""] + [f"- {p.name}" for p in figs if p.suffix == ".png"] + \
             ["", "## Not drawn", ""] + [f"- {s}" for s in skipped] + \
@@ -252,7 +298,7 @@ def make_report(runs="results/runs", out="results", logs=None, notebooks: bool =
             "skipped": skipped, "problems": problems, "notebooks": [str(p) for p in nbs],
             "seconds": round(time.perf_counter() - t0, 2)}
     if not quiet:
-        print(f"report: {info['runs']} runs, {len(tables)} table files, {len(figs)} figure files, "
+        print(f"report: {info['runs']} runs from {runs} ({origin}), {len(tables)} table files, {len(figs)} figure files, "
               f"{len(nbs)} notebooks in {info['seconds']} s -> {out}")
         for p in problems:
             print(f"  problem: {p}")

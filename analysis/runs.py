@@ -118,10 +118,13 @@ def _run_identity(run_dir: Path, config: dict | None) -> dict:
     gpus = res.get("world_size", train.get("workers"))
     b = train.get("per_worker_batch")
     gb = res.get("global_batch", (b * gpus) if (b and gpus) else None)
+    backend = res.get("backend", train.get("backend"))
+    # emulated workers are neither DDP nor Horovod: label them by what they are (older runs said "pytorch")
+    framework = "emulated" if backend == "emulated" else res.get("framework")
     return {
         "experiment": experiment, "exp": experiment_number(experiment), "run": cfg.get("run") or run_dir.name,
-        "path": str(run_dir), "source": "run", "scale": cfg.get("scale"), "framework": res.get("framework"),
-        "backend": res.get("backend", train.get("backend")), "gpus": gpus, "per_gpu_batch": b,
+        "path": str(run_dir), "source": "run", "scale": cfg.get("scale"), "framework": framework,
+        "backend": backend, "gpus": gpus, "per_gpu_batch": b,
         "global_batch": gb, "lr": res.get("lr", lr.get("base")),
         "warmup": nb.warmup_label(lr.get("warmup"), lr.get("warmup_epochs")) if lr else None,
         "seed": train.get("seed"), "epochs": train.get("epochs"),
@@ -364,4 +367,59 @@ def load_study(runs: str | Path = "results/runs", logs=None) -> pd.DataFrame:
         b = load_logs(logs)
         a = _finish([x for x in (a, b) if len(x)])
     a.attrs["problems"] = problems
-    return a
+    return refuse_mixed_configs(add_fingerprints(a))
+
+
+# ============================================================================================ config fingerprints
+# Runs are averaged only within one config fingerprint (trainers/fingerprint.py: the resolved config without seed,
+# names, paths and launcher details). A group the tables would average (POOL_KEYS) that holds runs of more than one
+# fingerprint -- a smoke run beside full ones, runs from before and after a config change -- is refused: its runs get
+# status MIXED and a line in the report's problem list, and no table or verdict averages them.
+POOL_KEYS = ["exp", "framework", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "scale"]
+MIXED = "mixed-config"
+
+
+def add_fingerprints(df: pd.DataFrame) -> pd.DataFrame:
+    """A `fingerprint` column: each run folder's config fingerprint (empty for upstream logs)."""
+    from trainers.fingerprint import folder_fingerprint
+
+    paths = df.loc[df["source"] == "run", "path"].dropna().unique() if len(df) else []
+    found = {p: folder_fingerprint(Path(p)) for p in paths}
+    df = df.copy()
+    df["fingerprint"] = df["path"].map(found) if len(df) else pd.Series(dtype=object)
+    df.attrs = dict(df.attrs)
+    return df
+
+
+def mixed_groups(df: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
+    """(the group's key, its finished runs) of every group of finished runs with more than one fingerprint."""
+    runs = df[(df["kind"] == "run") & df["status"].isin(["completed", "diverged", "log"])].copy()
+    # throughput tables keep backends apart (DDP and DataParallel are both "pytorch"); quality tables do not
+    benched = set(df.loc[df["kind"] == "bench", "path"])
+    runs["pool_backend"] = [b if p in benched else "" for p, b in zip(runs["path"], runs["backend"])]
+    out = []
+    for key, g in runs.groupby(POOL_KEYS + ["pool_backend"], dropna=False, sort=True):
+        if g["fingerprint"].nunique() > 1:
+            out.append((dict(zip(POOL_KEYS, key)), g))
+    return out
+
+
+def refuse_mixed_configs(df: pd.DataFrame) -> pd.DataFrame:
+    """Mark runs whose group mixes configs MIXED and say so in df.attrs['problems']. Their throughput rows go (the
+    throughput tables average every bench row of a group); their run and epoch rows stay, listed and drawn per run."""
+    problems = list(df.attrs.get("problems", []))
+    refused: set = set()
+    for key, g in mixed_groups(df):
+        counts = ", ".join(f"{fp} ({n} run{'s' if n > 1 else ''})" for fp, n in g["fingerprint"].value_counts().items())
+        folders = sorted({str(Path(p).parent) for p in g["path"]})
+        problems.append(f"{', '.join(folders)}: experiment {key['exp']:.0f}, {key['gpus']:.0f} worker(s), scale "
+                        f"{key['scale']}: runs of different configs (fingerprints {counts}) -- not averaged; "
+                        f"runs: {', '.join(sorted(g['run']))}")
+        df.loc[df["path"].isin(g["path"]), "status"] = MIXED
+        refused.update(g["path"])
+    if refused:
+        attrs = dict(df.attrs)
+        df = df[~(df["path"].isin(refused) & (df["kind"] == "bench"))].reset_index(drop=True)
+        df.attrs = attrs
+    df.attrs["problems"] = problems
+    return df

@@ -44,7 +44,7 @@ def _int(x) -> str:
     return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
 
 
-CONFIG_KEYS = ["exp", "framework", "per_gpu_batch", "gpus", "scale"]
+CONFIG_KEYS = ["exp", "framework", "backend", "per_gpu_batch", "gpus", "scale"]  # DDP and DataParallel: both "pytorch"
 
 
 def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -79,8 +79,8 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
     for key, g in r.groupby(QUALITY_KEYS, dropna=False, sort=True):
         done = g[g["status"].isin(["completed", "log"])]
         note = ""
-        if done.empty:
-            done = g[~g["diverged"]]
+        if done.empty:  # never runs of mixed configs (runs.refuse_mixed_configs): they are not averaged
+            done = g[~g["diverged"] & (g["status"] != "mixed-config")]
             note = "incomplete" if len(done) else ""
         counts = g["status"].value_counts()
         status = ", ".join(f"{int(n)} {s}" for s, n in sorted(counts.items()))
@@ -112,7 +112,7 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
         row.update(ours_thesis_formula=o.thesis_images_per_s, ours_steady=o.steady_images_per_s,
                    ours_data_wait_pct=100 * o.data_share,
                    n_runs=int(o.n_runs), ours_speedup=nb.speedup(o.thesis_images_per_s, base_thesis),
-                   ours_steady_speedup=nb.speedup(o.steady_images_per_s, base_steady))
+                   ours_steady_speedup=nb.speedup(o.steady_images_per_s, base_steady), backend=o.backend)
         return row
 
     rows, used = [], set()
@@ -131,7 +131,7 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
             rows.append(row_from(o, {"framework": o.framework, "per_gpu_batch": o.per_gpu_batch, "nodes": math.nan,
                                      "gpus": o.gpus, "thesis_images_per_s": math.nan,
                                      "scale": scale_label(o.scale)}))
-    cols = ["framework", "per_gpu_batch", "nodes", "gpus", "thesis_images_per_s", "ours_thesis_formula",
+    cols = ["framework", "backend", "per_gpu_batch", "nodes", "gpus", "thesis_images_per_s", "ours_thesis_formula",
             "ours_steady", "ours_speedup", "ours_steady_speedup", "ours_data_wait_pct", "n_runs", "scale"]
     return pd.DataFrame(rows, columns=cols)
 
@@ -182,6 +182,7 @@ def scaling_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
                            "images_per_s": t["throughput"], "speedup": t["speedup"], "efficiency": t["efficiency"],
                            "wallclock_90_s": t["wallclock_90_s"]})
     ours = throughput_summary(df)
+    ours = ours[ours["backend"] != "dp"]  # the thesis's PyTorch is DDP; DataParallel is a row of Table 5 only
     if len(ours):  # one point per framework, batch, scale and GPU count, whichever experiment measured it
         ours = ours.groupby(["framework", "per_gpu_batch", "scale", "gpus"], dropna=False, as_index=False).agg(
             thesis_images_per_s=("thesis_images_per_s", "mean"), steady_images_per_s=("steady_images_per_s", "mean"))

@@ -1,59 +1,135 @@
-"""The thesis's three quality findings checked on runs: differences, standard errors over seeds, verdicts."""
+"""The thesis's three quality findings as equivalence tests: 90 % intervals against a declared margin, verdicts."""
 import math
 
 import pandas as pd
 import pytest
+from scipy import stats
 
 from analysis import reference as rf
-from analysis.findings import difference, orderings
+from analysis.findings import interval, margins, orderings, seeds_needed, verdict
 
 
-def runs(rows):
-    """rows: (exp, workers, warmup, [best top-1 of each seed]) at per-worker batch 4."""
+def runs(rows, final_drop=1.0):
+    """rows: (exp, workers, warmup, [best top-1 of seed 0, 1, ...]) at per-worker batch 4; each run's last epoch
+    ends `final_drop` points below its best."""
     out = []
     for exp, gpus, warmup, tops in rows:
-        for top1 in tops:
-            out.append(dict(kind="run", exp=exp, gpus=gpus, per_gpu_batch=4, global_batch=4 * gpus, warmup=warmup,
-                            scale="local", status="completed", best_val_top1=top1))
+        for seed, top1 in enumerate(tops):
+            path = f"runs/{exp:02d}/w{gpus}-{warmup}-s{seed}"
+            ident = dict(exp=exp, gpus=gpus, per_gpu_batch=4, global_batch=4 * gpus, warmup=warmup, seed=seed,
+                         scale="local", status="completed", path=path)
+            out.append(dict(ident, kind="run", best_val_top1=top1))
+            out.append(dict(ident, kind="epoch", epoch=0, val_top1=top1 - final_drop - 5))
+            out.append(dict(ident, kind="epoch", epoch=1, val_top1=top1 - final_drop))
     return pd.DataFrame(out)
 
 
-def test_difference_and_its_standard_error():
-    diff, se = difference(pd.Series([3.0, 5.0]), pd.Series([1.0, 1.0, 1.0]))
-    assert diff == 3.0 and se == pytest.approx(math.sqrt(2.0 / 2 + 0.0 / 3))
-    assert math.isnan(difference(pd.Series([3.0]), pd.Series([1.0, 2.0]))[1])
+# ---- the verdict: where the 90 % interval lies against the margin --------------------------------------------------
+@pytest.mark.parametrize("low, high, expected", [
+    (-1.9, 1.9, "equivalent"),     # inside (-2, 2)
+    (-2.0, 1.0, "inconclusive"),   # touches -2: not inside the open interval
+    (-1.0, 2.5, "inconclusive"),
+    (-5.0, -2.1, "worse"),         # entirely beyond -2
+    (-5.0, -2.0, "inconclusive"),  # reaches -2
+    (2.1, 4.0, "better"),
+    (-3.0, 3.0, "inconclusive"),   # wider than the margin on both sides
+    (-3.0, -1.0, "inconclusive"),  # below zero, but a difference inside the margin is not excluded
+    (math.nan, math.nan, "inconclusive"),
+])
+def test_verdict_from_the_interval_and_the_margin(low, high, expected):
+    assert verdict(low, high, 2.0) == expected
+
+
+def test_experiment_8_at_24_workers_is_not_equivalent_to_the_baseline():
+    # the issue's case: 6.02 points below the baseline, SE 3.01 over 3 seeds a side (one seed at 52.45)
+    warm = pd.Series([61.95, 52.45, 55.10], index=[0, 1, 2])
+    base = pd.Series([63.70, 60.45, 63.40], index=[0, 1, 2])
+    for paired in (True, False):
+        got = interval(warm, base, paired=paired)
+        assert got["difference"] == pytest.approx(-6.02, abs=0.005)
+        assert verdict(got["ci_low"], got["ci_high"], 2.0) == "inconclusive"
+        assert verdict(got["ci_low"], got["ci_high"], 1.0) == "inconclusive"
+    welch = interval(warm, base, paired=False)
+    assert welch["se"] == pytest.approx(3.01, abs=0.005) and welch["method"] == "welch"
+
+
+def test_intervals_are_scipys_t_intervals():
+    a, b = pd.Series([61.0, 63.0, 62.0]), pd.Series([60.0, 61.0, 61.5])
+    d = a - b
+    half = stats.t.ppf(0.95, 2) * d.std(ddof=1) / math.sqrt(3)
+    paired = interval(a, b, paired=True)
+    assert (paired["ci_low"], paired["ci_high"]) == pytest.approx((d.mean() - half, d.mean() + half))
+    welch = interval(a, b, paired=False)
+    expected = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.90)
+    assert (welch["ci_low"], welch["ci_high"]) == pytest.approx((expected.low, expected.high))
+    one = interval(pd.Series([61.0]), b, paired=False)
+    assert math.isnan(one["ci_low"]) and one["method"] == "fewer than 2 runs a side"
+
+
+def test_seeds_needed_at_the_measured_spread():
+    # equal spread sd 1 a side (Welch), difference 0.5, margin 2: the interval must fit inside 1.5 of it
+    n, target = seeds_needed(0.5, 1.0, 1.0, None, 2.0)
+    assert target == "equivalent"
+    half = lambda k: stats.t.ppf(0.95, 2 * (k - 1)) * math.sqrt(2 / k)  # noqa: E731
+    assert half(n) < 1.5 <= half(n - 1)
+    n, target = seeds_needed(-6.02, 4.90, 1.80, None, 2.0)  # experiment 8 at 24 workers, unpaired
+    assert target == "worse" and n > 3
+    assert seeds_needed(2.0, 1.0, 1.0, None, 2.0)[0] is None  # a difference on the margin: no number of seeds
+    n_paired, _ = seeds_needed(0.5, None, None, 1.0, 2.0)  # paired: the spread of the differences
+    assert n_paired >= 2
+
+
+def test_margins_are_declared_per_scale_with_a_reason():
+    declared = margins()
+    assert declared["local"]["points"] == 2.0 and declared["thesis"]["points"] == 1.0
+    assert all(m["reason"] for m in declared.values())
 
 
 def test_the_thesis_findings_hold_on_runs_built_to_show_them():
-    df = runs([(4, 1, "none", [60, 61, 59]), (4, 2, "none", [61, 62, 60]), (4, 32, "none", [40, 41, 39]),
+    df = runs([(4, 1, "none", [60, 61, 59]), (4, 2, "none", [61, 62.2, 60.1]), (4, 32, "none", [40, 41.2, 38.9]),
                (5, 1, "none", [62, 63, 61]), (5, 32, "none", [55, 56, 54]),
-               (6, 32, "stepping-1", [61.5, 62.5, 60.5])])
-    table = orderings(df, rf.load_reference()).set_index("finding")
-    naive = table.filter(like="naive", axis=0).iloc[0]
-    assert naive["verdict"] == "holds" and naive["difference"] == pytest.approx(-20.0)
+               (6, 32, "stepping-1", [61.5, 62.5, 60.6])])
+    table = orderings(df, rf.load_reference())
+    assert {"scale", "finding", "experiment", "workers", "difference", "ci_low", "ci_high", "margin",
+            "verdict"} <= set(table.columns)
+    naive = table[(table["finding"] == "naive_degrades") & (table["workers"] == 32)].iloc[0]
+    assert naive["verdict"] == "worse" and naive["difference"] == pytest.approx(-20.0, abs=0.1) and naive["holds"] == "yes"
     assert naive["thesis_difference"] == pytest.approx(69.006 - 73.286)
-    beats = table.filter(like="beats", axis=0).iloc[0]
-    assert beats["verdict"] == "holds" and beats["difference"] == pytest.approx(6.5)
+    assert table[(table["finding"] == "naive_degrades") & (table["workers"] == 2)].iloc[0]["verdict"] == "equivalent"
+    beats = table[table["finding"] == "warmup_not_worse"].iloc[0]
+    assert beats["verdict"] == "better" and beats["difference"] == pytest.approx(6.53, abs=0.01)
     assert beats["thesis_difference"] == pytest.approx(74.662 - 73.078)
-    near = table.filter(like="within noise of 1 worker", axis=0).iloc[0]
-    assert near.name.endswith("exp 6 (stepping-1, 32 workers) vs exp 5 (1 worker)")
-    assert near["verdict"] == "holds" and near["difference"] == pytest.approx(-0.5)
+    near = table[table["finding"] == "warmup_matches_baseline"].iloc[0]
+    assert (near["experiment"], near["workers"], near["margin"]) == (6, 32, 2.0)
+    assert near["verdict"] == "equivalent" and near["holds"] == "yes" and near["method"] == "paired"
+    assert near["final_difference"] == pytest.approx(near["difference"])  # every run ends 1 point below its best
 
 
 def test_the_findings_fail_on_runs_that_contradict_them():
-    df = runs([(4, 1, "none", [50, 51, 49]), (4, 32, "none", [60, 61, 59]),
+    df = runs([(4, 1, "none", [50, 51, 49]), (4, 32, "none", [60, 61.3, 59]),
                (5, 1, "none", [62, 63, 61]), (5, 32, "none", [58, 59, 57]),
-               (8, 16, "gradual-1", [61.5, 63, 62]), (8, 32, "gradual-1", [52, 53, 51])])
-    verdicts = orderings(df, rf.load_reference()).set_index("finding")["verdict"]
-    assert list(verdicts) == ["does not hold", "holds", "does not hold", "does not hold"], verdicts
-    assert verdicts.index[1].endswith("exp 8 (gradual-1, 16 workers) vs exp 5 (1 worker)")
-    thesis = orderings(df, rf.load_reference())["thesis_difference"]
-    assert thesis.iloc[1] == pytest.approx(74.736 - 75.028)
+               (8, 16, "gradual-1", [61.5, 63, 62]), (8, 32, "gradual-1", [52, 53.4, 51])])
+    table = orderings(df, rf.load_reference())
+    got = list(zip(table["finding"], table["workers"], table["verdict"], table["holds"]))
+    assert got == [("naive_degrades", 32, "better", "no"),
+                   ("warmup_matches_baseline", 16, "equivalent", "yes"),
+                   ("warmup_not_worse", 32, "worse", "no"),
+                   ("warmup_matches_baseline", 32, "worse", "no")], got
+    assert table["thesis_difference"].iloc[1] == pytest.approx(74.736 - 75.028)
 
 
-def test_one_seed_gives_no_verdict_on_noise():
+def test_one_seed_gives_no_interval_and_an_inconclusive_verdict():
     df = runs([(5, 1, "none", [62]), (5, 32, "none", [58]), (6, 32, "stepping-1", [60])])
-    assert set(orderings(df, rf.load_reference())["verdict"]) == {"no noise estimate (fewer than 2 seeds)"}
+    table = orderings(df, rf.load_reference())
+    assert set(table["verdict"]) == {"inconclusive"} and table["ci_low"].isna().all()
+
+
+def test_runs_of_different_configs_are_not_compared():
+    df = runs([(5, 1, "none", [62, 63, 61]), (6, 32, "stepping-1", [61.5, 62.5, 60.5])])
+    df["fingerprint"] = "aaa"
+    df.loc[df["path"].str.endswith("-s2") & (df["exp"] == 6), "fingerprint"] = "bbb"
+    row = orderings(df, rf.load_reference()).iloc[0]
+    assert row["verdict"] == "inconclusive" and "configs differ" in row["method"]
 
 
 def test_seed_summary_groups_runs_by_name_without_the_seed():

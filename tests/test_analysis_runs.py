@@ -51,7 +51,7 @@ def test_statuses_diverged_and_half_written(study):
 def test_config_mapping(study):
     r = _run(study, "06_stepping_warmup", "w32-s0")
     assert (r["exp"], r["framework"], r["gpus"], r["per_gpu_batch"], r["global_batch"], r["warmup"]) == \
-        (6, "horovod+pytorch", 32, 4, 128, "stepping-1")
+        (6, "emulated", 32, 4, 128, "stepping-1")
     assert r["lr"] == pytest.approx(0.1 * 128 / 256)
 
 
@@ -178,3 +178,52 @@ def test_throughput_cli_on_run_folder_and_several_logs(capsys):
     assert len(out) == 2 and out[1]["thesis_images_per_s"] == 234.01
     assert out[0]["steady_images_per_s"] == pytest.approx(640.0)
     assert main(["throughput", "/nonexistent.log"]) == 2
+
+
+# ---- runs of different configs are never averaged ----------------------------------------------------------------
+def test_a_group_mixing_configs_is_refused_with_a_problem_line(tmp_path):
+    import shutil
+
+    from analysis.runs import MIXED, load_study
+
+    reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu"
+    for experiment, runs in (("05_linear_scaling", ("w1-s0", "w1-s1", "w1-s2")), ("04_naive_scaling", ("w1-s0",
+                                                                                                       "w1-s1"))):
+        for run in runs:
+            shutil.copytree(reference / experiment / run, tmp_path / experiment / run,
+                            ignore=shutil.ignore_patterns("*.pt"))
+    smoke = tmp_path / "05_linear_scaling/w1-s2/config.json"  # a smoke run under a full run's name: 2 epochs
+    config = json.loads(smoke.read_text())
+    config["train"]["epochs"], config["lr"]["milestones"] = 2, [1]
+    smoke.write_text(json.dumps(config))
+    df = load_study(tmp_path)
+    runs = df[df["kind"] == "run"].set_index(["experiment", "run"])
+    assert set(runs.loc["05_linear_scaling", "status"]) == {MIXED}
+    assert set(runs.loc["04_naive_scaling", "status"]) == {"completed"}  # one config: averaged as before
+    problems = [p for p in df.attrs["problems"] if "different configs" in p]
+    assert len(problems) == 1 and "05_linear_scaling" in problems[0] and "not averaged" in problems[0]
+    summary = tb.quality_summary(df).set_index("exp")
+    assert math.isnan(summary.loc[5, "top1_mean"]) and summary.loc[5, "n"] == 0 and MIXED in summary.loc[5, "status"]
+    assert summary.loc[4, "n"] == 2
+    from analysis.findings import orderings
+
+    assert orderings(df, an.load_reference()).empty  # no baseline to compare with: it is refused
+
+
+def test_the_report_puts_this_machines_runs_beside_the_reference_by_fingerprint(tmp_path):
+    import shutil
+
+    from analysis.compare import default_runs_root, report_comparison
+    from analysis.runs import load_study
+
+    reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu"
+    own = tmp_path / "runs"
+    for run in ("w1-s0", "w1-s1"):  # "this machine" re-measured two of the reference's runs
+        shutil.copytree(reference / "05_linear_scaling" / run, own / "05_linear_scaling" / run,
+                        ignore=shutil.ignore_patterns("*.pt"))
+    assert default_runs_root(own) == (own, "this machine")
+    assert default_runs_root(tmp_path / "empty")[1] == "the committed reference, machine vm-2cpu"
+    row = report_comparison(load_study(own)).set_index("configuration").loc["w1"]
+    assert row["this machine"] == "62.08 ± 2.30 (n=2)"  # 63.70 and 60.45
+    assert row["reference: vm-2cpu"] == "62.52 ± 1.80 (n=3)"  # the reference's three seeds of the same config
+    assert row["thesis"] == "75.03" and row["measure"] == "best top-1 %"

@@ -89,3 +89,36 @@ def test_milestone_decay_at_30_60_80_is_experiments_5_to_9():
     assert got[79] == pytest.approx(0.016)
     assert got[80] == pytest.approx(0.0016)
     assert len(got) == 90
+
+
+# ---- the per-iteration gradual warm-up the miniature runs (experiments 8 and 9 at the local scale) ---------------
+def test_per_iteration_gradual_passes_through_the_thesis_staircase_at_every_epoch_start():
+    # the thesis's per-epoch steps (appendix 13) are the per-iteration line sampled at iteration 0 of each epoch
+    stairs, ramp = _policy(warmup="gradual", warmup_epochs=5), _policy(warmup="goyal", warmup_epochs=5)
+    for epoch in range(7):
+        assert lr_at(epoch, 0, 100, ramp) == pytest.approx(lr_at(epoch, 0, 100, stairs))
+
+
+def test_one_epoch_local_warmup_ramps_instead_of_jumping():
+    # local experiment 8 at 32 workers: 63 steps an epoch, 1-worker rate 0.025, target 0.8, one warm-up epoch
+    p = Policy(target=0.8, start=0.025, warmup="goyal", warmup_epochs=1, decay="milestones", milestones=(6, 12, 16))
+    rates = [lr_at(0, i, 63, p) for i in range(63)] + [lr_at(1, 0, 63, p)]
+    assert rates[0] == pytest.approx(0.025)
+    assert rates[-1] == pytest.approx(0.8)
+    steps = [b - a for a, b in zip(rates, rates[1:])]
+    assert all(s == pytest.approx(0.775 / 63) for s in steps)  # no jump: every step is 1/63 of the way
+    # the per-epoch formula with one warm-up epoch is the jump the issue found: 0.025 for 63 steps, then 0.8
+    jump = Policy(target=0.8, start=0.025, warmup="gradual", warmup_epochs=1, decay="milestones")
+    assert lr_at(0, 62, 63, jump) == pytest.approx(0.025) and lr_at(1, 0, 63, jump) == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("experiment", ["08_gradual_warmup_5", "09_gradual_warmup_10"])
+def test_gradual_experiments_ramp_per_iteration_locally_and_per_epoch_at_the_thesis_scale(experiment):
+    from pathlib import Path
+
+    from trainers.config import load_config
+
+    folder = Path(__file__).resolve().parents[1] / "experiments" / experiment
+    assert load_config(folder, "thesis").lr.warmup == "gradual"
+    assert load_config(folder, "gpu").lr.warmup == "gradual"
+    assert load_config(folder, "local").lr.warmup == "goyal"

@@ -1,17 +1,19 @@
 """Studies: the nine experiments expand into the thesis's runs, at every scale, without running anything."""
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import REPO
+from trainers.config import ConfigError, load_config
 from trainers.study import default_jobs, expand, load_study, planned_runs, run_study, threads_per_process
 
-EXPERIMENTS = sorted((REPO / "experiments").glob("0[1-9]_*"))
+EXPERIMENTS = sorted((REPO / "experiments").glob("[0-9][0-9]_*"))
 
 
-def test_there_are_nine_experiments_each_with_config_sbatch_and_readme():
-    assert [p.name[:2] for p in EXPERIMENTS] == [f"0{n}" for n in range(1, 10)]
+def test_the_nine_experiments_and_the_studies_beyond_each_have_config_sbatch_and_readme():
+    assert [p.name[:2] for p in EXPERIMENTS] == [f"{n:02d}" for n in range(1, 12)]
     for folder in EXPERIMENTS:
         assert {"config.toml", "slurm.sbatch", "README.md"} <= {p.name for p in folder.iterdir()}, folder
 
@@ -103,3 +105,82 @@ def test_by_default_cpu_quality_runs_go_side_by_side_and_throughput_runs_alone()
     assert default_jobs(*plans("05_linear_scaling", seeds=1), cores=1) == 1
     assert default_jobs(*plans("03_throughput_distributed_data_parallel"), cores=16) == 1  # timed alone
     assert default_jobs(*plans("05_linear_scaling", "gpu"), cores=16) == 1  # one GPU: one run at a time
+
+
+# ---- committed results are a reference; smoke runs live apart; a folder counts only for its own config ------------
+def fake_run(run_dir: Path, cfg, status="completed"):
+    """A run folder as the trainer leaves it, without training: config.json (resolved) and manifest.json."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"experiment": cfg.experiment, "run": run_dir.name,
+                                                     "scale": cfg.scale, **cfg.to_dict(), "resolved": cfg.resolved()}))
+    (run_dir / "manifest.json").write_text(json.dumps({"status": status}))
+
+
+def test_committed_reference_runs_are_never_this_machines_results(tmp_path):
+    from trainers.fingerprint import folder_fingerprint
+    from trainers.study import FULL_OUT
+
+    study = load_study(REPO / "experiments/03_throughput_distributed_data_parallel", "local", quick=False, seeds=None,
+                       overrides=[])
+    reference = REPO / "results/reference/vm-2cpu/03_throughput_distributed_data_parallel"
+    # the committed runs are exactly these plans (same config fingerprints) ...
+    assert sorted(folder_fingerprint(p) for p in reference.iterdir()) == \
+        sorted(p.fingerprint for p in planned_runs(study, "local", Path("/nonexistent")))
+    assert {p.status for p in planned_runs(study, "local", reference.parent)} == {"completed"}
+    # ... but a clone's study writes to results/runs, which the reference is not, so all its runs run
+    assert FULL_OUT == Path("results/runs") and "results/runs/" in (REPO / ".gitignore").read_text().splitlines()
+    assert {p.status for p in planned_runs(study, "local", tmp_path)} == {"missing"}
+
+
+def test_a_smoke_run_never_counts_for_the_full_study(tmp_path):
+    from trainers.study import FULL_OUT, OTHER_CONFIG, QUICK_OUT, run_local
+
+    assert QUICK_OUT != FULL_OUT  # by default smoke runs have their own runs root
+    folder = REPO / "experiments/05_linear_scaling"
+    quick = load_study(folder, "local", quick=True, seeds=3, overrides=[])
+    for plan in planned_runs(quick, "local", tmp_path):  # a completed smoke study under the same names
+        fake_run(plan.run_dir, plan.cfg)
+    full = load_study(folder, "local", quick=False, seeds=None, overrides=[])
+    plans = planned_runs(full, "local", tmp_path)
+    assert {p.status for p in plans} == {OTHER_CONFIG}  # neither skipped as completed nor resumed
+    with pytest.raises(ConfigError, match="holds a run of another config"):
+        run_local(full, "local", tmp_path, dry_run=False)
+    # the same full run completed counts as completed; a print-frequency change is no other config
+    done = plans[0]
+    import shutil
+    shutil.rmtree(done.run_dir)
+    fake_run(done.run_dir, load_config(folder / "config.toml", "local",
+                                       [f"{k}={json.dumps(v)}" for k, v in done.run.settings.items()]
+                                       + ["train.print_freq=7"]))
+    assert planned_runs(full, "local", tmp_path)[0].status == "completed"
+
+
+def test_named_extra_runs_and_the_studies_beyond_the_thesis_match_their_committed_runs():
+    from trainers.fingerprint import folder_fingerprint
+
+    for experiment, unmatched in (("10_more_steps_pilot", set()), ("11_base_rate_sweep", {"exp4-naive-w1-s0"})):
+        study = load_study(REPO / "experiments" / experiment, "local", quick=False, seeds=None, overrides=[])
+        plans: dict[str, set] = {}  # fingerprint -> run names (the seeds of a configuration share one)
+        for p in planned_runs(study, "local", Path("/nonexistent")):
+            plans.setdefault(p.fingerprint, set()).add(p.run.name)
+        reference = REPO / "results/reference/vm-2cpu" / experiment
+        for run_dir in reference.iterdir():
+            if run_dir.name in unmatched:  # experiment 4's naive run: another decay, kept as what it was
+                assert folder_fingerprint(run_dir) not in plans
+            else:
+                assert run_dir.name in plans[folder_fingerprint(run_dir)]
+
+
+@pytest.mark.slow
+def test_a_fresh_clones_throughput_study_runs_every_run_and_prints_images_per_s(tmp_path):
+    # the committed reference holds experiment 1's runs; a clone's study must still run (none skipped as done)
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "trainers", "study", "experiments/01_throughput_single_gpu", "--quick",
+                          "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=1200).stdout
+    assert "already" not in out
+    ran = [line for line in out.splitlines() if re.match(r"\[\d/6\] .*: completed: [\d.]+ images/s", line)]
+    horovod_skipped = out.count("Horovod is not built here")
+    assert len(ran) + horovod_skipped == 6, out
+    assert "this machine" in out and "reference: vm-2cpu" in out and "thesis" in out

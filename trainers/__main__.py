@@ -1,4 +1,4 @@
-"""Command line: python -m trainers {train, study, schedule, data, bench, noise-scale} ..."""
+"""Command line: python -m trainers {train, study, schedule, config, data, bench, noise-scale} ..."""
 from __future__ import annotations
 
 import argparse
@@ -28,10 +28,21 @@ def cmd_train(args) -> int:
 def cmd_schedule(args) -> int:
     from trainers.lr import schedule
 
-    cfg = load_config(args.config, args.scale, args.set)
+    cfg = load_config(args.config, args.scale, args.set, need_data=False)  # printing a schedule reads no data
     print("epoch,lr")
     for epoch, lr in enumerate(schedule(cfg.lr_policy(), cfg.train.epochs)):
         print(f"{epoch},{lr:.6g}")
+    return 0
+
+
+def cmd_config(args) -> int:
+    from trainers.show_config import show
+
+    cfg = load_config(args.config, args.scale, args.set, need_data=False)
+    if cfg.data.kind == "imagefolder" and (not cfg.data.path or "$" in cfg.data.path):
+        print(f"note: data.path is {cfg.data.path or 'empty'}: set it (or IMAGENET_DIR) before training",
+              file=sys.stderr)
+    sys.stdout.write(show(cfg, args.json))
     return 0
 
 
@@ -63,7 +74,8 @@ def cmd_study(args) -> int:
 
     return run_study(
         Path(args.experiment), scale=args.scale, launcher=args.launcher, cluster=args.cluster,
-        dry_run=args.dry_run, quick=args.quick, out=Path(args.out), seeds=args.seeds, overrides=args.set,
+        dry_run=args.dry_run, quick=args.quick, out=Path(args.out) if args.out else None, seeds=args.seeds,
+        overrides=args.set,
         jobs=args.jobs,
     )
 
@@ -101,6 +113,11 @@ def parser() -> argparse.ArgumentParser:
     config_args(s)
     s.set_defaults(func=cmd_schedule)
 
+    c = sub.add_parser("config", help="print the merged, resolved config a run would get (TOML, or --json)")
+    config_args(c)
+    c.add_argument("--json", action="store_true", help="the config.json a run saves, `resolved` included")
+    c.set_defaults(func=cmd_config)
+
     st = sub.add_parser("study", help="expand an experiment into its runs and launch them")
     st.add_argument("experiment", help="experiments/NN_name")
     st.add_argument("--scale", choices=SCALES, default="local")
@@ -112,7 +129,8 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--jobs", type=int, help="quality runs side by side, the cores split between them (default: on "
                     "the CPU one run per core; on a GPU and for throughput runs 1)")
     st.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    st.add_argument("--out", default=str(DEFAULT_OUT))
+    st.add_argument("--out", help="runs root (default results/runs; with --quick results/quick, so smoke runs never "
+                    "share folders with full ones)")
     st.set_defaults(func=cmd_study)
 
     d = sub.add_parser("data", help="the generated dataset, ILSVRC-2012 preparation, the data-path benchmark")

@@ -144,7 +144,9 @@ class Config:
         )
 
     def framework(self, backend: str | None = None) -> str:
-        return "horovod+pytorch" if (backend or self.train.backend) == "horovod" else "pytorch"
+        """What the run measures: Horovod+PyTorch, PyTorch (DDP, DP, one process) or emulated workers."""
+        backend = backend or self.train.backend
+        return {"horovod": "horovod+pytorch", "emulated": "emulated"}.get(backend, "pytorch")
 
     def to_dict(self) -> dict[str, Any]:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
@@ -228,7 +230,7 @@ def check_type(section: str, key: str, value: Any, default: Any) -> Any:
     return value
 
 
-def build(values: dict[str, dict[str, Any]], experiment: str, scale: str) -> Config:
+def build(values: dict[str, dict[str, Any]], experiment: str, scale: str, need_data: bool = True) -> Config:
     sections = {}
     for name, cls in SECTIONS.items():
         defaults = cls()
@@ -242,7 +244,7 @@ def build(values: dict[str, dict[str, Any]], experiment: str, scale: str) -> Con
             typed["path"] = os.path.expandvars(typed["path"])
         sections[name] = dataclasses.replace(defaults, **typed)
     cfg = Config(**sections, experiment=experiment, scale=scale)
-    validate(cfg)
+    validate(cfg, need_data)
     return cfg
 
 
@@ -251,8 +253,9 @@ def experiment_name(config_path: Path) -> str:
     return config_path.parent.name if config_path.name == "config.toml" else config_path.stem
 
 
-def load_config(path: str | Path, scale: str = "local", overrides: list[str] = ()) -> Config:
-    """Read an experiment's config at a scale, apply `--set` overrides, validate."""
+def load_config(path: str | Path, scale: str = "local", overrides: list[str] = (), need_data: bool = True) -> Config:
+    """Read an experiment's config at a scale, apply `--set` overrides, validate. need_data=False: for commands
+    that only print (schedule, config), an empty data.path is not an error."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.toml"
@@ -269,7 +272,7 @@ def load_config(path: str | Path, scale: str = "local", overrides: list[str] = (
     for text in overrides:
         section, key, value = parse_override(text)
         merge(values, {section: {key: value}}, f"--set {text}")
-    return build(values, experiment_name(path), scale)
+    return build(values, experiment_name(path), scale, need_data)
 
 
 def from_dict(document: dict[str, Any]) -> Config:
@@ -298,7 +301,7 @@ def check_paths(cfg: Config) -> None:
         raise ConfigError(f"data.path {cfg.data.path} does not exist; set it to the ILSVRC-2012 root (train/ and val/)")
 
 
-def validate(cfg: Config) -> None:
+def validate(cfg: Config, need_data: bool = True) -> None:
     t, lr, d = cfg.train, cfg.lr, cfg.data
     for where, value in [
         ("train.epochs", t.epochs),
@@ -339,7 +342,7 @@ def validate(cfg: Config) -> None:
             )
     if cfg.bench.batches < 0 or cfg.bench.warmup_batches < 0:
         raise ConfigError("bench.batches and bench.warmup_batches must be >= 0")
-    if d.kind == "imagefolder" and not d.path:
+    if need_data and d.kind == "imagefolder" and not d.path:
         raise ConfigError("data.path is empty; set it to the ILSVRC-2012 root (holding train/ and val/)")
     if t.init_method and not t.init_method.startswith(("file://", "tcp://", "env://")):
         raise ConfigError(f"train.init_method = {t.init_method!r} must start with file://, tcp:// or env://")

@@ -6,11 +6,14 @@ An experiment's config.toml declares its varied factor once (the thesis's one-fa
     question = "Does naive scaling degrade accuracy as the global batch grows?"
     vary = { "train.workers" = [1, 2, 16, 24, 32] }     # a grid: every combination of the lists
     extra = [{ "train.workers" = 32, "train.backend" = "ddp" }]   # single runs outside the grid
+    # an extra run may carry its own name: { run = "baseline-w1", "train.workers" = 1 } -> baseline-w1-s0, -s1...
     seeds = 1
     nodes = 1                      # or a varied "nodes": real multi-node launches (torchrun nodes, Slurm -N)
 
 `[scale.<scale>.study]` changes any of these at a scale. Re-running a study skips completed (and diverged) runs and
-resumes the others from their checkpoints.
+resumes the others from their checkpoints -- in its own runs root only: full studies write to results/runs/,
+smoke runs (--quick) to results/quick/, and the committed results/reference/ is never counted as done. A folder
+counts as done only when its config fingerprint (trainers/fingerprint.py) is the plan's.
 """
 from __future__ import annotations
 
@@ -29,11 +32,14 @@ from typing import Any
 
 from trainers.backends import Launch, choose_backend, free_port
 from trainers.config import Config, ConfigError, find_scales_file, load_config, read_toml
+from trainers.fingerprint import config_fingerprint, folder_fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": ""}
-LAUNCH_KEYS = ("nodes", "tasks_per_node")  # how a run is launched, not trainer settings
+LAUNCH_KEYS = ("nodes", "tasks_per_node", "run")  # how a run is launched or named, not trainer settings
 FINISHED = ("completed", "diverged")
+OTHER_CONFIG = "other-config"  # a run folder made by a config other than the plan's
+FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,8 @@ def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
             if per_node and "train.workers" not in settings:  # N nodes x M GPUs
                 settings["train.workers"] = nodes * int(per_node)
             settings["train.seed"] = base_seed + s
-            name = run_name(combo, base_seed + s)  # runs at another scale get their own folders
+            name = (f"{combo['run']}-s{base_seed + s}" if "run" in combo  # a named extra run
+                    else run_name(combo, base_seed + s))  # runs at another scale get their own folders
             runs.append(Run(name if scale == "local" else f"{scale}-{name}", settings, nodes))
     return runs
 
@@ -133,6 +140,7 @@ class Plan:
     run_dir: Path
     status: str
     trainer_args: list[str]
+    fingerprint: str = ""
 
     def describe(self, nodes: int, per_node: int) -> str:
         c, r = self.cfg, self.cfg.resolved(self.backend)
@@ -152,8 +160,30 @@ def planned_runs(study: Study, scale: str, out: Path) -> list[Plan]:
         args = [str(study.config), "--scale", scale, "--out", str(out), "--run-name", run.name]
         for s in sets:
             args += ["--set", s]
-        plans.append(Plan(run, cfg, choose_backend(cfg, Launch()), run_dir, run_status(run_dir), args))
+        fingerprint = config_fingerprint(cfg)
+        plans.append(Plan(run, cfg, choose_backend(cfg, Launch()), run_dir, folder_status(run_dir, fingerprint), args,
+                          fingerprint))
     return plans
+
+
+def folder_status(run_dir: Path, fingerprint: str) -> str:
+    """The run folder's status for this plan: missing, running, completed..., or OTHER_CONFIG when the folder holds
+    a run of another config (a smoke run under a full run's name, a run from before a config change)."""
+    found = folder_fingerprint(run_dir)
+    if found is not None and found != fingerprint:
+        return OTHER_CONFIG
+    return run_status(run_dir)
+
+
+def refuse_other_configs(plans: list[Plan]) -> None:
+    """One line before anything starts when a planned run's folder holds another config's run: it is neither
+    resumed (it would mix two configs in one run) nor skipped (it would count as this plan's result)."""
+    other = [p for p in plans if p.status == OTHER_CONFIG]
+    if other:
+        p = other[0]
+        raise ConfigError(f"{p.run_dir} holds a run of another config (fingerprint {folder_fingerprint(p.run_dir)}, "
+                          f"this plan's {p.fingerprint}){f' and {len(other) - 1} more folders do' if len(other) > 1 else ''}; "
+                          f"move it away or run the study with --out DIR")
 
 
 def local_commands(plan: Plan) -> list[list[str]]:
@@ -336,10 +366,14 @@ def stop_active(active: list[Active]) -> None:
 
 def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | None = None) -> int:
     plans = planned_runs(study, scale, out)
+    if not dry_run:
+        refuse_other_configs(plans)
     if dry_run:
         for plan in plans:
             per_node = plan.run.workers // plan.run.nodes if plan.backend in ("ddp", "horovod") else 1
             print(f"# {plan.describe(plan.run.nodes, per_node)}")
+            if plan.status == OTHER_CONFIG:
+                print(f"#   {plan.run_dir} holds another config's run: the study would refuse to start")
             for cmd in local_commands(plan):
                 print(shlex.join(cmd))
         return 0
@@ -359,20 +393,48 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
         return 130
     print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {time.time() - started:.0f} s; "
           f"run folders in {out / study.experiment.name}; `make report` turns them into tables and figures")
+    print_comparison(plans, study)
     return 1 if failures else 0
+
+
+def print_comparison(plans: list[Plan], study: Study) -> None:
+    """This machine's results beside the committed reference's (named by its machine) and the thesis's."""
+    try:
+        from analysis.compare import comparison_text
+    except ImportError as exc:  # the analysis needs pandas; a bare trainer environment may lack it
+        print(f"(no comparison table: {exc})")
+        return
+    entries = [dict(name=p.run.name, run_dir=p.run_dir, fingerprint=p.fingerprint, experiment=p.cfg.experiment,
+                    framework=p.cfg.framework(p.backend), gpus=p.run.workers, per_gpu_batch=p.cfg.train.per_worker_batch)
+               for p in plans]
+    print(comparison_text(entries, study.kind))
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Entry point
 # ----------------------------------------------------------------------------------------------------------------
+def data_warning(study: Study, scale: str) -> str | None:
+    """One line when the runs would read ILSVRC-2012 from an unset $IMAGENET_DIR (the gpu and thesis scales)."""
+    cfg = load_config(study.config, scale, study.overrides, need_data=False)
+    if cfg.data.kind != "imagefolder" or (cfg.data.path and "$" not in cfg.data.path):
+        return None
+    unset = "IMAGENET_DIR is not set" if "IMAGENET_DIR" in cfg.data.path else "data.path is not set"
+    return (f"warning: {unset} (data.path = {cfg.data.path or 'empty'}): the runs need the ILSVRC-2012 root "
+            "(train/ and val/) where they start; export IMAGENET_DIR=..., or let a Slurm profile stage a tar")
+
+
 def run_study(experiment: Path, scale: str = "local", launcher: str = "local", cluster: str = "local",
-              dry_run: bool = False, quick: bool = False, out: Path = Path("results/runs"), seeds: int | None = None,
+              dry_run: bool = False, quick: bool = False, out: Path | None = None, seeds: int | None = None,
               overrides: list[str] = (), jobs: int | None = None) -> int:
     study = load_study(experiment, scale, quick, seeds, list(overrides))
+    out = out or (QUICK_OUT if quick else FULL_OUT)
     if study.question:
         print(f"{experiment.name}: {study.question}")
     if study.baseline:
         print(f"baseline: the 1-worker runs of {study.baseline} (`make exp{int(study.baseline[:2])}`), not retrained")
+    warning = data_warning(study, scale)
+    if warning:
+        print(warning, file=sys.stderr)
     if launcher == "slurm":
         from trainers.study_slurm import submit_all
 

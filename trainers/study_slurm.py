@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from trainers.config import ConfigError
-from trainers.study import REPO, Study, planned_runs
+from trainers.study import REPO, Study, planned_runs, refuse_other_configs
 
 
 def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tuple[int, int, int]:
@@ -36,7 +36,10 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool) -> in
     if not script.is_file():
         raise ConfigError(f"{study.experiment} has no slurm.sbatch")
     failures = 0
-    for plan in planned_runs(study, scale, out):
+    plans = planned_runs(study, scale, out)
+    if not dry_run:
+        refuse_other_configs(plans)
+    for plan in plans:
         nodes, per_node, gpus = placement(plan.run.workers, plan.backend, plan.run.nodes, profile.gpus_per_node)
         train_args = plan.trainer_args + (["--resume", "auto"] if plan.status not in ("missing",) else [])
         argv = sbatch_argv(

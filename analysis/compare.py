@@ -1,0 +1,164 @@
+"""This machine against the committed reference and the thesis: the table a study prints when it ends.
+
+Committed run folders are a reference measured on a named machine: results/reference/<label>/ holds them, with
+machine.toml saying what the machine was. A clone's own studies write to results/runs/ (gitignored), so they
+measure the machine they run on. The table matches a planned run to reference runs by config fingerprint
+(trainers/fingerprint.py), never by name, and averages over seeds only within one fingerprint.
+"""
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from pathlib import Path
+
+import pandas as pd
+
+from .runs import experiment_number, load_run
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE_ROOT = REPO / "results" / "reference"
+SEED_SUFFIX = re.compile(r"-s\d+$")
+
+
+# ============================================================================================ reference machines
+
+
+def reference_machines(root: Path = REFERENCE_ROOT) -> list[tuple[str, Path, str]]:
+    """(label, folder, one-line description) of every reference machine: a folder of root with a machine.toml."""
+    found = []
+    for folder in sorted(p for p in Path(root).glob("*") if (p / "machine.toml").is_file()):
+        try:
+            info = tomllib.loads((folder / "machine.toml").read_text())
+        except (OSError, tomllib.TOMLDecodeError):
+            info = {}
+        found.append((str(info.get("label", folder.name)), folder, str(info.get("description", ""))))
+    return found
+
+
+def run_value(run_dir: Path, kind: str) -> float:
+    """A finished run's result: steady-state images/s (throughput studies) or best validation top-1 (quality)."""
+    if not (Path(run_dir) / "config.json").is_file():
+        return math.nan
+    df, _ = load_run(run_dir)
+    runs = df[df["kind"] == "run"]
+    if runs.empty or runs["status"].iloc[0] not in ("completed", "diverged"):
+        return math.nan
+    if kind == "throughput":
+        bench = df[df["kind"] == "bench"]["steady_images_per_s"].dropna()
+        return float(bench.iloc[-1]) if len(bench) else math.nan
+    return float(runs["best_val_top1"].iloc[0])
+
+
+def reference_values(folder: Path, experiment: str, fingerprint: str, kind: str) -> list[float]:
+    """The results of a reference machine's runs of `experiment` whose config fingerprint is `fingerprint`."""
+    from trainers.fingerprint import folder_fingerprint
+
+    values = []
+    for run_dir in sorted(p for p in (folder / experiment).glob("*") if p.is_dir()):
+        if folder_fingerprint(run_dir) == fingerprint:
+            v = run_value(run_dir, kind)
+            if not math.isnan(v):
+                values.append(v)
+    return values
+
+
+# ============================================================================================ the thesis's number
+
+
+def thesis_value(ref: pd.DataFrame, experiment: str, framework: str, gpus: int, per_gpu_batch: int,
+                 kind: str) -> float:
+    """The thesis's images/s or best top-1 for the same experiment, framework and GPU count. Throughput also needs
+    the same per-GPU batch; quality takes the thesis's row whatever the batch (the miniature's is its own)."""
+    rows = ref[(ref["experiment"] == experiment_number(experiment)) & (ref["gpus"] == gpus)]
+    if framework != "emulated":  # emulated workers stand in for whichever framework the thesis ran them with
+        rows = rows[rows["framework"] == framework]
+    if kind == "throughput":
+        rows = rows[rows["per_gpu_batch"] == per_gpu_batch]
+    column = "throughput" if kind == "throughput" else "top1"
+    values = rows[column].dropna()
+    return float(values.mean()) if len(values) else math.nan
+
+
+# ============================================================================================ the table
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.2f}"
+    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return f"{mean:.2f} ± {sd:.2f} (n={len(values)})"
+
+
+def comparison_frame(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT) -> pd.DataFrame:
+    """One row per configuration (the planned runs without their seed suffix): this machine, each reference
+    machine, the thesis. entries: name, run_dir, fingerprint, experiment, framework, gpus, per_gpu_batch."""
+    from .reference import load_reference
+
+    ref = load_reference()
+    machines = reference_machines(root)
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for e in entries:
+        groups.setdefault((SEED_SUFFIX.sub("", e["name"]), e["fingerprint"]), []).append(e)
+    rows = []
+    for (config, fingerprint), members in groups.items():
+        first = members[0]
+        row = {"configuration": config, "fingerprint": fingerprint,
+               "this machine": _cell([v for v in (run_value(m["run_dir"], kind) for m in members)
+                                      if not math.isnan(v)])}
+        for label, folder, _ in machines:
+            row[f"reference: {label}"] = _cell(reference_values(folder, first["experiment"], fingerprint, kind))
+        thesis = thesis_value(ref, first["experiment"], first["framework"], first["gpus"], first["per_gpu_batch"],
+                              kind)
+        row["thesis"] = "-" if math.isnan(thesis) else f"{thesis:.2f}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def comparison_text(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT) -> str:
+    """The table as text, with a line naming each reference machine and what the numbers are."""
+    what = "steady-state images/s" if kind == "throughput" else "best validation top-1 (%)"
+    frame = comparison_frame(entries, kind, root)
+    lines = [f"{what}: this machine, the committed reference (matched by config fingerprint), the thesis "
+             f"(ResNet-50 on ILSVRC-2012, P100 GPUs: another scale unless --scale thesis)"]
+    lines.append(frame.drop(columns=["fingerprint"]).to_string(index=False))
+    for label, _, description in reference_machines(root):
+        lines.append(f"reference {label}: {description}")
+    return "\n".join(lines)
+
+
+# ============================================================================================ the report's view
+
+
+def default_runs_root(own: Path = Path("results/runs"), root: Path = REFERENCE_ROOT) -> tuple[Path, str]:
+    """(runs root, what it is) for the report: this machine's results/runs when it holds runs, else the committed
+    reference (the first machine's)."""
+    if own.is_dir() and any(own.glob("*/*/config.json")):
+        return own, "this machine"
+    machines = reference_machines(root)
+    if machines:
+        label, folder, _ = machines[0]
+        try:  # as a user would type it (and as the report's index names it)
+            folder = folder.relative_to(Path.cwd())
+        except ValueError:
+            pass
+        return folder, f"the committed reference, machine {label}"
+    return own, "this machine"
+
+
+def report_comparison(df: pd.DataFrame, root: Path = REFERENCE_ROOT) -> pd.DataFrame:
+    """Every configuration of `df`'s runs (this machine's) beside the reference machines' and the thesis's."""
+    runs = df[(df["kind"] == "run") & (df["source"] == "run")]
+    parts = []
+    for (experiment, kind), g in runs.groupby([runs["experiment"],
+                                               runs["exp"].le(3).map({True: "throughput", False: "quality"})]):
+        entries = [dict(name=r.run, run_dir=Path(r.path), fingerprint=r.fingerprint, experiment=experiment,
+                        framework=r.framework, gpus=r.gpus, per_gpu_batch=r.per_gpu_batch) for r in g.itertuples()]
+        frame = comparison_frame(entries, kind, root)
+        frame.insert(0, "measure", "steady images/s" if kind == "throughput" else "best top-1 %")
+        frame.insert(0, "experiment", experiment)
+        parts.append(frame)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

@@ -1,0 +1,182 @@
+"""The notebooks' "Reading" cells, computed from the runs shown: each function returns Markdown that states the
+thesis's finding (from its published numbers) and then, per scale, where our runs support it and where they don't.
+
+rq3_reading reads a verdict table with the columns ``finding, experiment, workers, difference, ci_low, ci_high,
+margin, verdict`` (and ``scale``; ``holds`` when present) -- results/tables/orderings.csv -- so it needs nothing
+else of analysis.findings. rq1_reading reads the study frame through the scaling and quality tables.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from . import numbers as nb
+from . import tables as tb
+
+VERDICT_COLUMNS = ["finding", "experiment", "workers", "difference", "ci_low", "ci_high", "margin", "verdict"]
+FINDINGS = {
+    "naive_degrades": "Naive scaling (learning rate fixed) degrades as the global batch grows",
+    "warmup_not_worse": "Linear scaling with warm-up is not worse than without it at 32 workers",
+    "warmup_matches_baseline": "With warm-up, the multi-worker model matches the 1-worker baseline",
+}
+
+
+def markdown(text: str):
+    """Display a reading in a notebook (the cell's last line)."""
+    from IPython.display import Markdown
+
+    return Markdown(text)
+
+
+def _pts(x: float) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.1f}"
+
+
+# ============================================================================================ RQ3
+
+
+def supports(finding: str, verdict: str, ci_low: float, margin: float) -> str:
+    """'yes' / 'no' / 'undecided': whether a verdict supports the thesis's finding (the rule of orderings.csv's
+    `holds`: naive_degrades needs `worse`; warmup_not_worse an interval above -margin; matching needs `equivalent`)."""
+    if finding == "naive_degrades":
+        return {"worse": "yes", "equivalent": "no", "better": "no"}.get(verdict, "undecided")
+    if finding == "warmup_not_worse":
+        if not (math.isnan(ci_low) or math.isnan(margin)) and ci_low > -margin:
+            return "yes"
+        return "no" if verdict == "worse" else "undecided"
+    return {"equivalent": "yes", "worse": "no", "better": "no"}.get(verdict, "undecided")
+
+
+def _thesis_claim(finding: str, ref: pd.DataFrame) -> str:
+    top1 = ref.dropna(subset=["top1"])
+
+    def one(exp, gpus, framework=None):
+        r = top1[(top1["experiment"] == exp) & (top1["gpus"] == gpus)]
+        if framework:
+            r = r[r["framework"] == framework]
+        return float(r["top1"].iloc[0]) if len(r) else math.nan
+
+    if finding == "naive_degrades":
+        return f"thesis: {one(4, 1):.1f} % at 1 GPU, {one(4, 32):.1f} % at 32 (naive, Table 10)"
+    if finding == "warmup_not_worse":
+        return (f"thesis: {one(6, 32, 'horovod+pytorch'):.1f} % with a 5-epoch stepping warm-up against "
+                f"{one(5, 32):.1f} % without, at 32 GPUs (Tables 11-12)")
+    warm = top1[top1["experiment"].isin([6, 8, 9]) & (top1["gpus"] > 1)]["top1"]
+    return (f"thesis: {warm.min():.1f}-{warm.max():.1f} % with warm-up on 8-32 GPUs against the 1-GPU "
+            f"baseline's {one(5, 1):.1f} % (Tables 11-15)")
+
+
+def _row_text(r) -> str:
+    thesis = getattr(r, "thesis_difference", math.nan)
+    return (f"exp {int(r.experiment)} at {int(r.workers)} workers ({_pts(r.difference)} points, 90 % CI "
+            f"{_pts(r.ci_low)} to {_pts(r.ci_high)}, margin ±{r.margin:g}"
+            + ("" if pd.isna(thesis) else f"; thesis {_pts(float(thesis))}") + ")")
+
+
+def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
+    """Per finding: the thesis's numbers, then per scale the comparisons that support it, fail it, or can't tell."""
+    missing = [c for c in VERDICT_COLUMNS if c not in verdicts.columns]
+    if missing:
+        return ("**Reading:** the verdict table lacks " + ", ".join(missing) + "; rerun `python -m analysis "
+                "report` with an analysis that writes equivalence verdicts.")
+    v = verdicts.copy()
+    v["scale"] = v["scale"].fillna("unknown") if "scale" in v else "unknown"
+    lines = ["**Reading, computed from the runs above** (each comparison: our mean best top-1 difference, its "
+             "90 % interval and the scale's equivalence margin; see the verdict table).", ""]
+    for finding, title in FINDINGS.items():
+        lines.append(f"*{title}* — {_thesis_claim(finding, ref)}.")
+        rows = v[v["finding"] == finding]
+        if rows.empty:
+            lines += ["- our runs: no comparison (the runs it needs are missing).", ""]
+            continue
+        for scale, g in rows.groupby("scale", sort=True):
+            g = g.sort_values(["experiment", "workers"])
+            said = ([str(h) for h in g["holds"]] if "holds" in g else
+                    [supports(finding, r.verdict, float(r.ci_low), float(r.margin)) for r in g.itertuples()])
+            parts = []
+            for word, label in (("yes", "holds"), ("no", "**fails**"), ("undecided", "no verdict (interval too wide)")):
+                hit = [_row_text(r) for r, s in zip(g.itertuples(), said) if s == word]
+                if hit:
+                    parts.append(f"{label} for " + "; ".join(hit))
+            overall = {frozenset({"yes"}): "holds everywhere", frozenset({"no"}): "fails everywhere",
+                       frozenset({"undecided"}): "undecided"}.get(frozenset(said), "mixed")
+            lines.append(f"- {scale} scale — {overall}: " + ". ".join(parts) + ".")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# ============================================================================================ RQ1
+
+
+def _speedups_by_batch(scaling: pd.DataFrame) -> list[str]:
+    """Per scale and framework with several per-GPU batches: speed-up at the most GPUs all batches reached."""
+    out = []
+    s = scaling.dropna(subset=["speedup"])
+    s = s[s["source"].isin(["thesis", "ours (steady state)"])]
+    for (scale, fw), g in s.groupby(["scale", "framework"], sort=True):
+        multi = g[g["gpus"] > 1]
+        batches = sorted(multi["per_gpu_batch"].unique())
+        who = "thesis" if scale == "thesis" and (g["source"] == "thesis").all() else f"ours, {scale}"
+        if len(batches) < 2:
+            if len(batches) == 1 and who != "thesis":
+                out.append(f"- {who}, {fw}: only per-GPU batch {int(batches[0])} ran on several workers — not "
+                           "tested.")
+            continue
+        common = set.intersection(*(set(multi.loc[multi["per_gpu_batch"] == b, "gpus"]) for b in batches))
+        if not common:
+            continue
+        gpus = max(common)
+        at = multi[multi["gpus"] == gpus].groupby("per_gpu_batch")["speedup"].mean()
+        values = [at[b] for b in batches]
+        verdict = ("smaller batch scales worse: holds" if all(x <= y for x, y in zip(values, values[1:]))
+                   else "smaller batch scales worse: **fails**")
+        out.append(f"- {who}, {fw}, {int(gpus)} GPUs/workers: speed-up " +
+                   ", ".join(f"{v:.1f}x at batch {int(b)}" for b, v in zip(batches, values)) + f" — {verdict}.")
+    return out
+
+
+def exp6_vs_exp7(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
+    """Tables 12 and 13 at 32 workers (the thesis's Horovod rows, ours Horovod or emulated), wall-clock in seconds."""
+    parts = []
+    for t in (12, 13):
+        q = tb.quality_table(df, ref, t)
+        q = q[q["framework"].isin(["horovod+pytorch", "emulated"]) & (q["gpus"] == 32)].copy()
+        q["table"] = t
+        parts.append(q)
+    return pd.concat(parts, ignore_index=True)
+
+
+def _wallclock(wall: pd.DataFrame) -> list[str]:
+    """Experiment 7 (smaller per-GPU batch) against experiment 6 at 32 workers, per scale: time and top-1."""
+    out = []
+    for scale, g in wall.groupby("scale", sort=True):
+        by = g.drop_duplicates("table").set_index("table")
+        if not {12, 13} <= set(by.index):
+            out.append(f"- {scale}: experiment {'7' if 12 in by.index else '6'} has no 32-worker runs here.")
+            continue
+        key = "thesis" if scale == "thesis" else "ours"
+        t6, t7 = by.loc[12, f"{key}_wallclock_s"], by.loc[13, f"{key}_wallclock_s"]
+        a6, a7 = by.loc[12, f"{key}_top1"], by.loc[13, f"{key}_top1"]
+        if any(pd.isna(x) for x in (t6, t7)):
+            out.append(f"- {scale}: no completed 32-worker runs of both experiments.")
+            continue
+        slower = t7 > t6
+        out.append(f"- {scale}: per-GPU batch {int(by.loc[13, 'per_gpu_batch'])} took {nb.format_duration(t7)} "
+                   f"against {nb.format_duration(t6)} at batch {int(by.loc[12, 'per_gpu_batch'])} "
+                   f"({t7 / t6:.2f}x), top-1 {a7:.1f} against {a6:.1f} % — smaller batch slower: "
+                   + ("holds." if slower else "**fails**" + (" (emulated workers: one process, no communication, "
+                                                           "so fewer images per step cost nothing extra)."
+                                                           if scale != "thesis" else ".")))
+    return out
+
+
+def rq1_reading(df: pd.DataFrame, ref: pd.DataFrame) -> str:
+    """The study frame and the thesis's tables -> the RQ1 notebook's reading."""
+    scaling, wallclock = tb.scaling_table(df, ref), exp6_vs_exp7(df, ref)
+    lines = ["**Reading, computed from the tables above.** The thesis: a smaller per-GPU batch scales worse and "
+             "takes longer for the same 90 epochs, at the same accuracy.", "", "*Scaling by per-GPU batch*"]
+    lines += _speedups_by_batch(scaling) or ["- no framework has runs at two per-GPU batches on several workers."]
+    lines += ["", "*Wall-clock, experiment 7 (smaller per-GPU batch) against experiment 6, 32 workers*"]
+    lines += _wallclock(wallclock) or ["- no rows."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,63 @@
+"""The cost table: runs x epochs x images / images/s -> GPU-hours, checked against the thesis's wall-clocks."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis import cost
+from analysis import reference as rf
+from analysis import tables as tb
+from analysis.runs import COLUMNS
+from trainers.config import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = REPO / "experiments"
+REF = rf.load_reference()
+NO_RUNS = tb.throughput_summary(pd.DataFrame(columns=COLUMNS))
+
+
+def test_work_of_a_training_and_of_a_benchmark():
+    train = load_config(EXPERIMENTS / "06_linear_scaling_stepping_warmup", "thesis", ["train.workers=32"],
+                        need_data=False)
+    assert cost.run_work(train) == (90 * 1_281_167, 32)
+    emulated = load_config(EXPERIMENTS / "06_linear_scaling_stepping_warmup", "gpu", ["train.workers=32"],
+                           need_data=False)
+    assert cost.run_work(emulated)[1] == 1  # 32 emulated workers hold one GPU
+    bench = load_config(EXPERIMENTS / "01_throughput_single_gpu", "thesis", ["train.per_worker_batch=64"],
+                        need_data=False)
+    assert cost.run_work(bench) == ((200 + 10) * 64, 1)
+
+
+def test_rate_prefers_ours_then_the_thesis_then_nothing():
+    ours = pd.DataFrame({"scale": ["thesis"], "framework": ["horovod+pytorch"], "per_gpu_batch": [128], "gpus": [32],
+                         "steady_images_per_s": [7000.0], "thesis_images_per_s": [6500.0]})
+    thesis = REF.dropna(subset=["throughput"])
+    assert cost.rate(ours, thesis, "thesis", "horovod+pytorch", 128, 32) == (7000.0, "ours (thesis scale)")
+    assert cost.rate(NO_RUNS, thesis, "thesis", "horovod+pytorch", 128, 32) == (6104.32, "thesis Table 9 (P100)")
+    assert cost.rate(NO_RUNS, thesis, "gpu", "emulated", 128, 1) == (207.11, "thesis Table 2 (P100)")
+    speed, source = cost.rate(NO_RUNS, thesis, "thesis", "horovod+pytorch", 32, 32)
+    assert math.isnan(speed) and source == "unmeasured"
+
+
+def test_experiment6_at_the_thesis_scale_against_its_own_wall_clock():
+    rows = {r["configuration"]: r for r in cost.study_rows(EXPERIMENTS / "06_linear_scaling_stepping_warmup",
+                                                           "thesis", NO_RUNS, REF)}
+    r = rows["thesis-w32"]
+    wall = 90 * 1_281_167 / 6104.32
+    assert r["run_wallclock_s"] == pytest.approx(wall)
+    assert r["gpu_hours"] == pytest.approx(32 * wall / 3600)
+    assert r["thesis_wallclock_s"] == 23760  # Table 12: 6 h 36 min
+    assert r["estimate_over_thesis"] == pytest.approx(wall / 23760)
+    assert rows["thesis-w32-ddp"]["images_per_s"] == 5696.80 and rows["thesis-w32-ddp"]["thesis_wallclock_s"] == 26280
+
+
+def test_totals_sum_runs_and_leave_unmeasured_configurations_out_loudly():
+    c = pd.DataFrame({"experiment": ["07", "07", "06"], "scale": "thesis", "runs": [1, 2, 3],
+                      "images_per_s": [math.nan, 100.0, 100.0], "run_wallclock_s": [math.nan, 3600.0, 7200.0],
+                      "gpu_hours": [math.nan, 4.0, 6.0]})
+    t = cost.totals(c).set_index("experiment")
+    assert t.loc["07", "gpu_hours"] == 4.0 and t.loc["07", "configurations_unmeasured"] == 1
+    assert t.loc["06", "sequential_wallclock_s"] == 3 * 7200.0 and t.loc["07", "runs"] == 3

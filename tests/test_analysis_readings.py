@@ -1,0 +1,87 @@
+"""The notebooks' reading cells are computed from the runs: their text follows the runs and the verdicts."""
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis import readings as rd
+from analysis import reference as rf
+from analysis.notebooks import RQ1, RQ3
+from analysis.runs import COLUMNS
+
+REF = rf.load_reference()
+
+
+def verdict_table(**change):
+    """A verdict table in orderings.csv's interface; `change` replaces the verdict of (finding, exp, workers)."""
+    rows = [("naive_degrades", 4, 32, -24.9, -27.0, -22.8, "worse"),
+            ("warmup_not_worse", 6, 32, 0.6, -1.5, 2.6, "inconclusive"),
+            ("warmup_matches_baseline", 6, 8, -0.1, -0.8, 0.6, "equivalent"),
+            ("warmup_matches_baseline", 6, 32, -4.4, -5.9, -2.9, "worse")]
+    df = pd.DataFrame(rows, columns=["finding", "experiment", "workers", "difference", "ci_low", "ci_high",
+                                     "verdict"])
+    df["margin"], df["scale"] = 1.0, "local"
+    for (finding, exp, workers), v in change.get("verdicts", {}).items():
+        df.loc[(df["finding"] == finding) & (df["experiment"] == exp) & (df["workers"] == workers), "verdict"] = v
+    return df
+
+
+def test_rq3_reading_says_where_a_finding_fails_locally():
+    text = rd.rq3_reading(verdict_table(), REF)
+    assert "thesis: 73.3 % at 1 GPU, 69.0 % at 32" in text
+    matches = next(line for line in text.splitlines() if line.startswith("- local") and "exp 6 at 8" in line)
+    assert "mixed" in matches and "holds for exp 6 at 8 workers" in matches
+    assert "**fails** for exp 6 at 32 workers (-4.4 points, 90 % CI -5.9 to -2.9, margin ±1)" in matches
+    naive = text.split("*Naive")[1].split("*Linear")[0]
+    assert "holds everywhere" in naive
+    # warmup_not_worse: the interval's low end (-1.5) is below -margin: undecided, not a pass
+    assert "undecided: no verdict (interval too wide) for exp 6 at 32 workers" in text.split("*Linear scaling with warm-up")[1].split("*With")[0]
+
+
+def test_rq3_reading_changes_when_the_verdicts_change():
+    before = rd.rq3_reading(verdict_table(), REF)
+    after = rd.rq3_reading(verdict_table(verdicts={("warmup_matches_baseline", 6, 32): "equivalent"}), REF)
+    assert before != after
+    line = next(x for x in after.splitlines() if x.startswith("- local") and "exp 6 at 8" in x)
+    assert "holds everywhere" in line and "fails" not in line
+
+
+def test_rq3_reading_prefers_the_tables_own_holds_column_and_shows_the_thesis_difference():
+    v = verdict_table()
+    v["holds"], v["thesis_difference"] = "no", -4.28
+    naive = rd.rq3_reading(v, REF).split("*Naive")[1].split("*Linear")[0]
+    assert "fails everywhere" in naive and "margin ±1; thesis -4.3)" in naive
+
+
+def test_rq3_reading_on_an_older_table_says_what_is_missing():
+    old = pd.DataFrame(columns=["scale", "finding", "ours", "difference", "se", "verdict"])
+    assert "lacks experiment, workers, ci_low, ci_high, margin" in rd.rq3_reading(old, REF)
+
+
+def quality_runs(wall6: float, wall7: float, top6: float = 58.0, top7: float = 56.0) -> pd.DataFrame:
+    """Three completed 32-worker runs each of experiments 6 and 7 at the local scale (run rows only)."""
+    rows = []
+    for exp, batch, wall, top in ((6, 4, wall6, top6), (7, 2, wall7, top7)):
+        for seed in range(3):
+            rows.append({"kind": "run", "exp": exp, "experiment": f"0{exp}_x", "run": f"w32-s{seed}",
+                         "framework": "emulated", "backend": "emulated", "scale": "local", "gpus": 32,
+                         "per_gpu_batch": batch, "global_batch": 32 * batch, "lr": 0.2 * batch,
+                         "warmup": "stepping-1", "seed": seed, "status": "completed", "diverged": False,
+                         "best_val_top1": top + seed, "best_val_top5": 90.0, "wallclock_s": wall})
+    return pd.DataFrame(rows).reindex(columns=COLUMNS)
+
+
+def test_rq1_reading_follows_the_runs():
+    faster = rd.rq1_reading(quality_runs(224.0, 200.0), REF)
+    slower = rd.rq1_reading(quality_runs(200.0, 260.0), REF)
+    local = [x for x in faster.splitlines() if x.startswith("- local scale")]
+    assert len(local) == 1 and "(0.89x)" in local[0] and "smaller batch slower: **fails**" in local[0]
+    assert "(1.30x)" in slower and "smaller batch slower: holds" in slower.split("- local scale")[1]
+    thesis = next(x for x in faster.splitlines() if x.startswith("- thesis: per-GPU batch 32"))
+    assert "(1.21x)" in thesis and "holds" in thesis  # 8 h against 6 h 36 min (Tables 12-13)
+    assert "22.7x at batch 32, 26.5x at batch 64, 26.7x at batch 128" in faster
+
+
+def test_reading_cells_are_computed_not_prose():
+    for cells in (RQ1, RQ3):
+        i = next(i for i, (kind, src) in enumerate(cells) if kind == "md" and src and src.startswith("## Reading"))
+        assert cells[i][1] == "## Reading" and cells[i + 1][0] == "code" and "_reading(" in cells[i + 1][1]

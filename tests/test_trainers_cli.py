@@ -1,0 +1,84 @@
+"""Commands an HPC user runs before launching: `trainers config`, `trainers schedule` without data, `make help`."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from trainers.__main__ import main
+from trainers.config import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+EXP6 = REPO / "experiments" / "06_linear_scaling_stepping_warmup"
+
+
+def test_config_prints_the_resolved_values_as_json(capsys, monkeypatch):
+    monkeypatch.delenv("IMAGENET_DIR", raising=False)
+    assert main(["config", str(EXP6), "--scale", "thesis", "--set", "train.workers=32", "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    res = doc["resolved"]
+    assert (res["global_batch"], res["lr"], res["warmup"], res["framework"]) == \
+        (4096, pytest.approx(1.6), "stepping, 5 epochs", "horovod+pytorch")
+    assert len(res["schedule"]) == 90 and res["schedule"][0] == pytest.approx(1.6 / 6)
+    assert doc["train"]["workers"] == 32 and doc["scale"] == "thesis"
+    assert "IMAGENET_DIR" in err  # unset: said once, on stderr
+
+
+def test_config_toml_loads_back_as_the_same_config(tmp_path, capsys):
+    assert main(["config", str(EXP6), "--scale", "local", "--set", "train.workers=16"]) == 0
+    text = capsys.readouterr().out
+    assert "#   global_batch = 64" in text and "#   lr = 0.4" in text  # 16 x 4, linear rule from 0.05 per 8
+    printed = tmp_path / "printed.toml"
+    printed.write_text(text)
+    tomllib.loads(text)  # valid TOML
+    again = load_config(printed, "local")
+    original = load_config(EXP6, "local", ["train.workers=16"])
+    assert again.to_dict() == original.to_dict() and again.resolved() == original.resolved()
+
+
+def test_schedule_and_config_need_no_data_path(tmp_path, capsys):
+    only_model = tmp_path / "resnet.toml"
+    only_model.write_text('[model]\nname = "resnet18"\n')
+    assert main(["schedule", str(only_model), "--scale", "thesis"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "epoch,lr" and len(lines) == 91 and lines[1] == "0,0.1" and lines[31] == "30,0.01"
+    assert main(["config", str(only_model)]) == 0
+    assert 'name = "resnet18"' in capsys.readouterr().out
+    assert main(["train", str(only_model), "--out", str(tmp_path / "runs")]) == 2  # training still needs data
+    assert "data.path is empty" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_help_is_plain_when_piped_and_names_every_variable():
+    out = subprocess.run(["make", "-s", "-o", ".venv/.installed", "help"], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    assert "\033" not in out
+    for var in ("SCALE=", "LAUNCHER=", "CLUSTER=", "QUICK=1", "SEEDS=N", "JOBS=N", "DRY_RUN=1", "OUT=DIR",
+                "HOROVOD=0", "SITE_TORCH=1", "IMAGENET_DIR=DIR"):
+        line = next((x for x in out.splitlines() if x.strip().startswith(var)), "")
+        assert len(line.split(None, 1)) == 2, f"{var} has no line saying what it means"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_passes_out_to_the_study(tmp_path):
+    out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "exp5", f"OUT={tmp_path}"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    assert f"--out {tmp_path}" in out
+    out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "report", f"OUT={tmp_path}"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    assert f"--runs {tmp_path}" in out
+
+
+def test_study_dry_run_warns_when_imagenet_dir_is_unset(capsys, monkeypatch):
+    monkeypatch.delenv("IMAGENET_DIR", raising=False)
+    assert main(["study", str(EXP6), "--scale", "gpu", "--dry-run"]) == 0
+    assert "IMAGENET_DIR is not set" in capsys.readouterr().err
+    monkeypatch.setenv("IMAGENET_DIR", sys.prefix)
+    assert main(["study", str(EXP6), "--scale", "gpu", "--dry-run"]) == 0
+    assert "IMAGENET_DIR" not in capsys.readouterr().err

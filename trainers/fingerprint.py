@@ -1,0 +1,55 @@
+"""A run's config fingerprint: what makes two runs the same experiment condition, seeds apart.
+
+The fingerprint is a short hash of the resolved config (every section of config.json, the scale) without what does
+not change what is trained or measured: the seed (runs of one condition differ in it), names (experiment, run),
+where data and outputs live (data.path: each machine has its own copy), how often lines are printed or checkpoints
+written, and launcher details (init_method). The study runner counts a run folder as done only when its fingerprint
+is the plan's; the analysis averages only runs that share one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from trainers.config import SECTIONS, Config, ConfigError, from_dict
+
+# section -> keys that do not enter the fingerprint
+IGNORED: dict[str, tuple[str, ...]] = {
+    "train": ("seed", "print_freq", "checkpoint", "init_method"),
+    "data": ("path",),
+    "horovod": ("timeline",),
+}
+
+
+def fingerprint_of(sections: dict[str, Any], scale: str) -> str:
+    """12 hex digits of a SHA-256 over the sections (ignored keys dropped) and the scale."""
+    kept = {name: {k: v for k, v in (sections.get(name) or {}).items() if k not in IGNORED.get(name, ())}
+            for name in SECTIONS}
+    text = json.dumps({"scale": scale, **kept}, sort_keys=True, default=list)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def config_fingerprint(cfg: Config) -> str:
+    """The fingerprint a planned run will have."""
+    return fingerprint_of(json.loads(json.dumps(cfg.to_dict(), default=list)), cfg.scale)
+
+
+def document_fingerprint(document: dict[str, Any]) -> str:
+    """The fingerprint of a config.json's contents. Read through the current schema first, so a key added since
+    the run (with the value it had then as its default) does not make an old run another condition; a document the
+    schema refuses (a key since removed) is hashed as it is."""
+    try:
+        return config_fingerprint(from_dict(document))
+    except (ConfigError, TypeError, ValueError):
+        return fingerprint_of(document, str(document.get("scale")))
+
+
+def folder_fingerprint(run_dir: Path) -> str | None:
+    """The fingerprint of a run folder's config.json; None when it has no readable one."""
+    try:
+        document = json.loads((Path(run_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return document_fingerprint(document) if isinstance(document, dict) else None

@@ -1,0 +1,54 @@
+"""`python -m trainers config CONFIG [--scale S] [--set ...] [--json]`: the merged config a run would get.
+
+JSON: the document a run saves as config.json (every setting, experiment, scale, and `resolved`: world size,
+global batch, learning rate after the scaling rule, warm-up, the per-epoch schedule). TOML: every setting as
+tables, which loads back as a config (`python -m trainers train printed.toml`), with the resolved values as
+comments on top -- TOML has no null and they are results of the settings, not settings.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from trainers.config import Config
+
+
+def document(cfg: Config) -> dict[str, Any]:
+    """What config.json holds for this config (before a launcher picks the backend of backend = "auto")."""
+    resolved = cfg.resolved()
+    lr = cfg.lr
+    resolved["warmup"] = "none" if lr.warmup == "none" else f"{lr.warmup}, {lr.warmup_epochs} epochs"
+    return {"experiment": cfg.experiment, "scale": cfg.scale, **cfg.to_dict(), "resolved": resolved}
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return json.dumps(str(v))  # a TOML basic string: JSON's escapes are valid TOML escapes
+
+
+def to_toml(doc: dict[str, Any]) -> str:
+    res = doc["resolved"]
+    lines = [f"# {doc['experiment']} at the {doc['scale']} scale, merged (defaults, scales.toml, the experiment's "
+             "tables, --set)", "# resolved (what follows from the settings):"]
+    for key, v in res.items():
+        if key == "schedule":
+            continue
+        lines.append(f"#   {key} = {'none' if v is None else toml_value(v)}")
+    lines.append("#   schedule (lr at the start of each epoch) = " + toml_value([round(x, 6) for x in res["schedule"]]))
+    for section, values in doc.items():
+        if isinstance(values, dict) and section != "resolved":
+            lines += ["", f"[{section}]"] + [f"{k} = {toml_value(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def show(cfg: Config, as_json: bool = False) -> str:
+    doc = document(cfg)
+    return json.dumps(doc, indent=2) + "\n" if as_json else to_toml(doc)
