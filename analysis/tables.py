@@ -52,11 +52,12 @@ def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
     b = df[df["kind"] == "bench"].copy()
     if b.empty:
         return pd.DataFrame(columns=CONFIG_KEYS + ["global_batch", "thesis_images_per_s", "steady_images_per_s",
-                                                   "n_runs"])
+                                                   "data_share", "n_runs"])
     b["scale"] = b["scale"].fillna("unknown")
     g = b.groupby(CONFIG_KEYS, dropna=False)
     out = g.agg(global_batch=("global_batch", "first"), thesis_images_per_s=("thesis_images_per_s", "mean"),
-                steady_images_per_s=("steady_images_per_s", "mean"), n_runs=("run", "nunique")).reset_index()
+                steady_images_per_s=("steady_images_per_s", "mean"), n_runs=("run", "nunique"),
+                data_share=("data_share", "mean")).reset_index()  # share of step time waiting for data
     return out
 
 
@@ -109,6 +110,7 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
     def row_from(o, row):
         base_thesis, base_steady = base.get((o.framework, o.per_gpu_batch, o.scale), (math.nan, math.nan))
         row.update(ours_thesis_formula=o.thesis_images_per_s, ours_steady=o.steady_images_per_s,
+                   ours_data_wait_pct=100 * o.data_share,
                    n_runs=int(o.n_runs), ours_speedup=nb.speedup(o.thesis_images_per_s, base_thesis),
                    ours_steady_speedup=nb.speedup(o.steady_images_per_s, base_steady), backend=o.backend)
         return row
@@ -117,7 +119,8 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
     for r in thesis.itertuples(index=False):
         row = {"framework": r.framework, "per_gpu_batch": r.per_gpu_batch, "nodes": r.nodes, "gpus": r.gpus,
                "thesis_images_per_s": r.throughput, "ours_thesis_formula": math.nan, "ours_steady": math.nan,
-               "ours_speedup": math.nan, "ours_steady_speedup": math.nan, "n_runs": 0, "scale": "thesis"}
+               "ours_speedup": math.nan, "ours_steady_speedup": math.nan, "ours_data_wait_pct": math.nan,
+               "n_runs": 0, "scale": "thesis"}
         for i, o in zip(ours.index, ours.itertuples(index=False)):
             if (o.framework, o.per_gpu_batch, o.gpus, o.scale) == (r.framework, r.per_gpu_batch, r.gpus, "thesis"):
                 used.add(i)
@@ -129,7 +132,7 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
                                      "gpus": o.gpus, "thesis_images_per_s": math.nan,
                                      "scale": scale_label(o.scale)}))
     cols = ["framework", "backend", "per_gpu_batch", "nodes", "gpus", "thesis_images_per_s", "ours_thesis_formula",
-            "ours_steady", "ours_speedup", "ours_steady_speedup", "n_runs", "scale"]
+            "ours_steady", "ours_speedup", "ours_steady_speedup", "ours_data_wait_pct", "n_runs", "scale"]
     return pd.DataFrame(rows, columns=cols)
 
 

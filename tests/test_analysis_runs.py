@@ -96,6 +96,7 @@ def test_thesis_tables_label_local_scale_and_match_thesis_scale(study, ):
     t8 = tb.throughput_table(study, ref, 8)  # the thesis-scale fixture run sits beside the thesis's row
     row = t8[(t8["gpus"] == 8) & (t8["scale"] == "thesis")].iloc[0]
     assert row["thesis_images_per_s"] == 1418.28 and row["n_runs"] == 1 and not math.isnan(row["ours_steady"])
+    assert 0 < row["ours_data_wait_pct"] < 100  # the data-wait column: share of step time waiting for batches
     t5 = tb.throughput_table(study, ref, 5)  # a brought upstream log at thesis scale
     row = t5[(t5["gpus"] == 2) & (t5["scale"] == "thesis")].iloc[0]
     assert row["ours_thesis_formula"] == pytest.approx(256 / round((18.532 + 199 * 0.6) / 200, 3), abs=0.005)

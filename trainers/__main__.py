@@ -60,6 +60,18 @@ def cmd_data(args) -> int:
     return 0
 
 
+def cmd_data_bench(args) -> int:
+    from trainers.data.bench import main as data_bench
+
+    return data_bench(args)
+
+
+def cmd_data_imagenet(args) -> int:
+    from trainers.data.imagenet import main as prepare_imagenet
+
+    return prepare_imagenet(args)
+
+
 def cmd_study(args) -> int:
     from trainers.study import run_study
 
@@ -124,7 +136,7 @@ def parser() -> argparse.ArgumentParser:
                     "share folders with full ones)")
     st.set_defaults(func=cmd_study)
 
-    d = sub.add_parser("data", help="make the generated ImageNet-shaped dataset")
+    d = sub.add_parser("data", help="the generated dataset, ILSVRC-2012 preparation, the data-path benchmark")
     dsub = d.add_subparsers(dest="data_command", required=True)
     g = dsub.add_parser("generate", help="write class folders of JPEGs, deterministic from a seed")
     g.add_argument("--out", required=True)
@@ -134,6 +146,24 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--image-size", type=int, default=32)
     g.add_argument("--seed", type=int, default=0)
     g.set_defaults(func=cmd_data)
+    db = dsub.add_parser("bench", help="images/s of torchvision's ImageFolder pipeline and ours on DIR, interleaved")
+    db.add_argument("dir", help="an ImageFolder (DIR/train/<class>/*.jpg, or DIR/<class>/*.jpg)")
+    db.add_argument("--workers", type=int, default=0, help="loader worker processes (0: the main process only)")
+    db.add_argument("--decoder", choices=["cpu", "gpu", "pil"], default="cpu", help="our decoder (data.decoder)")
+    db.add_argument("--batch", type=int, default=32)
+    db.add_argument("--rounds", type=int, default=3, help="timed passes of each pipeline, alternating")
+    db.add_argument("--threads", type=int, default=1, help="torch threads (1: images/s per core)")
+    db.add_argument("--json", action="store_true", help="print the result as JSON")
+    db.set_defaults(func=cmd_data_bench)
+    im = dsub.add_parser("imagenet", help="ILSVRC-2012 tarballs -> DIR/train/<wnid>/, DIR/val/<wnid>/ (+ a tar)")
+    im.add_argument("--train-tar", required=True, help="ILSVRC2012_img_train.tar")
+    im.add_argument("--val-tar", required=True, help="ILSVRC2012_img_val.tar")
+    im.add_argument("--devkit", required=True, help="ILSVRC2012_devkit_t12.tar.gz")
+    im.add_argument("--out", required=True, help="the data set folder (data.path)")
+    im.add_argument("--resize", type=int, help="also write DIR-<N>/ with every image's shorter side N (e.g. 256)")
+    im.add_argument("--no-verify", action="store_true", help="skip the archives' published MD5 checks")
+    im.add_argument("--no-tar", action="store_true", help="don't write the staging tar")
+    im.set_defaults(func=cmd_data_imagenet)
 
     b = sub.add_parser("bench", help="the trainer's overhead: vs a hand-written loop, and emulated workers' cost")
     b.add_argument("--model", default="resnet50")

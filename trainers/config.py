@@ -46,6 +46,8 @@ class DataConfig:
     image_size: int = 224
     loader_workers: int = 4  # the thesis's 4 loader threads per GPU
     val_mode: str = "every_rank"  # the thesis's scripts validate the full set on every rank; or "sharded"
+    decoder: str = "cpu"  # imagefolder: "cpu" (decode only the crop, uint8), "gpu" (nvJPEG) or "pil" (torchvision's)
+    max_image_pixels: int = 89_478_485  # larger images (by their header) count as unreadable: Pillow's bomb limit
     # the generated dataset (made on first use into .cache/; see trainers/data.py)
     classes: int = 100
     per_class: int = 200
@@ -316,6 +318,7 @@ def validate(cfg: Config, need_data: bool = True) -> None:
         ("train.print_freq", t.print_freq),
         ("model.num_classes", cfg.model.num_classes),
         ("data.image_size", d.image_size),
+        ("data.max_image_pixels", d.max_image_pixels),
         ("lr.base", lr.base),
         ("lr.base_batch", lr.base_batch),
         ("lr.step_every", lr.step_every),
@@ -333,6 +336,7 @@ def validate(cfg: Config, need_data: bool = True) -> None:
                           f"{t.backend!r} has none (use backend = 'emulated' or leave it 0)")
     one_of("data.kind", d.kind, ("imagefolder", "generated", "synthetic"))
     one_of("data.val_mode", d.val_mode, ("every_rank", "sharded"))
+    one_of("data.decoder", d.decoder, ("cpu", "gpu", "pil"))
     one_of("lr.scaling", lr.scaling, lr_policy.SCALINGS)
     one_of("lr.warmup", lr.warmup, lr_policy.WARMUPS)
     one_of("lr.decay", lr.decay, lr_policy.DECAYS)

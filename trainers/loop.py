@@ -160,7 +160,8 @@ class Trainer:
         # Data first: generating the miniature dataset may take a minute, and no peer should be waiting on us.
         self.train_ds, self.val_ds = data.build_datasets(
             cfg.data.kind, cfg.data.path, cfg.data.image_size, cfg.model.num_classes, t.seed,
-            generated=generated_spec(cfg), synthetic_size=cfg.data.synthetic_images,
+            generated=generated_spec(cfg), synthetic_size=cfg.data.synthetic_images, decoder=cfg.data.decoder,
+            max_pixels=cfg.data.max_image_pixels,
         )
         self.backend = backends.create(cfg, launch, backend_name)
         b = self.backend
@@ -185,8 +186,9 @@ class Trainer:
             b.broadcast_initial_state(self.model, self.optimizer)
         self.fit_workers_per_pass()
         self.stop = StopSignal()
-        self.skipped = 0
         self.time_split = {"data_s": 0.0, "compute_s": 0.0, "comm_s": 0.0}
+        self.unreadable = {"train": set(), "val": set()}  # this epoch's unreadable files (sample indices)
+        self.data_s = self.step_s = self.epoch_data_share = 0.0  # waiting for batches / whole steps
 
     def fit_workers_per_pass(self) -> None:
         """Emulated workers on a GPU with workers_per_pass = 0: the most whole workers one pass holds, measured."""
@@ -298,8 +300,8 @@ class Trainer:
         end = time.time()
         for i, (images, target, skipped) in enumerate(loader, start=self.start_step):
             data_time.update(time.time() - end)
-            self.skipped += int(skipped)
-            images, target = images.to(b.device, non_blocking=True), target.to(b.device, non_blocking=True)
+            self.unreadable["train"].update(skipped)
+            images, target = data.to_device(images, b.device), target.to(b.device, non_blocking=True)
             lr = lr_at(epoch, i, n, self.policy)
             self.set_lr(lr)
             output, loss = self.step(images, target)
@@ -317,6 +319,8 @@ class Trainer:
             end = time.time()
         self.start_step = 0
         self.time_split = time_split(data_time.sum, batch_time.sum, b.comm_seconds() - comm_start)
+        self.data_s, self.step_s = self.data_s + data_time.sum, self.step_s + batch_time.sum
+        self.epoch_data_share = data_time.sum / batch_time.sum if batch_time.sum else 0.0
         return sums
 
     def log_iteration(self, epoch, i, n, lr, size, batch_time, data_time, losses, top1, top5) -> None:
@@ -349,22 +353,25 @@ class Trainer:
             self.val_ds, [indices[i: i + batch] for i in range(0, len(indices), batch)],
             self.cfg.data.loader_workers, b.device.type == "cuda",
         )
-        batch_time, totals, sums = AverageMeter(), DeviceTotals(b.device), Sums()
+        batch_time, totals = AverageMeter(), DeviceTotals(b.device)
         self.model.eval()
         end = time.time()
         with torch.no_grad():
-            for i, (images, target, _) in enumerate(loader):
-                images, target = images.to(b.device, non_blocking=True), target.to(b.device, non_blocking=True)
+            for i, (images, target, skipped) in enumerate(loader):
+                self.unreadable["val"].update(skipped)  # excluded from the batch, never replaced
+                if not len(target):
+                    continue
+                images, target = data.to_device(images, b.device), target.to(b.device, non_blocking=True)
                 with self.compute.autocast():
                     output = self.model(self.compute.layout(images))
                     loss = self.criterion(output, target)
                 totals.add(loss, output, target)
-                if i % self.cfg.train.print_freq == 0 or i == len(loader) - 1:
-                    _, losses, top1, top5, sums = totals.read()
                 batch_time.update(time.time() - end)
                 end = time.time()
                 if i % self.cfg.train.print_freq == 0:
+                    _, losses, top1, top5, _ = totals.read()
                     self.run.log(test_line(i, len(loader), batch_time, losses, top1, top5), progress=True)
+        sums = totals.read()[4]  # after the last batch, also when that one held only unreadable files
         # "every_rank" (the thesis): each rank saw the whole set, so rank 0's sums are exact already
         return sums.reduced(b) if self.cfg.data.val_mode == "sharded" else sums
 
@@ -378,16 +385,34 @@ class Trainer:
             val_loss, val_top1, val_top5 = val.means()
             self.run.log(summary_line(val_top1, val_top5))
             self.best_top1 = max(self.best_top1, val_top1)
+            unreadable = self.count_unreadable(epoch)
             self.run.record(
                 "epoch", epoch=epoch, lr=lr_at(epoch, 0, 1, self.policy), train_loss=train_loss,
                 train_top1=train_top1, train_top5=train_top5, val_loss=val_loss, val_top1=val_top1,
-                val_top5=val_top5, epoch_time=time.time() - started, images=train.images, skipped_images=self.skipped,
-                **self.time_split,
+                val_top5=val_top5, epoch_time=time.time() - started, images=train.images,
+                skipped_images=unreadable["train"], skipped_val_images=unreadable["val"],
+                data_share=self.epoch_data_share, **self.time_split,
             )
             self.save(epoch + 1, 0, Sums())
-            self.run.update_manifest(epochs_done=epoch + 1, best_val_top1=self.best_top1)
+            self.run.update_manifest(epochs_done=epoch + 1, best_val_top1=self.best_top1,
+                                     unreadable_images=self.run.manifest.get("unreadable_images", {}),
+                                     data_wait_share=self.data_s / self.step_s if self.step_s else None)
             if self.stop.received is not None and epoch + 1 < self.cfg.train.epochs:
                 raise Preempted(f"stopped by a signal after epoch {epoch}; checkpoint written")
+
+    def count_unreadable(self, epoch: int) -> dict[str, int]:
+        """This epoch's distinct unreadable files per split, summed over ranks (each sample index has one owner;
+        every_rank validation counts on rank 0 alone), into the manifest's unreadable_images[split][epoch]."""
+        b = self.backend
+        local = [float(len(self.unreadable["train"])), float(len(self.unreadable["val"]))]
+        counts = b.all_reduce_sum(torch.tensor(local, dtype=torch.float64, device=b.device)).tolist()
+        result = {"train": int(counts[0]), "val": int(counts[1]) if self.cfg.data.val_mode == "sharded"
+                  else len(self.unreadable["val"])}
+        per_epoch = self.run.manifest.setdefault("unreadable_images", {})
+        for split, n in result.items():
+            per_epoch.setdefault(split, {})[str(epoch)] = n
+        self.unreadable = {"train": set(), "val": set()}
+        return result
 
     def benchmark(self) -> None:
         """Time `bench.batches` training steps after `bench.warmup_batches` untimed ones, on the configured data."""
@@ -415,7 +440,7 @@ class Trainer:
                 comm_start = b.comm_seconds()
             images, target, _ = next(source)
             data_time.update(time.time() - end)
-            images, target = images.to(b.device, non_blocking=True), target.to(b.device, non_blocking=True)
+            images, target = data.to_device(images, b.device), target.to(b.device, non_blocking=True)
             output, loss = self.step(images, target)
             totals.add(loss, output, target)
             logged = i in read_at or i % cfg.train.print_freq == 0
@@ -437,6 +462,14 @@ class Trainer:
             data_share=sum(data_times[warm:]) / sum(steady),
             **time_split(sum(data_times[warm:]), sum(steady), b.comm_seconds() - comm_start),
         )
+        self.data_s, self.step_s = sum(data_times[warm:]), sum(steady)
+        self.run.update_manifest(data_wait_share=self.data_s / self.step_s)
+
+
+def data_wait_line(share: float) -> str:
+    """The run summary's answer to "was data the bottleneck?"."""
+    hint = "; more data.loader_workers or data.decoder = \"gpu\" would help" if share > 0.1 else ""
+    return f"=> waiting for data: {100 * share:.1f} % of step time{hint}"
 
 
 def time_split(data_s: float, steps_s: float, comm_s: float) -> dict[str, float]:
@@ -524,8 +557,11 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
         trainer.stop.restore()
         b.close()
     done = cfg.train.epochs if cfg.bench.batches == 0 else 0
-    if trainer.skipped:
-        run.log(f"=> skipped {trainer.skipped} unreadable images")
+    for split, per_epoch in run.manifest.get("unreadable_images", {}).items():
+        if any(per_epoch.values()):
+            run.log(f"=> unreadable {split} images per epoch: {max(per_epoch.values())} (manifest unreadable_images)")
+    if trainer.step_s:
+        run.log(data_wait_line(trainer.data_s / trainer.step_s))
     run.status("completed", done, exit_code=EXIT_COMPLETED)
     return EXIT_COMPLETED
 

@@ -94,7 +94,8 @@ def training_batches(cfg, seed: int) -> Iterator:
     """Endless per-worker batches of the run's training set, with its training transforms, in a seeded order."""
     train_ds, _ = data.build_datasets(
         cfg.data.kind, cfg.data.path, cfg.data.image_size, cfg.model.num_classes, cfg.train.seed,
-        generated=generated_spec(cfg), synthetic_size=cfg.data.synthetic_images,
+        generated=generated_spec(cfg), synthetic_size=cfg.data.synthetic_images, decoder=cfg.data.decoder,
+        max_pixels=cfg.data.max_image_pixels,
     )
     epoch = 0
     while True:
@@ -102,7 +103,7 @@ def training_batches(cfg, seed: int) -> Iterator:
         b = cfg.train.per_worker_batch
         for s in range(0, len(order) - b + 1, b):
             batch = data.collate([train_ds[(epoch, i)] for i in order[s:s + b]])
-            yield batch.images, batch.targets
+            yield data.to_device(batch.images, torch.device("cpu")), batch.targets
         epoch += 1
 
 

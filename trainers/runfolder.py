@@ -76,7 +76,9 @@ class Epoch:
     val_top5: float
     epoch_time: float  # seconds, training and validation
     images: int  # training images over all ranks
-    skipped_images: int  # unreadable images replaced
+    skipped_images: int  # this epoch's distinct unreadable training files (each replaced by a readable one)
+    skipped_val_images: int  # this epoch's distinct unreadable validation files (left out, not replaced)
+    data_share: float  # waiting for data / step time, this epoch's training steps
     # seconds summed over this attempt's training steps on the writing rank (validation not included):
     data_s: float  # waiting for the next batch
     compute_s: float  # forward, backward and optimizer, minus communication

@@ -1,7 +1,9 @@
 """Datasets: ImageFolder (ILSVRC-2012 layout), the generated miniature, and synthetic tensors.
 
-Every dataset item is (image, target, skipped): `skipped` counts the unreadable files passed over to make
-this item, so the count survives DataLoader worker processes (the collate sums it; see sampling.py).
+Every dataset item is (image, target, unreadable): `unreadable` is (index,) when the item's own file could not
+be read (a training item is then the next readable file; a validation item's image is None and the collate
+drops it), else (); the indices travel with the batch through DataLoader worker processes (see sampling.py), so
+the loop counts distinct files per epoch.
 
 Deterministic augmentation: the random crop / flip of sample i in epoch e is a pure function of
 (seed, e, i). torchvision's v1 transforms draw from torch's global RNG, so __getitem__ seeds it from those
@@ -25,6 +27,7 @@ from torchvision import transforms
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from .generate import DataError, ensure_generated
+from .images import MAX_IMAGE_PIXELS, load_rgb
 
 log = logging.getLogger(__name__)
 
@@ -129,32 +132,26 @@ def _scan(root: Path, class_to_idx: dict[str, int] | None) -> tuple[list[str], l
     return classes, samples
 
 
-def load_rgb(path: str) -> Image.Image:
-    """Decode an image fully as RGB (CMYK, greyscale, palette, alpha converted). Raises on a bad file."""
-    with open(path, "rb") as f:
-        img = Image.open(f)
-        img.load()  # decode now: a truncated file raises here, not later in a transform
-    if img.mode == "P" and "transparency" in img.info:
-        img = img.convert("RGBA")
-    return img.convert("RGB") if img.mode != "RGB" else img
-
-
 class ImageFolderDataset(Dataset):
-    """An ImageFolder split whose unreadable files are replaced by the next readable index, and counted.
+    """An ImageFolder split whose unreadable files are counted and, in training, replaced by the next readable
+    index (validation: excluded, `replace_unreadable=False`).
 
     The replacement keeps every rank's batch the same size (needed for exact synchronous SGD); its crop
-    is still seeded by the original index, so it stays deterministic.
+    is still seeded by the original index, so it stays deterministic. A transform with `reads_files` (the fast
+    and GPU decoders) takes the path and decodes the file itself; the others take a Pillow RGB image.
     """
 
     def __init__(self, root: Path, transform, seed: int = 0, class_to_idx: dict[str, int] | None = None,
-                 random_transform: bool = True):
+                 random_transform: bool = True, replace_unreadable: bool = True,
+                 max_pixels: int = MAX_IMAGE_PIXELS):
         self.root = Path(root)
         self.classes, self.samples = _scan(self.root, class_to_idx)
         self.class_to_idx = class_to_idx or {c: i for i, c in enumerate(self.classes)}
         self.targets = [t for _, t in self.samples]
         self.transform, self.seed, self.random_transform = transform, seed, random_transform
+        self.replace_unreadable, self.max_pixels = replace_unreadable, max_pixels
         self.epoch = 0
-        self._skipped = 0  # in this process only: use the collated count for the true total
+        self._unreadable: set[int] = set()  # in this process only: use the indices the batches carry
         self._warned: set[str] = set()
 
     def __len__(self) -> int:
@@ -164,35 +161,54 @@ class ImageFolderDataset(Dataset):
         self.epoch = epoch
 
     def skipped_count(self) -> int:
-        """Unreadable files met in this process (with loader workers, read the count the batches carry)."""
-        return self._skipped
+        """Distinct unreadable files met in this process (with loader workers, read what the batches carry)."""
+        return len(self._unreadable)
 
-    def _load(self, index: int) -> tuple[Image.Image, int, int]:
-        for skipped in range(len(self.samples)):
-            path, target = self.samples[(index + skipped) % len(self.samples)]
-            try:
-                return load_rgb(path), target, skipped
-            except Exception as e:  # noqa: BLE001 - any undecodable file: skip it, count it, go on
-                self._skipped += 1
-                if path not in self._warned:
-                    self._warned.add(path)
-                    log.warning("skipping unreadable image %s (%s: %s)", path, type(e).__name__, e)
-        raise DataError(f"{self.root}: no readable image in {len(self.samples)} files")
-
-    def __getitem__(self, item):
-        epoch, index = _split_index(item)
-        epoch = self.epoch if epoch is None else epoch
-        img, target, skipped = self._load(index)
+    def _transformed(self, path: str, epoch: int, index: int):
+        source = path if getattr(self.transform, "reads_files", False) else load_rgb(path, self.max_pixels)
         if not self.random_transform:
-            return self.transform(img), target, skipped
+            return self.transform(source)
         # Only the CPU generator (the one torchvision draws from): torch.manual_seed would reseed CUDA too.
         state = torch.default_generator.get_state()
         torch.default_generator.manual_seed(sample_seed(self.seed, epoch, index))
         try:
-            x = self.transform(img)
+            return self.transform(source)
         finally:
             torch.default_generator.set_state(state)
-        return x, target, skipped
+
+    def _unreadable_file(self, j: int, path: str, e: Exception) -> None:
+        self._unreadable.add(j)
+        if path not in self._warned:
+            self._warned.add(path)
+            log.warning("skipping unreadable image %s (%s: %s)", path, type(e).__name__, e)
+
+    def __getitem__(self, item):
+        epoch, index = _split_index(item)
+        epoch = self.epoch if epoch is None else epoch
+        n = len(self.samples)
+        for offset in range(n):
+            j = (index + offset) % n
+            path, target = self.samples[j]
+            try:
+                x = self._transformed(path, epoch, index)
+            except Exception as e:  # noqa: BLE001 - any undecodable file: skip it, count it, go on
+                self._unreadable_file(j, path, e)
+                if not self.replace_unreadable:
+                    return None, target, (index,)
+                continue
+            return x, target, (index,) if offset else ()
+        raise DataError(f"{self.root}: no readable image in {n} files")
+
+    def check_readable(self) -> None:
+        """DataError (one line, before training) when no file of the split can be read; stops at the first
+        readable one, so a healthy data set costs one decode."""
+        for j, (path, _) in enumerate(self.samples):
+            try:
+                self._transformed(path, 0, j)
+                return
+            except Exception as e:  # noqa: BLE001
+                self._unreadable_file(j, path, e)
+        raise DataError(f"{self.root}: none of its {len(self.samples)} image files can be read")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -220,7 +236,7 @@ class SyntheticDataset(Dataset):
             raise IndexError(index)
         g = torch.Generator().manual_seed(sample_seed(self.seed, -1, index))
         x = torch.randn(3, self.image_size, self.image_size, generator=g)
-        return x, int(torch.randint(self.num_classes, (1,), generator=g)), 0
+        return x, int(torch.randint(self.num_classes, (1,), generator=g)), ()
 
 
 def synthetic_batch(batch: int, image_size: int, num_classes: int, seed: int, device="cpu"):
@@ -235,9 +251,31 @@ def synthetic_batch(batch: int, image_size: int, num_classes: int, seed: int, de
 # The one entry point
 # ---------------------------------------------------------------------------------------------------------
 
+DECODERS = ("cpu", "gpu", "pil")
+
+
+def imagefolder_transforms(decoder: str, image_size: int, max_pixels: int = MAX_IMAGE_PIXELS):
+    """(train, val) transforms of an ImageFolder for data.decoder: "cpu" decodes only the crop, at a reduced DCT
+    scale, in uint8 (fast.py); "gpu" reads the file and its crop box, nvJPEG decodes and crops the batch on the
+    device (gpu.py); "pil" is torchvision's pipeline (Pillow, full resolution, float)."""
+    resize = round(image_size * 256 / 224)
+    if decoder == "cpu":
+        from .fast import FastTrainTransform, FastValTransform
+        return (FastTrainTransform(image_size, max_pixels=max_pixels),
+                FastValTransform(image_size, resize, max_pixels=max_pixels))
+    if decoder == "gpu":
+        from .gpu import GpuTrainPlan, GpuValPlan
+        return GpuTrainPlan(image_size, max_pixels=max_pixels), GpuValPlan(image_size, resize, max_pixels=max_pixels)
+    if decoder == "pil":
+        return imagenet_transforms(image_size)
+    raise DataError(f"data.decoder must be one of {', '.join(DECODERS)}, not {decoder!r}")
+
+
 def build_datasets(kind: str, path: str | None, image_size: int, num_classes: int, seed: int,
-                   generated: dict | None, synthetic_size: int = SYNTHETIC_TRAIN):
-    """(train_ds, val_ds) for kind "imagefolder", "generated" or "synthetic"."""
+                   generated: dict | None, synthetic_size: int = SYNTHETIC_TRAIN, decoder: str = "pil",
+                   max_pixels: int = MAX_IMAGE_PIXELS):
+    """(train_ds, val_ds) for kind "imagefolder", "generated" or "synthetic". `decoder` applies to
+    "imagefolder" (the generated images are 32-pixel JPEGs: Pillow's exact path)."""
     if kind == "synthetic":
         return (SyntheticDataset(synthetic_size, image_size, num_classes, seed),
                 SyntheticDataset(max(1, synthetic_size // 25), image_size, num_classes, seed + 1))
@@ -247,7 +285,7 @@ def build_datasets(kind: str, path: str | None, image_size: int, num_classes: in
         root = Path(path).expanduser()
         if not root.is_dir():
             raise DataError(f"data.path {root} does not exist: point it at a folder with train/ and val/")
-        train_tf, val_tf = imagenet_transforms(image_size)
+        train_tf, val_tf = imagefolder_transforms(decoder, image_size, max_pixels)
     elif kind == "generated":
         if not generated:
             raise DataError("data.kind = \"generated\" needs a data.generated table "
@@ -256,9 +294,12 @@ def build_datasets(kind: str, path: str | None, image_size: int, num_classes: in
         train_tf, val_tf = imagenet_transforms(image_size, min_scale=GENERATED_MIN_SCALE)
     else:
         raise DataError(f"data.kind must be imagefolder, generated or synthetic, not {kind!r}")
-    train = ImageFolderDataset(root / "train", train_tf, seed)
-    val = ImageFolderDataset(root / "val", val_tf, seed, class_to_idx=train.class_to_idx, random_transform=False)
+    train = ImageFolderDataset(root / "train", train_tf, seed, max_pixels=max_pixels)
+    val = ImageFolderDataset(root / "val", val_tf, seed, class_to_idx=train.class_to_idx, random_transform=False,
+                             replace_unreadable=False, max_pixels=max_pixels)
     if len(train.classes) > num_classes:
         raise DataError(f"{root}/train has {len(train.classes)} classes but the model has {num_classes} outputs: "
                         f"set model.num_classes >= {len(train.classes)}")
+    train.check_readable()
+    val.check_readable()
     return train, val

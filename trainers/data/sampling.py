@@ -120,13 +120,29 @@ class IndexBatches:
 class Batch(NamedTuple):
     images: torch.Tensor
     targets: torch.Tensor
-    skipped: int  # unreadable files replaced to make this batch (sum over its items)
+    skipped: tuple[int, ...]  # indices of this batch's unreadable files (replaced in training, dropped in validation)
+
+
+def _unreadable(bad) -> tuple[int, ...]:
+    """An item's unreadable-file indices; 0 is accepted for "none" (datasets that never skip)."""
+    if isinstance(bad, int):
+        if bad:
+            raise TypeError("a dataset item reports its unreadable files as a tuple of sample indices, not a count")
+        return ()
+    return tuple(bad)
 
 
 def collate(items) -> Batch:
-    """Stack (image, target, skipped) items; keep the skipped-file count (workers are other processes)."""
-    images, targets, skipped = zip(*items)
-    return Batch(default_collate(list(images)), torch.as_tensor(targets, dtype=torch.long), int(sum(skipped)))
+    """Stack (image, target, unreadable) items, dropping those without an image (unreadable validation files);
+    keep the unreadable indices (workers are other processes, the loop counts distinct files per epoch)."""
+    unreadable = tuple(sorted({i for _, _, bad in items for i in _unreadable(bad)}))
+    kept = [(x, y) for x, y, _ in items if x is not None]
+    if not kept:
+        return Batch(torch.empty(0), torch.empty(0, dtype=torch.long), unreadable)
+    images, targets = zip(*kept)
+    if hasattr(images[0], "collate"):  # the GPU decoder's encoded items batch themselves
+        return Batch(images[0].collate(list(images)), torch.as_tensor(targets, dtype=torch.long), unreadable)
+    return Batch(default_collate(list(images)), torch.as_tensor(targets, dtype=torch.long), unreadable)
 
 
 class _EpochTagged:
@@ -154,7 +170,7 @@ def _ignore_preemption_signals(worker_id: int) -> None:
 
 def make_loader(dataset, batch_sampler, loader_workers: int, pin_memory: bool = False) -> DataLoader:
     """A DataLoader over batch_sampler (StepBatchSampler / IndexBatches / any iterable of index lists)
-    yielding Batch(images, targets, skipped); workers persist across epochs when loader_workers > 0.
+    yielding Batch(images, targets, skipped indices); workers persist across epochs when loader_workers > 0.
     Change epochs with batch_sampler.set_epoch(e, start_step) on the sampler passed in."""
     return DataLoader(dataset, batch_sampler=_EpochTagged(batch_sampler), num_workers=loader_workers,
                       collate_fn=collate, pin_memory=pin_memory, persistent_workers=loader_workers > 0,
