@@ -354,6 +354,7 @@ class Trainer:
             self.cfg.data.loader_workers, b.device.type == "cuda",
         )
         batch_time, totals = AverageMeter(), DeviceTotals(b.device)
+        sums, read_images = Sums(), 0
         self.model.eval()
         end = time.time()
         with torch.no_grad():
@@ -369,9 +370,11 @@ class Trainer:
                 batch_time.update(time.time() - end)
                 end = time.time()
                 if i % self.cfg.train.print_freq == 0:
-                    _, losses, top1, top5, _ = totals.read()
+                    _, losses, top1, top5, sums = totals.read()
                     self.run.log(test_line(i, len(loader), batch_time, losses, top1, top5), progress=True)
-        sums = totals.read()[4]  # after the last batch, also when that one held only unreadable files
+                    read_images = totals.images
+        if totals.images != read_images:  # the sums since the last logged batch
+            sums = totals.read()[4]
         # "every_rank" (the thesis): each rank saw the whole set, so rank 0's sums are exact already
         return sums.reduced(b) if self.cfg.data.val_mode == "sharded" else sums
 
@@ -504,10 +507,13 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
     launch = backends.detect_launch()
     name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
     # Before anything in the folder is touched: a second process training this run is refused here (exit 2).
+    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # the folders this run will create
     lock = RankLock(run_dir, launch.rank)
     try:
         return train_locked(cfg, run_dir, resume, echo, launch, name)
     finally:
+        if made and not (run_dir / MANIFEST).exists():  # refused before it started (a data or config mistake)
+            lock.discard(made)
         lock.release()
 
 

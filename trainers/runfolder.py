@@ -326,6 +326,16 @@ class RankLock:
         os.write(fd, f"{os.getpid()}\n".encode())
         self.fd: int | None = fd
 
+    def discard(self, made: list[Path]) -> None:
+        """Remove the lock file (still held, so no one else can take it meanwhile) and the folders this run made
+        (innermost first) that are empty then: a run refused before it started leaves no folder behind."""
+        self.path.unlink(missing_ok=True)
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:  # something else is in it (another rank's lock, a log): it stays, restartable
+                return
+
     def release(self) -> None:
         if self.fd is not None:
             os.close(self.fd)  # closing the descriptor drops the flock
