@@ -123,6 +123,14 @@ class Trainer:
             b.broadcast_initial_state(self.model, self.optimizer)
         self.stop = StopSignal()
         self.skipped = 0
+        # The loaders are built once: each epoch only moves the sampler on (persistent workers keep running)
+        pin = b.device.type == "cuda"
+        self.train_sampler = data.StepBatchSampler(len(self.train_ds), b.shards(), self.per_shard_batch,
+                                                   seed=t.seed, shuffle=True)
+        self.train_loader = data.make_loader(self.train_ds, self.train_sampler, cfg.data.loader_workers, pin)
+        val = data.IndexBatches(data.val_indices(len(self.val_ds), b.world_size, b.rank, cfg.data.val_mode),
+                                self.per_shard_batch * len(b.shards()))
+        self.val_loader = data.make_loader(self.val_ds, val, cfg.data.loader_workers, pin)
 
     # ---- checkpoints ------------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -150,13 +158,8 @@ class Trainer:
 
     # ---- one epoch of training --------------------------------------------------------------------------------
     def batches(self, epoch: int, start_step: int):
-        sampler = data.StepBatchSampler(
-            len(self.train_ds), self.backend.shards(), self.per_shard_batch, epoch, self.cfg.train.seed,
-            shuffle=True, start_step=start_step,
-        )
-        pin = self.backend.device.type == "cuda"
-        loader = data.make_loader(self.train_ds, sampler, self.cfg.data.loader_workers, pin)
-        return loader, len(sampler)  # the full epoch's steps, also when resuming from start_step
+        self.train_sampler.set_epoch(epoch, start_step)
+        return self.train_loader, len(self.train_sampler)  # the full epoch's steps, also when resuming mid-epoch
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -229,13 +232,7 @@ class Trainer:
 
     # ---- validation ---------------------------------------------------------------------------------------
     def validate(self) -> Sums:
-        b = self.backend
-        indices = data.val_indices(len(self.val_ds), b.world_size, b.rank, self.cfg.data.val_mode)
-        batch = self.per_shard_batch * len(b.shards())
-        loader = data.make_loader(
-            self.val_ds, [indices[i: i + batch] for i in range(0, len(indices), batch)],
-            self.cfg.data.loader_workers, b.device.type == "cuda",
-        )
+        b, loader = self.backend, self.val_loader
         batch_time, losses, top1, top5 = (AverageMeter() for _ in range(4))
         sums = Sums()
         self.model.eval()

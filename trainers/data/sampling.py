@@ -124,7 +124,10 @@ class Batch(NamedTuple):
 
 
 def collate(items) -> Batch:
-    """Stack (image, target, skipped) items; keep the skipped-file count (workers are other processes)."""
+    """Stack (image, target, skipped) items; keep the skipped-file count (workers are other processes).
+    A dataset with __getitems__ (memory.DecodedDataset) makes the whole Batch itself: it passes through."""
+    if isinstance(items, Batch):
+        return items
     images, targets, skipped = zip(*items)
     return Batch(default_collate(list(images)), torch.as_tensor(targets, dtype=torch.long), int(sum(skipped)))
 
