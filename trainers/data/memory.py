@@ -70,8 +70,8 @@ def sample_uniforms(seed: int, epoch: int, indices, draws: int = DRAWS) -> np.nd
     return (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
 
 
-def crop_params(u: np.ndarray, height: int, width: int, scale: tuple[float, float], ratio=RATIO):
-    """RandomResizedCrop.get_params for a batch, from uniforms u (B, DRAWS): (top, left, h, w, flip) arrays.
+def crop_params(u: np.ndarray, height: int, width: int, scale: tuple[float, float], ratio=RATIO) -> torch.Tensor:
+    """RandomResizedCrop.get_params for a batch, from uniforms u (B, DRAWS): int64 (B, 5) of top, left, h, w, flip.
 
     Try t uses u[:, 2t] for the area and u[:, 2t + 1] for the log aspect ratio; the first try whose box fits
     wins, and if none does the whole image is taken (torchvision's fallback for in-range aspect ratios)."""
@@ -90,7 +90,7 @@ def crop_params(u: np.ndarray, height: int, width: int, scale: tuple[float, floa
     top = np.where(found, np.floor(u[:, 2 * TRIES] * (height - h + 1)).astype(np.int64), 0)
     left = np.where(found, np.floor(u[:, 2 * TRIES + 1] * (width - w + 1)).astype(np.int64), 0)
     flip = u[:, 2 * TRIES + 2] < 0.5
-    return top, left, h, w, flip
+    return torch.from_numpy(np.stack([top, left, h, w, flip.astype(np.int64)], axis=1))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -125,13 +125,14 @@ def pil_bilinear_coefficients(in_size: int, out_size: int) -> np.ndarray:
 class Resizer:
     """Crops boxes out of a batch of equal-sized square uint8 HWC images and resizes them to out x out, as
     PIL's img.crop(box).resize((out, out), BILINEAR) (then an optional horizontal flip) does, all at once;
-    the result comes channels-first, (B, 3, out, out), as int32 values 0..255.
+    the result is (B, out, out, 3) int32 holding values 0..255.
 
-    Each output pixel of a pass is a sum over a few neighbouring input pixels (its taps: 2 when enlarging):
-    one gather and one multiply-add per tap, in int32 like Pillow (the sums stay below 2^31). Pillow resizes
-    in two passes, each rounded to uint8: horizontal then vertical, except (since Pillow 13, the version
-    pinned here) vertical first when the height shrinks by more than twice as many pixels as the width. The
-    order changes a few pixels by one level, so it is followed too."""
+    Each output pixel of a pass is a sum over a few neighbouring input pixels (its taps: 2 when enlarging).
+    A pass works on the axis it resizes held first, so a tap is one row copy (index_select) and one
+    multiply-add over whole rows, in int32 like Pillow (the sums stay below 2^31). Pillow resizes in two
+    passes, each rounded to uint8: horizontal then vertical, except (since Pillow 13, the version pinned
+    here) vertical first when the height shrinks by more than twice as many pixels as the width. The order
+    changes a few pixels by one level, so it is followed too."""
 
     def __init__(self, in_size: int, out_size: int):
         self.in_size, self.out_size = in_size, out_size
@@ -151,53 +152,62 @@ class Resizer:
 
     def axis_taps(self, start: torch.Tensor, length: torch.Tensor, reverse: torch.Tensor):
         """Input indices and weights, each (B, taps, out), of boxes [start, start + length) of one axis, the
-        output reversed where `reverse` (a flip). Taps past the image's edge have weight 0."""
-        f = reverse.long()
-        index = (self.first[f, length] + start[:, None])[:, None, :] + torch.arange(self.taps)[None, :, None]
-        return index.clamp_(max=self.in_size - 1), self.weights[f, length]
+        output reversed where `reverse` (0/1: a flip). Taps past the image's edge have weight 0."""
+        index = (self.first[reverse, length] + start[:, None])[:, None, :] + torch.arange(self.taps)[None, :, None]
+        return index.clamp_(max=self.in_size - 1), self.weights[reverse, length]
 
     @staticmethod
-    def _pass(x: torch.Tensor, dim: int, index: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """One pass of x (B, 3, H, W) along dim 2 (vertical) or 3 (horizontal), rounded as Pillow rounds:
-        (sum + 2^21) >> 22, which stays in 0..255 as the weights are >= 0 and sum to 2^22 (+ rounding)."""
-        shape = [x.shape[0], 1, 1, 1]
-        shape[dim] = -1
-        size = list(x.shape)
-        size[dim] = -1
+    def _pass(x: torch.Tensor, index: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Resize axis 1 of x (B, L, R) to (B, out, R), rounded as Pillow rounds: (sum + 2^21) >> 22, which
+        stays in 0..255 as the weights are >= 0 and sum to 2^22 (+ rounding)."""
+        b, length, rest = x.shape
+        rows = x.reshape(b * length, rest)
+        base = (torch.arange(b) * length)[:, None]
         acc = None
         for t in range(index.shape[1]):
-            term = x.gather(dim, index[:, t].view(shape).expand(size)).mul_(weights[:, t].view(shape))
+            term = rows.index_select(0, (index[:, t] + base).view(-1)).view(b, -1, rest)
+            term.mul_(weights[:, t, :, None])
             acc = term if acc is None else acc.add_(term)
         return acc.add_(1 << (PRECISION_BITS - 1)).bitwise_right_shift_(PRECISION_BITS)
 
-    def _resize(self, x, horizontal, vertical, vertical_first: bool) -> torch.Tensor:
+    @staticmethod
+    def _swap(x: torch.Tensor, other: int) -> torch.Tensor:
+        """(B, A, other * 3) -> (B, other, A * 3): bring the other spatial axis first."""
+        b, a = x.shape[:2]
+        return x.view(b, a, other, 3).transpose(1, 2).reshape(b, other, a * 3)
+
+    def _resize(self, images: torch.Tensor, horizontal, vertical, vertical_first: bool) -> torch.Tensor:
+        b, s, o = images.shape[0], self.in_size, self.out_size
+        x = images.to(torch.int32)
         if vertical_first:
-            return self._pass(self._pass(x, 2, *vertical), 3, *horizontal)
-        return self._pass(self._pass(x, 3, *horizontal), 2, *vertical)
+            x = self._pass(x.view(b, s, s * 3), *vertical)  # (B, y_out, x * c)
+            x = self._pass(self._swap(x, s), *horizontal)  # (B, x_out, y_out * c)
+            return x.view(b, o, o, 3).transpose(1, 2)
+        x = self._pass(self._swap(x.view(b, s, s * 3), s), *horizontal)  # (B, x_out, y * c)
+        return self._pass(self._swap(x, s), *vertical).view(b, o, o, 3)  # (B, y_out, x_out, c)
 
     def __call__(self, images: torch.Tensor, top, left, h, w, flip) -> torch.Tensor:
-        """images (B, S, S, 3) uint8 -> (B, 3, out, out) int32."""
-        top, left, h, w, flip = (torch.as_tensor(np.asarray(a)) for a in (top, left, h, w, flip))
-        x = images.permute(0, 3, 1, 2).to(torch.int32)
+        """images (B, S, S, 3) uint8 and the boxes' int64 (B,) tensors -> (B, out, out, 3) int32."""
         horizontal = self.axis_taps(left, w, flip)
         vertical = self.axis_taps(top, h, torch.zeros_like(flip))
         o = self.out_size
         order = (h > o) & (h - o > 2 * (w - o))  # Pillow 13: vertical first
         if not order.any():
-            return self._resize(x, horizontal, vertical, False)
-        out = torch.empty(x.shape[0], 3, o, o, dtype=torch.int32)
+            return self._resize(images, horizontal, vertical, False)
+        out = torch.empty(images.shape[0], o, o, 3, dtype=torch.int32)
         for vertical_first, rows in ((False, ~order), (True, order)):
             if rows.any():
                 pick = lambda taps: tuple(t[rows] for t in taps)  # noqa: E731
-                out[rows] = self._resize(x[rows], pick(horizontal), pick(vertical), vertical_first)
+                out[rows] = self._resize(images[rows], pick(horizontal), pick(vertical), vertical_first)
         return out
 
 
 def normalize(images: torch.Tensor) -> torch.Tensor:
-    """(B, 3, H, W) uint8 values (any dtype) -> float32: ToTensor + Normalize(ImageNet), the same arithmetic."""
+    """(B, H, W, 3) uint8 values (any integer dtype) -> float32 (B, 3, H, W): ToTensor + Normalize(ImageNet),
+    the same arithmetic as datasets.ToNormalizedTensor."""
     mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
-    return images.float().div_(255).sub_(mean).div_(std).contiguous()
+    return images.permute(0, 3, 1, 2).float().div_(255).sub_(mean).div_(std).contiguous()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -208,8 +218,9 @@ class DecodedDataset(Dataset):
     """A split held as one uint8 tensor; `__getitems__` makes a whole Batch with tensor ops.
 
     train (random=True): the decoded images (N, S, S, 3); each batch is cropped, resized, flipped and
-    normalised as described above.
-    val (random=False): the images already resized and centre-cropped, (N, 3, size, size); a batch is only
+    normalised as described above. An epoch's crops and flips are drawn for all N samples at its first
+    batch (one vectorised draw, cheaper than one a batch) and kept until another epoch is asked for.
+    val (random=False): the images already resized and centre-cropped, (N, size, size, 3); a batch is only
     normalised.
     Items are addressed like ImageFolderDataset's: an index, or (epoch, index) as make_loader sends them.
     """
@@ -223,6 +234,7 @@ class DecodedDataset(Dataset):
         self.epoch = 0
         self.size = images.shape[1]
         self.resize = Resizer(self.size, image_size) if random else None
+        self._boxes: tuple[int, torch.Tensor] | None = None  # (epoch, its (N, 5) crop boxes and flips)
 
     def __len__(self) -> int:
         return len(self.images)
@@ -240,14 +252,19 @@ class DecodedDataset(Dataset):
         indices = [int(i[1]) if isinstance(i, (tuple, list)) else int(i) for i in items]
         return (epochs.pop() if epochs else self.epoch), indices
 
+    def boxes(self, epoch: int) -> torch.Tensor:
+        """(N, 5) top, left, h, w, flip of every sample in `epoch` (each a pure function of seed, epoch, index)."""
+        if self._boxes is None or self._boxes[0] != epoch:
+            u = sample_uniforms(self.seed, epoch, np.arange(len(self.images)))
+            self._boxes = epoch, crop_params(u, self.size, self.size, self.scale)
+        return self._boxes[1]
+
     def __getitems__(self, items) -> Batch:
         epoch, indices = self._split(items)
         index = torch.as_tensor(indices, dtype=torch.long)
         images = self.images[index]
         if self.random:
-            u = sample_uniforms(self.seed, epoch, indices)
-            return Batch(normalize(self.resize(images, *crop_params(u, self.size, self.size, self.scale))),
-                         self.targets[index], 0)
+            images = self.resize(images, *self.boxes(epoch)[index].unbind(1))
         return Batch(normalize(images), self.targets[index], 0)
 
     def __getitem__(self, item):
@@ -305,13 +322,13 @@ def load_decoded(root: Path) -> dict:
 
 def val_resize_crop(images: torch.Tensor, image_size: int) -> torch.Tensor:
     """Resize(round(size * 256 / 224)) + CenterCrop(size) of square uint8 (N, S, S, 3) images, as torchvision
-    does on PIL images; uint8 (N, 3, size, size)."""
+    does on PIL images; uint8 (N, size, size, 3)."""
     n, s = images.shape[0], images.shape[1]
     resized = round(image_size * 256 / 224)
-    zeros, full = np.zeros(n, dtype=np.int64), np.full(n, s, dtype=np.int64)
-    out = Resizer(s, resized)(images, zeros, zeros, full, full, np.zeros(n, dtype=bool))
+    zeros, full = torch.zeros(n, dtype=torch.long), torch.full((n,), s, dtype=torch.long)
+    out = Resizer(s, resized)(images, zeros, zeros, full, full, zeros)
     c = int(round((resized - image_size) / 2.0))
-    return out[:, :, c:c + image_size, c:c + image_size].to(torch.uint8)
+    return out[:, c:c + image_size, c:c + image_size].to(torch.uint8)
 
 
 def decoded_datasets(root: Path, image_size: int, seed: int, min_scale: float = GENERATED_MIN_SCALE):
