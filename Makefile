@@ -15,7 +15,7 @@ STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $
 
 .DEFAULT_GOAL := help
 EXPERIMENTS := $(addprefix exp,1 2 3 4 5 6 7 8 9)
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report bench bench-comm noise-scale clean $(EXPERIMENTS)
+.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report bench bench-step bench-comm noise-scale clean $(EXPERIMENTS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -59,8 +59,11 @@ exp1 exp2 exp3: horovod-if-possible
 report: setup ## Regenerate results/tables, results/figures and the notebooks from results/runs
 	$(PY) -m analysis report
 
-bench: setup ## Benchmark the trainer against a hand-written loop, and emulated workers' cost
+bench: setup bench-step ## Benchmark the trainer against a hand-written loop, and emulated workers' cost
 	$(PY) -m trainers bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32
+
+bench-step: setup ## The local step (1 x 4 and 32 x 4 workers) before/after the in-memory data -> results/bench_step.json
+	$(PY) -m trainers.bench_step --variants channels_last --json results/bench_step.json
 
 bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and the communication share (seed 002)
 	$(PY) -m trainers.bench_comm --fp16 --json results/bench_comm.json
