@@ -198,3 +198,21 @@ def test_trainer_builds_its_loaders_once_and_moves_the_sampler_on(tmp_path):
     finally:
         trainer.stop.restore()
         trainer.backend.close()
+
+
+def test_bench_step_ratios_and_run_length_estimate():
+    from trainers.bench_step import estimate, ratios
+
+    def row(workers, data, ms, val, variant="plain"):
+        return {"workers": workers, "data": data, "variant": variant, "ms_per_step_median": ms,
+                "validation_s_median": val}
+
+    table = [row(1, "before", 10.0, 4.0), row(1, "after", 5.0, 2.0), row(32, "before", 80.0, 3.0),
+             row(32, "after", 40.0, 1.0), row(32, "after", 20.0, 1.0, "compile")]
+    assert ratios(table) == {"w1_before_over_after": 2.0, "w32_before_over_after": 2.0,
+                             "w32_before_over_after+compile": 4.0}
+    est = estimate(table)
+    assert est["w1-after"] == {"18_epochs_min": round(18 * (2000 * 0.005 + 2.0) / 60, 1),
+                               "72_epochs_min": round(72 * 12.0 / 60, 1)}
+    assert est["w32-before"]["72_epochs_min"] == round(72 * (63 * 0.08 + 3.0) / 60, 1)
+    assert set(est) == {"w1-before", "w1-after", "w32-before", "w32-after", "w32-after+compile"}
