@@ -5,7 +5,8 @@
     loader = make_loader(train_ds, sampler, loader_workers, pin_memory)   # yields Batch(images, targets, skipped)
     ...; sampler.set_epoch(epoch + 1)                                         # next epoch, same loader
 
-generate.py draws the dataset and caches it, datasets.py reads images, sampling.py decides who gets what.
+generate.py draws the dataset and caches it, datasets.py reads images, sampling.py decides who gets what,
+memory.py holds the generated dataset decoded in memory and augments it a batch at a time (its default path).
 """
 
 from .datasets import (IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset, SyntheticDataset, build_datasets,
