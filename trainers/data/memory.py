@@ -8,8 +8,9 @@ tensor operations instead of one JPEG decode, PIL crop, resize and normalisation
   val:   Resize(size * 256 / 224) + CenterCrop(size), done once for the whole split when it is loaded.
 
 Exact, not approximate: the resize reproduces Pillow's fixed-point bilinear resampling (libImaging/Resample.c:
-per-output-pixel coefficients normalised and rounded to 22 fractional bits, a horizontal pass rounded to uint8,
-then a vertical one), so an image equals the PIL path's given the same crop box and flip (tests check it).
+per-output-pixel coefficients normalised and rounded to 22 fractional bits, two passes each rounded to uint8, in
+Pillow 13's order), so an image equals the PIL path's given the same crop box and flip (tests check it for every
+box shape). Another Pillow version may round a few pixels one level differently; the pinned one is 13.0.0.
 
 Per-sample determinism: the crop and flip of sample i in epoch e are drawn from a counter-based generator keyed by
 (seed, e, i) (splitmix64 of the key and the draw number), vectorised over the batch. So a sample's pixels do not
