@@ -153,6 +153,9 @@ def run(args) -> dict:
             print(f"  repeat {r + 1}/{args.repeats}: " + ", ".join(
                 f"w{w} {p}{'' if v == 'plain' else '+' + v} {1e3 * blocks[w, p, v][-1]:.1f}" for w, p, v in rows),
                 flush=True)
+        for trainer in reversed(list(trainers.values())):  # the signal handlers each trainer installed
+            trainer.stop.restore()
+            trainer.backend.close()
     table = []
     for row in rows:
         workers, path, variant = row
