@@ -29,7 +29,7 @@ SITE_TORCH ?=
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report cost bench bench-data bench-comm noise-scale clean
+.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report cost bench bench-data bench-step bench-comm noise-scale clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -98,7 +98,7 @@ report: setup ## Regenerate results/tables, figures, notebooks from results/runs
 cost: setup ## GPU-hours of every experiment at the gpu and thesis scales -> results/tables/cost.md
 	$(PY) -m analysis cost
 
-bench: setup bench-data ## Benchmark the trainer against a hand-written loop, and emulated workers' cost (a GPU: results/bench_gpu.json)
+bench: setup bench-step bench-data ## Benchmark the trainer against a hand-written loop, and emulated workers' cost (a GPU: results/bench_gpu.json)
 	$(PY) -m trainers bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32
 
 # the shared real photos beside the project, when they are there (never needed: nothing else reads them)
@@ -106,6 +106,9 @@ BENCH_PHOTOS ?= ../shared/data/hymenoptera_data
 bench-data: setup ## Our JPEG data path vs torchvision's ImageFolder + PIL, images/s per core (on BENCH_PHOTOS)
 	@if [ -d "$(BENCH_PHOTOS)" ]; then $(PY) -m trainers data bench $(BENCH_PHOTOS) --rounds 5 --json; \
 	else echo "make: no $(BENCH_PHOTOS) here; run: $(PY) -m trainers data bench <ImageFolder dir>"; fi
+
+bench-step: setup ## The local step (1 x 4 and 32 x 4 workers) before/after the in-memory data -> results/bench_step.json
+	$(PY) -m trainers.bench_step --variants channels_last --json results/bench_step.json
 
 bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and the communication share (seed 002)
 	$(PY) -m trainers.bench_comm --fp16 --json results/bench_comm.json

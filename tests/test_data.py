@@ -276,7 +276,7 @@ def test_emulated_batch_equals_real_ranks_images(cache):
 
 
 def test_reseeding_overhead_is_small(cache):
-    train, _ = build_datasets("generated", None, 16, 4, 0, TINY)
+    train, _ = build_datasets("generated", None, 16, 4, 0, TINY, decoded=False)  # the file-by-file path
     n = 200
     t = time.perf_counter()
     for i in range(n):

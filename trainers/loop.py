@@ -188,7 +188,14 @@ class Trainer:
         self.stop = StopSignal()
         self.time_split = {"data_s": 0.0, "compute_s": 0.0, "comm_s": 0.0}
         self.unreadable = {"train": set(), "val": set()}  # this epoch's unreadable files (sample indices)
-        self.data_s = self.step_s = self.epoch_data_share = 0.0  # waiting for batches / whole steps
+        self.data_s = self.step_s = self.epoch_data_share = 0.0  # waiting for batches / whole steps        # The loaders are built once: each epoch only moves the sampler on (persistent workers keep running)
+        pin = b.device.type == "cuda"
+        self.train_sampler = data.StepBatchSampler(len(self.train_ds), b.shards(), self.per_shard_batch,
+                                                   seed=t.seed, shuffle=True)
+        self.train_loader = data.make_loader(self.train_ds, self.train_sampler, cfg.data.loader_workers, pin)
+        val = data.IndexBatches(data.val_indices(len(self.val_ds), b.world_size, b.rank, cfg.data.val_mode),
+                                self.per_shard_batch * len(b.shards()))
+        self.val_loader = data.make_loader(self.val_ds, val, cfg.data.loader_workers, pin)
 
     def fit_workers_per_pass(self) -> None:
         """Emulated workers on a GPU with workers_per_pass = 0: the most whole workers one pass holds, measured."""
@@ -253,13 +260,8 @@ class Trainer:
 
     # ---- one epoch of training --------------------------------------------------------------------------------
     def batches(self, epoch: int, start_step: int):
-        sampler = data.StepBatchSampler(
-            len(self.train_ds), self.backend.shards(), self.per_shard_batch, epoch, self.cfg.train.seed,
-            shuffle=True, start_step=start_step,
-        )
-        pin = self.backend.device.type == "cuda"
-        loader = data.make_loader(self.train_ds, sampler, self.cfg.data.loader_workers, pin)
-        return loader, len(sampler)  # the full epoch's steps, also when resuming from start_step
+        self.train_sampler.set_epoch(epoch, start_step)
+        return self.train_loader, len(self.train_sampler)  # the full epoch's steps, also when resuming mid-epoch
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -346,13 +348,7 @@ class Trainer:
 
     # ---- validation ---------------------------------------------------------------------------------------
     def validate(self) -> Sums:
-        b = self.backend
-        indices = data.val_indices(len(self.val_ds), b.world_size, b.rank, self.cfg.data.val_mode)
-        batch = self.per_shard_batch * len(b.shards())
-        loader = data.make_loader(
-            self.val_ds, [indices[i: i + batch] for i in range(0, len(indices), batch)],
-            self.cfg.data.loader_workers, b.device.type == "cuda",
-        )
+        b, loader = self.backend, self.val_loader
         batch_time, totals = AverageMeter(), DeviceTotals(b.device)
         sums, read_images = Sums(), 0
         self.model.eval()

@@ -6,7 +6,8 @@
     images = to_device(batch.images, device)   # uint8 batches (data.decoder "cpu"/"gpu") normalised there
     ...; sampler.set_epoch(epoch + 1)                                         # next epoch, same loader
 
-generate.py draws the dataset and caches it, datasets.py reads images, sampling.py decides who gets what.
+generate.py draws the dataset and caches it, datasets.py reads images, sampling.py decides who gets what,
+memory.py holds the generated dataset decoded in memory and augments it a batch at a time (its default path).
 """
 
 from .datasets import (IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset, SyntheticDataset, build_datasets,

@@ -273,9 +273,10 @@ def imagefolder_transforms(decoder: str, image_size: int, max_pixels: int = MAX_
 
 def build_datasets(kind: str, path: str | None, image_size: int, num_classes: int, seed: int,
                    generated: dict | None, synthetic_size: int = SYNTHETIC_TRAIN, decoder: str = "pil",
-                   max_pixels: int = MAX_IMAGE_PIXELS):
+                   max_pixels: int = MAX_IMAGE_PIXELS, decoded: bool = True):
     """(train_ds, val_ds) for kind "imagefolder", "generated" or "synthetic". `decoder` applies to
-    "imagefolder" (the generated images are 32-pixel JPEGs: Pillow's exact path)."""
+    "imagefolder"; the generated kind (32-pixel JPEGs) is read from its decode cached in memory (memory.py) unless
+    decoded=False: then file by file with Pillow, as ImageFolder."""
     if kind == "synthetic":
         return (SyntheticDataset(synthetic_size, image_size, num_classes, seed),
                 SyntheticDataset(max(1, synthetic_size // 25), image_size, num_classes, seed + 1))
@@ -291,12 +292,20 @@ def build_datasets(kind: str, path: str | None, image_size: int, num_classes: in
             raise DataError("data.kind = \"generated\" needs a data.generated table "
                             "(classes, per_class, val_per_class, image_size, seed)")
         root = ensure_generated(generated)
+        if decoded:
+            from .memory import decoded_datasets  # imports this module
+
+            return _check_classes(root, *decoded_datasets(root, image_size, seed), num_classes)
         train_tf, val_tf = imagenet_transforms(image_size, min_scale=GENERATED_MIN_SCALE)
     else:
         raise DataError(f"data.kind must be imagefolder, generated or synthetic, not {kind!r}")
     train = ImageFolderDataset(root / "train", train_tf, seed, max_pixels=max_pixels)
     val = ImageFolderDataset(root / "val", val_tf, seed, class_to_idx=train.class_to_idx, random_transform=False,
                              replace_unreadable=False, max_pixels=max_pixels)
+    return _check_classes(root, train, val, num_classes)
+
+
+def _check_classes(root: Path, train, val, num_classes: int):
     if len(train.classes) > num_classes:
         raise DataError(f"{root}/train has {len(train.classes)} classes but the model has {num_classes} outputs: "
                         f"set model.num_classes >= {len(train.classes)}")

@@ -134,7 +134,10 @@ def _unreadable(bad) -> tuple[int, ...]:
 
 def collate(items) -> Batch:
     """Stack (image, target, unreadable) items, dropping those without an image (unreadable validation files);
-    keep the unreadable indices (workers are other processes, the loop counts distinct files per epoch)."""
+    keep the unreadable indices (workers are other processes, the loop counts distinct files per epoch).
+    A dataset with __getitems__ (memory.DecodedDataset) makes the whole Batch itself: it passes through."""
+    if isinstance(items, Batch):
+        return items
     unreadable = tuple(sorted({i for _, _, bad in items for i in _unreadable(bad)}))
     kept = [(x, y) for x, y, _ in items if x is not None]
     if not kept:

@@ -1,0 +1,264 @@
+"""The local scale's training step, before and after the in-memory data path, timed in one run.
+
+    python -m trainers.bench_step [--steps-1 200] [--steps-32 12] [--repeats 5] [--threads 1] [--interop 0]
+                                  [--variants channels_last,compile] [--copies 1] [--json results/bench_step.json]
+
+The local scale of experiment 5 (experiments/scales.toml: ResNet-8 at width 8, the generated 32-px data set),
+each step the real Trainer's whole training step (next batch, learning rate, forward, backward, SGD, meters,
+logging: Trainer.train_epoch cut to a block of steps), at
+  1 worker  x 4 images (the 1-worker baseline's step) and
+  32 workers x 4 images (emulated in one process, 128 images a step).
+  before    the JPEG files decoded and augmented one by one in the training process (ImageFolderDataset, as every
+            run read the generated data until the in-memory path), the loader built afresh for every epoch
+  after     the decoded data set in memory, augmented a batch at a time (trainers/data/memory.py), the loader
+            built once per run
+  after+channels_last, after+compile (32 workers only, with --variants): the model and its input in channels_last
+            memory format; the model wrapped in torch.compile (its compile time reported apart)
+Blocks of steps of every row are interleaved, repeats times, so a busy machine slows every row alike; a row's figure
+is its median block (ms per step), the ratio before / after of medians. Validation (the whole val split) is timed
+once per repeat and row, so `estimate` can give a run's length: epochs x (steps an epoch x step + validation).
+--copies N runs N copies of this benchmark at once (each with --threads), to see two runs side by side.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from trainers import backends, data
+from trainers.config import load_config
+from trainers.loop import Trainer, generated_spec
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENT = REPO / "experiments" / "05_linear_scaling"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A trainer whose epochs are blocks of steps, reading the data the old way or the new
+# ----------------------------------------------------------------------------------------------------------------
+class BlockTrainer(Trainer):
+    """Trainer.train_epoch cut to `steps` steps; path "before" reads the JPEGs one by one through a loader built
+    for each call (each epoch, as before), "after" the in-memory data set through the loader built once."""
+
+    steps = 1
+    path = "after"
+    channels_last = False
+
+    def use_file_datasets(self) -> None:
+        c = self.cfg
+        self.file_train, self.file_val = data.build_datasets(
+            c.data.kind, c.data.path, c.data.image_size, c.model.num_classes, c.train.seed,
+            generated=generated_spec(c), decoded=False)
+
+    def batches(self, epoch: int, start_step: int):
+        if self.path == "after":
+            loader, n = super().batches(epoch, start_step)
+            return itertools.islice(loader, self.steps), n
+        sampler = data.StepBatchSampler(len(self.file_train), self.backend.shards(), self.per_shard_batch, epoch,
+                                        self.cfg.train.seed, shuffle=True, start_step=start_step)
+        loader = data.make_loader(self.file_train, sampler, self.cfg.data.loader_workers)
+        return itertools.islice(loader, self.steps), len(sampler)
+
+    def validate(self):
+        if self.path == "after":
+            return super().validate()
+        saved = self.val_loader
+        batch = self.per_shard_batch * len(self.backend.shards())
+        indices = data.val_indices(len(self.file_val), 1, 0, self.cfg.data.val_mode)
+        self.val_loader = data.make_loader(self.file_val, data.IndexBatches(indices, batch), 0)
+        try:
+            return super().validate()
+        finally:
+            self.val_loader = saved
+
+    def step(self, images, target):
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return super().step(images, target)
+
+
+def make_trainer(workers: int, threads: int, run_dir: Path, variant: str) -> BlockTrainer:
+    overrides = [f"train.workers={workers}", "train.checkpoint=false", f"train.threads={threads}"]
+    cfg = load_config(EXPERIMENT, "local", overrides)
+    launch = backends.detect_launch()
+    trainer = BlockTrainer(cfg, run_dir / f"w{workers}-{variant}", backends.resolve(cfg, launch), launch,
+                           resume=False, echo=False)
+    trainer.use_file_datasets()
+    if variant == "channels_last":
+        trainer.channels_last = True
+        trainer.model.to(memory_format=torch.channels_last)
+    elif variant == "compile":
+        trainer.model = torch.compile(trainer.model)
+    return trainer
+
+
+def time_block(trainer: BlockTrainer, path: str, steps: int, epoch: int) -> float:
+    """Seconds per step of `steps` training steps through the real train_epoch."""
+    trainer.path, trainer.steps = path, steps
+    start = time.perf_counter()
+    trainer.train_epoch(epoch)
+    return (time.perf_counter() - start) / steps
+
+
+def time_validation(trainer: BlockTrainer, path: str) -> float:
+    trainer.path = path
+    start = time.perf_counter()
+    trainer.validate()
+    return time.perf_counter() - start
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The benchmark
+# ----------------------------------------------------------------------------------------------------------------
+def rows_to_run(variants: list[str]) -> list[tuple[int, str, str]]:
+    """(workers, data path, model variant) of every row, in the order they are interleaved."""
+    rows = [(1, "before", "plain"), (1, "after", "plain"), (32, "before", "plain"), (32, "after", "plain")]
+    return rows + [(32, "after", v) for v in variants]
+
+
+def run(args) -> dict:
+    if args.interop:
+        torch.set_num_interop_threads(args.interop)
+    torch.set_num_threads(args.threads)
+    variants = [v for v in args.variants.split(",") if v]
+    rows = rows_to_run(variants)
+    steps = {1: args.steps_1, 32: args.steps_32}
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        trainers = {}
+        for workers, _, variant in rows:
+            if (workers, variant) not in trainers:
+                trainers[workers, variant] = make_trainer(workers, args.threads, Path(tmp), variant)
+        first_step = {}
+        for workers, path, variant in rows:  # warm-up block, untimed (compile happens here: timed apart)
+            start = time.perf_counter()
+            time_block(trainers[workers, variant], path, 1, 0)
+            first_step[f"w{workers}-{path}-{variant}"] = time.perf_counter() - start
+        blocks = {row: [] for row in rows}
+        validation = {row: [] for row in rows}
+        for r in range(args.repeats):
+            for row in rows:
+                workers, path, variant = row
+                blocks[row].append(time_block(trainers[workers, variant], path, steps[workers], r + 1))
+                validation[row].append(time_validation(trainers[workers, variant], path))
+            print(f"  repeat {r + 1}/{args.repeats}: " + ", ".join(
+                f"w{w} {p}{'' if v == 'plain' else '+' + v} {1e3 * blocks[w, p, v][-1]:.1f}" for w, p, v in rows),
+                flush=True)
+        for trainer in reversed(list(trainers.values())):  # the signal handlers each trainer installed
+            trainer.stop.restore()
+            trainer.backend.close()
+    table = []
+    for row in rows:
+        workers, path, variant = row
+        entry = {"workers": workers, "per_worker_batch": 4, "images_per_step": 4 * workers, "data": path,
+                 "variant": variant, "steps_per_block": steps[workers],
+                 "ms_per_step_median": 1e3 * statistics.median(blocks[row]),
+                 "ms_per_step_min": 1e3 * min(blocks[row]), "ms_per_step_blocks": [1e3 * b for b in blocks[row]],
+                 "first_step_s": first_step[f"w{workers}-{path}-{variant}"],
+                 "validation_s_median": statistics.median(validation[row])}
+        table.append(entry)
+    return {"threads": args.threads, "interop_threads": torch.get_num_interop_threads(), "repeats": args.repeats,
+            "cpu_count": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
+            "torch": torch.__version__, "rows": table, "ratios": ratios(table), "estimate": estimate(table)}
+
+
+def _median(table, workers, path, variant="plain"):
+    row = (workers, path, variant)
+    return next(r["ms_per_step_median"] for r in table if (r["workers"], r["data"], r["variant"]) == row)
+
+
+def ratios(table: list[dict]) -> dict:
+    out = {f"w{w}_before_over_after": _median(table, w, "before") / _median(table, w, "after") for w in (1, 32)}
+    for r in table:
+        if r["variant"] != "plain":
+            out[f"w32_before_over_after+{r['variant']}"] = _median(table, 32, "before") / r["ms_per_step_median"]
+    return out
+
+
+def estimate(table: list[dict]) -> dict:
+    """Minutes for one run of experiment 5's local scale (8,000 images: 2,000 steps an epoch at 1 worker x 4,
+    63 at 32 x 4) at 18 and 72 epochs, from the medians: training steps plus one validation an epoch."""
+    steps = {1: 2000, 32: 63}
+    out = {}
+    for r in table:
+        if r["variant"] == "plain" or r["workers"] == 32:
+            epoch_s = steps[r["workers"]] * r["ms_per_step_median"] / 1e3 + r["validation_s_median"]
+            name = f"w{r['workers']}-{r['data']}" + ("" if r["variant"] == "plain" else f"+{r['variant']}")
+            out[name] = {f"{e}_epochs_min": round(e * epoch_s / 60, 1) for e in (18, 72)}
+    return out
+
+
+def print_table(result: dict) -> None:
+    print(f"threads {result['threads']}, interop {result['interop_threads']}, {result['repeats']} repeats, "
+          f"load average {result['load_average_before'][0]:.1f} -> {result['load_average_after'][0]:.1f} "
+          f"on {result['cpu_count']} cores")
+    for r in result["rows"]:
+        label = f"{r['workers']:>2} x 4 {r['data']:<6}" + ("" if r["variant"] == "plain" else f" +{r['variant']}")
+        print(f"  {label:<30} {r['ms_per_step_median']:8.2f} ms/step (min {r['ms_per_step_min']:.2f}, first step "
+              f"{r['first_step_s']:.1f} s, validation {r['validation_s_median']:.2f} s)")
+    for k, v in result["ratios"].items():
+        print(f"  {k}: {v:.2f}x")
+    for k, v in result["estimate"].items():
+        print(f"  estimate {k}: {v['18_epochs_min']} min at 18 epochs, {v['72_epochs_min']} min at 72")
+
+
+def run_copies(args) -> dict:
+    """N copies of this benchmark side by side, each in its own process; their results in one document."""
+    with tempfile.TemporaryDirectory() as tmp:
+        outputs = [Path(tmp) / f"{i}.json" for i in range(args.copies)]
+        procs = []
+        for out in outputs:
+            argv = [sys.executable, "-m", "trainers.bench_step", "--copies", "1", "--json", str(out)]
+            for name in ("steps_1", "steps_32", "repeats", "threads", "interop", "variants"):
+                argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+            procs.append(subprocess.Popen(argv, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)}))
+        codes = [p.wait() for p in procs]
+        if any(codes):
+            raise SystemExit(f"error: a copy of the benchmark failed (exit codes {codes})")
+        return {"copies": [json.loads(out.read_text()) for out in outputs]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainers.bench_step", description=__doc__.split("\n")[0])
+    p.add_argument("--steps-1", type=int, default=200, help="steps a block at 1 worker x 4")
+    p.add_argument("--steps-32", type=int, default=12, help="steps a block at 32 workers x 4")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved blocks of every row")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the study runs one per core)")
+    p.add_argument("--interop", type=int, default=0, help="torch inter-op threads (0: torch's default)")
+    p.add_argument("--variants", default="channels_last", help="32-worker model variants: channels_last,compile")
+    p.add_argument("--copies", type=int, default=1, help="run this many copies side by side")
+    p.add_argument("--json", default="results/bench_step.json", help="write the results here ('' for none)")
+    args = p.parse_args(argv)
+    unknown = set(v for v in args.variants.split(",") if v) - {"channels_last", "compile"}
+    if unknown or min(args.steps_1, args.steps_32, args.repeats, args.threads, args.copies) < 1:
+        print("error: --variants takes channels_last and/or compile; steps, repeats, threads, copies must be >= 1"
+              if unknown else "error: steps, repeats, threads and copies must be >= 1", file=sys.stderr)
+        return 2
+    command = "python -m trainers.bench_step " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.copies > 1:
+        result = run_copies(args)
+        for i, copy in enumerate(result["copies"]):
+            print(f"copy {i + 1} of {args.copies}:")
+            print_table(copy)
+    else:
+        result = run(args)
+        print_table(result)
+    result["command"] = command.strip()
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
