@@ -130,7 +130,7 @@ def test_in_memory_equals_decoding_the_jpeg_then_the_same_crop(tiny_root, image_
                                    random_transform=False)
     for i in range(len(val_files)):
         x, y, skipped = val[i]
-        assert torch.equal(x, val_files[i][0]) and y == val_files[i][1] and skipped == 0
+        assert torch.equal(x, val_files[i][0]) and y == val_files[i][1] and skipped == ()
 
 
 def test_augmentation_is_per_sample_deterministic(tiny_root):
