@@ -47,6 +47,7 @@ RQ1 = [
     ("code", "an.tables.throughput_summary(df)"),
     ("md", "## Wall-clock: per-GPU batch 32 (experiment 7) vs 128 (experiment 6), 32 GPUs"),
     ("code", "an.batch_size_wallclock(df, ref)"),
+    ("md", "## Utilisation over time (thesis Figures 22, 23 and 27), from the runs' telemetry"),
     ("code", "an.show_utilisation(df)"),
     ("md", "## Reading\n\n"
            "In the thesis's numbers a smaller per-GPU batch scales worse: Horovod+TensorFlow reaches 22.7x on 32 "

@@ -5,6 +5,7 @@ Per epoch: set the learning rate from the policy, train, validate, checkpoint. T
 """
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import signal
@@ -17,8 +18,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from trainers import backends, checkpoint, data
-from trainers.config import Config, ConfigError, check_paths
+from trainers import backends, checkpoint, data, telemetry
+from trainers.config import Config, ConfigError, check_paths, check_writable
 from trainers.lr import lr_at
 from trainers.models import build_model
 from trainers.runlog import AverageMeter, RunFolder, now_iso, summary_line, test_line, train_line, versions, git_commit
@@ -123,6 +124,8 @@ class Trainer:
             b.broadcast_initial_state(self.model, self.optimizer)
         self.stop = StopSignal()
         self.skipped = 0
+        self.started = time.time()
+        self.sampler = telemetry.start_sampler(cfg.telemetry.interval_s, b.rank, b.local_rank, self.run.log)
 
     # ---- checkpoints ------------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -208,6 +211,8 @@ class Trainer:
 
     def log_iteration(self, epoch, i, n, lr, size, batch_time, data_time, losses, top1, top5) -> None:
         self.run.log(train_line(epoch, i, n, batch_time, data_time, losses, top1, top5), progress=True)
+        if self.backend.is_main():
+            self.write_util(gather=False)
         self.run.record(
             "iter", epoch=epoch, iter=i, iters=n, lr=lr, images=size * self.backend.world_size,
             batch_time=batch_time.val, batch_time_avg=batch_time.avg, data_time=data_time.val,
@@ -226,6 +231,17 @@ class Trainer:
             return
         self.save(epoch, next_step, sums)
         raise Preempted(f"stopped by a signal at epoch {epoch}, iteration {next_step}; checkpoint written")
+
+    def write_util(self, gather: bool) -> None:
+        """Telemetry samples as util records: rank 0's own node's as it logs; with gather (a collective, so every
+        rank calls it at the same point: an epoch's end) every node's, through the backend."""
+        samples = self.sampler.drain() if self.sampler else []
+        if gather:
+            samples = [s for node in self.backend.gather_objects(samples) for s in node]
+        start = self.run.manifest.get("start")
+        origin = datetime.datetime.fromisoformat(start).timestamp() if start else self.started
+        for sample in samples:
+            self.run.record("util", **telemetry.as_record(sample, origin))
 
     # ---- validation ---------------------------------------------------------------------------------------
     def validate(self) -> Sums:
@@ -273,6 +289,7 @@ class Trainer:
                 train_top1=train_top1, train_top5=train_top5, val_loss=val_loss, val_top1=val_top1,
                 val_top5=val_top5, epoch_time=time.time() - started, images=train.images, skipped_images=self.skipped,
             )
+            self.write_util(gather=True)
             self.save(epoch + 1, 0, Sums())
             self.run.update_manifest(epochs_done=epoch + 1, best_val_top1=self.best_top1)
             if self.stop.received is not None and epoch + 1 < self.cfg.train.epochs:
@@ -319,6 +336,7 @@ class Trainer:
             batch_time_avg_at_199=sum(times[:200]) / 200 if len(times) >= 200 else None,
             data_share=sum(data_times[warm:]) / sum(steady),
         )
+        self.write_util(gather=True)
 
 
 def forever(loader):
@@ -339,6 +357,7 @@ def generated_spec(cfg: Config) -> dict | None:
 # ----------------------------------------------------------------------------------------------------------------
 def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = True) -> int:
     check_paths(cfg)
+    check_writable(run_dir)
     launch = backends.detect_launch()
     name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
     if launch.rank == 0 and not resume and (run_dir / "metrics.jsonl").exists():
@@ -378,6 +397,10 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
         return EXIT_FAILED
     finally:
         trainer.stop.restore()
+        if trainer.sampler:  # what rank 0's node sampled since the last epoch (other nodes' last samples are lost)
+            trainer.sampler.stop()
+            if b.is_main():
+                trainer.write_util(gather=False)
         b.close()
     done = cfg.train.epochs if cfg.bench.batches == 0 else 0
     if trainer.skipped:

@@ -179,6 +179,8 @@ def resolve(cfg: Config, launch: Launch) -> str:
     if name not in BACKENDS:
         raise ConfigError(f"backend {name!r} is not available; known: {', '.join(sorted(BACKENDS))}")
     check_world(cfg, launch, name)
+    if cfg.train.device == "cuda" and not torch.cuda.is_available():  # here, not after the data set is made
+        raise ConfigError("train.device = 'cuda' but no GPU is visible; use --set train.device=cpu")
     return name
 
 

@@ -1,0 +1,177 @@
+"""Telemetry: a sampler per node that records CPU, memory and GPU utilisation as `util` records.
+
+One daemon thread on the process with local rank 0 of each node samples every `telemetry.interval_s` seconds:
+  cpu_process_pct  this process and its children (data-loader workers) as a percent of all the node's logical
+                   cores, so it reads on the same 0-100 scale as cpu_system_pct (one busy core of 8 = 12.5)
+  cpu_system_pct   the whole node's CPU use over the same interval
+  mem_process_gb   resident memory of this process and its children
+  mem_system_pct   the node's memory in use
+  gpus             per GPU that NVML sees: {"index", "util_pct", "mem_used_gb", "power_w"}; empty without one
+NVML (the nvidia-ml-py package) is optional: when it is missing or fails, the sampler says so in one line and
+carries on with the CPU fields. The thread only appends samples to a buffer; the training loop drains it (rank 0
+writes its own node's samples as it logs, and gathers the other nodes' through the backend at each epoch's end,
+as only rank 0 writes metrics.jsonl). No torch import: the sampler costs one psutil call per process a sample.
+"""
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from collections import deque
+
+import psutil
+
+GB = 1024 ** 3
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# CPU and memory (psutil)
+# ----------------------------------------------------------------------------------------------------------------
+class ProcessTreeCpu:
+    """CPU seconds of a process and its live children, turned into a percent of the node between two samples."""
+
+    def __init__(self, process: psutil.Process):
+        self.process = process
+        self.cores = psutil.cpu_count() or 1
+        self.seen: dict[int, float] = {}  # pid -> CPU seconds at the last sample
+        self.last_wall = time.monotonic()
+        self.sample()  # the baseline: the first interval starts here
+
+    def tree(self) -> list[psutil.Process]:
+        try:
+            return [self.process, *self.process.children(recursive=True)]
+        except psutil.Error:
+            return [self.process]
+
+    def sample(self) -> tuple[float, float]:
+        """(cpu_process_pct, mem_process_gb) since the previous call."""
+        used, rss, now_seen = 0.0, 0, {}
+        for proc in self.tree():
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    rss += proc.memory_info().rss
+            except psutil.Error:  # a loader worker that exited just now
+                continue
+            seconds = times.user + times.system
+            now_seen[proc.pid] = seconds
+            used += seconds - self.seen.get(proc.pid, 0.0)  # a child born since the last sample: all its time
+        wall = time.monotonic()
+        elapsed, self.last_wall, self.seen = wall - self.last_wall, wall, now_seen
+        pct = 100.0 * max(used, 0.0) / (elapsed * self.cores) if elapsed > 0 else 0.0
+        return min(pct, 100.0), rss / GB
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# GPUs (NVML)
+# ----------------------------------------------------------------------------------------------------------------
+class Nvml:
+    """Per-GPU utilisation, memory and power through NVML; `available` is False (and samples empty) without it."""
+
+    def __init__(self, warn):
+        self.handles: list = []
+        self.available = False
+        try:
+            import pynvml  # the nvidia-ml-py package
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self.available = bool(self.handles)
+        except Exception as e:  # no package, no driver (NVMLError_LibraryNotFound), no GPU: CPU fields only
+            warn(f"=> telemetry: no GPU figures ({type(e).__name__}: {e}); recording CPU and memory only")
+            return
+        if not self.available:
+            warn("=> telemetry: NVML sees no GPU; recording CPU and memory only")
+
+    def sample(self) -> list[dict]:
+        if not self.available:
+            return []
+        try:
+            return [self._one(i, h) for i, h in enumerate(self.handles)]
+        except Exception as e:  # a driver hiccup must never stop training: drop GPU fields from here on
+            self.available = False
+            print(f"telemetry: NVML failed ({type(e).__name__}: {e}); recording CPU and memory only from now",
+                  file=sys.stderr, flush=True)
+            return []
+
+    def _one(self, index: int, handle) -> dict:
+        nv = self.nvml
+        util = nv.nvmlDeviceGetUtilizationRates(handle).gpu
+        mem = nv.nvmlDeviceGetMemoryInfo(handle).used
+        try:
+            power = nv.nvmlDeviceGetPowerUsage(handle) / 1000.0  # milliwatts
+        except nv.NVMLError:  # some boards don't report power
+            power = None
+        return {"index": index, "util_pct": float(util), "mem_used_gb": mem / GB, "power_w": power}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The sampler thread
+# ----------------------------------------------------------------------------------------------------------------
+class Sampler:
+    """Samples every `interval_s` seconds on a daemon thread into a buffer that `drain()` empties."""
+
+    def __init__(self, interval_s: float, rank: int, warn=print):
+        self.interval_s = interval_s
+        self.rank = rank
+        self.host = socket.gethostname()
+        self.cpu = ProcessTreeCpu(psutil.Process())
+        psutil.cpu_percent(None)  # the baseline of the node-wide figure
+        self.gpus = Nvml(warn)
+        self.buffer: deque[dict] = deque()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
+
+    def start(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.buffer.append(self.sample())
+            except Exception as e:  # never let telemetry take a run down
+                print(f"telemetry: sample failed ({type(e).__name__}: {e}); sampler stopped", file=sys.stderr)
+                return
+
+    def sample(self) -> dict:
+        cpu_pct, mem_gb = self.cpu.sample()
+        return {
+            "time": time.time(), "host": self.host, "rank": self.rank,
+            "cpu_process_pct": cpu_pct, "cpu_system_pct": psutil.cpu_percent(None),
+            "mem_process_gb": mem_gb, "mem_system_pct": psutil.virtual_memory().percent,
+            "gpus": self.gpus.sample(),
+        }
+
+    def drain(self) -> list[dict]:
+        out = []
+        while self.buffer:
+            out.append(self.buffer.popleft())
+        return out
+
+    def stop(self) -> None:
+        """Stop the thread and take a last sample (so a run shorter than the interval has one too); the samples
+        stay in the buffer for a last drain()."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        try:
+            self.buffer.append(self.sample())
+        except Exception:  # the run is ending anyway: never fail it for a sample
+            pass
+
+
+def start_sampler(interval_s: float, rank: int, local_rank: int, warn=print) -> Sampler | None:
+    """A started sampler on local rank 0 of each node when interval_s > 0; None elsewhere or when disabled.
+
+    warn: where the one line goes when there are no GPU figures (the trainer passes its train.log)."""
+    if interval_s <= 0 or local_rank != 0:
+        return None
+    return Sampler(interval_s, rank, warn).start()
+
+
+def as_record(sample: dict, run_start: float) -> dict:
+    """A sample as the fields of a `util` record: `t` in seconds since the run started, `time` when sampled."""
+    return {"t": sample["time"] - run_start, **sample}
