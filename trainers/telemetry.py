@@ -175,3 +175,62 @@ def start_sampler(interval_s: float, rank: int, local_rank: int, warn=print) -> 
 def as_record(sample: dict, run_start: float) -> dict:
     """A sample as the fields of a `util` record: `t` in seconds since the run started, `time` when sampled."""
     return {"t": sample["time"] - run_start, **sample}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Overhead: python -m trainers.telemetry overhead CONFIG [--scale S] [--set ...] [--repeats N]
+# ----------------------------------------------------------------------------------------------------------------
+def sample_cost_s(samples: int = 50) -> float:
+    """Wall seconds one sample takes (the sampler thread's whole work per interval)."""
+    sampler = Sampler(3600.0, rank=0, warn=lambda line: None)
+    started = time.perf_counter()
+    for _ in range(samples):
+        sampler.sample()
+    return (time.perf_counter() - started) / samples
+
+
+def measure_overhead(config: str, scale: str, overrides: list[str], repeats: int, out) -> dict:
+    """The same training with the sampler at the configured interval and off, interleaved (on-off, off-on, ...)."""
+    import dataclasses
+    import statistics
+    from pathlib import Path
+
+    from trainers.config import TelemetryConfig, load_config
+    from trainers.loop import run_training
+
+    base = load_config(config, scale, overrides)
+    interval = base.telemetry.interval_s or TelemetryConfig().interval_s
+    seconds: dict[str, list[float]] = {"on": [], "off": []}
+    for i in range(repeats):
+        for mode in ("on", "off") if i % 2 == 0 else ("off", "on"):
+            cfg = dataclasses.replace(base, telemetry=TelemetryConfig(interval if mode == "on" else 0.0))
+            started = time.perf_counter()
+            if run_training(cfg, Path(out) / f"{mode}-{i}", echo=False) != 0:
+                raise RuntimeError(f"the {mode} run {i} failed; see {Path(out) / f'{mode}-{i}' / 'train.log'}")
+            seconds[mode].append(time.perf_counter() - started)
+    cost = sample_cost_s()
+    return {"interval_s": interval, "seconds_on": seconds["on"], "seconds_off": seconds["off"],
+            "median_ratio_on_off": statistics.median(seconds["on"]) / statistics.median(seconds["off"]),
+            "sample_cost_s": cost, "sampler_share_of_a_core": cost / interval}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+    import tempfile
+
+    p = argparse.ArgumentParser(prog="python -m trainers.telemetry", description="the sampler's overhead")
+    sub = p.add_subparsers(dest="command", required=True)
+    o = sub.add_parser("overhead", help="one training with the sampler on and off, interleaved; prints JSON")
+    o.add_argument("config")
+    o.add_argument("--scale", default="local")
+    o.add_argument("--set", action="append", default=[])
+    o.add_argument("--repeats", type=int, default=3, help="pairs of runs (on and off)")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="telemetry-overhead-") as out:
+        print(json.dumps(measure_overhead(args.config, args.scale, args.set, args.repeats, out), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
