@@ -145,3 +145,24 @@ def test_telemetry_off_writes_no_util_records(tmp_path):
     run_dir = train_quality_run(tmp_path, "06_linear_scaling_stepping_warmup", 0.0)
     assert records(run_dir, "util") == []
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_two_nodes_samples_reach_rank_0s_metrics(tmp_path):
+    """Two torchrun 'nodes' on localhost, one rank each: both sample, rank 0 writes both nodes' util records."""
+    from tests.helpers import REPO, free_port, trainer_env
+
+    cfg = write_config(tmp_path / "n.toml", {"train": {"backend": "ddp", "epochs": 2},
+                                             "telemetry": {"interval_s": 0.05}})
+    port = str(free_port())
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+         "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port, "-m", "trainers", "train",
+         str(cfg), "--out", str(tmp_path), "--run-name", "two"],
+        env=trainer_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for node in (0, 1)]
+    for node in nodes:
+        assert node.wait(timeout=600) == 0, node.stderr.read()[-3000:]
+    util = records(tmp_path / "n" / "two", "util")
+    assert {r["rank"] for r in util} == {0, 1}
+    assert all(set(r) == UTIL_FIELDS for r in util)
