@@ -108,6 +108,8 @@ GENERATED = ["data.kind='generated'", "data.per_class=2", "data.val_per_class=1"
     (["train.backend='ddp'", "train.workers=1", "train.init_method='file:///no/such/dir/init'"],
      "error: train.init_method file:///no/such/dir/init: folder /no/such/dir does not exist"),
     (["telemetry.interval_s=-5"], "error: telemetry.interval_s = -5.0 must be >= 0"),
+    ([*GENERATED, "data.classes=2", "data.image_size=3200"], "error: data.image_size = 3200 is too large"),
+    (["data.loader_workers=100000"], "error: data.loader_workers = 100000 is more than 4 per core"),
 ])
 def test_cli_refuses_mistakes_in_one_line_before_any_folder_or_data(tmp_path, capsys, monkeypatch, sets, message):
     from trainers.__main__ import main

@@ -27,6 +27,7 @@ NON_TRAINER_TABLES = ("study", "scale")
 IMAGENET_RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
 CIFAR_RESNET_DEPTHS = {"cifar_resnet8": 8, "cifar_resnet14": 14, "cifar_resnet20": 20}
 MODELS = (*IMAGENET_RESNETS, *CIFAR_RESNET_DEPTHS)
+MAX_GENERATED_SIZE = 512  # px: the generated data set is a miniature (32 px at the local scale)
 
 
 class ConfigError(ValueError):
@@ -310,6 +311,9 @@ def check_paths(cfg: Config) -> None:
     if cfg.train.threads > cores:  # more intra-op threads than cores only slows torch down (and 10^5 exhaust the OS)
         raise ConfigError(f"train.threads = {cfg.train.threads} is more than the {cores} cores here; use 1..{cores} "
                           "or 0 for torch's default")
+    if cfg.data.loader_workers > 4 * cores:  # each is a process holding a copy of the dataset's index
+        raise ConfigError(f"data.loader_workers = {cfg.data.loader_workers} is more than 4 per core here "
+                          f"({4 * cores}); the thesis ran 4 per GPU")
     shared_file = cfg.train.init_method.removeprefix("file://")
     if cfg.train.init_method.startswith("file://") and not Path(shared_file).parent.is_dir():
         raise ConfigError(f"train.init_method {cfg.train.init_method}: folder {Path(shared_file).parent} does not "
@@ -398,6 +402,9 @@ def check_data_sizes(cfg: Config) -> None:
         for where, value in [("data.classes", d.classes), ("data.per_class", d.per_class),
                              ("data.val_per_class", d.val_per_class)]:
             positive(where, value)
+        if d.image_size > MAX_GENERATED_SIZE:  # a typo (3200 for 32) would render terabytes of JPEGs
+            raise ConfigError(f"data.image_size = {d.image_size} is too large for the generated data set "
+                              f"(at most {MAX_GENERATED_SIZE} px)")
         if d.classes > m.num_classes:
             raise ConfigError(f"data.classes = {d.classes} is more than model.num_classes = {m.num_classes}; "
                               f"the model must have an output for every class (raise model.num_classes)")

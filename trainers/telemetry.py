@@ -196,10 +196,13 @@ def measure_overhead(config: str, scale: str, overrides: list[str], repeats: int
     from pathlib import Path
 
     from trainers.config import TelemetryConfig, load_config
-    from trainers.loop import run_training
+    from trainers.data import ensure_generated
+    from trainers.loop import generated_spec, run_training
 
     base = load_config(config, scale, overrides)
     interval = base.telemetry.interval_s or TelemetryConfig().interval_s
+    if generated_spec(base):  # made once before the clock starts, not inside the first timed run
+        ensure_generated(generated_spec(base))
     seconds: dict[str, list[float]] = {"on": [], "off": []}
     for i in range(repeats):
         for mode in ("on", "off") if i % 2 == 0 else ("off", "on"):
@@ -227,8 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--set", action="append", default=[])
     o.add_argument("--repeats", type=int, default=3, help="pairs of runs (on and off)")
     args = p.parse_args(argv)
+    from trainers.config import ConfigError
+
     with tempfile.TemporaryDirectory(prefix="telemetry-overhead-") as out:
-        print(json.dumps(measure_overhead(args.config, args.scale, args.set, args.repeats, out), indent=1))
+        try:
+            print(json.dumps(measure_overhead(args.config, args.scale, args.set, args.repeats, out), indent=1))
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     return 0
 
 
