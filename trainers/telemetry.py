@@ -204,16 +204,23 @@ def measure_overhead(config: str, scale: str, overrides: list[str], repeats: int
     if generated_spec(base):  # made once before the clock starts, not inside the first timed run
         ensure_generated(generated_spec(base))
     seconds: dict[str, list[float]] = {"on": [], "off": []}
+    cpu: dict[str, list[float]] = {"on": [], "off": []}  # the process's CPU seconds: what the sampler adds, and
+    # far less disturbed than wall time by other work on a shared machine
     for i in range(repeats):
         for mode in ("on", "off") if i % 2 == 0 else ("off", "on"):
             cfg = dataclasses.replace(base, telemetry=TelemetryConfig(interval if mode == "on" else 0.0))
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             if run_training(cfg, Path(out) / f"{mode}-{i}", echo=False) != 0:
                 raise RuntimeError(f"the {mode} run {i} failed; see {Path(out) / f'{mode}-{i}' / 'train.log'}")
             seconds[mode].append(time.perf_counter() - started)
+            cpu[mode].append(time.process_time() - cpu_started)
     cost = sample_cost_s()
+    pairs = [on / off for on, off in zip(seconds["on"], seconds["off"])]  # each pair ran back to back
+    cpu_pairs = [on / off for on, off in zip(cpu["on"], cpu["off"])]
     return {"interval_s": interval, "seconds_on": seconds["on"], "seconds_off": seconds["off"],
-            "median_ratio_on_off": statistics.median(seconds["on"]) / statistics.median(seconds["off"]),
+            "pair_ratios_on_off": pairs, "median_pair_ratio": statistics.median(pairs),
+            "cpu_seconds_on": cpu["on"], "cpu_seconds_off": cpu["off"], "cpu_pair_ratios_on_off": cpu_pairs,
+            "median_cpu_pair_ratio": statistics.median(cpu_pairs),
             "sample_cost_s": cost, "sampler_share_of_a_core": cost / interval}
 
 
