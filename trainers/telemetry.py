@@ -190,7 +190,8 @@ def sample_cost_s(samples: int = 50) -> float:
 
 
 def measure_overhead(config: str, scale: str, overrides: list[str], repeats: int, out) -> dict:
-    """The same training with the sampler at the configured interval and off, interleaved (on-off, off-on, ...)."""
+    """The same training with the sampler at the configured interval and off, interleaved (on-off, off-on, ...)
+    after one untimed warm-up run."""
     import dataclasses
     import statistics
     from pathlib import Path
@@ -206,6 +207,9 @@ def measure_overhead(config: str, scale: str, overrides: list[str], repeats: int
     seconds: dict[str, list[float]] = {"on": [], "off": []}
     cpu: dict[str, list[float]] = {"on": [], "off": []}  # the process's CPU seconds: what the sampler adds, and
     # far less disturbed than wall time by other work on a shared machine
+    warm_up = dataclasses.replace(base, telemetry=TelemetryConfig(0.0))  # first-run costs (lazy imports, caches)
+    if run_training(warm_up, Path(out) / "warm-up", echo=False) != 0:
+        raise RuntimeError(f"the warm-up run failed; see {Path(out) / 'warm-up' / 'train.log'}")
     for i in range(repeats):
         for mode in ("on", "off") if i % 2 == 0 else ("off", "on"):
             cfg = dataclasses.replace(base, telemetry=TelemetryConfig(interval if mode == "on" else 0.0))
