@@ -76,7 +76,7 @@ def show_utilisation(df: pd.DataFrame):
                                       "them since trainers/telemetry.py; rerun experiments 6 and 7)"]})
     fig, axes = subplots(len(panels), 1, width=8, height=3.2)
     for ax, (title, rows, note) in zip((axes.flat if hasattr(axes, "flat") else [axes]), panels):
-        fg.plot_utilisation(rows, ax=ax, title=f"{title} ({note})" if note else title)
+        fg.plot_utilisation(rows, ax=ax, title=f"{title}\n({note})" if note else title)
     return show(fig)
 
 

@@ -206,7 +206,7 @@ def utilisation_figures(df: pd.DataFrame, out: Path) -> tuple[list[Path], list[s
             skipped.append(f"{name}: no utilisation records (runs record them since trainers/telemetry.py)")
             continue
         fig, ax = plt.subplots(figsize=(8, 3.2))
-        fg.plot_utilisation(rows, ax=ax, title=f"{title} ({note})" if note else title)
+        fg.plot_utilisation(rows, ax=ax, title=f"{title}\n({note})" if note else title)
         written.extend(fg.save(fig, out, name))
     return written, skipped
 

@@ -166,3 +166,20 @@ def test_two_nodes_samples_reach_rank_0s_metrics(tmp_path):
     util = records(tmp_path / "n" / "two", "util")
     assert {r["rank"] for r in util} == {0, 1}
     assert all(set(r) == UTIL_FIELDS for r in util)
+
+
+def test_the_node_figure_is_right_on_the_sampler_thread_first_sample():
+    """psutil.cpu_percent keeps a baseline per thread: a sampler built on one thread and sampling on another
+    must still see the CPU this process burnt in between (the bug: a first figure of 0 on a busy node)."""
+    import threading
+    import time
+
+    sampler = telemetry.Sampler(3600, rank=0, warn=lambda line: None)
+    start = time.process_time()
+    while time.process_time() - start < 0.3:  # CPU seconds, not wall: the same work on any machine
+        pass
+    got = []
+    worker = threading.Thread(target=lambda: got.append(sampler.sample()))
+    worker.start()
+    worker.join()
+    assert got[0]["cpu_system_pct"] > 0 and got[0]["cpu_process_pct"] > 0

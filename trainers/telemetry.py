@@ -63,6 +63,25 @@ class ProcessTreeCpu:
         return min(pct, 100.0), rss / GB
 
 
+class NodeCpu:
+    """The node's CPU use between two samples, from its CPU times (psutil.cpu_percent keeps its baseline per
+    thread, so its first figure in the sampler thread would be a meaningless 0)."""
+
+    def __init__(self):
+        self.last = psutil.cpu_times()
+
+    @staticmethod
+    def _busy_total(t) -> tuple[float, float]:
+        total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # guest time is in user already
+        return total - t.idle - getattr(t, "iowait", 0.0), total
+
+    def sample(self) -> float:
+        now = psutil.cpu_times()
+        (busy1, total1), (busy0, total0) = self._busy_total(now), self._busy_total(self.last)
+        self.last = now
+        return min(max(100.0 * (busy1 - busy0) / (total1 - total0), 0.0), 100.0) if total1 > total0 else 0.0
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # GPUs (NVML)
 # ----------------------------------------------------------------------------------------------------------------
@@ -118,7 +137,7 @@ class Sampler:
         self.rank = rank
         self.host = socket.gethostname()
         self.cpu = ProcessTreeCpu(psutil.Process())
-        psutil.cpu_percent(None)  # the baseline of the node-wide figure
+        self.node_cpu = NodeCpu()
         self.gpus = Nvml(warn)
         self.buffer: deque[dict] = deque()
         self._stop = threading.Event()
@@ -140,7 +159,7 @@ class Sampler:
         cpu_pct, mem_gb = self.cpu.sample()
         return {
             "time": time.time(), "host": self.host, "rank": self.rank,
-            "cpu_process_pct": cpu_pct, "cpu_system_pct": psutil.cpu_percent(None),
+            "cpu_process_pct": cpu_pct, "cpu_system_pct": self.node_cpu.sample(),
             "mem_process_gb": mem_gb, "mem_system_pct": psutil.virtual_memory().percent,
             "gpus": self.gpus.sample(),
         }
