@@ -287,8 +287,35 @@ def plot_lr_schedules(schedules: pd.DataFrame, ax=None, experiment: int | None =
     return _finish(ax, "epoch", "learning rate", legend_size=6)
 
 
+# The thesis's utilisation figures: (file name, title, experiment, framework). The thesis shows one GPU of a
+# 32-GPU run; ours show every device sampled in the experiment's runs at its largest worker count.
+UTILISATION_FIGURES = (
+    ("fig22_util_exp6_pytorch", "Figure 22. Utilisation, PyTorch, experiment 6", 6, "pytorch"),
+    ("fig23_util_exp6_horovod", "Figure 23. Utilisation, Horovod+PyTorch, experiment 6", 6, "horovod+pytorch"),
+    ("fig27_util_exp7_horovod", "Figure 27. Utilisation, Horovod+PyTorch, experiment 7", 7, "horovod+pytorch"),
+)
+EMULATED_NOTE = "emulated workers: one computation for the DDP and the Horovod row"
+
+
+def utilisation_rows(df: pd.DataFrame, exp: int, framework: str) -> tuple[pd.DataFrame, str]:
+    """The util rows one of the thesis's utilisation figures draws, and a note for its title.
+
+    The framework's own runs of the experiment at its largest worker count; where the experiment ran emulated
+    workers instead (the local scale: one process, whose computation is the DDP and the Horovod row alike),
+    those runs stand for either framework and the note says so."""
+    u = df[(df["kind"] == "util") & (df["exp"] == exp)]
+    rows, note = u[(u["framework"] == framework) & (u["backend"] != "emulated")], ""
+    if rows.empty:
+        rows = u[u["backend"] == "emulated"]
+        note = EMULATED_NOTE if len(rows) else ""
+    if len(rows):
+        rows = rows[rows["gpus"] == rows["gpus"].max()]
+    return rows, note
+
+
 def plot_utilisation(df: pd.DataFrame, ax=None, title: str | None = None):
-    """Utilisation (percent) over time from util rows, one line per run and device (thesis Figures 22, 23, 27)."""
+    """Utilisation (percent) over time from util rows, one line per run and device (thesis Figures 22, 23, 27):
+    GPUs where the runs had them, and the CPU (the process with its loader workers, and the whole node)."""
     ax = _ax(ax, figsize=(7.5, 3.2))
     u = df[df["kind"] == "util"] if "kind" in df.columns else df
     for i, ((run, dev), g) in enumerate(u.groupby(["run", "device"], dropna=False, sort=True)):

@@ -17,14 +17,13 @@ Three tools, several formats:
 * tensorflow/benchmarks ``tf_cnn_benchmarks``: ``Step\\tImg/sec\\ttotal_loss``, then
   ``1\\timages/sec: 240.4 +/- 0.0 (jitter = 0.0)\\t7.785`` and ``total images/sec: 1234.56``.
 
-Speed: the bulk (pytorch train lines, ~1M for a 90-epoch run at print frequency 1) never goes through a
-per-line regex. Lines are split as bytes, classified by a substring test, joined, their punctuation mapped to
-spaces with one ``bytes.translate`` and handed to pandas' C CSV reader. Only the rare lines (validation,
-summaries, learning-rate notes) use regular expressions. Garbled or truncated lines are skipped and counted.
+Robustness over cleverness: every parser reads the file as bytes, line by line, with regular expressions in pure
+Python, and builds its DataFrame from the matched rows, so a non-UTF-8 byte, a line cut short or two ranks' lines
+glued together cost only that line (skipped and counted in ``bad_lines``), and no result depends on the pandas
+version's CSV reader.
 """
 from __future__ import annotations
 
-import io
 import math
 import re
 from dataclasses import dataclass, field
@@ -106,13 +105,15 @@ def parse_log(path: str | Path, raw: bytes | None = None) -> ParsedLog:
 # ============================================================================================ pytorch/examples
 
 _TRAIN_MARK = b"Epoch: ["
-_PUNCT = bytes.maketrans(b"[]()/\t:<>,", b" " * 10)
-# Train tokens after the marker and translate: E I N Time t ta Data d da Loss l la Acc@1 a aa Acc@5 b ba
-_TRAIN_USE = [0, 1, 2, 4, 5, 7, 8, 10, 11, 13, 14, 16, 17]
+_NUM = rb"([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))"
+# One training line of any historical format (padded or not, Acc or Prec); the loss may be any token (nan, a
+# garbled value): the row is kept with a NaN loss, as the loss is not needed for throughput or accuracy.
+_TRAIN_RE = re.compile(
+    rb"Epoch: \[ *(\d+)\]\[ *(\d+)/ *(\d+)\]\s+Time +" + _NUM + rb" \( *" + _NUM + rb"\)\s+Data +" + _NUM
+    + rb" \( *" + _NUM + rb"\)\s+Loss +(\S+) \( *([^\s)]+)\)\s+(?:Acc|Prec)@1 +" + _NUM + rb" \( *" + _NUM
+    + rb"\)\s+(?:Acc|Prec)@5 +" + _NUM + rb" \( *" + _NUM + rb"\)\s*$")
 _TRAIN_NAMES = ["epoch", "idx", "total", "time", "time_avg", "data", "data_avg", "loss", "loss_avg",
-                "top1", "top1_avg", "top5", "top5_avg"]
-_TRAIN_REQUIRED = ["epoch", "idx", "total", "time", "time_avg", "data", "data_avg", "top1", "top1_avg", "top5",
-                   "top5_avg"]
+                "top1", "top1_avg", "top5", "top5_avg", "rank"]
 # srun -l label ("0: ", " 12: ") or Open MPI --tag-output label ("[1,0]<stdout>:")
 _PREFIX_RE = re.compile(rb"^\s*(?:(\d+):\s?|\[\d+,(\d+)\]<std(?:out|err)>:)")
 _TEST_RE = re.compile(
@@ -120,7 +121,6 @@ _TEST_RE = re.compile(
     rb"(?:Acc|Prec)@1 +([\d.]+) \( *([\d.]+)\)\t(?:Acc|Prec)@5 +([\d.]+) \( *([\d.]+)\)\s*$")
 _SUMMARY_RE = re.compile(rb"^ ?\*( +)(?:Acc|Prec)@1 ([\d.]+) (?:Acc|Prec)@5 ([\d.]+)\s*$")
 _LR_RE = re.compile(rb"Setting learning rate for epoch (\d+) to ([-+\d.eE]+|nan|inf)")
-_EPOCH_OF_RE = re.compile(rb"Epoch: \[(\d+)\]")
 _E_LOSS_RE = re.compile(rb"Loss +[-\d.]+e[-+]\d+")
 
 
@@ -133,142 +133,69 @@ def _split_prefix(line: bytes) -> tuple[int, bytes]:
     return int(rank), line[m.end():]
 
 
-def _line_bounds(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    nl = np.flatnonzero(a == 10)
-    starts = np.concatenate(([0], nl + 1))
-    ends = np.concatenate((nl, [a.size]))
-    if starts[-1] >= a.size:  # the file ends with a newline
-        starts, ends = starts[:-1], ends[:-1]
-    return starts, ends
-
-
-def _marker_at(a: np.ndarray, starts: np.ndarray, ends: np.ndarray, k: int, marker: bytes) -> np.ndarray:
-    """Lines whose 8-byte `marker` begins k bytes after the line start (one vectorised gather)."""
-    assert len(marker) == 8
-    pos = starts + k
-    ok = pos + 8 <= ends
-    if a.size < 8:
-        return np.zeros(starts.size, dtype=bool)
-    # every byte offset viewed as the start of an unaligned little-endian uint64
-    words = np.ndarray(shape=(a.size - 7,), dtype="<u8", buffer=a, strides=(1,))
-    want = np.frombuffer(marker, dtype="<u8")[0]
-    out = np.zeros(starts.size, dtype=bool)
-    sel = np.flatnonzero(ok)
-    out[sel] = words[pos[sel]] == want
-    return out
-
-
-def _srun_label(a: np.ndarray, starts: np.ndarray, k: int) -> np.ndarray:
-    """Lines (already known to hold the marker at offset k) whose first k bytes are an srun -l label ' 12: '."""
-    if k < 3:
-        return np.zeros(starts.size, dtype=bool)
-    ok = (a[starts + k - 2] == ord(":")) & (a[starts + k - 1] == ord(" "))
-    digit_seen = np.zeros(starts.size, dtype=bool)
-    for j in range(k - 2):
-        c = a[starts + j]
-        is_d = (c >= 48) & (c <= 57)
-        ok &= is_d | ((c == 32) & ~digit_seen)  # spaces only before the digits
-        digit_seen |= is_d
-    return ok & digit_seen
-
-
-def _read_group(raw: bytes, starts, ends, keep: np.ndarray, labelled: bool) -> pd.DataFrame:
-    """Parse the lines in `keep` with pandas' C reader; every other line is turned into a comment."""
-    buf = bytearray(raw)
-    view = np.frombuffer(buf, dtype=np.uint8)
-    other = ~keep & (ends > starts)
-    view[starts[other]] = ord("#")
-    blob = buf.translate(_PUNCT)
-    shift = 1 if labelled else 0
-    # tokens: [rank] Epoch E I N Time t ta Data d da Loss l la Acc@1 a aa Acc@5 b ba  (extra tokens are
-    # dropped by the reader; a second record glued onto a line is counted from the marker count instead)
-    width = 19 + shift
-    use = ([0] if labelled else []) + [c + 1 + shift for c in _TRAIN_USE]
+def _numbers(tokens: tuple[bytes, ...]) -> np.ndarray:
+    """Byte-string tokens -> floats; a garbled token (only the loss may be one) becomes NaN."""
     try:
-        df = pd.read_csv(io.BytesIO(blob), sep=r"\s+", header=None, names=list(range(width)), usecols=use,
-                         engine="c", comment="#", on_bad_lines="skip", low_memory=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError):
-        return _empty(_TRAIN_NAMES + ["rank"])
-    df.columns = (["rank"] if labelled else []) + _TRAIN_NAMES
-    if not labelled:
-        df["rank"] = -1
-    for col in df.columns:  # a garbled token turns a column to text: coerce, the row is then dropped
-        if df[col].dtype.kind not in "fi":
-            df[col] = pd.to_numeric(df[col], errors="coerce")
-    return df[df[_TRAIN_REQUIRED].notna().all(axis=1)]
+        return np.fromiter(map(float, tokens), dtype=np.float64, count=len(tokens))
+    except ValueError:
+        return np.array([_number(t) for t in tokens], dtype=np.float64)
+
+
+def _number(token: bytes) -> float:
+    try:
+        return float(token)
+    except ValueError:
+        return math.nan
+
+
+def _train_frame(groups: list[tuple], ranks: list[int]) -> pd.DataFrame:
+    """The matched training lines' fields as a DataFrame, one column at a time (no CSV reader)."""
+    if not groups:
+        return _empty(_TRAIN_NAMES)
+    columns = {name: _numbers(tokens) for name, tokens in zip(_TRAIN_NAMES[:-1], zip(*groups))}
+    for name in ("epoch", "idx", "total"):
+        columns[name] = columns[name].astype(np.int64)
+    columns["rank"] = np.array(ranks, dtype=np.int64)
+    return pd.DataFrame(columns)
+
+
+def _split_lines(raw: bytes) -> list[bytes]:
+    if b"\r" in raw:
+        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    lines = raw.split(b"\n")
+    if lines and not lines[-1]:  # the file ends with a newline
+        lines.pop()
+    return lines
 
 
 def parse_pytorch_examples(raw: bytes, path: str = "<memory>") -> ParsedLog:
-    """Parse a pytorch/examples imagenet log (any of its historical formats)."""
-    if b"\r" in raw:
-        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    a = np.frombuffer(raw, dtype=np.uint8)
-    starts, ends = _line_bounds(a)
-    n_lines = int(starts.size)
+    """Parse a pytorch/examples imagenet log (any of its historical formats).
 
-    # -- classify without a Python loop over lines: the marker at offset 0 (plain) or after an srun label
-    head = raw[:1 << 16].split(b"\n")
-    offsets = sorted({ln.find(_TRAIN_MARK) for ln in head if 0 < ln.find(_TRAIN_MARK) <= 12})
-    plain = _marker_at(a, starts, ends, 0, _TRAIN_MARK)
-    srun = np.zeros(n_lines, dtype=bool)
-    for k in offsets:
-        at_k = _marker_at(a, starts, ends, k, _TRAIN_MARK)
-        srun |= at_k & _srun_label(a, starts, k)
-    fast = plain | srun
-    n_fast = int(fast.sum())
-
-    frames = []
-    if plain.any():
-        frames.append(_read_group(raw, starts, ends, plain, labelled=False))
-    if srun.any():
-        frames.append(_read_group(raw, starts, ends, srun, labelled=True))
-    bad = n_fast - sum(len(f) for f in frames)
-    n_marked = 0  # lines holding the marker that are not fast lines (counted below)
-
-    # -- the rest, line by line: mpirun-tagged train lines, validation, summaries, learning rates
-    fast_idx = np.flatnonzero(fast)
-    tagged: dict[int, list[bytes]] = {}
-    rare: list[tuple[int, int, bytes]] = []  # (epoch trained just before, rank, line)
-    cache: dict[int, int | None] = {}
-
-    def epoch_before(i: int):
-        p = int(np.searchsorted(fast_idx, i)) - 1
-        while p >= 0:
-            j = int(fast_idx[p])
-            if j not in cache:
-                m = _EPOCH_OF_RE.search(raw[starts[j]:ends[j]])
-                cache[j] = int(m.group(1)) if m else None
-            if cache[j] is not None:
-                return cache[j]
-            p -= 1
-        return None
-
-    last_tagged_epoch = None
-    for i in np.flatnonzero(~fast & (ends > starts)):
-        ln = raw[starts[i]:ends[i]]
-        if _TRAIN_MARK not in ln and b"Test: [" not in ln and b"*" not in ln and b"learning rate" not in ln:
+    Pure Python, one line at a time, on bytes: a bad byte, a cut-short line or two ranks' lines glued together
+    cost that line only (counted in bad_lines), and the result does not depend on the pandas version.
+    """
+    lines = _split_lines(raw)
+    groups: list[tuple] = []
+    row_ranks: list[int] = []
+    rare: list[tuple[int | None, int, bytes]] = []  # (epoch trained just before, rank, line)
+    bad, last_epoch = 0, None
+    for line in lines:
+        if _TRAIN_MARK not in line and b"Test: [" not in line and b"*" not in line and b"learning rate" not in line:
             continue
-        n_marked += ln.count(_TRAIN_MARK)
-        rank, body = _split_prefix(ln)
-        if body.startswith(_TRAIN_MARK):
-            tagged.setdefault(rank, []).append(body)
-            m = _EPOCH_OF_RE.match(body)
-            last_tagged_epoch = int(m.group(1)) if m else last_tagged_epoch
-        elif _TRAIN_MARK in body:  # marker in the middle of a line: two ranks' output glued together
-            bad += 1
+        rank, body = _split_prefix(line)
+        if _TRAIN_MARK in body:
+            # a second record on the line: two ranks' output glued together; no match: cut short or garbled
+            m = _TRAIN_RE.match(body) if body.count(_TRAIN_MARK) == 1 else None
+            if m is None:
+                bad += 1
+                continue
+            groups.append(m.groups())
+            row_ranks.append(rank)
+            last_epoch = int(m.group(1))
         else:
-            e = epoch_before(int(i))
-            rare.append((e if e is not None else (last_tagged_epoch if tagged else None), rank, body))
-    bad += max(0, raw.count(_TRAIN_MARK) - n_fast - n_marked)  # records glued onto another line
-    for rank, block in sorted(tagged.items()):
-        g, b = _read_train_block(block)
-        bad += b
-        if len(g):
-            g["rank"] = rank
-            frames.append(g)
-    train = pd.concat(frames, ignore_index=True) if frames else _empty(_TRAIN_NAMES + ["rank"])
+            rare.append((last_epoch, rank, body))
+    train = _train_frame(groups, row_ranks)
     ranks = sorted(int(r) for r in train["rank"].unique()) if len(train) else []
-    first_lines = [raw[starts[j]:ends[j]] for j in fast_idx[:50]] or next(iter(tagged.values()), [])[:50]
 
     # -- one rank's view: rank 0 (or the lowest label); unlabelled interleaved ranks: first line per batch
     if len(train):
@@ -280,7 +207,7 @@ def parse_pytorch_examples(raw: bytes, path: str = "<memory>") -> ParsedLog:
             train = train.drop_duplicates(["epoch", "idx"], keep="first")
 
     # -- format and index base
-    sample = first_lines
+    sample = [ln for ln in lines[:400] if _TRAIN_MARK in ln][:50]
     summary_spaces = [len(m.group(1)) for _, _, body in rare if (m := _SUMMARY_RE.match(body))]
     progressmeter = any(_E_LOSS_RE.search(ln) or b"( " in ln for ln in sample)
     fmt = "progressmeter-2019" if progressmeter else "early-2019"
@@ -303,7 +230,7 @@ def parse_pytorch_examples(raw: bytes, path: str = "<memory>") -> ParsedLog:
     epochs = _pytorch_epochs(train, rare)
     bad += sum(1 for _, _, body in rare if body.startswith(b"Test: [") and not _TEST_RE.match(body))
     info = {"ranks": [r for r in ranks if r >= 0], "format": fmt}
-    return ParsedLog(path, "pytorch-examples", fmt, train, epochs, lines=n_lines, bad_lines=int(bad), info=info)
+    return ParsedLog(path, "pytorch-examples", fmt, train, epochs, lines=len(lines), bad_lines=int(bad), info=info)
 
 
 def _pytorch_epochs(train: pd.DataFrame, rare: list) -> pd.DataFrame:

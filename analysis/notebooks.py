@@ -45,6 +45,7 @@ RQ1 = [
     ("code", "an.tables.throughput_summary(df)"),
     ("md", "## Wall-clock: per-GPU batch 32 (experiment 7) vs 128 (experiment 6), 32 GPUs"),
     ("code", "an.batch_size_wallclock(df, ref)"),
+    ("md", "## Utilisation over time (thesis Figures 22, 23 and 27), from the runs' telemetry"),
     ("code", "an.show_utilisation(df)"),
     ("md", "## Reading"),
     ("code", "an.markdown(an.rq1_reading(df, ref))"),

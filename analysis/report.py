@@ -206,22 +206,11 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
     else:
         skipped.append("fig30_exp9_vs_exp8_grid: no epoch records")
 
-    # -- utilisation (Figures 22, 23, 27) when runs recorded it
+    # -- utilisation (Figures 22, 23, 27) from the runs' telemetry (util records)
     util = df[df["kind"] == "util"]
-    for name, title, exp, fw in (("fig22_util_exp6_pytorch", "Figure 22. Utilisation, PyTorch, exp 6", 6, "pytorch"),
-                                 ("fig23_util_exp6_horovod", "Figure 23. Utilisation, Horovod+PyTorch, exp 6", 6,
-                                  "horovod+pytorch"),
-                                 ("fig27_util_exp7_horovod", "Figure 27. Utilisation, Horovod+PyTorch, exp 7", 7,
-                                  "horovod+pytorch")):
-        # experiments 6-7 are Horovod studies: their emulated-worker runs (local, gpu scales) stand in for Horovod
-        u = util[(util["exp"] == exp) & util["framework"].isin([fw] + (["emulated"] if "horovod" in fw else []))]
-        if u.empty:
-            skipped.append(f"{name}: no utilisation records")
-            continue
-        u = u[u["gpus"] == u["gpus"].max()]
-        fig, ax = plt.subplots(figsize=(8, 3.2))
-        fg.plot_utilisation(u, ax=ax, title=title)
-        written.extend(fg.save(fig, out, name))
+    drawn, missing = utilisation_figures(df, out)
+    written.extend(drawn)
+    skipped.extend(missing)
     other = util[~util["exp"].isin([6, 7])]
     if len(other):
         fig, ax = plt.subplots(figsize=(8, 3.2))
@@ -242,6 +231,21 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
     fig, ax = plt.subplots(figsize=(7, 4.2))
     fg.plot_steady_state(rf.rq2_steady_state(ref), ax=ax)
     written.extend(fg.save(fig, out, "rq2_steady_state"))
+    return written, skipped
+
+
+def utilisation_figures(df: pd.DataFrame, out: Path) -> tuple[list[Path], list[str]]:
+    """The thesis's Figures 22, 23 and 27 from the util records of real runs (fg.UTILISATION_FIGURES)."""
+    written: list[Path] = []
+    skipped: list[str] = []
+    for name, title, exp, framework in fg.UTILISATION_FIGURES:
+        rows, note = fg.utilisation_rows(df, exp, framework)
+        if rows.empty:
+            skipped.append(f"{name}: no utilisation records (runs record them since trainers/telemetry.py)")
+            continue
+        fig, ax = plt.subplots(figsize=(8, 3.2))
+        fg.plot_utilisation(rows, ax=ax, title=f"{title}\n({note})" if note else title)
+        written.extend(fg.save(fig, out, name))
     return written, skipped
 
 

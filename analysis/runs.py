@@ -6,9 +6,9 @@ One row per (run, record): ``kind`` says which record --
   epoch     one per epoch: train/val loss, top-1, top-5 (percent), learning rate, epoch time;
   bench     throughput summary: thesis-formula and steady-state images/s (from the trainer's bench record,
             or derived from per-iteration records, or from an upstream log);
-  util      utilisation samples, one row per sample and device ("cpu": the node's CPU %, the process's memory;
-            "cuda:i": that GPU's utilisation %, memory used, power): t (seconds since the run started), util_pct,
-            mem_gb, power_w, device;
+  util      utilisation samples (trainers/telemetry.py), one row per sample and device: t (seconds since the
+            run started), device ("cpu process", "cpu system", "gpu0", ...; "rank8 gpu0" for another node),
+            util_pct, mem_gb, power_w;
   schedule  the planned learning rate of each epoch (config.json resolved.schedule).
 Every row carries the run's identity and configuration columns (RUN_COLUMNS), so any table or figure is a
 filter and a group-by away. Nothing here raises on bad content: unreadable files and lines are counted, and every
@@ -59,6 +59,24 @@ def _read_json(path: Path) -> tuple[dict | None, str | None]:
         return None, f"{path.name}: unreadable ({type(exc).__name__})"
 
 
+def util_rows(record: dict, origin: float | None) -> list[dict]:
+    """One util record -> a row per device: the process's and the node's CPU, then each GPU."""
+    t = record.get("t")
+    if not _finite(t):
+        t = float(record["time"]) - origin if (_finite(record.get("time")) and origin is not None) else math.nan
+    rank = record.get("rank")
+    node = f"rank{rank} " if rank not in (0, None) else ""
+    rows = [{"kind": "util", "t": t, "device": f"{node}cpu process", "util_pct": record.get("cpu_process_pct"),
+             "mem_gb": record.get("mem_process_gb")},
+            {"kind": "util", "t": t, "device": f"{node}cpu system", "util_pct": record.get("cpu_system_pct")}]
+    for gpu in record.get("gpus") or []:
+        if isinstance(gpu, dict):
+            rows.append({"kind": "util", "t": t, "device": f"{node}gpu{gpu.get('index')}",
+                         "util_pct": gpu.get("util_pct"), "mem_gb": gpu.get("mem_used_gb"),
+                         "power_w": gpu.get("power_w")})
+    return rows
+
+
 def _iso_to_unix(s) -> float:
     if not s:
         return math.nan
@@ -86,23 +104,6 @@ def _parse_iters(records: list[dict]) -> tuple[pd.DataFrame, int]:
             bad += 1
     df = pd.DataFrame(recs, columns=["epoch", "iter", "batch_time", "batch_time_avg", "data_time_avg", "loss"])
     return df, bad
-
-
-def _util_rows(r: dict, origin: float | None) -> list[dict]:
-    """A util record as rows: the node's CPU, then each GPU."""
-    t = r.get("t")
-    if not _finite(t):  # older samples carried only the wall-clock time
-        t = float(r["time"]) - origin if (_finite(r.get("time")) and origin is not None) else math.nan
-    if "util_pct" in r:  # the first round's single-device sample
-        return [{"kind": "util", "t": t, "util_pct": r.get("util_pct"), "mem_gb": r.get("mem_gb"),
-                 "device": r.get("device")}]
-    rows = [{"kind": "util", "t": t, "util_pct": r.get("cpu_system_pct"), "mem_gb": r.get("mem_process_gb"),
-             "device": "cpu"}]
-    for g in r.get("gpus") or []:
-        if isinstance(g, dict):
-            rows.append({"kind": "util", "t": t, "util_pct": g.get("util_pct"), "mem_gb": g.get("mem_used_gb"),
-                         "power_w": g.get("power_w"), "device": f"cuda:{g.get('index')}"})
-    return rows
 
 
 def _run_identity(run_dir: Path, config: dict | None) -> dict:
@@ -213,7 +214,7 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
     # -- utilisation over time
     origin = t0 if _finite(t0) else first_time
     for r in utils:
-        rows.extend(_util_rows(r, origin))
+        rows.extend(util_rows(r, origin))
 
     # -- planned schedule
     sched = ((config or {}).get("resolved") or {}).get("schedule") or []

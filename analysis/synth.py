@@ -137,7 +137,7 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
               status: str = "completed", seed: int = 0, warmup: str = "none", warmup_epochs: float = 0,
               scaling: str = "linear", base_lr: float = 0.1, base_batch: int = 256, decay: str = "milestones",
               milestones=(3, 4, 5), step_every: int = 30, bench_batches: int = 0, warmup_batches: int = 0,
-              iters_per_epoch: int = 20, print_freq: int = 5, util: bool = False, images_per_epoch: int = 2000,
+              iters_per_epoch: int = 20, print_freq: int = 5, images_per_epoch: int = 2000,
               final_acc: float = 70.0, start: float = 1_700_000_000.0, batch_s: float = 0.05,
               first_batch_s: float = 0.5, bench_record: bool = True, truncate_tail: bool = False) -> Path:
     """One run folder written by the trainer's own writer (trainers.runfolder), with made-up numbers."""
@@ -194,10 +194,6 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
                            top5_avg=80.0, lr=sched[e] if e < len(sched) else target, images=gb)
                 out.log(pytorch_train_line("early-2019", e, i, n_iter, b, avg, b * 0.3, avg * 0.3, loss, loss,
                                            50.0, 50.0, 80.0, 80.0))
-            if util and i % 4 == 0:
-                busy = 90.0 if i else 20.0
-                out.record("util", t=clock.now - start, host="localhost", rank=0, cpu_process_pct=busy * 0.95,
-                           cpu_system_pct=busy, mem_process_gb=1.5, mem_system_pct=40.0, gpus=[])
         if bench_batches:
             if bench_record:
                 steps = n_iter - warmup_batches
@@ -258,7 +254,7 @@ def write_study(root: str | Path, n_runs: int = 50, epochs: int = 18, iters_per_
                 out.append(write_run(root, name, f"w{g}-s{seed}", framework="horovod+pytorch" if g > 1 else "pytorch",
                                      gpus=g, per_gpu_batch=8 if exp != 7 else 2, epochs=epochs, seed=seed,
                                      warmup=wk, warmup_epochs=we, scaling=sc, iters_per_epoch=iters_per_epoch,
-                                     print_freq=print_freq, milestones=(6, 12, 16), util=(exp == 6 and g == 32),
+                                     print_freq=print_freq, milestones=(6, 12, 16),
                                      final_acc=60 - g / 4))
                 k += 1
         seed += 1

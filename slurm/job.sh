@@ -98,8 +98,12 @@ set_rendezvous() {
         export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
     fi
     if [[ -z "${MASTER_PORT:-}" ]]; then
-        local id=${SLURM_JOB_ID:-0} restart=${SLURM_RESTART_COUNT:-0}
-        export MASTER_PORT=$((10000 + (id % 4000) * 10 + (restart + ${CHAIN_DEPTH:-0}) % 10))
+        # the formula lives in trainers/rendezvous.py, which a process started without job.sh uses too
+        local root
+        root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+        MASTER_PORT=$(PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -m trainers.rendezvous) \
+            || { _log "no rendezvous port (see the error above)"; return 1; }
+        export MASTER_PORT
     fi
 }
 
@@ -174,7 +178,7 @@ _build_cmd() {
 
 # Run the training step in the background and wait for it while forwarding USR1/TERM. Returns its exit status.
 launch_train() {
-    set_rendezvous
+    set_rendezvous || return 2
     _build_cmd "$@"
     _log "job ${SLURM_JOB_ID:-?} restart $(_restarts) on ${SLURM_JOB_NODELIST:-localhost}" \
          "(${SLURM_NNODES:-1} nodes, ${SLURM_NTASKS:-1} tasks); MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"

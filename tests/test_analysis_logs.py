@@ -148,3 +148,27 @@ def test_steady_state_from_running_means_when_not_every_batch_is_printed():
     assert tp["thesis_batch"] == 200
     assert tp["steady_images_per_s"] == pytest.approx(200.0, rel=0.01)  # 100 / 0.5 s
     assert tp["thesis_images_per_s"] < 170  # the 20 s first batch drags the 201-batch mean down
+
+
+def test_one_non_utf8_byte_costs_only_its_line():
+    # a thesis-era log: a Latin-1 byte in a note line and one flipped byte in batch 50's time
+    log = parse_log(LOGS / "one_bad_byte.log")
+    assert len(log.train) == 199 and log.bad_lines == 1
+    assert 50 not in set(log.train.loc[log.train["epoch"] == 0, "batch"])
+    assert list(log.epochs["epoch"]) == [0, 1] and log.epochs["val_top1"].notna().all()
+
+
+def test_two_rank_log_with_its_first_line_glued_keeps_the_good_lines():
+    log = parse_log(LOGS / "glued_two_ranks.log")
+    assert log.info["ranks"] == [0, 1]
+    assert (log.train["rank"] == 0).all()
+    assert list(log.train["batch"]) == list(range(1, 100))  # batch 0 of both ranks shares the glued line
+    assert log.bad_lines == 1
+    assert log.throughput(per_gpu_batch=128, gpus=2)["steady_images_per_s"] > 0
+
+
+def test_mpirun_tagged_training_lines_are_parsed():
+    lines = list(synth.pytorch_log_lines("early-2019", batches=4, val_batches=1))
+    text = "".join(f"[1,{r}]<stdout>:{ln}\n" for ln in lines for r in (0, 1))
+    log = logs.parse_pytorch_examples(text.encode())
+    assert log.info["ranks"] == [0, 1] and len(log.train) == 4 and log.bad_lines == 0

@@ -16,7 +16,7 @@ FIX = Path(__file__).parent / "fixtures" / "analysis"
 EXPECTED_FIGURES = ["fig14_scaling_horovod_tf_b32", "fig15_scaling_horovod_tf_b64", "fig16_scaling_horovod_tf_b128",
                     "fig17_scaling_pytorch_vs_horovod", "lr_schedules_exp4-9", "rq2_steady_state"]
 QUALITY_FIGURES = ["fig20_exp5_train_error", "fig21_exp5_error_max_gpus", "fig24_exp6_error",
-                   "fig25_exp6_error_grid", "fig23_util_exp6_horovod"]
+                   "fig25_exp6_error_grid"]
 
 
 def _tables_ok(out: Path):

@@ -32,7 +32,7 @@ def _run(df, experiment, run):
 
 
 def test_one_tidy_frame(study):
-    assert set(study["kind"]) == {"run", "epoch", "bench", "util", "schedule"}
+    assert set(study["kind"]) == {"run", "epoch", "bench", "schedule"}
     assert (study["kind"] == "run").sum() == 15  # 13 run folders + 2 brought logs
     assert set(study.columns) >= {"experiment", "exp", "framework", "gpus", "per_gpu_batch", "global_batch", "lr",
                                   "warmup", "scale", "status", "val_top1"}
@@ -71,9 +71,7 @@ def test_bench_from_record_and_from_iterations(study):
     assert der["steady_images_per_s"] == pytest.approx(64 / steady_t)
 
 
-def test_utilisation_and_schedule_rows(study):
-    u = study[(study["kind"] == "util") & (study["run"] == "w32-s0")]
-    assert len(u) > 0 and u["t"].min() >= 0
+def test_schedule_rows(study):
     s = study[(study["kind"] == "schedule") & (study["experiment"] == "06_stepping_warmup") & (study["run"] == "w32-s0")]
     assert s.sort_values("epoch")["planned_lr"].round(6).tolist() == [0.025, 0.05, 0.005, 0.0005]
 
@@ -146,9 +144,6 @@ def test_plot_functions_take_frame_and_axis(study):
     axes = fg.plot_error_grid(e)
     assert sum(a.get_visible() for a in axes.flat) == 2
     plt.close(axes.flat[0].figure)
-    ax = fg.plot_utilisation(study)
-    assert ax.get_lines()
-    plt.close(ax.figure)
     ax = fg.plot_steady_state(an.reference.rq2_steady_state())
     assert len(ax.patches) == 8
     plt.close(ax.figure)

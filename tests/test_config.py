@@ -88,3 +88,71 @@ def test_schedule_command_prints_the_thesis_warmup(tmp_path):
     lines = result.stdout.splitlines()
     assert lines[:3] == ["epoch,lr", "0,0.05", "1,0.36"]
     assert lines[6] == "5,1.6" and lines[31] == "30,0.16" and lines[-1] == "89,0.0016"
+
+
+GENERATED = ["data.kind='generated'", "data.per_class=2", "data.val_per_class=1"]
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["optim.weight_decay=-1e-4"], "error: optim.weight_decay = -0.0001 must be >= 0"),
+    (["optim.momentum=-0.9"], "error: optim.momentum = -0.9 must be >= 0"),
+    (["optim.momentum=nan"], "error: optim.momentum = nan must be >= 0"),
+    ([*GENERATED, "data.classes=11"], "error: data.classes = 11 is more than model.num_classes = 10"),
+    ([*GENERATED, "data.classes=5", "data.val_per_class=0"], "error: data.val_per_class = 0 must be > 0"),
+    ([*GENERATED, "data.classes=0"], "error: data.classes = 0 must be > 0"),
+    (["data.synthetic_images=0"], "error: data.synthetic_images = 0 must be > 0"),
+    (["model.name='resnet500'"], "error: model.name = 'resnet500' is not one of resnet18, "),
+    (["model.width=0"], "error: model.width = 0 must be > 0"),
+    (["train.seed=-1"], "error: train.seed = -1 must be >= 0"),
+    (["train.threads=100000"], "error: train.threads = 100000 is more than the "),
+    (["train.backend='ddp'", "train.workers=1", "train.init_method='file:///no/such/dir/init'"],
+     "error: train.init_method file:///no/such/dir/init: folder /no/such/dir does not exist"),
+    (["telemetry.interval_s=-5"], "error: telemetry.interval_s = -5.0 must be >= 0"),
+    ([*GENERATED, "data.classes=2", "data.image_size=3200"], "error: data.image_size = 3200 is too large"),
+    (["data.loader_workers=100000"], "error: data.loader_workers = 100000 is more than 4 per core"),
+])
+def test_cli_refuses_mistakes_in_one_line_before_any_folder_or_data(tmp_path, capsys, monkeypatch, sets, message):
+    from trainers.__main__ import main
+
+    monkeypatch.setenv("SCALING_STUDY_CACHE", str(tmp_path / "cache"))
+    path = write_config(tmp_path / "c.toml")
+    argv = ["train", str(path), "--out", str(tmp_path / "runs")] + [a for s in sets for a in ("--set", s)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()
+
+
+def test_cuda_without_a_gpu_is_refused_before_the_data_is_made(tmp_path, capsys, monkeypatch):
+    import torch
+
+    from trainers.__main__ import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("SCALING_STUDY_CACHE", str(tmp_path / "cache"))
+    path = write_config(tmp_path / "c.toml", {"data": {"kind": "generated", "classes": 2, "per_class": 2,
+                                                       "val_per_class": 1}, "train": {"device": "cuda"}})
+    assert main(["train", str(path), "--out", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err == "error: train.device = 'cuda' but no GPU is visible; use --set train.device=cpu\n"
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("where", ["file", "read-only"])
+def test_an_output_folder_that_cannot_be_written_is_one_line(tmp_path, capsys, where):
+    import os
+
+    from trainers.__main__ import main
+
+    if where == "file":
+        (tmp_path / "taken").write_text("a file where the runs folder should be")
+        out = tmp_path / "taken" / "runs"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder; the 'file' case covers root")
+        out = tmp_path / "ro" / "runs"
+        out.parent.mkdir()
+        out.parent.chmod(0o555)
+    path = write_config(tmp_path / "c.toml")
+    assert main(["train", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: output folder {out}/c/") and err.count("\n") == 1, err

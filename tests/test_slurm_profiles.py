@@ -113,14 +113,27 @@ def test_job_sh_commands(tmp_path):
     assert "--resume" not in _job_cmd({"RESUME": "never", "SLURM_RESTART_COUNT": "1", "PYTHON": "py"}, "c")
 
 
-def test_job_sh_rendezvous_port_differs_per_job_and_restart():
-    def port(job, restart):
+def test_job_sh_rendezvous_port_is_the_trainers_formula_and_differs_per_job_and_restart():
+    from trainers.rendezvous import job_port
+
+    def port(env):
         r = subprocess.run(["bash", "-c", f'source "{JOB_SH}"; set_rendezvous; echo $MASTER_ADDR $MASTER_PORT'],
-                           env={"PATH": os.environ["PATH"], "MASTER_ADDR": "h1", "SLURM_JOB_ID": str(job),
-                                "SLURM_RESTART_COUNT": str(restart)}, capture_output=True, text=True, check=True)
+                           env={"PATH": os.environ["PATH"], "MASTER_ADDR": "h1", **env}, capture_output=True,
+                           text=True, check=True)
         addr, p = r.stdout.split()
         assert addr == "h1"
         return int(p)
 
-    ports = {port(j, r) for j in (1, 2, 3999) for r in (0, 1)}
-    assert len(ports) == 6 and all(10000 <= p < 50000 for p in ports)
+    envs = [{"SLURM_JOB_ID": str(j), "SLURM_RESTART_COUNT": str(r), "CHAIN_DEPTH": str(c)}
+            for j in (1, 2, 3999, 123457) for r in (0, 1) for c in (0, 2)]
+    ports = [port(env) for env in envs]
+    assert ports == [job_port(env) for env in envs]  # one formula: a srun-started rank without job.sh agrees
+    assert len(set(ports)) == len(envs) and all(10000 <= p < 50000 for p in ports)
+    assert job_port({"SLURM_JOB_ID": "7"}) == 10070 and job_port({"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "3",
+                                                                  "CHAIN_DEPTH": "1"}) == 10074
+    assert port({"SLURM_JOB_ID": "9", "MASTER_PORT": "12345"}) == 12345 == job_port({"MASTER_PORT": "12345"})
+    from trainers.backends import detect_launch
+
+    srun_rank = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "SLURM_JOB_ID": "3999", "SLURM_RESTART_COUNT": "1",
+                 "SLURM_STEP_NODELIST": "h1", "MASTER_ADDR": "h1"}
+    assert detect_launch(srun_rank).master_port == port(srun_rank) == 49991

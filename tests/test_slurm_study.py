@@ -4,6 +4,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -71,6 +72,22 @@ def test_quality_study_runs_on_slurm_like_it_runs_locally(slurm_cluster, tmp_pat
         assert [r["epoch"] for r in records(run_dir, "epoch")] == [0, 1]
 
 
+def signal_once_an_epoch_is_recorded(cluster, job: int, run_dir, timeout: float = 600) -> None:
+    """What `--signal=B:USR1@N` sends the batch shell N seconds before the time limit, sent as soon as the first
+    epoch is in metrics.jsonl instead of when Slurm's clock says so: the cut can't miss, however fast the machine
+    (the 59 epochs left outlast the signal's way to the trainer by far)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").exists() else []
+        if any('"epoch"' in line and json.loads(line)["kind"] == "epoch" for line in lines[:-1]):
+            break  # (the last line may be half written)
+        state = cluster.state(job)
+        assert state in ("PENDING", "CONFIGURING", "RUNNING"), f"job {job} is {state} before its first epoch"
+        assert time.monotonic() < deadline, "no epoch recorded in time"
+        time.sleep(0.2)
+    cluster.run(["scancel", "--batch", "--signal=USR1", str(job)])
+
+
 def test_a_run_cut_by_the_time_limit_requeues_and_ends_as_an_uninterrupted_one(slurm_cluster, tmp_path):
     from slurm.profiles import load_profile, sbatch_argv
 
@@ -82,17 +99,20 @@ def test_a_run_cut_by_the_time_limit_requeues_and_ends_as_an_uninterrupted_one(s
     )
     run_dir = tmp_path / "long" / "cut"
     run_dir.mkdir(parents=True)
+    # A limit no attempt reaches: the cut is the limit's warning signal, sent below once an epoch is recorded.
     argv = sbatch_argv(
         load_profile("local"), REPO / "experiments/04_naive_scaling/slurm.sbatch", nodes=1, tasks_per_node=1,
-        gpus_per_node=0, job_name="cut", time_limit="1", output=run_dir / "slurm-%j.out",
+        gpus_per_node=0, job_name="cut", time_limit="30", output=run_dir / "slurm-%j.out",
         env={"BACKEND": "single", "PYTHON": sys.executable, "HARNESS_DIR": str(REPO / "slurm")},
         train_args=[str(cfg), "--out", str(tmp_path), "--run-name", "cut"],
     )
     job = slurm_cluster.submit(argv, env=trainer_env(**slurm_cluster.env), cwd=REPO)
+    signal_once_an_epoch_is_recorded(slurm_cluster, job, run_dir)
     assert slurm_cluster.wait(job, timeout=900, fast_requeue=True) == "COMPLETED"
     assert uninterrupted.wait(timeout=600) == 0, uninterrupted.stderr.read()[-2000:]
     statuses = [r["status"] for r in records(run_dir, "status")]
     assert "preempted" in statuses and statuses[-1] == "completed", statuses
+    assert json.loads((run_dir / "manifest.json").read_text())["resumed_at"]  # the requeued job resumed
     assert max_difference(final_state(tmp_path / "long" / "whole"), final_state(run_dir)) == 0.0
 
 

@@ -17,7 +17,7 @@ from trainers.config import ConfigError
 # Settings that may change between a run and its resumption: where the data is staged, how it is loaded, printed.
 MAY_DIFFER_ON_RESUME = {
     ("data", "path"), ("data", "loader_workers"), ("train", "print_freq"), ("train", "threads"),
-    ("train", "device"), ("train", "init_method"), ("train", "checkpoint"),
+    ("train", "device"), ("train", "init_method"), ("train", "checkpoint"), ("telemetry", "interval_s"),
     ("train", "compile"), ("train", "cudnn_benchmark"), ("train", "workers_per_pass"),
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,11 @@ BACKENDS = ("auto", "single", "emulated", "ddp", "horovod", "dp")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # Tables in an experiment's config.toml that are not trainer settings.
 NON_TRAINER_TABLES = ("study", "scale")
+# The models trainers/models.py builds: torchvision's ImageNet ResNets by name, the CIFAR-style ResNets by depth.
+IMAGENET_RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
+CIFAR_RESNET_DEPTHS = {"cifar_resnet8": 8, "cifar_resnet14": 14, "cifar_resnet20": 20}
+MODELS = (*IMAGENET_RESNETS, *CIFAR_RESNET_DEPTHS)
+MAX_GENERATED_SIZE = 512  # px: the generated data set is a miniature (32 px at the local scale)
 
 
 class ConfigError(ValueError):
@@ -109,6 +115,11 @@ class HorovodConfig:
     timeline: bool = False  # write a Horovod Timeline into the run folder
 
 
+@dataclass(frozen=True)
+class TelemetryConfig:
+    interval_s: float = 5.0  # seconds between utilisation samples (trainers/telemetry.py); 0 = no sampler
+
+
 SECTIONS: dict[str, type] = {
     "model": ModelConfig,
     "data": DataConfig,
@@ -117,6 +128,7 @@ SECTIONS: dict[str, type] = {
     "lr": LrConfig,
     "bench": BenchConfig,
     "horovod": HorovodConfig,
+    "telemetry": TelemetryConfig,
 }
 
 
@@ -129,6 +141,7 @@ class Config:
     lr: LrConfig = field(default_factory=LrConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     horovod: HorovodConfig = field(default_factory=HorovodConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     experiment: str = "run"
     scale: str = "thesis"
 
@@ -307,6 +320,36 @@ def check_paths(cfg: Config) -> None:
     """What must exist where the run starts (not where it is planned: a cluster stages data on its nodes)."""
     if cfg.data.kind == "imagefolder" and not Path(cfg.data.path).is_dir():
         raise ConfigError(f"data.path {cfg.data.path} does not exist; set it to the ILSVRC-2012 root (train/ and val/)")
+    cores = os.cpu_count() or 1
+    if cfg.train.threads > cores:  # more intra-op threads than cores only slows torch down (and 10^5 exhaust the OS)
+        raise ConfigError(f"train.threads = {cfg.train.threads} is more than the {cores} cores here; use 1..{cores} "
+                          "or 0 for torch's default")
+    if cfg.data.loader_workers > 4 * cores:  # each is a process holding a copy of the dataset's index
+        raise ConfigError(f"data.loader_workers = {cfg.data.loader_workers} is more than 4 per core here "
+                          f"({4 * cores}); the thesis ran 4 per GPU")
+    shared_file = cfg.train.init_method.removeprefix("file://")
+    if cfg.train.init_method.startswith("file://") and not Path(shared_file).parent.is_dir():
+        raise ConfigError(f"train.init_method {cfg.train.init_method}: folder {Path(shared_file).parent} does not "
+                          "exist; the rendezvous file must be in an existing folder that every node sees")
+
+
+def not_negative(where: str, value: float) -> None:
+    if not (value >= 0 and math.isfinite(value)):
+        raise ConfigError(f"{where} = {value} must be >= 0")
+
+
+def check_writable(folder: Path) -> None:
+    """The run folder can be made and written: probed in its nearest existing parent, which is left as it was."""
+    parent = Path(folder).absolute()
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"output folder {folder} cannot be made: {parent} is a file; pick another --out or --run")
+    try:
+        tempfile.TemporaryFile(dir=parent).close()
+    except OSError as e:
+        raise ConfigError(f"output folder {folder} cannot be written ({parent}: {e.strerror}); "
+                          "pick another --out") from None
 
 
 def validate(cfg: Config, need_data: bool = True) -> None:
@@ -317,6 +360,7 @@ def validate(cfg: Config, need_data: bool = True) -> None:
         ("train.workers", t.workers),
         ("train.print_freq", t.print_freq),
         ("model.num_classes", cfg.model.num_classes),
+        ("model.width", cfg.model.width),
         ("data.image_size", d.image_size),
         ("data.max_image_pixels", d.max_image_pixels),
         ("lr.base", lr.base),
@@ -326,6 +370,12 @@ def validate(cfg: Config, need_data: bool = True) -> None:
         ("horovod.batches_per_allreduce", cfg.horovod.batches_per_allreduce),
     ]:
         positive(where, value)
+    for where, value in [("optim.momentum", cfg.optim.momentum), ("optim.weight_decay", cfg.optim.weight_decay),
+                         ("train.seed", t.seed), ("data.data_seed", d.data_seed),
+                         ("telemetry.interval_s", cfg.telemetry.interval_s)]:
+        not_negative(where, value)
+    one_of("model.name", cfg.model.name, MODELS)
+    check_data_sizes(cfg)
     one_of("train.backend", t.backend, BACKENDS)
     one_of("train.device", t.device, ("auto", "cpu", "cuda"))
     one_of("train.precision", t.precision, PRECISIONS)
@@ -364,3 +414,20 @@ def validate(cfg: Config, need_data: bool = True) -> None:
         raise ConfigError(f"train.backend = 'single' runs one worker, but train.workers = {t.workers}")
     if t.backend != "horovod" and cfg.horovod != HorovodConfig():
         raise ConfigError("[horovod] settings need train.backend = 'horovod'")
+
+
+def check_data_sizes(cfg: Config) -> None:
+    """The generated / synthetic data set's sizes, against each other and the model (before anything is made)."""
+    d, m = cfg.data, cfg.model
+    if d.kind == "generated":
+        for where, value in [("data.classes", d.classes), ("data.per_class", d.per_class),
+                             ("data.val_per_class", d.val_per_class)]:
+            positive(where, value)
+        if d.image_size > MAX_GENERATED_SIZE:  # a typo (3200 for 32) would render terabytes of JPEGs
+            raise ConfigError(f"data.image_size = {d.image_size} is too large for the generated data set "
+                              f"(at most {MAX_GENERATED_SIZE} px)")
+        if d.classes > m.num_classes:
+            raise ConfigError(f"data.classes = {d.classes} is more than model.num_classes = {m.num_classes}; "
+                              f"the model must have an output for every class (raise model.num_classes)")
+    if d.kind == "synthetic":
+        positive("data.synthetic_images", d.synthetic_images)

@@ -5,6 +5,7 @@ Per epoch: set the learning rate from the policy, train, validate, checkpoint. T
 """
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import signal
@@ -17,8 +18,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from trainers import backends, checkpoint, compute, data
-from trainers.config import Config, ConfigError, check_paths
+from trainers import backends, checkpoint, compute, data, telemetry
+from trainers.config import Config, ConfigError, check_paths, check_writable
 from trainers.lr import lr_at
 from trainers.models import build_model
 from trainers.runfolder import (MANIFEST, RankLock, RunFolder, RunInUse, dead_ranks, git_commit, now_iso,
@@ -188,7 +189,8 @@ class Trainer:
         self.stop = StopSignal()
         self.time_split = {"data_s": 0.0, "compute_s": 0.0, "comm_s": 0.0}
         self.unreadable = {"train": set(), "val": set()}  # this epoch's unreadable files (sample indices)
-        self.data_s = self.step_s = self.epoch_data_share = 0.0  # waiting for batches / whole steps        # The loaders are built once: each epoch only moves the sampler on (persistent workers keep running)
+        self.data_s = self.step_s = self.epoch_data_share = 0.0  # waiting for batches / whole steps
+        # The loaders are built once: each epoch only moves the sampler on (persistent workers keep running)
         pin = b.device.type == "cuda"
         self.train_sampler = data.StepBatchSampler(len(self.train_ds), b.shards(), self.per_shard_batch,
                                                    seed=t.seed, shuffle=True)
@@ -196,6 +198,8 @@ class Trainer:
         val = data.IndexBatches(data.val_indices(len(self.val_ds), b.world_size, b.rank, cfg.data.val_mode),
                                 self.per_shard_batch * len(b.shards()))
         self.val_loader = data.make_loader(self.val_ds, val, cfg.data.loader_workers, pin)
+        self.started = time.time()
+        self.sampler = telemetry.start_sampler(cfg.telemetry.interval_s, b.rank, b.local_rank, self.run.log)
 
     def fit_workers_per_pass(self) -> None:
         """Emulated workers on a GPU with workers_per_pass = 0: the most whole workers one pass holds, measured."""
@@ -327,6 +331,8 @@ class Trainer:
 
     def log_iteration(self, epoch, i, n, lr, size, batch_time, data_time, losses, top1, top5) -> None:
         self.run.log(train_line(epoch, i, n, batch_time, data_time, losses, top1, top5), progress=True)
+        if self.backend.is_main():
+            self.write_util(gather=False)
         self.run.record(
             "iter", epoch=epoch, iter=i, iters=n, lr=lr, images=size * self.backend.world_size,
             batch_time=batch_time.val, batch_time_avg=batch_time.avg, data_time=data_time.val,
@@ -345,6 +351,17 @@ class Trainer:
             return
         self.save(epoch, next_step, sums)
         raise Preempted(f"stopped by a signal at epoch {epoch}, iteration {next_step}; checkpoint written")
+
+    def write_util(self, gather: bool) -> None:
+        """Telemetry samples as util records: rank 0's own node's as it logs; with gather (a collective, so every
+        rank calls it at the same point: an epoch's end) every node's, through the backend."""
+        samples = self.sampler.drain() if self.sampler else []
+        if gather:
+            samples = [s for node in self.backend.gather_objects(samples) for s in node]
+        start = self.run.manifest.get("start")
+        origin = datetime.datetime.fromisoformat(start).timestamp() if start else self.started
+        for sample in samples:
+            self.run.record("util", **telemetry.as_record(sample, origin))
 
     # ---- validation ---------------------------------------------------------------------------------------
     def validate(self) -> Sums:
@@ -392,6 +409,7 @@ class Trainer:
                 skipped_images=unreadable["train"], skipped_val_images=unreadable["val"],
                 data_share=self.epoch_data_share, **self.time_split,
             )
+            self.write_util(gather=True)
             self.save(epoch + 1, 0, Sums())
             self.run.update_manifest(epochs_done=epoch + 1, best_val_top1=self.best_top1,
                                      unreadable_images=self.run.manifest.get("unreadable_images", {}),
@@ -463,6 +481,7 @@ class Trainer:
         )
         self.data_s, self.step_s = sum(data_times[warm:]), sum(steady)
         self.run.update_manifest(data_wait_share=self.data_s / self.step_s)
+        self.write_util(gather=True)
 
 
 def data_wait_line(share: float) -> str:
@@ -500,6 +519,7 @@ def generated_spec(cfg: Config) -> dict | None:
 # ----------------------------------------------------------------------------------------------------------------
 def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = True) -> int:
     check_paths(cfg)
+    check_writable(run_dir)
     launch = backends.detect_launch()
     name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
     # Before anything in the folder is touched: a second process training this run is refused here (exit 2).
@@ -557,6 +577,10 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
         return EXIT_FAILED
     finally:
         trainer.stop.restore()
+        if trainer.sampler:  # what rank 0's node sampled since the last epoch (other nodes' last samples are lost)
+            trainer.sampler.stop()
+            if b.is_main():
+                trainer.write_util(gather=False)
         b.close()
     done = cfg.train.epochs if cfg.bench.batches == 0 else 0
     for split, per_epoch in run.manifest.get("unreadable_images", {}).items():

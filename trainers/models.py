@@ -5,10 +5,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torchvision.models as tv
 
-from trainers.config import ConfigError, ModelConfig
-
-IMAGENET_RESNETS = {"resnet18": tv.resnet18, "resnet34": tv.resnet34, "resnet50": tv.resnet50, "resnet101": tv.resnet101}
-CIFAR_DEPTHS = {"cifar_resnet8": 8, "cifar_resnet14": 14, "cifar_resnet20": 20}
+from trainers.config import CIFAR_RESNET_DEPTHS, IMAGENET_RESNETS, MODELS, ConfigError, ModelConfig
 
 
 class BasicBlock(nn.Module):
@@ -53,8 +50,7 @@ class CifarResNet(nn.Module):
 
 def build_model(cfg: ModelConfig) -> nn.Module:
     if cfg.name in IMAGENET_RESNETS:
-        return IMAGENET_RESNETS[cfg.name](num_classes=cfg.num_classes)  # random init, no downloaded weights
-    if cfg.name in CIFAR_DEPTHS:
-        return CifarResNet(CIFAR_DEPTHS[cfg.name], cfg.num_classes, cfg.width)
-    known = ", ".join([*IMAGENET_RESNETS, *CIFAR_DEPTHS])
-    raise ConfigError(f"model.name = {cfg.name!r} is not a known model; choose one of {known}")
+        return getattr(tv, cfg.name)(num_classes=cfg.num_classes)  # random init, no downloaded weights
+    if cfg.name in CIFAR_RESNET_DEPTHS:
+        return CifarResNet(CIFAR_RESNET_DEPTHS[cfg.name], cfg.num_classes, cfg.width)
+    raise ConfigError(f"model.name = {cfg.name!r} is not a known model; choose one of {', '.join(MODELS)}")

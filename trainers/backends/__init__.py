@@ -14,6 +14,7 @@ import torch
 
 from trainers.backends.base import Backend
 from trainers.config import Config, ConfigError
+from trainers.rendezvous import job_port
 
 __all__ = ["Backend", "Launch", "detect_launch", "register", "create", "BACKENDS", "horovod_available",
            "torchrun_command"]
@@ -44,13 +45,6 @@ def first_host(nodelist: str) -> str:
     head = re.split(r",(?![^\[]*\])", nodelist)[0]
     match = re.fullmatch(r"(.*)\[(\d+)[^\]]*\]", head)
     return match.group(1) + match.group(2) if match else head
-
-
-def job_port(env: Mapping[str, str]) -> int:
-    """A rendezvous port fresh for each Slurm job (stale rendezvous hang), or MASTER_PORT when set."""
-    if "MASTER_PORT" in env:
-        return int(env["MASTER_PORT"])
-    return 20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000
 
 
 def detect_launch(env: Mapping[str, str] = os.environ) -> Launch:
@@ -204,6 +198,8 @@ def resolve(cfg: Config, launch: Launch) -> str:
     if name not in BACKENDS:
         raise ConfigError(f"backend {name!r} is not available; known: {', '.join(sorted(BACKENDS))}")
     check_world(cfg, launch, name)
+    if cfg.train.device == "cuda" and not torch.cuda.is_available():  # here, not after the data set is made
+        raise ConfigError("train.device = 'cuda' but no GPU is visible; use --set train.device=cpu")
     return name
 
 

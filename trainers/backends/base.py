@@ -89,6 +89,10 @@ class Backend:
     def barrier(self) -> None:
         pass
 
+    def gather_objects(self, obj) -> list:
+        """Every rank's `obj` (picklable), in rank order, on every rank (the telemetry samples of each node)."""
+        return [obj]
+
     def close(self) -> None:
         pass
 

@@ -138,6 +138,9 @@ class HorovodBackend(Backend):
             scaler.step(optimizer)
         scaler.update()
 
+    def gather_objects(self, obj) -> list:
+        return hvd.allgather_object(obj)  # Horovod: every rank's object, in rank order
+
     def start_run(self, run_dir: str | Path) -> None:
         """Called on every rank once the run folder is known: start the Horovod Timeline there when asked."""
         if not self.timeline or self.timeline_file is not None:

@@ -113,6 +113,11 @@ class DDPBackend(Backend):
     def barrier(self) -> None:
         dist.barrier()
 
+    def gather_objects(self, obj) -> list:
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)  # PyTorch: pickled through the process group (NCCL: on the GPU)
+        return gathered
+
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -1,0 +1,31 @@
+"""The rendezvous port of a Slurm job: the one formula, used by the backends and by slurm/job.sh.
+
+`python -m trainers.rendezvous` prints it for the environment it runs in (job.sh exports it as MASTER_PORT).
+No torch import here: the batch shell calls it before every launch.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping
+
+
+def job_port(env: Mapping[str, str]) -> int:
+    """MASTER_PORT when set; else a port fresh for each job and each restart of it (a stale rendezvous hangs).
+
+    10000 + (job id mod 4000) x 10 + (restarts mod 10), where restarts count Slurm's requeues
+    (SLURM_RESTART_COUNT) and job.sh's successor jobs (CHAIN_DEPTH): 40,000 ports from 10000 to 49999.
+    """
+    if env.get("MASTER_PORT"):
+        return int(env["MASTER_PORT"])
+    job = int(env.get("SLURM_JOB_ID") or 0)
+    restarts = int(env.get("SLURM_RESTART_COUNT") or 0) + int(env.get("CHAIN_DEPTH") or 0)
+    return 10000 + (job % 4000) * 10 + restarts % 10
+
+
+if __name__ == "__main__":
+    try:
+        print(job_port(os.environ))
+    except ValueError as e:  # a non-numeric SLURM_JOB_ID or MASTER_PORT
+        print(f"error: no rendezvous port from this environment: {e}", file=sys.stderr)
+        sys.exit(2)

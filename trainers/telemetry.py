@@ -1,0 +1,275 @@
+"""Telemetry: a sampler per node that records CPU, memory and GPU utilisation as `util` records.
+
+One daemon thread on the process with local rank 0 of each node samples every `telemetry.interval_s` seconds:
+  cpu_process_pct  this process and its children (data-loader workers) as a percent of all the node's logical
+                   cores, so it reads on the same 0-100 scale as cpu_system_pct (one busy core of 8 = 12.5)
+  cpu_system_pct   the whole node's CPU use over the same interval
+  mem_process_gb   resident memory of this process and its children
+  mem_system_pct   the node's memory in use
+  gpus             per GPU that NVML sees: {"index", "util_pct", "mem_used_gb", "power_w"}; empty without one
+NVML (the nvidia-ml-py package) is optional: when it is missing or fails, the sampler says so in one line and
+carries on with the CPU fields. The thread only appends samples to a buffer; the training loop drains it (rank 0
+writes its own node's samples as it logs, and gathers the other nodes' through the backend at each epoch's end,
+as only rank 0 writes metrics.jsonl). No torch import: the sampler costs one psutil call per process a sample.
+"""
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from collections import deque
+
+import psutil
+
+GB = 1024 ** 3
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# CPU and memory (psutil)
+# ----------------------------------------------------------------------------------------------------------------
+class ProcessTreeCpu:
+    """CPU seconds of a process and its live children, turned into a percent of the node between two samples."""
+
+    def __init__(self, process: psutil.Process):
+        self.process = process
+        self.cores = psutil.cpu_count() or 1
+        self.seen: dict[int, float] = {}  # pid -> CPU seconds at the last sample
+        self.last_wall = time.monotonic()
+        self.sample()  # the baseline: the first interval starts here
+
+    def tree(self) -> list[psutil.Process]:
+        try:
+            return [self.process, *self.process.children(recursive=True)]
+        except psutil.Error:
+            return [self.process]
+
+    def sample(self) -> tuple[float, float]:
+        """(cpu_process_pct, mem_process_gb) since the previous call."""
+        used, rss, now_seen = 0.0, 0, {}
+        for proc in self.tree():
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    rss += proc.memory_info().rss
+            except psutil.Error:  # a loader worker that exited just now
+                continue
+            seconds = times.user + times.system
+            now_seen[proc.pid] = seconds
+            used += seconds - self.seen.get(proc.pid, 0.0)  # a child born since the last sample: all its time
+        wall = time.monotonic()
+        elapsed, self.last_wall, self.seen = wall - self.last_wall, wall, now_seen
+        pct = 100.0 * max(used, 0.0) / (elapsed * self.cores) if elapsed > 0 else 0.0
+        return min(pct, 100.0), rss / GB
+
+
+class NodeCpu:
+    """The node's CPU use between two samples, from its CPU times (psutil.cpu_percent keeps its baseline per
+    thread, so its first figure in the sampler thread would be a meaningless 0)."""
+
+    def __init__(self):
+        self.last = psutil.cpu_times()
+
+    @staticmethod
+    def _busy_total(t) -> tuple[float, float]:
+        total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # guest time is in user already
+        return total - t.idle - getattr(t, "iowait", 0.0), total
+
+    def sample(self) -> float:
+        now = psutil.cpu_times()
+        (busy1, total1), (busy0, total0) = self._busy_total(now), self._busy_total(self.last)
+        self.last = now
+        return min(max(100.0 * (busy1 - busy0) / (total1 - total0), 0.0), 100.0) if total1 > total0 else 0.0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# GPUs (NVML)
+# ----------------------------------------------------------------------------------------------------------------
+class Nvml:
+    """Per-GPU utilisation, memory and power through NVML; `available` is False (and samples empty) without it."""
+
+    def __init__(self, warn):
+        self.handles: list = []
+        self.available = False
+        try:
+            import pynvml  # the nvidia-ml-py package
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self.available = bool(self.handles)
+        except Exception as e:  # no package, no driver (NVMLError_LibraryNotFound), no GPU: CPU fields only
+            warn(f"=> telemetry: no GPU figures ({type(e).__name__}: {e}); recording CPU and memory only")
+            return
+        if not self.available:
+            warn("=> telemetry: NVML sees no GPU; recording CPU and memory only")
+
+    def sample(self) -> list[dict]:
+        if not self.available:
+            return []
+        try:
+            return [self._one(i, h) for i, h in enumerate(self.handles)]
+        except Exception as e:  # a driver hiccup must never stop training: drop GPU fields from here on
+            self.available = False
+            print(f"telemetry: NVML failed ({type(e).__name__}: {e}); recording CPU and memory only from now",
+                  file=sys.stderr, flush=True)
+            return []
+
+    def _one(self, index: int, handle) -> dict:
+        nv = self.nvml
+        util = nv.nvmlDeviceGetUtilizationRates(handle).gpu
+        mem = nv.nvmlDeviceGetMemoryInfo(handle).used
+        try:
+            power = nv.nvmlDeviceGetPowerUsage(handle) / 1000.0  # milliwatts
+        except nv.NVMLError:  # some boards don't report power
+            power = None
+        return {"index": index, "util_pct": float(util), "mem_used_gb": mem / GB, "power_w": power}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The sampler thread
+# ----------------------------------------------------------------------------------------------------------------
+class Sampler:
+    """Samples every `interval_s` seconds on a daemon thread into a buffer that `drain()` empties."""
+
+    def __init__(self, interval_s: float, rank: int, warn=print):
+        self.interval_s = interval_s
+        self.rank = rank
+        self.host = socket.gethostname()
+        self.cpu = ProcessTreeCpu(psutil.Process())
+        self.node_cpu = NodeCpu()
+        self.gpus = Nvml(warn)
+        self.buffer: deque[dict] = deque()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
+
+    def start(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.buffer.append(self.sample())
+            except Exception as e:  # never let telemetry take a run down
+                print(f"telemetry: sample failed ({type(e).__name__}: {e}); sampler stopped", file=sys.stderr)
+                return
+
+    def sample(self) -> dict:
+        cpu_pct, mem_gb = self.cpu.sample()
+        return {
+            "time": time.time(), "host": self.host, "rank": self.rank,
+            "cpu_process_pct": cpu_pct, "cpu_system_pct": self.node_cpu.sample(),
+            "mem_process_gb": mem_gb, "mem_system_pct": psutil.virtual_memory().percent,
+            "gpus": self.gpus.sample(),
+        }
+
+    def drain(self) -> list[dict]:
+        out = []
+        while self.buffer:
+            out.append(self.buffer.popleft())
+        return out
+
+    def stop(self) -> None:
+        """Stop the thread and take a last sample (so a run shorter than the interval has one too); the samples
+        stay in the buffer for a last drain()."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        try:
+            self.buffer.append(self.sample())
+        except Exception:  # the run is ending anyway: never fail it for a sample
+            pass
+
+
+def start_sampler(interval_s: float, rank: int, local_rank: int, warn=print) -> Sampler | None:
+    """A started sampler on local rank 0 of each node when interval_s > 0; None elsewhere or when disabled.
+
+    warn: where the one line goes when there are no GPU figures (the trainer passes its train.log)."""
+    if interval_s <= 0 or local_rank != 0:
+        return None
+    return Sampler(interval_s, rank, warn).start()
+
+
+def as_record(sample: dict, run_start: float) -> dict:
+    """A sample as the fields of a `util` record: `t` in seconds since the run started, `time` when sampled."""
+    return {"t": sample["time"] - run_start, **sample}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Overhead: python -m trainers.telemetry overhead CONFIG [--scale S] [--set ...] [--repeats N]
+# ----------------------------------------------------------------------------------------------------------------
+def sample_cost_s(samples: int = 50) -> float:
+    """Wall seconds one sample takes (the sampler thread's whole work per interval)."""
+    sampler = Sampler(3600.0, rank=0, warn=lambda line: None)
+    started = time.perf_counter()
+    for _ in range(samples):
+        sampler.sample()
+    return (time.perf_counter() - started) / samples
+
+
+def measure_overhead(config: str, scale: str, overrides: list[str], repeats: int, out) -> dict:
+    """The same training with the sampler at the configured interval and off, interleaved (on-off, off-on, ...)
+    after one untimed warm-up run."""
+    import dataclasses
+    import statistics
+    from pathlib import Path
+
+    from trainers.config import TelemetryConfig, load_config
+    from trainers.data import ensure_generated
+    from trainers.loop import generated_spec, run_training
+
+    base = load_config(config, scale, overrides)
+    interval = base.telemetry.interval_s or TelemetryConfig().interval_s
+    if generated_spec(base):  # made once before the clock starts, not inside the first timed run
+        ensure_generated(generated_spec(base))
+    seconds: dict[str, list[float]] = {"on": [], "off": []}
+    cpu: dict[str, list[float]] = {"on": [], "off": []}  # the process's CPU seconds: what the sampler adds, and
+    # far less disturbed than wall time by other work on a shared machine
+    warm_up = dataclasses.replace(base, telemetry=TelemetryConfig(0.0))  # first-run costs (lazy imports, caches)
+    if run_training(warm_up, Path(out) / "warm-up", echo=False) != 0:
+        raise RuntimeError(f"the warm-up run failed; see {Path(out) / 'warm-up' / 'train.log'}")
+    for i in range(repeats):
+        for mode in ("on", "off") if i % 2 == 0 else ("off", "on"):
+            cfg = dataclasses.replace(base, telemetry=TelemetryConfig(interval if mode == "on" else 0.0))
+            started, cpu_started = time.perf_counter(), time.process_time()
+            if run_training(cfg, Path(out) / f"{mode}-{i}", echo=False) != 0:
+                raise RuntimeError(f"the {mode} run {i} failed; see {Path(out) / f'{mode}-{i}' / 'train.log'}")
+            seconds[mode].append(time.perf_counter() - started)
+            cpu[mode].append(time.process_time() - cpu_started)
+    cost = sample_cost_s()
+    pairs = [on / off for on, off in zip(seconds["on"], seconds["off"])]  # each pair ran back to back
+    cpu_pairs = [on / off for on, off in zip(cpu["on"], cpu["off"])]
+    return {"interval_s": interval, "seconds_on": seconds["on"], "seconds_off": seconds["off"],
+            "pair_ratios_on_off": pairs, "median_pair_ratio": statistics.median(pairs),
+            "cpu_seconds_on": cpu["on"], "cpu_seconds_off": cpu["off"], "cpu_pair_ratios_on_off": cpu_pairs,
+            "median_cpu_pair_ratio": statistics.median(cpu_pairs),
+            "sample_cost_s": cost, "sampler_share_of_a_core": cost / interval}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+    import tempfile
+
+    p = argparse.ArgumentParser(prog="python -m trainers.telemetry", description="the sampler's overhead")
+    sub = p.add_subparsers(dest="command", required=True)
+    o = sub.add_parser("overhead", help="one training with the sampler on and off, interleaved; prints JSON")
+    o.add_argument("config")
+    o.add_argument("--scale", default="local")
+    o.add_argument("--set", action="append", default=[])
+    o.add_argument("--repeats", type=int, default=3, help="pairs of runs (on and off)")
+    args = p.parse_args(argv)
+    from trainers.config import ConfigError
+
+    with tempfile.TemporaryDirectory(prefix="telemetry-overhead-") as out:
+        try:
+            print(json.dumps(measure_overhead(args.config, args.scale, args.set, args.repeats, out), indent=1))
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
