@@ -205,7 +205,7 @@ def test_resume_cuts_the_files_back_to_the_checkpoint(tmp_path, monkeypatch):
             shutil.copy(path, path.with_name("after-epoch-0.pt"))
 
     monkeypatch.setattr(checkpoint, "save", save_and_keep_the_first)
-    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 2}})
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 2}, "telemetry": {"interval_s": 0}})  # records counted
     assert train_in_process(cfg, tmp_path, "r") == 0
     run_dir = tmp_path / "c" / "r"
     os.replace(run_dir / "after-epoch-0.pt", run_dir / "checkpoint.pt")

@@ -447,11 +447,12 @@ class RunFolder:
                         f.write("\n")
 
     # ---- structured records ------------------------------------------------------------------------------------
-    def record(self, kind: str, **fields) -> None:
-        """Write one record of a declared kind (checked on every rank, so a wrong field fails in any test)."""
+    def record(self, kind: str, time: float | None = None, **fields) -> None:
+        """Write one record of a declared kind (checked on every rank, so a wrong field fails in any test).
+        `time`: when it happened, if not now (a telemetry sample gathered from another node later)."""
         rec = make_record(kind, **fields)
         if self.writes:
-            rec["time"] = self.clock()
+            rec["time"] = self.clock() if time is None else time
             line = json.dumps(rec) + "\n"
             with self._write_lock:
                 if not self._metrics.closed:  # a sampler thread's last sample may come after the run closed
