@@ -71,6 +71,7 @@ def test_missing_data_path_is_refused_before_anything_starts(tmp_path, capsys):
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.slow
 def test_cli_prints_one_line_and_exits_2_before_anything_starts(tmp_path):
     path = write_config(tmp_path / "c.toml")
     result = run([sys.executable, "-m", "trainers", "train", str(path), "--out", str(tmp_path), "--set", "train.epochs=-1"])
@@ -79,6 +80,7 @@ def test_cli_prints_one_line_and_exits_2_before_anything_starts(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.slow
 def test_schedule_command_prints_the_thesis_warmup(tmp_path):
     path = write_config(tmp_path / "c.toml", {"train": {"epochs": 90, "workers": 32, "per_worker_batch": 128},
                                              "lr": {"base": 0.1, "base_batch": 256, "scaling": "linear",

@@ -299,6 +299,7 @@ def test_five_bad_files_in_a_row_count_five_per_epoch(tmp_path, decoder):
     assert ds.skipped_count() == 5
 
 
+@pytest.mark.slow
 def test_training_records_unreadable_files_per_split_and_epoch(tmp_path):
     data = tmp_path / "data"
     _split_with_bad_files(data / "train")

@@ -41,6 +41,7 @@ def test_estimate_refuses_batches_in_the_wrong_order_or_a_single_group():
         noise_scale.estimate([1.0], [1.0], b_small=4, b_big=8)
 
 
+@pytest.mark.slow
 def test_measure_recovers_the_exact_noise_scale_of_a_finite_data_set():
     """Linear regression on 64 points: the per-example gradients are known exactly, so is tr(Σ)/|G|²."""
     g = torch.Generator().manual_seed(0)
