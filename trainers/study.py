@@ -147,7 +147,9 @@ class Plan:
     def describe(self, nodes: int, per_node: int) -> str:
         c, r = self.cfg, self.cfg.resolved(self.backend)
         warmup = "none" if c.lr.warmup == "none" else f"{c.lr.warmup} {c.lr.warmup_epochs} epochs"
-        return (f"{self.run.name}: {c.framework(self.backend)} ({self.backend}), {nodes} node(s) x {per_node} "
+        framework = c.framework(self.backend)
+        label = framework if framework == self.backend else f"{framework} ({self.backend})"
+        return (f"{self.run.name}: {label}, {nodes} node(s) x {per_node} "
                 f"process(es), {r['world_size']} worker(s), per-GPU batch {c.train.per_worker_batch}, global batch "
                 f"{r['global_batch']}, lr {r['lr']:.4g}, warm-up {warmup}, {c.train.epochs} epochs"
                 + (f", benchmark {c.bench.batches} batches" if c.bench.batches else ""))
