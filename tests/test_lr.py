@@ -112,13 +112,20 @@ def test_one_epoch_local_warmup_ramps_instead_of_jumping():
     assert lr_at(0, 62, 63, jump) == pytest.approx(0.025) and lr_at(1, 0, 63, jump) == pytest.approx(0.8)
 
 
-@pytest.mark.parametrize("experiment", ["08_gradual_warmup_5", "09_gradual_warmup_10"])
-def test_gradual_experiments_ramp_per_iteration_locally_and_per_epoch_at_the_thesis_scale(experiment):
+@pytest.mark.parametrize("experiment,local_steps", [("08_gradual_warmup_5", 4), ("09_gradual_warmup_10", 8)])
+def test_gradual_experiments_warm_up_per_epoch_at_every_scale(experiment, local_steps):
+    """The thesis's per-epoch gradual warm-up everywhere: at 72 local epochs its 5 (10) of 90 epochs are 4 (8), a
+    ramp of that many equal steps from the 1-worker rate, as the thesis's 5 (10)."""
     from pathlib import Path
 
     from trainers.config import load_config
 
     folder = Path(__file__).resolve().parents[1] / "experiments" / experiment
-    assert load_config(folder, "thesis").lr.warmup == "gradual"
-    assert load_config(folder, "gpu").lr.warmup == "gradual"
-    assert load_config(folder, "local").lr.warmup == "goyal"
+    for scale in ("thesis", "gpu", "local"):
+        assert load_config(folder, scale).lr.warmup == "gradual"
+    local = load_config(folder, "local", ["train.workers=32"])
+    policy = local.lr_policy()
+    rates = [lr_at(e, 0, 63, policy) for e in range(local_steps + 1)]
+    assert rates[0] == pytest.approx(0.025) and rates[-1] == pytest.approx(0.8)
+    assert len(set(round(r, 9) for r in rates)) == local_steps + 1  # a new rate every warm-up epoch
+    assert all(b - a == pytest.approx(rates[1] - rates[0]) for a, b in zip(rates[:-1], rates[1:-1]))

@@ -155,6 +155,23 @@ def test_augmentation_is_per_sample_deterministic(tiny_root):
         train.__getitems__([(1, 0), (2, 1)])
 
 
+def test_an_epoch_augmented_at_once_equals_batch_by_batch(tiny_root, monkeypatch):
+    """The epoch cache (all N samples augmented at the epoch's first batch, in chunks) gives each batch the same
+    bits as augmenting that batch alone, and a new epoch replaces it."""
+    monkeypatch.setattr(memory, "EPOCH_CHUNK", 5)  # several chunks, the last one short
+    cached, _ = decoded_datasets(tiny_root, 20, seed=4)
+    alone, _ = decoded_datasets(tiny_root, 20, seed=4)
+    alone.holds_epochs = False
+    assert cached.holds_epochs
+    for epoch in (0, 1, 0):
+        for batch in ([3, 11, 0], [23], list(range(24))):
+            items = [(epoch, i) for i in batch]
+            assert torch.equal(cached.__getitems__(items).images, alone.__getitems__(items).images)
+        assert cached._epoch_images[0] == epoch
+    monkeypatch.setattr(memory, "EPOCH_CACHE_BYTES", 0)  # a split too large to hold an epoch
+    assert not decoded_datasets(tiny_root, 20, seed=4)[0].holds_epochs
+
+
 def test_decode_cache_is_made_once_and_remade_for_another_decoder(tiny_root, monkeypatch):
     cached = load_decoded(tiny_root)
     assert (tiny_root / memory.DECODED).is_file()

@@ -155,6 +155,19 @@ def test_a_smoke_run_never_counts_for_the_full_study(tmp_path):
     assert planned_runs(full, "local", tmp_path)[0].status == "completed"
 
 
+def test_a_benchmarks_fingerprint_ignores_epochs_and_the_learning_rate_schedule_a_trainings_does_not():
+    from trainers.fingerprint import config_fingerprint
+
+    bench = REPO / "experiments/03_throughput_distributed_data_parallel"
+    quality = REPO / "experiments/05_linear_scaling"
+    for folder, same in ((bench, True), (quality, False)):
+        base = load_config(folder, "local")
+        other = load_config(folder, "local", ["lr.warmup_epochs=2", "lr.milestones=[3]", "train.epochs=5"])
+        assert (config_fingerprint(base) == config_fingerprint(other)) is same
+    assert config_fingerprint(load_config(bench, "local")) != config_fingerprint(
+        load_config(bench, "local", ["bench.batches=13"]))  # what it times still counts
+
+
 def test_named_extra_runs_and_the_studies_beyond_the_thesis_match_their_committed_runs():
     from trainers.fingerprint import folder_fingerprint
 

@@ -26,9 +26,13 @@ IGNORED: dict[str, tuple[str, ...]] = {
 
 
 def fingerprint_of(sections: dict[str, Any], scale: str) -> str:
-    """12 hex digits of a SHA-256 over the sections (ignored keys dropped) and the scale."""
-    kept = {name: {k: v for k, v in (sections.get(name) or {}).items() if k not in IGNORED.get(name, ())}
-            for name in SECTIONS}
+    """12 hex digits of a SHA-256 over the sections (ignored keys dropped) and the scale. A benchmark run
+    (bench.batches > 0) times a number of steps: its epochs and learning-rate schedule change no timing, so they
+    are left out too."""
+    benchmark = ((sections.get("bench") or {}).get("batches") or 0) > 0
+    ignored = {**IGNORED, "train": IGNORED["train"] + ("epochs",)} if benchmark else IGNORED
+    kept = {name: {k: v for k, v in (sections.get(name) or {}).items() if k not in ignored.get(name, ())}
+            for name in SECTIONS if not (benchmark and name == "lr")}
     text = json.dumps({"scale": scale, **kept}, sort_keys=True, default=list)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

@@ -174,9 +174,11 @@ class Trainer:
         self.compute = compute.Compute(t, b.device)
         self.model = compute.compile_model(b.wrap_model(compute.prepare_model(build_model(cfg.model), t)), t)
         self.criterion = nn.CrossEntropyLoss().to(b.device)
+        # foreach: the update as a few ops over all tensors, not a few per tensor (the default on CUDA only; on
+        # the CPU ~0.5 ms less per step of the local 1-worker run, the same bits)
         optimizer = torch.optim.SGD(
             self.model.parameters(), lr=self.policy.target, momentum=cfg.optim.momentum,
-            weight_decay=cfg.optim.weight_decay,
+            weight_decay=cfg.optim.weight_decay, foreach=True,
         )
         self.optimizer = b.wrap_optimizer(optimizer, self.model)
         self.per_shard_batch = t.per_worker_batch * b.batch_multiplier

@@ -42,6 +42,8 @@ PRECISION_BITS = 22  # Pillow's resampling: 32 - 8 - 2 fractional bits in 32-bit
 RATIO = (3 / 4, 4 / 3)  # RandomResizedCrop's default aspect ratios
 TRIES = 10  # RandomResizedCrop.get_params' attempts before it falls back to the whole image
 DRAWS = 2 * TRIES + 3  # per sample: (area, aspect) per try, then top, left, flip
+EPOCH_CACHE_BYTES = 256 * 2 ** 20  # a training split whose augmented epoch fits is augmented an epoch at a time
+EPOCH_CHUNK = 1024  # images a vectorised augmentation pass holds (int32 buffers of ~3 x 12 KiB an image)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -218,9 +220,11 @@ def normalize(images: torch.Tensor) -> torch.Tensor:
 class DecodedDataset(Dataset):
     """A split held as one uint8 tensor; `__getitems__` makes a whole Batch with tensor ops.
 
-    train (random=True): the decoded images (N, S, S, 3); each batch is cropped, resized, flipped and
-    normalised as described above. An epoch's crops and flips are drawn for all N samples at its first
-    batch (one vectorised draw, cheaper than one a batch) and kept until another epoch is asked for.
+    train (random=True): the decoded images (N, S, S, 3), cropped, resized, flipped and normalised as
+    described above. At an epoch's first batch all N samples are augmented at once, in chunks (one vectorised
+    pass costs about what 30 batches of 4 do one by one), and kept until another epoch is asked for; a batch is
+    then one index. Each sample's pixels depend only on (seed, epoch, index), so this equals augmenting batch by
+    batch, bit for bit. Splits too large to hold an epoch (> EPOCH_CACHE_BYTES) are augmented batch by batch.
     val (random=False): the images already resized and centre-cropped, (N, size, size, 3); a batch is only
     normalised.
     Items are addressed like ImageFolderDataset's: an index, or (epoch, index) as make_loader sends them.
@@ -236,6 +240,8 @@ class DecodedDataset(Dataset):
         self.size = images.shape[1]
         self.resize = Resizer(self.size, image_size) if random else None
         self._boxes: tuple[int, torch.Tensor] | None = None  # (epoch, its (N, 5) crop boxes and flips)
+        self._epoch_images: tuple[int, torch.Tensor] | None = None  # (epoch, its N augmented, normalised images)
+        self.holds_epochs = random and len(images) * 3 * image_size ** 2 * 4 <= EPOCH_CACHE_BYTES
 
     def __len__(self) -> int:
         return len(self.images)
@@ -262,13 +268,28 @@ class DecodedDataset(Dataset):
             self._boxes = epoch, crop_params(u, self.size, self.size, self.scale)
         return self._boxes[1]
 
+    def augment(self, epoch: int, index: torch.Tensor) -> torch.Tensor:
+        """The training images `index` of `epoch`: cropped, resized, flipped, normalised (B, 3, size, size)."""
+        return normalize(self.resize(self.images[index], *self.boxes(epoch)[index].unbind(1)))
+
+    def epoch_images(self, epoch: int) -> torch.Tensor:
+        """All N training images of `epoch`, augmented once (in chunks, to bound the int32 resize buffers)."""
+        if self._epoch_images is None or self._epoch_images[0] != epoch:
+            self._epoch_images = None  # the last epoch's images go before the next are made
+            every = torch.arange(len(self.images))
+            self._epoch_images = epoch, torch.cat([self.augment(epoch, chunk) for chunk in every.split(EPOCH_CHUNK)])
+        return self._epoch_images[1]
+
     def __getitems__(self, items) -> Batch:
         epoch, indices = self._split(items)
         index = torch.as_tensor(indices, dtype=torch.long)
-        images = self.images[index]
-        if self.random:
-            images = self.resize(images, *self.boxes(epoch)[index].unbind(1))
-        return Batch(normalize(images), self.targets[index], ())  # () unreadable: all were decoded
+        if not self.random:
+            images = normalize(self.images[index])
+        elif self.holds_epochs:
+            images = self.epoch_images(epoch)[index]
+        else:
+            images = self.augment(epoch, index)
+        return Batch(images, self.targets[index], ())  # () unreadable: all were decoded
 
     def __getitem__(self, item):
         batch = self.__getitems__([item])
