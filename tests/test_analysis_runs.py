@@ -181,7 +181,7 @@ def test_a_group_mixing_configs_is_refused_with_a_problem_line(tmp_path):
 
     from analysis.runs import MIXED, load_study
 
-    reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu"
+    reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu-18ep"
     for experiment, runs in (("05_linear_scaling", ("w1-s0", "w1-s1", "w1-s2")), ("04_naive_scaling", ("w1-s0",
                                                                                                        "w1-s1"))):
         for run in runs:
@@ -211,14 +211,15 @@ def test_the_report_puts_this_machines_runs_beside_the_reference_by_fingerprint(
     from analysis.compare import default_runs_root, report_comparison
     from analysis.runs import load_study
 
-    reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu"
+    reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu-18ep"
     own = tmp_path / "runs"
-    for run in ("w1-s0", "w1-s1"):  # "this machine" re-measured two of the reference's runs
+    for run in ("w1-s0", "w1-s1"):  # "this machine" re-measured two of the 18-epoch reference's runs
         shutil.copytree(reference / "05_linear_scaling" / run, own / "05_linear_scaling" / run,
                         ignore=shutil.ignore_patterns("*.pt"))
     assert default_runs_root(own) == (own, "this machine")
     assert default_runs_root(tmp_path / "empty")[1] == "the committed reference, machine vm-2cpu"
     row = report_comparison(load_study(own)).set_index("configuration").loc["w1"]
     assert row["this machine"] == "62.08 ± 2.30 (n=2)"  # 63.70 and 60.45
-    assert row["reference: vm-2cpu"] == "62.52 ± 1.80 (n=3)"  # the reference's three seeds of the same config
+    assert row["reference: vm-2cpu-18ep"] == "62.52 ± 1.80 (n=3)"  # the reference's three seeds of the same config
+    assert row["reference: vm-2cpu"] == "-"  # the 72-epoch reference: another config, never compared
     assert row["thesis"] == "75.03" and row["measure"] == "best top-1 %"
