@@ -16,6 +16,8 @@ QUICK ?=
 SEEDS ?=
 ## JOBS=N                   quality runs side by side, the cores split between them (default: one per core on CPU)
 JOBS ?=
+## ONLY="w32-* w1-s0"       only the study's runs of these names or patterns (e.g. to add one worker count's seeds)
+ONLY ?=
 ## DRY_RUN=1                print the exact commands / sbatch lines and stop
 DRY_RUN ?=
 ## OUT=DIR                  the runs' output folder (default results/runs, QUICK=1 results/quick); make report reads it
@@ -26,7 +28,7 @@ HOROVOD ?= auto
 SITE_TORCH ?=
 ## IMAGENET_DIR=DIR         SCALE=gpu|thesis: the ILSVRC-2012 root (train/ and val/ class folders); an environment
 ##                          variable (export it, or pass it on the make line); a Slurm profile may stage a tar instead
-STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT))
+STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report cost bench bench-data bench-step bench-comm noise-scale clean

@@ -68,6 +68,15 @@ def test_local_quality_studies_run_three_seeds_as_emulated_workers():
     assert {p.backend for p in plans} == {"emulated"} and {p.status for p in plans} == {"missing"}
 
 
+def test_only_keeps_the_runs_named_and_refuses_a_pattern_that_names_none():
+    study = load_study(REPO / "experiments/05_linear_scaling", "local", quick=False, seeds=4, overrides=[],
+                       only=["w32-*", "w1-s3"])
+    assert [r.name for r in study.runs] == ["w1-s3", "w32-s0", "w32-s1", "w32-s2", "w32-s3"]
+    with pytest.raises(ConfigError, match="matches none of 05_linear_scaling's runs"):
+        load_study(REPO / "experiments/05_linear_scaling", "local", quick=False, seeds=None, overrides=[],
+                   only=["w7-*"])
+
+
 def test_quick_shrinks_a_quality_study_without_turning_it_into_a_benchmark():
     study = load_study(REPO / "experiments/04_naive_scaling", "local", quick=True, seeds=None, overrides=[])
     cfg = planned_runs(study, "local", Path("/nonexistent"))[0].cfg

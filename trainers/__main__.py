@@ -79,7 +79,7 @@ def cmd_study(args) -> int:
         Path(args.experiment), scale=args.scale, launcher=args.launcher, cluster=args.cluster,
         dry_run=args.dry_run, quick=args.quick, out=Path(args.out) if args.out else None, seeds=args.seeds,
         overrides=args.set,
-        jobs=args.jobs,
+        jobs=args.jobs, only=args.only,
     )
 
 
@@ -132,6 +132,8 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--jobs", type=int, help="quality runs side by side, the cores split between them (default: on "
                     "the CPU one run per core; on a GPU and for throughput runs 1)")
     st.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    st.add_argument("--only", nargs="+", default=[], metavar="RUN",
+                    help="only the runs of these names or patterns (e.g. 'w32-*' w1-s0); the rest are left alone")
     st.add_argument("--out", help="runs root (default results/runs; with --quick results/quick, so smoke runs never "
                     "share folders with full ones)")
     st.set_defaults(func=cmd_study)

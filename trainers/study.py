@@ -18,6 +18,7 @@ counts as done only when its config fingerprint (trainers/fingerprint.py) is the
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import itertools
 import json
 import os
@@ -118,13 +119,21 @@ def quick_overrides(config: Path, scale: str) -> list[str]:
             if section != "bench" or benchmark]  # a quick quality study stays a training, not a benchmark
 
 
-def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, overrides: list[str]) -> Study:
+def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, overrides: list[str],
+               only: list[str] = ()) -> Study:
+    """only: run-name patterns (fnmatch, e.g. "w32-*"): the study's runs of those names alone."""
     config = experiment / "config.toml"
     if not config.is_file():
         raise ConfigError(f"{experiment} has no config.toml; pass an experiments/NN_name folder")
     table = study_table(config, scale)
     extra = (quick_overrides(config, scale) if quick else []) + list(overrides)
     runs = expand(config, scale, 1 if quick and not seeds else seeds)
+    if only:
+        chosen = [r for r in runs if any(fnmatch.fnmatchcase(r.name, pattern) for pattern in only)]
+        if not chosen:
+            raise ConfigError(f"--only {' '.join(only)} matches none of {experiment.name}'s runs "
+                              f"({', '.join(r.name for r in runs)})")
+        runs = chosen
     for run in runs:  # validate every run's config now, not after the first hour
         load_config(config, scale, extra + [f"{k}={json.dumps(v)}" for k, v in run.settings.items()])
     return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
@@ -431,8 +440,8 @@ def data_warning(study: Study, scale: str) -> str | None:
 
 def run_study(experiment: Path, scale: str = "local", launcher: str = "local", cluster: str = "local",
               dry_run: bool = False, quick: bool = False, out: Path | None = None, seeds: int | None = None,
-              overrides: list[str] = (), jobs: int | None = None) -> int:
-    study = load_study(experiment, scale, quick, seeds, list(overrides))
+              overrides: list[str] = (), jobs: int | None = None, only: list[str] = ()) -> int:
+    study = load_study(experiment, scale, quick, seeds, list(overrides), list(only))
     out = out or (QUICK_OUT if quick else FULL_OUT)
     if study.question:
         print(f"{experiment.name}: {study.question}")
