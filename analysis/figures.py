@@ -322,7 +322,7 @@ def plot_utilisation(df: pd.DataFrame, ax=None, title: str | None = None):
         g = g.sort_values("t")
         ax.plot(g["t"] / 60.0, g["util_pct"], color=_colour(i), linewidth=1, label=f"{run} {dev}")
     ax.set_ylim(0, 105)
-    return _finish(ax, "minutes since start", "utilisation (%)", title)
+    return _finish(ax, "minutes since start", "utilisation (% of the device; CPU: of all the node's cores)", title)
 
 
 def plot_steady_state(rq2: pd.DataFrame, ax=None):
