@@ -3,7 +3,8 @@
 One row per (run, record): ``kind`` says which record --
   run       one per run: status, best validation accuracy, wall-clock, bad lines (always present, so a
             half-written or failed run still shows up);
-  epoch     one per epoch: train/val loss, top-1, top-5 (percent), learning rate, epoch time;
+  epoch     one per epoch: train/val loss, top-1, top-5 (percent), learning rate, epoch time, optimizer steps
+            fp16's gradient scaler skipped (skipped_steps; missing for runs from before it was recorded);
   bench     throughput summary: thesis-formula and steady-state images/s (from the trainer's bench record,
             or derived from per-iteration records, or from an upstream log);
   util      utilisation samples (trainers/telemetry.py), one row per sample and device: t (seconds since the
@@ -35,7 +36,7 @@ RUN_COLUMNS = ["experiment", "exp", "run", "path", "source", "scale", "framework
                "per_gpu_batch", "global_batch", "lr", "warmup", "seed", "epochs", "epochs_done", "status",
                "diverged", "wallclock_s", "bad_lines"]
 RECORD_COLUMNS = ["kind", "epoch", "train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5",
-                  "epoch_lr", "epoch_time", "images", "thesis_images_per_s", "steady_images_per_s",
+                  "epoch_lr", "epoch_time", "images", "skipped_steps", "thesis_images_per_s", "steady_images_per_s",
                   "batch_time_avg_at_199", "warmup_batches", "data_share", "data_s", "compute_s", "comm_s",
                   "best_val_top1", "best_val_top5", "t", "util_pct", "mem_gb", "power_w", "device", "planned_lr",
                   "note"]
@@ -180,6 +181,7 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
                      "train_top1": r.get("train_top1"), "train_top5": r.get("train_top5"),
                      "val_loss": r.get("val_loss"), "val_top1": r.get("val_top1"), "val_top5": r.get("val_top5"),
                      "epoch_lr": r.get("lr"), "epoch_time": r.get("epoch_time"), "images": r.get("images"),
+                     "skipped_steps": r.get("skipped_steps"),
                      "data_s": r.get("data_s"), "compute_s": r.get("compute_s"), "comm_s": r.get("comm_s")})
 
     # -- throughput

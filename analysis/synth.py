@@ -211,8 +211,8 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
         out.record("epoch", epoch=e, lr=sched[e], train_loss=float("nan") if diverged_now else 2.5 * (1 - frac) + 0.5,
                    train_top1=train_top1, train_top5=min(100.0, train_top1 + 20), val_loss=2.4 * (1 - frac) + 0.6,
                    val_top1=val_top1, val_top5=min(100.0, val_top1 + 18), epoch_time=clock.now - ep_start,
-                   images=images_per_epoch, skipped_images=0, skipped_val_images=0, data_share=0.3, data_s=0.3 * train_s, compute_s=0.7 * train_s,
-                   comm_s=0.0)
+                   images=images_per_epoch, skipped_images=0, skipped_val_images=0, skipped_steps=0, data_share=0.3,
+                   data_s=0.3 * train_s, compute_s=0.7 * train_s, comm_s=0.0)
         out.log(pytorch_summary_line("early-2019", val_top1, min(100.0, val_top1 + 18)))
     if status != "running":
         exit_code = {"completed": 0, "diverged": 3, "failed": 1, "preempted": 4}[status]

@@ -121,6 +121,26 @@ def test_loader_survives_broken_folders(tmp_path):
     assert an.load_runs(tmp_path / "nothing").empty
 
 
+def test_epoch_rows_carry_fp16_skipped_steps_and_older_runs_read_as_missing(tmp_path):
+    from trainers.runfolder import RunFolder
+
+    fields = dict(lr=0.1, train_loss=1.0, train_top1=50.0, train_top5=90.0, val_loss=1.0, val_top1=40.0,
+                  val_top5=80.0, epoch_time=1.0, images=8, skipped_images=0, skipped_val_images=0, data_share=0.1,
+                  data_s=0.1, compute_s=0.8, comm_s=0.0)
+    run = RunFolder(tmp_path / "04_x" / "new", writes=True, echo=False)
+    for epoch, skipped in enumerate([3, 0]):
+        run.record("epoch", epoch=epoch, skipped_steps=skipped, **fields)
+    run.close()
+    older = tmp_path / "04_x" / "old"  # an epoch record as the trainer wrote it before skipped_steps existed
+    older.mkdir()
+    (older / "metrics.jsonl").write_text(json.dumps({"kind": "epoch", "epoch": 0, **fields, "time": 1.0}) + "\n")
+    df = an.load_runs(tmp_path)
+    epochs = df[df["kind"] == "epoch"]
+    assert epochs.loc[epochs["run"] == "new", "skipped_steps"].tolist() == [3, 0]
+    assert epochs.loc[epochs["run"] == "old", "skipped_steps"].isna().tolist() == [True]
+    assert (df.loc[df["run"] == "old", "bad_lines"] == 0).all()  # the older record is a good line, as before
+
+
 def test_brought_diverged_log_shows_diverged():
     df = an.load_log(FIX / "logs" / "diverged_pf1.log", {"experiment": "04_x", "per_gpu_batch": 32})
     assert df.iloc[0]["status"] == "diverged"

@@ -1,4 +1,5 @@
 """How the model computes (precision, layout, passes of emulated workers, device choice), tested on the CPU."""
+import json
 import os
 import signal
 
@@ -84,19 +85,71 @@ def preempt_at(monkeypatch, step_number):
     monkeypatch.setattr(Trainer, "step", step)
 
 
-def test_fp16_resume_is_exact_with_the_scaler_state(tmp_path, monkeypatch):
+def inf_gradients_at(monkeypatch, calls):
+    """Put an inf into a gradient before these optimizer steps (0-based, counted in this process), so fp16's scaler
+    must skip them. Returns what GradScaler's public API shows at each step: (the scale dropped, no parameter
+    changed)."""
+    from trainers.backends.base import Backend
+
+    original, seen = Backend.optimizer_step, []
+
+    def optimizer_step(self, optimizer, scaler=None):
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if len(seen) in calls:
+            params[0].grad.view(-1)[0] = float("inf")
+        before, weights = scaler.get_scale(), [p.detach().clone() for p in params]
+        original(self, optimizer, scaler)
+        seen.append((scaler.get_scale() < before, all(torch.equal(w, p) for w, p in zip(weights, params))))
+
+    monkeypatch.setattr(Backend, "optimizer_step", optimizer_step)
+    return seen
+
+
+def test_fp16_records_the_steps_its_scaler_skips_and_fp32_none(tmp_path, monkeypatch):
+    seen = inf_gradients_at(monkeypatch, {1, 2, 8})  # 6 steps an epoch: steps 1 and 2 of epoch 0, 2 of epoch 1
     cfg = write_config(tmp_path / "h.toml", {"train": {"precision": "fp16"}})
+    assert train_in_process(cfg, tmp_path, "fp16") == 0
+    dropped = [d for d, _ in seen]
+    assert len(seen) == 12 and all(d == unchanged for d, unchanged in seen)  # a drop is a skipped update
+    assert [i for i, d in enumerate(dropped) if d] == [1, 2, 8]  # the injected steps, no others
+    run_dir = tmp_path / "h" / "fp16"
+    assert [r["skipped_steps"] for r in records(run_dir, "epoch")] == [sum(dropped[:6]), sum(dropped[6:])] == [2, 1]
+    assert json.loads((run_dir / "manifest.json").read_text())["skipped_steps"] == 3
+    log = (run_dir / "train.log").read_text()
+    assert "=> skipped 2 of 6 optimizer steps for inf/NaN gradients (fp16); loss scale now 16384" in log
+    assert "=> skipped 1 of 6 optimizer steps for inf/NaN gradients (fp16); loss scale now 8192" in log
+    assert "=> skipped optimizer steps for inf/NaN gradients (fp16): 3 in all (manifest skipped_steps)" in log
+    monkeypatch.undo()
+    fp32 = write_config(tmp_path / "f.toml")
+    assert train_in_process(fp32, tmp_path, "fp32") == 0
+    run_dir = tmp_path / "f" / "fp32"
+    assert [r["skipped_steps"] for r in records(run_dir, "epoch")] == [0, 0]
+    assert json.loads((run_dir / "manifest.json").read_text())["skipped_steps"] == 0
+    assert "=> skipped" not in (run_dir / "train.log").read_text()
+
+
+def test_fp16_resume_is_exact_with_the_scaler_state_and_the_skip_count(tmp_path, monkeypatch):
+    cfg = write_config(tmp_path / "h.toml", {"train": {"precision": "fp16"}})
+    # skipped steps before and after the cut, in its epoch and the next: the scale changes, the counts carry over
+    inf_gradients_at(monkeypatch, {2, 5, 8})
     assert train_in_process(cfg, tmp_path, "whole") == 0
+    monkeypatch.undo()
+    inf_gradients_at(monkeypatch, {2})
     preempt_at(monkeypatch, 4)
     assert train_in_process(cfg, tmp_path, "cut") == 4
     cut = torch.load(tmp_path / "h" / "cut" / "checkpoint.pt", weights_only=True)
     assert cut["step"] == 4 and cut["scaler"]["scale"] > 0  # the loss scale went into the checkpoint
+    assert cut["skipped_steps"] == {"epoch": 1, "run": 0}  # ... and the epoch's skipped step
     monkeypatch.undo()
+    inf_gradients_at(monkeypatch, {5 - 4, 8 - 4})  # the resumed process starts at step 4
     assert train_in_process(cfg, tmp_path, "cut", "--resume", "auto") == 0
     whole = torch.load(tmp_path / "h" / "whole" / "checkpoint.pt", weights_only=True)
     resumed = torch.load(tmp_path / "h" / "cut" / "checkpoint.pt", weights_only=True)
     assert max_difference(whole["model"], resumed["model"]) == 0.0
-    assert whole["scaler"] == resumed["scaler"]
+    assert whole["scaler"] == resumed["scaler"] and whole["scaler"]["scale"] == 65536.0 / 8
+    assert whole["skipped_steps"] == resumed["skipped_steps"] == {"epoch": 0, "run": 3}
+    skipped = {name: [r["skipped_steps"] for r in records(tmp_path / "h" / name, "epoch")] for name in ("whole", "cut")}
+    assert skipped["whole"] == skipped["cut"] == [2, 1]
 
 
 def test_the_loop_waits_for_the_device_only_where_it_logs(tmp_path, monkeypatch):

@@ -5,7 +5,8 @@
   - "tf32": fp32 tensors, TF32 tensor-core math in matmuls and convolutions (Ampere and later; no effect on CPU);
   - "bf16": autocast to bfloat16 (works on CPU too);
   - "fp16": autocast to float16 with a gradient scaler; the scaler's state is checkpointed, so resume stays exact,
-    and a step the scaler skips (inf/NaN gradients) lowers the scale instead of counting as divergence.
+    and a step the scaler skips (inf/NaN gradients) lowers the scale instead of counting as divergence; skipped
+    steps are counted (the epoch records' `skipped_steps`), so a run that skips many of its steps shows.
 `channels_last` stores activations NHWC, the tensor cores' layout; `compile` runs the wrapped model through
 torch.compile; `cudnn_benchmark` lets cuDNN time its algorithms on the first batch of each shape, as the thesis's
 scripts did; `deterministic` asks for deterministic kernels everywhere, so a resumed GPU run ends bit-identical.
@@ -62,13 +63,14 @@ def prepare_model(model: nn.Module, t: TrainConfig) -> nn.Module:
 
 
 class Compute:
-    """Autocast, the fp16 gradient scaler and the input layout of one run."""
+    """Autocast, the fp16 gradient scaler (and the steps it skipped) and the input layout of one run."""
 
     def __init__(self, t: TrainConfig, device: torch.device):
         self.dtype = AUTOCAST_DTYPES.get(t.precision)
         self.device_type = device.type
         self.channels_last = t.channels_last
         self.scaler = torch.amp.GradScaler(device.type) if t.precision == "fp16" else None
+        self.skipped = torch.zeros((), dtype=torch.int64, device=device)  # optimizer steps the scaler skipped
 
     def autocast(self):
         if self.dtype is None:
@@ -80,6 +82,28 @@ class Compute:
 
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def optimizer_step(self, backend, optimizer: torch.optim.Optimizer) -> None:
+        """The backend's update; with fp16, a step the scaler skips is counted in `skipped`, on the device.
+
+        update() halves the scale exactly when step() found inf/NaN gradients and skipped the update (growth only
+        ever raises it), so a drop of the scale is a skipped step, on every backend. The count stays on the device:
+        get_scale() would make the host wait for the GPU each step, and GradScaler has no public device-side view
+        of its scale, hence _get_scale_async(). All ranks step on the same reduced gradients, so they skip the same
+        steps and the count needs no collective.
+        """
+        if self.scaler is None:
+            backend.optimizer_step(optimizer)
+            return
+        before = self.scaler._get_scale_async().clone()
+        backend.optimizer_step(optimizer, self.scaler)
+        self.skipped += self.scaler._get_scale_async() < before
+
+    def take_skipped(self) -> int:
+        """The steps skipped since the last call (one wait for the device: call it where the loop reads anyway)."""
+        n = int(self.skipped)
+        self.skipped.zero_()
+        return n
 
     def state_dict(self) -> dict:
         return self.scaler.state_dict() if self.scaler is not None else {}

@@ -183,6 +183,7 @@ class Trainer:
         self.optimizer = b.wrap_optimizer(optimizer, self.model)
         self.per_shard_batch = t.per_worker_batch * b.batch_multiplier
         self.start_epoch, self.start_step, self.partial, self.best_top1 = 0, 0, Sums(), 0.0
+        self.skipped_total = 0  # optimizer steps fp16's scaler skipped in the epochs done (the epoch's: compute)
         if self.resuming:
             self.restore()
         else:
@@ -242,6 +243,9 @@ class Trainer:
         self.partial = Sums(*state["partial"])
         self.best_top1 = state["best_top1"]
         self.compute.load_state_dict(state.get("scaler", {}))
+        skipped = state.get("skipped_steps", {})  # absent in checkpoints from before it was counted
+        self.compute.skipped.fill_(skipped.get("epoch", 0))
+        self.skipped_total = skipped.get("run", 0)
         checkpoint.restore_rng(state["rng"])
         # what was written after this checkpoint will be written again: cut it, or the files would hold it twice
         dropped = self.run.cut_back(state.get("run_files", {}))
@@ -260,6 +264,8 @@ class Trainer:
             "best_top1": self.best_top1,
             "rng": checkpoint.rng_state(),
             "scaler": self.compute.state_dict(),  # fp16's loss scale: resume takes the same steps
+            # steps the scaler skipped: this epoch's so far (a mid-epoch checkpoint) and the epochs done
+            "skipped_steps": {"epoch": int(self.compute.skipped), "run": self.skipped_total},
             "config": self.cfg.to_dict(),
             "run_files": self.run.sizes(),  # bytes of metrics.jsonl and train.log this checkpoint covers
         })
@@ -291,7 +297,7 @@ class Trainer:
             c.backward(loss if len(y) == total else loss * (len(y) / total))
             outputs.append(output.detach())
             losses.append(loss.detach() if len(y) == total else loss.detach().double() * len(y))
-        self.backend.optimizer_step(self.optimizer, c.scaler)
+        c.optimizer_step(self.backend, self.optimizer)
         if len(outputs) == 1:
             return outputs[0], losses[0]
         return torch.cat(outputs), torch.stack(losses).sum() / total
@@ -402,22 +408,33 @@ class Trainer:
             train_loss, train_top1, train_top5 = train.means()
             val_loss, val_top1, val_top5 = val.means()
             self.run.log(summary_line(val_top1, val_top5))
+            skipped = self.count_skipped()
             self.best_top1 = max(self.best_top1, val_top1)
             unreadable = self.count_unreadable(epoch)
             self.run.record(
                 "epoch", epoch=epoch, lr=lr_at(epoch, 0, 1, self.policy), train_loss=train_loss,
                 train_top1=train_top1, train_top5=train_top5, val_loss=val_loss, val_top1=val_top1,
                 val_top5=val_top5, epoch_time=time.time() - started, images=train.images,
-                skipped_images=unreadable["train"], skipped_val_images=unreadable["val"],
+                skipped_images=unreadable["train"], skipped_val_images=unreadable["val"], skipped_steps=skipped,
                 data_share=self.epoch_data_share, **self.time_split,
             )
             self.write_util(gather=True)
             self.save(epoch + 1, 0, Sums())
             self.run.update_manifest(epochs_done=epoch + 1, best_val_top1=self.best_top1,
                                      unreadable_images=self.run.manifest.get("unreadable_images", {}),
-                                     data_wait_share=self.data_s / self.step_s if self.step_s else None)
+                                     data_wait_share=self.data_s / self.step_s if self.step_s else None,
+                                     skipped_steps=self.skipped_total)
             if self.stop.received is not None and epoch + 1 < self.cfg.train.epochs:
                 raise Preempted(f"stopped by a signal after epoch {epoch}; checkpoint written")
+
+    def count_skipped(self) -> int:
+        """This epoch's optimizer steps that fp16's scaler skipped, into the run's total; a line when there were."""
+        skipped = self.compute.take_skipped()
+        self.skipped_total += skipped
+        if skipped:
+            self.run.log(f"=> skipped {skipped} of {len(self.train_sampler)} optimizer steps for inf/NaN gradients "
+                         f"(fp16); loss scale now {self.compute.scaler.get_scale():g}")
+        return skipped
 
     def count_unreadable(self, epoch: int) -> dict[str, int]:
         """This epoch's distinct unreadable files per split, summed over ranks (each sample index has one owner;
@@ -588,6 +605,9 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
     for split, per_epoch in run.manifest.get("unreadable_images", {}).items():
         if any(per_epoch.values()):
             run.log(f"=> unreadable {split} images per epoch: {max(per_epoch.values())} (manifest unreadable_images)")
+    if trainer.skipped_total:
+        run.log(f"=> skipped optimizer steps for inf/NaN gradients (fp16): {trainer.skipped_total} in all "
+                "(manifest skipped_steps)")
     if trainer.step_s:
         run.log(data_wait_line(trainer.data_s / trainer.step_s))
     run.status("completed", done, exit_code=EXIT_COMPLETED)

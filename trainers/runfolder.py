@@ -78,6 +78,7 @@ class Epoch:
     images: int  # training images over all ranks
     skipped_images: int  # this epoch's distinct unreadable training files (each replaced by a readable one)
     skipped_val_images: int  # this epoch's distinct unreadable validation files (left out, not replaced)
+    skipped_steps: int  # optimizer steps fp16's gradient scaler skipped (inf/NaN gradients); 0 in other precisions
     data_share: float  # waiting for data / step time, this epoch's training steps
     # seconds summed over this attempt's training steps on the writing rank (validation not included):
     data_s: float  # waiting for the next batch
