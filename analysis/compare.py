@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import numbers as nb
 from .runs import experiment_number, load_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,9 +68,12 @@ def reference_values(folder: Path, experiment: str, fingerprint: str, kind: str)
 
 
 def thesis_value(ref: pd.DataFrame, experiment: str, framework: str, gpus: int, per_gpu_batch: int,
-                 kind: str) -> float:
+                 kind: str, numerics: str = nb.FP32) -> float:
     """The thesis's images/s or best top-1 for the same experiment, framework and GPU count. Throughput also needs
-    the same per-GPU batch; quality takes the thesis's row whatever the batch (the miniature's is its own)."""
+    the same per-GPU batch; quality takes the thesis's row whatever the batch (the miniature's is its own). Only
+    fp32 runs get one: the thesis's P100s ran strict fp32."""
+    if numerics != nb.FP32:
+        return math.nan
     rows = ref[(ref["experiment"] == experiment_number(experiment)) & (ref["gpus"] == gpus)]
     if framework != "emulated":  # emulated workers stand in for whichever framework the thesis ran them with
         rows = rows[rows["framework"] == framework]
@@ -95,7 +99,8 @@ def _cell(values: list[float]) -> str:
 
 def comparison_frame(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT) -> pd.DataFrame:
     """One row per configuration (the planned runs without their seed suffix): this machine, each reference
-    machine, the thesis. entries: name, run_dir, fingerprint, experiment, framework, gpus, per_gpu_batch."""
+    machine, the thesis. entries: name, run_dir, fingerprint, experiment, framework, gpus, per_gpu_batch and
+    optionally numerics (default fp32)."""
     from .reference import load_reference
 
     ref = load_reference()
@@ -112,7 +117,7 @@ def comparison_frame(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT
         for label, folder, _ in machines:
             row[f"reference: {label}"] = _cell(reference_values(folder, first["experiment"], fingerprint, kind))
         thesis = thesis_value(ref, first["experiment"], first["framework"], first["gpus"], first["per_gpu_batch"],
-                              kind)
+                              kind, first.get("numerics", nb.FP32))
         row["thesis"] = "-" if math.isnan(thesis) else f"{thesis:.2f}"
         rows.append(row)
     return pd.DataFrame(rows)
@@ -156,7 +161,8 @@ def report_comparison(df: pd.DataFrame, root: Path = REFERENCE_ROOT) -> pd.DataF
     for (experiment, kind), g in runs.groupby([runs["experiment"],
                                                runs["exp"].le(3).map({True: "throughput", False: "quality"})]):
         entries = [dict(name=r.run, run_dir=Path(r.path), fingerprint=r.fingerprint, experiment=experiment,
-                        framework=r.framework, gpus=r.gpus, per_gpu_batch=r.per_gpu_batch) for r in g.itertuples()]
+                        framework=r.framework, gpus=r.gpus, per_gpu_batch=r.per_gpu_batch, numerics=r.numerics)
+                   for r in g.itertuples()]
         frame = comparison_frame(entries, kind, root)
         frame.insert(0, "measure", "steady images/s" if kind == "throughput" else "best top-1 %")
         frame.insert(0, "experiment", experiment)

@@ -3,10 +3,11 @@
 Per run of a study (expanded exactly as `make expN SCALE=...` would): images processed = epochs x training images
 (ILSVRC-2012: 1,281,167) for a training, (batches + warm-up batches) x global batch for a throughput benchmark;
 wall-clock = images / images/s; GPU-hours = wall-clock x the GPUs the run holds (its workers; 1 for emulated workers).
-images/s: ours where a run at that scale measured it (the study frame's bench rows), else the thesis's measurement
-for the same framework, per-GPU batch and GPU count (Tables 1-9, P100 GPUs); empty where neither exists. The
-check: the thesis's own 90-epoch wall-clocks (Tables 11-15) beside the estimate. Validation passes (50,000 images
-an epoch, forward only) and start-up are not counted.
+images/s: ours where a run at that scale and in the same numerics (fp32, bf16+cl, ...) measured it (the study
+frame's bench rows), else the thesis's measurement for the same framework, per-GPU batch and GPU count (Tables 1-9,
+P100 GPUs in fp32: for a tf32, bf16 or compiled configuration on a newer GPU, a pessimistic stand-in); empty where
+neither exists. The check: the thesis's own 90-epoch wall-clocks (Tables 11-15) beside the estimate. Validation
+passes (50,000 images an epoch, forward only) and start-up are not counted.
 """
 from __future__ import annotations
 
@@ -45,11 +46,12 @@ def run_work(cfg) -> tuple[float, int]:
     return float(images), gpus
 
 
-def rate(ours: pd.DataFrame, thesis: pd.DataFrame, scale: str, framework: str, batch: int, gpus: int):
-    """(images/s, where it comes from) for a run holding `gpus` GPUs at per-GPU batch `batch`."""
+def rate(ours: pd.DataFrame, thesis: pd.DataFrame, scale: str, framework: str, batch: int, gpus: int,
+         numerics: str = nb.FP32):
+    """(images/s, where it comes from) for a run holding `gpus` GPUs at per-GPU batch `batch` in `numerics`."""
     fw = "pytorch" if framework == "emulated" else framework  # emulated workers: one PyTorch process on one GPU
     o = ours[(ours["scale"] == scale) & (ours["framework"] == fw) & (ours["per_gpu_batch"] == batch)
-             & (ours["gpus"] == gpus)]
+             & (ours["gpus"] == gpus) & (ours["numerics"] == numerics)]
     for col in ("steady_images_per_s", "thesis_images_per_s"):
         v = o[col].dropna() if len(o) else o
         if len(v):
@@ -81,7 +83,8 @@ def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFra
             continue
         images, gpus = run_work(cfg)
         fw, b = cfg.framework(), cfg.train.per_worker_batch
-        speed, source = rate(ours, ref.dropna(subset=["throughput"]), scale, fw, b, gpus)
+        numerics = nb.numerics_label(cfg.train.precision, cfg.train.channels_last, cfg.train.compile)
+        speed, source = rate(ours, ref.dropna(subset=["throughput"]), scale, fw, b, gpus, numerics)
         wall = images / speed if speed == speed else math.nan
         check = thesis_wallclock(ref, exp, fw, b, cfg.train.workers) if scale == "thesis" else math.nan
         groups[name] = {"experiment": experiment.name, "scale": scale, "configuration": name, "runs": 1,
@@ -118,9 +121,10 @@ def totals(cost: pd.DataFrame) -> pd.DataFrame:
 
 
 NOTES = [
-    "images/s: ours where a run at that scale measured it, else the thesis's for the same framework, per-GPU batch "
-    "and GPU count (P100, its throughput formula); emulated workers run as one PyTorch process on one GPU, so they "
-    "take the 1-GPU rate; 'unmeasured': no such measurement (e.g. per-GPU batch 32 with PyTorch), no estimate.",
+    "images/s: ours where a run at that scale in the same numerics measured it, else the thesis's for the same "
+    "framework, per-GPU batch and GPU count (P100 in fp32, its throughput formula); emulated workers run as one "
+    "PyTorch process on one GPU, so they take the 1-GPU rate; 'unmeasured': no such measurement (e.g. per-GPU "
+    "batch 32 with PyTorch), no estimate.",
     "wall-clock = epochs x 1,281,167 images / images/s (benchmarks: their batches x global batch); validation and "
     "start-up are not counted. gpu_hours = runs x GPUs per run x wall-clock.",
     "thesis_wallclock_s: the thesis's own 90-epoch time for that configuration (Tables 11-15), the check on the "

@@ -1,6 +1,8 @@
 """Plot functions: each takes a DataFrame and an optional axis and returns the axis (no plt.show()).
 
-Colours are the Okabe-Ito colour-blind-safe palette; line styles tell thesis (dashed) from ours (solid).
+Colours are the Okabe-Ito colour-blind-safe palette; line styles tell thesis (dashed) from ours (solid). Runs of
+other numerics than fp32 (bf16+cl, compiled, ...) are lines of their own, named in their label; fp32 lines are not
+named, as the thesis's are not.
 ``save`` writes PNG and PDF with fixed metadata so the same data gives the same files.
 """
 from __future__ import annotations
@@ -16,11 +18,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from . import numbers as nb  # noqa: E402
+
 #: Okabe & Ito (2008), colour-blind safe
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 FRAMEWORK_NAME = {"pytorch": "PyTorch", "horovod+pytorch": "Horovod+PyTorch", "horovod+tensorflow": "Horovod+TF",
                   "emulated": "emulated"}
-CURVE_KEYS = ["exp", "framework", "gpus", "per_gpu_batch", "global_batch", "lr", "warmup", "scale"]
+CURVE_KEYS = ["exp", "framework", "gpus", "per_gpu_batch", "global_batch", "lr", "warmup", "scale", "numerics"]
 
 
 def _ax(ax, figsize=(6.4, 4.2)):
@@ -100,41 +104,43 @@ def _series(scaling: pd.DataFrame, framework=None, per_gpu_batch=None):
         s = s[s["framework"].isin([framework] if isinstance(framework, str) else framework)]
     if per_gpu_batch is not None:
         s = s[s["per_gpu_batch"] == per_gpu_batch]
-    return s.groupby(["source", "scale", "framework", "per_gpu_batch"], dropna=False, sort=True)
+    # numerics: a bf16 point and an fp32 one at the same GPU count are two lines, never one zig-zag
+    return s.groupby(["source", "scale", "framework", "per_gpu_batch", "numerics"], dropna=False, sort=True)
 
 
 _SOURCE_STYLE = {"thesis": ("--", "o"), "ours (thesis formula)": ("-", "s"), "ours (steady state)": ("-", "^")}
 
 
 def _styles(scaling: pd.DataFrame, framework=None, per_gpu_batch=None):
-    """Colour by (framework, per-GPU batch, scale), line and marker by source: same in every panel."""
-    keys = sorted({(f, b, "thesis" if sc == "thesis" else "other") for _, sc, f, b in
+    """Colour by (framework, per-GPU batch, numerics, scale), line and marker by source: same in every panel."""
+    keys = sorted({(f, b, n, "thesis" if sc == "thesis" else "other") for _, sc, f, b, n in
                    (k for k, _ in _series(scaling, framework, per_gpu_batch))}, key=str)
     colours = {k: _colour(i) for i, k in enumerate(keys)}
 
-    def style(src, sc, fw, b):
+    def style(src, sc, fw, b, n):
         ls, mk = _SOURCE_STYLE.get(src, ("-", "o"))
-        return colours[(fw, b, "thesis" if sc == "thesis" else "other")], ls, mk
+        return colours[(fw, b, n, "thesis" if sc == "thesis" else "other")], ls, mk
 
     return style
 
 
-def _label(source, scale, fw, b) -> str:
+def _label(source, scale, fw, b, n) -> str:
     tag = "thesis" if source == "thesis" else source.replace("ours", "ours" + ("" if scale == "thesis"
                                                                                  else f", {scale}"))
-    return f"{FRAMEWORK_NAME.get(fw, fw)} b={int(b)} — {tag}"
+    return f"{FRAMEWORK_NAME.get(fw, fw)} b={int(b)}{nb.numerics_suffix(n)} — {tag}"
 
 
 def plot_throughput(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=None, ideal: bool = True):
     """Images/s vs GPUs (thesis Figures 14-17, left), with the ideal line from each series' 1-GPU point."""
     ax = _ax(ax)
     style = _styles(scaling, framework, per_gpu_batch)
-    for (src, sc, fw, b), g in _series(scaling, framework, per_gpu_batch):
+    for key, g in _series(scaling, framework, per_gpu_batch):
+        src = key[0]
         g = g.dropna(subset=["images_per_s"]).sort_values("gpus")
         if g.empty:  # a configuration measured by one estimate only: no empty legend entry for the other
             continue
-        colour, ls, mk = style(src, sc, fw, b)
-        ax.plot(g["gpus"], g["images_per_s"], ls, marker=mk, color=colour, label=_label(src, sc, fw, b))
+        colour, ls, mk = style(*key)
+        ax.plot(g["gpus"], g["images_per_s"], ls, marker=mk, color=colour, label=_label(*key))
         one = g.loc[g["gpus"] == 1, "images_per_s"]
         if ideal and len(one) and src != "ours (steady state)":
             xs = np.array(sorted(g["gpus"].unique()), dtype=float)
@@ -151,13 +157,13 @@ def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=N
     ax = _ax(ax)
     xmax = 1.0
     style = _styles(scaling, framework, per_gpu_batch)
-    for (src, sc, fw, b), g in _series(scaling, framework, per_gpu_batch):
+    for key, g in _series(scaling, framework, per_gpu_batch):
         g = g.dropna(subset=["speedup"]).sort_values("gpus")
         if g.empty:
             continue
         xmax = max(xmax, float(g["gpus"].max()))
-        colour, ls, mk = style(src, sc, fw, b)
-        ax.plot(g["gpus"], g["speedup"], ls, marker=mk, color=colour, label=_label(src, sc, fw, b))
+        colour, ls, mk = style(*key)
+        ax.plot(g["gpus"], g["speedup"], ls, marker=mk, color=colour, label=_label(*key))
     ax.plot([1, xmax], [1, xmax], color="grey", linewidth=1, label="ideal")
     gpu_ticks(ax, np.concatenate([line.get_xdata() for line in ax.get_lines()]))
     return _finish(ax, "GPUs (workers)", "speed-up over 1 GPU", "Speed-up")
@@ -176,6 +182,7 @@ def curve_label(key: dict) -> str:
     s = f"{who} (bs={_i(key.get('global_batch'))}, lr={key.get('lr'):g}"
     if key.get("warmup") and key.get("warmup") != "none":
         s += f", {key['warmup']}"
+    s += nb.numerics_suffix(key.get("numerics"), ", ")  # fp32, the thesis's, goes unnamed
     s += ")"
     if key.get("scale") not in (None, "thesis"):
         s += f" [{key['scale']} scale]"
@@ -203,8 +210,9 @@ def error_curves(df: pd.DataFrame) -> pd.DataFrame:
 
 def thesis_best_error(reference: pd.DataFrame | None, key: dict) -> float:
     """100 - the thesis's best validation top-1 for a curve's configuration; nan unless the curve is at the thesis
-    scale (other scales' numbers are not placed beside the thesis's) and the thesis has that row."""
-    if reference is None or key.get("scale") != "thesis":
+    scale and in fp32 (other scales' and numerics' numbers are not placed beside the thesis's) and the thesis has
+    that row."""
+    if reference is None or key.get("scale") != "thesis" or nb.numerics_suffix(key.get("numerics")):
         return math.nan
     r = reference[(reference["experiment"] == key.get("exp")) & (reference["framework"] == key.get("framework"))
                   & (reference["gpus"] == key.get("gpus")) & (reference["per_gpu_batch"] == key.get("per_gpu_batch"))]

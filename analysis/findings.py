@@ -27,9 +27,9 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
-COLUMNS = ["scale", "finding", "experiment", "workers", "warmup", "against", "n", "n_against", "difference", "ci_low",
-           "ci_high", "margin", "verdict", "holds", "method", "seeds_needed", "needed_for", "final_difference",
-           "final_ci_low", "final_ci_high", "final_verdict", "thesis_difference"]
+COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "against", "n", "n_against",
+           "difference", "ci_low", "ci_high", "margin", "verdict", "holds", "method", "seeds_needed", "needed_for",
+           "final_difference", "final_ci_low", "final_ci_high", "final_verdict", "thesis_difference"]
 WARMUP_EXPERIMENTS = (6, 8, 9)
 CONFIDENCE = 0.90
 SCALES_FILE = Path(__file__).resolve().parents[1] / "experiments" / "scales.toml"
@@ -218,14 +218,16 @@ def warmup_findings(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> lis
 
 
 def orderings(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
-    """One row per finding, experiment and worker count at each scale (see the module docstring)."""
+    """One row per finding, experiment and worker count at each scale and numerics (see the module docstring):
+    runs in bf16 are compared with bf16 runs, never pooled with fp32 ones."""
     declared = margins()
     rows = []
     runs = _completed(df)
-    for scale, g in runs.groupby(runs["scale"].fillna("unknown"), sort=True):
+    for (scale, numerics), g in runs.groupby([runs["scale"].fillna("unknown"), runs["numerics"]], dropna=False,
+                                             sort=True):
         margin = float(declared.get(scale, {}).get("points", math.nan))
         found = naive_degrades(g, ref, margin) + warmup_findings(g, ref, margin)
-        rows += [{"scale": scale, **row} for row in found]
+        rows += [{"scale": scale, "numerics": numerics, **row} for row in found]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

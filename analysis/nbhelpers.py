@@ -50,11 +50,13 @@ def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=N
 
 
 def speedup_pivot(scaling: pd.DataFrame, framework) -> pd.DataFrame:
-    """Speed-up by GPUs (rows) and source/framework/batch (columns)."""
+    """Speed-up by GPUs (rows) and source/framework/batch/numerics (columns; one column per numerics, never a mean
+    of fp32 and bf16)."""
     fw = [framework] if isinstance(framework, str) else list(framework)
     s = scaling[scaling["framework"].isin(fw)].copy()
-    s["series"] = [f"{src} | {f} b={int(b)}" + ("" if sc == "thesis" else f" [{sc}]")
-                   for src, f, b, sc in zip(s["source"], s["framework"], s["per_gpu_batch"], s["scale"])]
+    s["series"] = [f"{src} | {f} b={int(b)}{nb.numerics_suffix(n)}" + ("" if sc == "thesis" else f" [{sc}]")
+                   for src, f, b, n, sc in zip(s["source"], s["framework"], s["per_gpu_batch"], s["numerics"],
+                                               s["scale"])]
     return s.pivot_table(index="gpus", columns="series", values="speedup").round(2)
 
 
@@ -66,9 +68,9 @@ def batch_size_wallclock(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
         q = tb.quality_table(df, ref, t)
         q = q[q["framework"].isin(["horovod+pytorch", "emulated"]) & (q["gpus"] == 32)]
         for r in q.itertuples(index=False):
-            rows.append({"table": t, "scale": r.scale, "per_gpu_batch": r.per_gpu_batch, "gpus": r.gpus,
-                         "thesis_top1": r.thesis_top1, "thesis_wallclock": nb.format_duration(r.thesis_wallclock_s),
-                         "ours_top1": r.ours_top1, "ours_wallclock": nb.format_duration(r.ours_wallclock_s),
+            rows.append({"table": t, "scale": r.scale, "numerics": r.numerics, "per_gpu_batch": r.per_gpu_batch,
+                         "gpus": r.gpus, "thesis_top1": r.thesis_top1,
+                         "thesis_wallclock": nb.format_duration(r.thesis_wallclock_s), "ours_top1": r.ours_top1, "ours_wallclock": nb.format_duration(r.ours_wallclock_s),
                          "n_runs": r.n_runs})
     return pd.DataFrame(rows)
 
@@ -123,8 +125,8 @@ def quality_overview(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
         q.insert(0, "table", t)
         parts.append(q)
     q = pd.concat(parts, ignore_index=True)
-    keep = ["table", "framework", "gpus", "global_batch", "lr", "warmup", "thesis_top1", "thesis_top5", "ours_top1",
-            "ours_top1_std", "ours_top5", "n_runs", "scale", "status"]
+    keep = ["table", "framework", "numerics", "gpus", "global_batch", "lr", "warmup", "thesis_top1", "thesis_top5",
+            "ours_top1", "ours_top1_std", "ours_top5", "n_runs", "scale", "status"]
     return q[keep]
 
 

@@ -129,3 +129,19 @@ def warmup_label(kind: str | None, epochs: float | None) -> str:
         return "none"
     e = float(epochs)
     return f"{kind}-{int(e) if e.is_integer() else f'{e:g}'}"
+
+
+#: What the thesis's P100s computed in (strict fp32), and what a run from before [train] precision existed ran.
+FP32 = "fp32"
+
+
+def numerics_label(precision: str | None = None, channels_last: bool | None = None,
+                   compile: bool | None = None) -> str:
+    """A run's numerics ([train] precision, channels_last, compile): 'fp32', 'tf32', 'bf16+cl', 'bf16+cl+compiled'.
+    Missing keys read as the trainer's defaults (fp32, NCHW, eager), so config.json from before them is 'fp32'."""
+    return "+".join([precision or FP32] + ["cl"] * bool(channels_last) + ["compiled"] * bool(compile))
+
+
+def numerics_suffix(numerics, sep: str = " ") -> str:
+    """' bf16+cl' for a label or legend; '' for fp32 (the thesis's, and most runs'), so those read as before."""
+    return f"{sep}{numerics}" if isinstance(numerics, str) and numerics != FP32 else ""

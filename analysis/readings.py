@@ -2,8 +2,8 @@
 thesis's finding (from its published numbers) and then, per scale, where our runs support it and where they don't.
 
 rq3_reading reads a verdict table with the columns ``finding, experiment, workers, difference, ci_low, ci_high,
-margin, verdict`` (and ``scale``; ``holds`` when present) -- results/tables/orderings.csv -- so it needs nothing
-else of analysis.findings. rq1_reading reads the study frame through the scaling and quality tables.
+margin, verdict`` (and ``scale``, ``numerics``; ``holds`` when present) -- results/tables/orderings.csv -- so it
+needs nothing else of analysis.findings. rq1_reading reads the study frame through the scaling and quality tables.
 """
 from __future__ import annotations
 
@@ -82,6 +82,9 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
                 "report` with an analysis that writes equivalence verdicts.")
     v = verdicts.copy()
     v["scale"] = v["scale"].fillna("unknown") if "scale" in v else "unknown"
+    v["where"] = v["scale"] + " scale"  # runs in other numerics than fp32: a line of their own
+    if "numerics" in v:
+        v["where"] += v["numerics"].map(lambda n: nb.numerics_suffix(n, ", "))
     lines = ["**Reading, computed from the runs above** (each comparison: our mean best top-1 difference, its "
              "90 % interval and the scale's equivalence margin; see the verdict table).", ""]
     for finding, title in FINDINGS.items():
@@ -90,7 +93,7 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
         if rows.empty:
             lines += ["- our runs: no comparison (the runs it needs are missing).", ""]
             continue
-        for scale, g in rows.groupby("scale", sort=True):
+        for where, g in rows.groupby("where", sort=True):
             g = g.sort_values(["experiment", "workers"])
             said = ([str(h) for h in g["holds"]] if "holds" in g else
                     [supports(finding, r.verdict, float(r.ci_low), float(r.margin)) for r in g.itertuples()])
@@ -101,7 +104,7 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
                     parts.append(f"{label} for " + "; ".join(hit))
             overall = {frozenset({"yes"}): "holds everywhere", frozenset({"no"}): "fails everywhere",
                        frozenset({"undecided"}): "undecided"}.get(frozenset(said), "mixed")
-            lines.append(f"- {scale} scale — {overall}: " + ". ".join(parts) + ".")
+            lines.append(f"- {where} — {overall}: " + ". ".join(parts) + ".")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -110,11 +113,13 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
 
 
 def _speedups_by_batch(scaling: pd.DataFrame) -> list[str]:
-    """Per scale and framework with several per-GPU batches: speed-up at the most GPUs all batches reached."""
+    """Per scale, framework and numerics with several per-GPU batches: speed-up at the most GPUs all batches
+    reached (bf16 runs are compared with bf16 runs)."""
     out = []
     s = scaling.dropna(subset=["speedup"])
     s = s[s["source"].isin(["thesis", "ours (steady state)"])]
-    for (scale, fw), g in s.groupby(["scale", "framework"], sort=True):
+    for (scale, fw, numerics), g in s.groupby(["scale", "framework", "numerics"], dropna=False, sort=True):
+        fw += nb.numerics_suffix(numerics)
         multi = g[g["gpus"] > 1]
         batches = sorted(multi["per_gpu_batch"].unique())
         who = "thesis" if scale == "thesis" and (g["source"] == "thesis").all() else f"ours, {scale}"
@@ -150,19 +155,20 @@ def exp6_vs_exp7(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
 def _wallclock(wall: pd.DataFrame) -> list[str]:
     """Experiment 7 (smaller per-GPU batch) against experiment 6 at 32 workers, per scale: time and top-1."""
     out = []
-    for scale, g in wall.groupby("scale", sort=True):
+    for (scale, numerics), g in wall.groupby(["scale", "numerics"], dropna=False, sort=True):
         by = g.drop_duplicates("table").set_index("table")
+        where = scale + nb.numerics_suffix(numerics, ", ")
         if not {12, 13} <= set(by.index):
-            out.append(f"- {scale}: experiment {'7' if 12 in by.index else '6'} has no 32-worker runs here.")
+            out.append(f"- {where}: experiment {'7' if 12 in by.index else '6'} has no 32-worker runs here.")
             continue
-        key = "thesis" if scale == "thesis" else "ours"
+        key = "thesis" if where == "thesis" else "ours"  # a thesis-scale bf16 row has no thesis values beside it
         t6, t7 = by.loc[12, f"{key}_wallclock_s"], by.loc[13, f"{key}_wallclock_s"]
         a6, a7 = by.loc[12, f"{key}_top1"], by.loc[13, f"{key}_top1"]
         if any(pd.isna(x) for x in (t6, t7)):
-            out.append(f"- {scale}: no completed 32-worker runs of both experiments.")
+            out.append(f"- {where}: no completed 32-worker runs of both experiments.")
             continue
         slower = t7 > t6
-        out.append(f"- {scale}: per-GPU batch {int(by.loc[13, 'per_gpu_batch'])} took {nb.format_duration(t7)} "
+        out.append(f"- {where}: per-GPU batch {int(by.loc[13, 'per_gpu_batch'])} took {nb.format_duration(t7)} "
                    f"against {nb.format_duration(t6)} at batch {int(by.loc[12, 'per_gpu_batch'])} "
                    f"({t7 / t6:.2f}x), top-1 {a7:.1f} against {a6:.1f} % — smaller batch slower: "
                    + ("holds." if slower else "**fails**" + (" (emulated workers: one process, no communication, "

@@ -91,9 +91,9 @@ def baseline_runs(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def exp7_peers(e6: pd.DataFrame, e7: pd.DataFrame) -> pd.DataFrame:
-    """Experiment 6's runs beside experiment 7's: same worker count, framework and scale (Figure 26)."""
-    keys = e7[["gpus", "framework", "scale"]].drop_duplicates()
-    return e6.merge(keys, on=["gpus", "framework", "scale"], how="inner")
+    """Experiment 6's runs beside experiment 7's: same worker count, framework, scale and numerics (Figure 26)."""
+    on = ["gpus", "framework", "scale", "numerics"]
+    return e6.merge(e7[on].drop_duplicates(), on=on, how="inner")
 
 
 

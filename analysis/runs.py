@@ -12,8 +12,10 @@ One row per (run, record): ``kind`` says which record --
             util_pct, mem_gb, power_w;
   schedule  the planned learning rate of each epoch (config.json resolved.schedule).
 Every row carries the run's identity and configuration columns (RUN_COLUMNS), so any table or figure is a
-filter and a group-by away. Nothing here raises on bad content: unreadable files and lines are counted, and every
-problem (a missing, empty or unreadable metrics.jsonl, bad lines) is listed in ``df.attrs['problems']``.
+filter and a group-by away; ``numerics`` (numbers.numerics_label: 'fp32', 'tf32', 'bf16+cl', 'bf16+cl+compiled')
+is part of that identity, since the same configuration in another precision is another measurement.
+Nothing here raises on bad content: unreadable files and lines are counted, and every problem (a missing, empty or
+unreadable metrics.jsonl, bad lines) is listed in ``df.attrs['problems']``.
 Run folders are read with trainers.runfolder, the module the trainer writes them with.
 """
 from __future__ import annotations
@@ -32,7 +34,7 @@ from trainers import runfolder
 from . import logs as lg
 from . import numbers as nb
 
-RUN_COLUMNS = ["experiment", "exp", "run", "path", "source", "scale", "framework", "backend", "gpus",
+RUN_COLUMNS = ["experiment", "exp", "run", "path", "source", "scale", "framework", "backend", "numerics", "gpus",
                "per_gpu_batch", "global_batch", "lr", "warmup", "seed", "epochs", "epochs_done", "status",
                "diverged", "wallclock_s", "bad_lines"]
 RECORD_COLUMNS = ["kind", "epoch", "train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5",
@@ -41,6 +43,8 @@ RECORD_COLUMNS = ["kind", "epoch", "train_loss", "train_top1", "train_top5", "va
                   "best_val_top1", "best_val_top5", "t", "util_pct", "mem_gb", "power_w", "device", "planned_lr",
                   "note"]
 COLUMNS = RUN_COLUMNS + RECORD_COLUMNS
+TEXT_COLUMNS = ["experiment", "run", "path", "source", "scale", "framework", "backend", "numerics", "warmup", "status",
+                "kind", "device", "note"]
 _EXP_RE = re.compile(r"^(\d+)")
 
 
@@ -122,7 +126,9 @@ def _run_identity(run_dir: Path, config: dict | None) -> dict:
     return {
         "experiment": experiment, "exp": experiment_number(experiment), "run": cfg.get("run") or run_dir.name,
         "path": str(run_dir), "source": "run", "scale": cfg.get("scale"), "framework": framework,
-        "backend": backend, "gpus": gpus, "per_gpu_batch": b,
+        "backend": backend, "numerics": nb.numerics_label(train.get("precision"), train.get("channels_last"),
+                                                          train.get("compile")),
+        "gpus": gpus, "per_gpu_batch": b,
         "global_batch": gb, "lr": res.get("lr", lr.get("base")),
         "warmup": nb.warmup_label(lr.get("warmup"), lr.get("warmup_epochs")) if lr else None,
         "seed": train.get("seed"), "epochs": train.get("epochs"),
@@ -263,17 +269,12 @@ def find_runs(root: str | Path) -> list[Path]:
 
 def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
     if not frames:
-        df = pd.DataFrame({c: pd.Series(dtype=object if c in ("experiment", "run", "path", "source", "scale",
-                                                              "framework", "backend", "warmup", "status",
-                                                              "kind", "device", "note") else float)
-                           for c in COLUMNS})
-        return df
+        return pd.DataFrame({c: pd.Series(dtype=object if c in TEXT_COLUMNS else float) for c in COLUMNS})
     df = pd.concat(frames, ignore_index=True)
     for c in COLUMNS:
         if c not in df:
             df[c] = np.nan
-    num = [c for c in COLUMNS if c not in ("experiment", "run", "path", "source", "scale", "framework", "backend",
-                                           "warmup", "status", "kind", "device", "note", "diverged")]
+    num = [c for c in COLUMNS if c not in TEXT_COLUMNS + ["diverged"]]
     for c in num:
         df[c] = pd.to_numeric(df[c], errors="coerce")
     df["diverged"] = df["diverged"].fillna(False).astype(bool)
@@ -299,7 +300,7 @@ def load_log(path: str | Path, meta: dict | None = None) -> pd.DataFrame:
     """One upstream log as a run: rows like load_run's, source='log'.
 
     meta (or a sidecar ``<log>.json``) may give experiment, run, scale, framework, gpus, per_gpu_batch, lr,
-    warmup, seed; without it the run is 'unknown' scale and 1 GPU.
+    warmup, seed, numerics; without it the run is 'unknown' scale, 1 GPU and fp32 (the thesis's P100s ran strict fp32).
     """
     path = Path(path)
     meta = dict(meta or {})
@@ -312,7 +313,8 @@ def load_log(path: str | Path, meta: dict | None = None) -> pd.DataFrame:
     experiment = meta.get("experiment", path.parent.name)
     ident = {"experiment": experiment, "exp": experiment_number(experiment), "run": meta.get("run", path.stem),
              "path": str(path), "source": "log", "scale": meta.get("scale", "unknown"),
-             "framework": meta.get("framework"), "backend": None, "gpus": g, "per_gpu_batch": b,
+             "framework": meta.get("framework"), "backend": None, "numerics": meta.get("numerics", nb.FP32),
+             "gpus": g, "per_gpu_batch": b,
              "global_batch": (b * g) if b and g else None, "lr": meta.get("lr"), "warmup": meta.get("warmup"),
              "seed": meta.get("seed"), "epochs": meta.get("epochs")}
     rows = []
@@ -380,8 +382,9 @@ def load_study(runs: str | Path = "results/runs", logs=None) -> pd.DataFrame:
 # Runs are averaged only within one config fingerprint (trainers/fingerprint.py: the resolved config without seed,
 # names, paths and launcher details). A group the tables would average (POOL_KEYS) that holds runs of more than one
 # fingerprint -- a smoke run beside full ones, runs from before and after a config change -- is refused: its runs get
-# status MIXED and a line in the report's problem list, and no table or verdict averages them.
-POOL_KEYS = ["exp", "framework", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "scale"]
+# status MIXED and a line in the report's problem list, and no table or verdict averages them. Numerics (fp32, bf16 +
+# channels_last, compiled...) are a key, not a mix: a study that varies them on purpose gets a row for each.
+POOL_KEYS = ["exp", "framework", "numerics", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "scale"]
 MIXED = "mixed-config"
 
 
@@ -418,8 +421,8 @@ def refuse_mixed_configs(df: pd.DataFrame) -> pd.DataFrame:
     for key, g in mixed_groups(df):
         counts = ", ".join(f"{fp} ({n} run{'s' if n > 1 else ''})" for fp, n in g["fingerprint"].value_counts().items())
         folders = sorted({str(Path(p).parent) for p in g["path"]})
-        problems.append(f"{', '.join(folders)}: experiment {key['exp']:.0f}, {key['gpus']:.0f} worker(s), scale "
-                        f"{key['scale']}: runs of different configs (fingerprints {counts}) -- not averaged; "
+        problems.append(f"{', '.join(folders)}: experiment {key['exp']:.0f}, {key['gpus']:.0f} worker(s), "
+                        f"{key['numerics']}, scale {key['scale']}: runs of different configs (fingerprints {counts}) -- not averaged; "
                         f"runs: {', '.join(sorted(g['run']))}")
         df.loc[df["path"].isin(g["path"]), "status"] = MIXED
         refused.update(g["path"])

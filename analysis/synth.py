@@ -139,8 +139,10 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
               milestones=(3, 4, 5), step_every: int = 30, bench_batches: int = 0, warmup_batches: int = 0,
               iters_per_epoch: int = 20, print_freq: int = 5, images_per_epoch: int = 2000,
               final_acc: float = 70.0, start: float = 1_700_000_000.0, batch_s: float = 0.05,
-              first_batch_s: float = 0.5, bench_record: bool = True, truncate_tail: bool = False) -> Path:
-    """One run folder written by the trainer's own writer (trainers.runfolder), with made-up numbers."""
+              first_batch_s: float = 0.5, bench_record: bool = True, truncate_tail: bool = False,
+              train_extra: dict | None = None) -> Path:
+    """One run folder written by the trainer's own writer (trainers.runfolder), with made-up numbers.
+    train_extra: more [train] keys, e.g. {"precision": "bf16", "channels_last": True}."""
     d = Path(root) / experiment / run
     if bench_batches:
         epochs = 1  # a throughput benchmark trains part of one epoch
@@ -156,7 +158,7 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
         "data": {"kind": "generated" if scale == "local" else "imagefolder", "path": None, "image_size": 16,
                  "loader_workers": 2},
         "train": {"epochs": epochs, "per_worker_batch": per_gpu_batch, "workers": gpus, "backend": "auto",
-                  "seed": seed, "print_freq": print_freq},
+                  "seed": seed, "print_freq": print_freq, **(train_extra or {})},
         "optim": {"momentum": 0.9, "weight_decay": 1e-4},
         "lr": {"base": base_lr, "base_batch": base_batch, "scaling": scaling, "warmup": warmup,
                "warmup_epochs": warmup_epochs, "decay": decay, "step_every": step_every,

@@ -3,7 +3,9 @@
 Each builder takes the study frame (runs.load_study) and the reference frame and returns a DataFrame;
 ``write_table`` saves it as CSV and Markdown. A row from our runs sits beside the thesis's row only when the
 run is at the thesis scale (config.json "scale" == "thesis"); runs at other scales get rows of their own,
-labelled "local scale" (or "gpu scale", "unknown scale") in the ``scale`` column.
+labelled "local scale" (or "gpu scale", "unknown scale") in the ``scale`` column. Runs of other numerics (the
+``numerics`` column: tf32, bf16+cl, compiled...) are rows of their own, never averaged with fp32 ones, and only fp32
+runs sit beside the thesis's rows (its P100s ran strict fp32).
 """
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ def scale_label(scale) -> str:
 
 def run_summary(df: pd.DataFrame) -> pd.DataFrame:
     """One row per run: identity, status, best validation accuracy, wall-clock, bad lines."""
-    cols = ["experiment", "exp", "run", "source", "scale", "framework", "gpus", "per_gpu_batch", "global_batch",
-            "lr", "warmup", "seed", "epochs", "epochs_done", "status", "diverged", "best_val_top1",
+    cols = ["experiment", "exp", "run", "source", "scale", "framework", "numerics", "gpus", "per_gpu_batch",
+            "global_batch", "lr", "warmup", "seed", "epochs", "epochs_done", "status", "diverged", "best_val_top1",
             "best_val_top5", "wallclock_s", "bad_lines", "note"]
     r = df[df["kind"] == "run"][cols].copy()
     r["status_label"] = [_status_label(s, d, e) for s, d, e in zip(r["status"], r["epochs_done"], r["epochs"])]
@@ -44,7 +46,8 @@ def _int(x) -> str:
     return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
 
 
-CONFIG_KEYS = ["exp", "framework", "backend", "per_gpu_batch", "gpus", "scale"]  # DDP and DataParallel: both "pytorch"
+# backend: DDP and DataParallel are both "pytorch"; numerics: fp32 and bf16 at one batch are two measurements
+CONFIG_KEYS = ["exp", "framework", "backend", "numerics", "per_gpu_batch", "gpus", "scale"]
 
 
 def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -61,7 +64,7 @@ def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-QUALITY_KEYS = ["exp", "framework", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "scale"]
+QUALITY_KEYS = ["exp", "framework", "numerics", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "scale"]
 
 
 def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -99,30 +102,35 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFrame:
-    """Thesis Table 1-9 with our thesis-formula and steady-state images/s, speed-up over our 1-GPU run."""
+    """Thesis Table 1-9 with our thesis-formula and steady-state images/s, speed-up over our 1-GPU run of the same
+    numerics; only our fp32 runs at the thesis scale sit beside the thesis's rows."""
     thesis = rf.table_rows(ref, table)
     exp = int(thesis["experiment"].iloc[0])
     summary = throughput_summary(df)
     ones = summary[summary["gpus"] == 1].itertuples(index=False)
-    base = {(o.framework, o.per_gpu_batch, o.scale): (o.thesis_images_per_s, o.steady_images_per_s) for o in ones}
+    base = {(o.framework, o.numerics, o.per_gpu_batch, o.scale): (o.thesis_images_per_s, o.steady_images_per_s)
+            for o in ones}
     ours = summary[(summary["exp"] == exp) & summary["framework"].isin(set(thesis["framework"]))]
 
     def row_from(o, row):
-        base_thesis, base_steady = base.get((o.framework, o.per_gpu_batch, o.scale), (math.nan, math.nan))
+        base_thesis, base_steady = base.get((o.framework, o.numerics, o.per_gpu_batch, o.scale),
+                                            (math.nan, math.nan))
         row.update(ours_thesis_formula=o.thesis_images_per_s, ours_steady=o.steady_images_per_s,
                    ours_data_wait_pct=100 * o.data_share,
                    n_runs=int(o.n_runs), ours_speedup=nb.speedup(o.thesis_images_per_s, base_thesis),
-                   ours_steady_speedup=nb.speedup(o.steady_images_per_s, base_steady), backend=o.backend)
+                   ours_steady_speedup=nb.speedup(o.steady_images_per_s, base_steady), backend=o.backend,
+                   numerics=o.numerics)
         return row
 
     rows, used = [], set()
     for r in thesis.itertuples(index=False):
-        row = {"framework": r.framework, "per_gpu_batch": r.per_gpu_batch, "nodes": r.nodes, "gpus": r.gpus,
-               "thesis_images_per_s": r.throughput, "ours_thesis_formula": math.nan, "ours_steady": math.nan,
-               "ours_speedup": math.nan, "ours_steady_speedup": math.nan, "ours_data_wait_pct": math.nan,
-               "n_runs": 0, "scale": "thesis"}
+        row = {"framework": r.framework, "numerics": nb.FP32, "per_gpu_batch": r.per_gpu_batch, "nodes": r.nodes,
+               "gpus": r.gpus, "thesis_images_per_s": r.throughput, "ours_thesis_formula": math.nan,
+               "ours_steady": math.nan, "ours_speedup": math.nan, "ours_steady_speedup": math.nan,
+               "ours_data_wait_pct": math.nan, "n_runs": 0, "scale": "thesis"}
         for i, o in zip(ours.index, ours.itertuples(index=False)):
-            if (o.framework, o.per_gpu_batch, o.gpus, o.scale) == (r.framework, r.per_gpu_batch, r.gpus, "thesis"):
+            if (o.framework, o.numerics, o.per_gpu_batch, o.gpus, o.scale) == \
+                    (r.framework, nb.FP32, r.per_gpu_batch, r.gpus, "thesis"):
                 used.add(i)
                 row_from(o, row)
         rows.append(row)
@@ -131,8 +139,9 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
             rows.append(row_from(o, {"framework": o.framework, "per_gpu_batch": o.per_gpu_batch, "nodes": math.nan,
                                      "gpus": o.gpus, "thesis_images_per_s": math.nan,
                                      "scale": scale_label(o.scale)}))
-    cols = ["framework", "backend", "per_gpu_batch", "nodes", "gpus", "thesis_images_per_s", "ours_thesis_formula",
-            "ours_steady", "ours_speedup", "ours_steady_speedup", "ours_data_wait_pct", "n_runs", "scale"]
+    cols = ["framework", "backend", "numerics", "per_gpu_batch", "nodes", "gpus", "thesis_images_per_s",
+            "ours_thesis_formula", "ours_steady", "ours_speedup", "ours_steady_speedup", "ours_data_wait_pct", "n_runs",
+            "scale"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -150,14 +159,14 @@ def quality_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFra
                    status=o["status"])
 
     for r in thesis.itertuples(index=False):
-        row = {"framework": r.framework, "lr": r.lr, "per_gpu_batch": r.per_gpu_batch,
+        row = {"framework": r.framework, "numerics": nb.FP32, "lr": r.lr, "per_gpu_batch": r.per_gpu_batch,
                "global_batch": r.global_batch, "gpus": r.gpus, "nodes": r.nodes, "warmup": r.warmup,
                "thesis_top1": r.top1, "thesis_top5": r.top5, "thesis_wallclock_s": r.wallclock_s,
                "ours_top1": math.nan, "ours_top1_std": math.nan, "ours_top5": math.nan, "ours_top5_std": math.nan,
                "n_runs": 0, "ours_wallclock_s": math.nan, "scale": "thesis", "status": ""}
         if r.table == table:  # the repeated baseline is matched in its own table only
             m = ours[(ours["framework"] == r.framework) & (ours["per_gpu_batch"] == r.per_gpu_batch)
-                     & (ours["gpus"] == r.gpus) & (ours["scale"] == "thesis")]
+                     & (ours["gpus"] == r.gpus) & (ours["scale"] == "thesis") & (ours["numerics"] == nb.FP32)]
             if len(m):
                 used.add(m.index[0])
                 fill(row, m.iloc[0])
@@ -165,8 +174,9 @@ def quality_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFra
     for i, o in ours.iterrows():
         if i in used:
             continue
-        row = {"framework": o["framework"], "lr": o["lr"], "per_gpu_batch": o["per_gpu_batch"],
-               "global_batch": o["global_batch"], "gpus": o["gpus"], "nodes": math.nan, "warmup": o["warmup"],
+        row = {"framework": o["framework"], "numerics": o["numerics"], "lr": o["lr"],
+               "per_gpu_batch": o["per_gpu_batch"], "global_batch": o["global_batch"], "gpus": o["gpus"],
+               "nodes": math.nan, "warmup": o["warmup"],
                "thesis_top1": math.nan, "thesis_top5": math.nan, "thesis_wallclock_s": math.nan,
                "scale": scale_label(o["scale"])}
         fill(row, o)
@@ -177,17 +187,18 @@ def quality_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFra
 def scaling_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     """Images/s, speed-up, efficiency and 90-epoch wall-clock vs GPUs: thesis rows and ours."""
     t = rf.throughput_reference(ref)
-    thesis = pd.DataFrame({"source": "thesis", "scale": "thesis", "framework": t["framework"],
+    thesis = pd.DataFrame({"source": "thesis", "scale": "thesis", "framework": t["framework"], "numerics": nb.FP32,
                            "per_gpu_batch": t["per_gpu_batch"].astype(float), "gpus": t["gpus"].astype(float),
                            "images_per_s": t["throughput"], "speedup": t["speedup"], "efficiency": t["efficiency"],
                            "wallclock_90_s": t["wallclock_90_s"]})
     ours = throughput_summary(df)
     ours = ours[ours["backend"] != "dp"]  # the thesis's PyTorch is DDP; DataParallel is a row of Table 5 only
-    if len(ours):  # one point per framework, batch, scale and GPU count, whichever experiment measured it
-        ours = ours.groupby(["framework", "per_gpu_batch", "scale", "gpus"], dropna=False, as_index=False).agg(
+    if len(ours):  # one point per framework, numerics, batch, scale and GPU count, whichever experiment measured it
+        ours = ours.groupby(["framework", "numerics", "per_gpu_batch", "scale", "gpus"], dropna=False,
+                            as_index=False).agg(
             thesis_images_per_s=("thesis_images_per_s", "mean"), steady_images_per_s=("steady_images_per_s", "mean"))
     rows = []
-    for (fw, b, sc), g in ours.groupby(["framework", "per_gpu_batch", "scale"], dropna=False):
+    for (fw, num, b, sc), g in ours.groupby(["framework", "numerics", "per_gpu_batch", "scale"], dropna=False):
         base = g.loc[g["gpus"] == 1, "thesis_images_per_s"]
         base_v = float(base.iloc[0]) if len(base) else math.nan
         for o in g.itertuples(index=False):
@@ -197,8 +208,8 @@ def scaling_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
                           if src.endswith("state)") and (g["gpus"] == 1).any() else base_v)
                 sp = nb.speedup(v, base_s)
                 rows.append({"source": src, "scale": scale_label(sc) if sc != "thesis" else "thesis",
-                             "framework": fw, "per_gpu_batch": b, "gpus": o.gpus, "images_per_s": v, "speedup": sp,
-                             "efficiency": nb.efficiency(sp, o.gpus),
+                             "framework": fw, "numerics": num, "per_gpu_batch": b, "gpus": o.gpus,
+                             "images_per_s": v, "speedup": sp, "efficiency": nb.efficiency(sp, o.gpus),
                              "wallclock_90_s": nb.wallclock_estimate_s(v) if sc == "thesis" else math.nan})
     out = pd.concat([thesis, pd.DataFrame(rows)], ignore_index=True) if rows else thesis
     return out

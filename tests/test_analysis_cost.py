@@ -32,14 +32,26 @@ def test_work_of_a_training_and_of_a_benchmark():
 
 
 def test_rate_prefers_ours_then_the_thesis_then_nothing():
-    ours = pd.DataFrame({"scale": ["thesis"], "framework": ["horovod+pytorch"], "per_gpu_batch": [128], "gpus": [32],
-                         "steady_images_per_s": [7000.0], "thesis_images_per_s": [6500.0]})
+    ours = pd.DataFrame({"scale": ["thesis"], "framework": ["horovod+pytorch"], "numerics": ["fp32"],
+                         "per_gpu_batch": [128], "gpus": [32], "steady_images_per_s": [7000.0],
+                         "thesis_images_per_s": [6500.0]})
     thesis = REF.dropna(subset=["throughput"])
     assert cost.rate(ours, thesis, "thesis", "horovod+pytorch", 128, 32) == (7000.0, "ours (thesis scale)")
     assert cost.rate(NO_RUNS, thesis, "thesis", "horovod+pytorch", 128, 32) == (6104.32, "thesis Table 9 (P100)")
     assert cost.rate(NO_RUNS, thesis, "gpu", "emulated", 128, 1) == (207.11, "thesis Table 2 (P100)")
     speed, source = cost.rate(NO_RUNS, thesis, "thesis", "horovod+pytorch", 32, 32)
     assert math.isnan(speed) and source == "unmeasured"
+
+
+def test_rate_takes_our_measurement_of_the_same_numerics_only():
+    ours = pd.DataFrame({"scale": ["gpu"], "framework": ["pytorch"], "numerics": ["bf16+cl"], "per_gpu_batch": [128],
+                         "gpus": [1], "steady_images_per_s": [2500.0], "thesis_images_per_s": [2400.0]})
+    thesis = REF.dropna(subset=["throughput"])
+    assert cost.rate(ours, thesis, "gpu", "pytorch", 128, 1, "bf16+cl") == (2500.0, "ours (gpu scale)")
+    assert cost.rate(ours, thesis, "gpu", "pytorch", 128, 1) == (207.11, "thesis Table 2 (P100)")  # fp32: not bf16's
+    rows = {r["configuration"]: r for r in cost.study_rows(EXPERIMENTS / "01_throughput_single_gpu", "gpu", ours, REF)}
+    assert rows["gpu-b128-ddp-bf16-cl"]["images_per_s"] == 2500.0 and rows["gpu-b128-ddp"]["images_per_s"] == 207.11
+    assert rows["gpu-b128-ddp-bf16-cl-compiled"]["rate_source"] == "thesis Table 2 (P100)"  # compiled: unmeasured
 
 
 def test_experiment6_at_the_thesis_scale_against_its_own_wall_clock():

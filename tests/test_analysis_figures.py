@@ -15,7 +15,8 @@ from analysis import reference as rf  # noqa: E402
 from analysis import report as rp  # noqa: E402
 
 
-def epochs(exp, gpus, err0, framework="emulated", scale="local", per_gpu_batch=4, seeds=2, n=6, warmup="none"):
+def epochs(exp, gpus, err0, framework="emulated", scale="local", per_gpu_batch=4, seeds=2, n=6, warmup="none",
+           numerics="fp32"):
     """Epoch rows of one configuration: error falling from err0 by 5 points an epoch."""
     rows = []
     for seed in range(seeds):
@@ -23,7 +24,7 @@ def epochs(exp, gpus, err0, framework="emulated", scale="local", per_gpu_batch=4
             top1 = 100 - (err0 - 5 * e) + seed
             rows.append({"kind": "epoch", "exp": exp, "framework": framework, "gpus": gpus,
                          "per_gpu_batch": per_gpu_batch, "global_batch": gpus * per_gpu_batch, "lr": 0.1 * gpus,
-                         "warmup": warmup, "scale": scale, "run": f"w{gpus}-s{seed}", "epoch": e,
+                         "warmup": warmup, "scale": scale, "numerics": numerics, "run": f"w{gpus}-s{seed}", "epoch": e,
                          "train_top1": top1, "val_top1": top1 - 2})
     return pd.DataFrame(rows)
 
@@ -91,11 +92,11 @@ def test_thesis_best_error_is_marked_beside_thesis_scale_curves_only():
 def scaling_frame():
     ref = rf.load_reference()
     t = rf.throughput_reference(ref)
-    thesis = pd.DataFrame({"source": "thesis", "scale": "thesis", "framework": t["framework"],
+    thesis = pd.DataFrame({"source": "thesis", "scale": "thesis", "framework": t["framework"], "numerics": "fp32",
                            "per_gpu_batch": t["per_gpu_batch"].astype(float), "gpus": t["gpus"].astype(float),
                            "images_per_s": t["throughput"], "speedup": t["speedup"]})
     ours = pd.DataFrame({"source": ["ours (steady state)"] * 3 + ["ours (thesis formula)"] * 3,
-                         "scale": "local scale", "framework": "pytorch", "per_gpu_batch": 128.0,
+                         "scale": "local scale", "framework": "pytorch", "numerics": "fp32", "per_gpu_batch": 128.0,
                          "gpus": [1.0, 2.0, 4.0] * 2, "images_per_s": [40.0, 70.0, 100.0] + [np.nan] * 3,
                          "speedup": [1.0, 1.75, 2.5] + [np.nan] * 3})
     return pd.concat([thesis, ours], ignore_index=True)
@@ -124,6 +125,26 @@ def test_figure17_puts_cpu_runs_on_their_own_row_and_legends_only_drawn_series()
     assert max(axes[1, 0].get_lines()[0].get_ydata()) == 100.0
     fig.canvas.draw()
     assert len([t for t in axes[1, 0].get_yticklabels() if t.get_text()]) >= 3  # a narrow range still gets ticks
+
+
+def test_each_numerics_is_a_line_of_its_own_named_unless_fp32():
+    frame = scaling_frame()
+    ours = frame[frame["scale"] == "local scale"]
+    bf16 = ours.assign(numerics="bf16+cl", images_per_s=3 * ours["images_per_s"])
+    fig = rp.scaling_figure(pd.concat([frame, bf16], ignore_index=True), "Figure 17",
+                            framework=["pytorch", "horovod+pytorch"])
+    ax = np.array(fig.axes).reshape(2, 2)[1, 0]
+    assert legend_texts(ax) == ["PyTorch b=128 bf16+cl — ours, local scale (steady state)",
+                                "PyTorch b=128 — ours, local scale (steady state)"]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    bf16_line, fp32_line = (lines[f"PyTorch b=128{n} — ours, local scale (steady state)"] for n in (" bf16+cl", ""))
+    assert list(bf16_line.get_ydata()) == [120.0, 210.0, 300.0] and list(fp32_line.get_ydata()) == [40.0, 70.0, 100.0]
+    assert list(fp32_line.get_xdata()) == [1.0, 2.0, 4.0]  # one point a GPU count, not a zig-zag through both
+    fig, ax = plt.subplots()
+    fg.plot_error_curves(pd.concat([epochs(5, 1, 60), epochs(5, 1, 50, numerics="bf16+cl")]), ax=ax, which="val")
+    labels = legend_texts(ax)
+    assert len(ax.get_lines()) == 2 and labels[0].startswith("1 emulated worker (bs=4, lr=0.1, bf16+cl)")
+    assert labels[1].startswith("1 emulated worker (bs=4, lr=0.1)")
 
 
 def test_scaling_figure_without_other_scales_is_one_row():

@@ -9,15 +9,15 @@ from analysis import reference as rf
 from analysis.findings import interval, margins, orderings, seeds_needed, verdict
 
 
-def runs(rows, final_drop=1.0):
+def runs(rows, final_drop=1.0, numerics="fp32"):
     """rows: (exp, workers, warmup, [best top-1 of seed 0, 1, ...]) at per-worker batch 4; each run's last epoch
     ends `final_drop` points below its best."""
     out = []
     for exp, gpus, warmup, tops in rows:
         for seed, top1 in enumerate(tops):
-            path = f"runs/{exp:02d}/w{gpus}-{warmup}-s{seed}"
+            path = f"runs/{exp:02d}/w{gpus}-{warmup}-{numerics}-s{seed}"
             ident = dict(exp=exp, gpus=gpus, per_gpu_batch=4, global_batch=4 * gpus, warmup=warmup, seed=seed,
-                         scale="local", status="completed", path=path)
+                         scale="local", numerics=numerics, status="completed", path=path)
             out.append(dict(ident, kind="run", best_val_top1=top1))
             out.append(dict(ident, kind="epoch", epoch=0, val_top1=top1 - final_drop - 5))
             out.append(dict(ident, kind="epoch", epoch=1, val_top1=top1 - final_drop))
@@ -130,6 +130,15 @@ def test_runs_of_different_configs_are_not_compared():
     df.loc[df["path"].str.endswith("-s2") & (df["exp"] == 6), "fingerprint"] = "bbb"
     row = orderings(df, rf.load_reference()).iloc[0]
     assert row["verdict"] == "inconclusive" and "configs differ" in row["method"]
+
+
+def test_runs_of_other_numerics_are_compared_among_themselves():
+    fp32 = runs([(4, 1, "none", [60, 61, 59]), (4, 32, "none", [40, 41, 39])])
+    bf16 = runs([(4, 1, "none", [58, 59, 57]), (4, 32, "none", [57, 58, 56])], numerics="bf16+cl")
+    table = orderings(pd.concat([fp32, bf16], ignore_index=True), rf.load_reference()).set_index("numerics")
+    assert len(table) == 2 and (table["n"] == 3).all() and (table["n_against"] == 3).all()
+    assert table.loc["fp32", "difference"] == pytest.approx(-20.0) and table.loc["fp32", "verdict"] == "worse"
+    assert table.loc["bf16+cl", "difference"] == pytest.approx(-1.0)  # not -10.5, the two numerics pooled
 
 
 def test_seed_summary_groups_runs_by_name_without_the_seed():

@@ -85,3 +85,16 @@ def test_reading_cells_are_computed_not_prose():
     for cells in (RQ1, RQ3):
         i = next(i for i, (kind, src) in enumerate(cells) if kind == "md" and src and src.startswith("## Reading"))
         assert cells[i][1] == "## Reading" and cells[i + 1][0] == "code" and "_reading(" in cells[i + 1][1]
+
+
+def test_rq1_speedups_by_batch_compare_runs_of_one_numerics():
+    rows = [("fp32", 32, 1.5), ("fp32", 64, 1.8), ("bf16+cl", 32, 1.9), ("bf16+cl", 64, 1.7)]
+    scaling = pd.DataFrame([{"source": "ours (steady state)", "scale": "local scale", "framework": "pytorch",
+                             "numerics": n, "per_gpu_batch": b, "gpus": g, "speedup": sp if g > 1 else 1.0}
+                            for n, b, sp in rows for g in (1, 2)])
+    lines = rd._speedups_by_batch(scaling)
+    assert lines == [
+        "- ours, local scale, pytorch bf16+cl, 2 GPUs/workers: speed-up 1.9x at batch 32, 1.7x at batch 64 — smaller "
+        "batch scales worse: **fails**.",
+        "- ours, local scale, pytorch, 2 GPUs/workers: speed-up 1.5x at batch 32, 1.8x at batch 64 — smaller batch "
+        "scales worse: holds."]

@@ -243,3 +243,98 @@ def test_the_report_puts_this_machines_runs_beside_the_reference_by_fingerprint(
     assert row["reference: vm-2cpu-18ep"] == "62.52 ± 1.80 (n=3)"  # the reference's three seeds of the same config
     assert row["reference: vm-2cpu"] == "-"  # the 72-epoch reference: another config, never compared
     assert row["thesis"] == "75.03" and row["measure"] == "best top-1 %"
+
+
+# ---- numerics: runs in another precision, memory layout or compiled are rows of their own ---------------------------
+REPO = Path(__file__).resolve().parents[1]
+BF16_CL = {"precision": "bf16", "channels_last": True}
+
+
+def test_numerics_label_and_runs_from_before_it_read_as_fp32():
+    from analysis.numbers import numerics_label
+
+    assert [numerics_label(), numerics_label("tf32"), numerics_label("bf16", True), numerics_label("bf16", True, True),
+            numerics_label("fp16", False, True)] == ["fp32", "tf32", "bf16+cl", "bf16+cl+compiled", "fp16+compiled"]
+    old = REPO / "results/reference/vm-2cpu-18ep/05_linear_scaling/w1-s0"  # from before [train] precision existed
+    assert "precision" not in json.loads((old / "config.json").read_text())["train"]
+    df, _ = an.runs.load_run(old)
+    assert set(df["numerics"]) == {"fp32"}
+    log = an.load_log(FIX / "logs" / "thesis_fig11_srun.log", {"experiment": "01_x", "per_gpu_batch": 128})
+    assert set(log["numerics"]) == {"fp32"}  # the thesis's P100s ran strict fp32
+
+
+def _bench(root, experiment, run, gpus, batch_s, train=None, scale="gpu", per_gpu_batch=64):
+    from analysis import synth
+
+    return synth.write_run(root, experiment, run, scale=scale, framework="pytorch", gpus=gpus,
+                           per_gpu_batch=per_gpu_batch, bench_batches=220, warmup_batches=10, batch_s=batch_s,
+                           train_extra=train)
+
+
+def test_gpu_scale_numerics_are_rows_of_their_own_with_their_own_speedups(tmp_path):
+    # experiment 1's gpu-scale study adds bf16 + channels_last beside fp32 at the same batch; experiment 2 both on 2
+    _bench(tmp_path, "01_throughput_single_gpu", "gpu-b64-ddp", 1, 0.2)
+    _bench(tmp_path, "01_throughput_single_gpu", "gpu-b64-ddp-bf16-cl", 1, 0.05, BF16_CL)
+    _bench(tmp_path, "02_throughput_local_data_parallel", "gpu-b64-w2", 2, 0.25)
+    _bench(tmp_path, "02_throughput_local_data_parallel", "gpu-b64-w2-bf16-cl", 2, 0.06, BF16_CL)
+    df = an.load_study(tmp_path)
+    assert not [p for p in df.attrs["problems"] if "different configs" in p]
+    assert set(df.loc[df["kind"] == "run", "status"]) == {"completed"}
+
+    s = tb.throughput_summary(df).set_index(["exp", "numerics"])
+    assert len(s) == 4 and (s["n_runs"] == 1).all()
+    assert s.loc[(1, "fp32"), "steady_images_per_s"] == pytest.approx(64 / 0.2)
+    assert s.loc[(1, "bf16+cl"), "steady_images_per_s"] == pytest.approx(64 / 0.05)
+
+    ref = an.load_reference()
+    t2 = tb.throughput_table(df, ref, 2)  # experiment 1: each 1-GPU row is its own baseline
+    t2 = t2[t2["scale"] == "gpu scale"].set_index("numerics")
+    assert t2.loc["fp32", "ours_steady_speedup"] == 1.0 and t2.loc["bf16+cl", "ours_steady_speedup"] == 1.0
+    t5 = tb.throughput_table(df, ref, 5)
+    ours = t5[t5["scale"] == "gpu scale"].set_index("numerics")
+    assert ours.loc["bf16+cl", "ours_steady"] == pytest.approx(128 / 0.06)
+    assert ours.loc["bf16+cl", "ours_steady_speedup"] == pytest.approx((128 / 0.06) / (64 / 0.05))  # over bf16's
+    assert ours.loc["fp32", "ours_steady_speedup"] == pytest.approx((128 / 0.25) / (64 / 0.2))
+
+    sc = tb.scaling_table(df, ref)
+    sc = sc[(sc["source"] == "ours (steady state)") & (sc["gpus"] == 2)].set_index("numerics")
+    assert sc.loc["bf16+cl", "speedup"] == pytest.approx(1.6667, abs=1e-4)
+    assert sc.loc["fp32", "speedup"] == pytest.approx(1.6) and sc.loc["fp32", "efficiency"] == pytest.approx(0.8)
+
+
+def test_thesis_rows_match_only_fp32_runs(tmp_path):
+    for run, train, batch_s in (("thesis-b128-ddp", None, 0.6), ("thesis-b128-ddp-bf16-cl", BF16_CL, 0.2)):
+        _bench(tmp_path, "01_throughput_single_gpu", run, 1, batch_s, train, scale="thesis", per_gpu_batch=128)
+    t2 = tb.throughput_table(an.load_study(tmp_path), an.load_reference(), 2)
+    beside = t2[t2["thesis_images_per_s"] == 207.11].iloc[0]
+    assert beside["numerics"] == "fp32" and beside["n_runs"] == 1
+    assert beside["ours_steady"] == pytest.approx(128 / 0.6)
+    own = t2[t2["numerics"] == "bf16+cl"].iloc[0]  # a row of its own, nothing of the thesis's beside it
+    assert math.isnan(own["thesis_images_per_s"]) and own["ours_steady"] == pytest.approx(128 / 0.2)
+    assert own["scale"] == "thesis" and len(t2) == 2
+
+
+def test_a_quality_configuration_in_fp32_and_bf16_gives_two_rows(tmp_path):
+    from analysis import synth
+
+    synth.write_run(tmp_path, "05_linear_scaling", "w1-s0", final_acc=60.0)
+    synth.write_run(tmp_path, "05_linear_scaling", "w1-bf16-cl-s0", final_acc=50.0, train_extra=BF16_CL)
+    df = an.load_study(tmp_path)
+    assert set(df.loc[df["kind"] == "run", "status"]) == {"completed"}
+    best = df[df["kind"] == "run"].set_index("run")["best_val_top1"]
+    q = tb.quality_summary(df).set_index("numerics")
+    assert sorted(q.index) == ["bf16+cl", "fp32"] and (q["n"] == 1).all() and (q["status"] == "1 completed").all()
+    assert q.loc["fp32", "top1_mean"] == best["w1-s0"] and q.loc["bf16+cl", "top1_mean"] == best["w1-bf16-cl-s0"]
+    assert best["w1-s0"] - best["w1-bf16-cl-s0"] > 5  # two different numbers, not one mean of both
+    t11 = tb.quality_table(df, an.load_reference(), 11)
+    ours = t11[t11["scale"] == "local scale"].set_index("numerics")
+    assert ours.loc["bf16+cl", "ours_top1"] == best["w1-bf16-cl-s0"]
+    assert set(t11.loc[t11["scale"] == "thesis", "numerics"]) == {"fp32"}
+
+
+def test_the_thesis_column_of_the_comparison_is_for_fp32_runs_only():
+    from analysis.compare import thesis_value
+
+    ref = an.load_reference()
+    assert thesis_value(ref, "01_throughput_single_gpu", "pytorch", 1, 128, "throughput") == 207.11
+    assert math.isnan(thesis_value(ref, "01_throughput_single_gpu", "pytorch", 1, 128, "throughput", "bf16+cl"))

@@ -419,8 +419,12 @@ def print_comparison(plans: list[Plan], study: Study) -> None:
     except ImportError as exc:  # the analysis needs pandas; a bare trainer environment may lack it
         print(f"(no comparison table: {exc})")
         return
+    from analysis.numbers import numerics_label
+
     entries = [dict(name=p.run.name, run_dir=p.run_dir, fingerprint=p.fingerprint, experiment=p.cfg.experiment,
-                    framework=p.cfg.framework(p.backend), gpus=p.run.workers, per_gpu_batch=p.cfg.train.per_worker_batch)
+                    framework=p.cfg.framework(p.backend), gpus=p.run.workers,
+                    per_gpu_batch=p.cfg.train.per_worker_batch,
+                    numerics=numerics_label(p.cfg.train.precision, p.cfg.train.channels_last, p.cfg.train.compile))
                for p in plans]
     print(comparison_text(entries, study.kind))
 
