@@ -107,9 +107,14 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
     thesis = rf.table_rows(ref, table)
     exp = int(thesis["experiment"].iloc[0])
     summary = throughput_summary(df)
-    ones = summary[summary["gpus"] == 1].itertuples(index=False)
-    base = {(o.framework, o.numerics, o.per_gpu_batch, o.scale): (o.thesis_images_per_s, o.steady_images_per_s)
-            for o in ones}
+    # the baseline is the experiment's own 1-GPU run; an experiment that timed none takes experiment 1's (the
+    # thesis's 1-GPU baseline), never another multi-GPU experiment's
+    ones = summary[(summary["gpus"] == 1) & summary["exp"].isin([exp, 1])].sort_values(
+        "exp", key=lambda e: e != exp, kind="stable")
+    base: dict = {}
+    for o in ones.itertuples(index=False):
+        base.setdefault((o.framework, o.numerics, o.per_gpu_batch, o.scale),
+                        (o.thesis_images_per_s, o.steady_images_per_s))
     ours = summary[(summary["exp"] == exp) & summary["framework"].isin(set(thesis["framework"]))]
 
     def row_from(o, row):

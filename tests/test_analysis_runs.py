@@ -302,6 +302,23 @@ def test_gpu_scale_numerics_are_rows_of_their_own_with_their_own_speedups(tmp_pa
     assert sc.loc["fp32", "speedup"] == pytest.approx(1.6) and sc.loc["fp32", "efficiency"] == pytest.approx(0.8)
 
 
+def test_an_experiments_speedups_divide_by_its_own_one_gpu_run(tmp_path):
+    # experiments 1 and 3 both time one GPU at b64, at different rates: each divides by its own, never the other's
+    _bench(tmp_path, "01_throughput_single_gpu", "gpu-b64-ddp", 1, 0.2)
+    _bench(tmp_path, "03_throughput_distributed_data_parallel", "gpu-b64-w1", 1, 0.25)
+    _bench(tmp_path, "03_throughput_distributed_data_parallel", "gpu-b64-w2", 2, 0.3)
+    _bench(tmp_path, "02_throughput_local_data_parallel", "gpu-b64-w2", 2, 0.4)  # no 1-GPU run of its own
+    df, ref = an.load_study(tmp_path), an.load_reference()
+    t2 = tb.throughput_table(df, ref, 2)
+    assert t2.loc[t2["scale"] == "gpu scale", "ours_steady_speedup"].tolist() == [1.0]
+    t8 = tb.throughput_table(df, ref, 8)
+    two = t8[(t8["scale"] == "gpu scale") & (t8["gpus"] == 2)].iloc[0]
+    assert two["ours_steady_speedup"] == pytest.approx((128 / 0.3) / (64 / 0.25))
+    t5 = tb.throughput_table(df, ref, 5)  # experiment 2 timed no single GPU: experiment 1's is the baseline
+    two = t5[(t5["scale"] == "gpu scale") & (t5["gpus"] == 2)].iloc[0]
+    assert two["ours_steady_speedup"] == pytest.approx((128 / 0.4) / (64 / 0.2))
+
+
 def test_thesis_rows_match_only_fp32_runs(tmp_path):
     for run, train, batch_s in (("thesis-b128-ddp", None, 0.6), ("thesis-b128-ddp-bf16-cl", BF16_CL, 0.2)):
         _bench(tmp_path, "01_throughput_single_gpu", run, 1, batch_s, train, scale="thesis", per_gpu_batch=128)
