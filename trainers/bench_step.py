@@ -10,13 +10,18 @@ logging: Trainer.train_epoch cut to a block of steps), at
   32 workers x 4 images (emulated in one process, 128 images a step).
   before    the JPEG files decoded and augmented one by one in the training process (ImageFolderDataset, as every
             run read the generated data until the in-memory path), the loader built afresh for every epoch
-  after     the decoded data set in memory, augmented a batch at a time (trainers/data/memory.py), the loader
+  after     the decoded data set in memory, augmented an epoch at a time (trainers/data/memory.py), the loader
             built once per run
-  after+channels_last, after+compile (32 workers only, with --variants): the model and its input in channels_last
-            memory format; the model wrapped in torch.compile (its compile time reported apart)
+  after+channels_last, after+compile (with --variants, at both worker counts): the model and its input in
+            channels_last memory format; the model wrapped in torch.compile (its compile time reported apart)
 Blocks of steps of every row are interleaved, repeats times, so a busy machine slows every row alike; a row's figure
-is its median block (ms per step), the ratio before / after of medians. Validation (the whole val split) is timed
-once per repeat and row, so `estimate` can give a run's length: epochs x (steps an epoch x step + validation).
+is its median block (ms per step). The in-memory path augments a whole epoch at the epoch's first batch: that is
+timed apart (`epoch_prep_s`) and charged per step as a run pays it, once per epoch's steps (a block holds a tenth of
+an epoch or less, so paying it inside a block would charge the block for a whole epoch): `ms_per_step_in_a_run`,
+which the ratios before / after compare. `compute_ms_median` is Trainer.step alone on one fixed batch (forward,
+backward, SGD: no data, meters or logging), the floor a step can reach without faster kernels.
+Validation (the whole val split) is timed once per repeat and row, so `estimate` can give a run's length:
+epochs x (steps an epoch x step in a run + validation).
 --copies N runs N copies of this benchmark at once (each with --threads), to see two runs side by side.
 """
 from __future__ import annotations
@@ -109,6 +114,27 @@ def time_block(trainer: BlockTrainer, path: str, steps: int, epoch: int) -> floa
     return (time.perf_counter() - start) / steps
 
 
+def prepare_epoch(trainer: BlockTrainer, path: str, epoch: int) -> float:
+    """Seconds the in-memory path spends once an epoch, augmenting all its samples (0 for the per-file path)."""
+    dataset = trainer.train_ds
+    if path != "after" or not getattr(dataset, "holds_epochs", False):
+        return 0.0
+    start = time.perf_counter()
+    dataset.epoch_images(epoch)
+    return time.perf_counter() - start
+
+
+def time_compute(trainer: BlockTrainer, steps: int) -> float:
+    """Seconds per Trainer.step on one fixed batch: forward, backward and SGD, nothing else."""
+    loader, _ = Trainer.batches(trainer, 0, 0)
+    images, target, _ = next(iter(loader))
+    trainer.model.train()
+    start = time.perf_counter()
+    for _ in range(steps):
+        trainer.step(images, target)
+    return (time.perf_counter() - start) / steps
+
+
 def time_validation(trainer: BlockTrainer, path: str) -> float:
     trainer.path = path
     start = time.perf_counter()
@@ -121,8 +147,10 @@ def time_validation(trainer: BlockTrainer, path: str) -> float:
 # ----------------------------------------------------------------------------------------------------------------
 def rows_to_run(variants: list[str]) -> list[tuple[int, str, str]]:
     """(workers, data path, model variant) of every row, in the order they are interleaved."""
-    rows = [(1, "before", "plain"), (1, "after", "plain"), (32, "before", "plain"), (32, "after", "plain")]
-    return rows + [(32, "after", v) for v in variants]
+    rows = []
+    for workers in (1, 32):
+        rows += [(workers, "before", "plain"), (workers, "after", "plain")] + [(workers, "after", v) for v in variants]
+    return rows
 
 
 def run(args) -> dict:
@@ -144,25 +172,36 @@ def run(args) -> dict:
             time_block(trainers[workers, variant], path, 1, 0)
             first_step[f"w{workers}-{path}-{variant}"] = time.perf_counter() - start
         blocks = {row: [] for row in rows}
+        prep = {row: [] for row in rows}
         validation = {row: [] for row in rows}
+        compute = {key: [] for key in trainers}
         for r in range(args.repeats):
             for row in rows:
                 workers, path, variant = row
-                blocks[row].append(time_block(trainers[workers, variant], path, steps[workers], r + 1))
-                validation[row].append(time_validation(trainers[workers, variant], path))
+                trainer = trainers[workers, variant]
+                prep[row].append(prepare_epoch(trainer, path, r + 1))
+                blocks[row].append(time_block(trainer, path, steps[workers], r + 1))
+                validation[row].append(time_validation(trainer, path))
+            for (workers, variant), trainer in trainers.items():
+                compute[workers, variant].append(time_compute(trainer, steps[workers]))
             print(f"  repeat {r + 1}/{args.repeats}: " + ", ".join(
                 f"w{w} {p}{'' if v == 'plain' else '+' + v} {1e3 * blocks[w, p, v][-1]:.1f}" for w, p, v in rows),
                 flush=True)
+        steps_per_epoch = {key: len(trainer.train_sampler) for key, trainer in trainers.items()}
         for trainer in reversed(list(trainers.values())):  # the signal handlers each trainer installed
             trainer.stop.restore()
             trainer.backend.close()
     table = []
     for row in rows:
         workers, path, variant = row
+        step_ms, prep_s = 1e3 * statistics.median(blocks[row]), statistics.median(prep[row])
+        n = steps_per_epoch[workers, variant]
         entry = {"workers": workers, "per_worker_batch": 4, "images_per_step": 4 * workers, "data": path,
-                 "variant": variant, "steps_per_block": steps[workers],
-                 "ms_per_step_median": 1e3 * statistics.median(blocks[row]),
-                 "ms_per_step_min": 1e3 * min(blocks[row]), "ms_per_step_blocks": [1e3 * b for b in blocks[row]],
+                 "variant": variant, "steps_per_block": steps[workers], "steps_per_epoch": n,
+                 "ms_per_step_median": step_ms, "ms_per_step_min": 1e3 * min(blocks[row]),
+                 "ms_per_step_blocks": [1e3 * b for b in blocks[row]], "epoch_prep_s_median": prep_s,
+                 "ms_per_step_in_a_run": step_ms + 1e3 * prep_s / n,
+                 "compute_ms_median": 1e3 * statistics.median(compute[workers, variant]),
                  "first_step_s": first_step[f"w{workers}-{path}-{variant}"],
                  "validation_s_median": statistics.median(validation[row])}
         table.append(entry)
@@ -171,16 +210,18 @@ def run(args) -> dict:
             "torch": torch.__version__, "rows": table, "ratios": ratios(table), "estimate": estimate(table)}
 
 
-def _median(table, workers, path, variant="plain"):
+def _in_a_run(table, workers, path, variant="plain"):
     row = (workers, path, variant)
-    return next(r["ms_per_step_median"] for r in table if (r["workers"], r["data"], r["variant"]) == row)
+    return next(r["ms_per_step_in_a_run"] for r in table if (r["workers"], r["data"], r["variant"]) == row)
 
 
 def ratios(table: list[dict]) -> dict:
-    out = {f"w{w}_before_over_after": _median(table, w, "before") / _median(table, w, "after") for w in (1, 32)}
+    """Before over after, of the step as a run pays it (the epoch's augmentation included)."""
+    out = {f"w{w}_before_over_after": _in_a_run(table, w, "before") / _in_a_run(table, w, "after") for w in (1, 32)}
     for r in table:
         if r["variant"] != "plain":
-            out[f"w32_before_over_after+{r['variant']}"] = _median(table, 32, "before") / r["ms_per_step_median"]
+            w = r["workers"]
+            out[f"w{w}_before_over_after+{r['variant']}"] = _in_a_run(table, w, "before") / r["ms_per_step_in_a_run"]
     return out
 
 
@@ -190,10 +231,9 @@ def estimate(table: list[dict]) -> dict:
     steps = {1: 2000, 32: 63}
     out = {}
     for r in table:
-        if r["variant"] == "plain" or r["workers"] == 32:
-            epoch_s = steps[r["workers"]] * r["ms_per_step_median"] / 1e3 + r["validation_s_median"]
-            name = f"w{r['workers']}-{r['data']}" + ("" if r["variant"] == "plain" else f"+{r['variant']}")
-            out[name] = {f"{e}_epochs_min": round(e * epoch_s / 60, 1) for e in (18, 72)}
+        epoch_s = steps[r["workers"]] * r["ms_per_step_in_a_run"] / 1e3 + r["validation_s_median"]
+        name = f"w{r['workers']}-{r['data']}" + ("" if r["variant"] == "plain" else f"+{r['variant']}")
+        out[name] = {f"{e}_epochs_min": round(e * epoch_s / 60, 1) for e in (18, 72)}
     return out
 
 
@@ -203,8 +243,9 @@ def print_table(result: dict) -> None:
           f"on {result['cpu_count']} cores")
     for r in result["rows"]:
         label = f"{r['workers']:>2} x 4 {r['data']:<6}" + ("" if r["variant"] == "plain" else f" +{r['variant']}")
-        print(f"  {label:<30} {r['ms_per_step_median']:8.2f} ms/step (min {r['ms_per_step_min']:.2f}, first step "
-              f"{r['first_step_s']:.1f} s, validation {r['validation_s_median']:.2f} s)")
+        print(f"  {label:<30} {r['ms_per_step_in_a_run']:8.2f} ms/step in a run ({r['ms_per_step_median']:.2f} a block "
+              f"step + {r['epoch_prep_s_median']:.2f} s an epoch; compute alone {r['compute_ms_median']:.2f}; "
+              f"first step {r['first_step_s']:.1f} s, validation {r['validation_s_median']:.2f} s)")
     for k, v in result["ratios"].items():
         print(f"  {k}: {v:.2f}x")
     for k, v in result["estimate"].items():
@@ -234,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="interleaved blocks of every row")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the study runs one per core)")
     p.add_argument("--interop", type=int, default=0, help="torch inter-op threads (0: torch's default)")
-    p.add_argument("--variants", default="channels_last", help="32-worker model variants: channels_last,compile")
+    p.add_argument("--variants", default="channels_last", help="model variants (both worker counts): channels_last,compile")
     p.add_argument("--copies", type=int, default=1, help="run this many copies side by side")
     p.add_argument("--json", default="results/bench_step.json", help="write the results here ('' for none)")
     args = p.parse_args(argv)
