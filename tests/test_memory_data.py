@@ -249,6 +249,11 @@ def test_bench_step_charges_the_epochs_augmentation_once_an_epoch_not_to_the_blo
         bench_step.time_block(trainer, "after", 5, 3)
         assert dataset._epoch_images[1] is prepared  # the block used the prepared epoch, made nothing anew
         assert bench_step.time_compute(trainer, 2) > 0.0
+        profile = bench_step.profile_compute(trainer, 3, top=1000)  # every operator
+        shares = [op["share"] for op in profile["top"]]
+        assert 0.0 < profile["convolution_share"] <= 1.0 and shares == sorted(shares, reverse=True)
+        conv = next(op for op in profile["top"] if op["op"] == "aten::convolution")
+        assert conv["calls_per_step"] == 9  # ResNet-8: the stem, two per block and two shortcuts
     finally:
         trainer.stop.restore()
         trainer.backend.close()

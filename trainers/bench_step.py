@@ -1,7 +1,8 @@
 """The local scale's training step, before and after the in-memory data path, timed in one run.
 
     python -m trainers.bench_step [--steps-1 200] [--steps-32 12] [--repeats 5] [--threads 1] [--interop 0]
-                                  [--variants channels_last,compile] [--copies 1] [--json results/bench_step.json]
+                                  [--variants channels_last,compile] [--copies 1] [--profile]
+                                  [--json results/bench_step.json]
 
 The local scale of experiment 5 (experiments/scales.toml: ResNet-8 at width 8, the generated 32-px data set),
 each step the real Trainer's whole training step (next batch, learning rate, forward, backward, SGD, meters,
@@ -135,6 +136,28 @@ def time_compute(trainer: BlockTrainer, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+CONVOLUTION_OPS = ("aten::mkldnn_convolution", "aten::convolution_backward", "aten::_slow_conv2d_forward",
+                   "aten::_slow_conv2d_backward")
+
+
+def profile_compute(trainer: BlockTrainer, steps: int, top: int = 8) -> dict:
+    """Where Trainer.step's time goes, by operator (self CPU time, torch.profiler): the convolutions' share and
+    the `top` operators. The shares say which lever is left: a step that is mostly convolution kernels gets
+    faster only with faster kernels (or fewer, larger ones), not with less Python around them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    time_compute(trainer, 2)  # warm: first calls create oneDNN primitives
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        time_compute(trainer, steps)
+    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in ops)
+    share = {e.key: e.self_cpu_time_total / total for e in ops}
+    return {"steps": steps, "ms_per_step": total / 1e3 / steps,
+            "convolution_share": sum(share.get(k, 0.0) for k in CONVOLUTION_OPS),
+            "top": [{"op": e.key, "share": share[e.key], "calls_per_step": e.count / steps,
+                     "us_per_call": e.self_cpu_time_total / e.count} for e in ops[:top]]}
+
+
 def time_validation(trainer: BlockTrainer, path: str) -> float:
     trainer.path = path
     start = time.perf_counter()
@@ -188,6 +211,7 @@ def run(args) -> dict:
                 f"w{w} {p}{'' if v == 'plain' else '+' + v} {1e3 * blocks[w, p, v][-1]:.1f}" for w, p, v in rows),
                 flush=True)
         steps_per_epoch = {key: len(trainer.train_sampler) for key, trainer in trainers.items()}
+        profiles = {f"w{w}": profile_compute(trainers[w, "plain"], steps[w]) for w in (1, 32)} if args.profile else {}
         for trainer in reversed(list(trainers.values())):  # the signal handlers each trainer installed
             trainer.stop.restore()
             trainer.backend.close()
@@ -207,7 +231,8 @@ def run(args) -> dict:
         table.append(entry)
     return {"threads": args.threads, "interop_threads": torch.get_num_interop_threads(), "repeats": args.repeats,
             "cpu_count": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
-            "torch": torch.__version__, "rows": table, "ratios": ratios(table), "estimate": estimate(table)}
+            "torch": torch.__version__, "rows": table, "ratios": ratios(table), "estimate": estimate(table),
+            **({"profile": profiles} if profiles else {})}
 
 
 def _in_a_run(table, workers, path, variant="plain"):
@@ -250,6 +275,12 @@ def print_table(result: dict) -> None:
         print(f"  {k}: {v:.2f}x")
     for k, v in result["estimate"].items():
         print(f"  estimate {k}: {v['18_epochs_min']} min at 18 epochs, {v['72_epochs_min']} min at 72")
+    for name, prof in result.get("profile", {}).items():
+        print(f"  profile {name} x 4 (compute alone, {prof['ms_per_step']:.2f} ms a step under the profiler): "
+              f"convolutions {100 * prof['convolution_share']:.0f} %")
+        for op in prof["top"]:
+            print(f"    {100 * op['share']:5.1f} %  {op['op']:<40} {op['calls_per_step']:6.1f} calls a step, "
+                  f"{op['us_per_call']:8.1f} us a call")
 
 
 def run_copies(args) -> dict:
@@ -261,6 +292,7 @@ def run_copies(args) -> dict:
             argv = [sys.executable, "-m", "trainers.bench_step", "--copies", "1", "--json", str(out)]
             for name in ("steps_1", "steps_32", "repeats", "threads", "interop", "variants"):
                 argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+            argv += ["--profile"] if args.profile else []
             procs.append(subprocess.Popen(argv, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)}))
         codes = [p.wait() for p in procs]
         if any(codes):
@@ -277,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interop", type=int, default=0, help="torch inter-op threads (0: torch's default)")
     p.add_argument("--variants", default="channels_last", help="model variants (both worker counts): channels_last,compile")
     p.add_argument("--copies", type=int, default=1, help="run this many copies side by side")
+    p.add_argument("--profile", action="store_true", help="also profile the plain step's compute by operator")
     p.add_argument("--json", default="results/bench_step.json", help="write the results here ('' for none)")
     args = p.parse_args(argv)
     unknown = set(v for v in args.variants.split(",") if v) - {"channels_last", "compile"}
