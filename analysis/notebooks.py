@@ -104,6 +104,8 @@ RQ3 = [
     ("code", "an.error_figures(df)"),
     ("md", "## Reading"),
     ("code", "an.markdown(an.rq3_reading(verdicts, ref))"),
+    ("code", "an.markdown(an.baseline_rate_note(df) or 'The 1-worker baseline runs at the best rate of its sweep "
+             "(experiment 11), where there is one.')"),
 ]
 
 

@@ -109,6 +109,35 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def baseline_rate_note(df: pd.DataFrame) -> str:
+    """A caveat when experiment 11's base-rate sweep found a better 1-worker rate than experiment 5's baseline ran
+    at: the linear rule scales the base rate the 1-worker run is best at, so comparisons with that baseline are
+    provisional until experiments 5-9 run at the better rate. Per scale, seed 0 (the sweep's seed), the same epochs;
+    the baseline's own seed-0 run counts as the sweep's point at its rate. Empty when there is nothing to flag."""
+    runs = df[(df["kind"] == "run") & df["status"].isin(["completed", "log"]) & (df["gpus"] == 1)]
+    runs = runs.dropna(subset=["best_val_top1"])
+    lines = []
+    for scale, g in runs.groupby(runs["scale"].fillna("unknown"), sort=True):
+        baseline = g[(g["exp"] == 5) & (g["seed"] == 0)]
+        if baseline.empty:
+            continue
+        base = baseline.iloc[0]
+        sweep = g[(g["exp"] == 11) & (g["seed"] == 0) & (g["epochs"] == base["epochs"])]
+        if sweep.empty:
+            continue
+        points = pd.concat([sweep, baseline.iloc[:1]])
+        best = points.loc[points["best_val_top1"].idxmax()]
+        if best["lr"] == base["lr"]:
+            continue
+        lines.append(f"- {scale} scale: experiment 11's best 1-worker run at seed 0 is at lr {best['lr']:g} "
+                     f"({best['best_val_top1']:.2f} %), not the baseline's lr {base['lr']:g} "
+                     f"({base['best_val_top1']:.2f} %): comparisons with the 1-worker baseline are provisional "
+                     "until experiments 5-9 run at that rate.")
+    if not lines:
+        return ""
+    return "**The baseline's learning rate.**\n\n" + "\n".join(lines) + "\n"
+
+
 # ============================================================================================ RQ1
 
 

@@ -98,3 +98,24 @@ def test_rq1_speedups_by_batch_compare_runs_of_one_numerics():
         "batch scales worse: **fails**.",
         "- ours, local scale, pytorch, 2 GPUs/workers: speed-up 1.5x at batch 32, 1.8x at batch 64 — smaller batch "
         "scales worse: holds."]
+
+
+def run_rows(rows):
+    """Run rows (one per run) in the loader's interface: (exp, gpus, lr, seed, epochs, best top-1)."""
+    df = pd.DataFrame(rows, columns=["exp", "gpus", "lr", "seed", "epochs", "best_val_top1"])
+    df["kind"], df["status"], df["scale"] = "run", "completed", "local"
+    return df
+
+
+def test_baseline_rate_note_flags_a_baseline_below_the_sweeps_best_rate():
+    baseline = [(5, 1, 0.025, s, 72, top1) for s, top1 in ((0, 74.25), (1, 76.85))]
+    sweep = [(11, 1, 0.0125, 0, 72, 74.65), (11, 1, 0.05, 0, 72, 78.2), (11, 1, 0.05, 1, 72, 76.55),
+             (11, 1, 0.1, 0, 72, 77.5)]
+    note = rd.baseline_rate_note(run_rows(baseline + sweep + [(5, 32, 0.8, 0, 72, 73.0)]))
+    assert "local scale" in note and "lr 0.05 (78.20 %)" in note and "lr 0.025 (74.25 %)" in note
+    assert "provisional" in note
+    # the baseline's own rate best at seed 0 (its run counts as the sweep's point): nothing to flag
+    assert rd.baseline_rate_note(run_rows(baseline + [(11, 1, 0.0125, 0, 72, 70.0)])) == ""
+    # a sweep at another epoch count (the 18-epoch scale of the time) is not this baseline's sweep
+    assert rd.baseline_rate_note(run_rows(baseline + [(11, 1, 0.05, 0, 18, 90.0)])) == ""
+    assert rd.baseline_rate_note(run_rows(baseline)) == ""
