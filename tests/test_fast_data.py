@@ -205,6 +205,29 @@ def test_gpu_decoder_on_cpu_matches_the_cpu_decoder(tmp_path):
     assert got.shape == (5, 3, 112, 112) and float(per_image.max()) < 2.5  # roi_align vs Pillow's resampling
 
 
+def test_the_gpu_decoder_drains_the_stream_before_nvjpeg_writes_and_only_on_cuda(tmp_path, monkeypatch):
+    """nvJPEG's hardware path ignores the caller's stream (pytorch/vision#9606): decode_all waits for the queued work
+    first. Here with a fake stream and decoder, so the order is checked without a GPU."""
+    calls = []
+
+    class Stream:
+        def synchronize(self):
+            calls.append("drain")
+
+    def decode_jpeg(data, mode, device):
+        calls.append(f"decode on {device.type}")
+        return [torch.zeros(3, 30, 40, dtype=torch.uint8) for _ in data]
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(gpu.torchvision.io, "decode_jpeg", decode_jpeg)
+    items = [gpu.GpuValPlan(24, 28)(save_jpeg(photo(40, 30, k), tmp_path / f"{k}.jpg")) for k in range(2)]
+    gpu.decode_all(items, torch.device("cuda"))
+    assert calls == ["drain", "decode on cuda"]
+    calls.clear()
+    gpu.decode_all(items, torch.device("cpu"))
+    assert calls == ["decode on cpu"]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU: nvJPEG decoding is not tested here")
 def test_gpu_decoder_on_cuda_matches_cpu(tmp_path):
     paths = [save_jpeg(photo(500, 375, k), tmp_path / f"{k}.jpg") for k in range(4)]

@@ -235,20 +235,27 @@ def test_the_gpu_bench_writes_a_row_per_variant_batch_and_wrapper(tmp_path, monk
 
     monkeypatch.setattr(bench, "GPU_MODEL", "cifar_resnet8")
     monkeypatch.setattr(bench, "GPU_IMAGE_SIZE", 16)
-    monkeypatch.setattr(bench, "GPU_BATCHES", (4,))
     monkeypatch.setattr(bench, "GPU_STEPS", 2)
     monkeypatch.setattr(bench, "GPU_WARMUP", 1)
-    monkeypatch.setattr(bench, "GPU_VARIANTS", {k: bench.GPU_VARIANTS[k] for k in ("fp32", "bf16_channels_last")})
     monkeypatch.setattr(bench, "EMULATED_WORKERS", 4)
     monkeypatch.setattr(bench, "EMULATED_BATCH", 2)
     monkeypatch.setattr(bench, "EMULATED_STEPS", 2)
     out = tmp_path / "bench.json"
-    assert bench.run_gpu_bench(SimpleNamespace(json=str(out)), device="cpu") == 0
+    args = SimpleNamespace(json=str(out), variants="fp32,bf16_channels_last", batches=(4,), skip_emulated=False)
+    assert bench.run_gpu_bench(args, device="cpu") == 0
     result = json.loads(out.read_text())
     assert result["device"] == "cpu"
     assert [(r["variant"], r["wrapper"]) for r in result["rows"]] == [
         ("fp32", "single"), ("fp32", "ddp"), ("bf16_channels_last", "single"), ("bf16_channels_last", "ddp")]
     assert all(r["ratio"] > 0 for r in result["rows"]) and result["emulated"]["step_cost_ratio"] > 0
+    assert set(result["variants"]) == {"fp32", "bf16_channels_last"} and result["complete"]
+
+
+def test_the_gpu_bench_refuses_an_unknown_variant_in_one_line():
+    from trainers import bench
+
+    with pytest.raises(SystemExit, match="unknown variant bf17; choose from fp32, bf16_channels_last, compiled"):
+        bench.chosen_variants("fp32,bf17")
 
 
 def test_experiment_1_gains_precision_rows_at_the_gpu_scale_only():

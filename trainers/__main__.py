@@ -178,6 +178,11 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--device", choices=("auto", "cpu"), default="auto",
                    help="auto: with a CUDA GPU, the GPU bench (ResNet-50, precisions, wrappers); cpu: this machine's CPU")
     b.add_argument("--json", help="the GPU bench's output (default results/bench_gpu.json)")
+    b.add_argument("--variants", help="the GPU bench's rows, comma-separated: fp32, bf16_channels_last, compiled "
+                                      "(default all)")
+    b.add_argument("--batches", type=lambda text: tuple(int(b) for b in text.split(",")),
+                   help="the GPU bench's per-GPU batches, comma-separated (default 32,128,256)")
+    b.add_argument("--skip-emulated", action="store_true", help="the GPU bench without the emulated 32 x 128 step")
     b.set_defaults(func=cmd_bench)
 
     n = sub.add_parser("noise-scale", help="gradient noise scale B_simple of runs' models (McCandlish et al. 2018)")

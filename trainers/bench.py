@@ -12,7 +12,9 @@ With a CUDA GPU (and `--device auto`), one run measures instead, on ResNet-50 at
     channels_last + torch.compile), at per-GPU batch 32, 128 and 256 (goal >= 0.95 in every row). The hand-written
     loop reads the loss once at the end, the GPU's limit; the trainer reads it every print_freq steps;
   - one step of 32 emulated workers x 128 against 32 plain batch-128 steps (goal <= 1.10);
-and writes the figures, with the GPU's name, as JSON (`--json`, default results/bench_gpu.json).
+and writes the figures, with the GPU's name, as JSON (`--json`, default results/bench_gpu.json). `--variants
+fp32,compiled` measures only those rows and `--skip-emulated` leaves the emulated step out, so the bench can be
+split over calls where GPU time comes in slices (`--batches 256` likewise) (torch.compile alone takes minutes).
 """
 from __future__ import annotations
 
@@ -160,19 +162,25 @@ def hand_written_gpu_loop(batch: int, steps: int, warmup: int, wrapper: str, dev
             dist.destroy_process_group()
 
 
-def gpu_rows(device: str) -> list[dict]:
-    rows = []
-    for variant, settings in GPU_VARIANTS.items():
-        for batch in GPU_BATCHES:
-            for wrapper in ("single", "ddp"):
-                hand = hand_written_gpu_loop(batch, GPU_STEPS, GPU_WARMUP, wrapper, device, **settings)
-                ours = trainer_images_per_s(GPU_MODEL, 1, batch, GPU_IMAGE_SIZE, GPU_STEPS, GPU_WARMUP,
-                                            device=device, backend=wrapper, **settings)
-                rows.append({"variant": variant, "wrapper": wrapper, "per_gpu_batch": batch,
-                             "hand_written_images_per_s": hand, "trainer_images_per_s": ours, "ratio": ours / hand})
-                print(f"  {variant:>18} {wrapper:>6} batch {batch:>3}: hand-written {hand:8.1f} img/s, trainer "
-                      f"{ours:8.1f} img/s, ratio {ours / hand:.3f}", flush=True)
-    return rows
+def chosen_variants(names: str | None) -> dict[str, dict]:
+    """GPU_VARIANTS, or the comma-separated `names` of them (one clear error for an unknown one)."""
+    if not names:
+        return dict(GPU_VARIANTS)
+    chosen = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in GPU_VARIANTS]
+    if unknown:
+        raise SystemExit(f"bench: unknown variant {', '.join(unknown)}; choose from {', '.join(GPU_VARIANTS)}")
+    return {n: GPU_VARIANTS[n] for n in chosen}
+
+
+def gpu_row(device: str, variant: str, settings: dict, batch: int, wrapper: str) -> dict:
+    hand = hand_written_gpu_loop(batch, GPU_STEPS, GPU_WARMUP, wrapper, device, **settings)
+    ours = trainer_images_per_s(GPU_MODEL, 1, batch, GPU_IMAGE_SIZE, GPU_STEPS, GPU_WARMUP,
+                                device=device, backend=wrapper, **settings)
+    print(f"  {variant:>18} {wrapper:>6} batch {batch:>3}: hand-written {hand:8.1f} img/s, trainer "
+          f"{ours:8.1f} img/s, ratio {ours / hand:.3f}", flush=True)
+    return {"variant": variant, "wrapper": wrapper, "per_gpu_batch": batch,
+            "hand_written_images_per_s": hand, "trainer_images_per_s": ours, "ratio": ours / hand}
 
 
 def emulated_cost(device: str) -> dict:
@@ -189,19 +197,35 @@ def emulated_cost(device: str) -> dict:
 
 
 def run_gpu_bench(args, device: str = "cuda") -> int:
-    """The GPU bench; `device="cpu"` runs the same plumbing on the CPU (its tests, with a tiny model)."""
+    """The GPU bench; `device="cpu"` runs the same plumbing on the CPU (its tests, with a tiny model). The JSON is
+    rewritten after every row, so a run cut short (a time limit) keeps the rows it measured."""
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    variants = chosen_variants(getattr(args, "variants", None))
+    batches = getattr(args, "batches", None) or GPU_BATCHES
     print(f"GPU bench on {name}: {GPU_MODEL} {GPU_IMAGE_SIZE} px, synthetic data, {GPU_STEPS} timed steps after "
           f"{GPU_WARMUP}", flush=True)
     result = {
         "device": name, "torch": torch.__version__, "cuda": torch.version.cuda,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "model": GPU_MODEL, "image_size": GPU_IMAGE_SIZE, "steps": GPU_STEPS, "warmup": GPU_WARMUP,
-        "variants": GPU_VARIANTS, "rows": gpu_rows(device), "emulated": emulated_cost(device),
+        "variants": variants, "rows": [], "emulated": None, "worst_ratio": None, "complete": False,
     }
-    result["worst_ratio"] = min(row["ratio"] for row in result["rows"])
     out = Path(getattr(args, "json", None) or "results/bench_gpu.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+
+    def save() -> None:
+        if result["rows"]:
+            result["worst_ratio"] = min(row["ratio"] for row in result["rows"])
+        out.write_text(json.dumps(result, indent=2) + "\n")
+
+    for variant, settings in variants.items():
+        for batch in batches:
+            for wrapper in ("single", "ddp"):
+                result["rows"].append(gpu_row(device, variant, settings, batch, wrapper))
+                save()
+    if not getattr(args, "skip_emulated", False):
+        result["emulated"] = emulated_cost(device)
+    result["complete"] = True
+    save()
     print(f"trainer / hand-written loop, worst row: {result['worst_ratio']:.3f} (goal >= 0.95); wrote {out}")
     return 0

@@ -17,7 +17,6 @@ import math
 import warnings
 
 import numpy as np
-import simplejpeg
 import torch
 import torch.nn.functional as F
 from PIL import Image
@@ -88,6 +87,8 @@ def _jpeg_box(data: bytes, width: int, height: int, box, size: int) -> torch.Ten
     if jpeg_region.available():
         region, xr = jpeg_region.decode_region(data, n, x0, y0, x1 - x0, y1 - y0)
     else:  # whole image at the same scale (simplejpeg picks the smallest n/8 covering the minimum size)
+        import simplejpeg  # here, not at the top: a run on synthetic or generated data starts without it
+
         full = simplejpeg.decode_jpeg(data, min_height=sh, min_width=sw)
         if full.shape[:2] != (sh, sw):
             raise ValueError(f"simplejpeg decoded {full.shape[1]}x{full.shape[0]}, expected {sw}x{sh}")
@@ -119,6 +120,8 @@ class JpegFile:
                 if jpeg_region.available():
                     self.width, self.height, cmyk = jpeg_region.header(self.data)
                 else:
+                    import simplejpeg
+
                     self.height, self.width, colour, _ = simplejpeg.decode_jpeg_header(self.data)
                     cmyk = colour in ("CMYK", "YCCK")
                 self.jpeg = not cmyk
