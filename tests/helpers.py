@@ -47,7 +47,9 @@ def trainer_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_", "HOROVOD_"))}
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **extra)
+    # the repo first, the caller's path kept: HPC module systems and GPU images put packages on PYTHONPATH
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=path, **extra)
     return env
 
 

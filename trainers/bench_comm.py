@@ -79,7 +79,8 @@ def clean_env(threads: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_", "HOROVOD_"))}
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    env.update(OMP_NUM_THREADS=str(threads), PYTHONPATH=str(REPO))
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)  # the caller's kept
+    env.update(OMP_NUM_THREADS=str(threads), PYTHONPATH=path)
     return env
 
 
