@@ -126,6 +126,6 @@ def test_gradual_experiments_warm_up_per_epoch_at_every_scale(experiment, local_
     local = load_config(folder, "local", ["train.workers=32"])
     policy = local.lr_policy()
     rates = [lr_at(e, 0, 63, policy) for e in range(local_steps + 1)]
-    assert rates[0] == pytest.approx(0.025) and rates[-1] == pytest.approx(0.8)
+    assert rates[0] == pytest.approx(0.05) and rates[-1] == pytest.approx(1.6)  # 0.1 per 8: 4 and 128 images
     assert len(set(round(r, 9) for r in rates)) == local_steps + 1  # a new rate every warm-up epoch
     assert all(b - a == pytest.approx(rates[1] - rates[0]) for a, b in zip(rates[:-1], rates[1:-1]))

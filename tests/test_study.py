@@ -192,6 +192,24 @@ def test_named_extra_runs_and_the_studies_beyond_the_thesis_match_their_committe
             assert run_dir.name in plans[folder_fingerprint(run_dir)]
 
 
+def test_the_default_references_quality_runs_are_the_local_scales_own_plans():
+    """The findings' evidence is made by today's default config: every committed run of experiments 4-9 in the
+    default reference is, by config fingerprint, a run its study plans at the local scale (seeds as committed)."""
+    from trainers.fingerprint import folder_fingerprint
+
+    reference = REPO / "results/reference/vm-2cpu"
+    checked = 0
+    for folder in sorted(reference.glob("0[4-9]_*")):
+        runs = list(folder.iterdir())
+        seeds = 1 + max(int(r.name.rsplit("-s", 1)[1]) for r in runs)
+        study = load_study(REPO / "experiments" / folder.name, "local", quick=False, seeds=seeds, overrides=[])
+        plans = {p.run.name: p.fingerprint for p in planned_runs(study, "local", Path("/nonexistent"))}
+        for run_dir in runs:
+            assert plans.get(run_dir.name) == folder_fingerprint(run_dir), run_dir
+            checked += 1
+    assert checked >= 10
+
+
 @pytest.mark.slow
 def test_a_fresh_clones_throughput_study_runs_every_run_and_prints_images_per_s(tmp_path):
     # the committed reference holds experiment 1's runs; a clone's study must still run (none skipped as done)

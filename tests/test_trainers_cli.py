@@ -33,7 +33,7 @@ def test_config_prints_the_resolved_values_as_json(capsys, monkeypatch):
 def test_config_toml_loads_back_as_the_same_config(tmp_path, capsys):
     assert main(["config", str(EXP6), "--scale", "local", "--set", "train.workers=16"]) == 0
     text = capsys.readouterr().out
-    assert "#   global_batch = 64" in text and "#   lr = 0.4" in text  # 16 x 4, linear rule from 0.05 per 8
+    assert "#   global_batch = 64" in text and "#   lr = 0.8" in text  # 16 x 4, linear rule from 0.1 per 8
     printed = tmp_path / "printed.toml"
     printed.write_text(text)
     tomllib.loads(text)  # valid TOML
