@@ -110,7 +110,7 @@ bench-data: setup ## Our JPEG data path vs torchvision's ImageFolder + PIL, imag
 	else echo "make: no $(BENCH_PHOTOS) here; run: $(PY) -m trainers data bench <ImageFolder dir>"; fi
 
 bench-step: setup ## The local step (1 x 4 and 32 x 4 workers) before/after the in-memory data -> results/bench_step.json
-	$(PY) -m trainers.bench_step --variants channels_last,compile --profile --json results/bench_step.json
+	$(PY) -m trainers.bench_step --variants channels_last,compile,channels_last+compile --profile --json results/bench_step.json
 
 bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and the communication share (seed 002)
 	$(PY) -m trainers.bench_comm --fp16 --json results/bench_comm.json

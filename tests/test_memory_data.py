@@ -235,6 +235,17 @@ def test_bench_step_ratios_and_run_length_estimate():
     assert set(est) == {"w1-before", "w1-after", "w1-after+compile", "w32-before", "w32-after", "w32-after+compile"}
 
 
+def test_bench_step_variants_are_a_runs_numerics_settings():
+    from trainers.bench_step import main, variant_features
+
+    assert variant_features("plain") == []
+    assert variant_features("channels_last+compile") == ["channels_last", "compile"]
+    for bad in ("bf16", "compile+compile", "channels_last+"):
+        with pytest.raises(ValueError, match="joined by"):
+            variant_features(bad)
+    assert main(["--variants", "compile,fp16", "--json", ""]) == 2  # one line, before anything is built
+
+
 @pytest.mark.slow  # builds experiment 5's 8,000-image data set
 def test_bench_step_charges_the_epochs_augmentation_once_an_epoch_not_to_the_block(tmp_path):
     """A block of steps after prepare_epoch pays no augmentation; the epoch's cost is what prepare_epoch timed."""

@@ -1,7 +1,8 @@
 """The local scale's training step, before and after the in-memory data path, timed in one run.
 
     python -m trainers.bench_step [--steps-1 200] [--steps-32 12] [--repeats 5] [--threads 1] [--interop 0]
-                                  [--variants channels_last,compile] [--copies 1] [--profile]
+                                  [--variants channels_last,compile,channels_last+compile] [--copies 1]
+                                  [--profile]
                                   [--json results/bench_step.json]
 
 The local scale of experiment 5 (experiments/scales.toml: ResNet-8 at width 8, the generated 32-px data set),
@@ -13,8 +14,10 @@ logging: Trainer.train_epoch cut to a block of steps), at
             run read the generated data until the in-memory path), the loader built afresh for every epoch
   after     the decoded data set in memory, augmented an epoch at a time (trainers/data/memory.py), the loader
             built once per run
-  after+channels_last, after+compile (with --variants, at both worker counts): the model and its input in
-            channels_last memory format; the model wrapped in torch.compile (its compile time reported apart)
+  after+VARIANT (with --variants, at both worker counts): a run's own numerics settings, each variant one or
+            more of `channels_last` (train.channels_last: the model and its input in channels_last memory format)
+            and `compile` (train.compile: the wrapped model through torch.compile, its compile time reported
+            apart) joined by '+', e.g. --variants channels_last,compile,channels_last+compile
 Blocks of steps of every row are interleaved, repeats times, so a busy machine slows every row alike; a row's figure
 is its median block (ms per step). The in-memory path augments a whole epoch at the epoch's first batch: that is
 timed apart (`epoch_prep_s`) and charged per step as a run pays it, once per epoch's steps (a block holds a tenth of
@@ -57,7 +60,6 @@ class BlockTrainer(Trainer):
 
     steps = 1
     path = "after"
-    channels_last = False
 
     def use_file_datasets(self) -> None:
         c = self.cfg
@@ -86,24 +88,27 @@ class BlockTrainer(Trainer):
         finally:
             self.val_loader = saved
 
-    def step(self, images, target):
-        if self.channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        return super().step(images, target)
+
+FEATURES = ("channels_last", "compile")  # train.<feature> = true: what a run with that setting does
+
+
+def variant_features(variant: str) -> list[str]:
+    """The numerics settings of a variant ("plain", or features joined by '+'); a ValueError names an unknown one."""
+    features = [] if variant == "plain" else variant.split("+")
+    unknown = [f for f in features if f not in FEATURES]
+    if unknown or len(set(features)) != len(features):
+        raise ValueError(f"--variants: {variant!r} is not one or more of {', '.join(FEATURES)} joined by '+'")
+    return features
 
 
 def make_trainer(workers: int, threads: int, run_dir: Path, variant: str) -> BlockTrainer:
     overrides = [f"train.workers={workers}", "train.checkpoint=false", f"train.threads={threads}"]
+    overrides += [f"train.{feature}=true" for feature in variant_features(variant)]
     cfg = load_config(EXPERIMENT, "local", overrides)
     launch = backends.detect_launch()
     trainer = BlockTrainer(cfg, run_dir / f"w{workers}-{variant}", backends.resolve(cfg, launch), launch,
                            resume=False, echo=False)
     trainer.use_file_datasets()
-    if variant == "channels_last":
-        trainer.channels_last = True
-        trainer.model.to(memory_format=torch.channels_last)
-    elif variant == "compile":
-        trainer.model = torch.compile(trainer.model)
     return trainer
 
 
@@ -307,15 +312,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="interleaved blocks of every row")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the study runs one per core)")
     p.add_argument("--interop", type=int, default=0, help="torch inter-op threads (0: torch's default)")
-    p.add_argument("--variants", default="channels_last", help="model variants (both worker counts): channels_last,compile")
+    p.add_argument("--variants", default="channels_last",
+                   help="numerics variants (both worker counts), comma-separated: channels_last, compile, or both "
+                        "joined by '+'")
     p.add_argument("--copies", type=int, default=1, help="run this many copies side by side")
     p.add_argument("--profile", action="store_true", help="also profile the plain step's compute by operator")
     p.add_argument("--json", default="results/bench_step.json", help="write the results here ('' for none)")
     args = p.parse_args(argv)
-    unknown = set(v for v in args.variants.split(",") if v) - {"channels_last", "compile"}
-    if unknown or min(args.steps_1, args.steps_32, args.repeats, args.threads, args.copies) < 1:
-        print("error: --variants takes channels_last and/or compile; steps, repeats, threads, copies must be >= 1"
-              if unknown else "error: steps, repeats, threads and copies must be >= 1", file=sys.stderr)
+    try:
+        for variant in (v for v in args.variants.split(",") if v):
+            variant_features(variant)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if min(args.steps_1, args.steps_32, args.repeats, args.threads, args.copies) < 1:
+        print("error: steps, repeats, threads and copies must be >= 1", file=sys.stderr)
         return 2
     command = "python -m trainers.bench_step " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.copies > 1:
