@@ -1,4 +1,5 @@
-"""`python -m analysis cost`: what each experiment costs at the gpu and thesis scales, in GPU-hours.
+"""`python -m analysis cost`: what each experiment costs at the gpu and thesis scales, in GPU-hours; and what each
+local quality study took, from its measured runs.
 
 Per run of a study (expanded exactly as `make expN SCALE=...` would): images processed = epochs x training images
 (ILSVRC-2012: 1,281,167) for a training, (batches + warm-up batches) x global batch for a throughput benchmark;
@@ -142,6 +143,56 @@ def write_cost(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
     md = out / "cost.md"
     md.write_text(tb.to_markdown(sums, "Cost per experiment and scale (GPU-hours)") + "\n" + md.read_text())
     return written, sums
+
+
+# ============================================================================================ local studies, measured
+
+
+def list_schedule_s(durations: list[float], slots: int) -> float:
+    """Wall-clock of jobs started in plan order, each on the first slot to come free (as `study --jobs N` does)."""
+    free = [0.0] * slots
+    for d in durations:
+        free[free.index(min(free))] += d
+    return max(free)
+
+
+def local_study_times(df: pd.DataFrame, experiments: Path = Path("experiments"), jobs: int = 2) -> pd.DataFrame:
+    """Per local quality study, its default plan (`make expN`): the planned runs the frame holds (same name and
+    config fingerprint, completed), their measured wall-clock, and the study's at JOBS=jobs from those times."""
+    from trainers.config import load_config
+    from trainers.fingerprint import config_fingerprint
+    from trainers.study import expand
+
+    done = df[(df["kind"] == "run") & (df["scale"] == "local") & (df["status"] == "completed")] if len(df) else df
+    rows = []
+    for folder in sorted(p for p in Path(experiments).iterdir() if (p / "config.toml").is_file()
+                         and p.name[:2].isdigit()):
+        config = folder / "config.toml"
+        if load_config(config, "local", need_data=False).bench.batches > 0:
+            continue  # a throughput study runs one job at a time and times it
+        walls = []
+        for run in expand(config, "local"):
+            cfg = load_config(config, "local", [f"{k}={json.dumps(v)}" for k, v in run.settings.items()],
+                              need_data=False)
+            hit = done[(done["experiment"] == folder.name) & (done["run"] == run.name)
+                       & (done["fingerprint"] == config_fingerprint(cfg))] if len(done) else done
+            walls.append(float(hit["wallclock_s"].iloc[0]) if len(hit) else math.nan)
+        measured = [w for w in walls if w == w]
+        rows.append({"experiment": folder.name, "runs_planned": len(walls), "runs_measured": len(measured),
+                     "run_minutes": sum(measured) / 60.0,
+                     f"study_minutes_jobs{jobs}": (list_schedule_s(walls, jobs) / 60.0 if len(measured) == len(walls)
+                                                  else math.nan)})
+    return pd.DataFrame(rows)
+
+
+STUDY_TIME_NOTES = [
+    "The local scale's default plan of each quality study (`make expN`: its worker counts x its seeds). runs_measured: "
+    "the planned runs found completed with the plan's config fingerprint; run_minutes: their wall-clocks summed, each "
+    "measured as the run went (the committed reference's runs ran two side by side, one thread each).",
+    "study_minutes_jobs2: those runs started in plan order, two at a time, each as one ends (`make expN JOBS=2` on "
+    "2 cores): a study's wall-clock from its runs' measured times, empty until every planned run is measured. "
+    "Experiments 6-9 compare with experiment 5's runs, which they do not include.",
+]
 
 
 def format_hours(h: float) -> str:

@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from . import cost  # noqa: E402
 from . import figures as fg  # noqa: E402
 from . import findings as fd  # noqa: E402
 from . import reference as rf  # noqa: E402
@@ -59,6 +60,9 @@ def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> list[Path]:
     written += tb.write_table(fd.orderings(df, ref), out, "orderings",
                               "The thesis's three quality findings: 90 % intervals against a declared margin", fd.notes())
     written += tb.write_table(tb.throughput_summary(df), out, "throughput_summary", "Throughput per configuration")
+    written += tb.write_table(cost.local_study_times(df), out, "study_times",
+                              "Local quality studies: measured run times and the study's wall-clock at JOBS=2",
+                              cost.STUDY_TIME_NOTES)
     extra = df[(df["kind"] == "run") & (df["exp"] > 9)]
     if len(extra):
         written += tb.write_table(tb.run_summary(extra), out, "extra_experiments",

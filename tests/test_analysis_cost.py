@@ -73,3 +73,45 @@ def test_totals_sum_runs_and_leave_unmeasured_configurations_out_loudly():
     t = cost.totals(c).set_index("experiment")
     assert t.loc["07", "gpu_hours"] == 4.0 and t.loc["07", "configurations_unmeasured"] == 1
     assert t.loc["06", "sequential_wallclock_s"] == 3 * 7200.0 and t.loc["07", "runs"] == 3
+
+
+def test_list_schedule_runs_jobs_in_plan_order_on_the_first_free_slot():
+    assert cost.list_schedule_s([], 2) == 0.0
+    assert cost.list_schedule_s([10.0, 10.0, 10.0], 2) == 20.0
+    # 30 | 5 -> slot 2 takes 5, then 6 (at 5 -> 11), then 7 (at 11 -> 18): the 30 ends last
+    assert cost.list_schedule_s([30.0, 5.0, 6.0, 7.0], 2) == 30.0
+    assert cost.list_schedule_s([5.0, 6.0, 7.0, 30.0], 2) == 6.0 + 30.0  # plan order, not longest first
+    assert cost.list_schedule_s([4.0, 4.0], 1) == 8.0
+
+
+def _planned_rows(experiment: str, walls: dict[str, float], wrong_config: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The run rows a report frame holds for those planned runs (their real fingerprints unless wrong_config)."""
+    from trainers.fingerprint import config_fingerprint
+    from trainers.study import expand
+
+    config = EXPERIMENTS / experiment / "config.toml"
+    rows = []
+    for run in expand(config, "local"):
+        if run.name in walls:
+            overrides = [f"{k}={v}" for k, v in run.settings.items()]
+            fp = config_fingerprint(load_config(config, "local", overrides, need_data=False))
+            rows.append({"kind": "run", "experiment": experiment, "run": run.name, "scale": "local",
+                         "status": "completed", "wallclock_s": walls[run.name],
+                         "fingerprint": "0" * 12 if run.name in wrong_config else fp})
+    return pd.DataFrame(rows)
+
+
+def test_local_study_times_count_only_the_default_plans_runs_and_schedule_them_two_at_a_time():
+    walls = {"w24-s0": 600.0, "w24-s1": 600.0, "w24-s2": 600.0, "w32-s0": 300.0, "w32-s1": 300.0, "w32-s2": 300.0}
+    df = _planned_rows("09_gradual_warmup_10", walls)
+    t = cost.local_study_times(df, EXPERIMENTS).set_index("experiment")
+    row = t.loc["09_gradual_warmup_10"]
+    assert (row["runs_planned"], row["runs_measured"]) == (6, 6)
+    assert row["run_minutes"] == pytest.approx(2700 / 60)
+    # plan order w24-s0..2, w32-s0..2 on 2 slots: 600 | 600; then w24-s2 to 1200 | w32-s0, -s1 to 1200; w32-s2
+    assert row["study_minutes_jobs2"] == pytest.approx(1500 / 60)
+    assert "01_throughput_single_gpu" not in t.index  # throughput studies are timed alone, not here
+
+    short = cost.local_study_times(_planned_rows("09_gradual_warmup_10", walls, wrong_config=("w32-s2",)),
+                                   EXPERIMENTS).set_index("experiment").loc["09_gradual_warmup_10"]
+    assert short["runs_measured"] == 5 and math.isnan(short["study_minutes_jobs2"])  # another config is not its run
