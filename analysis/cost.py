@@ -23,6 +23,7 @@ from . import reference as rf
 from . import tables as tb
 
 IMAGENET_TRAIN = 1_281_167
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 SCALES = ("gpu", "thesis")
 COLUMNS = ["experiment", "scale", "configuration", "runs", "gpus_per_run", "images_per_run", "images_per_s",
            "rate_source", "run_wallclock_s", "gpu_hours", "thesis_wallclock_s", "estimate_over_thesis"]
@@ -156,7 +157,7 @@ def list_schedule_s(durations: list[float], slots: int) -> float:
     return max(free)
 
 
-def local_study_times(df: pd.DataFrame, experiments: Path = Path("experiments"), jobs: int = 2) -> pd.DataFrame:
+def local_study_times(df: pd.DataFrame, experiments: Path = EXPERIMENTS, jobs: int = 2) -> pd.DataFrame:
     """Per local quality study, its default plan (`make expN`): the planned runs the frame holds (same name and
     config fingerprint, completed), their measured wall-clock, and the study's at JOBS=jobs from those times."""
     from trainers.config import load_config
