@@ -2,7 +2,10 @@
 
 findings (column `finding`), each a difference "treated minus control" of best validation top-1 (the thesis's
 tables record the best epoch: its scripts keep best_acc1, and its text reports "best Top-1/Top-5"):
-  naive_degrades           experiment 4 at each worker count against its 1-worker run; holds when `worse`;
+  naive_degrades           experiment 4 at each worker count against its 1-worker run; holds when `worse`; `n/a`
+                           where the global batch is at most the one the fixed rate is tuned for (lr.base_batch):
+                           the rate there is the linear rule's or above, and the thesis claims no fall (its 2 GPUs at
+                           0.1 per 256 images were its best run);
   warmup_not_worse         experiments 6, 8, 9 at 32 workers against experiment 5 at 32 (no warm-up); holds when the
                            interval's low end is above -margin (`equivalent` or `better`: not worse by the margin);
   warmup_matches_baseline  experiments 6, 8, 9 at each worker count against experiment 5's 1-worker baseline;
@@ -20,6 +23,7 @@ seeds a side the interval would need, at the measured difference and spread, to 
 """
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 from pathlib import Path
@@ -184,14 +188,26 @@ def _thesis_top1(ref: pd.DataFrame, exp: int, gpus: int) -> float:
     return float(rows["top1"].mean()) if len(rows) else math.nan
 
 
+def _batch_at_most_tuned(run_dir) -> bool:
+    """Whether a run's global batch is at most lr.base_batch, the batch its base rate is tuned for (config.json)."""
+    try:
+        document = json.loads((Path(str(run_dir)) / "config.json").read_text())
+        return document["resolved"]["global_batch"] <= document["lr"]["base_batch"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def naive_degrades(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list[dict]:
     naive = runs[runs["exp"] == 4]
     base = naive[naive["gpus"] == naive["gpus"].min()] if len(naive) else naive
     rows = []
     for gpus, g in naive[naive["gpus"] > naive["gpus"].min()].groupby("gpus", sort=True):
         thesis = _thesis_top1(ref, 4, int(gpus)) - _thesis_top1(ref, 4, int(base["gpus"].iloc[0]))
-        rows.append(compare("naive_degrades", 4, int(gpus), f"exp 4, {int(base['gpus'].iloc[0])} worker(s)", g, base,
-                            margin, thesis))
+        row = compare("naive_degrades", 4, int(gpus), f"exp 4, {int(base['gpus'].iloc[0])} worker(s)", g, base,
+                      margin, thesis)
+        if "path" in g and _batch_at_most_tuned(g["path"].iloc[0]):
+            row["holds"] = "n/a"  # the fixed rate is no smaller than the linear rule's: nothing is claimed here
+        rows.append(row)
     return rows
 
 
@@ -240,7 +256,8 @@ def notes() -> list[str]:
         "as its runs' config.json says (gradual-N: the per-epoch formula, goyal-N: the per-iteration ramp).",
         "verdict: equivalent when the interval lies inside (-margin, margin), worse/better when it lies entirely "
         "below -margin / above margin, else inconclusive; holds: whether that supports the finding "
-        "(naive_degrades: worse; warmup_not_worse: ci_low > -margin; warmup_matches_baseline: equivalent).",
+        "(naive_degrades: worse, n/a where the global batch is at most the one the rate is tuned for; "
+        "warmup_not_worse: ci_low > -margin; warmup_matches_baseline: equivalent).",
         "seeds_needed: seeds a side for the interval to reach `needed_for` if the difference and the spread stayed "
         "as measured (empty: none would). Rows are not corrected for multiple comparisons.",
     ] + [f"margin at the {scale} scale: {m.get('points')} points -- {m.get('reason', '')}" for scale, m in

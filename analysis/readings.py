@@ -98,12 +98,13 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
             said = ([str(h) for h in g["holds"]] if "holds" in g else
                     [supports(finding, r.verdict, float(r.ci_low), float(r.margin)) for r in g.itertuples()])
             parts = []
-            for word, label in (("yes", "holds"), ("no", "**fails**"), ("undecided", "no verdict (interval too wide)")):
+            for word, label in (("yes", "holds"), ("no", "**fails**"), ("undecided", "no verdict (interval too wide)"),
+                                ("n/a", "claims nothing (the batch the rate is tuned for, or smaller)")):
                 hit = [_row_text(r) for r, s in zip(g.itertuples(), said) if s == word]
                 if hit:
                     parts.append(f"{label} for " + "; ".join(hit))
             overall = {frozenset({"yes"}): "holds everywhere", frozenset({"no"}): "fails everywhere",
-                       frozenset({"undecided"}): "undecided"}.get(frozenset(said), "mixed")
+                       frozenset({"undecided"}): "undecided"}.get(frozenset(said) - {"n/a"}, "mixed")
             lines.append(f"- {where} — {overall}: " + ". ".join(parts) + ".")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

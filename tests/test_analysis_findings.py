@@ -1,4 +1,5 @@
 """The thesis's three quality findings as equivalence tests: 90 % intervals against a declared margin, verdicts."""
+import json
 import math
 
 import pandas as pd
@@ -103,6 +104,21 @@ def test_the_thesis_findings_hold_on_runs_built_to_show_them():
     assert (near["experiment"], near["workers"], near["margin"]) == (6, 32, 2.0)
     assert near["verdict"] == "equivalent" and near["holds"] == "yes" and near["method"] == "paired"
     assert near["final_difference"] == pytest.approx(near["difference"])  # every run ends 1 point below its best
+
+
+def test_naive_scaling_claims_nothing_at_or_below_the_batch_its_rate_is_tuned_for(tmp_path):
+    """At 2 workers x 4 = 8 images (lr.base_batch) the naive rate is the linear one: the row's holds is n/a."""
+    df = runs([(4, 1, "none", [60, 61, 59]), (4, 2, "none", [61, 62.2, 60.1]), (4, 16, "none", [50, 51.5, 49])])
+    for gpus in (1, 2, 16):
+        for seed in range(3):
+            run_dir = tmp_path / f"w{gpus}-s{seed}"
+            run_dir.mkdir()
+            (run_dir / "config.json").write_text(json.dumps(
+                {"lr": {"base": 0.1, "base_batch": 8}, "resolved": {"global_batch": 4 * gpus}}))
+            df.loc[(df["gpus"] == gpus) & (df["seed"] == seed), "path"] = str(run_dir)
+    table = orderings(df, rf.load_reference()).set_index("workers")
+    assert (table.loc[2, "verdict"], table.loc[2, "holds"]) == ("equivalent", "n/a")
+    assert (table.loc[16, "verdict"], table.loc[16, "holds"]) == ("worse", "yes")
 
 
 def test_the_findings_fail_on_runs_that_contradict_them():

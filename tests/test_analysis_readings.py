@@ -52,6 +52,16 @@ def test_rq3_reading_prefers_the_tables_own_holds_column_and_shows_the_thesis_di
     assert "fails everywhere" in naive and "margin ±1; thesis -4.3)" in naive
 
 
+def test_rq3_reading_counts_a_row_that_claims_nothing_apart():
+    v = verdict_table()
+    two = pd.DataFrame([dict(v.iloc[0], workers=2, difference=-0.9, ci_low=-1.0, ci_high=-0.7, verdict="equivalent")])
+    v = pd.concat([v, two], ignore_index=True)
+    v["holds"] = ["yes", "undecided", "yes", "no", "n/a"]
+    naive = rd.rq3_reading(v, REF).split("*Naive")[1].split("*Linear")[0]
+    assert "holds everywhere" in naive  # the 2-worker row is no evidence either way
+    assert "claims nothing (the batch the rate is tuned for, or smaller) for exp 4 at 2 workers" in naive
+
+
 def test_rq3_reading_on_an_older_table_says_what_is_missing():
     old = pd.DataFrame(columns=["scale", "finding", "ours", "difference", "se", "verdict"])
     assert "lacks experiment, workers, ci_low, ci_high, margin" in rd.rq3_reading(old, REF)
