@@ -8,14 +8,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+# real photos beside the project (never needed: tests that use them skip without them)
+PHOTOS = REPO.parent / "shared" / "data" / "hymenoptera_data"
+needs_photos = pytest.mark.skipif(not PHOTOS.is_dir(), reason=f"no real photos at {PHOTOS}")
 
 TINY = {
     "model": {"name": "cifar_resnet8", "num_classes": 10, "width": 8},
     "data": {"kind": "synthetic", "image_size": 16, "loader_workers": 0, "synthetic_images": 48},
-    "train": {"epochs": 2, "per_worker_batch": 4, "workers": 2, "seed": 3, "print_freq": 1, "threads": 1},
+    # device pinned: tests that compare runs must not see one pick the GPU and the other the CPU (test_gpu.py asks
+    # for "cuda" itself)
+    "train": {"epochs": 2, "per_worker_batch": 4, "workers": 2, "seed": 3, "print_freq": 1, "threads": 1,
+              "device": "cpu"},
     "lr": {"base": 0.05, "base_batch": 8},
 }
 

@@ -16,14 +16,14 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
-from tests.helpers import run, write_config
+from tests.helpers import PHOTOS, run, write_config
 from trainers.__main__ import main
 from trainers.data import DataError, IndexBatches, build_datasets, make_loader
 from trainers.data import fast, gpu, jpeg_region
 from trainers.data.datasets import ImageFolderDataset, ToNormalizedTensor
 from trainers.data.images import ImageTooLarge, load_rgb
 
-HYMENOPTERA = Path("/work/shared/data/hymenoptera_data")
+HYMENOPTERA = PHOTOS  # real photos beside the project (skipped without them)
 
 
 def photo(width: int, height: int, seed: int = 0) -> Image.Image:
