@@ -16,7 +16,8 @@ from torch.utils.data.distributed import DistributedSampler
 
 from trainers.data import (DataError, StepBatchSampler, build_datasets, ensure_generated, generate_dataset,
                            is_complete, make_loader, shard_indices, synthetic_batch, val_indices, IndexBatches)
-from tests.helpers import PHOTOS, run, write_config
+from trainers.data.generate import IN_PROGRESS, MARKER, cache_path
+from tests.helpers import PHOTOS
 
 HYMENOPTERA = PHOTOS  # real photos beside the project (skipped without them)
 TINY = dict(classes=4, per_class=6, val_per_class=3, image_size=24, seed=3)

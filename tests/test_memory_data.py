@@ -203,7 +203,7 @@ def test_trainer_builds_its_loaders_once_and_moves_the_sampler_on(tmp_path):
     trainer = Trainer(cfg, tmp_path / "run", backends.resolve(cfg, launch), launch, resume=False, echo=False)
     try:
         loader, steps = trainer.batches(0, 0)
-        first_epoch = [b.targets for b in loader]
+        first_epoch = [target for _, target, _ in loader]  # on the device, as the loop reads them
         again, steps_again = trainer.batches(1, 2)
         assert again is loader and steps_again == steps == len(first_epoch)
         assert (trainer.train_sampler.epoch, trainer.train_sampler.start_step) == (1, 2)

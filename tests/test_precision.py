@@ -47,7 +47,6 @@ REAL_DATA = {
 
 def first_step_gradients(tmp_path, data: dict, workers_per_pass: int) -> dict[str, torch.Tensor]:
     """The gradient of the first step of 8 emulated workers x 4 images, the step's batch as the trainer reads it."""
-    from trainers import data as data_path
     from trainers.loop import Trainer
 
     cfg = load_config(write_config(tmp_path / f"p{workers_per_pass}.toml", {
@@ -56,7 +55,7 @@ def first_step_gradients(tmp_path, data: dict, workers_per_pass: int) -> dict[st
     trainer = Trainer(cfg, tmp_path / f"p{workers_per_pass}", backends.resolve(cfg, launch), launch, False, False)
     images, target, _ = next(iter(trainer.batches(0, 0)[0]))
     trainer.model.train()
-    trainer.step(data_path.to_device(images, trainer.backend.device), target)
+    trainer.step(images, target)  # on the device, normalised
     return {name: p.grad.clone() for name, p in trainer.backend.unwrap(trainer.model).named_parameters()}
 
 
@@ -112,7 +111,6 @@ def test_channels_last_alone_changes_the_layout_not_the_result(tmp_path):
 
 def preempt_at(monkeypatch, step_number):
     """Send this process SIGUSR1 (as Slurm does) at the `step_number`-th training step."""
-    from trainers import data as data_path
     from trainers.loop import Trainer
 
     original, calls = Trainer.step, []

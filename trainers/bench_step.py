@@ -74,7 +74,7 @@ class BlockTrainer(Trainer):
         sampler = data.StepBatchSampler(len(self.file_train), self.backend.shards(), self.per_shard_batch, epoch,
                                         self.cfg.train.seed, shuffle=True, start_step=start_step)
         loader = data.make_loader(self.file_train, sampler, self.cfg.data.loader_workers)
-        return itertools.islice(loader, self.steps), len(sampler)
+        return data.DeviceBatches(itertools.islice(loader, self.steps), self.backend.device), len(sampler)
 
     def validate(self):
         if self.path == "after":
@@ -82,7 +82,8 @@ class BlockTrainer(Trainer):
         saved = self.val_loader
         batch = self.per_shard_batch * len(self.backend.shards())
         indices = data.val_indices(len(self.file_val), 1, 0, self.cfg.data.val_mode)
-        self.val_loader = data.make_loader(self.file_val, data.IndexBatches(indices, batch), 0)
+        self.val_loader = data.DeviceBatches(data.make_loader(self.file_val, data.IndexBatches(indices, batch), 0),
+                                             self.backend.device)
         try:
             return super().validate()
         finally:

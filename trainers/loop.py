@@ -198,9 +198,11 @@ class Trainer:
         self.train_sampler = data.StepBatchSampler(len(self.train_ds), b.shards(), self.per_shard_batch,
                                                    seed=t.seed, shuffle=True)
         self.train_loader = data.make_loader(self.train_ds, self.train_sampler, cfg.data.loader_workers, pin)
+        # on a GPU the next batches are moved (and decoded) on a stream of their own while this one trains
+        self.train_batches = data.DeviceBatches(self.train_loader, b.device)
         val = data.IndexBatches(data.val_indices(len(self.val_ds), b.world_size, b.rank, cfg.data.val_mode),
                                 self.per_shard_batch * len(b.shards()))
-        self.val_loader = data.make_loader(self.val_ds, val, cfg.data.loader_workers, pin)
+        self.val_loader = data.DeviceBatches(data.make_loader(self.val_ds, val, cfg.data.loader_workers, pin), b.device)
         self.started = time.time()
         self.sampler = telemetry.start_sampler(cfg.telemetry.interval_s, b.rank, b.local_rank, self.run.log)
 
@@ -273,7 +275,7 @@ class Trainer:
     # ---- one epoch of training --------------------------------------------------------------------------------
     def batches(self, epoch: int, start_step: int):
         self.train_sampler.set_epoch(epoch, start_step)
-        return self.train_loader, len(self.train_sampler)  # the full epoch's steps, also when resuming mid-epoch
+        return self.train_batches, len(self.train_sampler)  # the full epoch's steps, also when resuming mid-epoch
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -313,9 +315,8 @@ class Trainer:
         comm_start = b.comm_seconds()
         end = time.time()
         for i, (images, target, skipped) in enumerate(loader, start=self.start_step):
-            data_time.update(time.time() - end)
+            data_time.update(time.time() - end)  # the loader, and moving (decoding) the batch onto the device
             self.unreadable["train"].update(skipped)
-            images, target = data.to_device(images, b.device), target.to(b.device, non_blocking=True)
             lr = lr_at(epoch, i, n, self.policy)
             self.set_lr(lr)
             output, loss = self.step(images, target)
@@ -332,9 +333,10 @@ class Trainer:
                 batch_time.update(time.time() - end)
             end = time.time()
         self.start_step = 0
-        self.time_split = time_split(data_time.sum, batch_time.sum, b.comm_seconds() - comm_start)
-        self.data_s, self.step_s = self.data_s + data_time.sum, self.step_s + batch_time.sum
-        self.epoch_data_share = data_time.sum / batch_time.sum if batch_time.sum else 0.0
+        data_s = data_time.sum + loader.gpu_wait_s()  # plus the GPU's idle wait for a batch still being decoded
+        self.time_split = time_split(data_s, batch_time.sum, b.comm_seconds() - comm_start)
+        self.data_s, self.step_s = self.data_s + data_s, self.step_s + batch_time.sum
+        self.epoch_data_share = data_s / batch_time.sum if batch_time.sum else 0.0
         return sums
 
     def log_iteration(self, epoch, i, n, lr, size, batch_time, data_time, losses, top1, top5) -> None:
@@ -383,7 +385,6 @@ class Trainer:
                 self.unreadable["val"].update(skipped)  # excluded from the batch, never replaced
                 if not len(target):
                     continue
-                images, target = data.to_device(images, b.device), target.to(b.device, non_blocking=True)
                 with self.compute.autocast():
                     output = self.model(self.compute.layout(images))
                     loss = self.criterion(output, target)
@@ -462,7 +463,7 @@ class Trainer:
             source = ((*fixed, 0) for _ in range(warm + timed))
         else:
             loader, _ = self.batches(0, 0)
-            source = forever(loader)
+            source = forever(loader)  # on the device already (DeviceBatches)
         times, data_times = [], []
         batch_time, data_time, totals = AverageMeter(), AverageMeter(), DeviceTotals(b.device)
         # the GPU is waited for only here, so the sums of step times up to each of these are exact wall times
@@ -474,9 +475,9 @@ class Trainer:
         for i in range(warm + timed):
             if i == warm:
                 comm_start = b.comm_seconds()
+                self.train_batches.gpu_wait_s()  # the warm-up's waits left out, as its step times are
             images, target, _ = next(source)
             data_time.update(time.time() - end)
-            images, target = data.to_device(images, b.device), target.to(b.device, non_blocking=True)
             output, loss = self.step(images, target)
             totals.add(loss, output, target)
             logged = i in read_at or i % cfg.train.print_freq == 0
@@ -489,16 +490,15 @@ class Trainer:
                 self.log_iteration(0, i, warm + timed, lr, len(target), batch_time, data_time, losses, top1, top5)
             end = time.time()
         images_per_step = per_process * b.world_size  # all ranks' images in one step
-        steady = times[warm:]
+        steady, data_s = times[warm:], sum(data_times[warm:]) + self.train_batches.gpu_wait_s()
         self.run.record(
             "bench", per_worker_batch=cfg.train.per_worker_batch, world_size=b.workers, batches=timed,
             warmup_batches=warm, lr=lr, images_per_s_steady=images_per_step * len(steady) / sum(steady),
             images_per_s_thesis=images_per_step / (sum(times[:200]) / 200) if len(times) >= 200 else None,
             batch_time_avg_at_199=sum(times[:200]) / 200 if len(times) >= 200 else None,
-            data_share=sum(data_times[warm:]) / sum(steady),
-            **time_split(sum(data_times[warm:]), sum(steady), b.comm_seconds() - comm_start),
+            data_share=data_s / sum(steady), **time_split(data_s, sum(steady), b.comm_seconds() - comm_start),
         )
-        self.data_s, self.step_s = sum(data_times[warm:]), sum(steady)
+        self.data_s, self.step_s = data_s, sum(steady)
         self.run.update_manifest(data_wait_share=self.data_s / self.step_s)
         self.write_util(gather=True)
 

@@ -4,6 +4,7 @@
     sampler = StepBatchSampler(len(train_ds), shards, per_shard_batch, epoch, seed, shuffle=True)
     loader = make_loader(train_ds, sampler, loader_workers, pin_memory)   # yields Batch(images, targets, skipped)
     images = to_device(batch.images, device)   # uint8 batches (data.decoder "cpu"/"gpu") normalised there
+    batches = DeviceBatches(loader, device)    # to_device for every batch; on a GPU ahead, on a stream of its own
     ...; sampler.set_epoch(epoch + 1)                                         # next epoch, same loader
 
 generate.py draws the dataset and caches it, datasets.py reads images, sampling.py decides who gets what,
@@ -14,6 +15,7 @@ from .datasets import (IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset, Syntheti
                        imagenet_transforms, load_rgb, sample_seed, synthetic_batch)
 from .datasets import DECODERS, imagefolder_transforms
 from .fast import to_device
+from .prefetch import DeviceBatches
 from .generate import DataError, cache_path, ensure_generated, generate_dataset, is_complete
 from .sampling import (Batch, IndexBatches, StepBatchSampler, collate, epoch_permutation, make_loader,
                        shard_indices, val_indices)
@@ -24,4 +26,4 @@ __all__ = [
     "generate_dataset", "imagenet_transforms", "is_complete", "load_rgb", "make_loader", "sample_seed",
     "shard_indices", "synthetic_batch", "val_indices",
 ]
-__all__ += ["DECODERS", "imagefolder_transforms", "to_device"]
+__all__ += ["DECODERS", "DeviceBatches", "imagefolder_transforms", "to_device"]

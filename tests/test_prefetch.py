@@ -1,0 +1,58 @@
+"""Batches on the device (data/prefetch.py) and the loop's time split: waiting for data is data time."""
+import time
+
+import pytest
+import torch
+
+from tests.helpers import records, write_config
+from trainers import backends, data
+from trainers.config import load_config
+from trainers.loop import Trainer
+
+
+def make_trainer(tmp_path, **data_settings):
+    cfg = load_config(write_config(tmp_path / "c.toml", {"train": {"epochs": 1, "checkpoint": False},
+                                                         "data": data_settings}))
+    launch = backends.detect_launch()
+    return Trainer(cfg, tmp_path / "run", backends.resolve(cfg, launch), launch, resume=False, echo=False)
+
+
+def test_device_batches_on_the_cpu_are_the_loaders_batches_moved_and_normalised(tmp_path):
+    raw = [(torch.full((2, 4, 4, 3), 255, dtype=torch.uint8), torch.tensor([1, 2]), [7])]
+    images, target, skipped = next(iter(data.DeviceBatches(raw, torch.device("cpu"))))
+    assert images.shape == (2, 3, 4, 4) and images.dtype == torch.float32  # uint8 HWC: normalised, as to_device
+    assert torch.equal(images, data.to_device(raw[0][0], torch.device("cpu")))
+    assert target.tolist() == [1, 2] and skipped == [7]
+
+
+class SlowLoader:
+    """A loader that takes `delay` seconds before each batch: a data path slower than the step."""
+
+    def __init__(self, loader, delay: float):
+        self.loader, self.delay = loader, delay
+
+    def __iter__(self):
+        for batch in self.loader:
+            time.sleep(self.delay)
+            yield batch
+
+    def __len__(self):
+        return len(self.loader)
+
+
+def test_a_slow_loader_shows_as_data_time_in_the_epoch_record(tmp_path):
+    trainer = make_trainer(tmp_path)
+    delay = 0.2
+    try:
+        trainer.train_batches.loader = SlowLoader(trainer.train_loader, delay)
+        trainer.fit()
+    finally:
+        trainer.stop.restore()
+        trainer.backend.close()
+        trainer.run.close()
+    epoch = records(tmp_path / "run", "epoch")[-1]
+    steps = len(trainer.train_sampler)
+    # every step waited `delay` at least for its batch: certain, whatever the machine's speed
+    assert epoch["data_s"] >= steps * delay
+    step_s = epoch["data_s"] + epoch["compute_s"] + epoch["comm_s"]
+    assert epoch["data_share"] == pytest.approx(epoch["data_s"] / step_s)
