@@ -27,6 +27,27 @@ TINY = {
 }
 
 
+def pinned_version(package: str) -> str | None:
+    """The version pyproject.toml pins `package` to (None if it pins none)."""
+    import tomllib
+
+    for dep in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]:
+        name, _, version = dep.partition("==")
+        if name.strip().lower() == package:
+            return version.strip()
+    return None
+
+
+def pillow_levels() -> int:
+    """Grey levels a comparison with Pillow's pixels may differ by: none with the pinned Pillow and torch (the
+    resize reproduces Pillow 13's rounding exactly), one under another build (SITE_TORCH=1, a GPU image's own
+    stack), where Pillow's fixed-point rounding or torch's uint8 arithmetic may move a pixel by one level."""
+    import PIL
+
+    same = PIL.__version__ == pinned_version("pillow") and torch.__version__.split("+")[0] == pinned_version("torch")
+    return 0 if same else 1
+
+
 def toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"

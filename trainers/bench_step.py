@@ -69,8 +69,8 @@ class BlockTrainer(Trainer):
 
     def batches(self, epoch: int, start_step: int):
         if self.path == "after":
-            loader, n = super().batches(epoch, start_step)
-            return itertools.islice(loader, self.steps), n
+            batches, n = super().batches(epoch, start_step)  # its sampler moved on; its loader cut short
+            return data.DeviceBatches(itertools.islice(batches.loader, self.steps), self.backend.device), n
         sampler = data.StepBatchSampler(len(self.file_train), self.backend.shards(), self.per_shard_batch, epoch,
                                         self.cfg.train.seed, shuffle=True, start_step=start_step)
         loader = data.make_loader(self.file_train, sampler, self.cfg.data.loader_workers)
