@@ -28,10 +28,12 @@ HOROVOD ?= auto
 SITE_TORCH ?=
 ## IMAGENET_DIR=DIR         SCALE=gpu|thesis: the ILSVRC-2012 root (train/ and val/ class folders); an environment
 ##                          variable (export it, or pass it on the make line); a Slurm profile may stage a tar instead
+## GPU_CHECK_DATA=DIR       make gpu-check: the ImageFolder for its real-JPEG rows (default IMAGENET_DIR)
+GPU_CHECK_DATA ?=
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report cost bench bench-data bench-step bench-comm noise-scale clean
+.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -111,6 +113,9 @@ bench-data: setup ## Our JPEG data path vs torchvision's ImageFolder + PIL, imag
 
 bench-step: setup ## The local step (1 x 4 and 32 x 4 workers) before/after the in-memory data -> results/bench_step.json
 	$(PY) -m trainers.bench_step --variants channels_last,compile,channels_last+compile --profile --json results/bench_step.json
+
+gpu-check: setup ## On a new GPU machine (~10 min): GPU tests, bench, JPEGs vs synthetic, exp 1 -> results/gpu_checks/
+	$(PY) -m trainers gpu-check $(if $(GPU_CHECK_DATA),--data $(GPU_CHECK_DATA))
 
 bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and the communication share (seed 002)
 	$(PY) -m trainers.bench_comm --fp16 --json results/bench_comm.json

@@ -95,6 +95,12 @@ def cmd_noise_scale(args) -> int:
     return noise_scale(args.runs, args.workers, args.groups, args.init, args.seed, args.json)
 
 
+def cmd_gpu_check(args) -> int:
+    from trainers.gpu_check import main as gpu_check
+
+    return gpu_check(args.data, args.out)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m trainers", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -193,6 +199,11 @@ def parser() -> argparse.ArgumentParser:
     n.add_argument("--seed", type=int, default=0, help="the order the training examples are drawn in")
     n.add_argument("--json", help="also write the results to this file")
     n.set_defaults(func=cmd_noise_scale)
+
+    gc = sub.add_parser("gpu-check", help="verify a GPU machine in ~10 minutes -> results/gpu_checks/<gpu>-<date>/")
+    gc.add_argument("--data", help="an ImageFolder root (train/, val/) for the real-JPEG rows (default $IMAGENET_DIR)")
+    gc.add_argument("--out", default="results/gpu_checks", help="where the <gpu>-<date> folder goes")
+    gc.set_defaults(func=cmd_gpu_check)
     return p
 
 

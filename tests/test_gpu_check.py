@@ -1,0 +1,63 @@
+"""`python -m trainers gpu-check`: the folder it writes and its exit codes, checked on the CPU (the checks
+themselves need a GPU: tests/test_gpu.py and the GPU rows run there)."""
+import json
+
+import pytest
+import torch
+
+from tests.helpers import run
+from trainers import gpu_check
+from trainers.gpu_check import Check
+
+
+def test_names_the_folder_after_the_gpu():
+    assert gpu_check.gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
+    assert gpu_check.gpu_slug("Tesla P100-PCIE-16GB") == "p100-pcie-16gb"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: the check would run")
+def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(tmp_path):
+    import sys
+
+    result = run([sys.executable, "-m", "trainers", "gpu-check", "--out", str(tmp_path)])
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: no CUDA GPU visible: gpu-check verifies a GPU machine (run it there)"]
+    assert not any(tmp_path.iterdir())
+
+
+def passing(out, data):
+    (out / "passing.log").write_text("fine\n")
+    return Check("passing", True, "1.00 x", {"ratio": 1.0})
+
+
+def failing(out, data):
+    return [Check("failing", False, "0.50 x | below the goal"), Check("skipped", None, "no data")]
+
+
+def test_writes_json_and_a_table_two_levels_deep_and_exits_1_when_a_check_fails(tmp_path, capsys):
+    out = tmp_path / "gpu_checks" / "h100-2026-11-24"
+    machine = {"gpu": "NVIDIA H100", "date": "2026-11-24"}
+    assert gpu_check.run_checks([passing, failing], out, None, machine) == 1
+    written = json.loads((out / "checks.json").read_text())
+    assert written["machine"] == machine
+    assert [(c["name"], c["ok"]) for c in written["checks"]] == [("passing", True), ("failing", False),
+                                                                 ("skipped", None)]
+    table = (out / "README.md").read_text()
+    assert "| failing | FAIL | 0.50 x / below the goal |" in table and "| skipped | skipped | no data |" in table
+    assert all(p.parent == out for p in out.rglob("*"))  # results/gpu_checks/<gpu>-<date>/file, nothing deeper
+    assert "failed: failing" in capsys.readouterr().out
+    assert gpu_check.run_checks([passing], tmp_path / "ok", None, machine) == 0
+
+
+def test_jpeg_rows_without_a_data_folder_are_skipped_not_failed(tmp_path):
+    checks = gpu_check.check_jpegs(tmp_path, None)
+    assert [(c.name, c.ok) for c in checks] == [("jpeg-cpu", None), ("jpeg-gpu", None)]
+    assert "IMAGENET_DIR" in checks[0].detail
+
+
+def test_the_jpeg_goal_is_the_better_decoders():
+    synthetic = {"images_per_s_steady": 1000.0}
+    slow = gpu_check.jpeg_check("cpu", {"images_per_s_steady": 500.0, "data_share": 0.5}, synthetic, "")
+    assert slow.figures["ratio"] == 0.5 and "0.50 x synthetic" in slow.detail
+    assert gpu_check.jpeg_check("gpu", None, synthetic, "Traceback: boom").ok is False

@@ -1,0 +1,225 @@
+"""`python -m trainers gpu-check` (`make gpu-check`): is this GPU machine ready for a 34-hour job? ~10 minutes.
+
+1. tests      the GPU tests (tests/test_gpu.py): deterministic resume, passes, bf16 / fp16 / compile train
+2. bench      `trainers bench` at bf16 + channels_last, batch 256: the trainer >= 0.95 x a hand-written loop
+3. jpeg-<d>   real JPEGs (--data, default $IMAGENET_DIR: train/ and val/ class folders) with decoder d = cpu, gpu
+              against synthetic data, bf16 + channels_last, batch 256, 8 loader workers; the goal is >= 0.9 x
+              synthetic for the better decoder. Without a data folder these rows are skipped, not failed.
+4. exp1       experiment 1's thesis rows: strict fp32, DDP, per-GPU batch 32 / 64 / 128 (the P100 gave 207 at 128)
+
+It writes results/gpu_checks/<gpu>-<date>/ (two levels, nothing deeper): checks.json (every check's figures, pass
+or fail, seconds), README.md (the table) and one <check>.log of its console each. Exit 0 when every check passed,
+1 when one failed, 2 when no GPU is visible.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+EXP1 = REPO / "experiments" / "01_throughput_single_gpu"
+JPEG_GOAL = 0.9  # real JPEGs / synthetic images/s
+BENCH_GOAL = 0.95  # trainer / hand-written loop
+BENCH_ROW = ["--set", "train.per_worker_batch=256", "--set", 'train.backend="single"', "--set",
+             'train.precision="bf16"', "--set", "train.channels_last=true", "--set", "train.seed=0",
+             "--set", "bench.batches=100", "--set", "bench.warmup_batches=15"]
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool | None  # None: skipped (the reason in `detail`)
+    detail: str
+    figures: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def gpu_slug(name: str) -> str:
+    """"NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3": a folder name for the GPU."""
+    words = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-").split("-")
+    return "-".join(w for w in words if w not in ("nvidia", "geforce", "tesla")) or "gpu"
+
+
+def command(args: list[str], log: Path, timeout: int) -> tuple[int, str]:
+    """Run one of the suite's own commands, its console into `log`; (exit code, the console's last lines)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+           "PYTHONUNBUFFERED": "1"}
+    try:
+        done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+        code, text = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as e:
+        code, text = 124, f"{e.stdout or ''}{e.stderr or ''}\n(stopped after {timeout} s)"
+        text = text if isinstance(text, str) else text.decode(errors="replace")
+    log.write_text(text)
+    return code, "\n".join(text.strip().splitlines()[-3:])
+
+
+def bench_record(run_dir: Path) -> dict | None:
+    from trainers.runfolder import read_metrics
+
+    records = read_metrics(run_dir).of("bench")
+    return records[-1] if records else None
+
+
+def train_bench(out: Path, runs: Path, name: str, *settings: str, launcher: tuple[str, ...] = (),
+                timeout: int = 150) -> tuple[dict | None, str]:
+    """Experiment 1's config at the gpu scale as one benchmark run; its bench record and the console's tail."""
+    python = list(launcher) or [sys.executable]
+    code, tail = command([*python, "-m", "trainers", "train", str(EXP1), "--scale", "gpu", "--out", str(runs),
+                          "--run-name", name, *settings], out / f"{name}.log", timeout)
+    record = bench_record(runs / EXP1.name / name) if code == 0 else None
+    return record, tail
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The checks
+# ---------------------------------------------------------------------------------------------------------------
+def check_tests(out: Path, data: Path | None) -> Check:
+    code, tail = command([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"],
+                         out / "tests.log", 330)
+    return Check("tests", code == 0, tail.splitlines()[-1] if tail else f"exit {code}")
+
+
+def check_bench(out: Path, data: Path | None) -> Check:
+    result = out / "bench.json"
+    code, tail = command([sys.executable, "-m", "trainers", "bench", "--variants", "bf16_channels_last",
+                          "--batches", "256", "--skip-emulated", "--json", str(result)], out / "bench.log", 200)
+    if code or not result.exists():
+        return Check("bench", False, tail or f"exit {code}")
+    figures = json.loads(result.read_text())
+    ratios = [v for k, v in _walk(figures) if k == "ratio"]
+    ok = bool(ratios) and min(ratios) >= BENCH_GOAL
+    return Check("bench", ok, f"trainer / hand-written {min(ratios):.3f} (goal >= {BENCH_GOAL})" if ratios
+                 else "no ratio in the bench's output", {"ratios": ratios})
+
+
+def check_jpegs(out: Path, data: Path | None) -> list[Check]:
+    if data is None:
+        why = "no data folder: pass --data DIR or set IMAGENET_DIR (train/ and val/ class folders)"
+        return [Check(f"jpeg-{d}", None, why) for d in ("cpu", "gpu")]
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = Path(tmp)
+        synthetic, tail = train_bench(out, runs, "synthetic", *BENCH_ROW, "--set", 'data.kind="synthetic"')
+        if synthetic is None:
+            return [Check("jpeg-synthetic", False, f"the synthetic row failed: {tail}")]
+        checks = []
+        for decoder in ("cpu", "gpu"):
+            record, tail = train_bench(out, runs, f"jpeg-{decoder}", *BENCH_ROW, "--set", 'data.kind="imagefolder"',
+                                       "--set", f'data.path="{data}"', "--set", f'data.decoder="{decoder}"',
+                                       "--set", "data.loader_workers=8")
+            checks.append(jpeg_check(decoder, record, synthetic, tail))
+    best = max((c.figures.get("ratio", 0.0) for c in checks), default=0.0)
+    for c in checks:  # the goal is the better decoder's; a decoder that ran is no failure on its own
+        c.ok = c.figures.get("ratio") is not None and best >= JPEG_GOAL
+    return checks
+
+
+def jpeg_check(decoder: str, record: dict | None, synthetic: dict, tail: str) -> Check:
+    if record is None:
+        return Check(f"jpeg-{decoder}", False, tail)
+    ratio = record["images_per_s_steady"] / synthetic["images_per_s_steady"]
+    figures = {"images_per_s": record["images_per_s_steady"], "synthetic_images_per_s":
+               synthetic["images_per_s_steady"], "ratio": ratio, "data_share": record["data_share"]}
+    return Check(f"jpeg-{decoder}", True, f"{ratio:.2f} x synthetic ({record['images_per_s_steady']:,.0f} / "
+                 f"{synthetic['images_per_s_steady']:,.0f} img/s), waiting for data {100 * record['data_share']:.1f} %"
+                 f" (goal >= {JPEG_GOAL} for the better decoder)", figures)
+
+
+def check_exp1(out: Path, data: Path | None) -> Check:
+    figures = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for batch in (32, 64, 128):
+            # as the study runs the thesis's rows: DDP at world size 1 under torchrun
+            record, tail = train_bench(out, Path(tmp), f"exp1-b{batch}", "--set", f"train.per_worker_batch={batch}",
+                                       "--set", 'train.backend="ddp"', "--set", "bench.batches=100",
+                                       launcher=(sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                 "--nproc-per-node", "1"))
+            if record is None:
+                return Check("exp1", False, f"batch {batch}: {tail}", figures)
+            figures[f"b{batch}"] = record["images_per_s_steady"]
+    detail = ", ".join(f"batch {k[1:]}: {v:,.0f} img/s" for k, v in figures.items()) + " (strict fp32; P100: 207 at 128)"
+    return Check("exp1", True, detail, figures)
+
+
+CHECKS: list[Callable] = [check_tests, check_bench, check_jpegs, check_exp1]
+
+
+def _walk(tree, key=None):
+    """(key, value) of every leaf of a JSON tree."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _walk(v, k)
+    elif isinstance(tree, list):
+        for v in tree:
+            yield from _walk(v, key)
+    else:
+        yield key, tree
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running them and writing the folder
+# ---------------------------------------------------------------------------------------------------------------
+def run_checks(checks: list[Callable], out: Path, data: Path | None, machine: dict) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    results: list[Check] = []
+    for i, check in enumerate(checks, 1):
+        print(f"[{i}/{len(checks)}] {check.__name__.removeprefix('check_')} ...", flush=True)
+        started = time.time()
+        found = check(out, data)
+        for c in found if isinstance(found, list) else [found]:
+            c.seconds = round(time.time() - started, 1)
+            results.append(c)
+            print(f"    {c.name}: {verdict(c)}: {c.detail}", flush=True)
+    write_folder(out, results, machine)
+    failed = [c.name for c in results if c.ok is False]
+    print(f"=> {out}: " + (f"failed: {', '.join(failed)}" if failed else "every check passed (or was skipped)"))
+    return 1 if failed else 0
+
+
+def verdict(c: Check) -> str:
+    return {True: "pass", False: "FAIL", None: "skipped"}[c.ok]
+
+
+def write_folder(out: Path, results: list[Check], machine: dict) -> None:
+    (out / "checks.json").write_text(json.dumps({"machine": machine, "checks": [asdict(c) for c in results]},
+                                                indent=2) + "\n")
+    lines = [f"# GPU checks: {machine.get('gpu', '?')} ({machine.get('date', '?')})", "",
+             "Written by `make gpu-check` (`python -m trainers gpu-check`); figures in `checks.json`, each check's "
+             "console in `<check>.log`.", "",
+             f"Machine: {', '.join(f'{k} {v}' for k, v in machine.items())}.", "",
+             "| check | result | detail | seconds |", "|---|---|---|---|"]
+    lines += [f"| {c.name} | {verdict(c)} | {c.detail.replace('|', '/')} | {c.seconds:.0f} |" for c in results]
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def machine_facts() -> dict:
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return {"gpu": torch.cuda.get_device_name(0), "memory_gib": round(props.total_memory / 2**30, 1),
+            "date": datetime.date.today().isoformat(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cpu_cores": os.cpu_count()}
+
+
+def main(data: str | None, out_root: str) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("error: no CUDA GPU visible: gpu-check verifies a GPU machine (run it there)", file=sys.stderr)
+        return 2
+    folder = data or os.environ.get("IMAGENET_DIR")
+    if folder and not (Path(folder) / "train").is_dir():
+        print(f"error: {folder} has no train/ folder: give an ImageFolder root (train/ and val/)", file=sys.stderr)
+        return 2
+    machine = machine_facts()
+    out = Path(out_root) / f"{gpu_slug(machine['gpu'])}-{machine['date']}"
+    return run_checks(CHECKS, out, Path(folder).resolve() if folder else None, machine)
