@@ -250,6 +250,19 @@ def test_more_ranks_than_gpus_take_the_cpu_or_are_refused(tmp_path, monkeypatch)
         backends.pick_device(cuda, two_ranks)
 
 
+def test_torchrun_nodes_on_localhost_share_its_gpu_so_take_the_cpu(tmp_path, monkeypatch):
+    one_gpu(monkeypatch)
+    auto = load_config(write_config(tmp_path / "a.toml", {"train": {"device": "auto"}}))
+    # two single-process "nodes" meeting at 127.0.0.1: each sees one process on its node, both are on this one
+    node = Launch("torchrun", 1, 2, 0, master_addr="127.0.0.1", master_port=29500, local_world_size=1)
+    assert backends.pick_device(auto, node) == torch.device("cpu")
+    remote = Launch("torchrun", 1, 2, 0, master_addr="gpu12", master_port=29500, local_world_size=1)
+    assert backends.pick_device(auto, remote) == torch.device("cuda", 0)  # a real second node has its own GPU
+    cuda = load_config(write_config(tmp_path / "c.toml", {"train": {"device": "cuda"}}))
+    with pytest.raises(ConfigError, match="never two ranks on one GPU"):
+        backends.pick_device(cuda, node)
+
+
 @pytest.mark.parametrize("env, per_node", [
     ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, 2),
     ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",

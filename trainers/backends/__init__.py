@@ -102,6 +102,8 @@ def pick_device(cfg: Config, launch: Launch) -> torch.device:
     wanted = cfg.train.device
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     per_node = max(launch.local_world_size, launch.local_rank + 1)
+    if is_loopback(launch.master_addr):  # a rendezvous on 127.x reaches this machine alone: every rank is here
+        per_node = max(per_node, launch.world_size)  # ("nodes" of torchrun on localhost, as the tests start)
     if wanted == "cuda" and not gpus:
         raise ConfigError("train.device = 'cuda' but no GPU is visible; use --set train.device=cpu")
     if wanted == "cuda" and per_node > gpus:
@@ -112,6 +114,10 @@ def pick_device(cfg: Config, launch: Launch) -> torch.device:
         torch.cuda.set_device(launch.local_rank)
         return torch.device("cuda", launch.local_rank)
     return torch.device("cpu")
+
+
+def is_loopback(addr: str | None) -> bool:
+    return addr is not None and (addr == "localhost" or addr.startswith("127.") or addr == "::1")
 
 
 def choose_backend(cfg: Config, launch: Launch) -> str:
