@@ -129,3 +129,23 @@ def test_gradual_experiments_warm_up_per_epoch_at_every_scale(experiment, local_
     assert rates[0] == pytest.approx(0.05) and rates[-1] == pytest.approx(1.6)  # 0.1 per 8: 4 and 128 images
     assert len(set(round(r, 9) for r in rates)) == local_steps + 1  # a new rate every warm-up epoch
     assert all(b - a == pytest.approx(rates[1] - rates[0]) for a, b in zip(rates[:-1], rates[1:-1]))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Polynomial decay (lr.decay = "poly", power 2: You et al.'s LARS schedule), for experiment 12
+# ----------------------------------------------------------------------------------------------------------------
+def test_poly_decay_falls_quadratically_to_zero_over_the_run():
+    p = Policy(target=1.0, start=1.0, decay="poly", epochs=10, power=2.0)
+    assert lr_at(0, 0, 10, p) == 1.0
+    assert lr_at(5, 0, 10, p) == pytest.approx(0.25)  # half way: (1 - 1/2) ** 2
+    assert lr_at(2, 5, 10, p) == pytest.approx(0.75 ** 2)  # iteration 25 of 100
+    assert lr_at(9, 9, 10, p) == pytest.approx(0.01 ** 2)  # the last iteration: just above 0
+    assert schedule(p, 4) == pytest.approx([1.0, 0.81, 0.64, 0.49])  # per epoch: (1 - e / 10) ** 2
+
+
+def test_poly_decay_starts_where_the_warmup_ends():
+    p = Policy(target=1.6, start=0.05, warmup="goyal", warmup_epochs=2, decay="poly", epochs=10, power=2.0)
+    assert lr_at(1, 5, 10, p) == pytest.approx(0.05 + 1.55 * 15 / 20)  # still warming up
+    assert lr_at(2, 0, 10, p) == pytest.approx(1.6)  # the target when warm-up ends
+    assert lr_at(6, 0, 10, p) == pytest.approx(1.6 * 0.25)  # 40 of the 80 iterations after it
+    assert lr_at(4, 0, 10, Policy(target=1.0, start=1.0, decay="poly", epochs=10, power=1.0)) == pytest.approx(0.6)

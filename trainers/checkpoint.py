@@ -5,6 +5,7 @@ pytorch/examples used to save; everything here is tensors, numbers, strings, lis
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import torch
 
-from trainers.config import ConfigError
+from trainers.config import SECTIONS, ConfigError
 
 # Settings that may change between a run and its resumption: where the data is staged, how it is loaded, printed.
 MAY_DIFFER_ON_RESUME = {
@@ -59,7 +60,8 @@ def config_differences(saved: dict[str, dict], current: dict[str, dict]) -> list
     diffs = []
     for section, values in current.items():
         for key, value in values.items():
-            old = saved.get(section, {}).get(key)
+            # a key added to the schema since the checkpoint was written had its default then
+            old = saved.get(section, {}).get(key, schema_default(section, key))
             if (section, key) in MAY_DIFFER_ON_RESUME:
                 continue
             if isinstance(value, tuple):
@@ -69,6 +71,11 @@ def config_differences(saved: dict[str, dict], current: dict[str, dict]) -> list
             if old != value:
                 diffs.append(f"{section}.{key} was {old!r}, the config says {value!r}")
     return diffs
+
+
+def schema_default(section: str, key: str) -> Any:
+    fields = {f.name: f.default for f in dataclasses.fields(SECTIONS[section])} if section in SECTIONS else {}
+    return fields.get(key)
 
 
 def check_same_config(path: Path, saved: dict[str, dict], current: dict[str, dict]) -> None:

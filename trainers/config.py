@@ -83,10 +83,18 @@ class TrainConfig:
     workers_per_pass: int = 0  # emulated workers per forward/backward; 0 = auto (all on CPU, what fits on a GPU)
 
 
+OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # sgd as the thesis ran; the large-batch ones of experiment 12
+
+
 @dataclass(frozen=True)
 class OptimConfig:
-    momentum: float = 0.9
+    name: str = "sgd"  # one of OPTIMIZERS (trainers/optimizers.py builds them)
+    momentum: float = 0.9  # sgd, lars
     weight_decay: float = 1e-4
+    trust_coefficient: float = 0.001  # lars: the trust ratio's coefficient (You et al. 2017)
+    exclude_bn_bias: bool = True  # lars, lamb: BatchNorm and bias tensors neither adapted nor decayed
+    beta1: float = 0.9  # lamb, radam: Adam's averaging of the gradient
+    beta2: float = 0.999  # lamb, radam: and of its square
 
 
 @dataclass(frozen=True)
@@ -96,10 +104,11 @@ class LrConfig:
     scaling: str = "none"  # "none" (naive) | "linear" (Goyal et al.) | "sqrt"
     warmup: str = "none"  # "none" | "stepping" (app. 9) | "gradual" (app. 13, 15) | "goyal" (per iteration)
     warmup_epochs: int = 5
-    decay: str = "step"  # "step" (/10 every step_every epochs) | "milestones"
+    decay: str = "step"  # "step" (/10 every step_every epochs) | "milestones" | "poly" (to 0 over the run)
     step_every: int = 30
     milestones: tuple[int, ...] = (30, 60, 80)
     gamma: float = 0.1
+    power: float = 2.0  # decay = "poly": target x (1 - progress) ** power after warm-up (the LARS papers' 2)
 
 
 @dataclass(frozen=True)
@@ -162,6 +171,8 @@ class Config:
             step_every=lr.step_every,
             milestones=lr.milestones,
             gamma=lr.gamma,
+            epochs=self.train.epochs,
+            power=lr.power,
         )
 
     def framework(self, backend: str | None = None) -> str:
@@ -352,6 +363,14 @@ def check_writable(folder: Path) -> None:
                           "pick another --out") from None
 
 
+def check_optim(o: OptimConfig) -> None:
+    one_of("optim.name", o.name, OPTIMIZERS)
+    positive("optim.trust_coefficient", o.trust_coefficient)
+    for where, beta in (("optim.beta1", o.beta1), ("optim.beta2", o.beta2)):
+        if not 0.0 <= beta < 1.0:
+            raise ConfigError(f"{where} = {beta} must be in [0, 1)")
+
+
 def validate(cfg: Config, need_data: bool = True) -> None:
     t, lr, d = cfg.train, cfg.lr, cfg.data
     for where, value in [
@@ -390,6 +409,8 @@ def validate(cfg: Config, need_data: bool = True) -> None:
     one_of("lr.scaling", lr.scaling, lr_policy.SCALINGS)
     one_of("lr.warmup", lr.warmup, lr_policy.WARMUPS)
     one_of("lr.decay", lr.decay, lr_policy.DECAYS)
+    check_optim(cfg.optim)
+    positive("lr.power", lr.power)
     if d.loader_workers < 0 or t.threads < 0:
         raise ConfigError("data.loader_workers and train.threads must be >= 0")
     if lr.warmup != "none" and not 0 < lr.warmup_epochs < t.epochs:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 SCALINGS = ("none", "linear", "sqrt")
 WARMUPS = ("none", "stepping", "gradual", "goyal")
-DECAYS = ("step", "milestones")
+DECAYS = ("step", "milestones", "poly")
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class Policy:
     step_every: int = 30
     milestones: tuple[int, ...] = (30, 60, 80)
     gamma: float = 0.1
+    epochs: int = 90  # the run's length: where "poly" reaches 0
+    power: float = 2.0
 
 
 def scaled_lr(base: float, base_batch: int, global_batch: int, scaling: str) -> float:
@@ -49,8 +51,14 @@ def single_worker_lr(base: float, base_batch: int, per_worker_batch: int) -> flo
     return base * per_worker_batch / base_batch
 
 
-def decayed(policy: Policy, epoch: int) -> float:
-    """The target rate after step decay: /10 every 30 epochs (exp. 4) or /10 at 30, 60, 80 (exp. 5-9)."""
+def decayed(policy: Policy, epoch: int, iteration: int = 0, iters_per_epoch: int = 1) -> float:
+    """The target rate after decay: /10 every 30 epochs (exp. 4), /10 at 30, 60, 80 (exp. 5-9), or "poly":
+    target x (1 - t / T) ** power, t counting iterations since the warm-up ended and T the iterations left then
+    (You et al.'s LARS schedule; power 2), so the last iteration's rate is just above 0."""
+    if policy.decay == "poly":
+        begin = policy.warmup_epochs if policy.warmup != "none" else 0
+        done = (epoch - begin) * iters_per_epoch + iteration
+        return policy.target * (1.0 - done / ((policy.epochs - begin) * iters_per_epoch)) ** policy.power
     if policy.decay == "step":
         drops = epoch // policy.step_every
     elif policy.decay == "milestones":
@@ -66,7 +74,7 @@ def lr_at(epoch: int, iteration: int, iters_per_epoch: int, policy: Policy) -> f
     1) stepping warm-up (appendix 9): target x (epoch + 1) / (W + 1), constant within an epoch;
     2) gradual warm-up (appendices 13, 15): start + epoch x (target - start) / W, constant within an epoch;
     3) goyal warm-up: start + (target - start) x t / (W x iters), t counting iterations since the start;
-    4) after warm-up: the decayed target.
+    4) after warm-up: the decayed target (steps, milestones, or poly per iteration).
     """
     warm = policy.warmup_epochs
     if policy.warmup != "none" and epoch < warm:
@@ -78,7 +86,7 @@ def lr_at(epoch: int, iteration: int, iters_per_epoch: int, policy: Policy) -> f
             progress = (epoch * iters_per_epoch + iteration) / (warm * iters_per_epoch)
             return policy.start + (policy.target - policy.start) * progress
         raise ValueError(f"unknown lr warm-up {policy.warmup!r}; choose one of {', '.join(WARMUPS)}")
-    return decayed(policy, epoch)
+    return decayed(policy, epoch, iteration, iters_per_epoch)
 
 
 def schedule(policy: Policy, epochs: int) -> list[float]:
