@@ -41,7 +41,7 @@ help: ## List the targets and the variables
 	echo "Targets:"; \
 	grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk -v on="$$on" -v off="$$off" \
 	    'BEGIN {FS = ":.*## "}; {printf "  %s%-14s%s %s\n", on, $$1, off, $$2}'; \
-	printf "  %s%-14s%s %s\n" "$$on" "expN" "$$off" "Run experiments/NN_* as a study, e.g. make exp3 (the main command); N = 1...11"; \
+	printf "  %s%-14s%s %s\n" "$$on" "expN" "$$off" "Run experiments/NN_* as a study, e.g. make exp3 (the main command); N = 1...12"; \
 	echo; echo "Variables (e.g. make exp6 SCALE=thesis LAUNCHER=slurm CLUSTER=taito DRY_RUN=1):"; \
 	grep -hE '^## ' $(MAKEFILE_LIST) | sed 's/^## /  /'
 
