@@ -81,9 +81,12 @@ def gpu_ticks(ax, gpus) -> None:
         ax.set_xticks(xs, [str(x) for x in xs], fontsize=7)
 
 
-def save(fig, out_dir: str | Path, name: str) -> list[Path]:
-    """Write <name>.png and <name>.pdf (deterministic metadata) and close the figure."""
+def save(fig, out_dir: str | Path, name: str, source: str | None = None) -> list[Path]:
+    """Write <name>.png and <name>.pdf (deterministic metadata) and close the figure. source: which runs it was made
+    from, a grey line along the bottom (a supxlabel, so the constrained layout keeps it inside the canvas)."""
     out_dir = Path(out_dir)
+    if source:
+        fig.supxlabel(source, fontsize=7, color="dimgray", x=0.005, ha="left")
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
     if fig.get_layout_engine() is None:

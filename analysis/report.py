@@ -21,7 +21,13 @@ from . import figures as fg  # noqa: E402
 from . import findings as fd  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
+from .compare import REPO, default_runs_root, made_from, reference_machines, report_comparison, runs_label  # noqa: E402
 from .runs import load_study  # noqa: E402
+
+COMMITTED_REPORT = REPO / "results"  # the committed report: the reference's tables/, figures/ and rq*.ipynb
+REPORT_ROOT = COMMITTED_REPORT / "report"  # gitignored: the report of any other runs, a folder each
+#: tables/ files another command writes beside the report's (make cost): a report keeps them when it clears
+OTHER_WRITERS = frozenset({"cost.csv", "cost.md", "cost_totals.csv", "cost_totals.md"})
 
 SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale (config.json \"scale\"): their "
               "numbers are not comparable with the thesis's and are not placed beside them.")
@@ -30,14 +36,18 @@ SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale 
 # ============================================================================================ tables
 
 
-def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> list[Path]:
+def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path, source: str | None = None) -> list[Path]:
+    """Every table; source: the line each says which runs it was made from."""
+    def write(tab, name, title=None, notes=None):
+        return tb.write_table(tab, out, name, title, notes, source)
+
     written: list[Path] = []
     for t in rf.THROUGHPUT_TABLES:
         tab = tb.throughput_table(df, ref, t)
         notes = ["thesis_images_per_s: the thesis's value; ours_thesis_formula: per-GPU batch x GPUs / running-mean "
                  "batch time at batch 199; ours_steady: the same without the first warm-up batches; the speed-ups divide "
                  "each by our 1-GPU run's.", SCALE_NOTE]
-        written += tb.write_table(tab, out, f"table{t:02d}", f"Table {t}. {rf.CAPTIONS[t]}", notes)
+        written += write(tab, f"table{t:02d}", f"Table {t}. {rf.CAPTIONS[t]}", notes)
     for t in rf.QUALITY_TABLES:
         tab = tb.quality_table(df, ref, t)
         notes = [f"Numbered as its caption; the thesis's running text and list of tables call it Table "
@@ -45,28 +55,28 @@ def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> list[Path]:
                  "ours_top1/ours_top5: best validation accuracy (percent), mean over the configuration's completed "
                  "runs (seeds), ± sample std; n_runs: how many; diverged or half-written runs are counted in "
                  "status, not averaged.", SCALE_NOTE]
-        written += tb.write_table(tab, out, f"table{t:02d}", f"Table {t}. {rf.CAPTIONS[t]}", notes)
-    written += tb.write_table(tb.scaling_table(df, ref), out, "scaling",
-                              "Throughput, speed-up over 1 GPU, scaling efficiency and 90-epoch wall-clock estimate")
+        written += write(tab, f"table{t:02d}", f"Table {t}. {rf.CAPTIONS[t]}", notes)
+    written += write(tb.scaling_table(df, ref), "scaling",
+                     "Throughput, speed-up over 1 GPU, scaling efficiency and 90-epoch wall-clock estimate")
     rq2 = rf.rq2_steady_state(ref)
-    written += tb.write_table(rq2, out, "rq2_steady_state",
-                              "RQ2: Tables 5/6 and 8/9 with the first training batch (Figures 12-13) left out",
-                              ["steady_images_per_s = B*G / ((200 * B*G / thesis - first_batch_s) / 199); empty "
-                               "where the thesis prints no first-batch time."])
-    written += tb.write_table(tb.run_summary(df), out, "runs", "Every run found",
-                              ["status 'running' with no final record: a half-written run."])
-    written += tb.write_table(tb.quality_summary(df), out, "quality_summary",
-                              "Best validation accuracy per configuration (all quality experiments)")
-    written += tb.write_table(fd.orderings(df, ref), out, "orderings",
-                              "The thesis's three quality findings: 90 % intervals against a declared margin", fd.notes())
-    written += tb.write_table(tb.throughput_summary(df), out, "throughput_summary", "Throughput per configuration")
-    written += tb.write_table(cost.local_study_times(df), out, "study_times",
-                              "Local quality studies: measured run times and the study's wall-clock at JOBS=2",
-                              cost.STUDY_TIME_NOTES)
+    written += write(rq2, "rq2_steady_state",
+                     "RQ2: Tables 5/6 and 8/9 with the first training batch (Figures 12-13) left out",
+                     ["steady_images_per_s = B*G / ((200 * B*G / thesis - first_batch_s) / 199); empty "
+                      "where the thesis prints no first-batch time."])
+    written += write(tb.run_summary(df), "runs", "Every run found",
+                     ["status 'running' with no final record: a half-written run."])
+    written += write(tb.quality_summary(df), "quality_summary",
+                     "Best validation accuracy per configuration (all quality experiments)")
+    written += write(fd.orderings(df, ref), "orderings",
+                     "The thesis's three quality findings: 90 % intervals against a declared margin", fd.notes())
+    written += write(tb.throughput_summary(df), "throughput_summary", "Throughput per configuration")
+    written += write(cost.local_study_times(df), "study_times",
+                     "Local quality studies: measured run times and the study's wall-clock at JOBS=2",
+                     cost.STUDY_TIME_NOTES)
     extra = df[(df["kind"] == "run") & (df["exp"] > 9)]
     if len(extra):
-        written += tb.write_table(tb.run_summary(extra), out, "extra_experiments",
-                                  "Runs of experiments beyond the thesis's nine")
+        written += write(tb.run_summary(extra), "extra_experiments",
+                         "Runs of experiments beyond the thesis's nine")
     return written
 
 
@@ -150,13 +160,15 @@ def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=N
     return fig
 
 
-def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[Path], list[str]]:
+def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
+                  source: str | None = None) -> tuple[list[Path], list[str]]:
+    """Every figure; source: the line each carries saying which runs it was made from."""
     written: list[Path] = []
     skipped: list[str] = []
     scaling = tb.scaling_table(df, ref)
 
     def two(name, title, **kw):
-        written.extend(fg.save(scaling_figure(scaling, title, **kw), out, name))
+        written.extend(fg.save(scaling_figure(scaling, title, **kw), out, name, source))
 
     for n, b in ((14, 32), (15, 64), (16, 128)):
         two(f"fig{n}_scaling_horovod_tf_b{b}", f"Figure {n}. Scaling of Horovod+TensorFlow, per-GPU batch {b}",
@@ -178,7 +190,7 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
             fg.plot_error_curves(data, ax=ax, which=single, title=title, reference=ref)
         else:
             fig = _two_panel(data, title, ref)
-        written.extend(fg.save(fig, out, name))
+        written.extend(fg.save(fig, out, name, source))
 
     e4 = _quality(df, 4)
     quality_fig("fig18_exp4_error", "Figure 18. Naive scaling", e4)
@@ -212,14 +224,14 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
 
     # -- utilisation (Figures 22, 23, 27) from the runs' telemetry (util records)
     util = df[df["kind"] == "util"]
-    drawn, missing = utilisation_figures(df, out)
+    drawn, missing = utilisation_figures(df, out, source)
     written.extend(drawn)
     skipped.extend(missing)
     other = util[~util["exp"].isin([6, 7])]
     if len(other):
         fig, ax = plt.subplots(figsize=(8, 3.2))
         fg.plot_utilisation(other, ax=ax, title="Utilisation, other runs")
-        written.extend(fg.save(fig, out, "util_other_runs"))
+        written.extend(fg.save(fig, out, "util_other_runs", source))
 
     # -- learning-rate schedules of experiments 4-9, one figure
     sched = schedules_frame(df)
@@ -230,15 +242,16 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
         ax.set_title(f"Experiment {exp}: {rf.QUALITY_SETTINGS[exp]['label']} ({src.iloc[0] if len(src) else ''})",
                      fontsize=8)
     fig.suptitle("Learning-rate schedules of experiments 4-9", fontsize=10)
-    written.extend(fg.save(fig, out, "lr_schedules_exp4-9"))
+    written.extend(fg.save(fig, out, "lr_schedules_exp4-9", source))
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     fg.plot_steady_state(rf.rq2_steady_state(ref), ax=ax)
-    written.extend(fg.save(fig, out, "rq2_steady_state"))
+    written.extend(fg.save(fig, out, "rq2_steady_state", "Made from the thesis's Tables 5/6 and 8/9 and Figures 12-13 "
+                           "(no runs)."))
     return written, skipped
 
 
-def utilisation_figures(df: pd.DataFrame, out: Path) -> tuple[list[Path], list[str]]:
+def utilisation_figures(df: pd.DataFrame, out: Path, source: str | None = None) -> tuple[list[Path], list[str]]:
     """The thesis's Figures 22, 23 and 27 from the util records of real runs (fg.UTILISATION_FIGURES)."""
     written: list[Path] = []
     skipped: list[str] = []
@@ -249,53 +262,81 @@ def utilisation_figures(df: pd.DataFrame, out: Path) -> tuple[list[Path], list[s
             continue
         fig, ax = plt.subplots(figsize=(8, 3.2))
         fg.plot_utilisation(rows, ax=ax, title=f"{title}\n({note})" if note else title)
-        written.extend(fg.save(fig, out, name))
+        written.extend(fg.save(fig, out, name, source))
     return written, skipped
 
 
 # ============================================================================================ entry point
 
 
-def make_report(runs=None, out="results", logs=None, notebooks: bool = True, quiet: bool = False) -> dict:
-    """Regenerate tables, figures and (optionally) the executed notebooks. Returns what was done.
-    runs: a runs root; by default this machine's results/runs, or the committed reference when that is empty."""
-    from .compare import default_runs_root, report_comparison
+class ReportError(ValueError):
+    """A report asked for that would overwrite what it must not: one line, exit 2."""
 
+
+def report_folder(runs: Path) -> Path:
+    """Where the report of `runs` goes. The committed report (results/tables, figures, rq*.ipynb) is the committed
+    reference's, so only that reference's report is written there; any other runs' report goes to a gitignored
+    folder of its own under results/report/, named after the runs folder (results/runs -> results/report/runs,
+    results/quick -> results/report/quick), so a user's report never rewrites the committed one."""
+    runs = Path(runs).resolve()
+    if runs == committed_runs().resolve():
+        return COMMITTED_REPORT
+    try:
+        name = runs.relative_to(COMMITTED_REPORT.resolve()).as_posix().replace("/", "-")
+    except ValueError:
+        name = runs.name
+    return REPORT_ROOT / name
+
+
+def committed_runs() -> Path:
+    """The runs the committed report was made from: the first reference machine's folder."""
+    machines = reference_machines()
+    return machines[0][1] if machines else COMMITTED_REPORT / "reference"
+
+
+def refuse_committed_place(runs: Path, out: Path) -> None:
+    """Only the committed reference's runs may write the committed report (or anything under results/reference)."""
+    out, base = out.resolve(), COMMITTED_REPORT.resolve()
+    if Path(runs).resolve() == committed_runs().resolve():
+        return
+    if out == base or base / "reference" in (out, *out.parents):
+        raise ReportError(f"analysis report: {out} holds the committed reference's report; the report of {runs} "
+                          f"goes to {report_folder(runs)} (leave out --out)")
+
+
+def clear_report(out: Path) -> None:
+    """Remove what an earlier report wrote into `out` (tables, figures, notebooks), so nothing stale survives a new
+    one: figures a run set can no longer draw, a comparison table of runs since removed. Files another command
+    writes there (make cost's tables) are kept."""
+    for folder in (out / "tables", out / "figures"):
+        for path in sorted(folder.glob("*")) if folder.is_dir() else []:
+            if path.is_file() and path.name not in OTHER_WRITERS:
+                path.unlink()
+    for path in sorted(out.glob("rq*.ipynb")):
+        path.unlink()
+
+
+def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: bool = False) -> dict:
+    """Regenerate tables, figures and (optionally) the executed notebooks into `out`, cleared first. Returns what
+    was done. runs: a runs root; by default this machine's results/runs, or the committed reference when that is
+    empty. out: by default report_folder(runs)."""
     t0 = time.perf_counter()
-    out = Path(out)
-    runs, origin = (Path(runs), str(runs)) if runs else default_runs_root()
+    runs, origin = (Path(runs), runs_label(runs)) if runs else default_runs_root()
+    out = Path(out) if out else report_folder(runs)
+    refuse_committed_place(runs, out)
+    clear_report(out)
     df = load_study(runs, logs)
     ref = rf.load_reference()
-    tables = build_tables(df, ref, out / "tables")
-    if origin == "this machine":  # this machine's runs beside the committed reference's, matched by fingerprint
+    source = made_from(df, runs)
+    tables = build_tables(df, ref, out / "tables", source)
+    if runs_label(runs) == "this machine":  # this machine's runs beside the committed reference's, by fingerprint
         tables += tb.write_table(report_comparison(df), out / "tables", "this_machine_vs_reference",
-                                 "This machine's runs, the committed reference's (by machine) and the thesis's")
-    # the notebooks run in their own kernels while this process draws the figures
-    nb_result: dict = {}
-    worker = None
-    if notebooks:
-        import IPython  # noqa: F401  (imported here, not half-way in the worker thread while pyplot looks for it)
-
-        from .notebooks import run_notebooks
-
-        plt.switch_backend("Agg")
-        def _work():
-            try:
-                nb_result["paths"] = run_notebooks(out, runs, logs)
-            except Exception as exc:  # reported after the figures are done
-                nb_result["error"] = exc
-
-        worker = threading.Thread(target=_work, name="notebooks")
-        worker.start()
-    figs, skipped = build_figures(df, ref, out / "figures")
+                                 "This machine's runs, the committed reference's (by machine) and the thesis's",
+                                 source=source)
+    worker, nb_result = _start_notebooks(out, runs, logs) if notebooks else (None, {})
+    figs, skipped = build_figures(df, ref, out / "figures", source)
     problems = list(df.attrs.get("problems", []))
-    index = ["# Report index", "", f"Runs: {int((df['kind'] == 'run').sum())} from {runs} ({origin})", "",
-             "## Tables", ""] + [f"- {p.name}" for p in tables if p.suffix == ".md"] + \
-            ["", "## Figures", ""] + [f"- {p.name}" for p in figs if p.suffix == ".png"] + \
-            ["", "## Not drawn", ""] + [f"- {s}" for s in skipped] + \
-            ["", "## Problems found while loading", ""] + [f"- {p}" for p in problems]
-    (out / "tables").mkdir(parents=True, exist_ok=True)
-    (out / "tables" / "README.md").write_text("\n".join(index) + "\n")
+    write_index(out, source, tables, figs, skipped, problems)
     nbs: list[Path] = []
     if worker is not None:
         worker.join()
@@ -304,10 +345,50 @@ def make_report(runs=None, out="results", logs=None, notebooks: bool = True, qui
         nbs = nb_result["paths"]
     info = {"runs": int((df["kind"] == "run").sum()), "tables": len(tables), "figures": len(figs),
             "skipped": skipped, "problems": problems, "notebooks": [str(p) for p in nbs],
-            "seconds": round(time.perf_counter() - t0, 2)}
+            "seconds": round(time.perf_counter() - t0, 2), "out": str(out)}
     if not quiet:
         print(f"report: {info['runs']} runs from {runs} ({origin}), {len(tables)} table files, {len(figs)} figure files, "
-              f"{len(nbs)} notebooks in {info['seconds']} s -> {out}")
+              f"{len(nbs)} notebooks in {info['seconds']} s")
         for p in problems:
             print(f"  problem: {p}")
+        print(f"report written to {_shown(out)}/ (tables/README.md lists it)")
     return info
+
+
+def _shown(path: Path) -> str:
+    """A path as the user would type it: relative to the current folder when it is under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve())) or "."
+    except ValueError:
+        return str(path)
+
+
+def _start_notebooks(out: Path, runs: Path, logs):
+    """The notebooks run in their own kernels (a thread) while this process draws the figures."""
+    import IPython  # noqa: F401  (imported here, not half-way in the worker thread while pyplot looks for it)
+
+    from .notebooks import run_notebooks
+
+    plt.switch_backend("Agg")
+    result: dict = {}
+
+    def _work():
+        try:
+            result["paths"] = run_notebooks(out, runs, logs)
+        except Exception as exc:  # reported after the figures are done
+            result["error"] = exc
+
+    worker = threading.Thread(target=_work, name="notebooks")
+    worker.start()
+    return worker, result
+
+
+def write_index(out: Path, source: str, tables, figs, skipped, problems) -> None:
+    """tables/README.md: which runs, and every table and figure written or not drawn (with why)."""
+    index = ["# Report index", "", source, "",
+             "## Tables", ""] + [f"- {p.name}" for p in tables if p.suffix == ".md"] + \
+            ["", "## Figures", ""] + [f"- {p.name}" for p in figs if p.suffix == ".png"] + \
+            ["", "## Not drawn", ""] + [f"- {s}" for s in skipped] + \
+            ["", "## Problems found while loading", ""] + [f"- {p}" for p in problems]
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    (out / "tables" / "README.md").write_text("\n".join(index) + "\n")

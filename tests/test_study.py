@@ -223,3 +223,11 @@ def test_a_fresh_clones_throughput_study_runs_every_run_and_prints_images_per_s(
     horovod_skipped = out.count("Horovod is not built here")
     assert len(ran) + horovod_skipped == 6, out
     assert "this machine" in out and "reference: vm-2cpu" in out and "thesis" in out
+
+
+def test_the_closing_hint_names_the_runs_folder_the_report_must_read():
+    from trainers.study import FULL_OUT, QUICK_OUT, report_hint
+
+    assert report_hint(FULL_OUT) == "`make report` turns them into tables and figures"
+    assert "`make report OUT=results/quick`" in report_hint(QUICK_OUT)
+    assert "`make report OUT=/tmp/x`" in report_hint(Path("/tmp/x"))

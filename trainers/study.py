@@ -407,9 +407,16 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
         print(f"{study.experiment.name}: interrupted; {len(active)} run(s) checkpointed. The same command resumes them.")
         return 130
     print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {time.time() - started:.0f} s; "
-          f"run folders in {out / study.experiment.name}; `make report` turns them into tables and figures")
+          f"run folders in {out / study.experiment.name}; {report_hint(out)}")
     print_comparison(plans, study)
     return 1 if failures else 0
+
+
+def report_hint(out: Path) -> str:
+    """The command that turns these runs into a report: `make report` reads results/runs, any other folder needs
+    OUT= (a QUICK study's results/quick too)."""
+    command = "make report" if Path(out) == FULL_OUT else f"make report OUT={out}"
+    return f"`{command}` turns them into tables and figures"
 
 
 def print_comparison(plans: list[Plan], study: Study) -> None:
