@@ -22,6 +22,7 @@ from . import findings as fd  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
 from .compare import REPO, default_runs_root, made_from, reference_machines, report_comparison, runs_label  # noqa: E402
+from .readings import finding_summary  # noqa: E402
 from .runs import load_study  # noqa: E402
 
 COMMITTED_REPORT = REPO / "results"  # the committed report: the reference's tables/, figures/ and rq*.ipynb
@@ -67,8 +68,9 @@ def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path, source: str | N
                      ["status 'running' with no final record: a half-written run."])
     written += write(tb.quality_summary(df), "quality_summary",
                      "Best validation accuracy per configuration (all quality experiments)")
-    written += write(fd.orderings(df, ref), "orderings",
-                     "The thesis's three quality findings: 90 % intervals against a declared margin", fd.notes())
+    verdicts = fd.orderings(df, ref)
+    written += write(verdicts, "orderings", "The thesis's three quality findings: 90 % intervals against a declared "
+                     "margin", [f"What the rows say: {line}" for line in finding_summary(verdicts)] + fd.notes())
     written += write(tb.throughput_summary(df), "throughput_summary", "Throughput per configuration")
     written += write(cost.local_study_times(df), "study_times",
                      "Local quality studies: measured run times and the study's wall-clock at JOBS=2",
