@@ -76,15 +76,16 @@ def batch_size_wallclock(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
 
 
 def show_utilisation(df: pd.DataFrame):
-    """The thesis's utilisation Figures 22, 23 and 27 from the runs' util records, one panel each."""
-    panels = [(title, *fg.utilisation_rows(df, exp, framework)) for _, title, exp, framework in fg.UTILISATION_FIGURES]
-    panels = [(title, rows, note) for title, rows, note in panels if len(rows)]
+    """The thesis's utilisation Figures 22, 23 and 27 from the runs' util records, one panel each (Figures 22 and
+    23 once where emulated workers stand for both frameworks)."""
+    panels, _ = fg.utilisation_panels(df)
     if not panels:
         return pd.DataFrame({"note": ["no run recorded utilisation (util records in metrics.jsonl: runs record "
                                       "them since trainers/telemetry.py; rerun experiments 6 and 7)"]})
-    fig, axes = subplots(len(panels), 1, width=8, height=3.2)
-    for ax, (title, rows, note) in zip((axes.flat if hasattr(axes, "flat") else [axes]), panels):
-        fg.plot_utilisation(rows, ax=ax, title=f"{title}\n({note})" if note else title)
+    fig, axes = subplots(len(panels), 1, width=10, height=3.6)
+    for ax, (_, title, rows) in zip((axes.flat if hasattr(axes, "flat") else [axes]), panels):
+        fg.plot_utilisation(rows, ax=ax, title=title)
+    fig.set_layout_engine("constrained")
     return show(fig)
 
 

@@ -6,6 +6,7 @@ reference data can draw (scaling, schedules, RQ2) are drawn from it.
 """
 from __future__ import annotations
 
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -93,12 +94,37 @@ def _quality(df: pd.DataFrame, exp: int, **where) -> pd.DataFrame:
 
 
 def _two_panel(df: pd.DataFrame, title: str, ref: pd.DataFrame | None = None):
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
+    """Training and validation error side by side, one legend for both beside them (off the data)."""
+    fig, axes = plt.subplots(1, 2, figsize=(17, 5), layout="constrained")
     fg.plot_error_curves(df, ax=axes[0], which="train", title="top-1 training error")
     fg.plot_error_curves(df, ax=axes[1], which="val", title="top-1 validation error", reference=ref)
     fg.share_y(axes)
+    axes[0].get_legend().remove()
+    fg.legend_beside(axes[1])
     fig.suptitle(title, fontsize=10)
     return fig
+
+
+def schedule_title(df: pd.DataFrame, exp: int) -> str:
+    """An experiment's schedule in words: the thesis's label, with the runs' own warm-up where they warmed up."""
+    label = rf.QUALITY_SETTINGS[exp]["label"]
+    if rf.QUALITY_SETTINGS[exp]["warmup"] == "none" or df[(df["kind"] == "schedule") & (df["exp"] == exp)].empty:
+        return label
+    return f"linear scaling, {warmup_phrase(df[df['kind'] == 'schedule'], exp)}" + (", per-GPU batch smaller"
+                                                                                    if exp == 7 else "")
+
+
+def warmup_phrase(data: pd.DataFrame, exp: int) -> str:
+    """'stepping warm-up 4 of 72 epochs (thesis: 5 of 90)': the runs' own warm-up beside the thesis's, so a title
+    never says the thesis's 5 epochs over curves that warmed up for 4 of 72."""
+    thesis_kind, thesis_n = rf.QUALITY_SETTINGS[exp]["warmup"].rsplit("-", 1)
+    e = data[data["exp"] == exp]
+    ours = {(w, ep) for w, ep in zip(e["warmup"], e["epochs"]) if isinstance(w, str) and w != "none"}
+    if len(ours) == 1:
+        (warmup, epochs), = ours
+        kind, n = warmup.rsplit("-", 1)
+        return f"{kind} warm-up {n} of {int(epochs)} epochs (thesis: {thesis_n} of {rf.THESIS_EPOCHS})"
+    return f"{thesis_kind} warm-up ({thesis_n} of {rf.THESIS_EPOCHS} epochs in the thesis)"
 
 
 def baseline_runs(df: pd.DataFrame) -> pd.DataFrame:
@@ -122,10 +148,12 @@ def schedules_frame(df: pd.DataFrame) -> pd.DataFrame:
     for exp in range(4, 10):
         mine = s[s["exp"] == exp]
         if len(mine):
-            for key, g in mine.groupby(["framework", "gpus", "global_batch", "lr", "warmup", "scale"], dropna=False):
+            keys = ["framework", "gpus", "global_batch", "lr", "warmup", "epochs", "scale"]
+            for key, g in mine.groupby(keys, dropna=False):
                 g = g.drop_duplicates("epoch")
-                lab = fg.curve_label(dict(zip(["framework", "gpus", "global_batch", "lr", "warmup", "scale"], key)))
-                parts.append(pd.DataFrame({"experiment": exp, "label": f"exp {exp}: {lab}", "epoch": g["epoch"],
+                k = dict(zip(keys, key))  # the panel's title says the warm-up and scale: the label only the run
+                lab = f"{fg.curve_label({**k, 'warmup': None, 'scale': None}).split(' (')[0]}, lr={k['lr']:g}"
+                parts.append(pd.DataFrame({"experiment": exp, "label": lab, "epoch": g["epoch"],
                                            "lr": g["planned_lr"], "source": "run config"}))
         else:
             th = rf.thesis_schedules()
@@ -184,12 +212,13 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
             skipped.append(f"{name}: no epoch records")
             return
         if grid:
-            axes = fg.plot_error_grid(data)
+            axes = fg.plot_error_grid(data, reference=ref)
             fig = axes.flat[0].figure
             fig.suptitle(title, fontsize=10)
         elif single:
-            fig, ax = plt.subplots(figsize=(7, 4.4))
+            fig, ax = plt.subplots(figsize=(11, 4.6), layout="constrained")
             fg.plot_error_curves(data, ax=ax, which=single, title=title, reference=ref)
+            fg.legend_beside(ax)
         else:
             fig = _two_panel(data, title, ref)
         written.extend(fg.save(fig, out, name, source))
@@ -203,37 +232,33 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
     quality_fig("fig21_exp5_error_max_gpus", "Figure 21. Linear scaling, no warm-up, most GPUs", top, grid=True)
     base = baseline_runs(df)
     e6 = _quality(df, 6)
-    quality_fig("fig24_exp6_error", "Figure 24. Linear scaling + 5-epoch stepping warm-up (1 worker: exp 5)",
+    quality_fig("fig24_exp6_error", f"Figure 24. Linear scaling + {warmup_phrase(e6, 6)}; 1 worker: exp 5's baseline",
                 pd.concat([base, e6]) if len(e6) else e6)
-    quality_fig("fig25_exp6_error_grid", "Figure 25. Linear scaling + 5-epoch stepping warm-up (grid)", e6, grid=True)
+    quality_fig("fig25_exp6_error_grid", f"Figure 25. Linear scaling + {warmup_phrase(e6, 6)} (grid)", e6, grid=True)
     e7 = _quality(df, 7)
     if len(e7):
         quality_fig("fig26_exp7_vs_exp6_grid", "Figure 26. Smaller per-GPU batch (exp 7) vs the larger one (exp 6), "
-                    "same workers", pd.concat([e7, exp7_peers(e6, e7)]), grid=True)
+                    f"same workers; {warmup_phrase(e7, 7)}", pd.concat([e7, exp7_peers(e6, e7)]), grid=True)
     else:
         skipped.append("fig26_exp7_vs_exp6_grid: no epoch records")
     e8 = _quality(df, 8)
-    quality_fig("fig28_exp8_error", "Figure 28. Linear scaling + 5-epoch gradual warm-up (1 worker: exp 5)",
+    quality_fig("fig28_exp8_error", f"Figure 28. Linear scaling + {warmup_phrase(e8, 8)}; 1 worker: exp 5's baseline",
                 pd.concat([base, e8]) if len(e8) else e8)
-    quality_fig("fig29_exp8_error_grid", "Figure 29. Linear scaling + 5-epoch gradual warm-up (grid)", e8, grid=True)
+    quality_fig("fig29_exp8_error_grid", f"Figure 29. Linear scaling + {warmup_phrase(e8, 8)} (grid)", e8, grid=True)
     e9 = _quality(df, 9)
     if len(e9):
         peer = e8[e8["gpus"].isin(e9["gpus"].unique())]
-        quality_fig("fig30_exp9_vs_exp8_grid", "Figure 30. 5- vs 10-epoch gradual warm-up",
+        quality_fig("fig30_exp9_vs_exp8_grid", f"Figure 30. Exp 8's {warmup_phrase(e8, 8)} vs exp 9's "
+                    f"{warmup_phrase(e9, 9)}",
                     pd.concat([e8.iloc[0:0], peer, e9]), grid=True)
     else:
         skipped.append("fig30_exp9_vs_exp8_grid: no epoch records")
 
     # -- utilisation (Figures 22, 23, 27) from the runs' telemetry (util records)
-    util = df[df["kind"] == "util"]
     drawn, missing = utilisation_figures(df, out, source)
     written.extend(drawn)
     skipped.extend(missing)
-    other = util[~util["exp"].isin([6, 7])]
-    if len(other):
-        fig, ax = plt.subplots(figsize=(8, 3.2))
-        fg.plot_utilisation(other, ax=ax, title="Utilisation, other runs")
-        written.extend(fg.save(fig, out, "util_other_runs", source))
+    written.extend(other_utilisation_figure(df, out, source))
 
     # -- learning-rate schedules of experiments 4-9, one figure
     sched = schedules_frame(df)
@@ -241,8 +266,8 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
     for ax, exp in zip(axes.flat, range(4, 10)):
         fg.plot_lr_schedules(sched, ax=ax, experiment=exp)
         src = sched.loc[sched["experiment"] == exp, "source"]
-        ax.set_title(f"Experiment {exp}: {rf.QUALITY_SETTINGS[exp]['label']} ({src.iloc[0] if len(src) else ''})",
-                     fontsize=8)
+        title = f"Experiment {exp}: {schedule_title(df, exp)} ({src.iloc[0] if len(src) else ''})"
+        ax.set_title("\n".join(textwrap.wrap(title, 64)), fontsize=8)  # three panels a row: two lines at most
     fig.suptitle("Learning-rate schedules of experiments 4-9", fontsize=10)
     written.extend(fg.save(fig, out, "lr_schedules_exp4-9", source))
 
@@ -254,18 +279,26 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
 
 
 def utilisation_figures(df: pd.DataFrame, out: Path, source: str | None = None) -> tuple[list[Path], list[str]]:
-    """The thesis's Figures 22, 23 and 27 from the util records of real runs (fg.UTILISATION_FIGURES)."""
+    """The thesis's Figures 22, 23 and 27 from the util records of real runs (fg.utilisation_panels)."""
     written: list[Path] = []
-    skipped: list[str] = []
-    for name, title, exp, framework in fg.UTILISATION_FIGURES:
-        rows, note = fg.utilisation_rows(df, exp, framework)
-        if rows.empty:
-            skipped.append(f"{name}: no utilisation records (runs record them since trainers/telemetry.py)")
-            continue
-        fig, ax = plt.subplots(figsize=(8, 3.2))
-        fg.plot_utilisation(rows, ax=ax, title=f"{title}\n({note})" if note else title)
+    panels, skipped = fg.utilisation_panels(df)
+    for name, title, rows in panels:
+        fig, ax = plt.subplots(figsize=(10, 4))
+        fg.plot_utilisation(rows, ax=ax, title=title)
         written.extend(fg.save(fig, out, name, source))
     return written, skipped
+
+
+def other_utilisation_figure(df: pd.DataFrame, out: Path, source: str | None = None) -> list[Path]:
+    """util_other_runs: a panel per experiment without a thesis utilisation figure; none without such runs."""
+    panels = fg.other_utilisation_panels(df)
+    if not panels:
+        return []
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3.0 * len(panels)), squeeze=False)
+    for ax, (title, rows) in zip(axes[:, 0], panels):
+        fg.plot_utilisation(rows, ax=ax, title=title)
+    fig.suptitle("Utilisation of the other experiments' runs, each at its largest worker count", fontsize=10)
+    return fg.save(fig, out, "util_other_runs", source)
 
 
 # ============================================================================================ entry point
