@@ -33,7 +33,8 @@ RQ1 = [
     ("md", "# RQ1 — smaller vs larger per-GPU batch size\n\n"
            "*What are the implications of using smaller per GPU worker batch sizes vs. larger ones in terms of "
            "scaling performance, training time (wall clock) and efficient resource utilisation?* (thesis, 6.1)\n\n"
-           "Evidence: Horovod+TensorFlow throughput at per-GPU batch 32/64/128 (Tables 1, 4, 7; Figures 14-16), "
+           "Evidence: Horovod+TensorFlow throughput at per-GPU batch 32/64/128 (Tables 1, 4, 7; Figures 14-16: the "
+           "thesis's values only, this suite runs no TensorFlow), "
            "experiment 7 (batch 32) against experiment 6 (batch 128) on 32 GPUs (Tables 12-13, Figure 27). "
            "This notebook is executed by `make report`; it only calls `analysis`."),
     ("code", None),
