@@ -55,8 +55,10 @@ def _finish(ax, xlabel: str, ylabel: str, title: str | None = None, legend_size:
 
 def legend_beside(ax, fontsize: int = 7) -> None:
     """The axes' legend moved right of it, off the data (the constrained layout makes room)."""
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
+    pairs = list(zip(*ax.get_legend_handles_labels()))
+    pairs.sort(key=lambda hl: hl[1] == THESIS_MARK)  # the curves first, in their order; the thesis's marker last
+    if pairs:
+        handles, labels = zip(*pairs)
         ax.legend(handles, labels, fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 

@@ -142,18 +142,21 @@ def schedules_figure(df: pd.DataFrame):
     return fig
 
 
-def error_figures(df: pd.DataFrame, experiments=range(4, 10)):
+def error_figures(df: pd.DataFrame, ref: pd.DataFrame | None = None, experiments=range(4, 10)):
     """Training and validation error of every quality experiment with runs, one row each, as one image (a notebook
-    cell shows only its last value, so one figure rather than a loop of them)."""
+    cell shows only its last value, so one figure rather than a loop of them); the thesis's best validation error
+    beside each curve (ref), one legend a row beside its validation panel."""
     have = [e for e in experiments if ((df["kind"] == "epoch") & (df["exp"] == e)).any()]
     if not have:
         return pd.DataFrame({"note": ["no epoch records: no error curves to draw"]})
-    fig, axes = plt.subplots(len(have), 2, figsize=(12, 3.6 * len(have)), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(len(have), 2, figsize=(16, 3.6 * len(have)), squeeze=False, layout="constrained")
     for row, exp in zip(axes, have):
         e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
         fg.plot_error_curves(e, ax=row[0], which="train", title=f"experiment {exp}: training error")
-        fg.plot_error_curves(e, ax=row[1], which="val", title=f"experiment {exp}: validation error")
+        fg.plot_error_curves(e, ax=row[1], which="val", title=f"experiment {exp}: validation error", reference=ref)
         fg.share_y(row)
+        row[0].get_legend().remove()
+        fg.legend_beside(row[1])
     return show(fig)
 
 

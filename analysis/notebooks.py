@@ -103,7 +103,7 @@ RQ3 = [
     ("md", "## Learning-rate schedules of experiments 4-9"),
     ("code", "fig = an.schedules_figure(df)\nan.show(fig)"),
     ("md", "## Training and validation error per epoch (only experiments with runs)"),
-    ("code", "an.error_figures(df)"),
+    ("code", "an.error_figures(df, ref)"),
     ("md", "## Reading"),
     ("code", "an.markdown(an.rq3_reading(verdicts, ref))"),
     ("code", "an.markdown(an.baseline_rate_note(df) or 'The 1-worker baseline runs at the best rate of its sweep "
