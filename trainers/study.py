@@ -23,6 +23,7 @@ import itertools
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -243,6 +244,8 @@ class Progress:
     def show(self, index: int, label: str, text: str, final: bool = False) -> None:
         line = f"[{index}/{self.total}] {label}: {text}"
         if self.tty:
+            if not final:  # a line updated in place must not wrap: "\r" goes back to the start of its last row only
+                line = line[:max(20, shutil.get_terminal_size().columns - 1)]
             sys.stdout.write("\r\033[K" + line + ("\n" if final else ""))
             sys.stdout.flush()
         elif final:
