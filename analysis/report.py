@@ -356,6 +356,9 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
     was done. runs: a runs root; by default this machine's results/runs, or the committed reference when that is
     empty. out: by default report_folder(runs)."""
     t0 = time.perf_counter()
+    if runs and not Path(runs).is_dir():  # a mistyped OUT= would otherwise give a report of nothing
+        raise ReportError(f"analysis report: no runs folder {runs} (a study's --out / OUT=, e.g. results/runs, "
+                          "results/quick or results/reference/vm-2cpu)")
     runs, origin = (Path(runs), runs_label(runs)) if runs else default_runs_root()
     out = Path(out) if out else report_folder(runs)
     refuse_committed_place(runs, out)

@@ -151,3 +151,11 @@ def test_report_cli_refuses_the_committed_place_in_one_line(capsys):
     assert main(["report", "--runs", str(FIX / "runs"), "--out", str(COMMITTED_REPORT), "--no-notebooks"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "results/report/runs" in err
+
+
+def test_report_of_a_missing_runs_folder_is_one_line(tmp_path, capsys):
+    from analysis.__main__ import main
+
+    assert main(["report", "--runs", str(tmp_path / "nowhere"), "--no-notebooks"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no runs folder" in err and not (tmp_path / "nowhere").exists()
