@@ -20,7 +20,7 @@ JOBS ?=
 ONLY ?=
 ## DRY_RUN=1                print the exact commands / sbatch lines and stop
 DRY_RUN ?=
-## OUT=DIR                  the runs' output folder (default results/runs, QUICK=1 results/quick); make report reads it
+## OUT=DIR                  the runs' folder (default results/runs, QUICK=1 results/quick); make report OUT=DIR reads it
 OUT ?=
 ## HOROVOD=0                experiments 1-3: don't build Horovod first (its rows are skipped)
 HOROVOD ?= auto
@@ -33,7 +33,7 @@ GPU_CHECK_DATA ?=
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
+.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -96,8 +96,13 @@ exp%: setup
 	$(PY) -m trainers study $(EXP_DIR) $(STUDY_ARGS)
 exp1 exp2 exp3: horovod-if-possible
 
-report: setup ## Regenerate results/tables, figures, notebooks from results/runs (else the committed reference; or OUT=)
+# The report of results/runs (or OUT=) goes to results/report/<runs folder>/, cleared first; only the committed
+# reference's runs (OUT=results/reference/vm-2cpu) redraw the committed report in results/.
+report: setup ## Tables, figures, notebooks of results/runs (or OUT=DIR) -> results/report/<DIR>/ (printed at the end)
 	$(PY) -m analysis report $(if $(OUT),--runs $(OUT))
+
+reference-report: setup ## Redraw the committed report (results/tables, figures, rq*.ipynb) from the committed reference
+	$(PY) -m analysis report --runs results/reference/vm-2cpu
 
 cost: setup ## GPU-hours of every experiment at the gpu and thesis scales -> results/tables/cost.md
 	$(PY) -m analysis cost

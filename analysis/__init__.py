@@ -6,6 +6,7 @@
     an.tables.quality_table(df, ref, 12)    # Table 12 with our runs beside it
 """
 from . import figures, numbers, reference, tables  # noqa: F401
+from .compare import made_from  # noqa: F401
 from .logs import ParsedLog, parse_log  # noqa: F401
 from .findings import orderings  # noqa: F401
 from .nbhelpers import (batch_size_wallclock, error_figure, error_figures, first_batch_penalty,  # noqa: F401

@@ -63,9 +63,13 @@ def cmd_throughput(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import make_report
+    from .report import ReportError, make_report
 
-    make_report(args.runs, args.out, logs=args.logs, notebooks=not args.no_notebooks)
+    try:
+        make_report(args.runs, args.out, logs=args.logs, notebooks=not args.no_notebooks)
+    except ReportError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     return 0
 
 
@@ -102,7 +106,9 @@ def main(argv=None) -> int:
     r = sub.add_parser("report", help="tables, figures and executed notebooks from results/runs (else the reference)")
     r.add_argument("--runs", default=None, help="runs root (default: results/runs when it holds runs, else the "
                    "committed reference results/reference/<machine>)")
-    r.add_argument("--out", default="results")
+    r.add_argument("--out", default=None, help="the report's folder, cleared first (default: results/ for the "
+                   "committed reference's runs, which is the committed report; results/report/<runs folder> for any "
+                   "other runs)")
     r.add_argument("--logs", nargs="*", default=None, help="upstream logs or folders of them (sidecar LOG.json "
                                                          "gives experiment, framework, gpus, per_gpu_batch, scale)")
     r.add_argument("--no-notebooks", action="store_true")

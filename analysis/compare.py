@@ -7,6 +7,7 @@ measure the machine they run on. The table matches a planned run to reference ru
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import tomllib
@@ -152,6 +153,41 @@ def default_runs_root(own: Path = Path("results/runs"), root: Path = REFERENCE_R
             pass
         return folder, f"the committed reference, machine {label}"
     return own, "this machine"
+
+
+def runs_label(runs: Path, root: Path = REFERENCE_ROOT) -> str:
+    """The machine a runs root was measured on: a reference machine's label (its machine.toml), else this machine."""
+    runs = Path(runs).resolve()
+    for label, folder, _ in reference_machines(root):
+        if folder.resolve() == runs:
+            return f"reference machine {label}"
+    return "this machine"
+
+
+def _hosts(df: pd.DataFrame) -> list[str]:
+    """The host names the run folders' manifests record (which machine 'this machine' was)."""
+    hosts: set[str] = set()
+    for path in df.loc[(df["kind"] == "run") & (df["source"] == "run"), "path"].dropna().unique():
+        try:
+            hosts.update(json.loads((Path(path) / "manifest.json").read_text()).get("hosts") or [])
+        except (OSError, ValueError):
+            continue
+    return sorted(hosts)
+
+
+def made_from(df: pd.DataFrame, runs: Path, root: Path = REFERENCE_ROOT) -> str:
+    """One line a table, figure or notebook carries so it says which runs it shows: folder, machine, count."""
+    shown = Path(runs).resolve()
+    try:  # as a user would type it, from the repository's root
+        shown = shown.relative_to(REPO)
+    except ValueError:
+        pass
+    machine = runs_label(runs, root)
+    hosts = _hosts(df) if machine == "this machine" else []
+    if hosts:
+        machine += f" (host {', '.join(hosts)})"
+    n = int((df["kind"] == "run").sum()) if len(df) else 0
+    return f"Made from {n} run{'' if n == 1 else 's'} in {shown} ({machine})."
 
 
 def report_comparison(df: pd.DataFrame, root: Path = REFERENCE_ROOT) -> pd.DataFrame:

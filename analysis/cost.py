@@ -4,10 +4,11 @@ local quality study took, from its measured runs.
 Per run of a study (expanded exactly as `make expN SCALE=...` would): images processed = epochs x training images
 (ILSVRC-2012: 1,281,167) for a training, (batches + warm-up batches) x global batch for a throughput benchmark;
 wall-clock = images / images/s; GPU-hours = wall-clock x the GPUs the run holds (its workers; 1 for emulated workers).
-images/s: ours where a run at that scale and in the same numerics (fp32, bf16+cl, ...) measured it (the study
-frame's bench rows), else the thesis's measurement for the same framework, per-GPU batch and GPU count (Tables 1-9,
-P100 GPUs in fp32: for a tf32, bf16 or compiled configuration on a newer GPU, a pessimistic stand-in); empty where
-neither exists. The check: the thesis's own 90-epoch wall-clocks (Tables 11-15) beside the estimate. Validation
+images/s, always a measurement of the row's own numerics (fp32, bf16+cl, ...), and named with its GPU: ours where a
+run at that scale measured it (the study frame's bench rows); else, at the gpu scale, the GPU benchmark
+(results/bench_gpu*.json: `make bench` on a GPU, the trainer's step at a per-GPU batch, one GPU); else, in fp32 only,
+at the thesis scale (the P100s, fp32 only), the thesis's measurement for the same framework, per-GPU batch and GPU
+count (Tables 1-9); else 'no measurement' and no estimate -- never another precision's or another GPU's rate. The check: the thesis's own 90-epoch wall-clocks (Tables 11-15) beside the estimate. Validation
 passes (50,000 images an epoch, forward only) and start-up are not counted.
 """
 from __future__ import annotations
@@ -24,6 +25,9 @@ from . import tables as tb
 
 IMAGENET_TRAIN = 1_281_167
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+GPU_BENCHES = Path(__file__).resolve().parents[1] / "results"
+NO_MEASUREMENT = "no measurement"
+THESIS_EXPERIMENTS = range(1, 10)  # the thesis's nine; 10 and beyond are this suite's own studies
 SCALES = ("gpu", "thesis")
 COLUMNS = ["experiment", "scale", "configuration", "runs", "gpus_per_run", "images_per_run", "images_per_s",
            "rate_source", "run_wallclock_s", "gpu_hours", "thesis_wallclock_s", "estimate_over_thesis"]
@@ -48,9 +52,43 @@ def run_work(cfg) -> tuple[float, int]:
     return float(images), gpus
 
 
+def gpu_bench_rates(folder: Path = GPU_BENCHES) -> pd.DataFrame:
+    """The GPU benchmarks' rows (results/bench_gpu*.json, `python -m trainers bench` on a GPU): device, numerics,
+    wrapper (single / ddp at world size 1), per-GPU batch and the trainer's images/s."""
+    rows = []
+    for path in sorted(Path(folder).glob("bench_gpu*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        variants = doc.get("variants") or {}
+        for r in doc.get("rows") or []:
+            v = variants.get(r.get("variant"), {})
+            numerics = nb.numerics_label(v.get("precision", "fp32"), v.get("channels_last", False),
+                                         v.get("compile", False))
+            rows.append({"device": doc.get("device", "?"), "file": path.name, "numerics": numerics,
+                         "wrapper": r.get("wrapper"), "per_gpu_batch": r.get("per_gpu_batch"),
+                         "images_per_s": r.get("trainer_images_per_s")})
+    return pd.DataFrame(rows, columns=["device", "file", "numerics", "wrapper", "per_gpu_batch", "images_per_s"])
+
+
+def _bench_rate(bench: pd.DataFrame, framework: str, batch: int, gpus: int, numerics: str):
+    """A 1-GPU run's rate from the GPU benchmark: emulated workers are one plain process (wrapper 'single'), a
+    PyTorch DDP run at world size 1 the 'ddp' rows."""
+    if bench is None or bench.empty or gpus != 1 or framework not in ("emulated", "pytorch"):
+        return None
+    wrapper = "single" if framework == "emulated" else "ddp"
+    b = bench[(bench["numerics"] == numerics) & (bench["wrapper"] == wrapper) & (bench["per_gpu_batch"] == batch)]
+    b = b.dropna(subset=["images_per_s"])
+    if b.empty:
+        return None
+    return float(b["images_per_s"].iloc[-1]), f"{b['file'].iloc[-1]} ({b['device'].iloc[-1]})"
+
+
 def rate(ours: pd.DataFrame, thesis: pd.DataFrame, scale: str, framework: str, batch: int, gpus: int,
-         numerics: str = nb.FP32):
-    """(images/s, where it comes from) for a run holding `gpus` GPUs at per-GPU batch `batch` in `numerics`."""
+         numerics: str = nb.FP32, bench: pd.DataFrame | None = None):
+    """(images/s, where it comes from) for a run holding `gpus` GPUs at per-GPU batch `batch` in `numerics`: a
+    measurement of that numerics or none (see the module docstring)."""
     fw = "pytorch" if framework == "emulated" else framework  # emulated workers: one PyTorch process on one GPU
     o = ours[(ours["scale"] == scale) & (ours["framework"] == fw) & (ours["per_gpu_batch"] == batch)
              & (ours["gpus"] == gpus) & (ours["numerics"] == numerics)]
@@ -58,10 +96,15 @@ def rate(ours: pd.DataFrame, thesis: pd.DataFrame, scale: str, framework: str, b
         v = o[col].dropna() if len(o) else o
         if len(v):
             return float(v.mean()), f"ours ({scale} scale)"
+    measured = _bench_rate(bench, framework, batch, gpus, numerics) if scale == "gpu" else None
+    if measured:
+        return measured
+    if scale == "gpu" or numerics != nb.FP32:  # the P100 is not the gpu scale's GPU, and it ran strict fp32 only
+        return math.nan, NO_MEASUREMENT
     t = thesis[(thesis["framework"] == fw) & (thesis["per_gpu_batch"] == batch) & (thesis["gpus"] == gpus)]
     if len(t):
         return float(t["throughput"].iloc[0]), f"thesis Table {int(t['table'].iloc[0])} (P100)"
-    return math.nan, "unmeasured"
+    return math.nan, NO_MEASUREMENT
 
 
 def thesis_wallclock(ref: pd.DataFrame, exp: int, framework: str, batch: int, gpus: int) -> float:
@@ -70,7 +113,8 @@ def thesis_wallclock(ref: pd.DataFrame, exp: int, framework: str, batch: int, gp
     return float(r["wallclock_s"].iloc[0]) if len(r) else math.nan
 
 
-def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFrame) -> list[dict]:
+def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFrame,
+               bench: pd.DataFrame | None = None) -> list[dict]:
     from trainers.config import load_config
     from trainers.study import expand
 
@@ -86,7 +130,7 @@ def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFra
         images, gpus = run_work(cfg)
         fw, b = cfg.framework(), cfg.train.per_worker_batch
         numerics = nb.numerics_label(cfg.train.precision, cfg.train.channels_last, cfg.train.compile)
-        speed, source = rate(ours, ref.dropna(subset=["throughput"]), scale, fw, b, gpus, numerics)
+        speed, source = rate(ours, ref.dropna(subset=["throughput"]), scale, fw, b, gpus, numerics, bench)
         wall = images / speed if speed == speed else math.nan
         check = thesis_wallclock(ref, exp, fw, b, cfg.train.workers) if scale == "thesis" else math.nan
         groups[name] = {"experiment": experiment.name, "scale": scale, "configuration": name, "runs": 1,
@@ -100,38 +144,62 @@ def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFra
 
 
 def cost_table(df: pd.DataFrame, ref: pd.DataFrame, experiments: Path = Path("experiments"),
-               scales=SCALES) -> pd.DataFrame:
-    """One row per configuration of every numbered experiment at each scale (see the module docstring)."""
+               scales=SCALES, bench: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per configuration of every numbered experiment at each scale (see the module docstring); bench: the
+    GPU benchmarks' rates (default: results/bench_gpu*.json)."""
     ours = tb.throughput_summary(df)
+    bench = gpu_bench_rates() if bench is None else bench
     rows = []
     for folder in sorted(p for p in Path(experiments).iterdir() if (p / "config.toml").is_file()
                          and p.name[:2].isdigit()):
         for scale in scales:
-            rows += study_rows(folder, scale, ours, ref)
+            rows += study_rows(folder, scale, ours, ref, bench)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def _gpu_of(source: str) -> str:
+    """The GPU a rate was measured on, from its rate_source: 'P100' (the thesis's), the benchmark's device, or
+    'ours (<scale>)' for our runs (their machine is in their manifests)."""
+    if source.endswith("(P100)"):
+        return "P100"
+    if "(" in source and source.startswith("bench_gpu"):
+        return source.split("(", 1)[1].rstrip(")")
+    return source
+
+
 def totals(cost: pd.DataFrame) -> pd.DataFrame:
-    """Per experiment and scale: runs, GPU-hours, and the wall-clock of running them one after another."""
+    """Per experiment and scale: runs, GPU-hours, and the wall-clock of running them one after another, with the
+    GPUs whose rates they use and how many configurations have no measurement (left out of the sums)."""
     c = cost.assign(wall_all=cost["runs"] * cost["run_wallclock_s"],
                     unknown=cost["images_per_s"].isna().astype(int))
+    if "rate_source" not in c:
+        c["rate_source"] = ""
+    c["rates_on"] = c["rate_source"].fillna("").map(_gpu_of).where(c["images_per_s"].notna(), "")
     g = c.groupby(["experiment", "scale"], sort=True)
     out = g.agg(runs=("runs", "sum"), gpu_hours=("gpu_hours", lambda s: s.sum(min_count=1)),
                 sequential_wallclock_s=("wall_all", lambda s: s.sum(min_count=1)),
-                configurations_unmeasured=("unknown", "sum")).reset_index()
+                configurations_unmeasured=("unknown", "sum"),
+                rates_on=("rates_on", lambda s: ", ".join(sorted({x for x in s if x})))).reset_index()
     return out
 
 
 NOTES = [
-    "images/s: ours where a run at that scale in the same numerics measured it, else the thesis's for the same "
-    "framework, per-GPU batch and GPU count (P100 in fp32, its throughput formula); emulated workers run as one "
-    "PyTorch process on one GPU, so they take the 1-GPU rate; 'unmeasured': no such measurement (e.g. per-GPU "
-    "batch 32 with PyTorch), no estimate.",
+    "images/s, a measurement of the row's own numerics, named in rate_source with its GPU: ours where a run at "
+    "that scale measured it; at the gpu scale, else the GPU benchmark (results/bench_gpu*.json, one GPU, the "
+    "trainer's step on synthetic data); at the thesis scale, else the thesis's for the same framework, per-GPU batch "
+    "and GPU count (P100 in fp32, its throughput formula); emulated workers run as one PyTorch process on one GPU, so they take the "
+    "1-GPU rate; 'no measurement' (a tf32, bf16 or compiled row with no run or benchmark of its own, or e.g. "
+    "per-GPU batch 32 with PyTorch): no estimate, left out of the sums.",
     "wall-clock = epochs x 1,281,167 images / images/s (benchmarks: their batches x global batch); validation and "
     "start-up are not counted. gpu_hours = runs x GPUs per run x wall-clock.",
     "thesis_wallclock_s: the thesis's own 90-epoch time for that configuration (Tables 11-15), the check on the "
     "estimate; estimate_over_thesis below 1 means the thesis's run took longer than its own throughput implies.",
 ]
+
+
+TOTALS_NOTE = ("rates_on: the GPUs whose measured images/s a row's configurations use; configurations_unmeasured: "
+               "configurations with no measurement of their own numerics on that scale's GPU, left out of gpu_hours "
+               "and sequential_wallclock_s (so a total with any is a lower bound).")
 
 
 def write_cost(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
@@ -140,9 +208,10 @@ def write_cost(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
     cost = cost_table(df, ref, experiments)
     written = tb.write_table(cost, out, "cost", "Cost per configuration at the gpu and thesis scales", NOTES)
     sums = totals(cost)
-    written += tb.write_table(sums, out, "cost_totals", "Cost per experiment and scale (GPU-hours)")
+    said = summary_lines(sums) + [TOTALS_NOTE]
+    written += tb.write_table(sums, out, "cost_totals", "Cost per experiment and scale (GPU-hours)", said)
     md = out / "cost.md"
-    md.write_text(tb.to_markdown(sums, "Cost per experiment and scale (GPU-hours)") + "\n" + md.read_text())
+    md.write_text(tb.to_markdown(sums, "Cost per experiment and scale (GPU-hours)", said) + "\n" + md.read_text())
     return written, sums
 
 
@@ -200,9 +269,26 @@ def format_hours(h: float) -> str:
     return "" if h != h else f"{h:,.1f}"
 
 
+def _scope(experiments) -> str:
+    numbers = sorted(int(str(e)[:2]) for e in experiments)
+    return "experiment " + str(numbers[0]) if len(numbers) == 1 else f"experiments {numbers[0]}-{numbers[-1]}"
+
+
 def summary_lines(sums: pd.DataFrame) -> list[str]:
+    """Per scale: the thesis's nine experiments, then the studies beyond it, each total saying which experiments it
+    sums, on which GPUs' rates, and what it leaves out."""
     out = []
     for scale, g in sums.groupby("scale"):
-        out.append(f"{scale}: {format_hours(g['gpu_hours'].sum())} GPU-hours in all, "
-                   f"{nb.format_duration(g['sequential_wallclock_s'].sum())} one run after another")
+        number = g["experiment"].astype(str).str[:2].astype(int)
+        for label, part in (("the thesis's experiments", g[number.isin(THESIS_EXPERIMENTS)]),
+                            ("beyond the thesis", g[~number.isin(THESIS_EXPERIMENTS)])):
+            if part.empty:
+                continue
+            gpus = sorted({x.strip() for s in part.get("rates_on", pd.Series(dtype=str)).fillna("")
+                           for x in s.split(",") if x.strip()})
+            unmeasured = int(part["configurations_unmeasured"].sum())
+            out.append(f"{scale}, {label} ({_scope(part['experiment'])}): {format_hours(part['gpu_hours'].sum())} "
+                       f"GPU-hours, {nb.format_duration(part['sequential_wallclock_s'].sum())} one run after another"
+                       + (f"; rates measured on {', '.join(gpus)}" if gpus else "")
+                       + (f"; {unmeasured} configuration(s) with no measurement left out" if unmeasured else ""))
     return out

@@ -8,9 +8,12 @@ named, as the thesis's are not.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
+import matplotlib.layout_engine
+import matplotlib.lines
 import matplotlib.ticker
 
 matplotlib.use("Agg")
@@ -24,7 +27,8 @@ from . import numbers as nb  # noqa: E402
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 FRAMEWORK_NAME = {"pytorch": "PyTorch", "horovod+pytorch": "Horovod+PyTorch", "horovod+tensorflow": "Horovod+TF",
                   "emulated": "emulated"}
-CURVE_KEYS = ["exp", "framework", "gpus", "per_gpu_batch", "global_batch", "lr", "warmup", "scale", "numerics"]
+CURVE_KEYS = ["exp", "framework", "gpus", "per_gpu_batch", "global_batch", "lr", "warmup", "epochs", "scale",
+              "numerics"]
 
 
 def _ax(ax, figsize=(6.4, 4.2)):
@@ -47,6 +51,15 @@ def _finish(ax, xlabel: str, ylabel: str, title: str | None = None, legend_size:
         ax.legend(fontsize=legend_size)
     ax.grid(True, alpha=0.3)
     return ax
+
+
+def legend_beside(ax, fontsize: int = 7) -> None:
+    """The axes' legend moved right of it, off the data (the constrained layout makes room)."""
+    pairs = list(zip(*ax.get_legend_handles_labels()))
+    pairs.sort(key=lambda hl: hl[1] == THESIS_MARK)  # the curves first, in their order; the thesis's marker last
+    if pairs:
+        handles, labels = zip(*pairs)
+        ax.legend(handles, labels, fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def share_y(axes) -> None:
@@ -81,13 +94,22 @@ def gpu_ticks(ax, gpus) -> None:
         ax.set_xticks(xs, [str(x) for x in xs], fontsize=7)
 
 
-def save(fig, out_dir: str | Path, name: str) -> list[Path]:
-    """Write <name>.png and <name>.pdf (deterministic metadata) and close the figure."""
+SOURCE_STRIP_PX = 16  # the strip along the bottom that the "Made from ..." line gets, below everything else
+
+
+def save(fig, out_dir: str | Path, name: str, source: str | None = None) -> list[Path]:
+    """Write <name>.png and <name>.pdf (deterministic metadata) and close the figure. source: which runs it was made
+    from, a grey line in a strip of its own along the bottom (the constrained layout fills the rest, so the line
+    never sits on a label, or on a legend beside the axes; legends go beside axes, not below the figure)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
-    if fig.get_layout_engine() is None:
+    if not isinstance(fig.get_layout_engine(), matplotlib.layout_engine.ConstrainedLayoutEngine):
         fig.set_layout_engine("constrained")
+    if source:
+        strip = SOURCE_STRIP_PX / (fig.get_figheight() * 100)
+        fig.get_layout_engine().set(rect=(0, strip, 1, 1 - strip))
+        fig.text(0.005, strip / 2, source, fontsize=7, color="dimgray", ha="left", va="center")
     fig.savefig(paths[0], dpi=100, metadata={"Software": None})
     fig.set_layout_engine("none")  # the layout is done: the PDF reuses it instead of solving it again
     fig.savefig(paths[1], metadata={"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None})
@@ -166,23 +188,49 @@ def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=N
         ax.plot(g["gpus"], g["speedup"], ls, marker=mk, color=colour, label=_label(*key))
     ax.plot([1, xmax], [1, xmax], color="grey", linewidth=1, label="ideal")
     gpu_ticks(ax, np.concatenate([line.get_xdata() for line in ax.get_lines()]))
-    return _finish(ax, "GPUs (workers)", "speed-up over 1 GPU", "Speed-up")
+    _finish(ax, "GPUs (workers)", "speed-up over 1 GPU", "Speed-up")
+    missing = _without_baseline(scaling, framework, per_gpu_batch)
+    if missing:  # measured, but with no 1-GPU run to divide by: said under the axis, off the data, not dropped silently
+        ax.set_xlabel("GPUs (workers)\nno speed-up (no 1-GPU run): " + ", ".join(missing))
+    return ax
+
+
+def _without_baseline(scaling: pd.DataFrame, framework=None, per_gpu_batch=None) -> list[str]:
+    """Series with throughput but no speed-up (no 1-GPU run of their own), by label."""
+    out = []
+    for key, g in _series(scaling, framework, per_gpu_batch):
+        if g["images_per_s"].notna().any() and g["speedup"].isna().all():
+            out.append(_label(*key).split(" — ")[0])  # the series, not its source: the line must fit the axis
+    return sorted(set(out))
 
 
 # ============================================================================================ error curves
 
 
-def curve_label(key: dict) -> str:
-    """'Horovod+PyTorch 32 GPUs (bs=4096, lr=1.6, stepping-5)'; emulated runs say what they emulate:
-    '32 emulated workers (bs=128, ...)' (synchronous data-parallel SGD in one process)."""
+def warmup_text(warmup, epochs) -> str:
+    """'stepping-4' of a 72-epoch run -> 'stepping warm-up 4 of 72 epochs' (the miniature's 4 of 72 stands for the
+    thesis's 5 of 90); '' for none."""
+    if not warmup or warmup == "none" or "-" not in str(warmup):
+        return ""
+    kind, n = str(warmup).rsplit("-", 1)
+    return f"{kind} warm-up {n} of {_i(epochs)} epochs" if epochs == epochs and epochs else f"{kind} warm-up {n} epochs"
+
+
+def curve_label(key: dict, seeds: int | None = None) -> str:
+    """'Horovod+PyTorch 32 GPUs (bs=4096, lr=1.6, stepping warm-up 5 of 90 epochs)'; emulated runs say what they
+    emulate: '32 emulated workers (bs=128, ...)' (synchronous data-parallel SGD in one process); seeds: how many runs
+    the curve averages."""
     fw = FRAMEWORK_NAME.get(key.get("framework"), key.get("framework"))
     n = _i(key.get("gpus"))
     who = (f"{n} emulated worker{'' if n == '1' else 's'}" if key.get("framework") == "emulated"
            else f"{fw} {n} GPU{'' if n == '1' else 's'}")
     s = f"{who} (bs={_i(key.get('global_batch'))}, lr={key.get('lr'):g}"
-    if key.get("warmup") and key.get("warmup") != "none":
-        s += f", {key['warmup']}"
+    warm = warmup_text(key.get("warmup"), key.get("epochs"))
+    if warm:
+        s += f", {warm}"
     s += nb.numerics_suffix(key.get("numerics"), ", ")  # fp32, the thesis's, goes unnamed
+    if seeds:
+        s += f"; {seeds} seed{'' if seeds == 1 else 's'}"
     s += ")"
     if key.get("scale") not in (None, "thesis"):
         s += f" [{key['scale']} scale]"
@@ -209,73 +257,97 @@ def error_curves(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def thesis_best_error(reference: pd.DataFrame | None, key: dict) -> float:
-    """100 - the thesis's best validation top-1 for a curve's configuration; nan unless the curve is at the thesis
-    scale and in fp32 (other scales' and numerics' numbers are not placed beside the thesis's) and the thesis has
-    that row."""
-    if reference is None or key.get("scale") != "thesis" or nb.numerics_suffix(key.get("numerics")):
+    """100 - the thesis's best validation top-1 for a curve's experiment and GPU count (Tables 10-15 give the best
+    epoch's, not the last's); a thesis-scale curve needs the same framework and per-GPU batch too, a curve at
+    another scale or of emulated workers takes the thesis's Horovod row where there are two (as the thesis compares
+    them). nan in other numerics than fp32, or where the thesis has no such row."""
+    if reference is None or nb.numerics_suffix(key.get("numerics")):
         return math.nan
-    r = reference[(reference["experiment"] == key.get("exp")) & (reference["framework"] == key.get("framework"))
-                  & (reference["gpus"] == key.get("gpus")) & (reference["per_gpu_batch"] == key.get("per_gpu_batch"))]
+    r = reference[(reference["experiment"] == key.get("exp")) & (reference["gpus"] == key.get("gpus"))]
     r = r.dropna(subset=["top1"])
+    if key.get("scale") == "thesis" and key.get("framework") != "emulated":
+        r = r[(r["framework"] == key.get("framework")) & (r["per_gpu_batch"] == key.get("per_gpu_batch"))]
+    elif (r["framework"] == "horovod+pytorch").any():
+        r = r[r["framework"] == "horovod+pytorch"]
     return 100.0 - float(r["top1"].iloc[0]) if len(r) else math.nan
+
+
+THESIS_MARK = "thesis's best top-1 error, same GPUs (P100, ResNet-50, 90 epochs)"
+
+
+def mark_thesis_best(ax, reference, key: dict, x: float, colour: str, labelled: bool) -> bool:
+    """The thesis's best validation error for the curve's configuration, a diamond at the curve's last epoch
+    (filled at the thesis scale, hollow beside a miniature's curve: another task, shown for its level only).
+    Returns whether one was drawn."""
+    best = thesis_best_error(reference, key)
+    if math.isnan(best):
+        return False
+    same = key.get("scale") == "thesis"
+    ax.plot([x], [best], "D", markersize=7, color=colour, markeredgecolor="black" if same else colour,
+            markerfacecolor=colour if same else "none", markeredgewidth=1.5, zorder=5,
+            label=THESIS_MARK if labelled else "_thesis")
+    return True
 
 
 def plot_error_curves(df: pd.DataFrame, ax=None, which: str = "train", title: str | None = None,
                       reference: pd.DataFrame | None = None):
-    """Top-1 training or validation error per epoch, one line per configuration (mean ± std band over seeds).
+    """Top-1 training or validation error per epoch, one line per configuration (mean ± std band over seeds; the
+    label says how many).
 
     df: the study frame (epoch rows are used) or the output of error_curves(). reference (the thesis's tables):
-    on the validation plot, a thesis-scale curve gets the thesis's best validation error as a marker at its last
-    epoch (the thesis publishes that number, not its curves).
+    on the validation plot, each curve gets the thesis's best validation error for its configuration as a diamond
+    at its last epoch (the thesis publishes that number, not its curves).
     """
     ax = _ax(ax)
     curves = df if "train_err" in df.columns else error_curves(df)
     col = f"{which}_err"
+    marked = False
     for i, (key, g) in enumerate(curves.groupby(CURVE_KEYS, dropna=False, sort=True)):
         g = g.sort_values("epoch")
         if g[col].isna().all():
             continue
         k = dict(zip(CURVE_KEYS, key))
-        ax.plot(g["epoch"], g[col], color=_colour(i), label=curve_label(k))
+        ax.plot(g["epoch"], g[col], color=_colour(i), label=curve_label(k, int(g["n"].max())))
         std = g[f"{col}_std"]
         if std.notna().any():
             ax.fill_between(g["epoch"], g[col] - std, g[col] + std, color=_colour(i), alpha=0.2, linewidth=0)
-        best = thesis_best_error(reference, k) if which == "val" else math.nan
-        if not math.isnan(best):
-            ax.plot([g["epoch"].max()], [best], "D", color=_colour(i), markeredgecolor="black",
-                    label=f"thesis best — {curve_label(k)}")
+        if which == "val":  # beside the curve's end, not on it
+            x = float(g["epoch"].max()) + 0.02 * max(1.0, float(g["epoch"].max()))
+            marked |= mark_thesis_best(ax, reference, k, x, _colour(i), not marked)
     kind = "training" if which == "train" else "validation"
     return _finish(ax, "epoch", f"top-1 {kind} error (%)", title or f"top-1 {kind} error")
 
 
-def plot_error_panel(df: pd.DataFrame, ax=None, title: str | None = None):
-    """One configuration's training (solid) and validation (dashed) top-1 error on one axis."""
+def plot_error_panel(df: pd.DataFrame, ax=None, title: str | None = None, reference: pd.DataFrame | None = None):
+    """One configuration's training (solid) and validation (dashed) top-1 error on one axis, with the thesis's best
+    validation error for it (a diamond) where the thesis has one."""
     ax = _ax(ax)
     curves = df if "train_err" in df.columns else error_curves(df)
     for i, (key, g) in enumerate(curves.groupby(CURVE_KEYS, dropna=False, sort=True)):
         g = g.sort_values("epoch")
-        lab = curve_label(dict(zip(CURVE_KEYS, key)))
-        ax.plot(g["epoch"], g["train_err"], "-", color=_colour(i), label=f"train — {lab}")
-        ax.plot(g["epoch"], g["val_err"], "--", color=_colour(i), label=f"val — {lab}")
-    return _finish(ax, "epoch", "top-1 error (%)", title, legend_size=6, title_size=8)
+        k = dict(zip(CURVE_KEYS, key))
+        ax.plot(g["epoch"], g["train_err"], "-", color=_colour(i), label="train")
+        ax.plot(g["epoch"], g["val_err"], "--", color=_colour(i), label="validation")
+        mark_thesis_best(ax, reference, k, float(g["epoch"].max()) * 1.02, _colour(i), True)
+    return _finish(ax, "epoch", "top-1 error (%)", title, legend_size=7, title_size=8)
 
 
-def plot_error_grid(df: pd.DataFrame, axes=None, ncols: int = 2):
-    """Grid of train/val error panels, one per configuration, on one y-range (thesis Figures 19, 25, 26, 29, 30).
-    Returns the axes."""
+def plot_error_grid(df: pd.DataFrame, axes=None, ncols: int = 2, reference: pd.DataFrame | None = None):
+    """Grid of train/val error panels, one per configuration, on one y-range (thesis Figures 19, 25, 26, 29, 30);
+    each panel's title says its configuration and seeds. Returns the axes."""
     curves = df if "train_err" in df.columns else error_curves(df)
     groups = list(curves.groupby(CURVE_KEYS, dropna=False, sort=True))
     n = max(1, len(groups))
     if axes is None:
         nrows = math.ceil(n / ncols)
-        _, axes = plt.subplots(nrows, ncols if n > 1 else 1, figsize=(6.0 * min(n, ncols), 3.6 * nrows),
+        _, axes = plt.subplots(nrows, ncols if n > 1 else 1, figsize=(6.4 * min(n, ncols), 3.8 * nrows),
                                squeeze=False)
     flat = np.ravel(axes)
     several = curves["exp"].nunique() > 1  # e.g. Figure 26, 30: say which experiment each panel is
     for ax, (key, g) in zip(flat, groups):
         k = dict(zip(CURVE_KEYS, key))
-        plot_error_panel(g, ax=ax, title=(f"exp {_i(k['exp'])}: " if several else "") + curve_label(k))
-        ax.legend(["train", "validation"], fontsize=7)
+        plot_error_panel(g, ax=ax, title=(f"exp {_i(k['exp'])}: " if several else "")
+                         + curve_label(k, int(g["n"].max())), reference=reference)
     for ax in flat[len(groups):]:
         ax.set_visible(False)
     share_y(flat)
@@ -321,16 +393,75 @@ def utilisation_rows(df: pd.DataFrame, exp: int, framework: str) -> tuple[pd.Dat
     return rows, note
 
 
+DEVICE_STYLE = {"cpu process": ("-", "cpu process (this run's, with its loader workers)"),
+                "cpu system": (":", "cpu system (the whole node)")}
+
+
 def plot_utilisation(df: pd.DataFrame, ax=None, title: str | None = None):
-    """Utilisation (percent) over time from util rows, one line per run and device (thesis Figures 22, 23, 27):
-    GPUs where the runs had them, and the CPU (the process with its loader workers, and the whole node)."""
-    ax = _ax(ax, figsize=(7.5, 3.2))
+    """Utilisation (percent) over time from util rows (thesis Figures 22, 23, 27): a colour per run, a line style
+    per device (the process's CPU, the node's CPU, each GPU); the legend sits right of the axes, off the data.
+    CPU percentages are of all the node's cores. Series of a few samples (a short benchmark) get markers, so
+    they show."""
+    ax = _ax(ax, figsize=(9, 3.6))
     u = df[df["kind"] == "util"] if "kind" in df.columns else df
-    for i, ((run, dev), g) in enumerate(u.groupby(["run", "device"], dropna=False, sort=True)):
+    runs = sorted(u["run"].dropna().unique(), key=str)
+    colours = {run: _colour(i) for i, run in enumerate(runs)}
+    styles: dict[str, tuple[str, str]] = {}
+    for (run, dev), g in u.groupby(["run", "device"], dropna=False, sort=True):
         g = g.sort_values("t")
-        ax.plot(g["t"] / 60.0, g["util_pct"], color=_colour(i), linewidth=1, label=f"{run} {dev}")
+        ls, name = DEVICE_STYLE.get(dev, ("--", str(dev)))
+        styles[dev] = (ls, name)
+        ax.plot(g["t"] / 60.0, g["util_pct"], ls, color=colours[run], linewidth=1,
+                marker="o" if len(g) < 5 else None, markersize=3)
     ax.set_ylim(0, 105)
-    return _finish(ax, "minutes since start", "utilisation (% of the device; CPU: of all the node's cores)", title)
+    ax.set_xlabel("minutes since start")
+    ax.set_ylabel("utilisation (%)")
+    if title:  # wrapped: the legend beside the axes leaves the title less than the figure's width
+        ax.set_title("\n".join(textwrap.wrap(title, 100)), fontsize=9)
+    ax.grid(True, alpha=0.3)
+    handles = [matplotlib.lines.Line2D([], [], color=colours[r], label=str(r)) for r in runs]
+    handles += [matplotlib.lines.Line2D([], [], color="black", linestyle=ls, label=name)
+                for ls, name in styles.values()]
+    if handles:
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return ax
+
+
+def utilisation_panels(df: pd.DataFrame) -> tuple[list[tuple[str, str, pd.DataFrame]], list[str]]:
+    """(file name, title, util rows) of the thesis's Figures 22, 23 and 27 as these runs can draw them, and what is
+    not drawn with why. Where emulated workers stand for both frameworks (one process: the local scale), Figures 22
+    and 23 would be the same image under two names: it is drawn once, titled as both and as emulated."""
+    drawn: list[tuple[str, str, pd.DataFrame]] = []
+    skipped: list[str] = []
+    emulated: dict[int, str] = {}  # experiment -> the figure its emulated runs were drawn in
+    for name, title, exp, framework in UTILISATION_FIGURES:
+        rows, note = utilisation_rows(df, exp, framework)
+        if rows.empty:
+            skipped.append(f"{name}: no utilisation records (runs record them since trainers/telemetry.py)")
+            continue
+        if note:
+            if exp in emulated:
+                skipped.append(f"{name}: the same emulated runs as {emulated[exp]} (drawn once)")
+                continue
+            emulated[exp] = name
+            numbers = [t.split(".")[0].split()[-1] for n, t, e, _ in UTILISATION_FIGURES if e == exp]
+            which = f"Figures {' and '.join(numbers)}" if len(numbers) > 1 else f"Figure {numbers[0]}"
+            title = (f"{which}. Utilisation, experiment {exp}, {int(rows['gpus'].max())} emulated workers in one "
+                     "process (standing for PyTorch and Horovod alike)")
+        drawn.append((name, title, rows))
+    return drawn, skipped
+
+
+def other_utilisation_panels(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(title, util rows) per experiment the thesis drew no utilisation for: its runs at its largest worker count."""
+    u = df[(df["kind"] == "util") & ~df["exp"].isin([e for _, _, e, _ in UTILISATION_FIGURES])]
+    panels = []
+    for exp, g in u.groupby("exp", sort=True):
+        g = g[g["gpus"] == g["gpus"].max()]
+        backends = ", ".join(sorted(g["backend"].dropna().astype(str).unique()))
+        panels.append((f"experiment {int(exp)}, {int(g['gpus'].max())} worker(s) ({backends}): "
+                       f"{g['run'].nunique()} run(s)", g))
+    return panels
 
 
 def plot_steady_state(rq2: pd.DataFrame, ax=None):

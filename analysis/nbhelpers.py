@@ -76,15 +76,16 @@ def batch_size_wallclock(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
 
 
 def show_utilisation(df: pd.DataFrame):
-    """The thesis's utilisation Figures 22, 23 and 27 from the runs' util records, one panel each."""
-    panels = [(title, *fg.utilisation_rows(df, exp, framework)) for _, title, exp, framework in fg.UTILISATION_FIGURES]
-    panels = [(title, rows, note) for title, rows, note in panels if len(rows)]
+    """The thesis's utilisation Figures 22, 23 and 27 from the runs' util records, one panel each (Figures 22 and
+    23 once where emulated workers stand for both frameworks)."""
+    panels, _ = fg.utilisation_panels(df)
     if not panels:
         return pd.DataFrame({"note": ["no run recorded utilisation (util records in metrics.jsonl: runs record "
                                       "them since trainers/telemetry.py; rerun experiments 6 and 7)"]})
-    fig, axes = subplots(len(panels), 1, width=8, height=3.2)
-    for ax, (title, rows, note) in zip((axes.flat if hasattr(axes, "flat") else [axes]), panels):
-        fg.plot_utilisation(rows, ax=ax, title=f"{title}\n({note})" if note else title)
+    fig, axes = subplots(len(panels), 1, width=10, height=3.6)
+    for ax, (_, title, rows) in zip((axes.flat if hasattr(axes, "flat") else [axes]), panels):
+        fg.plot_utilisation(rows, ax=ax, title=title)
+    fig.set_layout_engine("constrained")
     return show(fig)
 
 
@@ -141,18 +142,21 @@ def schedules_figure(df: pd.DataFrame):
     return fig
 
 
-def error_figures(df: pd.DataFrame, experiments=range(4, 10)):
+def error_figures(df: pd.DataFrame, ref: pd.DataFrame | None = None, experiments=range(4, 10)):
     """Training and validation error of every quality experiment with runs, one row each, as one image (a notebook
-    cell shows only its last value, so one figure rather than a loop of them)."""
+    cell shows only its last value, so one figure rather than a loop of them); the thesis's best validation error
+    beside each curve (ref), one legend a row beside its validation panel."""
     have = [e for e in experiments if ((df["kind"] == "epoch") & (df["exp"] == e)).any()]
     if not have:
         return pd.DataFrame({"note": ["no epoch records: no error curves to draw"]})
-    fig, axes = plt.subplots(len(have), 2, figsize=(12, 3.6 * len(have)), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(len(have), 2, figsize=(16, 3.6 * len(have)), squeeze=False, layout="constrained")
     for row, exp in zip(axes, have):
         e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
         fg.plot_error_curves(e, ax=row[0], which="train", title=f"experiment {exp}: training error")
-        fg.plot_error_curves(e, ax=row[1], which="val", title=f"experiment {exp}: validation error")
+        fg.plot_error_curves(e, ax=row[1], which="val", title=f"experiment {exp}: validation error", reference=ref)
         fg.share_y(row)
+        row[0].get_legend().remove()
+        fg.legend_beside(row[1])
     return show(fig)
 
 

@@ -22,9 +22,10 @@ KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language":
 
 
 def _setup(runs_rel: str, logs_rel) -> str:
-    return (f"RUNS = {runs_rel!r}  # relative to this notebook\nLOGS = {logs_rel!r}\n"
+    return (f"RUNS, LOGS = {runs_rel!r}, {logs_rel!r}  # relative to this notebook\n"
             "import analysis as an\n"
             "df = an.load_study(RUNS, LOGS)\nref = an.load_reference()\n"
+            "print(an.made_from(df, RUNS))\n"
             "an.overview(df)")
 
 
@@ -32,7 +33,8 @@ RQ1 = [
     ("md", "# RQ1 — smaller vs larger per-GPU batch size\n\n"
            "*What are the implications of using smaller per GPU worker batch sizes vs. larger ones in terms of "
            "scaling performance, training time (wall clock) and efficient resource utilisation?* (thesis, 6.1)\n\n"
-           "Evidence: Horovod+TensorFlow throughput at per-GPU batch 32/64/128 (Tables 1, 4, 7; Figures 14-16), "
+           "Evidence: Horovod+TensorFlow throughput at per-GPU batch 32/64/128 (Tables 1, 4, 7; Figures 14-16: the "
+           "thesis's values only, this suite runs no TensorFlow), "
            "experiment 7 (batch 32) against experiment 6 (batch 128) on 32 GPUs (Tables 12-13, Figure 27). "
            "This notebook is executed by `make report`; it only calls `analysis`."),
     ("code", None),
@@ -101,7 +103,7 @@ RQ3 = [
     ("md", "## Learning-rate schedules of experiments 4-9"),
     ("code", "fig = an.schedules_figure(df)\nan.show(fig)"),
     ("md", "## Training and validation error per epoch (only experiments with runs)"),
-    ("code", "an.error_figures(df)"),
+    ("code", "an.error_figures(df, ref)"),
     ("md", "## Reading"),
     ("code", "an.markdown(an.rq3_reading(verdicts, ref))"),
     ("code", "an.markdown(an.baseline_rate_note(df) or 'The 1-worker baseline runs at the best rate of its sweep "

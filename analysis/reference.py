@@ -70,6 +70,7 @@ QUALITY_SETTINGS = {
     9: {"warmup": "gradual-10", "decay": "milestones", "label": "linear scaling, 10-epoch gradual warm-up"},
 }
 MILESTONES = (30, 60, 80)
+THESIS_EPOCHS = 90  # every quality run of the thesis (Tables 10-15)
 
 
 def load_reference() -> pd.DataFrame:
@@ -160,7 +161,7 @@ def _trainers_lr():
     return f
 
 
-def thesis_schedules(epochs: int = 90) -> pd.DataFrame:
+def thesis_schedules(epochs: int = THESIS_EPOCHS) -> pd.DataFrame:
     """The planned schedules of every quality-table row of experiments 4-9 (epoch, lr per row).
 
     Uses the trainer's own `trainers.lr.lr_at` when it can be imported (so the figure shows what the trainer

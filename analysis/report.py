@@ -6,6 +6,7 @@ reference data can draw (scaling, schedules, RQ2) are drawn from it.
 """
 from __future__ import annotations
 
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -21,7 +22,14 @@ from . import figures as fg  # noqa: E402
 from . import findings as fd  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
+from .compare import REPO, default_runs_root, made_from, reference_machines, report_comparison, runs_label  # noqa: E402
+from .readings import finding_summary  # noqa: E402
 from .runs import load_study  # noqa: E402
+
+COMMITTED_REPORT = REPO / "results"  # the committed report: the reference's tables/, figures/ and rq*.ipynb
+REPORT_ROOT = COMMITTED_REPORT / "report"  # gitignored: the report of any other runs, a folder each
+#: tables/ files another command writes beside the report's (make cost): a report keeps them when it clears
+OTHER_WRITERS = frozenset({"cost.csv", "cost.md", "cost_totals.csv", "cost_totals.md"})
 
 SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale (config.json \"scale\"): their "
               "numbers are not comparable with the thesis's and are not placed beside them.")
@@ -30,14 +38,18 @@ SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale 
 # ============================================================================================ tables
 
 
-def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> list[Path]:
+def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path, source: str | None = None) -> list[Path]:
+    """Every table; source: the line each says which runs it was made from."""
+    def write(tab, name, title=None, notes=None):
+        return tb.write_table(tab, out, name, title, notes, source)
+
     written: list[Path] = []
     for t in rf.THROUGHPUT_TABLES:
         tab = tb.throughput_table(df, ref, t)
         notes = ["thesis_images_per_s: the thesis's value; ours_thesis_formula: per-GPU batch x GPUs / running-mean "
                  "batch time at batch 199; ours_steady: the same without the first warm-up batches; the speed-ups divide "
                  "each by our 1-GPU run's.", SCALE_NOTE]
-        written += tb.write_table(tab, out, f"table{t:02d}", f"Table {t}. {rf.CAPTIONS[t]}", notes)
+        written += write(tab, f"table{t:02d}", f"Table {t}. {rf.CAPTIONS[t]}", notes)
     for t in rf.QUALITY_TABLES:
         tab = tb.quality_table(df, ref, t)
         notes = [f"Numbered as its caption; the thesis's running text and list of tables call it Table "
@@ -45,28 +57,29 @@ def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> list[Path]:
                  "ours_top1/ours_top5: best validation accuracy (percent), mean over the configuration's completed "
                  "runs (seeds), ± sample std; n_runs: how many; diverged or half-written runs are counted in "
                  "status, not averaged.", SCALE_NOTE]
-        written += tb.write_table(tab, out, f"table{t:02d}", f"Table {t}. {rf.CAPTIONS[t]}", notes)
-    written += tb.write_table(tb.scaling_table(df, ref), out, "scaling",
-                              "Throughput, speed-up over 1 GPU, scaling efficiency and 90-epoch wall-clock estimate")
+        written += write(tab, f"table{t:02d}", f"Table {t}. {rf.CAPTIONS[t]}", notes)
+    written += write(tb.scaling_table(df, ref), "scaling",
+                     "Throughput, speed-up over 1 GPU, scaling efficiency and 90-epoch wall-clock estimate")
     rq2 = rf.rq2_steady_state(ref)
-    written += tb.write_table(rq2, out, "rq2_steady_state",
-                              "RQ2: Tables 5/6 and 8/9 with the first training batch (Figures 12-13) left out",
-                              ["steady_images_per_s = B*G / ((200 * B*G / thesis - first_batch_s) / 199); empty "
-                               "where the thesis prints no first-batch time."])
-    written += tb.write_table(tb.run_summary(df), out, "runs", "Every run found",
-                              ["status 'running' with no final record: a half-written run."])
-    written += tb.write_table(tb.quality_summary(df), out, "quality_summary",
-                              "Best validation accuracy per configuration (all quality experiments)")
-    written += tb.write_table(fd.orderings(df, ref), out, "orderings",
-                              "The thesis's three quality findings: 90 % intervals against a declared margin", fd.notes())
-    written += tb.write_table(tb.throughput_summary(df), out, "throughput_summary", "Throughput per configuration")
-    written += tb.write_table(cost.local_study_times(df), out, "study_times",
-                              "Local quality studies: measured run times and the study's wall-clock at JOBS=2",
-                              cost.STUDY_TIME_NOTES)
+    written += write(rq2, "rq2_steady_state",
+                     "RQ2: Tables 5/6 and 8/9 with the first training batch (Figures 12-13) left out",
+                     ["steady_images_per_s = B*G / ((200 * B*G / thesis - first_batch_s) / 199); empty "
+                      "where the thesis prints no first-batch time."])
+    written += write(tb.run_summary(df), "runs", "Every run found",
+                     ["status 'running' with no final record: a half-written run."])
+    written += write(tb.quality_summary(df), "quality_summary",
+                     "Best validation accuracy per configuration (all quality experiments)")
+    verdicts = fd.orderings(df, ref)
+    written += write(verdicts, "orderings", "The thesis's three quality findings: 90 % intervals against a declared "
+                     "margin", [f"What the rows say: {line}" for line in finding_summary(verdicts)] + fd.notes())
+    written += write(tb.throughput_summary(df), "throughput_summary", "Throughput per configuration")
+    written += write(cost.local_study_times(df), "study_times",
+                     "Local quality studies: measured run times and the study's wall-clock at JOBS=2",
+                     cost.STUDY_TIME_NOTES)
     extra = df[(df["kind"] == "run") & (df["exp"] > 9)]
     if len(extra):
-        written += tb.write_table(tb.run_summary(extra), out, "extra_experiments",
-                                  "Runs of experiments beyond the thesis's nine")
+        written += write(tb.run_summary(extra), "extra_experiments",
+                         "Runs of experiments beyond the thesis's nine")
     return written
 
 
@@ -81,12 +94,37 @@ def _quality(df: pd.DataFrame, exp: int, **where) -> pd.DataFrame:
 
 
 def _two_panel(df: pd.DataFrame, title: str, ref: pd.DataFrame | None = None):
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
+    """Training and validation error side by side, one legend for both beside them (off the data)."""
+    fig, axes = plt.subplots(1, 2, figsize=(17, 5), layout="constrained")
     fg.plot_error_curves(df, ax=axes[0], which="train", title="top-1 training error")
     fg.plot_error_curves(df, ax=axes[1], which="val", title="top-1 validation error", reference=ref)
     fg.share_y(axes)
+    axes[0].get_legend().remove()
+    fg.legend_beside(axes[1])
     fig.suptitle(title, fontsize=10)
     return fig
+
+
+def schedule_title(df: pd.DataFrame, exp: int) -> str:
+    """An experiment's schedule in words: the thesis's label, with the runs' own warm-up where they warmed up."""
+    label = rf.QUALITY_SETTINGS[exp]["label"]
+    if rf.QUALITY_SETTINGS[exp]["warmup"] == "none" or df[(df["kind"] == "schedule") & (df["exp"] == exp)].empty:
+        return label
+    return f"linear scaling, {warmup_phrase(df[df['kind'] == 'schedule'], exp)}" + (", per-GPU batch smaller"
+                                                                                    if exp == 7 else "")
+
+
+def warmup_phrase(data: pd.DataFrame, exp: int) -> str:
+    """'stepping warm-up 4 of 72 epochs (thesis: 5 of 90)': the runs' own warm-up beside the thesis's, so a title
+    never says the thesis's 5 epochs over curves that warmed up for 4 of 72."""
+    thesis_kind, thesis_n = rf.QUALITY_SETTINGS[exp]["warmup"].rsplit("-", 1)
+    e = data[data["exp"] == exp]
+    ours = {(w, ep) for w, ep in zip(e["warmup"], e["epochs"]) if isinstance(w, str) and w != "none"}
+    if len(ours) == 1:
+        (warmup, epochs), = ours
+        kind, n = warmup.rsplit("-", 1)
+        return f"{kind} warm-up {n} of {int(epochs)} epochs (thesis: {thesis_n} of {rf.THESIS_EPOCHS})"
+    return f"{thesis_kind} warm-up ({thesis_n} of {rf.THESIS_EPOCHS} epochs in the thesis)"
 
 
 def baseline_runs(df: pd.DataFrame) -> pd.DataFrame:
@@ -110,10 +148,12 @@ def schedules_frame(df: pd.DataFrame) -> pd.DataFrame:
     for exp in range(4, 10):
         mine = s[s["exp"] == exp]
         if len(mine):
-            for key, g in mine.groupby(["framework", "gpus", "global_batch", "lr", "warmup", "scale"], dropna=False):
+            keys = ["framework", "gpus", "global_batch", "lr", "warmup", "epochs", "scale"]
+            for key, g in mine.groupby(keys, dropna=False):
                 g = g.drop_duplicates("epoch")
-                lab = fg.curve_label(dict(zip(["framework", "gpus", "global_batch", "lr", "warmup", "scale"], key)))
-                parts.append(pd.DataFrame({"experiment": exp, "label": f"exp {exp}: {lab}", "epoch": g["epoch"],
+                k = dict(zip(keys, key))  # the panel's title says the warm-up and scale: the label only the run
+                lab = f"{fg.curve_label({**k, 'warmup': None, 'scale': None}).split(' (')[0]}, lr={k['lr']:g}"
+                parts.append(pd.DataFrame({"experiment": exp, "label": lab, "epoch": g["epoch"],
                                            "lr": g["planned_lr"], "source": "run config"}))
         else:
             th = rf.thesis_schedules()
@@ -150,13 +190,15 @@ def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=N
     return fig
 
 
-def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[Path], list[str]]:
+def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
+                  source: str | None = None) -> tuple[list[Path], list[str]]:
+    """Every figure; source: the line each carries saying which runs it was made from."""
     written: list[Path] = []
     skipped: list[str] = []
     scaling = tb.scaling_table(df, ref)
 
     def two(name, title, **kw):
-        written.extend(fg.save(scaling_figure(scaling, title, **kw), out, name))
+        written.extend(fg.save(scaling_figure(scaling, title, **kw), out, name, source))
 
     for n, b in ((14, 32), (15, 64), (16, 128)):
         two(f"fig{n}_scaling_horovod_tf_b{b}", f"Figure {n}. Scaling of Horovod+TensorFlow, per-GPU batch {b}",
@@ -170,15 +212,16 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
             skipped.append(f"{name}: no epoch records")
             return
         if grid:
-            axes = fg.plot_error_grid(data)
+            axes = fg.plot_error_grid(data, reference=ref)
             fig = axes.flat[0].figure
             fig.suptitle(title, fontsize=10)
         elif single:
-            fig, ax = plt.subplots(figsize=(7, 4.4))
+            fig, ax = plt.subplots(figsize=(11, 4.6), layout="constrained")
             fg.plot_error_curves(data, ax=ax, which=single, title=title, reference=ref)
+            fg.legend_beside(ax)
         else:
             fig = _two_panel(data, title, ref)
-        written.extend(fg.save(fig, out, name))
+        written.extend(fg.save(fig, out, name, source))
 
     e4 = _quality(df, 4)
     quality_fig("fig18_exp4_error", "Figure 18. Naive scaling", e4)
@@ -189,37 +232,33 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
     quality_fig("fig21_exp5_error_max_gpus", "Figure 21. Linear scaling, no warm-up, most GPUs", top, grid=True)
     base = baseline_runs(df)
     e6 = _quality(df, 6)
-    quality_fig("fig24_exp6_error", "Figure 24. Linear scaling + 5-epoch stepping warm-up (1 worker: exp 5)",
+    quality_fig("fig24_exp6_error", f"Figure 24. Linear scaling + {warmup_phrase(e6, 6)}; 1 worker: exp 5's baseline",
                 pd.concat([base, e6]) if len(e6) else e6)
-    quality_fig("fig25_exp6_error_grid", "Figure 25. Linear scaling + 5-epoch stepping warm-up (grid)", e6, grid=True)
+    quality_fig("fig25_exp6_error_grid", f"Figure 25. Linear scaling + {warmup_phrase(e6, 6)} (grid)", e6, grid=True)
     e7 = _quality(df, 7)
     if len(e7):
         quality_fig("fig26_exp7_vs_exp6_grid", "Figure 26. Smaller per-GPU batch (exp 7) vs the larger one (exp 6), "
-                    "same workers", pd.concat([e7, exp7_peers(e6, e7)]), grid=True)
+                    f"same workers; {warmup_phrase(e7, 7)}", pd.concat([e7, exp7_peers(e6, e7)]), grid=True)
     else:
         skipped.append("fig26_exp7_vs_exp6_grid: no epoch records")
     e8 = _quality(df, 8)
-    quality_fig("fig28_exp8_error", "Figure 28. Linear scaling + 5-epoch gradual warm-up (1 worker: exp 5)",
+    quality_fig("fig28_exp8_error", f"Figure 28. Linear scaling + {warmup_phrase(e8, 8)}; 1 worker: exp 5's baseline",
                 pd.concat([base, e8]) if len(e8) else e8)
-    quality_fig("fig29_exp8_error_grid", "Figure 29. Linear scaling + 5-epoch gradual warm-up (grid)", e8, grid=True)
+    quality_fig("fig29_exp8_error_grid", f"Figure 29. Linear scaling + {warmup_phrase(e8, 8)} (grid)", e8, grid=True)
     e9 = _quality(df, 9)
     if len(e9):
         peer = e8[e8["gpus"].isin(e9["gpus"].unique())]
-        quality_fig("fig30_exp9_vs_exp8_grid", "Figure 30. 5- vs 10-epoch gradual warm-up",
+        quality_fig("fig30_exp9_vs_exp8_grid", f"Figure 30. Exp 8's {warmup_phrase(e8, 8)} vs exp 9's "
+                    f"{warmup_phrase(e9, 9)}",
                     pd.concat([e8.iloc[0:0], peer, e9]), grid=True)
     else:
         skipped.append("fig30_exp9_vs_exp8_grid: no epoch records")
 
     # -- utilisation (Figures 22, 23, 27) from the runs' telemetry (util records)
-    util = df[df["kind"] == "util"]
-    drawn, missing = utilisation_figures(df, out)
+    drawn, missing = utilisation_figures(df, out, source)
     written.extend(drawn)
     skipped.extend(missing)
-    other = util[~util["exp"].isin([6, 7])]
-    if len(other):
-        fig, ax = plt.subplots(figsize=(8, 3.2))
-        fg.plot_utilisation(other, ax=ax, title="Utilisation, other runs")
-        written.extend(fg.save(fig, out, "util_other_runs"))
+    written.extend(other_utilisation_figure(df, out, source))
 
     # -- learning-rate schedules of experiments 4-9, one figure
     sched = schedules_frame(df)
@@ -227,75 +266,115 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path) -> tuple[list[
     for ax, exp in zip(axes.flat, range(4, 10)):
         fg.plot_lr_schedules(sched, ax=ax, experiment=exp)
         src = sched.loc[sched["experiment"] == exp, "source"]
-        ax.set_title(f"Experiment {exp}: {rf.QUALITY_SETTINGS[exp]['label']} ({src.iloc[0] if len(src) else ''})",
-                     fontsize=8)
+        title = f"Experiment {exp}: {schedule_title(df, exp)} ({src.iloc[0] if len(src) else ''})"
+        ax.set_title("\n".join(textwrap.wrap(title, 64)), fontsize=8)  # three panels a row: two lines at most
     fig.suptitle("Learning-rate schedules of experiments 4-9", fontsize=10)
-    written.extend(fg.save(fig, out, "lr_schedules_exp4-9"))
+    written.extend(fg.save(fig, out, "lr_schedules_exp4-9", source))
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     fg.plot_steady_state(rf.rq2_steady_state(ref), ax=ax)
-    written.extend(fg.save(fig, out, "rq2_steady_state"))
+    written.extend(fg.save(fig, out, "rq2_steady_state", "Made from the thesis's Tables 5/6 and 8/9 and Figures 12-13 "
+                           "(no runs)."))
     return written, skipped
 
 
-def utilisation_figures(df: pd.DataFrame, out: Path) -> tuple[list[Path], list[str]]:
-    """The thesis's Figures 22, 23 and 27 from the util records of real runs (fg.UTILISATION_FIGURES)."""
+def utilisation_figures(df: pd.DataFrame, out: Path, source: str | None = None) -> tuple[list[Path], list[str]]:
+    """The thesis's Figures 22, 23 and 27 from the util records of real runs (fg.utilisation_panels)."""
     written: list[Path] = []
-    skipped: list[str] = []
-    for name, title, exp, framework in fg.UTILISATION_FIGURES:
-        rows, note = fg.utilisation_rows(df, exp, framework)
-        if rows.empty:
-            skipped.append(f"{name}: no utilisation records (runs record them since trainers/telemetry.py)")
-            continue
-        fig, ax = plt.subplots(figsize=(8, 3.2))
-        fg.plot_utilisation(rows, ax=ax, title=f"{title}\n({note})" if note else title)
-        written.extend(fg.save(fig, out, name))
+    panels, skipped = fg.utilisation_panels(df)
+    for name, title, rows in panels:
+        fig, ax = plt.subplots(figsize=(10, 4))
+        fg.plot_utilisation(rows, ax=ax, title=title)
+        written.extend(fg.save(fig, out, name, source))
     return written, skipped
+
+
+def other_utilisation_figure(df: pd.DataFrame, out: Path, source: str | None = None) -> list[Path]:
+    """util_other_runs: a panel per experiment without a thesis utilisation figure; none without such runs."""
+    panels = fg.other_utilisation_panels(df)
+    if not panels:
+        return []
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3.0 * len(panels)), squeeze=False)
+    for ax, (title, rows) in zip(axes[:, 0], panels):
+        fg.plot_utilisation(rows, ax=ax, title=title)
+    fig.suptitle("Utilisation of the other experiments' runs, each at its largest worker count", fontsize=10)
+    return fg.save(fig, out, "util_other_runs", source)
 
 
 # ============================================================================================ entry point
 
 
-def make_report(runs=None, out="results", logs=None, notebooks: bool = True, quiet: bool = False) -> dict:
-    """Regenerate tables, figures and (optionally) the executed notebooks. Returns what was done.
-    runs: a runs root; by default this machine's results/runs, or the committed reference when that is empty."""
-    from .compare import default_runs_root, report_comparison
+class ReportError(ValueError):
+    """A report asked for that would overwrite what it must not: one line, exit 2."""
 
+
+def report_folder(runs: Path) -> Path:
+    """Where the report of `runs` goes. The committed report (results/tables, figures, rq*.ipynb) is the committed
+    reference's, so only that reference's report is written there; any other runs' report goes to a gitignored
+    folder of its own under results/report/, named after the runs folder (results/runs -> results/report/runs,
+    results/quick -> results/report/quick), so a user's report never rewrites the committed one."""
+    runs = Path(runs).resolve()
+    if runs == committed_runs().resolve():
+        return COMMITTED_REPORT
+    try:
+        name = runs.relative_to(COMMITTED_REPORT.resolve()).as_posix().replace("/", "-")
+    except ValueError:
+        name = runs.name
+    return REPORT_ROOT / name
+
+
+def committed_runs() -> Path:
+    """The runs the committed report was made from: the first reference machine's folder."""
+    machines = reference_machines()
+    return machines[0][1] if machines else COMMITTED_REPORT / "reference"
+
+
+def refuse_committed_place(runs: Path, out: Path) -> None:
+    """Only the committed reference's runs may write the committed report (or anything under results/reference)."""
+    out, base = out.resolve(), COMMITTED_REPORT.resolve()
+    if Path(runs).resolve() == committed_runs().resolve():
+        return
+    if out == base or base / "reference" in (out, *out.parents):
+        raise ReportError(f"analysis report: {out} holds the committed reference's report; the report of {runs} "
+                          f"goes to {report_folder(runs)} (leave out --out)")
+
+
+def clear_report(out: Path) -> None:
+    """Remove what an earlier report wrote into `out` (tables, figures, notebooks), so nothing stale survives a new
+    one: figures a run set can no longer draw, a comparison table of runs since removed. Files another command
+    writes there (make cost's tables) are kept."""
+    for folder in (out / "tables", out / "figures"):
+        for path in sorted(folder.glob("*")) if folder.is_dir() else []:
+            if path.is_file() and path.name not in OTHER_WRITERS:
+                path.unlink()
+    for path in sorted(out.glob("rq*.ipynb")):
+        path.unlink()
+
+
+def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: bool = False) -> dict:
+    """Regenerate tables, figures and (optionally) the executed notebooks into `out`, cleared first. Returns what
+    was done. runs: a runs root; by default this machine's results/runs, or the committed reference when that is
+    empty. out: by default report_folder(runs)."""
     t0 = time.perf_counter()
-    out = Path(out)
-    runs, origin = (Path(runs), str(runs)) if runs else default_runs_root()
+    if runs and not Path(runs).is_dir():  # a mistyped OUT= would otherwise give a report of nothing
+        raise ReportError(f"analysis report: no runs folder {runs} (a study's --out / OUT=, e.g. results/runs, "
+                          "results/quick or results/reference/vm-2cpu)")
+    runs, origin = (Path(runs), runs_label(runs)) if runs else default_runs_root()
+    out = Path(out) if out else report_folder(runs)
+    refuse_committed_place(runs, out)
+    clear_report(out)
     df = load_study(runs, logs)
     ref = rf.load_reference()
-    tables = build_tables(df, ref, out / "tables")
-    if origin == "this machine":  # this machine's runs beside the committed reference's, matched by fingerprint
+    source = made_from(df, runs)
+    tables = build_tables(df, ref, out / "tables", source)
+    if runs_label(runs) == "this machine":  # this machine's runs beside the committed reference's, by fingerprint
         tables += tb.write_table(report_comparison(df), out / "tables", "this_machine_vs_reference",
-                                 "This machine's runs, the committed reference's (by machine) and the thesis's")
-    # the notebooks run in their own kernels while this process draws the figures
-    nb_result: dict = {}
-    worker = None
-    if notebooks:
-        import IPython  # noqa: F401  (imported here, not half-way in the worker thread while pyplot looks for it)
-
-        from .notebooks import run_notebooks
-
-        plt.switch_backend("Agg")
-        def _work():
-            try:
-                nb_result["paths"] = run_notebooks(out, runs, logs)
-            except Exception as exc:  # reported after the figures are done
-                nb_result["error"] = exc
-
-        worker = threading.Thread(target=_work, name="notebooks")
-        worker.start()
-    figs, skipped = build_figures(df, ref, out / "figures")
+                                 "This machine's runs, the committed reference's (by machine) and the thesis's",
+                                 source=source)
+    worker, nb_result = _start_notebooks(out, runs, logs) if notebooks else (None, {})
+    figs, skipped = build_figures(df, ref, out / "figures", source)
     problems = list(df.attrs.get("problems", []))
-    index = ["# Report index", "", f"Runs: {int((df['kind'] == 'run').sum())} from {runs} ({origin})", "",
-             "## Tables", ""] + [f"- {p.name}" for p in tables if p.suffix == ".md"] + \
-            ["", "## Figures", ""] + [f"- {p.name}" for p in figs if p.suffix == ".png"] + \
-            ["", "## Not drawn", ""] + [f"- {s}" for s in skipped] + \
-            ["", "## Problems found while loading", ""] + [f"- {p}" for p in problems]
-    (out / "tables").mkdir(parents=True, exist_ok=True)
-    (out / "tables" / "README.md").write_text("\n".join(index) + "\n")
+    write_index(out, source, tables, figs, skipped, problems)
     nbs: list[Path] = []
     if worker is not None:
         worker.join()
@@ -304,10 +383,50 @@ def make_report(runs=None, out="results", logs=None, notebooks: bool = True, qui
         nbs = nb_result["paths"]
     info = {"runs": int((df["kind"] == "run").sum()), "tables": len(tables), "figures": len(figs),
             "skipped": skipped, "problems": problems, "notebooks": [str(p) for p in nbs],
-            "seconds": round(time.perf_counter() - t0, 2)}
+            "seconds": round(time.perf_counter() - t0, 2), "out": str(out)}
     if not quiet:
         print(f"report: {info['runs']} runs from {runs} ({origin}), {len(tables)} table files, {len(figs)} figure files, "
-              f"{len(nbs)} notebooks in {info['seconds']} s -> {out}")
+              f"{len(nbs)} notebooks in {info['seconds']} s")
         for p in problems:
             print(f"  problem: {p}")
+        print(f"report written to {_shown(out)}/ (tables/README.md lists it)")
     return info
+
+
+def _shown(path: Path) -> str:
+    """A path as the user would type it: relative to the current folder when it is under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve())) or "."
+    except ValueError:
+        return str(path)
+
+
+def _start_notebooks(out: Path, runs: Path, logs):
+    """The notebooks run in their own kernels (a thread) while this process draws the figures."""
+    import IPython  # noqa: F401  (imported here, not half-way in the worker thread while pyplot looks for it)
+
+    from .notebooks import run_notebooks
+
+    plt.switch_backend("Agg")
+    result: dict = {}
+
+    def _work():
+        try:
+            result["paths"] = run_notebooks(out, runs, logs)
+        except Exception as exc:  # reported after the figures are done
+            result["error"] = exc
+
+    worker = threading.Thread(target=_work, name="notebooks")
+    worker.start()
+    return worker, result
+
+
+def write_index(out: Path, source: str, tables, figs, skipped, problems) -> None:
+    """tables/README.md: which runs, and every table and figure written or not drawn (with why)."""
+    index = ["# Report index", "", source, "",
+             "## Tables", ""] + [f"- {p.name}" for p in tables if p.suffix == ".md"] + \
+            ["", "## Figures", ""] + [f"- {p.name}" for p in figs if p.suffix == ".png"] + \
+            ["", "## Not drawn", ""] + [f"- {s}" for s in skipped] + \
+            ["", "## Problems found while loading", ""] + [f"- {p}" for p in problems]
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    (out / "tables" / "README.md").write_text("\n".join(index) + "\n")

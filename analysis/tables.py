@@ -239,11 +239,14 @@ def _fmt(v, col: str) -> str:
     return str(v)
 
 
-def to_markdown(df: pd.DataFrame, title: str | None = None, notes: list[str] | None = None) -> str:
-    """A plain pipe table (no extra dependency)."""
+def to_markdown(df: pd.DataFrame, title: str | None = None, notes: list[str] | None = None,
+                source: str | None = None) -> str:
+    """A plain pipe table (no extra dependency); source: the line saying which runs it was made from."""
     lines = []
     if title:
         lines += [f"### {title}", ""]
+    if source:
+        lines += [source, ""]
     cols = list(df.columns)
     lines.append("| " + " | ".join(cols) + " |")
     lines.append("|" + "|".join("---" for _ in cols) + "|")
@@ -255,11 +258,12 @@ def to_markdown(df: pd.DataFrame, title: str | None = None, notes: list[str] | N
 
 
 def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, title: str | None = None,
-                notes: list[str] | None = None) -> list[Path]:
-    """Save a table as <name>.csv and <name>.md; returns the paths."""
+                notes: list[str] | None = None, source: str | None = None) -> list[Path]:
+    """Save a table as <name>.csv and <name>.md (source: which runs it was made from, under the title); returns the
+    paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"
     df.to_csv(csv, index=False, float_format="%.6g", lineterminator="\n")
-    md.write_text(to_markdown(df, title, notes))
+    md.write_text(to_markdown(df, title, notes, source))
     return [csv, md]

@@ -38,9 +38,15 @@ def test_rate_prefers_ours_then_the_thesis_then_nothing():
     thesis = REF.dropna(subset=["throughput"])
     assert cost.rate(ours, thesis, "thesis", "horovod+pytorch", 128, 32) == (7000.0, "ours (thesis scale)")
     assert cost.rate(NO_RUNS, thesis, "thesis", "horovod+pytorch", 128, 32) == (6104.32, "thesis Table 9 (P100)")
-    assert cost.rate(NO_RUNS, thesis, "gpu", "emulated", 128, 1) == (207.11, "thesis Table 2 (P100)")
     speed, source = cost.rate(NO_RUNS, thesis, "thesis", "horovod+pytorch", 32, 32)
-    assert math.isnan(speed) and source == "unmeasured"
+    assert math.isnan(speed) and source == "no measurement"
+    # the gpu scale's GPU is not a P100: its rows take its own benchmark or nothing
+    assert cost.rate(NO_RUNS, thesis, "gpu", "emulated", 128, 1, bench=BENCH.iloc[0:0])[1] == "no measurement"
+
+
+BENCH = pd.DataFrame({"device": "H100", "file": "bench_gpu.json", "numerics": ["fp32", "fp32", "bf16+cl+compiled"],
+                      "wrapper": ["ddp", "single", "single"], "per_gpu_batch": [128, 128, 256],
+                      "images_per_s": [900.0, 950.0, 5000.0]})
 
 
 def test_rate_takes_our_measurement_of_the_same_numerics_only():
@@ -48,10 +54,19 @@ def test_rate_takes_our_measurement_of_the_same_numerics_only():
                          "gpus": [1], "steady_images_per_s": [2500.0], "thesis_images_per_s": [2400.0]})
     thesis = REF.dropna(subset=["throughput"])
     assert cost.rate(ours, thesis, "gpu", "pytorch", 128, 1, "bf16+cl") == (2500.0, "ours (gpu scale)")
-    assert cost.rate(ours, thesis, "gpu", "pytorch", 128, 1) == (207.11, "thesis Table 2 (P100)")  # fp32: not bf16's
-    rows = {r["configuration"]: r for r in cost.study_rows(EXPERIMENTS / "01_throughput_single_gpu", "gpu", ours, REF)}
-    assert rows["gpu-b128-ddp-bf16-cl"]["images_per_s"] == 2500.0 and rows["gpu-b128-ddp"]["images_per_s"] == 207.11
-    assert rows["gpu-b128-ddp-bf16-cl-compiled"]["rate_source"] == "thesis Table 2 (P100)"  # compiled: unmeasured
+    # fp32 takes the benchmark's fp32 row, never the bf16 run's rate nor the P100's
+    assert cost.rate(ours, thesis, "gpu", "pytorch", 128, 1, bench=BENCH) == (900.0, "bench_gpu.json (H100)")
+    assert cost.rate(ours, thesis, "gpu", "emulated", 128, 1, "bf16+cl", BENCH)[0] == 2500.0  # ours first
+    assert cost.rate(NO_RUNS, thesis, "gpu", "emulated", 256, 1, "bf16+cl+compiled", BENCH) == \
+        (5000.0, "bench_gpu.json (H100)")
+    rows = {r["configuration"]: r for r in cost.study_rows(EXPERIMENTS / "01_throughput_single_gpu", "gpu", ours, REF,
+                                                           BENCH)}
+    assert rows["gpu-b128-ddp-bf16-cl"]["images_per_s"] == 2500.0 and rows["gpu-b128-ddp"]["images_per_s"] == 900.0
+    for name in ("gpu-b128-ddp-bf16-cl-compiled", "gpu-b128-ddp-tf32", "gpu-b64-ddp"):  # measured by nothing
+        assert rows[name]["rate_source"] == "no measurement" and math.isnan(rows[name]["images_per_s"]), name
+    thesis_rows = {r["configuration"]: r for r in cost.study_rows(EXPERIMENTS / "01_throughput_single_gpu", "thesis",
+                                                                  NO_RUNS, REF, BENCH)}
+    assert thesis_rows["thesis-b128-ddp"]["rate_source"] == "thesis Table 2 (P100)"  # the thesis scale's own GPU
 
 
 def test_experiment6_at_the_thesis_scale_against_its_own_wall_clock():
@@ -73,6 +88,17 @@ def test_totals_sum_runs_and_leave_unmeasured_configurations_out_loudly():
     t = cost.totals(c).set_index("experiment")
     assert t.loc["07", "gpu_hours"] == 4.0 and t.loc["07", "configurations_unmeasured"] == 1
     assert t.loc["06", "sequential_wallclock_s"] == 3 * 7200.0 and t.loc["07", "runs"] == 3
+
+
+def test_the_printed_totals_say_which_experiments_gpus_and_gaps_they_hold():
+    c = pd.DataFrame({"experiment": ["06_x", "07_x", "10_x"], "scale": "gpu", "runs": [3, 1, 2],
+                      "images_per_s": [100.0, math.nan, 100.0], "run_wallclock_s": [3600.0, math.nan, 3600.0],
+                      "gpu_hours": [3.0, math.nan, 2.0],
+                      "rate_source": ["bench_gpu.json (H100)", "no measurement", "bench_gpu.json (H100)"]})
+    lines = cost.summary_lines(cost.totals(c))
+    assert lines[0].startswith("gpu, the thesis's experiments (experiments 6-7): 3.0 GPU-hours")
+    assert "rates measured on H100" in lines[0] and "1 configuration(s) with no measurement left out" in lines[0]
+    assert lines[1].startswith("gpu, beyond the thesis (experiment 10): 2.0 GPU-hours")
 
 
 def test_list_schedule_runs_jobs_in_plan_order_on_the_first_free_slot():

@@ -24,7 +24,8 @@ def epochs(exp, gpus, err0, framework="emulated", scale="local", per_gpu_batch=4
             top1 = 100 - (err0 - 5 * e) + seed
             rows.append({"kind": "epoch", "exp": exp, "framework": framework, "gpus": gpus,
                          "per_gpu_batch": per_gpu_batch, "global_batch": gpus * per_gpu_batch, "lr": 0.1 * gpus,
-                         "warmup": warmup, "scale": scale, "numerics": numerics, "run": f"w{gpus}-s{seed}", "epoch": e,
+                         "warmup": warmup, "epochs": n, "scale": scale, "numerics": numerics, "run": f"w{gpus}-s{seed}",
+                         "epoch": e,
                          "train_top1": top1, "val_top1": top1 - 2})
     return pd.DataFrame(rows)
 
@@ -62,28 +63,52 @@ def test_grid_of_two_experiments_names_them_per_panel():
     assert titles[0].startswith("exp 6: 32 emulated workers (bs=128") and titles[1].startswith("exp 7: 32 emulated")
 
 
-def test_error_curves_label_emulated_workers_and_the_baseline():
+def test_error_curves_label_emulated_workers_the_baseline_warm_up_and_seeds():
     fig, ax = plt.subplots()
-    fg.plot_error_curves(pd.concat([epochs(5, 1, 60), epochs(6, 8, 70, warmup="stepping-1")]), ax=ax, which="val")
+    fg.plot_error_curves(pd.concat([epochs(5, 1, 60), epochs(6, 8, 70, warmup="stepping-1", seeds=3)]), ax=ax,
+                         which="val")
     labels = legend_texts(ax)
     assert len(ax.get_lines()) == 2 and len(labels) == 2
-    assert labels[0].startswith("1 emulated worker (bs=4") and "[local scale]" in labels[0]
-    assert labels[1].startswith("8 emulated workers (bs=32") and "stepping-1" in labels[1]
+    assert labels[0] == "1 emulated worker (bs=4, lr=0.1; 2 seeds) [local scale]"
+    # the miniature's warm-up as a share of its own epochs, never the thesis's '5-epoch'
+    assert labels[1] == "8 emulated workers (bs=32, lr=0.8, stepping warm-up 1 of 6 epochs; 3 seeds) [local scale]"
 
 
-def test_thesis_best_error_is_marked_beside_thesis_scale_curves_only():
+def test_the_thesis_best_error_is_marked_beside_every_fp32_curve_it_has_a_row_for():
     ref = rf.load_reference()
     thesis_run = epochs(6, 32, 90, framework="horovod+pytorch", scale="thesis", per_gpu_batch=128)
-    local_run = epochs(6, 32, 90, framework="horovod+pytorch", scale="local", per_gpu_batch=128)
+    local_run = epochs(6, 32, 90, scale="local")
+    for run, filled in ((thesis_run, True), (local_run, False)):
+        fig, ax = plt.subplots()
+        fg.plot_error_curves(run, ax=ax, which="val", reference=ref)
+        markers = [line for line in ax.get_lines() if line.get_label() == fg.THESIS_MARK]
+        assert len(markers) == 1
+        assert markers[0].get_ydata()[0] == pytest.approx(100 - 74.662)  # Table 12, Horovod, 32 GPUs
+        assert markers[0].get_xdata()[0] > 5  # beside the curve's last epoch, not on it
+        assert (markers[0].get_markerfacecolor() != "none") is filled  # hollow beside another scale's curve
+        assert fg.THESIS_MARK in legend_texts(ax)
     fig, ax = plt.subplots()
-    fg.plot_error_curves(thesis_run, ax=ax, which="val", reference=ref)
-    markers = [line for line in ax.get_lines() if line.get_label().startswith("thesis best")]
-    assert len(markers) == 1
-    assert markers[0].get_ydata()[0] == pytest.approx(100 - 74.662)  # Table 12, Horovod, 32 GPUs
-    assert markers[0].get_xdata()[0] == 5
+    fg.plot_error_curves(epochs(6, 32, 90, numerics="bf16+cl"), ax=ax, which="val", reference=ref)
+    assert len(ax.get_lines()) == 1  # the thesis ran fp32 only
     fig, ax = plt.subplots()
-    fg.plot_error_curves(local_run, ax=ax, which="val", reference=ref)
-    assert len(ax.get_lines()) == 1  # a miniature's curve gets no thesis value beside it
+    fg.plot_error_curves(epochs(6, 2, 90), ax=ax, which="val", reference=ref)
+    assert len(ax.get_lines()) == 1  # no thesis row for experiment 6 at 2 GPUs
+
+
+def test_titles_name_the_runs_warm_up_beside_the_thesiss():
+    six = epochs(6, 32, 90, warmup="stepping-4").assign(epochs=72)
+    assert rp.warmup_phrase(six, 6) == "stepping warm-up 4 of 72 epochs (thesis: 5 of 90)"
+    assert rp.warmup_phrase(six.iloc[0:0], 9) == "gradual warm-up (10 of 90 epochs in the thesis)"
+
+
+def test_utilisation_legend_sits_beside_the_axes_and_short_series_show():
+    util = pd.DataFrame({"kind": "util", "run": ["a", "a", "b"], "device": ["cpu process", "cpu system", "cpu process"],
+                         "t": [0.0, 0.0, 0.0], "util_pct": [50.0, 90.0, 40.0]})
+    ax = fg.plot_utilisation(util)
+    anchor = ax.get_legend().get_bbox_to_anchor().transformed(ax.transAxes.inverted())
+    assert anchor.x0 > 1.0  # right of the axes, off the data
+    assert all(line.get_marker() == "o" for line in ax.get_lines())  # one sample each: markers, not invisible lines
+    assert ax.get_ylabel() == "utilisation (%)"
 
 
 # ============================================================================================ scaling
@@ -127,6 +152,16 @@ def test_figure17_puts_cpu_runs_on_their_own_row_and_legends_only_drawn_series()
     assert len([t for t in axes[1, 0].get_yticklabels() if t.get_text()]) >= 3  # a narrow range still gets ticks
 
 
+def test_a_series_without_a_1_gpu_run_is_named_in_the_speed_up_panel():
+    frame = scaling_frame()
+    horovod = frame[frame["scale"] == "local scale"].assign(framework="horovod+pytorch", speedup=np.nan)
+    horovod = horovod[horovod["gpus"] > 1]
+    fig = rp.scaling_figure(pd.concat([frame, horovod], ignore_index=True), "Figure 17",
+                            framework=["pytorch", "horovod+pytorch"])
+    ax = np.array(fig.axes).reshape(2, 2)[1, 1]
+    assert ax.get_xlabel() == "GPUs (workers)\nno speed-up (no 1-GPU run): Horovod+PyTorch b=128"
+
+
 def test_each_numerics_is_a_line_of_its_own_named_unless_fp32():
     frame = scaling_frame()
     ours = frame[frame["scale"] == "local scale"]
@@ -143,8 +178,8 @@ def test_each_numerics_is_a_line_of_its_own_named_unless_fp32():
     fig, ax = plt.subplots()
     fg.plot_error_curves(pd.concat([epochs(5, 1, 60), epochs(5, 1, 50, numerics="bf16+cl")]), ax=ax, which="val")
     labels = legend_texts(ax)
-    assert len(ax.get_lines()) == 2 and labels[0].startswith("1 emulated worker (bs=4, lr=0.1, bf16+cl)")
-    assert labels[1].startswith("1 emulated worker (bs=4, lr=0.1)")
+    assert len(ax.get_lines()) == 2 and labels[0].startswith("1 emulated worker (bs=4, lr=0.1, bf16+cl; 2 seeds)")
+    assert labels[1].startswith("1 emulated worker (bs=4, lr=0.1; 2 seeds)")
 
 
 def test_scaling_figure_without_other_scales_is_one_row():
@@ -184,5 +219,8 @@ def test_figures_24_and_28_get_the_one_worker_baseline():
     assert set(base["exp"]) == {5} and set(base["gpus"]) == {1}
     fig = rp._two_panel(pd.concat([base, df[df["exp"] == 6]]), "Figure 24")
     train, val = fig.axes[:2]
-    assert [t.split(" (")[0] for t in legend_texts(train)] == ["1 emulated worker", "8 emulated workers"]
+    # one legend for both panels, beside the validation panel (off the data)
+    assert not legend_texts(train)
+    assert [t.split(" (")[0] for t in legend_texts(val)] == ["1 emulated worker", "8 emulated workers"]
+    assert val.get_legend().get_bbox_to_anchor().transformed(val.transAxes.inverted()).x0 > 1.0
     assert train.get_ylim() == val.get_ylim()

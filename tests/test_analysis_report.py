@@ -83,3 +83,79 @@ def test_notebooks_execute_and_are_reproducible(tmp_path):
     rq2 = json.loads((tmp_path / "a" / "rq2_horovod_speedup.ipynb").read_text())
     text = json.dumps(rq2)
     assert "32 GPUs: thesis formula Horovod 6104 vs PyTorch 5697" in text
+
+
+# ============================================================================================ one report, one source
+
+
+def _committed_report_state() -> tuple[str, dict[str, str]]:
+    """git's view of results/ and the bytes of every file a report could write in the committed place."""
+    import hashlib
+    import subprocess
+
+    from analysis.report import COMMITTED_REPORT
+
+    status = subprocess.run(["git", "status", "--porcelain", "--", str(COMMITTED_REPORT)], capture_output=True,
+                            text=True, cwd=COMMITTED_REPORT.parent).stdout
+    files = [*COMMITTED_REPORT.glob("tables/*"), *COMMITTED_REPORT.glob("figures/*"), *COMMITTED_REPORT.glob("rq*.ipynb")]
+    return status, {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(files) if p.is_file()}
+
+
+def test_a_report_of_other_runs_leaves_the_committed_report_alone_and_its_own_folder_fresh(tmp_path, monkeypatch):
+    import shutil
+
+    from analysis import report
+
+    runs = tmp_path / "runs"
+    shutil.copytree(FIX / "runs" / "05_linear_scaling" / "w1-s0", runs / "05_linear_scaling" / "w1-s0")
+    monkeypatch.setattr(report, "REPORT_ROOT", tmp_path / "report")
+    out = report.report_folder(runs)
+    assert out == tmp_path / "report" / "runs"
+    # what an earlier report of other runs left there: a figure these runs can't draw, a comparison, a notebook
+    stale = [out / "figures" / "fig30_exp9_vs_exp8_grid.png", out / "tables" / "this_machine_vs_reference.md",
+             out / "rq3_model_quality.ipynb"]
+    for p in stale:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("stale")
+    before = _committed_report_state()
+    info = make_report(runs, notebooks=False, quiet=True)
+    assert _committed_report_state() == before  # not one committed byte rewritten
+    assert info["out"] == str(out) and info["runs"] == 1
+    assert not any(p.exists() for p in stale[:1] + stale[2:])
+    comparison = (out / "tables" / "this_machine_vs_reference.md").read_text()  # redrawn from these runs
+    assert "stale" not in comparison
+    index = (out / "tables" / "README.md").read_text()
+    assert f"Made from 1 run in {runs.resolve()} (this machine" in index
+    # every table says which runs it shows
+    for md in (out / "tables").glob("*.md"):
+        assert "Made from 1 run in" in md.read_text(), md.name
+
+
+def test_the_committed_place_takes_only_the_committed_reference(tmp_path):
+    from analysis.report import COMMITTED_REPORT, ReportError, committed_runs, report_folder
+
+    assert report_folder(committed_runs()) == COMMITTED_REPORT
+    assert report_folder(COMMITTED_REPORT / "quick") == COMMITTED_REPORT / "report" / "quick"
+    assert report_folder(COMMITTED_REPORT / "reference" / "vm-2cpu-18ep") == \
+        COMMITTED_REPORT / "report" / "reference-vm-2cpu-18ep"
+    before = _committed_report_state()
+    with pytest.raises(ReportError, match="committed reference's report"):
+        make_report(FIX / "runs", COMMITTED_REPORT, notebooks=False, quiet=True)
+    assert _committed_report_state() == before
+
+
+def test_report_cli_refuses_the_committed_place_in_one_line(capsys):
+    from analysis.__main__ import main
+    from analysis.report import COMMITTED_REPORT
+
+    assert main(["report", "--runs", str(FIX / "runs"), "--out", str(COMMITTED_REPORT), "--no-notebooks"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "results/report/runs" in err
+
+
+def test_report_of_a_missing_runs_folder_is_one_line(tmp_path, capsys):
+    from analysis.__main__ import main
+
+    assert main(["report", "--runs", str(tmp_path / "nowhere"), "--no-notebooks"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no runs folder" in err and not (tmp_path / "nowhere").exists()

@@ -1,5 +1,6 @@
 """Studies: the nine experiments expand into the thesis's runs, at every scale, without running anything."""
 import json
+import os
 import re
 from pathlib import Path
 
@@ -223,3 +224,79 @@ def test_a_fresh_clones_throughput_study_runs_every_run_and_prints_images_per_s(
     horovod_skipped = out.count("Horovod is not built here")
     assert len(ran) + horovod_skipped == 6, out
     assert "this machine" in out and "reference: vm-2cpu" in out and "thesis" in out
+
+
+def test_the_closing_hint_names_the_runs_folder_the_report_must_read():
+    from trainers.study import FULL_OUT, QUICK_OUT, report_hint
+
+    assert report_hint(FULL_OUT) == "`make report` turns them into tables and figures"
+    assert "`make report OUT=results/quick`" in report_hint(QUICK_OUT)
+    assert "`make report OUT=/tmp/x`" in report_hint(Path("/tmp/x"))
+
+
+# ---- time on every progress line ------------------------------------------------------------------------------
+def test_a_runs_time_left_comes_from_its_epochs_then_this_studys_runs_then_the_reference():
+    from trainers.study_clock import Clock, duration
+
+    clock = Clock(jobs=2, reference={"fp": [600.0, 800.0]}, now=0.0)
+    assert clock.expected("fp") == (700.0, "the reference's time") and clock.expected("other") == (None, "")
+    # no epoch yet: the reference's whole run, less what has passed
+    assert clock.run_left("fp", epochs=72, done=0, done_at_start=0, elapsed=100.0) == (600.0, "the reference's time")
+    # 6 epochs in 60 s: 10 s an epoch for the 66 left; a resumed run counts only the epochs of this session
+    assert clock.run_left("fp", 72, 6, 0, 60.0) == (660.0, "from its 6 epoch(s)")
+    assert clock.run_left("fp", 72, 40, 36, 60.0) == (32 * 15.0, "from its 4 epoch(s)")
+    assert clock.run_left("new", 72, 0, 0, 5.0) == (None, "")
+    # the study: active runs hold the two slots, waiting runs go to the slot that frees first
+    assert clock.study_left([100.0, 300.0], ["fp", "fp"]) == f"~{duration(1000.0)} left"
+    assert clock.study_left([100.0], ["new"]) == f"~{duration(100.0)} left + 1 run(s) not yet timed"
+    assert clock.study_left([None], []) == "time left: no estimate yet"
+    assert [duration(s) for s in (45, 720, 3900)] == ["45 s", "12 min", "1 h 05 min"]
+
+
+def test_the_committed_references_times_are_found_by_fingerprint():
+    from trainers.study_clock import reference_seconds
+
+    study = load_study(REPO / "experiments/05_linear_scaling", "local", quick=False, seeds=None, overrides=[])
+    times = reference_seconds(study.experiment.name)
+    plans = planned_runs(study, "local", Path("/nonexistent"))
+    assert all(times.get(p.fingerprint) for p in plans)  # every plan of the study has a reference time
+    assert all(60 < t < 4 * 3600 for ts in times.values() for t in ts)
+
+
+def test_every_progress_line_of_a_study_carries_elapsed_time_and_time_left(tmp_path, monkeypatch, capsys):
+    """drive() with runs that pretend to train (an epoch record, then exit 0): each line says how long it has
+    taken and what is left, of the run and of the whole study."""
+    from trainers import study as st
+    from trainers.study_clock import Clock
+
+    plans = planned_runs(load_study(REPO / "experiments/05_linear_scaling", "local", quick=True, seeds=1,
+                                    overrides=[]), "local", tmp_path)
+
+    class FakeProcess:
+        def __init__(self, run_dir):
+            self.run_dir, self.polls, self.returncode = run_dir, 0, 0
+
+        def poll(self):
+            self.polls += 1
+            if self.polls == 2:  # the run has logged its first epoch
+                (self.run_dir / "metrics.jsonl").write_text(json.dumps(
+                    {"kind": "epoch", "epoch": 0, "val_top1": 12.5, "time": 0.0}) + "\n")
+            return None if self.polls < 4 else 0
+
+    def fake_start(plan, index, jobs):
+        plan.run_dir.mkdir(parents=True, exist_ok=True)
+        return st.Active(plan, index, [FakeProcess(plan.run_dir)], open(os.devnull, "w"), st.time.time())
+
+    monkeypatch.setattr(st, "start_local", fake_start)
+    monkeypatch.setattr(st.time, "sleep", lambda s: None)
+    progress = st.Progress(len(plans))
+    progress.tty = False
+    clock = Clock(1, {plans[1].fingerprint: [300.0]}, st.time.time())
+    assert st.drive(list(enumerate(plans, start=1)), [], 1, progress, True, clock) == 0
+    lines = capsys.readouterr().out.splitlines()
+    epochs = [line for line in lines if ": epoch 1/" in line]
+    assert len(epochs) == len(plans), lines
+    for line in epochs:
+        assert re.search(r"; \d+ s in, ~\d+ s left \(from its 1 epoch\(s\)\); study \d+ s in, ~\d+ (s|min) left", line), line
+    assert re.search(r"\[2/2\] .*~5 min \(the reference's time\)", "\n".join(lines))  # before its first epoch
+    assert all("study" in line for line in lines)

@@ -82,3 +82,22 @@ def test_study_dry_run_warns_when_imagenet_dir_is_unset(capsys, monkeypatch):
     monkeypatch.setenv("IMAGENET_DIR", sys.prefix)
     assert main(["study", str(EXP6), "--scale", "gpu", "--dry-run"]) == 0
     assert "IMAGENET_DIR" not in capsys.readouterr().err
+
+
+def test_config_prints_only_the_settings_the_data_kind_and_model_read(tmp_path, capsys):
+    assert main(["config", str(EXP6), "--scale", "thesis"]) == 0
+    thesis = capsys.readouterr().out
+    body = [line.split(" =")[0] for line in thesis.splitlines() if line and not line.startswith(("#", "["))]
+    for key in ("classes", "per_class", "val_per_class", "data_seed", "synthetic_images", "width"):
+        assert key not in body, key  # the generated data's and the CIFAR ResNets' settings: imagefolder + ResNet-50
+    assert "path" in body and "decoder" in body
+    assert "left out, not read by this data kind or model" in thesis
+    assert main(["config", str(EXP6), "--scale", "local"]) == 0
+    local = capsys.readouterr().out
+    body = [line.split(" =")[0] for line in local.splitlines() if line and not line.startswith(("#", "["))]
+    assert {"classes", "per_class", "width"} <= set(body) and "decoder" not in body and "path" not in body
+    for text, scale in ((thesis, "thesis"), (local, "local")):  # still loads back as the same config
+        printed = tmp_path / f"{scale}.toml"
+        printed.write_text(text)
+        assert load_config(printed, scale, need_data=False).to_dict() == \
+            load_config(EXP6, scale, need_data=False).to_dict()

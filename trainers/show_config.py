@@ -11,7 +11,27 @@ import json
 import math
 from typing import Any
 
-from trainers.config import Config
+from trainers.config import Config, DataConfig, ModelConfig
+
+# Settings that only one data kind reads (trainers/data/datasets.py); any other key applies to every kind.
+DATA_KIND_KEYS = {"imagefolder": ("path", "decoder", "max_image_pixels"),
+                  "generated": ("classes", "per_class", "val_per_class", "data_seed"),
+                  "synthetic": ("synthetic_images",)}
+CIFAR_ONLY = ("width",)  # the CIFAR-style ResNets' first-stage channels; torchvision's ResNets have their own
+
+
+def not_applying(doc: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """(section, key) -> why, for the settings the run's data kind or model never reads."""
+    kind = doc["data"].get("kind")
+    out = {("data", key): f'data.kind = "{kind}" does not read it' for other, keys in DATA_KIND_KEYS.items()
+           if other != kind for key in keys}
+    if not str(doc["model"].get("name", "")).startswith("cifar_"):
+        out.update({("model", key): f'model.name = "{doc["model"].get("name")}" does not read it' for key in CIFAR_ONLY})
+    return out
+
+
+def _default(section: str, key: str) -> Any:
+    return getattr({"data": DataConfig, "model": ModelConfig}[section](), key)
 
 
 def document(cfg: Config) -> dict[str, Any]:
@@ -43,9 +63,18 @@ def to_toml(doc: dict[str, Any]) -> str:
             continue
         lines.append(f"#   {key} = {'none' if v is None else toml_value(v)}")
     lines.append("#   schedule (lr at the start of each epoch) = " + toml_value([round(x, 6) for x in res["schedule"]]))
+    skip = not_applying(doc)
+    hidden = sorted(f"{s}.{k}" for (s, k) in skip if doc[s].get(k) == _default(s, k))
+    if hidden:  # at their defaults they change nothing, and loading the TOML back gives them again
+        lines.append(f"# left out, not read by this data kind or model (at their defaults): {', '.join(hidden)}")
     for section, values in doc.items():
         if isinstance(values, dict) and section != "resolved":
-            lines += ["", f"[{section}]"] + [f"{k} = {toml_value(v)}" for k, v in values.items()]
+            lines += ["", f"[{section}]"]
+            for k, v in values.items():
+                why = skip.get((section, k))
+                if why and v == _default(section, k):
+                    continue
+                lines.append(f"{k} = {toml_value(v)}" + (f"  # set, but {why}" if why else ""))
     return "\n".join(lines) + "\n"
 
 

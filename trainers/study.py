@@ -23,6 +23,7 @@ import itertools
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from trainers import runfolder
 from trainers.backends import Launch, choose_backend, free_port, horovod_available, torchrun_command
 from trainers.config import Config, ConfigError, find_scales_file, load_config, read_toml
 from trainers.fingerprint import config_fingerprint, folder_fingerprint
+from trainers.study_clock import Clock, duration, reference_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
@@ -242,6 +244,8 @@ class Progress:
     def show(self, index: int, label: str, text: str, final: bool = False) -> None:
         line = f"[{index}/{self.total}] {label}: {text}"
         if self.tty:
+            if not final:  # a line updated in place must not wrap: "\r" goes back to the start of its last row only
+                line = line[:max(20, shutil.get_terminal_size().columns - 1)]
             sys.stdout.write("\r\033[K" + line + ("\n" if final else ""))
             sys.stdout.flush()
         elif final:
@@ -258,6 +262,7 @@ class Active:
     console: Any
     started: float
     seen: dict | None = None
+    done_at_start: int = 0  # epochs a resumed run had before this session (its rate counts only the new ones)
 
     def poll(self) -> int | None:
         if any(p.poll() is None for p in self.procs):
@@ -286,11 +291,12 @@ def start_local(plan: Plan, index: int, jobs: int) -> Active:
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.setdefault("OMP_NUM_THREADS", str(threads_per_process(plan, jobs)))  # a user's own setting wins
+    before = last_epoch(plan.run_dir)
     console = open(plan.run_dir / "console.log", "a")
     # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint)
     procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
              for c in local_commands(plan)]
-    return Active(plan, index, procs, console, time.time())
+    return Active(plan, index, procs, console, time.time(), done_at_start=before["epoch"] + 1 if before else 0)
 
 
 def summary(run_dir: Path) -> str:
@@ -323,45 +329,86 @@ def mark_failed_if_silent(run_dir: Path, code: int) -> None:
         lock.release()
 
 
-def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, have_horovod: bool) -> int:
-    """Start runs while fewer than `jobs` are active; report each as it ends. Returns the number that failed."""
+def time_left(run: Active, clock: Clock, now: float) -> tuple[float | None, str]:
+    """An active run's seconds left and where the estimate comes from (its epochs, this study's runs, the reference)."""
+    record = run.seen or last_epoch(run.plan.run_dir)
+    done = record["epoch"] + 1 if record else run.done_at_start
+    epochs = run.plan.cfg.train.epochs if not run.plan.cfg.bench.batches else 1
+    return clock.run_left(run.plan.fingerprint, epochs, done, run.done_at_start, now - run.started)
+
+
+def study_time(active: list[Active], waiting: list, clock: Clock, now: float) -> str:
+    """'study 12 min in, ~40 min left': the whole study's elapsed time and what its unfinished runs still need."""
+    left = [time_left(run, clock, now)[0] for run in active]
+    pending = [plan.fingerprint for _, plan in waiting if plan.status not in FINISHED]
+    return f"study {clock.elapsed(now)} in, {clock.study_left(left, pending)}"
+
+
+def run_time(run: Active, clock: Clock, now: float) -> str:
+    """'3 min in, ~9 min left (from its 5 epoch(s))' for an active run."""
+    left, why = time_left(run, clock, now)
+    eta = f"~{duration(left)} left ({why})" if left is not None else "no estimate yet"
+    return f"{duration(now - run.started)} in, {eta}"
+
+
+def start_waiting(waiting: list, active: list[Active], jobs: int, progress: Progress, have_horovod: bool,
+                  clock: Clock) -> int:
+    """Start runs while fewer than `jobs` are active, with a line each (its expected time); returns the failures
+    (runs another process holds)."""
+    failures = 0
+    while waiting and len(active) < jobs:
+        index, plan = waiting.pop(0)
+        label = f"{plan.cfg.experiment}/{plan.run.name}"
+        if plan.status in FINISHED:
+            progress.show(index, label, f"skipped, already {plan.status}", final=True)
+            continue
+        if plan.backend == "horovod" and not have_horovod:
+            progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
+            continue
+        if runfolder.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it
+            progress.show(index, label, "skipped: in use by another process", final=True)
+            failures += 1
+            continue
+        c = plan.cfg
+        work = f"{c.bench.batches} timed batches" if c.bench.batches else f"{c.train.epochs} epochs"
+        total, why = clock.expected(plan.fingerprint)
+        expect = f", ~{duration(total)} ({why})" if total is not None else ""
+        active.append(start_local(plan, index, jobs))
+        progress.show(index, label, f"{plan.backend}, {plan.run.workers} worker(s), {work}{expect}...; "
+                                    f"{study_time(active, waiting, clock, time.time())}",
+                      final=not progress.tty or jobs > 1)
+    return failures
+
+
+def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, have_horovod: bool,
+          clock: Clock | None = None) -> int:
+    """Start runs while fewer than `jobs` are active; report each epoch and each run's end with the time it took and
+    the time left. Returns the number that failed."""
+    clock = clock or Clock(jobs, {}, time.time())
     failures = 0
     while waiting or active:
-        while waiting and len(active) < jobs:
-            index, plan = waiting.pop(0)
-            label = f"{plan.cfg.experiment}/{plan.run.name}"
-            if plan.status in FINISHED:
-                progress.show(index, label, f"skipped, already {plan.status}", final=True)
-                continue
-            if plan.backend == "horovod" and not have_horovod:
-                progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
-                continue
-            if runfolder.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it
-                progress.show(index, label, "skipped: in use by another process", final=True)
-                failures += 1
-                continue
-            c = plan.cfg
-            work = f"{c.bench.batches} timed batches" if c.bench.batches else f"{c.train.epochs} epochs"
-            progress.show(index, label, f"{plan.backend}, {plan.run.workers} worker(s), {work}...",
-                          final=not progress.tty or jobs > 1)
-            active.append(start_local(plan, index, jobs))
+        failures += start_waiting(waiting, active, jobs, progress, have_horovod, clock)
         time.sleep(0.5)
         for run in list(active):
             label = f"{run.plan.cfg.experiment}/{run.plan.run.name}"
             code = run.poll()
+            now = time.time()
             if code is None:
                 record = last_epoch(run.plan.run_dir)
                 if record and record != run.seen:  # side by side on a terminal, the newest epoch of any run
                     run.seen = record
                     progress.show(run.index, label, f"epoch {record['epoch'] + 1}/{run.plan.cfg.train.epochs}, "
-                                                    f"val top-1 {record['val_top1']:.1f} %", final=not progress.tty)
+                                                    f"val top-1 {record['val_top1']:.1f} %; {run_time(run, clock, now)}; "
+                                                    f"{study_time(active, waiting, clock, now)}",
+                                  final=not progress.tty)
                 continue
             active.remove(run)
             failures += code not in (0, 3)  # a diverged run is a result, not a failure
             if code not in (0, 3):
                 mark_failed_if_silent(run.plan.run_dir, code)
-            progress.show(run.index, label, f"{summary(run.plan.run_dir)} ({time.time() - run.started:.0f} s, "
-                                            f"exit {code})", final=True)
+            clock.finished(run.plan.fingerprint, run.plan.run_dir)
+            progress.show(run.index, label, f"{summary(run.plan.run_dir)} ({duration(now - run.started)}, "
+                                            f"exit {code}); {study_time(active, waiting, clock, now)}", final=True)
     return failures
 
 
@@ -401,15 +448,23 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
     active: list[Active] = []
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops a study as Ctrl-C does
     try:
-        failures = drive(waiting, active, jobs, progress, have_horovod)
+        clock = Clock(jobs, reference_seconds(study.experiment.name), started)
+        failures = drive(waiting, active, jobs, progress, have_horovod, clock)
     except KeyboardInterrupt:
         stop_active(active)
         print(f"{study.experiment.name}: interrupted; {len(active)} run(s) checkpointed. The same command resumes them.")
         return 130
-    print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {time.time() - started:.0f} s; "
-          f"run folders in {out / study.experiment.name}; `make report` turns them into tables and figures")
+    print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {duration(time.time() - started)}; "
+          f"run folders in {out / study.experiment.name}; {report_hint(out)}")
     print_comparison(plans, study)
     return 1 if failures else 0
+
+
+def report_hint(out: Path) -> str:
+    """The command that turns these runs into a report: `make report` reads results/runs, any other folder needs
+    OUT= (a QUICK study's results/quick too)."""
+    command = "make report" if Path(out) == FULL_OUT else f"make report OUT={out}"
+    return f"`{command}` turns them into tables and figures"
 
 
 def print_comparison(plans: list[Plan], study: Study) -> None:
