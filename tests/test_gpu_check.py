@@ -5,7 +5,6 @@ import json
 import pytest
 import torch
 
-from tests.helpers import run
 from trainers import gpu_check
 from trainers.gpu_check import Check
 
@@ -16,12 +15,11 @@ def test_names_the_folder_after_the_gpu():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: the check would run")
-def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(tmp_path):
-    import sys
+def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(tmp_path, capsys):
+    from trainers.__main__ import main
 
-    result = run([sys.executable, "-m", "trainers", "gpu-check", "--out", str(tmp_path)])
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
+    assert main(["gpu-check", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         "error: no CUDA GPU visible: gpu-check verifies a GPU machine (run it there)"]
     assert not any(tmp_path.iterdir())
 
