@@ -99,3 +99,20 @@ def test_resume_without_a_checkpoint_starts_the_records_over(tmp_path):
     assert len(records(run_dir, "epoch")) == 1
     assert (run_dir / "train.log").read_text().count("* Acc@1") == 1
     assert json.loads((run_dir / "manifest.json").read_text())["resumed_at"] is None
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "random bytes"])
+def test_a_damaged_checkpoint_is_one_line_naming_the_file_and_what_to_do(tmp_path, capsys, damage):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    ckpt = tmp_path / "c" / "c" / "checkpoint.pt"
+    whole = ckpt.read_bytes()
+    ckpt.write_bytes({"empty": b"", "truncated": whole[: len(whole) // 2],
+                      "random bytes": os.urandom(len(whole))}[damage])
+    capsys.readouterr()
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"checkpoint {ckpt} is damaged" in err and "move it aside" in err
+    ckpt.rename(ckpt.with_name("checkpoint.pt.bad"))  # what the line says to do: the run starts again
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 0
+    assert json.loads((tmp_path / "c" / "c" / "manifest.json").read_text())["status"] == "completed"

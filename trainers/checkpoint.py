@@ -51,8 +51,29 @@ def save(path: Path, state: dict[str, Any]) -> None:
         os.close(dir_fd)
 
 
+# What every checkpoint holds; a file without them is not one of ours (or is damaged).
+REQUIRED_KEYS = ("model", "optimizer", "epoch", "step", "config")
+
+
+class CorruptCheckpoint(ConfigError):
+    """A checkpoint file that cannot be read back: empty, cut short, overwritten."""
+
+
 def load(path: Path) -> dict[str, Any]:
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """The checkpoint as saved; a damaged file is one line that names it and says how to go on."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # empty: EOFError; cut short: RuntimeError (zip reader); random bytes: UnpicklingError
+        first_line = (str(e).splitlines() or ["unreadable"])[0]
+        raise CorruptCheckpoint(damaged(path, f"{type(e).__name__}: {first_line}"[:160])) from None
+    if not isinstance(state, dict) or not all(k in state for k in REQUIRED_KEYS):
+        raise CorruptCheckpoint(damaged(path, "not a checkpoint of this trainer (keys missing)"))
+    return state
+
+
+def damaged(path: Path, why: str) -> str:
+    return (f"checkpoint {path} is damaged ({why}); move it aside (mv {path} {path}.bad) and run the same command "
+            f"again to restart the run from epoch 0 (no earlier checkpoint is kept)")
 
 
 def config_differences(saved: dict[str, dict], current: dict[str, dict]) -> list[str]:
