@@ -223,3 +223,64 @@ def test_a_fresh_clones_throughput_study_runs_every_run_and_prints_images_per_s(
     horovod_skipped = out.count("Horovod is not built here")
     assert len(ran) + horovod_skipped == 6, out
     assert "this machine" in out and "reference: vm-2cpu" in out and "thesis" in out
+
+
+# ---- issue 26, item 7: a study's options and config file are validated like the trainer's ---------------------------
+def tiny_experiment(tmp_path, study: str, text: bytes | None = None) -> Path:
+    """experiments/99_tiny/config.toml: the tests' tiny config with a [study] table."""
+    from tests.helpers import write_config
+
+    folder = tmp_path / "99_tiny"
+    folder.mkdir()
+    config = write_config(folder / "config.toml")
+    config.write_bytes(text if text is not None else config.read_bytes() + f"[study]\n{study}\n".encode())
+    return folder
+
+
+def refuse_study(capsys, folder, *extra) -> str:
+    from trainers.__main__ import main
+
+    assert main(["study", str(folder), "--dry-run", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("study, extra, message", [
+    ('vary = { "train.workers" = [1, 2] }', ["--jobs", "-1"], "--jobs = -1 must be a whole number >= 1"),
+    ('vary = { "train.workers" = [1, 2] }', ["--jobs", "0"], "--jobs = 0 must be a whole number >= 1"),
+    ('vary = { "train.workers" = [1, 2] }', ["--seeds", "-1"], "--seeds = -1 must be a whole number >= 1"),
+    ('seeds = 0', [], "study.seeds = 0 must be a whole number >= 1"),
+    ('kind = "bogus"', [], "study.kind = 'bogus' in "),
+    ('nodes = 0', [], "study.nodes = 0 must be a whole number >= 1"),
+    ('vary = { "train.workers" = [] }', [], "study.vary's train.workers in "),
+    ('vary = { "train.workers" = [1] }', ["--out", ""], "--out is empty"),
+    ('extra = [{ run = "' + "x" * 300 + '" }]', [], "is 303 bytes long; use at most 200"),
+    ('extra = [{ run = "a", "train.workers" = 1 }, { run = "a", "train.workers" = 2 }]', [],
+     "two runs of "),
+    ('sede = 3', [], "unknown key sede in [study]"),
+])
+def test_study_mistakes_are_one_line_and_exit_2(tmp_path, capsys, study, extra, message):
+    err = refuse_study(capsys, tiny_experiment(tmp_path, study), *extra)
+    assert message in err, err
+
+
+def test_a_config_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    from trainers.__main__ import main
+
+    folder = tiny_experiment(tmp_path, "", text=b"[train]\nepochs = 2 # \xff\n")
+    err = refuse_study(capsys, folder)
+    assert "is not UTF-8 text (byte 0xff at offset 21)" in err
+    assert main(["train", str(folder), "--out", str(tmp_path / "runs")]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
+
+
+def test_train_refuses_an_empty_out_and_an_overlong_run_name(tmp_path, capsys):
+    from tests.helpers import write_config
+    from trainers.__main__ import main
+
+    config = write_config(tmp_path / "c.toml")
+    assert main(["train", str(config), "--out", ""]) == 2
+    assert capsys.readouterr().err == "error: --out is empty; give the runs' folder (default results/runs)\n"
+    assert main(["train", str(config), "--out", str(tmp_path), "--run", "r" * 300]) == 2
+    assert "is 300 bytes long" in capsys.readouterr().err and not (tmp_path / "c").exists()

@@ -18,13 +18,20 @@ def default_run_name(cfg) -> str:
     return f"w{t.workers}-b{t.per_worker_batch}-{t.backend}-s{t.seed}"
 
 
+def out_folder(text: str) -> Path:
+    """--out as a folder; empty would quietly mean the current folder (the repository's root)."""
+    if not text.strip():
+        raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
+    return Path(text)
+
+
 def cmd_train(args) -> int:
     from trainers.loop import run_training
 
     if args.run is not None:
         check_run_name(args.run)  # a run folder stays inside the output folder
     cfg = load_config(args.config, args.scale, args.set)
-    run_dir = Path(args.out) / cfg.experiment / (args.run or default_run_name(cfg))
+    run_dir = out_folder(args.out) / cfg.experiment / (args.run or default_run_name(cfg))
     return run_training(cfg, run_dir, resume=args.resume == "auto")
 
 
@@ -77,7 +84,8 @@ def cmd_study(args) -> int:
 
     return run_study(
         Path(args.experiment), scale=args.scale, launcher=args.launcher, cluster=args.cluster,
-        dry_run=args.dry_run, quick=args.quick, out=Path(args.out) if args.out else None, seeds=args.seeds,
+        dry_run=args.dry_run, quick=args.quick, out=None if args.out is None else out_folder(args.out),
+        seeds=args.seeds,
         overrides=args.set,
         jobs=args.jobs, only=args.only,
     )

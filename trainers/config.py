@@ -214,6 +214,11 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} does not exist; pass an experiments/NN_name/config.toml") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:  # TOML is UTF-8 text
+        raise ConfigError(f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                          "save it as UTF-8") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a folder; pass an experiments/NN_name/config.toml") from None
 
 
 def find_scales_file(config_path: Path) -> Path | None:

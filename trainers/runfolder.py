@@ -295,10 +295,15 @@ class RunInUse(ConfigError):
     """Another process trains this run folder."""
 
 
+MAX_RUN_NAME = 200  # bytes; file systems allow 255 a name, and the name also goes into Slurm job names and tables
+
+
 def check_run_name(name: str) -> str:
     """A run name is one folder name inside the experiment's folder: no path separators, no '..', not absolute."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name or os.path.isabs(name):
         raise ConfigError(f"run name {name!r} must be a plain folder name (no '/', no '..', not absolute)")
+    if len(name.encode()) > MAX_RUN_NAME:
+        raise ConfigError(f"run name {name[:40]}... is {len(name.encode())} bytes long; use at most {MAX_RUN_NAME}")
     return name
 
 

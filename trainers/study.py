@@ -35,6 +35,7 @@ from trainers import runfolder
 from trainers.backends import Launch, choose_backend, free_port, horovod_available, torchrun_command
 from trainers.config import Config, ConfigError, find_scales_file, load_config, read_toml
 from trainers.fingerprint import config_fingerprint, folder_fingerprint
+from trainers.runfolder import check_run_name
 
 REPO = Path(__file__).resolve().parents[1]
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
@@ -43,6 +44,8 @@ LAUNCH_KEYS = ("nodes", "tasks_per_node", "run")  # how a run is launched or nam
 FINISHED = ("completed", "diverged")
 OTHER_CONFIG = "other-config"  # a run folder made by a config other than the plan's
 FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
+STUDY_KEYS = ("question", "vary", "extra", "seeds", "nodes", "tasks_per_node", "baseline", "kind")
+KINDS = ("quality", "throughput")
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,39 @@ def study_table(config: Path, scale: str) -> dict[str, Any]:
     document = read_toml(config)
     table = dict(document.get("study", {}))
     table.update(document.get("scale", {}).get(scale, {}).get("study", {}))
+    check_study_table(table, config)
     return table
+
+
+def whole_number(where: str, value: Any, at_least: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < at_least:
+        raise ConfigError(f"{where} = {value!r} must be a whole number >= {at_least}")
+
+
+def check_study_table(table: dict[str, Any], config: Path) -> None:
+    """The [study] table's mistakes, one line each, before any run is planned."""
+    where = f"[study] in {config}"
+    unknown = sorted(set(table) - set(STUDY_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]} in {where}; known: {', '.join(STUDY_KEYS)}")
+    if table.get("kind", "quality") not in KINDS:
+        raise ConfigError(f"study.kind = {table['kind']!r} in {config} is not one of {', '.join(KINDS)}")
+    for key in ("seeds", "nodes", "tasks_per_node"):
+        if key in table:
+            whole_number(f"study.{key}", table[key])
+    vary = table.get("vary", {})
+    if not isinstance(vary, dict):
+        raise ConfigError(f"study.vary in {config} must be a table of lists, e.g. {{ \"train.workers\" = [1, 32] }}")
+    for key, values in vary.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"study.vary's {key} in {config} must be a non-empty list of values, not {values!r}")
+    extras = table.get("extra", [])
+    if not isinstance(extras, list) or not all(isinstance(e, dict) for e in extras):
+        raise ConfigError(f"study.extra in {config} must be a list of tables, e.g. [{{ \"train.workers\" = 32 }}]")
+    for combo in [{k: v for k, v in zip(vary, values)} for values in itertools.product(*vary.values())] + extras:
+        for key in ("nodes", "tasks_per_node"):
+            if key in combo:
+                whole_number(f"study {key}", combo[key])
 
 
 def run_name(values: dict[str, Any], seed: int | None) -> str:
@@ -93,7 +128,7 @@ def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
     extras = [dict(extra) for extra in table.get("extra", [])]
     grid = [dict(zip(vary, values)) for values in itertools.product(*vary.values())] if vary else []
     combos = grid + extras or [{}]
-    n_seeds = seeds or int(table.get("seeds", 1))
+    n_seeds = table.get("seeds", 1) if seeds is None else seeds
     base_seed = load_config(config, scale).train.seed
     runs = []
     for combo in combos:
@@ -106,8 +141,19 @@ def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
             settings["train.seed"] = base_seed + s
             name = (f"{combo['run']}-s{base_seed + s}" if "run" in combo  # a named extra run
                     else run_name(combo, base_seed + s))  # runs at another scale get their own folders
-            runs.append(Run(name if scale == "local" else f"{scale}-{name}", settings, nodes))
+            runs.append(Run(check_run_name(name if scale == "local" else f"{scale}-{name}"), settings, nodes))
+    refuse_duplicate_names(runs, config)
     return runs
+
+
+def refuse_duplicate_names(runs: list[Run], config: Path) -> None:
+    """Two plans in one folder would train beside each other and pool into one row: one name, one run."""
+    seen: set[str] = set()
+    for run in runs:
+        if run.name in seen:
+            raise ConfigError(f"two runs of {config}'s study are named {run.name}; give each [study] extra entry "
+                              "its own `run` name or settings")
+        seen.add(run.name)
 
 
 def quick_overrides(config: Path, scale: str) -> list[str]:
@@ -123,6 +169,8 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
                only: list[str] = ()) -> Study:
     """only: run-name patterns (fnmatch, e.g. "w32-*"): the study's runs of those names alone."""
     config = experiment / "config.toml"
+    if seeds is not None:
+        whole_number("--seeds", seeds)
     if not config.is_file():
         raise ConfigError(f"{experiment} has no config.toml; pass an experiments/NN_name folder")
     table = study_table(config, scale)
@@ -445,6 +493,10 @@ def data_warning(study: Study, scale: str) -> str | None:
 def run_study(experiment: Path, scale: str = "local", launcher: str = "local", cluster: str = "local",
               dry_run: bool = False, quick: bool = False, out: Path | None = None, seeds: int | None = None,
               overrides: list[str] = (), jobs: int | None = None, only: list[str] = ()) -> int:
+    if jobs is not None:
+        whole_number("--jobs", jobs)
+    if out is not None and not str(out):
+        raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
     study = load_study(experiment, scale, quick, seeds, list(overrides), list(only))
     out = out or (QUICK_OUT if quick else FULL_OUT)
     if study.question:
