@@ -288,6 +288,28 @@ def test_kill_after_a_checkpoint_then_resume_leaves_no_duplicate_records(tmp_pat
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "completed"
 
 
+def test_deleting_the_lock_file_does_not_let_a_second_writer_in(tmp_path, capsys):
+    """Issue 26, item 5: the lock is held on the run folder itself; removing `.lock` defeats nothing."""
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "r") == 0
+    run_dir = tmp_path / "c" / "r"
+    lock = RankLock(run_dir, 0)  # a first `--resume auto` training it
+    try:
+        (run_dir / ".lock").unlink()
+        assert train_in_process(cfg, tmp_path, "r", "--resume", "auto") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"in use by another process (pid {os.getpid()})" in err[0]
+    finally:
+        lock.release()
+    assert [r["status"] for r in records(run_dir, "status")] == ["running", "completed"]
+
+
+def test_the_study_reads_the_pid_a_refused_trainer_named():
+    message = str(runfolder.RunInUse(f"run folder x {runfolder.IN_USE.format(pid=4321)}; wait"))
+    assert runfolder.in_use_by(f"some output\nerror: {message}\n") == "4321"
+    assert runfolder.in_use_by("error: train.epochs = -1 must be > 0\n") is None
+
+
 @pytest.mark.slow
 def test_two_trainings_of_one_run_the_second_is_refused_and_the_first_completes(tmp_path):
     cfg = write_config(tmp_path / "t.toml", LONGER)

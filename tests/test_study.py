@@ -1,5 +1,6 @@
 """Studies: the nine experiments expand into the thesis's runs, at every scale, without running anything."""
 import json
+import os
 import re
 from pathlib import Path
 
@@ -284,3 +285,39 @@ def test_train_refuses_an_empty_out_and_an_overlong_run_name(tmp_path, capsys):
     assert capsys.readouterr().err == "error: --out is empty; give the runs' folder (default results/runs)\n"
     assert main(["train", str(config), "--out", str(tmp_path), "--run", "r" * 300]) == 2
     assert "is 300 bytes long" in capsys.readouterr().err and not (tmp_path / "c").exists()
+
+
+# ---- issue 26, items 5 and 6: a run another process holds is `skipped: in use by pid N` on the study's console -----
+def test_a_study_skips_a_run_another_process_holds_and_names_its_pid(tmp_path, capsys):
+    from trainers.runfolder import RankLock
+    from trainers.study import run_local
+
+    study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
+                       seeds=None, overrides=[])
+    lock = RankLock(tmp_path / "runs" / "99_tiny" / "w1-s3", 0)  # another study's trainer
+    try:
+        assert run_local(study, "local", tmp_path / "runs", dry_run=False, jobs=1) == 1
+    finally:
+        lock.release()
+    assert f"[1/1] 99_tiny/w1-s3: skipped: in use by pid {os.getpid()}" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_study_that_loses_the_race_for_a_run_says_so_on_its_own_console(tmp_path, capsys, monkeypatch):
+    """Two studies started together both find the run free; the second's trainer is refused (exit 2), and the
+    study prints why rather than the first study's manifest."""
+    from trainers import runfolder
+    from trainers.runfolder import RankLock
+    from trainers.study import run_local
+
+    study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
+                       seeds=None, overrides=[])
+    run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
+    lock = RankLock(run_dir, 0)  # the first study's trainer, taken after this study looked
+    monkeypatch.setattr(runfolder, "is_locked", lambda *a: False)
+    try:
+        assert run_local(study, "local", tmp_path / "runs", dry_run=False, jobs=1) == 1
+    finally:
+        lock.release()
+    out = capsys.readouterr().out
+    assert f"[1/1] 99_tiny/w1-s3: skipped: in use by pid {os.getpid()}" in out and "exit 2" not in out

@@ -306,6 +306,15 @@ class Active:
     console: Any
     started: float
     seen: dict | None = None
+    console_start: int = 0  # where this attempt's output begins in console.log (earlier attempts' is above it)
+
+    def console_text(self) -> str:
+        try:
+            with open(self.plan.run_dir / "console.log", "rb") as f:
+                f.seek(self.console_start)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def poll(self) -> int | None:
         if any(p.poll() is None for p in self.procs):
@@ -335,10 +344,11 @@ def start_local(plan: Plan, index: int, jobs: int) -> Active:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.setdefault("OMP_NUM_THREADS", str(threads_per_process(plan, jobs)))  # a user's own setting wins
     console = open(plan.run_dir / "console.log", "a")
+    console_start = console.seek(0, os.SEEK_END)  # before the children share (and move) the file offset
     # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint)
     procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
              for c in local_commands(plan)]
-    return Active(plan, index, procs, console, time.time())
+    return Active(plan, index, procs, console, time.time(), console_start=console_start)
 
 
 def summary(run_dir: Path) -> str:
@@ -385,7 +395,7 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
                 progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
                 continue
             if runfolder.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it
-                progress.show(index, label, "skipped: in use by another process", final=True)
+                progress.show(index, label, f"skipped: in use by pid {runfolder.lock_holder(plan.run_dir)}", final=True)
                 failures += 1
                 continue
             c = plan.cfg
@@ -406,6 +416,10 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
                 continue
             active.remove(run)
             failures += code not in (0, 3)  # a diverged run is a result, not a failure
+            holder = runfolder.in_use_by(run.console_text()) if code == 2 else None
+            if holder:  # another study started it first: its manifest is the other's, not this attempt's
+                progress.show(run.index, label, f"skipped: in use by pid {holder}", final=True)
+                continue
             if code not in (0, 3):
                 mark_failed_if_silent(run.plan.run_dir, code)
             progress.show(run.index, label, f"{summary(run.plan.run_dir)} ({time.time() - run.started:.0f} s, "
