@@ -460,6 +460,19 @@ def versions() -> dict[str, str | None]:
             "torchvision": package_version("torchvision"), "horovod": package_version("horovod")}
 
 
+def nearest_line_end(data: bytes, offset: int) -> int:
+    """The line boundary (0, or just after a newline) nearest to `offset`. The checkpoint's byte count lands on one
+    unless the file was edited since: a byte inserted before it moves the boundary one on, a byte deleted one back,
+    and cutting at the count itself would leave half a line for the next record to be glued onto."""
+    if offset <= 0 or data[offset - 1:offset] == b"\n":
+        return max(offset, 0)
+    before = data.rfind(b"\n", 0, offset) + 1  # 0 when there is no newline before
+    after = data.find(b"\n", offset)
+    if after == -1:
+        return before
+    return before if offset - before <= after + 1 - offset else after + 1
+
+
 # ================================================================================================================
 # The writer
 # ================================================================================================================
@@ -548,8 +561,9 @@ class RunFolder:
             if size is None or size >= current:
                 continue
             with open(self.path / name, "rb") as r:
-                r.seek(size)
-                tail = r.read()
+                whole = r.read()
+            size = nearest_line_end(whole, size)  # a file changed since the checkpoint: never cut mid-line
+            tail = whole[size:]
             with self._write_lock:
                 os.ftruncate(f.fileno(), size)  # the file is opened for appending: the next write lands at `size`
             if name == METRICS:
