@@ -227,13 +227,13 @@ def test_a_fresh_clones_throughput_study_runs_every_run_and_prints_images_per_s(
 
 
 # ---- issue 26, item 7: a study's options and config file are validated like the trainer's ---------------------------
-def tiny_experiment(tmp_path, study: str, text: bytes | None = None) -> Path:
+def tiny_experiment(tmp_path, study: str, text: bytes | None = None, overrides: dict | None = None) -> Path:
     """experiments/99_tiny/config.toml: the tests' tiny config with a [study] table."""
     from tests.helpers import write_config
 
     folder = tmp_path / "99_tiny"
     folder.mkdir()
-    config = write_config(folder / "config.toml")
+    config = write_config(folder / "config.toml", overrides)
     config.write_bytes(text if text is not None else config.read_bytes() + f"[study]\n{study}\n".encode())
     return folder
 
@@ -321,3 +321,45 @@ def test_a_study_that_loses_the_race_for_a_run_says_so_on_its_own_console(tmp_pa
         lock.release()
     out = capsys.readouterr().out
     assert f"[1/1] 99_tiny/w1-s3: skipped: in use by pid {os.getpid()}" in out and "exit 2" not in out
+
+
+# ---- issue 26, item 9: a study killed outright takes its trainers with it; the interrupted line counts checkpoints --
+def test_the_interrupted_line_counts_only_runs_with_a_checkpoint(tmp_path):
+    from trainers.study import interrupted_line
+
+    started, saved = tmp_path / "w1-s0", tmp_path / "w2-s0"
+    started.mkdir()
+    saved.mkdir()
+    (saved / "checkpoint.pt").write_bytes(b"")
+    assert interrupted_line("99_tiny", [started, started]) == ("99_tiny: interrupted; 0 run(s) checkpointed, 2 stopped "
+                                                              "before their first checkpoint (they start afresh). "
+                                                              "The same command resumes them.")
+    assert interrupted_line("99_tiny", [saved]).startswith("99_tiny: interrupted; 1 run(s) checkpointed. ")
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_study_takes_its_trainer_with_it(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import trainer_env
+    from trainers.runfolder import is_locked, lock_holder, read_metrics
+
+    folder = tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }',
+                             overrides={"data": {"synthetic_images": 4000}, "train": {"epochs": 50}})  # never ends first
+    study = subprocess.Popen([sys.executable, "-m", "trainers", "study", str(folder), "--out", str(tmp_path / "runs")],
+                             cwd=REPO, env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
+    deadline = time.time() + 180
+    while not read_metrics(run_dir).of("iter"):  # the trainer is training
+        assert time.time() < deadline and study.poll() is None, "the study's run never started training"
+        time.sleep(0.05)
+    trainer = int(lock_holder(run_dir))
+    study.send_signal(signal.SIGKILL)
+    study.wait(timeout=60)
+    while is_locked(run_dir):  # the trainer got SIGTERM from the kernel: it checkpoints and exits
+        assert time.time() < deadline, f"trainer {trainer} went on after its study was killed"
+        time.sleep(0.05)
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "preempted"

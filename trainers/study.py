@@ -17,6 +17,7 @@ counts as done only when its config fingerprint (trainers/fingerprint.py) is the
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import fnmatch
 import itertools
@@ -46,6 +47,7 @@ OTHER_CONFIG = "other-config"  # a run folder made by a config other than the pl
 FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
 STUDY_KEYS = ("question", "vary", "extra", "seeds", "nodes", "tasks_per_node", "baseline", "kind")
 KINDS = ("quality", "throughput")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -339,14 +341,30 @@ def default_jobs(study: Study, plans: list[Plan], cores: int | None = None) -> i
     return max(1, min(cores or os.cpu_count() or 1, len(plans)))
 
 
+def terminate_with_parent(parent: int):
+    """A preexec function: the child gets SIGTERM when the study that started it dies (Linux's parent-death signal,
+    kept across exec); torchrun and horovodrun pass it on to their ranks. Elsewhere, nothing."""
+    def arm() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the study died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+    return arm if sys.platform.startswith("linux") else None
+
+
 def start_local(plan: Plan, index: int, jobs: int) -> Active:
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.setdefault("OMP_NUM_THREADS", str(threads_per_process(plan, jobs)))  # a user's own setting wins
     console = open(plan.run_dir / "console.log", "a")
     console_start = console.seek(0, os.SEEK_END)  # before the children share (and move) the file offset
-    # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint)
-    procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+    # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint); and a
+    # SIGTERM when the study dies, however it dies (kill -9 included), so no trainer goes on alone
+    procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True,
+                              preexec_fn=terminate_with_parent(os.getpid()))
              for c in local_commands(plan)]
     return Active(plan, index, procs, console, time.time(), console_start=console_start)
 
@@ -466,12 +484,21 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
         failures = drive(waiting, active, jobs, progress, have_horovod)
     except KeyboardInterrupt:
         stop_active(active)
-        print(f"{study.experiment.name}: interrupted; {len(active)} run(s) checkpointed. The same command resumes them.")
+        print(interrupted_line(study.experiment.name, [run.plan.run_dir for run in active]))
         return 130
     print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {time.time() - started:.0f} s; "
           f"run folders in {out / study.experiment.name}; `make report` turns them into tables and figures")
     print_comparison(plans, study)
     return 1 if failures else 0
+
+
+def interrupted_line(experiment: str, stopped: list[Path]) -> str:
+    """What a stopped study left: only a run with a checkpoint resumes; one stopped in start-up starts afresh."""
+    saved = sum((run_dir / "checkpoint.pt").exists() for run_dir in stopped)
+    fresh = len(stopped) - saved
+    return (f"{experiment}: interrupted; {saved} run(s) checkpointed"
+            + (f", {fresh} stopped before their first checkpoint (they start afresh)" if fresh else "")
+            + ". The same command resumes them.")
 
 
 def print_comparison(plans: list[Plan], study: Study) -> None:
