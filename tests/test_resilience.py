@@ -116,3 +116,45 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file_and_what_to_do(tmp_pat
     ckpt.rename(ckpt.with_name("checkpoint.pt.bad"))  # what the line says to do: the run starts again
     assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 0
     assert json.loads((tmp_path / "c" / "c" / "manifest.json").read_text())["status"] == "completed"
+
+
+def test_a_resume_reuses_the_threads_the_run_started_with_and_refuses_others_unless_forced(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """Issue 26, item 1: a study's JOBS changed OMP_NUM_THREADS between attempts and the resumed run's weights
+    differed. The threads are fixed at the run's first start, stored with the checkpoint and reused."""
+    import shutil
+
+    from trainers import checkpoint
+
+    save = checkpoint.save
+
+    def save_and_keep_the_first(path, state):  # the checkpoint a kill during epoch 1 would leave
+        save(path, state)
+        if state["epoch"] == 1:
+            shutil.copy(path, path.with_name("after-epoch-0.pt"))
+
+    monkeypatch.setattr(checkpoint, "save", save_and_keep_the_first)
+    cfg = write_config(tmp_path / "c.toml", {"train": {"threads": 0}})  # threads left to the environment
+    run_dir = tmp_path / "c" / "r"
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # the first attempt: a study at JOBS=2 on 2 cores
+        assert train_in_process(cfg, tmp_path, "r") == 0
+        whole = final_state(run_dir)
+        os.replace(run_dir / "after-epoch-0.pt", run_dir / "checkpoint.pt")
+        torch.set_num_threads(2)  # the resume: `--only` one run, JOBS=1, 2 threads by default
+        assert train_in_process(cfg, tmp_path, "r", "--resume", "auto") == 0
+    finally:
+        torch.set_num_threads(before)
+    assert max_difference(whole, final_state(run_dir)) == 0.0
+    attempts = json.loads((run_dir / "manifest.json").read_text())["attempts"]
+    assert [(a["epoch"], a["threads"], a["forced"]) for a in attempts] == [(0, 1, False), (1, 1, False)]
+    assert all(a["cpu_capability"] == torch.backends.cpu.get_cpu_capability() for a in attempts)
+
+    capsys.readouterr()  # the finished run's checkpoint: a resume now only asks for other threads
+    assert train_in_process(cfg, tmp_path, "r", "--resume", "auto", "--set", "train.threads=2") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "as the same run: threads was 1, this attempt's is 2" in err
+    assert train_in_process(cfg, tmp_path, "r", "--resume", "force", "--set", "train.threads=2") == 0
+    attempts = json.loads((run_dir / "manifest.json").read_text())["attempts"]
+    assert (attempts[-1]["threads"], attempts[-1]["forced"]) == (2, True) and len(attempts) == 3

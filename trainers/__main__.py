@@ -32,7 +32,7 @@ def cmd_train(args) -> int:
         check_run_name(args.run)  # a run folder stays inside the output folder
     cfg = load_config(args.config, args.scale, args.set)
     run_dir = out_folder(args.out) / cfg.experiment / (args.run or default_run_name(cfg))
-    return run_training(cfg, run_dir, resume=args.resume == "auto")
+    return run_training(cfg, run_dir, resume=args.resume is not None, force=args.resume == "force")
 
 
 def cmd_schedule(args) -> int:
@@ -117,7 +117,9 @@ def parser() -> argparse.ArgumentParser:
     # --run-name too: torchrun's own parser reads a bare --run as an abbreviation of its --run-path
     t.add_argument("--run", "--run-name", dest="run", help="run folder name (default: workers, batch, backend, seed)")
     t.add_argument("--out", default=str(DEFAULT_OUT), help="runs root (default results/runs)")
-    t.add_argument("--resume", choices=["auto"], help="auto: continue from the run folder's checkpoint if any")
+    t.add_argument("--resume", choices=["auto", "force"],
+                   help="auto: continue from the run folder's checkpoint if any, with the threads, device, passes and "
+                        "CPU kernels it started with; force: also when this attempt's must differ")
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("schedule", help="print the learning rate at the start of each epoch as CSV")

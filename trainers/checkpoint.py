@@ -100,3 +100,24 @@ def check_same_config(path: Path, saved: dict[str, dict], current: dict[str, dic
             + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else "")
             + "; resume with the run's own config or start a new --run"
         )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Resume is the same run: what decides the arithmetic is fixed at the run's first start and reused on resume
+# ----------------------------------------------------------------------------------------------------------------
+def arithmetic_differences(saved: dict[str, Any], would_be: dict[str, Any]) -> list[str]:
+    """The settings that change the numbers (threads, device kind, passes, the CPU kernels' instruction set) in which
+    this attempt would differ from the run's start; a key this attempt leaves open (None) takes the saved value."""
+    return [f"{key} was {saved[key]!r}, this attempt's is {value!r}" for key, value in would_be.items()
+            if key in saved and value is not None and value != saved[key]]
+
+
+def check_same_arithmetic(path: Path, saved: dict[str, Any], would_be: dict[str, Any], force: bool) -> None:
+    diffs = arithmetic_differences(saved, would_be)
+    if diffs and not force:
+        raise ConfigError(
+            f"cannot resume {path} as the same run: {diffs[0]}"
+            + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else "")
+            + "; resume with the run's own settings (where it started), or --resume force to continue with "
+            "different arithmetic (the manifest's attempts record it)"
+        )
