@@ -158,3 +158,62 @@ def test_a_resume_reuses_the_threads_the_run_started_with_and_refuses_others_unl
     assert train_in_process(cfg, tmp_path, "r", "--resume", "force", "--set", "train.threads=2") == 0
     attempts = json.loads((run_dir / "manifest.json").read_text())["attempts"]
     assert (attempts[-1]["threads"], attempts[-1]["forced"]) == (2, True) and len(attempts) == 3
+
+
+# ---- issue 26, item 10: the manifest names the CPU and its kernels' ISA; train.cpu_isa pins them ---------------------
+def test_the_manifest_records_the_cpu_and_the_kernels_instruction_sets(tmp_path):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    manifest = json.loads((tmp_path / "c" / "c" / "manifest.json").read_text())
+    cpu = manifest["cpu"]
+    assert cpu["model"] and cpu["torch_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert {"onednn_isa", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"} <= cpu.keys()
+    assert manifest["attempts"][0]["cpu_capability"] == cpu["torch_capability"]
+
+
+def test_a_pinned_isa_without_its_environment_is_one_line_in_process(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1, "cpu_isa": "avx2"}})
+    assert train_in_process(cfg, tmp_path, "c") == 2
+    err = capsys.readouterr().err
+    assert err == ("error: train.cpu_isa = 'avx2' must be set before torch starts: run with ATEN_CPU_CAPABILITY=avx2 "
+                   "ONEDNN_MAX_CPU_ISA=AVX2 in the environment\n")
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_resume_on_other_cpu_kernels_is_refused_unless_forced(tmp_path):
+    from trainers.checkpoint import check_same_arithmetic
+    from trainers.config import ConfigError
+
+    saved = {"threads": 1, "device": "cpu", "workers_per_pass": 8, "cpu_capability": "AVX2", "onednn_isa": "AVX2"}
+    would_be = {"threads": None, "device": "cpu", "workers_per_pass": None, "cpu_capability": "AVX512",
+                "onednn_isa": "AVX512_CORE"}
+    with pytest.raises(ConfigError, match="cpu_capability was 'AVX2', this attempt's is 'AVX512' \\(and 1 more\\)"):
+        check_same_arithmetic(tmp_path / "checkpoint.pt", saved, would_be, force=False)
+    check_same_arithmetic(tmp_path / "checkpoint.pt", saved, would_be, force=True)
+    check_same_arithmetic(tmp_path / "checkpoint.pt", saved, {**would_be, "cpu_capability": "AVX2",
+                                                              "onednn_isa": "AVX2"}, force=False)
+
+
+@pytest.mark.slow
+def test_a_trainer_started_without_the_pinned_isas_environment_restarts_itself_with_it(tmp_path):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1, "cpu_isa": "default"}})
+    result = train(cfg, tmp_path, "c")
+    assert result.returncode == 0, result.stderr[-2000:]
+    cpu = json.loads((tmp_path / "c" / "c" / "manifest.json").read_text())["cpu"]
+    assert (cpu["torch_capability"], cpu["ATEN_CPU_CAPABILITY"], cpu["ONEDNN_MAX_CPU_ISA"]) == \
+        ("DEFAULT", "default", "SSE41")
+    assert cpu["onednn_isa"] in ("SSE41", None)
+
+
+@pytest.mark.slow
+def test_an_isa_the_cpu_lacks_is_one_line(tmp_path):
+    from trainers.compute import cpuinfo
+
+    if "avx512f" in cpuinfo()[1]:
+        pytest.skip("this CPU has AVX-512: the refusal needs a CPU without it")
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1, "cpu_isa": "avx512"}})
+    result = train(cfg, tmp_path, "c")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "train.cpu_isa = 'avx512': this CPU has no avx512 kernels (it lacks avx512f" in result.stderr
+    assert not (tmp_path / "c").exists()

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from trainers.config import SCALES, ConfigError, load_config
+from trainers.config import SCALES, ConfigError, cpu_isa_env, load_config
 from trainers.data import DataError
 from trainers.runfolder import check_run_name
 
@@ -25,12 +25,25 @@ def out_folder(text: str) -> Path:
     return Path(text)
 
 
+def pin_cpu_isa(cpu_isa: str, may_reexec: bool) -> None:
+    """train.cpu_isa works through environment variables torch reads once: a trainer started without them starts
+    itself again with them (same pid, same arguments). Called in-process (tests), the check in the loop refuses."""
+    wanted = cpu_isa_env(cpu_isa)
+    if may_reexec and any(os.environ.get(k) != v for k, v in wanted.items()):
+        from trainers.compute import check_cpu_has
+
+        check_cpu_has(cpu_isa)
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "trainers", *sys.argv[1:]], {**os.environ, **wanted})
+
+
 def cmd_train(args) -> int:
     from trainers.loop import run_training
 
     if args.run is not None:
         check_run_name(args.run)  # a run folder stays inside the output folder
     cfg = load_config(args.config, args.scale, args.set)
+    pin_cpu_isa(cfg.train.cpu_isa, args.may_reexec)
     run_dir = out_folder(args.out) / cfg.experiment / (args.run or default_run_name(cfg))
     return run_training(cfg, run_dir, resume=args.resume is not None, force=args.resume == "force")
 
@@ -208,6 +221,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.may_reexec = argv is None  # the command line itself, not a call from Python
     try:
         return args.func(args)
     except (ConfigError, DataError) as e:

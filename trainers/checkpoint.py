@@ -19,6 +19,7 @@ MAY_DIFFER_ON_RESUME = {
     ("data", "path"), ("data", "loader_workers"), ("train", "print_freq"), ("train", "threads"),
     ("train", "device"), ("train", "init_method"), ("train", "checkpoint"), ("telemetry", "interval_s"),
     ("train", "compile"), ("train", "cudnn_benchmark"), ("train", "workers_per_pass"),
+    ("train", "cpu_isa"),  # the kernels actually used are compared instead (check_same_arithmetic)
 }
 
 

@@ -46,6 +46,14 @@ LIMITS = {
     "bench.batches": 1_000_000,
     "bench.warmup_batches": 1_000_000,
 }
+# train.cpu_isa: the CPU kernels' instruction set, pinned through the two variables ATen and oneDNN read when they
+# first dispatch (so they must be in the environment before torch starts). "" = the CPU's best (unpinned).
+# A committed reference reruns bit-identically on a newer CPU only with the reference's ISA (and threads).
+CPU_ISAS = {
+    "default": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+}
 MAX_GENERATED_IMAGES = 2_000_000  # training and validation images of the generated set (~1 KB each at 32 px)
 
 
@@ -99,6 +107,7 @@ class TrainConfig:
     cudnn_benchmark: bool = True  # cuDNN autotuning, as the thesis's scripts; off under deterministic
     deterministic: bool = False  # deterministic kernels: a resumed GPU run ends bit-identical (slower)
     workers_per_pass: int = 0  # emulated workers per forward/backward; 0 = auto (all on CPU, what fits on a GPU)
+    cpu_isa: str = ""  # the CPU kernels' instruction set: "" (the CPU's best) | "default" | "avx2" | "avx512"
 
 
 @dataclass(frozen=True)
@@ -351,6 +360,11 @@ def check_limits(cfg: Config) -> None:
         at_most(where, getattr(getattr(cfg, section), key), limit)
 
 
+def cpu_isa_env(cpu_isa: str) -> dict[str, str]:
+    """The environment that pins the CPU kernels' instruction set (empty: unpinned)."""
+    return dict(CPU_ISAS.get(cpu_isa, {}))
+
+
 def check_paths(cfg: Config) -> None:
     """What must exist where the run starts (not where it is planned: a cluster stages data on its nodes)."""
     if cfg.data.kind == "imagefolder" and not Path(cfg.data.path).is_dir():
@@ -418,6 +432,7 @@ def validate(cfg: Config, need_data: bool = True) -> None:
     one_of("train.backend", t.backend, BACKENDS)
     one_of("train.device", t.device, ("auto", "cpu", "cuda"))
     one_of("train.precision", t.precision, PRECISIONS)
+    one_of("train.cpu_isa", t.cpu_isa, ("", *CPU_ISAS))
     if t.workers_per_pass < 0:
         raise ConfigError(f"train.workers_per_pass = {t.workers_per_pass} must be >= 0 (0 = as many as fit)")
     if t.workers_per_pass and t.backend in ("single", "ddp", "horovod", "dp"):

@@ -280,6 +280,7 @@ class Trainer:
         return {"threads": torch.get_num_threads(), "device": self.backend.device.type,
                 "workers_per_pass": getattr(self.backend, "workers_per_pass", None) or None,
                 "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "onednn_isa": compute.cpu_description()["onednn_isa"],
                 "precision": self.cfg.train.precision, "deterministic": self.cfg.train.deterministic}
 
     # ---- one epoch of training --------------------------------------------------------------------------------
@@ -550,6 +551,7 @@ def generated_spec(cfg: Config) -> dict | None:
 # ----------------------------------------------------------------------------------------------------------------
 def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = True, force: bool = False) -> int:
     check_paths(cfg)
+    compute.check_cpu_isa(cfg.train)
     check_writable(run_dir)
     launch = backends.detect_launch()
     name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
@@ -577,7 +579,8 @@ def pin_arithmetic(cfg: Config, path: Path, force: bool) -> dict:
     wants_cuda = t.device == "cuda" or (t.device == "auto" and torch.cuda.is_available())
     would_be = {"threads": t.threads or None, "device": "cuda" if wants_cuda else "cpu",
                 "workers_per_pass": t.workers_per_pass or None,
-                "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "onednn_isa": compute.cpu_description()["onednn_isa"]}
     checkpoint.check_same_arithmetic(path, saved, would_be, force)
     return {key: saved.get(key) for key in ("threads", "workers_per_pass") if not force or would_be[key] is None}
 
@@ -602,6 +605,7 @@ def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: b
         start=run.manifest.get("start", now_iso()), end=None, launcher=launch.launcher, seed=cfg.train.seed,
         attempts=[*attempts, attempt],  # every attempt's arithmetic: a mix would show here
         versions={**versions(), "cuda": torch.version.cuda}, git_commit=git_commit(), threads=thread_settings(),
+        cpu=compute.cpu_description(),  # the kernels' ISA: what a bit-identical rerun elsewhere must pin
         resumed_at=now_iso() if trainer.start_epoch or trainer.start_step else None, failed_ranks=None, message=None,
         **b.describe(),
     )

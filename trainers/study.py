@@ -34,7 +34,7 @@ from typing import Any
 
 from trainers import runfolder
 from trainers.backends import Launch, choose_backend, free_port, horovod_available, torchrun_command
-from trainers.config import Config, ConfigError, find_scales_file, load_config, read_toml
+from trainers.config import Config, ConfigError, cpu_isa_env, find_scales_file, load_config, read_toml
 from trainers.fingerprint import config_fingerprint, folder_fingerprint
 from trainers.runfolder import check_run_name
 
@@ -359,6 +359,7 @@ def start_local(plan: Plan, index: int, jobs: int) -> Active:
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.setdefault("OMP_NUM_THREADS", str(threads_per_process(plan, jobs)))  # a user's own setting wins
+    env.update(cpu_isa_env(plan.cfg.train.cpu_isa))  # read once by torch: set before the trainer starts
     console = open(plan.run_dir / "console.log", "a")
     console_start = console.seek(0, os.SEEK_END)  # before the children share (and move) the file offset
     # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint); and a
