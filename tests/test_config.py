@@ -112,6 +112,17 @@ GENERATED = ["data.kind='generated'", "data.per_class=2", "data.val_per_class=1"
     (["telemetry.interval_s=-5"], "error: telemetry.interval_s = -5.0 must be >= 0"),
     ([*GENERATED, "data.classes=2", "data.image_size=3200"], "error: data.image_size = 3200 is too large"),
     (["data.loader_workers=100000"], "error: data.loader_workers = 100000 is more than 4 per core"),
+    # issue 26, item 3: sizes beyond any sane range, refused before a folder or the data cache is written
+    ([*GENERATED, "data.per_class=1000000000"], "error: data.per_class = 1000000000 is more than this suite's limit"),
+    ([*GENERATED, "data.classes=10", "data.per_class=100000", "data.val_per_class=100000"],
+     "error: the generated data set would hold 2,000,000 images"),
+    (["train.epochs=9223372036854775807"], "error: train.epochs = 9223372036854775807 is more than this suite's limit"),
+    (["train.workers=100000"], "error: train.workers = 100000 is more than this suite's limit"),
+    (["train.per_worker_batch=100000"], "error: train.per_worker_batch = 100000 is more than this suite's limit"),
+    ([*GENERATED, "data.classes=5", "train.per_worker_batch=6"],
+     "error: the global batch (12 = train.workers x train.per_worker_batch) is larger than the 10 training images"),
+    (["data.image_size=4096"], "error: data.image_size = 4096 is more than this suite's limit"),
+    (["data.max_image_pixels=10000000000"], "error: data.max_image_pixels = 10000000000 is more than"),
 ])
 def test_cli_refuses_mistakes_in_one_line_before_any_folder_or_data(tmp_path, capsys, monkeypatch, sets, message):
     from trainers.__main__ import main

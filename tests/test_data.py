@@ -113,6 +113,16 @@ def test_ensure_generated_cache_key_and_missing_keys(cache):
         ensure_generated({"classes": 2})
 
 
+def test_the_cache_states_its_size_before_it_writes_and_only_then(cache, capsys):
+    path = ensure_generated(TINY, progress=False)
+    err = capsys.readouterr().err
+    assert f"generating the data set once: 36 images of 24 px, about 0.1 MB in {path}" in err
+    written = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    assert 0.3 < written / (36 * 4.5 * 24**2) < 3  # the stated size is the right order of magnitude
+    ensure_generated(TINY, progress=False)
+    assert "generating" not in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------------------------------------
 # build_datasets: kinds, errors, bad images, real photos
 # ---------------------------------------------------------------------------------------------------------

@@ -99,3 +99,121 @@ def test_resume_without_a_checkpoint_starts_the_records_over(tmp_path):
     assert len(records(run_dir, "epoch")) == 1
     assert (run_dir / "train.log").read_text().count("* Acc@1") == 1
     assert json.loads((run_dir / "manifest.json").read_text())["resumed_at"] is None
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "random bytes"])
+def test_a_damaged_checkpoint_is_one_line_naming_the_file_and_what_to_do(tmp_path, capsys, damage):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    ckpt = tmp_path / "c" / "c" / "checkpoint.pt"
+    whole = ckpt.read_bytes()
+    ckpt.write_bytes({"empty": b"", "truncated": whole[: len(whole) // 2],
+                      "random bytes": os.urandom(len(whole))}[damage])
+    capsys.readouterr()
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"checkpoint {ckpt} is damaged" in err and "move it aside" in err
+    ckpt.rename(ckpt.with_name("checkpoint.pt.bad"))  # what the line says to do: the run starts again
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 0
+    assert json.loads((tmp_path / "c" / "c" / "manifest.json").read_text())["status"] == "completed"
+
+
+def test_a_resume_reuses_the_threads_the_run_started_with_and_refuses_others_unless_forced(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """Issue 26, item 1: a study's JOBS changed OMP_NUM_THREADS between attempts and the resumed run's weights
+    differed. The threads are fixed at the run's first start, stored with the checkpoint and reused."""
+    import shutil
+
+    from trainers import checkpoint
+
+    save = checkpoint.save
+
+    def save_and_keep_the_first(path, state):  # the checkpoint a kill during epoch 1 would leave
+        save(path, state)
+        if state["epoch"] == 1:
+            shutil.copy(path, path.with_name("after-epoch-0.pt"))
+
+    monkeypatch.setattr(checkpoint, "save", save_and_keep_the_first)
+    cfg = write_config(tmp_path / "c.toml", {"train": {"threads": 0}})  # threads left to the environment
+    run_dir = tmp_path / "c" / "r"
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # the first attempt: a study at JOBS=2 on 2 cores
+        assert train_in_process(cfg, tmp_path, "r") == 0
+        whole = final_state(run_dir)
+        os.replace(run_dir / "after-epoch-0.pt", run_dir / "checkpoint.pt")
+        torch.set_num_threads(2)  # the resume: `--only` one run, JOBS=1, 2 threads by default
+        assert train_in_process(cfg, tmp_path, "r", "--resume", "auto") == 0
+    finally:
+        torch.set_num_threads(before)
+    assert max_difference(whole, final_state(run_dir)) == 0.0
+    attempts = json.loads((run_dir / "manifest.json").read_text())["attempts"]
+    assert [(a["epoch"], a["threads"], a["forced"]) for a in attempts] == [(0, 1, False), (1, 1, False)]
+    assert all(a["cpu_capability"] == torch.backends.cpu.get_cpu_capability() for a in attempts)
+
+    capsys.readouterr()  # the finished run's checkpoint: a resume now only asks for other threads
+    assert train_in_process(cfg, tmp_path, "r", "--resume", "auto", "--set", "train.threads=2") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "as the same run: threads was 1, this attempt's is 2" in err
+    assert train_in_process(cfg, tmp_path, "r", "--resume", "force", "--set", "train.threads=2") == 0
+    attempts = json.loads((run_dir / "manifest.json").read_text())["attempts"]
+    assert (attempts[-1]["threads"], attempts[-1]["forced"]) == (2, True) and len(attempts) == 3
+
+
+# ---- issue 26, item 10: the manifest names the CPU and its kernels' ISA; train.cpu_isa pins them ---------------------
+def test_the_manifest_records_the_cpu_and_the_kernels_instruction_sets(tmp_path):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    manifest = json.loads((tmp_path / "c" / "c" / "manifest.json").read_text())
+    cpu = manifest["cpu"]
+    assert cpu["model"] and cpu["torch_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert {"onednn_isa", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"} <= cpu.keys()
+    assert manifest["attempts"][0]["cpu_capability"] == cpu["torch_capability"]
+
+
+def test_a_pinned_isa_without_its_environment_is_one_line_in_process(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1, "cpu_isa": "avx2"}})
+    assert train_in_process(cfg, tmp_path, "c") == 2
+    err = capsys.readouterr().err
+    assert err == ("error: train.cpu_isa = 'avx2' must be set before torch starts: run with ATEN_CPU_CAPABILITY=avx2 "
+                   "ONEDNN_MAX_CPU_ISA=AVX2 in the environment\n")
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_resume_on_other_cpu_kernels_is_refused_unless_forced(tmp_path):
+    from trainers.checkpoint import check_same_arithmetic
+    from trainers.config import ConfigError
+
+    saved = {"threads": 1, "device": "cpu", "workers_per_pass": 8, "cpu_capability": "AVX2", "onednn_isa": "AVX2"}
+    would_be = {"threads": None, "device": "cpu", "workers_per_pass": None, "cpu_capability": "AVX512",
+                "onednn_isa": "AVX512_CORE"}
+    with pytest.raises(ConfigError, match="cpu_capability was 'AVX2', this attempt's is 'AVX512' \\(and 1 more\\)"):
+        check_same_arithmetic(tmp_path / "checkpoint.pt", saved, would_be, force=False)
+    check_same_arithmetic(tmp_path / "checkpoint.pt", saved, would_be, force=True)
+    check_same_arithmetic(tmp_path / "checkpoint.pt", saved, {**would_be, "cpu_capability": "AVX2",
+                                                              "onednn_isa": "AVX2"}, force=False)
+
+
+@pytest.mark.slow
+def test_a_trainer_started_without_the_pinned_isas_environment_restarts_itself_with_it(tmp_path):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1, "cpu_isa": "default"}})
+    result = train(cfg, tmp_path, "c")
+    assert result.returncode == 0, result.stderr[-2000:]
+    cpu = json.loads((tmp_path / "c" / "c" / "manifest.json").read_text())["cpu"]
+    assert (cpu["torch_capability"], cpu["ATEN_CPU_CAPABILITY"], cpu["ONEDNN_MAX_CPU_ISA"]) == \
+        ("DEFAULT", "default", "SSE41")
+    assert cpu["onednn_isa"] in ("SSE41", None)
+
+
+@pytest.mark.slow
+def test_an_isa_the_cpu_lacks_is_one_line(tmp_path):
+    from trainers.compute import cpuinfo
+
+    if "avx512f" in cpuinfo()[1]:
+        pytest.skip("this CPU has AVX-512: the refusal needs a CPU without it")
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1, "cpu_isa": "avx512"}})
+    result = train(cfg, tmp_path, "c")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "train.cpu_isa = 'avx512': this CPU has no avx512 kernels (it lacks avx512f" in result.stderr
+    assert not (tmp_path / "c").exists()

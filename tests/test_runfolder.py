@@ -221,6 +221,37 @@ def test_resume_cuts_the_files_back_to_the_checkpoint(tmp_path, monkeypatch):
     assert "=> resumed from the checkpoint at epoch 1, iteration 0; 7 record(s) written after it dropped" in log
 
 
+@pytest.mark.parametrize("edit", ["insert", "delete"])
+def test_resume_cuts_back_on_a_line_boundary_when_the_files_changed_since_the_checkpoint(tmp_path, monkeypatch, edit):
+    """Issue 26, item 8: a byte inserted (or deleted) before the checkpoint's offset moves the line boundary; the cut
+    goes to the nearest boundary, so no record is cut in half or glued onto the next."""
+    from trainers import checkpoint
+
+    save = checkpoint.save
+
+    def save_and_keep_the_first(path, state):
+        save(path, state)
+        if state["epoch"] == 1:
+            shutil.copy(path, path.with_name("after-epoch-0.pt"))
+
+    monkeypatch.setattr(checkpoint, "save", save_and_keep_the_first)
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 2}, "telemetry": {"interval_s": 0}})
+    assert train_in_process(cfg, tmp_path, "r") == 0
+    run_dir = tmp_path / "c" / "r"
+    os.replace(run_dir / "after-epoch-0.pt", run_dir / "checkpoint.pt")
+    for name in ("metrics.jsonl", "train.log"):
+        data = (run_dir / name).read_bytes()
+        (run_dir / name).write_bytes(b" " + data if edit == "insert" else data[:1] + data[2:])
+    assert train_in_process(cfg, tmp_path, "r", "--resume", "auto") == 0
+    m = read_metrics(run_dir)
+    assert m.bad_lines == (1 if edit == "delete" else 0)  # the deletion damaged the first line itself, nothing more
+    assert [r["epoch"] for r in m.of("epoch")] == [0, 1]
+    first = ["running"] if edit == "insert" else []  # the damaged first line was the first status record
+    assert [r["status"] for r in m.of("status")] == first + ["completed", "running", "completed"]
+    log = (run_dir / "train.log").read_text()
+    assert log.count(" * Acc@1") == 2 and log.count("Epoch: [1][0/6]") == 1
+
+
 def test_the_study_marks_a_run_killed_without_a_word_as_failed(tmp_path):
     from trainers.study import mark_failed_if_silent
 
@@ -286,6 +317,28 @@ def test_kill_after_a_checkpoint_then_resume_leaves_no_duplicate_records(tmp_pat
     log = (run_dir / "train.log").read_text()
     assert log.count(" * Acc@1") == 2 and log.count("Epoch: [1][2/150]") == 1
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "completed"
+
+
+def test_deleting_the_lock_file_does_not_let_a_second_writer_in(tmp_path, capsys):
+    """Issue 26, item 5: the lock is held on the run folder itself; removing `.lock` defeats nothing."""
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "r") == 0
+    run_dir = tmp_path / "c" / "r"
+    lock = RankLock(run_dir, 0)  # a first `--resume auto` training it
+    try:
+        (run_dir / ".lock").unlink()
+        assert train_in_process(cfg, tmp_path, "r", "--resume", "auto") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"in use by another process (pid {os.getpid()})" in err[0]
+    finally:
+        lock.release()
+    assert [r["status"] for r in records(run_dir, "status")] == ["running", "completed"]
+
+
+def test_the_study_reads_the_pid_a_refused_trainer_named():
+    message = str(runfolder.RunInUse(f"run folder x {runfolder.IN_USE.format(pid=4321)}; wait"))
+    assert runfolder.in_use_by(f"some output\nerror: {message}\n") == "4321"
+    assert runfolder.in_use_by("error: train.epochs = -1 must be > 0\n") is None
 
 
 @pytest.mark.slow

@@ -300,3 +300,142 @@ def test_every_progress_line_of_a_study_carries_elapsed_time_and_time_left(tmp_p
         assert re.search(r"; \d+ s in, ~\d+ s left \(from its 1 epoch\(s\)\); study \d+ s in, ~\d+ (s|min) left", line), line
     assert re.search(r"\[2/2\] .*~5 min \(the reference's time\)", "\n".join(lines))  # before its first epoch
     assert all("study" in line for line in lines)
+
+
+# ---- issue 26, item 7: a study's options and config file are validated like the trainer's ---------------------------
+def tiny_experiment(tmp_path, study: str, text: bytes | None = None, overrides: dict | None = None) -> Path:
+    """experiments/99_tiny/config.toml: the tests' tiny config with a [study] table."""
+    from tests.helpers import write_config
+
+    folder = tmp_path / "99_tiny"
+    folder.mkdir()
+    config = write_config(folder / "config.toml", overrides)
+    config.write_bytes(text if text is not None else config.read_bytes() + f"[study]\n{study}\n".encode())
+    return folder
+
+
+def refuse_study(capsys, folder, *extra) -> str:
+    from trainers.__main__ import main
+
+    assert main(["study", str(folder), "--dry-run", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("study, extra, message", [
+    ('vary = { "train.workers" = [1, 2] }', ["--jobs", "-1"], "--jobs = -1 must be a whole number >= 1"),
+    ('vary = { "train.workers" = [1, 2] }', ["--jobs", "0"], "--jobs = 0 must be a whole number >= 1"),
+    ('vary = { "train.workers" = [1, 2] }', ["--seeds", "-1"], "--seeds = -1 must be a whole number >= 1"),
+    ('seeds = 0', [], "study.seeds = 0 must be a whole number >= 1"),
+    ('kind = "bogus"', [], "study.kind = 'bogus' in "),
+    ('nodes = 0', [], "study.nodes = 0 must be a whole number >= 1"),
+    ('vary = { "train.workers" = [] }', [], "study.vary's train.workers in "),
+    ('vary = { "train.workers" = [1] }', ["--out", ""], "--out is empty"),
+    ('extra = [{ run = "' + "x" * 300 + '" }]', [], "is 303 bytes long; use at most 200"),
+    ('extra = [{ run = "a", "train.workers" = 1 }, { run = "a", "train.workers" = 2 }]', [],
+     "two runs of "),
+    ('sede = 3', [], "unknown key sede in [study]"),
+])
+def test_study_mistakes_are_one_line_and_exit_2(tmp_path, capsys, study, extra, message):
+    err = refuse_study(capsys, tiny_experiment(tmp_path, study), *extra)
+    assert message in err, err
+
+
+def test_a_config_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    from trainers.__main__ import main
+
+    folder = tiny_experiment(tmp_path, "", text=b"[train]\nepochs = 2 # \xff\n")
+    err = refuse_study(capsys, folder)
+    assert "is not UTF-8 text (byte 0xff at offset 21)" in err
+    assert main(["train", str(folder), "--out", str(tmp_path / "runs")]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
+
+
+def test_train_refuses_an_empty_out_and_an_overlong_run_name(tmp_path, capsys):
+    from tests.helpers import write_config
+    from trainers.__main__ import main
+
+    config = write_config(tmp_path / "c.toml")
+    assert main(["train", str(config), "--out", ""]) == 2
+    assert capsys.readouterr().err == "error: --out is empty; give the runs' folder (default results/runs)\n"
+    assert main(["train", str(config), "--out", str(tmp_path), "--run", "r" * 300]) == 2
+    assert "is 300 bytes long" in capsys.readouterr().err and not (tmp_path / "c").exists()
+
+
+# ---- issue 26, items 5 and 6: a run another process holds is `skipped: in use by pid N` on the study's console -----
+def test_a_study_skips_a_run_another_process_holds_and_names_its_pid(tmp_path, capsys):
+    from trainers.runfolder import RankLock
+    from trainers.study import run_local
+
+    study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
+                       seeds=None, overrides=[])
+    lock = RankLock(tmp_path / "runs" / "99_tiny" / "w1-s3", 0)  # another study's trainer
+    try:
+        assert run_local(study, "local", tmp_path / "runs", dry_run=False, jobs=1) == 1
+    finally:
+        lock.release()
+    assert f"[1/1] 99_tiny/w1-s3: skipped: in use by pid {os.getpid()}" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_study_that_loses_the_race_for_a_run_says_so_on_its_own_console(tmp_path, capsys, monkeypatch):
+    """Two studies started together both find the run free; the second's trainer is refused (exit 2), and the
+    study prints why rather than the first study's manifest."""
+    from trainers import runfolder
+    from trainers.runfolder import RankLock
+    from trainers.study import run_local
+
+    study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
+                       seeds=None, overrides=[])
+    run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
+    lock = RankLock(run_dir, 0)  # the first study's trainer, taken after this study looked
+    monkeypatch.setattr(runfolder, "is_locked", lambda *a: False)
+    try:
+        assert run_local(study, "local", tmp_path / "runs", dry_run=False, jobs=1) == 1
+    finally:
+        lock.release()
+    out = capsys.readouterr().out
+    assert f"[1/1] 99_tiny/w1-s3: skipped: in use by pid {os.getpid()}" in out and "exit 2" not in out
+
+
+# ---- issue 26, item 9: a study killed outright takes its trainers with it; the interrupted line counts checkpoints --
+def test_the_interrupted_line_counts_only_runs_with_a_checkpoint(tmp_path):
+    from trainers.study import interrupted_line
+
+    started, saved = tmp_path / "w1-s0", tmp_path / "w2-s0"
+    started.mkdir()
+    saved.mkdir()
+    (saved / "checkpoint.pt").write_bytes(b"")
+    assert interrupted_line("99_tiny", [started, started]) == ("99_tiny: interrupted; 0 run(s) checkpointed, 2 stopped "
+                                                              "before their first checkpoint (they start afresh). "
+                                                              "The same command resumes them.")
+    assert interrupted_line("99_tiny", [saved]).startswith("99_tiny: interrupted; 1 run(s) checkpointed. ")
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_study_takes_its_trainer_with_it(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import trainer_env
+    from trainers.runfolder import is_locked, lock_holder, read_metrics
+
+    folder = tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }',
+                             overrides={"data": {"synthetic_images": 4000}, "train": {"epochs": 50}})  # never ends first
+    study = subprocess.Popen([sys.executable, "-m", "trainers", "study", str(folder), "--out", str(tmp_path / "runs")],
+                             cwd=REPO, env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
+    deadline = time.time() + 180
+    while not read_metrics(run_dir).of("iter"):  # the trainer is training
+        assert time.time() < deadline and study.poll() is None, "the study's run never started training"
+        time.sleep(0.05)
+    trainer = int(lock_holder(run_dir))
+    study.send_signal(signal.SIGKILL)
+    study.wait(timeout=60)
+    while is_locked(run_dir):  # the trainer got SIGTERM from the kernel: it checkpoints and exits
+        assert time.time() < deadline, f"trainer {trainer} went on after its study was killed"
+        time.sleep(0.05)
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "preempted"

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from trainers.config import SCALES, ConfigError, load_config
+from trainers.config import SCALES, ConfigError, cpu_isa_env, load_config
 from trainers.data import DataError
 from trainers.runfolder import check_run_name
 
@@ -18,14 +18,34 @@ def default_run_name(cfg) -> str:
     return f"w{t.workers}-b{t.per_worker_batch}-{t.backend}-s{t.seed}"
 
 
+def out_folder(text: str) -> Path:
+    """--out as a folder; empty would quietly mean the current folder (the repository's root)."""
+    if not text.strip():
+        raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
+    return Path(text)
+
+
+def pin_cpu_isa(cpu_isa: str, may_reexec: bool) -> None:
+    """train.cpu_isa works through environment variables torch reads once: a trainer started without them starts
+    itself again with them (same pid, same arguments). Called in-process (tests), the check in the loop refuses."""
+    wanted = cpu_isa_env(cpu_isa)
+    if may_reexec and any(os.environ.get(k) != v for k, v in wanted.items()):
+        from trainers.compute import check_cpu_has
+
+        check_cpu_has(cpu_isa)
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "trainers", *sys.argv[1:]], {**os.environ, **wanted})
+
+
 def cmd_train(args) -> int:
     from trainers.loop import run_training
 
     if args.run is not None:
         check_run_name(args.run)  # a run folder stays inside the output folder
     cfg = load_config(args.config, args.scale, args.set)
-    run_dir = Path(args.out) / cfg.experiment / (args.run or default_run_name(cfg))
-    return run_training(cfg, run_dir, resume=args.resume == "auto")
+    pin_cpu_isa(cfg.train.cpu_isa, args.may_reexec)
+    run_dir = out_folder(args.out) / cfg.experiment / (args.run or default_run_name(cfg))
+    return run_training(cfg, run_dir, resume=args.resume is not None, force=args.resume == "force")
 
 
 def cmd_schedule(args) -> int:
@@ -77,7 +97,8 @@ def cmd_study(args) -> int:
 
     return run_study(
         Path(args.experiment), scale=args.scale, launcher=args.launcher, cluster=args.cluster,
-        dry_run=args.dry_run, quick=args.quick, out=Path(args.out) if args.out else None, seeds=args.seeds,
+        dry_run=args.dry_run, quick=args.quick, out=None if args.out is None else out_folder(args.out),
+        seeds=args.seeds,
         overrides=args.set,
         jobs=args.jobs, only=args.only,
     )
@@ -115,7 +136,9 @@ def parser() -> argparse.ArgumentParser:
     # --run-name too: torchrun's own parser reads a bare --run as an abbreviation of its --run-path
     t.add_argument("--run", "--run-name", dest="run", help="run folder name (default: workers, batch, backend, seed)")
     t.add_argument("--out", default=str(DEFAULT_OUT), help="runs root (default results/runs)")
-    t.add_argument("--resume", choices=["auto"], help="auto: continue from the run folder's checkpoint if any")
+    t.add_argument("--resume", choices=["auto", "force"],
+                   help="auto: continue from the run folder's checkpoint if any, with the threads, device, passes and "
+                        "CPU kernels it started with; force: also when this attempt's must differ")
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("schedule", help="print the learning rate at the start of each epoch as CSV")
@@ -209,6 +232,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.may_reexec = argv is None  # the command line itself, not a call from Python
     try:
         return args.func(args)
     except (ConfigError, DataError) as e:

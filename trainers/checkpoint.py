@@ -20,6 +20,7 @@ MAY_DIFFER_ON_RESUME = {
     ("data", "path"), ("data", "loader_workers"), ("train", "print_freq"), ("train", "threads"),
     ("train", "device"), ("train", "init_method"), ("train", "checkpoint"), ("telemetry", "interval_s"),
     ("train", "compile"), ("train", "cudnn_benchmark"), ("train", "workers_per_pass"),
+    ("train", "cpu_isa"),  # the kernels actually used are compared instead (check_same_arithmetic)
 }
 
 
@@ -52,8 +53,29 @@ def save(path: Path, state: dict[str, Any]) -> None:
         os.close(dir_fd)
 
 
+# What every checkpoint holds; a file without them is not one of ours (or is damaged).
+REQUIRED_KEYS = ("model", "optimizer", "epoch", "step", "config")
+
+
+class CorruptCheckpoint(ConfigError):
+    """A checkpoint file that cannot be read back: empty, cut short, overwritten."""
+
+
 def load(path: Path) -> dict[str, Any]:
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """The checkpoint as saved; a damaged file is one line that names it and says how to go on."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # empty: EOFError; cut short: RuntimeError (zip reader); random bytes: UnpicklingError
+        first_line = (str(e).splitlines() or ["unreadable"])[0]
+        raise CorruptCheckpoint(damaged(path, f"{type(e).__name__}: {first_line}"[:160])) from None
+    if not isinstance(state, dict) or not all(k in state for k in REQUIRED_KEYS):
+        raise CorruptCheckpoint(damaged(path, "not a checkpoint of this trainer (keys missing)"))
+    return state
+
+
+def damaged(path: Path, why: str) -> str:
+    return (f"checkpoint {path} is damaged ({why}); move it aside (mv {path} {path}.bad) and run the same command "
+            f"again to restart the run from epoch 0 (no earlier checkpoint is kept)")
 
 
 def config_differences(saved: dict[str, dict], current: dict[str, dict]) -> list[str]:
@@ -85,4 +107,25 @@ def check_same_config(path: Path, saved: dict[str, dict], current: dict[str, dic
             f"cannot resume {path}: {diffs[0]}"
             + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else "")
             + "; resume with the run's own config or start a new --run"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Resume is the same run: what decides the arithmetic is fixed at the run's first start and reused on resume
+# ----------------------------------------------------------------------------------------------------------------
+def arithmetic_differences(saved: dict[str, Any], would_be: dict[str, Any]) -> list[str]:
+    """The settings that change the numbers (threads, device kind, passes, the CPU kernels' instruction set) in which
+    this attempt would differ from the run's start; a key this attempt leaves open (None) takes the saved value."""
+    return [f"{key} was {saved[key]!r}, this attempt's is {value!r}" for key, value in would_be.items()
+            if key in saved and value is not None and value != saved[key]]
+
+
+def check_same_arithmetic(path: Path, saved: dict[str, Any], would_be: dict[str, Any], force: bool) -> None:
+    diffs = arithmetic_differences(saved, would_be)
+    if diffs and not force:
+        raise ConfigError(
+            f"cannot resume {path} as the same run: {diffs[0]}"
+            + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else "")
+            + "; resume with the run's own settings (where it started), or --resume force to continue with "
+            "different arithmetic (the manifest's attempts record it)"
         )

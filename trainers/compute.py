@@ -22,6 +22,10 @@ import torch.nn as nn
 from trainers.config import TrainConfig
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# oneDNN's instruction sets, best first, with the /proc/cpuinfo flags each needs
+ONEDNN_ISAS = [("AVX512_CORE_AMX", ("amx_tile", "avx512_bf16")), ("AVX512_CORE_BF16", ("avx512_bf16",)),
+               ("AVX512_CORE_VNNI", ("avx512_vnni",)), ("AVX512_CORE", ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
+               ("AVX2_VNNI", ("avx_vnni", "avx2")), ("AVX2", ("avx2",)), ("AVX", ("avx",)), ("SSE41", ("sse4_1",))]
 
 
 def configure_torch(t: TrainConfig) -> None:
@@ -34,6 +38,65 @@ def configure_torch(t: TrainConfig) -> None:
     if t.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS reductions
     torch.use_deterministic_algorithms(t.deterministic)
+
+
+def cpu_description() -> dict:
+    """The CPU and the kernels' instruction sets this process computes with: a result reruns bit-identically only
+    with the same ATen capability and oneDNN ISA (and threads)."""
+    model, flags = cpuinfo()
+    best = next((isa for isa, needs in ONEDNN_ISAS if all(f in flags for f in needs)), None)
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    names = [isa for isa, _ in ONEDNN_ISAS]
+    onednn = best
+    if best and cap in names and names.index(cap) > names.index(best):  # capped below the CPU's best
+        onednn = cap
+    return {"model": model, "torch_capability": torch.backends.cpu.get_cpu_capability(), "onednn_isa": onednn,
+            **{k: os.environ.get(k) for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}}
+
+
+def cpuinfo() -> tuple[str | None, set[str]]:
+    """The CPU's model name and feature flags from /proc/cpuinfo (Linux; elsewhere platform's name, no flags)."""
+    import platform
+
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return platform.processor() or None, set()
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    return fields.get("model name") or platform.processor() or None, set(fields.get("flags", "").split())
+
+
+ISA_FLAGS = {"default": (), "avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq")}
+
+
+def check_cpu_has(cpu_isa: str) -> None:
+    """ATen trusts ATEN_CPU_CAPABILITY: kernels of an instruction set the CPU lacks die of SIGILL mid-run."""
+    from trainers.config import ConfigError
+
+    flags = cpuinfo()[1]
+    missing = [f for f in ISA_FLAGS.get(cpu_isa, ()) if f not in flags]
+    if flags and missing:  # no flags known (not Linux): nothing to check against
+        raise ConfigError(f"train.cpu_isa = {cpu_isa!r}: this CPU has no {cpu_isa} kernels (it lacks "
+                          f"{', '.join(missing)}); pick an instruction set it has, or leave it empty")
+
+
+def check_cpu_isa(t: TrainConfig) -> None:
+    """A pinned ISA must be one this CPU has and what torch runs: set before torch started (the trainer
+    re-executes itself with it)."""
+    from trainers.config import ConfigError, cpu_isa_env
+
+    wanted = cpu_isa_env(t.cpu_isa)
+    if not wanted:
+        return
+    check_cpu_has(t.cpu_isa)
+    missing = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
+    if missing:
+        raise ConfigError(f"train.cpu_isa = {t.cpu_isa!r} must be set before torch starts: run with "
+                          + " ".join(f"{k}={v}" for k, v in wanted.items()) + " in the environment")
+    if torch.backends.cpu.get_cpu_capability().lower() != wanted["ATEN_CPU_CAPABILITY"]:
+        raise ConfigError(f"train.cpu_isa = {t.cpu_isa!r}: torch runs {torch.backends.cpu.get_cpu_capability()} "
+                          "kernels all the same (a build without them?); leave train.cpu_isa empty")
 
 
 class GlobalAvgPool(nn.Module):

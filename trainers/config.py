@@ -29,6 +29,32 @@ IMAGENET_RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
 CIFAR_RESNET_DEPTHS = {"cifar_resnet8": 8, "cifar_resnet14": 14, "cifar_resnet20": 20}
 MODELS = (*IMAGENET_RESNETS, *CIFAR_RESNET_DEPTHS)
 MAX_GENERATED_SIZE = 512  # px: the generated data set is a miniature (32 px at the local scale)
+# Upper bounds of sizes and counts: far above anything the thesis or the miniature runs, far below what fills a disk
+# or memory before the first epoch (10^9 images a class wrote 2 GB of cache; 2^63 epochs exhausted memory).
+LIMITS = {
+    "train.epochs": 10_000,  # the thesis 90, the local scale 72, the longest study 360
+    "train.workers": 1_024,  # the thesis 1-32 GPUs
+    "train.per_worker_batch": 8_192,  # the thesis 32-256
+    "data.image_size": 1_024,  # ImageNet crops 224
+    "data.classes": 100_000,
+    "data.per_class": 100_000,  # the local scale 160
+    "data.val_per_class": 100_000,
+    "data.synthetic_images": 2_000_000,  # ImageNet's 1.28M an epoch
+    "data.max_image_pixels": 1_000_000_000,  # Pillow's bomb limit is 89.5 Mpx; a gigapixel image is 3 GB decoded
+    "model.num_classes": 100_000,
+    "model.width": 1_024,
+    "bench.batches": 1_000_000,
+    "bench.warmup_batches": 1_000_000,
+}
+# train.cpu_isa: the CPU kernels' instruction set, pinned through the two variables ATen and oneDNN read when they
+# first dispatch (so they must be in the environment before torch starts). "" = the CPU's best (unpinned).
+# A committed reference reruns bit-identically on a newer CPU only with the reference's ISA (and threads).
+CPU_ISAS = {
+    "default": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+}
+MAX_GENERATED_IMAGES = 2_000_000  # training and validation images of the generated set (~1 KB each at 32 px)
 
 
 class ConfigError(ValueError):
@@ -81,6 +107,7 @@ class TrainConfig:
     cudnn_benchmark: bool = True  # cuDNN autotuning, as the thesis's scripts; off under deterministic
     deterministic: bool = False  # deterministic kernels: a resumed GPU run ends bit-identical (slower)
     workers_per_pass: int = 0  # emulated workers per forward/backward; 0 = auto (all on CPU, what fits on a GPU)
+    cpu_isa: str = ""  # the CPU kernels' instruction set: "" (the CPU's best) | "default" | "avx2" | "avx512"
 
 
 OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # sgd as the thesis ran; the large-batch ones of experiment 12
@@ -207,6 +234,11 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} does not exist; pass an experiments/NN_name/config.toml") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:  # TOML is UTF-8 text
+        raise ConfigError(f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                          "save it as UTF-8") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a folder; pass an experiments/NN_name/config.toml") from None
 
 
 def find_scales_file(config_path: Path) -> Path | None:
@@ -327,6 +359,23 @@ def positive(where: str, value: float) -> None:
         raise ConfigError(f"{where} = {value} must be > 0")
 
 
+def at_most(where: str, value: float, limit: float) -> None:
+    if value > limit:
+        raise ConfigError(f"{where} = {value} is more than this suite's limit of {limit:,}; use a smaller value")
+
+
+def check_limits(cfg: Config) -> None:
+    """Every size and count within LIMITS, before any folder or cache is written."""
+    for where, limit in LIMITS.items():
+        section, key = where.split(".")
+        at_most(where, getattr(getattr(cfg, section), key), limit)
+
+
+def cpu_isa_env(cpu_isa: str) -> dict[str, str]:
+    """The environment that pins the CPU kernels' instruction set (empty: unpinned)."""
+    return dict(CPU_ISAS.get(cpu_isa, {}))
+
+
 def check_paths(cfg: Config) -> None:
     """What must exist where the run starts (not where it is planned: a cluster stages data on its nodes)."""
     if cfg.data.kind == "imagefolder" and not Path(cfg.data.path).is_dir():
@@ -389,6 +438,10 @@ def validate(cfg: Config, need_data: bool = True) -> None:
         ("horovod.batches_per_allreduce", cfg.horovod.batches_per_allreduce),
     ]:
         positive(where, value)
+    if d.kind == "generated" and d.image_size > MAX_GENERATED_SIZE:  # a typo (3200 for 32): terabytes of JPEGs
+        raise ConfigError(f"data.image_size = {d.image_size} is too large for the generated data set "
+                          f"(at most {MAX_GENERATED_SIZE} px)")
+    check_limits(cfg)
     for where, value in [("optim.momentum", cfg.optim.momentum), ("optim.weight_decay", cfg.optim.weight_decay),
                          ("train.seed", t.seed), ("data.data_seed", d.data_seed),
                          ("telemetry.interval_s", cfg.telemetry.interval_s)]:
@@ -398,6 +451,7 @@ def validate(cfg: Config, need_data: bool = True) -> None:
     one_of("train.backend", t.backend, BACKENDS)
     one_of("train.device", t.device, ("auto", "cpu", "cuda"))
     one_of("train.precision", t.precision, PRECISIONS)
+    one_of("train.cpu_isa", t.cpu_isa, ("", *CPU_ISAS))
     if t.workers_per_pass < 0:
         raise ConfigError(f"train.workers_per_pass = {t.workers_per_pass} must be >= 0 (0 = as many as fit)")
     if t.workers_per_pass and t.backend in ("single", "ddp", "horovod", "dp"):
@@ -444,11 +498,24 @@ def check_data_sizes(cfg: Config) -> None:
         for where, value in [("data.classes", d.classes), ("data.per_class", d.per_class),
                              ("data.val_per_class", d.val_per_class)]:
             positive(where, value)
-        if d.image_size > MAX_GENERATED_SIZE:  # a typo (3200 for 32) would render terabytes of JPEGs
-            raise ConfigError(f"data.image_size = {d.image_size} is too large for the generated data set "
-                              f"(at most {MAX_GENERATED_SIZE} px)")
+        images = d.classes * (d.per_class + d.val_per_class)
+        if images > MAX_GENERATED_IMAGES:
+            raise ConfigError(f"the generated data set would hold {images:,} images (data.classes x (per_class + "
+                              f"val_per_class)); at most {MAX_GENERATED_IMAGES:,}: lower data.per_class")
         if d.classes > m.num_classes:
             raise ConfigError(f"data.classes = {d.classes} is more than model.num_classes = {m.num_classes}; "
                               f"the model must have an output for every class (raise model.num_classes)")
     if d.kind == "synthetic":
         positive("data.synthetic_images", d.synthetic_images)
+    check_batch_fits(cfg)
+
+
+def check_batch_fits(cfg: Config) -> None:
+    """A global batch larger than the generated training set is one step an epoch at a huge rate: a mistake, not a
+    run. (Synthetic data is for timing, where any size will do.)"""
+    d = cfg.data
+    images = d.classes * d.per_class
+    benchmark = cfg.bench.batches > 0  # timed steps on a repeated loader
+    if d.kind == "generated" and not benchmark and cfg.global_batch > images:
+        raise ConfigError(f"the global batch ({cfg.global_batch} = train.workers x train.per_worker_batch) is larger "
+                          f"than the {images:,} training images; lower train.per_worker_batch or train.workers")

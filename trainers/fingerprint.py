@@ -18,7 +18,8 @@ from trainers.config import SECTIONS, Config, ConfigError, from_dict
 # section -> keys that do not enter the fingerprint
 IGNORED: dict[str, tuple[str, ...]] = {
     "train": ("seed", "print_freq", "checkpoint", "init_method",
-              "workers_per_pass"),  # any pass size is the same SGD step; only its rounding differs
+              "workers_per_pass",  # any pass size is the same SGD step; only its rounding differs
+              "cpu_isa"),  # which kernels: the same condition, rounded differently (as another machine's)
     "data": ("path",),
     "horovod": ("timeline",),
     "telemetry": ("interval_s",),  # sampling utilisation changes nothing trained

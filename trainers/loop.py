@@ -152,11 +152,12 @@ class DeviceTotals:
 
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, backend_name: str, launch: backends.Launch, resume: bool,
-                 echo: bool = True):
+                 echo: bool = True, pinned: dict | None = None):
         self.cfg = cfg
         t = cfg.train
-        if t.threads:
-            torch.set_num_threads(t.threads)
+        self.pinned = pinned or {}  # a resumed run's arithmetic, as it started (pin_arithmetic)
+        if t.threads or self.pinned.get("threads"):
+            torch.set_num_threads(t.threads or self.pinned["threads"])
         compute.configure_torch(t)
         self.policy = cfg.lr_policy()
         # Data first: generating the miniature dataset may take a minute, and no peer should be waiting on us.
@@ -206,6 +207,9 @@ class Trainer:
         """Emulated workers on a GPU with workers_per_pass = 0: the most whole workers one pass holds, measured."""
         b = self.backend
         if getattr(b, "workers_per_pass", None) != 0:
+            return
+        if self.pinned.get("workers_per_pass"):  # measured at the run's start: the same passes, the same rounding
+            b.workers_per_pass = self.pinned["workers_per_pass"]
             return
         t, size = self.cfg.train, self.cfg.data.image_size
         total = torch.cuda.get_device_properties(b.device).total_memory
@@ -265,8 +269,17 @@ class Trainer:
             # steps the scaler skipped: this epoch's so far (a mid-epoch checkpoint) and the epochs done
             "skipped_steps": {"epoch": int(self.compute.skipped), "run": self.skipped_total},
             "config": self.cfg.to_dict(),
+            "arithmetic": self.arithmetic(),  # what a resume must reuse to continue the same run
             "run_files": self.run.sizes(),  # bytes of metrics.jsonl and train.log this checkpoint covers
         })
+
+    def arithmetic(self) -> dict:
+        """The settings of this attempt that decide the numbers beyond the config (stored with each checkpoint)."""
+        return {"threads": torch.get_num_threads(), "device": self.backend.device.type,
+                "workers_per_pass": getattr(self.backend, "workers_per_pass", None) or None,
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "onednn_isa": compute.cpu_description()["onednn_isa"],
+                "precision": self.cfg.train.precision, "deterministic": self.cfg.train.deterministic}
 
     # ---- one epoch of training --------------------------------------------------------------------------------
     def batches(self, epoch: int, start_step: int):
@@ -532,8 +545,9 @@ def generated_spec(cfg: Config) -> dict | None:
 # ----------------------------------------------------------------------------------------------------------------
 # Entry point: one run, whatever launched it
 # ----------------------------------------------------------------------------------------------------------------
-def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = True) -> int:
+def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = True, force: bool = False) -> int:
     check_paths(cfg)
+    compute.check_cpu_isa(cfg.train)
     check_writable(run_dir)
     launch = backends.detect_launch()
     name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
@@ -541,28 +555,53 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
     made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # the folders this run will create
     lock = RankLock(run_dir, launch.rank)
     try:
-        return train_locked(cfg, run_dir, resume, echo, launch, name)
+        return train_locked(cfg, run_dir, resume, echo, launch, name, force)
     finally:
         if made and not (run_dir / MANIFEST).exists():  # refused before it started (a data or config mistake)
             lock.discard(made)
         lock.release()
 
 
-def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: backends.Launch, name: str) -> int:
+def pin_arithmetic(cfg: Config, path: Path, force: bool) -> dict:
+    """A resumed run keeps the arithmetic it started with, whatever this attempt's defaults (a study's JOBS sets
+    OMP_NUM_THREADS): what the config leaves open is taken from the checkpoint; what it sets otherwise is refused
+    unless forced. Checkpoints from before this was stored pin nothing."""
+    state = checkpoint.load(path)
+    checkpoint.check_same_config(path, state["config"], cfg.to_dict())  # before any process group exists
+    saved = state.get("arithmetic")
+    if not saved:
+        return {}
+    t = cfg.train
+    wants_cuda = t.device == "cuda" or (t.device == "auto" and torch.cuda.is_available())
+    would_be = {"threads": t.threads or None, "device": "cuda" if wants_cuda else "cpu",
+                "workers_per_pass": t.workers_per_pass or None,
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "onednn_isa": compute.cpu_description()["onednn_isa"]}
+    checkpoint.check_same_arithmetic(path, saved, would_be, force)
+    return {key: saved.get(key) for key in ("threads", "workers_per_pass") if not force or would_be[key] is None}
+
+
+def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: backends.Launch, name: str,
+                 force: bool = False) -> int:
     if launch.rank == 0 and not resume and (run_dir / MANIFEST).exists():  # no manifest: nothing started, restart
         raise ConfigError(f"run folder {run_dir} exists; continue it with --resume auto or pick another --run")
-    if resume and (run_dir / "checkpoint.pt").exists():  # refuse a changed config before any process group exists
-        saved = checkpoint.load(run_dir / "checkpoint.pt")["config"]
-        checkpoint.check_same_config(run_dir / "checkpoint.pt", saved, cfg.to_dict())
-    trainer = Trainer(cfg, run_dir, name, launch, resume, echo)
+    pinned = {}
+    if resume and (run_dir / "checkpoint.pt").exists():
+        pinned = pin_arithmetic(cfg, run_dir / "checkpoint.pt", force)
+    trainer = Trainer(cfg, run_dir, name, launch, resume, echo, pinned)
     run, b = trainer.run, trainer.backend
     run.write_config({"experiment": cfg.experiment, "run": run_dir.name, "scale": cfg.scale, **cfg.to_dict(),
                       "resolved": cfg.resolved(name)})
     if (run_dir / MANIFEST).exists() and trainer.resuming:
         run.manifest = read_manifest(run_dir) or {}
+    attempt = {"start": now_iso(), "epoch": trainer.start_epoch, "iteration": trainer.start_step,
+               **trainer.arithmetic(), "threads_env": thread_settings(), "forced": force and trainer.resuming}
+    attempts = run.manifest.get("attempts", []) if trainer.resuming else []
     run.update_manifest(
         start=run.manifest.get("start", now_iso()), end=None, launcher=launch.launcher, seed=cfg.train.seed,
+        attempts=[*attempts, attempt],  # every attempt's arithmetic: a mix would show here
         versions={**versions(), "cuda": torch.version.cuda}, git_commit=git_commit(), threads=thread_settings(),
+        cpu=compute.cpu_description(),  # the kernels' ISA: what a bit-identical rerun elsewhere must pin
         resumed_at=now_iso() if trainer.start_epoch or trainer.start_step else None, failed_ranks=None, message=None,
         **b.describe(),
     )

@@ -6,7 +6,8 @@ A run is a folder `<out>/<experiment>/<run>/` holding
   metrics.jsonl  one JSON object a line, the source of truth: each line one of the record kinds declared below;
   train.log      human lines in pytorch/examples' format (trainers/runlog.py formats them);
   checkpoint.pt  the trainer's checkpoint, which also stores how many bytes of metrics.jsonl and train.log it covers;
-  .lock          held (flock) by rank 0 while the run trains; `.rank<r>.lock` by each other rank.
+  .lock          the pid of rank 0 while the run trains (rank 0 holds an flock on the folder itself, which deleting
+                 no file can defeat); `.rank<r>.lock` is each other rank's, flocked.
 
 Writing: `RunFolder.record(kind, **fields)` checks the fields against the declared record type (an unknown kind or
 field, a missing field or a wrong type is an error at write time), so the files cannot drift from the schema.
@@ -295,10 +296,27 @@ class RunInUse(ConfigError):
     """Another process trains this run folder."""
 
 
+IN_USE = "is in use by another process (pid {pid})"  # the words of RunInUse, which in_use_by reads back
+
+
+def in_use_by(console_text: str) -> str | None:
+    """The pid a trainer named when it was refused because another process held its run, from its console output."""
+    head, tail = IN_USE.split("{pid}")
+    for line in reversed(console_text.splitlines()):
+        if line.startswith("error: ") and head in line:
+            return line.split(head, 1)[1].split(tail, 1)[0]
+    return None
+
+
+MAX_RUN_NAME = 200  # bytes; file systems allow 255 a name, and the name also goes into Slurm job names and tables
+
+
 def check_run_name(name: str) -> str:
     """A run name is one folder name inside the experiment's folder: no path separators, no '..', not absolute."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name or os.path.isabs(name):
         raise ConfigError(f"run name {name!r} must be a plain folder name (no '/', no '..', not absolute)")
+    if len(name.encode()) > MAX_RUN_NAME:
+        raise ConfigError(f"run name {name[:40]}... is {len(name.encode())} bytes long; use at most {MAX_RUN_NAME}")
     return name
 
 
@@ -306,30 +324,68 @@ def _lock_path(run_dir: Path, rank: int) -> Path:
     return run_dir / (LOCK if rank == 0 else f".rank{rank}.lock")
 
 
+def _lock_target(run_dir: Path, rank: int) -> Path:
+    """What a rank's flock is held on. Rank 0's is the run folder itself, which exists as long as the run does: a
+    lock on a file could be defeated by deleting the file (a second writer then locks a new one beside the first)."""
+    return run_dir if rank == 0 else _lock_path(run_dir, rank)
+
+
+def _open_lock_target(run_dir: Path, rank: int) -> int:
+    target = _lock_target(run_dir, rank)
+    return os.open(target, os.O_RDONLY) if rank == 0 else os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def lock_holder(run_dir: Path, rank: int = 0) -> str:
+    """The pid holding a rank's lock: from the kernel's table of locks where there is one (Linux), else from the
+    note the holder wrote into its lock file ("?" when neither says)."""
+    return _flock_owner(_lock_target(Path(run_dir), rank)) or _pid_note(_lock_path(Path(run_dir), rank)) or "?"
+
+
+def _flock_owner(path: Path) -> str | None:
+    """/proc/locks: `1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF` (pid, then device major:minor:inode in hex)."""
+    try:
+        st = os.stat(path)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == device:
+            return fields[4]
+    return None
+
+
+def _pid_note(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
 class RankLock:
-    """An exclusive flock held while this rank trains the run: rank 0's is the run folder's lock.
+    """An exclusive flock held while this rank trains the run: rank 0's, on the run folder, is the run's lock.
 
     The kernel drops it when the process dies, however it dies, so peers can tell a dead rank from a live one.
+    The holder's pid is written into the lock file (`.lock` for rank 0), for the message a second process gets.
     """
 
     def __init__(self, run_dir: Path, rank: int):
         self.path = _lock_path(run_dir, rank)
         run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_target(run_dir, rank)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = self.path.read_text().strip() or "?"
             os.close(fd)
-            raise RunInUse(f"run folder {run_dir} is in use by another process (pid {holder}); wait for it to end "
-                           "or pick another --run") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+            raise RunInUse(f"run folder {run_dir} {IN_USE.format(pid=lock_holder(run_dir, rank))}; "
+                           "wait for it to end or pick another --run") from None
         self.fd: int | None = fd
+        self.path.write_text(f"{os.getpid()}\n")
 
     def discard(self, made: list[Path]) -> None:
-        """Remove the lock file (still held, so no one else can take it meanwhile) and the folders this run made
-        (innermost first) that are empty then: a run refused before it started leaves no folder behind."""
+        """Remove the lock file (the lock is still held, so no one else can take it meanwhile) and the folders this
+        run made (innermost first) that are empty then: a run refused before it started leaves no folder behind."""
         self.path.unlink(missing_ok=True)
         for folder in made:
             try:
@@ -345,9 +401,8 @@ class RankLock:
 
 def is_locked(run_dir: Path, rank: int = 0) -> bool:
     """Whether a live process holds rank `rank`'s lock of a run folder (probing takes and drops it at once)."""
-    path = _lock_path(Path(run_dir), rank)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(_lock_target(Path(run_dir), rank), os.O_RDONLY)
     except FileNotFoundError:
         return False
     try:
@@ -403,6 +458,19 @@ def versions() -> dict[str, str | None]:
     """Installed versions, read from package metadata (importing Horovod to ask would initialise it)."""
     return {"python": platform.python_version(), "torch": package_version("torch"),
             "torchvision": package_version("torchvision"), "horovod": package_version("horovod")}
+
+
+def nearest_line_end(data: bytes, offset: int) -> int:
+    """The line boundary (0, or just after a newline) nearest to `offset`. The checkpoint's byte count lands on one
+    unless the file was edited since: a byte inserted before it moves the boundary one on, a byte deleted one back,
+    and cutting at the count itself would leave half a line for the next record to be glued onto."""
+    if offset <= 0 or data[offset - 1:offset] == b"\n":
+        return max(offset, 0)
+    before = data.rfind(b"\n", 0, offset) + 1  # 0 when there is no newline before
+    after = data.find(b"\n", offset)
+    if after == -1:
+        return before
+    return before if offset - before <= after + 1 - offset else after + 1
 
 
 # ================================================================================================================
@@ -493,8 +561,9 @@ class RunFolder:
             if size is None or size >= current:
                 continue
             with open(self.path / name, "rb") as r:
-                r.seek(size)
-                tail = r.read()
+                whole = r.read()
+            size = nearest_line_end(whole, size)  # a file changed since the checkpoint: never cut mid-line
+            tail = whole[size:]
             with self._write_lock:
                 os.ftruncate(f.fileno(), size)  # the file is opened for appending: the next write lands at `size`
             if name == METRICS:

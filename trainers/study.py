@@ -17,6 +17,7 @@ counts as done only when its config fingerprint (trainers/fingerprint.py) is the
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import fnmatch
 import itertools
@@ -34,9 +35,10 @@ from typing import Any
 
 from trainers import runfolder
 from trainers.backends import Launch, choose_backend, free_port, horovod_available, torchrun_command
-from trainers.config import Config, ConfigError, find_scales_file, load_config, read_toml
+from trainers.config import Config, ConfigError, cpu_isa_env, find_scales_file, load_config, read_toml
 from trainers.fingerprint import config_fingerprint, folder_fingerprint
 from trainers.study_clock import Clock, duration, reference_seconds
+from trainers.runfolder import check_run_name
 
 REPO = Path(__file__).resolve().parents[1]
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
@@ -45,6 +47,9 @@ LAUNCH_KEYS = ("nodes", "tasks_per_node", "run")  # how a run is launched or nam
 FINISHED = ("completed", "diverged")
 OTHER_CONFIG = "other-config"  # a run folder made by a config other than the plan's
 FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
+STUDY_KEYS = ("question", "vary", "extra", "seeds", "nodes", "tasks_per_node", "baseline", "kind")
+KINDS = ("quality", "throughput")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,39 @@ def study_table(config: Path, scale: str) -> dict[str, Any]:
     document = read_toml(config)
     table = dict(document.get("study", {}))
     table.update(document.get("scale", {}).get(scale, {}).get("study", {}))
+    check_study_table(table, config)
     return table
+
+
+def whole_number(where: str, value: Any, at_least: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < at_least:
+        raise ConfigError(f"{where} = {value!r} must be a whole number >= {at_least}")
+
+
+def check_study_table(table: dict[str, Any], config: Path) -> None:
+    """The [study] table's mistakes, one line each, before any run is planned."""
+    where = f"[study] in {config}"
+    unknown = sorted(set(table) - set(STUDY_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]} in {where}; known: {', '.join(STUDY_KEYS)}")
+    if table.get("kind", "quality") not in KINDS:
+        raise ConfigError(f"study.kind = {table['kind']!r} in {config} is not one of {', '.join(KINDS)}")
+    for key in ("seeds", "nodes", "tasks_per_node"):
+        if key in table:
+            whole_number(f"study.{key}", table[key])
+    vary = table.get("vary", {})
+    if not isinstance(vary, dict):
+        raise ConfigError(f"study.vary in {config} must be a table of lists, e.g. {{ \"train.workers\" = [1, 32] }}")
+    for key, values in vary.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"study.vary's {key} in {config} must be a non-empty list of values, not {values!r}")
+    extras = table.get("extra", [])
+    if not isinstance(extras, list) or not all(isinstance(e, dict) for e in extras):
+        raise ConfigError(f"study.extra in {config} must be a list of tables, e.g. [{{ \"train.workers\" = 32 }}]")
+    for combo in [{k: v for k, v in zip(vary, values)} for values in itertools.product(*vary.values())] + extras:
+        for key in ("nodes", "tasks_per_node"):
+            if key in combo:
+                whole_number(f"study {key}", combo[key])
 
 
 def run_name(values: dict[str, Any], seed: int | None) -> str:
@@ -95,7 +132,7 @@ def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
     extras = [dict(extra) for extra in table.get("extra", [])]
     grid = [dict(zip(vary, values)) for values in itertools.product(*vary.values())] if vary else []
     combos = grid + extras or [{}]
-    n_seeds = seeds or int(table.get("seeds", 1))
+    n_seeds = table.get("seeds", 1) if seeds is None else seeds
     base_seed = load_config(config, scale).train.seed
     runs = []
     for combo in combos:
@@ -108,8 +145,19 @@ def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
             settings["train.seed"] = base_seed + s
             name = (f"{combo['run']}-s{base_seed + s}" if "run" in combo  # a named extra run
                     else run_name(combo, base_seed + s))  # runs at another scale get their own folders
-            runs.append(Run(name if scale == "local" else f"{scale}-{name}", settings, nodes))
+            runs.append(Run(check_run_name(name if scale == "local" else f"{scale}-{name}"), settings, nodes))
+    refuse_duplicate_names(runs, config)
     return runs
+
+
+def refuse_duplicate_names(runs: list[Run], config: Path) -> None:
+    """Two plans in one folder would train beside each other and pool into one row: one name, one run."""
+    seen: set[str] = set()
+    for run in runs:
+        if run.name in seen:
+            raise ConfigError(f"two runs of {config}'s study are named {run.name}; give each [study] extra entry "
+                              "its own `run` name or settings")
+        seen.add(run.name)
 
 
 def quick_overrides(config: Path, scale: str) -> list[str]:
@@ -125,6 +173,8 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
                only: list[str] = ()) -> Study:
     """only: run-name patterns (fnmatch, e.g. "w32-*"): the study's runs of those names alone."""
     config = experiment / "config.toml"
+    if seeds is not None:
+        whole_number("--seeds", seeds)
     if not config.is_file():
         raise ConfigError(f"{experiment} has no config.toml; pass an experiments/NN_name folder")
     table = study_table(config, scale)
@@ -263,6 +313,15 @@ class Active:
     started: float
     seen: dict | None = None
     done_at_start: int = 0  # epochs a resumed run had before this session (its rate counts only the new ones)
+    console_start: int = 0  # where this attempt's output begins in console.log (earlier attempts' is above it)
+
+    def console_text(self) -> str:
+        try:
+            with open(self.plan.run_dir / "console.log", "rb") as f:
+                f.seek(self.console_start)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def poll(self) -> int | None:
         if any(p.poll() is None for p in self.procs):
@@ -287,16 +346,35 @@ def default_jobs(study: Study, plans: list[Plan], cores: int | None = None) -> i
     return max(1, min(cores or os.cpu_count() or 1, len(plans)))
 
 
+def terminate_with_parent(parent: int):
+    """A preexec function: the child gets SIGTERM when the study that started it dies (Linux's parent-death signal,
+    kept across exec); torchrun and horovodrun pass it on to their ranks. Elsewhere, nothing."""
+    def arm() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the study died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+    return arm if sys.platform.startswith("linux") else None
+
+
 def start_local(plan: Plan, index: int, jobs: int) -> Active:
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.setdefault("OMP_NUM_THREADS", str(threads_per_process(plan, jobs)))  # a user's own setting wins
     before = last_epoch(plan.run_dir)
+    env.update(cpu_isa_env(plan.cfg.train.cpu_isa))  # read once by torch: set before the trainer starts
     console = open(plan.run_dir / "console.log", "a")
-    # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint)
-    procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+    console_start = console.seek(0, os.SEEK_END)  # before the children share (and move) the file offset
+    # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint); and a
+    # SIGTERM when the study dies, however it dies (kill -9 included), so no trainer goes on alone
+    procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True,
+                              preexec_fn=terminate_with_parent(os.getpid()))
              for c in local_commands(plan)]
-    return Active(plan, index, procs, console, time.time(), done_at_start=before["epoch"] + 1 if before else 0)
+    return Active(plan, index, procs, console, time.time(), done_at_start=before["epoch"] + 1 if before else 0,
+                  console_start=console_start)
 
 
 def summary(run_dir: Path) -> str:
@@ -366,7 +444,7 @@ def start_waiting(waiting: list, active: list[Active], jobs: int, progress: Prog
             progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
             continue
         if runfolder.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it
-            progress.show(index, label, "skipped: in use by another process", final=True)
+            progress.show(index, label, f"skipped: in use by pid {runfolder.lock_holder(plan.run_dir)}", final=True)
             failures += 1
             continue
         c = plan.cfg
@@ -404,6 +482,10 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
                 continue
             active.remove(run)
             failures += code not in (0, 3)  # a diverged run is a result, not a failure
+            holder = runfolder.in_use_by(run.console_text()) if code == 2 else None
+            if holder:  # another study started it first: its manifest is the other's, not this attempt's
+                progress.show(run.index, label, f"skipped: in use by pid {holder}", final=True)
+                continue
             if code not in (0, 3):
                 mark_failed_if_silent(run.plan.run_dir, code)
             clock.finished(run.plan.fingerprint, run.plan.run_dir)
@@ -452,7 +534,7 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
         failures = drive(waiting, active, jobs, progress, have_horovod, clock)
     except KeyboardInterrupt:
         stop_active(active)
-        print(f"{study.experiment.name}: interrupted; {len(active)} run(s) checkpointed. The same command resumes them.")
+        print(interrupted_line(study.experiment.name, [run.plan.run_dir for run in active]))
         return 130
     print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {duration(time.time() - started)}; "
           f"run folders in {out / study.experiment.name}; {report_hint(out)}")
@@ -465,6 +547,13 @@ def report_hint(out: Path) -> str:
     OUT= (a QUICK study's results/quick too)."""
     command = "make report" if Path(out) == FULL_OUT else f"make report OUT={out}"
     return f"`{command}` turns them into tables and figures"
+def interrupted_line(experiment: str, stopped: list[Path]) -> str:
+    """What a stopped study left: only a run with a checkpoint resumes; one stopped in start-up starts afresh."""
+    saved = sum((run_dir / "checkpoint.pt").exists() for run_dir in stopped)
+    fresh = len(stopped) - saved
+    return (f"{experiment}: interrupted; {saved} run(s) checkpointed"
+            + (f", {fresh} stopped before their first checkpoint (they start afresh)" if fresh else "")
+            + ". The same command resumes them.")
 
 
 def print_comparison(plans: list[Plan], study: Study) -> None:
@@ -500,6 +589,10 @@ def data_warning(study: Study, scale: str) -> str | None:
 def run_study(experiment: Path, scale: str = "local", launcher: str = "local", cluster: str = "local",
               dry_run: bool = False, quick: bool = False, out: Path | None = None, seeds: int | None = None,
               overrides: list[str] = (), jobs: int | None = None, only: list[str] = ()) -> int:
+    if jobs is not None:
+        whole_number("--jobs", jobs)
+    if out is not None and not str(out):
+        raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
     study = load_study(experiment, scale, quick, seeds, list(overrides), list(only))
     out = out or (QUICK_OUT if quick else FULL_OUT)
     if study.question:

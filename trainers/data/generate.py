@@ -320,6 +320,19 @@ def cache_path(spec: dict) -> Path:
     return cache_root() / f"{name}-{digest}"
 
 
+def estimated_bytes(spec: dict) -> int:
+    """The cache's size on disk: each image as a JPEG and decoded (uint8 RGB), ~1.5 x 3 bytes a pixel (measured:
+    4.7 MB for 1,000 images at 32 px)."""
+    images = spec["classes"] * (spec["per_class"] + spec["val_per_class"])
+    return int(images * 4.5 * spec["image_size"] ** 2)
+
+
+def size_line(path: Path, spec: dict) -> str:
+    images = spec["classes"] * (spec["per_class"] + spec["val_per_class"])
+    return (f"generating the data set once: {images:,} images of {spec['image_size']} px, about "
+            f"{estimated_bytes(spec) / 1e6:,.1f} MB in {path}")
+
+
 def ensure_generated(spec: dict, progress: bool = True) -> Path:
     """The folder of the generated dataset `spec` describes, made on first use.
 
@@ -336,6 +349,7 @@ def ensure_generated(spec: dict, progress: bool = True) -> Path:
         try:
             if not is_complete(path, args):
                 shutil.rmtree(path, ignore_errors=True)  # the cache folder is ours: a half-made one goes
+                print(size_line(path, spec), file=sys.stderr, flush=True)
                 generate_dataset(path, **{k: spec[k] for k in SPEC_KEYS}, progress=progress)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
