@@ -3,14 +3,13 @@
 Each test skips with one line where no CUDA GPU is visible (the CPU versions are in test_precision.py).
 """
 import json
-import os
 import sys
 
 import pytest
 import torch
 
 from tests.helpers import final_state, max_difference, records, train, write_config
-from tests.test_resilience import start, wait_for
+from tests.test_resilience import preempt_and_resume
 
 pytestmark = [
     pytest.mark.slow,
@@ -29,13 +28,7 @@ def test_a_deterministic_run_resumes_bit_identical_to_an_uninterrupted_one(tmp_p
     assert train(cfg, tmp_path, "whole").returncode == 0
     assert train(cfg, tmp_path, "again").returncode == 0
     assert max_difference(final_state(tmp_path / "d" / "whole"), final_state(tmp_path / "d" / "again")) == 0.0
-    proc = start(cfg, tmp_path, "cut")
-    wait_for(tmp_path / "d" / "cut", "epoch")
-    os.killpg(proc.pid, 15)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 4, err[-2000:]
-    resumed = train(cfg, tmp_path, "cut", "--resume", "auto")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    preempt_and_resume(cfg, tmp_path, "cut")
     assert max_difference(final_state(tmp_path / "d" / "whole"), final_state(tmp_path / "d" / "cut")) == 0.0
 
 

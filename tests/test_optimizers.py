@@ -1,7 +1,6 @@
 """Large-batch optimizers (optim.name = lars, lamb, radam; trainers/optimizers.py) on every backend: they train,
 are recorded, resume bit-identically, and 2 emulated workers match DDP over 2 gloo processes as SGD does."""
 import json
-import os
 
 import pytest
 import torch
@@ -9,7 +8,7 @@ import torch
 from tests.helpers import (final_state, max_difference, records, run, torchrun, train, train_in_process,
                            write_config)
 from tests.test_horovod import horovodrun, horovod_missing, need, trainer_args
-from tests.test_resilience import SLOWER, start, wait_for
+from tests.test_resilience import SLOWER, preempt_and_resume
 from trainers.config import ModelConfig, OptimConfig
 from trainers.models import build_model
 from trainers.optimizers import build_optimizer
@@ -77,13 +76,7 @@ def test_bad_optimizer_settings_are_one_line_and_exit_2(tmp_path, capsys, settin
 def test_a_preempted_run_resumes_bit_identically_with_each_optimizer(tmp_path, name):
     cfg = write_config(tmp_path / "r.toml", {**SLOWER, "optim": {"name": name}, "lr": {"base": RATES[name]}})
     assert train(cfg, tmp_path, "whole").returncode == 0
-    proc = start(cfg, tmp_path, "cut")
-    wait_for(tmp_path / "r" / "cut", "epoch")
-    os.killpg(proc.pid, 15)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 4, err[-2000:]
-    resumed = train(cfg, tmp_path, "cut", "--resume", "auto")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    preempt_and_resume(cfg, tmp_path, "cut")
     assert max_difference(final_state(tmp_path / "r" / "whole"), final_state(tmp_path / "r" / "cut")) == 0.0
 
 

@@ -24,6 +24,18 @@ def start(config, out, name, *extra):
     )
 
 
+def preempt_and_resume(config, out, name) -> None:
+    """Train `name`, SIGTERM it (the whole process group, as Slurm does) once its first epoch is recorded, check
+    it checkpointed and exited 4, then resume it to the end."""
+    proc = start(config, out, name)
+    wait_for(out / config.stem / name, "epoch")
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 4, err[-2000:]
+    resumed = train(config, out, name, "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+
 def wait_for(run_dir, kind, timeout=120):
     deadline = time.time() + timeout
     while time.time() < deadline:
