@@ -114,8 +114,8 @@ GENERATED = ["data.kind='generated'", "data.per_class=2", "data.val_per_class=1"
     (["data.loader_workers=100000"], "error: data.loader_workers = 100000 is more than 4 per core"),
     # issue 26, item 3: sizes beyond any sane range, refused before a folder or the data cache is written
     ([*GENERATED, "data.per_class=1000000000"], "error: data.per_class = 1000000000 is more than this suite's limit"),
-    ([*GENERATED, "data.classes=10", "data.per_class=100000", "data.val_per_class=100000"],
-     "error: the generated data set would hold 2,000,000 images"),
+    ([*GENERATED, "model.num_classes=11", "data.classes=11", "data.per_class=100000", "data.val_per_class=100000"],
+     "error: the generated data set would hold 2,200,000 images"),
     (["train.epochs=9223372036854775807"], "error: train.epochs = 9223372036854775807 is more than this suite's limit"),
     (["train.workers=100000"], "error: train.workers = 100000 is more than this suite's limit"),
     (["train.per_worker_batch=100000"], "error: train.per_worker_batch = 100000 is more than this suite's limit"),
