@@ -143,7 +143,7 @@ def test_cuda_without_a_gpu_is_refused_before_the_data_is_made(tmp_path, capsys,
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("SCALING_STUDY_CACHE", str(tmp_path / "cache"))
-    path = write_config(tmp_path / "c.toml", {"data": {"kind": "generated", "classes": 2, "per_class": 2,
+    path = write_config(tmp_path / "c.toml", {"data": {"kind": "generated", "classes": 2, "per_class": 4,
                                                        "val_per_class": 1}, "train": {"device": "cuda"}})
     assert main(["train", str(path), "--out", str(tmp_path / "runs")]) == 2
     assert capsys.readouterr().err == "error: train.device = 'cuda' but no GPU is visible; use --set train.device=cpu\n"
