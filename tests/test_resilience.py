@@ -5,10 +5,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
+from trainers import runfolder
 from trainers.runfolder import read_metrics
 from tests.helpers import (REPO, final_state, max_difference, records, train, train_in_process, trainer_env,
                            write_config)
@@ -229,3 +231,77 @@ def test_an_isa_the_cpu_lacks_is_one_line(tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "train.cpu_isa = 'avx512': this CPU has no avx512 kernels (it lacks avx512f" in result.stderr
     assert not (tmp_path / "c").exists()
+
+
+# ---- issue 26, item 2: a full or read-only disk ---------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 300 KB tmpfs made by the test (root only), or a skip that says why."""
+    import subprocess
+
+    folder = tmp_path / "disk"
+    folder.mkdir()
+
+    def mount(size: str, options: str = "") -> Path:
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}{options}", "tmpfs", str(folder)],
+                                capture_output=True, text=True)
+        if result.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip() or result.returncode}")
+        return folder
+
+    yield mount
+    subprocess.run(["umount", str(folder)], capture_output=True)
+
+
+def test_a_full_disk_marks_the_run_failed_with_the_reason_in_one_line(tmp_path, capsys, small_disk):
+    out = small_disk("300k")
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 6}})
+    assert train_in_process(cfg, out, "c") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("error: ") == 1, err
+    assert "No space left on device" in err and "free space or pick another --out" in err
+    manifest = json.loads((out / "c" / "c" / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "No space left on device" in manifest["message"]
+    assert not list((out / "c" / "c").glob("*.tmp"))  # the half-written checkpoint went
+
+
+def test_a_study_refuses_a_read_only_out_in_one_line(tmp_path, capsys, small_disk):
+    from trainers.__main__ import main
+
+    out = small_disk("100k", ",ro")
+    folder = tmp_path / "99_tiny"
+    folder.mkdir()
+    write_config(folder / "config.toml")
+    assert main(["study", str(folder), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: output folder {out} cannot be written") and err.count("\n") == 1, err
+
+
+def test_a_study_warns_when_its_runs_would_not_fit(tmp_path, small_disk):
+    from trainers.study import load_study, planned_runs, space_warning
+
+    out = small_disk("400k")
+    folder = tmp_path / "99_tiny"
+    folder.mkdir()
+    write_config(folder / "config.toml", {"train": {"epochs": 6}})
+    plans = planned_runs(load_study(folder, "local", quick=False, seeds=2, overrides=[]), "local", out)
+    warning = space_warning(plans, out)
+    assert warning.startswith(f"warning: 0.4 MB free in {out}; a run needs about ") and "2 run(s)" in warning
+    assert space_warning(plans, tmp_path) is None
+
+
+@pytest.mark.slow
+def test_a_study_on_a_full_disk_reports_each_run_and_leaves_no_running_manifest(tmp_path, small_disk):
+    out = small_disk("400k")
+    folder = tmp_path / "99_tiny"
+    folder.mkdir()
+    write_config(folder / "config.toml", {"train": {"epochs": 6}})
+    (folder / "config.toml").write_text((folder / "config.toml").read_text() + "[study]\nseeds = 2\n")
+    result = subprocess.run([sys.executable, "-m", "trainers", "study", str(folder), "--out", str(out), "--jobs", "1"],
+                            cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1 and "Traceback" not in result.stdout + result.stderr, result.stderr[-2000:]
+    assert "warning: 0.4 MB free in" in result.stderr
+    assert result.stdout.count("[1/2]") >= 1 and result.stdout.count("[2/2]") >= 1  # the second run still started
+    for run_dir in (out / "99_tiny").iterdir():
+        manifest = runfolder.read_manifest(run_dir)
+        assert manifest is None or manifest["status"] != "running", (run_dir, manifest)

@@ -41,10 +41,14 @@ def restore_rng(state: dict[str, Any]) -> None:
 def save(path: Path, state: dict[str, Any]) -> None:
     """Write to a temporary file, fsync, then rename: a crash leaves the old checkpoint or the new, never half."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:  # a full disk: the half-written copy goes, so the run can still say why it failed
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:

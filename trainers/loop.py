@@ -6,6 +6,7 @@ Per epoch: set the learning rate from the policy, train, validate, checkpoint. T
 from __future__ import annotations
 
 import datetime
+import errno
 import math
 import os
 import signal
@@ -626,7 +627,8 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
         run.status("preempted", run.manifest.get("epochs_done", 0), str(e), EXIT_PREEMPTED)
         return EXIT_PREEMPTED
     except Exception as e:  # a lost peer, an I/O error...: one line that names the failed rank, after the traceback
-        traceback.print_exc()
+        if not write_failure(e):  # a full or read-only disk needs no traceback: the line says what to fix
+            traceback.print_exc()
         report_failure(run_dir, run, b, e)
         return EXIT_FAILED
     finally:
@@ -634,7 +636,10 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
         if trainer.sampler:  # what rank 0's node sampled since the last epoch (other nodes' last samples are lost)
             trainer.sampler.stop()
             if b.is_main():
-                trainer.write_util(gather=False)
+                try:
+                    trainer.write_util(gather=False)
+                except OSError:  # the disk that failed the run takes no more samples either
+                    pass
         b.close()
     done = cfg.train.epochs if cfg.bench.batches == 0 else 0
     for split, per_epoch in run.manifest.get("unreadable_images", {}).items():
@@ -649,6 +654,18 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
     return EXIT_COMPLETED
 
 
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+
+
+def write_failure(error: BaseException | None) -> OSError | None:
+    """The full or read-only disk behind an error, if that is what it is (torch.save wraps it in a RuntimeError)."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in WRITE_FAILURES:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def report_failure(run_dir: Path, run: RunFolder, b: backends.Backend, error: Exception) -> None:
     """Name the rank that failed and set the manifest to failed, whichever rank it was.
 
@@ -659,6 +676,10 @@ def report_failure(run_dir: Path, run: RunFolder, b: backends.Backend, error: Ex
     # DDP wraps a collective's error once per callback it passes through: keep the innermost words
     noticed = f"{type(error).__name__}: {error}".splitlines()[0]
     noticed = noticed.split("Got the following error when running the callback: ")[-1][:300]
+    disk = write_failure(error)
+    if disk:
+        noticed = (f"{disk.strerror} writing {disk.filename or run_dir}: free space or pick another --out, "
+                   "then --resume auto")
     if dead:
         message = f"rank {', '.join(map(str, dead))} of {b.world_size} died (rank {b.rank} noticed: {noticed})"
     else:

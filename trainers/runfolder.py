@@ -437,6 +437,18 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def write_manifest_anyway(path: Path, data: dict) -> None:
+    """The final manifest, on a full disk too: atomically where a new file fits, else over the old one in place
+    (truncating it frees its blocks first). A disk that takes nothing at all raises."""
+    try:
+        write_json_atomic(path, data)
+    except OSError:
+        path.with_name(path.name + ".tmp").unlink(missing_ok=True)
+        with open(path, "r+" if path.exists() else "w") as f:
+            f.truncate(0)
+            f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
 def git_commit() -> str | None:
     try:
         out = subprocess.run(
@@ -528,10 +540,20 @@ class RunFolder:
                     self._metrics.write(line)
 
     def status(self, status: str, epoch: int, message: str = "", exit_code: int | None = None, **manifest) -> None:
-        self.record("status", status=status, epoch=epoch, message=message)
+        """The status record, then the manifest. Ending a run, the manifest is written even when the record cannot
+        be (a full disk): a `running` manifest must never outlive its process."""
+        try:
+            self.record("status", status=status, epoch=epoch, message=message)
+        except OSError:
+            if status == "running":
+                raise
         update = {"status": status, "epochs_done": epoch, **manifest}
         if status != "running":
             update.update(end=now_iso(), exit_code=exit_code, message=message or None)
+            self.manifest.update(update)
+            if self.writes:
+                write_manifest_anyway(self.path / MANIFEST, self.manifest)
+            return
         self.update_manifest(**update)
 
     def write_config(self, config: dict) -> None:
@@ -593,5 +615,8 @@ class RunFolder:
     def close(self) -> None:
         if self.writes and not self._metrics.closed:
             with self._write_lock:
-                self._metrics.close()
-                self._log.close()
+                for f in (self._metrics, self._log):
+                    try:
+                        f.close()
+                    except OSError:  # what a full disk kept in the buffer is lost; the manifest says why
+                        pass

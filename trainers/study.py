@@ -35,7 +35,8 @@ from typing import Any
 
 from trainers import runfolder
 from trainers.backends import Launch, choose_backend, free_port, horovod_available, torchrun_command
-from trainers.config import Config, ConfigError, cpu_isa_env, find_scales_file, load_config, read_toml
+from trainers.config import (Config, ConfigError, check_writable, cpu_isa_env, find_scales_file, load_config,
+                             read_toml)
 from trainers.fingerprint import config_fingerprint, folder_fingerprint
 from trainers.study_clock import Clock, duration, reference_seconds
 from trainers.runfolder import check_run_name
@@ -388,23 +389,28 @@ def summary(run_dir: Path) -> str:
     return manifest["status"] + (f": best val top-1 {best:.2f} %" if best is not None else "")
 
 
-def mark_failed_if_silent(run_dir: Path, code: int) -> None:
+def mark_failed_if_silent(run_dir: Path, code: int) -> str | None:
     """A run whose every process was killed (kill -9, the OOM killer) could not say so: its manifest still says
     running. Say it for them, once nothing holds the run."""
     manifest = runfolder.read_manifest(run_dir)
     if not manifest or manifest.get("status") != "running":
-        return
+        return None
     try:
         lock = runfolder.RankLock(run_dir, 0)
     except runfolder.RunInUse:  # a process trains it again: it speaks for itself
-        return
+        return None
+    except OSError as e:
+        return f"could not mark it failed: {e.strerror}"
     try:
         run = runfolder.RunFolder.take_over(run_dir)
         run.status("failed", manifest.get("epochs_done", 0),
                    f"the run's processes ended (exit {code}) before they could write a status", code)
         run.close()
+    except OSError as e:  # a full or read-only disk: say so on the study's console, go on with the others
+        return f"could not mark it failed: {e.strerror}"
     finally:
         lock.release()
+    return None
 
 
 def time_left(run: Active, clock: Clock, now: float) -> tuple[float | None, str]:
@@ -451,7 +457,12 @@ def start_waiting(waiting: list, active: list[Active], jobs: int, progress: Prog
         work = f"{c.bench.batches} timed batches" if c.bench.batches else f"{c.train.epochs} epochs"
         total, why = clock.expected(plan.fingerprint)
         expect = f", ~{duration(total)} ({why})" if total is not None else ""
-        active.append(start_local(plan, index, jobs))
+        try:
+            active.append(start_local(plan, index, jobs))
+        except OSError as e:  # its folder or console.log cannot be written (a full disk): the next may be
+            progress.show(index, label, f"failed to start: {e.strerror} ({e.filename})", final=True)
+            failures += 1
+            continue
         progress.show(index, label, f"{plan.backend}, {plan.run.workers} worker(s), {work}{expect}...; "
                                     f"{study_time(active, waiting, clock, time.time())}",
                       final=not progress.tty or jobs > 1)
@@ -486,11 +497,11 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
             if holder:  # another study started it first: its manifest is the other's, not this attempt's
                 progress.show(run.index, label, f"skipped: in use by pid {holder}", final=True)
                 continue
-            if code not in (0, 3):
-                mark_failed_if_silent(run.plan.run_dir, code)
+            problem = mark_failed_if_silent(run.plan.run_dir, code) if code not in (0, 3) else None
             clock.finished(run.plan.fingerprint, run.plan.run_dir)
             progress.show(run.index, label, f"{summary(run.plan.run_dir)} ({duration(now - run.started)}, "
-                                            f"exit {code}); {study_time(active, waiting, clock, now)}", final=True)
+                                            f"exit {code}{'; ' + problem if problem else ''}); "
+                                            f"{study_time(active, waiting, clock, now)}", final=True)
     return failures
 
 
@@ -508,6 +519,36 @@ def stop_active(active: list[Active]) -> None:
                 proc.kill()
 
 
+IMAGENET_TRAIN_IMAGES = 1_281_167
+RECORD_BYTES = 700  # an iter record and its train.log line
+
+
+def run_bytes(cfg: Config) -> int:
+    """About what a run writes: its checkpoint twice (the new copy is written before the old one goes; weights and
+    momentum) and a record and a log line every print_freq steps."""
+    from trainers.models import build_model
+
+    params = sum(p.numel() for p in build_model(cfg.model).parameters())
+    d = cfg.data
+    images = {"generated": d.classes * d.per_class, "synthetic": d.synthetic_images}.get(d.kind, IMAGENET_TRAIN_IMAGES)
+    steps = cfg.bench.batches or cfg.train.epochs * max(1, images // cfg.global_batch)
+    return 2 * 2 * 4 * params + (steps // cfg.train.print_freq + 1) * RECORD_BYTES
+
+
+def space_warning(plans: list[Plan], out: Path) -> str | None:
+    """A line when the runs to come would not fit in the free space of --out's file system."""
+    todo = [p for p in plans if p.status not in FINISHED]
+    if not todo:
+        return None
+    per_run = max(run_bytes(p.cfg) for p in todo)
+    existing = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if per_run * len(todo) <= free:
+        return None
+    return (f"warning: {free / 1e6:.1f} MB free in {existing}; a run needs about {per_run / 1e6:.1f} MB, "
+            f"{len(todo)} run(s) {per_run * len(todo) / 1e6:.1f} MB: free space or pick another --out")
+
+
 def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | None = None) -> int:
     plans = planned_runs(study, scale, out)
     if not dry_run:
@@ -521,6 +562,10 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
             for cmd in local_commands(plan):
                 print(shlex.join(cmd))
         return 0
+    check_writable(out)  # a read-only or unmakeable --out: one line before any run starts
+    warning = space_warning(plans, out)
+    if warning:
+        print(warning, file=sys.stderr)
     if study.kind == "throughput":
         jobs = 1  # a throughput run is timed alone
     jobs = jobs or default_jobs(study, plans)
