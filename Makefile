@@ -108,7 +108,7 @@ cost: setup ## GPU-hours of every experiment at the gpu and thesis scales -> res
 	$(PY) -m analysis cost
 
 bench: setup bench-step bench-data ## Benchmark the trainer against a hand-written loop, and emulated workers' cost (a GPU: results/bench_gpu.json)
-	$(PY) -m trainers bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32
+	$(PY) -m tools bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32
 
 # the shared real photos beside the project, when they are there (never needed: nothing else reads them)
 BENCH_PHOTOS ?= ../shared/data/hymenoptera_data
@@ -117,21 +117,21 @@ bench-data: setup ## Our JPEG data path vs torchvision's ImageFolder + PIL, imag
 	else echo "make: no $(BENCH_PHOTOS) here; run: $(PY) -m trainers data bench <ImageFolder dir>"; fi
 
 bench-step: setup ## The local step (1 x 4 and 32 x 4 workers) before/after the in-memory data -> results/bench_step.json
-	$(PY) -m trainers.bench_step --variants channels_last,compile,channels_last+compile --profile --json results/bench_step.json
+	$(PY) -m tools bench-step --variants channels_last,compile,channels_last+compile --profile --json results/bench_step.json
 
 gpu-check: setup ## On a new GPU machine (~10 min): GPU tests, bench, JPEGs vs synthetic, exp 1 -> results/gpu_checks/
-	$(PY) -m trainers gpu-check $(if $(GPU_CHECK_DATA),--data $(GPU_CHECK_DATA))
+	$(PY) -m tools gpu-check $(if $(GPU_CHECK_DATA),--data $(GPU_CHECK_DATA))
 
 bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and the communication share (seed 002)
-	$(PY) -m trainers.bench_comm --fp16 --json results/bench_comm.json
+	$(PY) -m tools bench-comm --fp16 --json results/bench_comm.json
 
 # the runs share seed 0, hence their initial weights: those are measured once
 NOISE_RUN_GLOB = 05_linear_scaling/w*-s0 06_linear_scaling_stepping_warmup/w32-s0
 NOISE_RUNS = $(or $(wildcard $(addprefix results/runs/,$(NOISE_RUN_GLOB))),$(wildcard $(addprefix results/reference/*/,$(NOISE_RUN_GLOB))))
 noise-scale: setup ## Gradient noise scale of the local exp5/exp6 models, initial and final weights -> results/noise_scale/
 	@test -n "$(NOISE_RUNS)" || { echo "make: no experiment 5/6 runs in results/runs: run 'make exp5 exp6' first"; exit 2; }
-	$(PY) -m trainers noise-scale $(firstword $(NOISE_RUNS)) --init --groups 32 --json results/noise_scale/initial.json
-	$(PY) -m trainers noise-scale $(NOISE_RUNS) --groups 64 --json results/noise_scale/final.json
+	$(PY) -m tools noise-scale $(firstword $(NOISE_RUNS)) --init --groups 32 --json results/noise_scale/initial.json
+	$(PY) -m tools noise-scale $(NOISE_RUNS) --groups 64 --json results/noise_scale/final.json
 
 clean: ## Remove caches (generated datasets) but not results
 	rm -rf .cache .pytest_cache

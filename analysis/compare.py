@@ -3,7 +3,7 @@
 Committed run folders are a reference measured on a named machine: results/reference/<label>/ holds them, with
 machine.toml saying what the machine was. A clone's own studies write to results/runs/ (gitignored), so they
 measure the machine they run on. The table matches a planned run to reference runs by config fingerprint
-(trainers/fingerprint.py), never by name, and averages over seeds only within one fingerprint.
+(contract/fingerprint.py), never by name, and averages over seeds only within one fingerprint.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def run_value(run_dir: Path, kind: str) -> float:
 
 def reference_values(folder: Path, experiment: str, fingerprint: str, kind: str) -> list[float]:
     """The results of a reference machine's runs of `experiment` whose config fingerprint is `fingerprint`."""
-    from trainers.fingerprint import folder_fingerprint
+    from contract.fingerprint import folder_fingerprint
 
     values = []
     for run_dir in sorted(p for p in (folder / experiment).glob("*") if p.is_dir()):

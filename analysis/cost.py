@@ -53,7 +53,7 @@ def run_work(cfg) -> tuple[float, int]:
 
 
 def gpu_bench_rates(folder: Path = GPU_BENCHES) -> pd.DataFrame:
-    """The GPU benchmarks' rows (results/bench_gpu*.json, `python -m trainers bench` on a GPU): device, numerics,
+    """The GPU benchmarks' rows (results/bench_gpu*.json, `python -m tools bench` on a GPU): device, numerics,
     wrapper (single / ddp at world size 1), per-GPU batch and the trainer's images/s."""
     rows = []
     for path in sorted(Path(folder).glob("bench_gpu*.json")):
@@ -115,8 +115,8 @@ def thesis_wallclock(ref: pd.DataFrame, exp: int, framework: str, batch: int, gp
 
 def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFrame,
                bench: pd.DataFrame | None = None) -> list[dict]:
-    from trainers.config import load_config
-    from trainers.study import expand
+    from contract.config import load_config
+    from contract.plan import expand
 
     config = experiment / "config.toml"
     exp = int(experiment.name[:2])
@@ -229,9 +229,9 @@ def list_schedule_s(durations: list[float], slots: int) -> float:
 def local_study_times(df: pd.DataFrame, experiments: Path = EXPERIMENTS, jobs: int = 2) -> pd.DataFrame:
     """Per local quality study, its default plan (`make expN`): the planned runs the frame holds (same name and
     config fingerprint, completed), their measured wall-clock, and the study's at JOBS=jobs from those times."""
-    from trainers.config import load_config
-    from trainers.fingerprint import config_fingerprint
-    from trainers.study import expand
+    from contract.config import load_config
+    from contract.fingerprint import config_fingerprint
+    from contract.plan import expand
 
     done = df[(df["kind"] == "run") & (df["scale"] == "local") & (df["status"] == "completed")] if len(df) else df
     rows = []

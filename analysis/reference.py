@@ -146,9 +146,9 @@ def thesis_lr(epoch: int, target_lr: float, warmup: str = "none", per_gpu_batch:
 
 
 def _trainers_lr():
-    """trainers.lr.lr_at as a function of (epoch, target, warmup label, per-GPU batch, decay), if importable."""
+    """contract.lr.lr_at as a function of (epoch, target, warmup label, per-GPU batch, decay), if importable."""
     try:
-        from trainers.lr import Policy, lr_at
+        from contract.lr import Policy, lr_at
     except Exception:  # the analysis package must work without the trainer
         return None
 
@@ -164,7 +164,7 @@ def _trainers_lr():
 def thesis_schedules(epochs: int = THESIS_EPOCHS) -> pd.DataFrame:
     """The planned schedules of every quality-table row of experiments 4-9 (epoch, lr per row).
 
-    Uses the trainer's own `trainers.lr.lr_at` when it can be imported (so the figure shows what the trainer
+    Uses the trainer's own `contract.lr.lr_at` when it can be imported (so the figure shows what the trainer
     would run), else `thesis_lr` above; the two agree (tests/test_analysis_numbers.py).
     """
     lr_fn = _trainers_lr() or thesis_lr

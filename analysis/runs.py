@@ -16,7 +16,7 @@ filter and a group-by away; ``numerics`` (numbers.numerics_label: 'fp32', 'tf32'
 is part of that identity, since the same configuration in another precision is another measurement.
 Nothing here raises on bad content: unreadable files and lines are counted, and every problem (a missing, empty or
 unreadable metrics.jsonl, bad lines) is listed in ``df.attrs['problems']``.
-Run folders are read with trainers.runfolder, the module the trainer writes them with.
+Run folders are read with contract.runfolder, the module the trainer writes them with.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from trainers import runfolder
+from contract import runfolder
 
 from . import logs as lg
 from . import numbers as nb
@@ -379,7 +379,7 @@ def load_study(runs: str | Path = "results/runs", logs=None) -> pd.DataFrame:
 
 
 # ============================================================================================ config fingerprints
-# Runs are averaged only within one config fingerprint (trainers/fingerprint.py: the resolved config without seed,
+# Runs are averaged only within one config fingerprint (contract/fingerprint.py: the resolved config without seed,
 # names, paths and launcher details). A group the tables would average (POOL_KEYS) that holds runs of more than one
 # fingerprint -- a smoke run beside full ones, runs from before and after a config change -- is refused: its runs get
 # status MIXED and a line in the report's problem list, and no table or verdict averages them. Numerics (fp32, bf16 +
@@ -390,7 +390,7 @@ MIXED = "mixed-config"
 
 def add_fingerprints(df: pd.DataFrame) -> pd.DataFrame:
     """A `fingerprint` column: each run folder's config fingerprint (empty for upstream logs)."""
-    from trainers.fingerprint import folder_fingerprint
+    from contract.fingerprint import folder_fingerprint
 
     paths = df.loc[df["source"] == "run", "path"].dropna().unique() if len(df) else []
     found = {p: folder_fingerprint(Path(p)) for p in paths}

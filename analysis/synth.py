@@ -1,7 +1,7 @@
 """Synthetic run folders and logs that follow the run-folder contract and the upstream formats exactly.
 
-Run folders are written with the trainer's own writer (trainers.runfolder) and learning rates computed with its own
-policy functions (trainers.lr), so a fixture cannot drift from what a real run writes.
+Run folders are written with the trainer's own writer (contract.runfolder) and learning rates computed with its own
+policy functions (contract.lr), so a fixture cannot drift from what a real run writes.
 
 Used by the benchmarks (a million-line log, fifty runs) and by tests/fixtures/analysis/make_fixtures.py. The
 numbers are made up (a smooth curve plus seeded noise); only the shapes and formats are real.
@@ -14,7 +14,7 @@ import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 
-from trainers import lr, runfolder
+from contract import lr, runfolder
 
 from . import numbers as nb
 
@@ -114,7 +114,7 @@ def _iso(t: float) -> str:
 def planned_schedule(*, gpus: int, per_gpu_batch: int, epochs: int, warmup: str, warmup_epochs: float,
                      scaling: str, base_lr: float, base_batch: int, decay: str, milestones, step_every: int
                      ) -> tuple[float, list[float]]:
-    """(target rate, rate of each epoch) from the trainer's own policy functions (trainers.lr)."""
+    """(target rate, rate of each epoch) from the trainer's own policy functions (contract.lr)."""
     target = lr.scaled_lr(base_lr, base_batch, per_gpu_batch * gpus, scaling)
     policy = lr.Policy(target, lr.single_worker_lr(base_lr, base_batch, per_gpu_batch), warmup=warmup,
                        warmup_epochs=int(warmup_epochs), decay=decay, step_every=step_every,
@@ -141,7 +141,7 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
               final_acc: float = 70.0, start: float = 1_700_000_000.0, batch_s: float = 0.05,
               first_batch_s: float = 0.5, bench_record: bool = True, truncate_tail: bool = False,
               train_extra: dict | None = None) -> Path:
-    """One run folder written by the trainer's own writer (trainers.runfolder), with made-up numbers.
+    """One run folder written by the trainer's own writer (contract.runfolder), with made-up numbers.
     train_extra: more [train] keys, e.g. {"precision": "bf16", "channels_last": True}."""
     d = Path(root) / experiment / run
     if bench_batches:

@@ -11,7 +11,7 @@ from analysis import cost
 from analysis import reference as rf
 from analysis import tables as tb
 from analysis.runs import COLUMNS
-from trainers.config import load_config
+from contract.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = REPO / "experiments"
@@ -112,8 +112,8 @@ def test_list_schedule_runs_jobs_in_plan_order_on_the_first_free_slot():
 
 def _planned_rows(experiment: str, walls: dict[str, float], wrong_config: tuple[str, ...] = ()) -> pd.DataFrame:
     """The run rows a report frame holds for those planned runs (their real fingerprints unless wrong_config)."""
-    from trainers.fingerprint import config_fingerprint
-    from trainers.study import expand
+    from contract.fingerprint import config_fingerprint
+    from contract.plan import expand
 
     config = EXPERIMENTS / experiment / "config.toml"
     rows = []

@@ -147,7 +147,7 @@ def test_thesis_learning_rate_formulas():
 def test_trainer_schedule_agrees_with_the_thesis_formulas():
     f = rf._trainers_lr()
     if f is None:
-        pytest.skip("trainers.lr not importable")
+        pytest.skip("contract.lr not importable")
     ref = rf.load_reference()
     for r in ref[ref["experiment"] >= 4].itertuples(index=False):
         decay = rf.QUALITY_SETTINGS[int(r.experiment)]["decay"]

@@ -122,7 +122,7 @@ def test_loader_survives_broken_folders(tmp_path):
 
 
 def test_epoch_rows_carry_fp16_skipped_steps_and_older_runs_read_as_missing(tmp_path):
-    from trainers.runfolder import RunFolder
+    from contract.runfolder import RunFolder
 
     fields = dict(lr=0.1, train_loss=1.0, train_top1=50.0, train_top5=90.0, val_loss=1.0, val_top1=40.0,
                   val_top5=80.0, epoch_time=1.0, images=8, skipped_images=0, skipped_val_images=0, data_share=0.1,

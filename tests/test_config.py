@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from tests.helpers import REPO, run, write_config
-from trainers.config import ConfigError, load_config
+from contract.config import ConfigError, load_config
 
 
 def test_defaults_are_the_thesis(tmp_path):

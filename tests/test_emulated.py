@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 from trainers.backends.emulated import WorkerInterleaved, use_worker_batchnorm
-from trainers.config import ModelConfig
+from contract.config import ModelConfig
 from trainers.models import build_model
 
 K, B = 4, 3

@@ -1,12 +1,12 @@
-"""`python -m trainers gpu-check`: the folder it writes and its exit codes, checked on the CPU (the checks
+"""`python -m tools gpu-check`: the folder it writes and its exit codes, checked on the CPU (the checks
 themselves need a GPU: tests/test_gpu.py and the GPU rows run there)."""
 import json
 
 import pytest
 import torch
 
-from trainers import gpu_check
-from trainers.gpu_check import Check
+from tools import gpu_check
+from tools.gpu_check import Check
 
 
 def test_names_the_folder_after_the_gpu():
@@ -16,7 +16,7 @@ def test_names_the_folder_after_the_gpu():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: the check would run")
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(tmp_path, capsys):
-    from trainers.__main__ import main
+    from tools.__main__ import main
 
     assert main(["gpu-check", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [

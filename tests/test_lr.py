@@ -1,7 +1,7 @@
 """The thesis's learning-rate formulas, pinned with the thesis's own numbers (appendices 5-15, tables 10-15)."""
 import pytest
 
-from trainers.lr import Policy, lr_at, scaled_lr, schedule, single_worker_lr
+from contract.lr import Policy, lr_at, scaled_lr, schedule, single_worker_lr
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_gradual_experiments_warm_up_per_epoch_at_every_scale(experiment, local_
     ramp of that many equal steps from the 1-worker rate, as the thesis's 5 (10)."""
     from pathlib import Path
 
-    from trainers.config import load_config
+    from contract.config import load_config
 
     folder = Path(__file__).resolve().parents[1] / "experiments" / experiment
     for scale in ("thesis", "gpu", "local"):

@@ -199,7 +199,7 @@ def test_decode_cache_is_made_once_and_remade_for_another_decoder(tiny_root, mon
 def test_trainer_builds_its_loaders_once_and_moves_the_sampler_on(tmp_path):
     from tests.helpers import write_config
     from trainers import backends
-    from trainers.config import load_config
+    from contract.config import load_config
     from trainers.loop import Trainer
 
     cfg = load_config(write_config(tmp_path / "c.toml", {"train": {"checkpoint": False}}))
@@ -222,7 +222,7 @@ def test_trainer_builds_its_loaders_once_and_moves_the_sampler_on(tmp_path):
 
 
 def test_bench_step_ratios_and_run_length_estimate():
-    from trainers.bench_step import estimate, ratios
+    from tools.bench_step import estimate, ratios
 
     def row(workers, data, ms, val, variant="plain"):  # ms: the step as a run pays it, epoch preparation included
         return {"workers": workers, "data": data, "variant": variant, "ms_per_step_in_a_run": ms,
@@ -240,7 +240,7 @@ def test_bench_step_ratios_and_run_length_estimate():
 
 
 def test_bench_step_variants_are_a_runs_numerics_settings():
-    from trainers.bench_step import main, variant_features
+    from tools.bench_step import main, variant_features
 
     assert variant_features("plain") == []
     assert variant_features("channels_last+compile") == ["channels_last", "compile"]
@@ -253,7 +253,7 @@ def test_bench_step_variants_are_a_runs_numerics_settings():
 @pytest.mark.slow  # builds experiment 5's 8,000-image data set
 def test_bench_step_charges_the_epochs_augmentation_once_an_epoch_not_to_the_block(tmp_path):
     """A block of steps after prepare_epoch pays no augmentation; the epoch's cost is what prepare_epoch timed."""
-    from trainers import bench_step
+    from tools import bench_step
 
     trainer = bench_step.make_trainer(1, 1, tmp_path, "plain")
     try:

@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 
 from tests.helpers import train_in_process, write_config
-from trainers import noise_scale
-from trainers.__main__ import main as cli
+from tools import noise_scale
+from tools.__main__ import main as cli
 
 
 def test_estimate_inverts_the_expected_squared_norms():

@@ -9,7 +9,7 @@ from tests.helpers import (final_state, max_difference, records, run, torchrun, 
                            write_config)
 from tests.test_horovod import horovodrun, horovod_missing, need, trainer_args
 from tests.test_resilience import SLOWER, preempt_and_resume
-from trainers.config import ModelConfig, OptimConfig
+from contract.config import ModelConfig, OptimConfig
 from trainers.models import build_model
 from trainers.optimizers import build_optimizer
 

@@ -10,7 +10,7 @@ from tests.helpers import (PHOTOS, final_state, max_difference, needs_photos, re
                            write_config)
 from trainers import backends, compute
 from trainers.backends import Launch, detect_launch
-from trainers.config import ConfigError, load_config
+from contract.config import ConfigError, load_config
 
 
 def short_run(tmp_path, name, **train):
@@ -283,7 +283,7 @@ def test_the_gpu_bench_writes_a_row_per_variant_batch_and_wrapper(tmp_path, monk
     import json
     from types import SimpleNamespace
 
-    from trainers import bench
+    from tools import bench
 
     monkeypatch.setattr(bench, "GPU_MODEL", "cifar_resnet8")
     monkeypatch.setattr(bench, "GPU_IMAGE_SIZE", 16)
@@ -304,7 +304,7 @@ def test_the_gpu_bench_writes_a_row_per_variant_batch_and_wrapper(tmp_path, monk
 
 
 def test_the_gpu_bench_refuses_an_unknown_variant_in_one_line():
-    from trainers import bench
+    from tools import bench
 
     with pytest.raises(SystemExit, match="unknown variant bf17; choose from fp32, bf16_channels_last, compiled"):
         bench.chosen_variants("fp32,bf17")
@@ -312,7 +312,7 @@ def test_the_gpu_bench_refuses_an_unknown_variant_in_one_line():
 
 def test_experiment_1_gains_precision_rows_at_the_gpu_scale_only():
     from tests.helpers import REPO
-    from trainers.study import expand
+    from contract.plan import expand
 
     config = REPO / "experiments" / "01_throughput_single_gpu" / "config.toml"
     gpu = {run.name: run.settings for run in expand(config, "gpu")}

@@ -6,7 +6,7 @@ import torch
 
 from tests.helpers import records, write_config
 from trainers import backends, data
-from trainers.config import load_config
+from contract.config import load_config
 from trainers.loop import Trainer
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers import runfolder
-from trainers.runfolder import read_metrics
+from contract import runfolder
+from contract.runfolder import read_metrics
 from tests.helpers import (REPO, final_state, max_difference, records, train, train_in_process, trainer_env,
                            write_config)
 
@@ -197,7 +197,7 @@ def test_a_pinned_isa_without_its_environment_is_one_line_in_process(tmp_path, c
 
 def test_a_resume_on_other_cpu_kernels_is_refused_unless_forced(tmp_path):
     from trainers.checkpoint import check_same_arithmetic
-    from trainers.config import ConfigError
+    from contract.config import ConfigError
 
     saved = {"threads": 1, "device": "cpu", "workers_per_pass": 8, "cpu_capability": "AVX2", "onednn_isa": "AVX2"}
     would_be = {"threads": None, "device": "cpu", "workers_per_pass": None, "cpu_capability": "AVX512",
@@ -278,7 +278,8 @@ def test_a_study_refuses_a_read_only_out_in_one_line(tmp_path, capsys, small_dis
 
 
 def test_a_study_warns_when_its_runs_would_not_fit(tmp_path, small_disk):
-    from trainers.study import load_study, planned_runs, space_warning
+    from contract.plan import load_study
+    from studies.study import planned_runs, space_warning
 
     out = small_disk("400k")
     folder = tmp_path / "99_tiny"

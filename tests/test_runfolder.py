@@ -13,10 +13,10 @@ import torch
 import analysis as an
 from analysis.__main__ import main as analysis_main
 from tests.helpers import REPO, free_port, records, train, train_in_process, trainer_env, write_config
-from trainers import runfolder
-from trainers.config import load_config
-from trainers.lr import schedule
-from trainers.runfolder import RankLock, RecordError, RunFolder, make_record, read_metrics
+from contract import runfolder
+from contract.config import load_config
+from contract.lr import schedule
+from contract.runfolder import RankLock, RecordError, RunFolder, make_record, read_metrics
 
 EPOCH = dict(epoch=0, lr=0.1, train_loss=1.0, train_top1=50.0, train_top5=90.0, val_loss=1.0, val_top1=40.0,
              val_top5=80.0, epoch_time=1.0, images=8, skipped_images=0, skipped_val_images=0, skipped_steps=0,
@@ -56,7 +56,7 @@ def test_an_undeclared_kind_or_field_is_an_error_before_anything_is_written(tmp_
 
 
 def test_runfolder_and_the_analysis_loader_import_without_torch():
-    code = "import sys, trainers.runfolder, analysis.runs, analysis.synth; sys.exit('torch' in sys.modules)"
+    code = "import sys, contract.runfolder, analysis.runs, analysis.synth; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], env=trainer_env(), cwd=REPO).returncode == 0
 
 
@@ -253,7 +253,7 @@ def test_resume_cuts_back_on_a_line_boundary_when_the_files_changed_since_the_ch
 
 
 def test_the_study_marks_a_run_killed_without_a_word_as_failed(tmp_path):
-    from trainers.study import mark_failed_if_silent
+    from studies.study import mark_failed_if_silent
 
     run = RunFolder(tmp_path, writes=True, echo=False)
     run.update_manifest(status="running", epochs_done=1)

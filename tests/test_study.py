@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO
-from trainers.config import ConfigError, load_config
-from trainers.study import default_jobs, expand, load_study, planned_runs, run_study, threads_per_process
+from contract.config import ConfigError, load_config
+from contract.plan import expand, load_study
+from studies.study import default_jobs, planned_runs, run_study, threads_per_process
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("[0-9][0-9]_*"))
 
@@ -127,8 +128,8 @@ def fake_run(run_dir: Path, cfg, status="completed"):
 
 
 def test_committed_reference_runs_are_never_this_machines_results(tmp_path):
-    from trainers.fingerprint import folder_fingerprint
-    from trainers.study import FULL_OUT
+    from contract.fingerprint import folder_fingerprint
+    from studies.study import FULL_OUT
 
     study = load_study(REPO / "experiments/03_throughput_distributed_data_parallel", "local", quick=False, seeds=None,
                        overrides=[])
@@ -143,7 +144,7 @@ def test_committed_reference_runs_are_never_this_machines_results(tmp_path):
 
 
 def test_a_smoke_run_never_counts_for_the_full_study(tmp_path):
-    from trainers.study import FULL_OUT, OTHER_CONFIG, QUICK_OUT, run_local
+    from studies.study import FULL_OUT, OTHER_CONFIG, QUICK_OUT, run_local
 
     assert QUICK_OUT != FULL_OUT  # by default smoke runs have their own runs root
     folder = REPO / "experiments/05_linear_scaling"
@@ -166,7 +167,7 @@ def test_a_smoke_run_never_counts_for_the_full_study(tmp_path):
 
 
 def test_a_benchmarks_fingerprint_ignores_epochs_and_the_learning_rate_schedule_a_trainings_does_not():
-    from trainers.fingerprint import config_fingerprint
+    from contract.fingerprint import config_fingerprint
 
     bench = REPO / "experiments/03_throughput_distributed_data_parallel"
     quality = REPO / "experiments/05_linear_scaling"
@@ -179,7 +180,7 @@ def test_a_benchmarks_fingerprint_ignores_epochs_and_the_learning_rate_schedule_
 
 
 def test_named_extra_runs_and_the_studies_beyond_the_thesis_match_their_committed_runs():
-    from trainers.fingerprint import folder_fingerprint
+    from contract.fingerprint import folder_fingerprint
 
     # experiment 11's committed sweep has a second seed at base 0.1 (`make exp11 SEEDS=2 ONLY=base0.1-s1`)
     for experiment, seeds in (("10_more_steps_pilot", None), ("11_base_rate_sweep", 2)):
@@ -196,7 +197,7 @@ def test_named_extra_runs_and_the_studies_beyond_the_thesis_match_their_committe
 def test_the_default_references_quality_runs_are_the_local_scales_own_plans():
     """The findings' evidence is made by today's default config: every committed run of experiments 4-9 in the
     default reference is, by config fingerprint, a run its study plans at the local scale (seeds as committed)."""
-    from trainers.fingerprint import folder_fingerprint
+    from contract.fingerprint import folder_fingerprint
 
     reference = REPO / "results/reference/vm-2cpu"
     checked = 0
@@ -227,7 +228,7 @@ def test_a_fresh_clones_throughput_study_runs_every_run_and_prints_images_per_s(
 
 
 def test_the_closing_hint_names_the_runs_folder_the_report_must_read():
-    from trainers.study import FULL_OUT, QUICK_OUT, report_hint
+    from studies.study import FULL_OUT, QUICK_OUT, report_hint
 
     assert report_hint(FULL_OUT) == "`make report` turns them into tables and figures"
     assert "`make report OUT=results/quick`" in report_hint(QUICK_OUT)
@@ -236,7 +237,7 @@ def test_the_closing_hint_names_the_runs_folder_the_report_must_read():
 
 # ---- time on every progress line ------------------------------------------------------------------------------
 def test_a_runs_time_left_comes_from_its_epochs_then_this_studys_runs_then_the_reference():
-    from trainers.study_clock import Clock, duration
+    from studies.clock import Clock, duration
 
     clock = Clock(jobs=2, reference={"fp": [600.0, 800.0]}, now=0.0)
     assert clock.expected("fp") == (700.0, "the reference's time") and clock.expected("other") == (None, "")
@@ -254,7 +255,7 @@ def test_a_runs_time_left_comes_from_its_epochs_then_this_studys_runs_then_the_r
 
 
 def test_the_committed_references_times_are_found_by_fingerprint():
-    from trainers.study_clock import reference_seconds
+    from studies.clock import reference_seconds
 
     study = load_study(REPO / "experiments/05_linear_scaling", "local", quick=False, seeds=None, overrides=[])
     times = reference_seconds(study.experiment.name)
@@ -266,8 +267,8 @@ def test_the_committed_references_times_are_found_by_fingerprint():
 def test_every_progress_line_of_a_study_carries_elapsed_time_and_time_left(tmp_path, monkeypatch, capsys):
     """drive() with runs that pretend to train (an epoch record, then exit 0): each line says how long it has
     taken and what is left, of the run and of the whole study."""
-    from trainers import study as st
-    from trainers.study_clock import Clock
+    from studies import study as st
+    from studies.clock import Clock
 
     plans = planned_runs(load_study(REPO / "experiments/05_linear_scaling", "local", quick=True, seeds=1,
                                     overrides=[]), "local", tmp_path)
@@ -365,8 +366,8 @@ def test_train_refuses_an_empty_out_and_an_overlong_run_name(tmp_path, capsys):
 
 # ---- issue 26, items 5 and 6: a run another process holds is `skipped: in use by pid N` on the study's console -----
 def test_a_study_skips_a_run_another_process_holds_and_names_its_pid(tmp_path, capsys):
-    from trainers.runfolder import RankLock
-    from trainers.study import run_local
+    from contract.runfolder import RankLock
+    from studies.study import run_local
 
     study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
                        seeds=None, overrides=[])
@@ -382,9 +383,9 @@ def test_a_study_skips_a_run_another_process_holds_and_names_its_pid(tmp_path, c
 def test_a_study_that_loses_the_race_for_a_run_says_so_on_its_own_console(tmp_path, capsys, monkeypatch):
     """Two studies started together both find the run free; the second's trainer is refused (exit 2), and the
     study prints why rather than the first study's manifest."""
-    from trainers import runfolder
-    from trainers.runfolder import RankLock
-    from trainers.study import run_local
+    from contract import runfolder
+    from contract.runfolder import RankLock
+    from studies.study import run_local
 
     study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
                        seeds=None, overrides=[])
@@ -401,7 +402,7 @@ def test_a_study_that_loses_the_race_for_a_run_says_so_on_its_own_console(tmp_pa
 
 # ---- issue 26, item 9: a study killed outright takes its trainers with it; the interrupted line counts checkpoints --
 def test_the_interrupted_line_counts_only_runs_with_a_checkpoint(tmp_path):
-    from trainers.study import interrupted_line
+    from studies.study import interrupted_line
 
     started, saved = tmp_path / "w1-s0", tmp_path / "w2-s0"
     started.mkdir()
@@ -421,7 +422,7 @@ def test_sigkill_of_a_study_takes_its_trainer_with_it(tmp_path):
     import time
 
     from tests.helpers import trainer_env
-    from trainers.runfolder import is_locked, lock_holder, read_metrics
+    from contract.runfolder import is_locked, lock_holder, read_metrics
 
     folder = tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }',
                              overrides={"data": {"synthetic_images": 4000}, "train": {"epochs": 50}})  # never ends first

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trainers.__main__ import main
-from trainers.config import load_config
+from contract.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 EXP6 = REPO / "experiments" / "06_linear_scaling_stepping_warmup"

@@ -1,4 +1,8 @@
-"""Command line: python -m trainers {train, study, schedule, config, data, bench, noise-scale} ..."""
+"""The front door: python -m trainers {train, study, schedule, config, data} ...
+
+It stands outside the floors (docs/architecture.md): each command belongs to the room that owns it -- training and
+data here, the study to studies/, `data bench` to tools/ (the other tools: python -m tools).
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,9 +11,10 @@ import os
 import sys
 from pathlib import Path
 
-from trainers.config import SCALES, ConfigError, cpu_isa_env, load_config
+from contract.config import SCALES, ConfigError, cpu_isa_env, load_config
 from trainers.data import DataError
-from trainers.runfolder import check_run_name
+from contract.runfolder import check_run_name
+from tools import data_bench
 
 DEFAULT_OUT = Path("results/runs")
 
@@ -50,7 +55,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_schedule(args) -> int:
-    from trainers.lr import schedule
+    from contract.lr import schedule
 
     cfg = load_config(args.config, args.scale, args.set, need_data=False)  # printing a schedule reads no data
     print("epoch,lr")
@@ -81,12 +86,6 @@ def cmd_data(args) -> int:
     return 0
 
 
-def cmd_data_bench(args) -> int:
-    from trainers.data.bench import main as data_bench
-
-    return data_bench(args)
-
-
 def cmd_data_imagenet(args) -> int:
     from trainers.data.imagenet import main as prepare_imagenet
 
@@ -94,7 +93,7 @@ def cmd_data_imagenet(args) -> int:
 
 
 def cmd_study(args) -> int:
-    from trainers.study import run_study
+    from studies.study import run_study
 
     return run_study(
         Path(args.experiment), scale=args.scale, launcher=args.launcher, cluster=args.cluster,
@@ -103,24 +102,6 @@ def cmd_study(args) -> int:
         overrides=args.set,
         jobs=args.jobs, only=args.only,
     )
-
-
-def cmd_bench(args) -> int:
-    from trainers.bench import run_bench
-
-    return run_bench(args)
-
-
-def cmd_noise_scale(args) -> int:
-    from trainers.noise_scale import main as noise_scale
-
-    return noise_scale(args.runs, args.workers, args.groups, args.init, args.seed, args.json)
-
-
-def cmd_gpu_check(args) -> int:
-    from trainers.gpu_check import main as gpu_check
-
-    return gpu_check(args.data, args.out)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -179,14 +160,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.set_defaults(func=cmd_data)
     db = dsub.add_parser("bench", help="images/s of torchvision's ImageFolder pipeline and ours on DIR, interleaved")
-    db.add_argument("dir", help="an ImageFolder (DIR/train/<class>/*.jpg, or DIR/<class>/*.jpg)")
-    db.add_argument("--workers", type=int, default=0, help="loader worker processes (0: the main process only)")
-    db.add_argument("--decoder", choices=["cpu", "gpu", "pil"], default="cpu", help="our decoder (data.decoder)")
-    db.add_argument("--batch", type=int, default=32)
-    db.add_argument("--rounds", type=int, default=3, help="timed passes of each pipeline, alternating")
-    db.add_argument("--threads", type=int, default=1, help="torch threads (1: images/s per core)")
-    db.add_argument("--json", action="store_true", help="print the result as JSON")
-    db.set_defaults(func=cmd_data_bench)
+    data_bench.add_arguments(db)
+    db.set_defaults(func=data_bench.run)
     im = dsub.add_parser("imagenet", help="ILSVRC-2012 tarballs -> DIR/train/<wnid>/, DIR/val/<wnid>/ (+ a tar)")
     im.add_argument("--train-tar", required=True, help="ILSVRC2012_img_train.tar")
     im.add_argument("--val-tar", required=True, help="ILSVRC2012_img_val.tar")
@@ -197,37 +172,8 @@ def parser() -> argparse.ArgumentParser:
     im.add_argument("--no-tar", action="store_true", help="don't write the staging tar")
     im.set_defaults(func=cmd_data_imagenet)
 
-    b = sub.add_parser("bench", help="the trainer's overhead: vs a hand-written loop, and emulated workers' cost")
-    b.add_argument("--model", default="resnet50")
-    b.add_argument("--batch", type=int, default=32)
-    b.add_argument("--image-size", type=int, default=224)
-    b.add_argument("--steps", type=int, default=20)
-    b.add_argument("--warmup", type=int, default=3)
-    b.add_argument("--workers", type=int, default=32, help="emulated workers for the emulation-cost figure")
-    b.add_argument("--repeats", type=int, default=3)
-    b.add_argument("--device", choices=("auto", "cpu"), default="auto",
-                   help="auto: with a CUDA GPU, the GPU bench (ResNet-50, precisions, wrappers); cpu: this machine's CPU")
-    b.add_argument("--json", help="the GPU bench's output (default results/bench_gpu.json)")
-    b.add_argument("--variants", help="the GPU bench's rows, comma-separated: fp32, bf16_channels_last, compiled "
-                                      "(default all)")
-    b.add_argument("--batches", type=lambda text: tuple(int(b) for b in text.split(",")),
-                   help="the GPU bench's per-GPU batches, comma-separated (default 32,128,256)")
-    b.add_argument("--skip-emulated", action="store_true", help="the GPU bench without the emulated 32 x 128 step")
-    b.set_defaults(func=cmd_bench)
 
-    n = sub.add_parser("noise-scale", help="gradient noise scale B_simple of runs' models (McCandlish et al. 2018)")
-    n.add_argument("runs", nargs="+", help="run folders with a checkpoint.pt")
-    n.add_argument("--workers", type=int, default=32, help="big batch = workers x the run's per-worker batch")
-    n.add_argument("--groups", type=int, default=32, help="big batches to average over")
-    n.add_argument("--init", action="store_true", help="measure the runs' initial weights instead of their last")
-    n.add_argument("--seed", type=int, default=0, help="the order the training examples are drawn in")
-    n.add_argument("--json", help="also write the results to this file")
-    n.set_defaults(func=cmd_noise_scale)
 
-    gc = sub.add_parser("gpu-check", help="verify a GPU machine in ~10 minutes -> results/gpu_checks/<gpu>-<date>/")
-    gc.add_argument("--data", help="an ImageFolder root (train/, val/) for the real-JPEG rows (default $IMAGENET_DIR)")
-    gc.add_argument("--out", default="results/gpu_checks", help="where the <gpu>-<date> folder goes")
-    gc.set_defaults(func=cmd_gpu_check)
     return p
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from trainers.config import SECTIONS, ConfigError
+from contract.config import SECTIONS, ConfigError
 
 # Settings that may change between a run and its resumption: where the data is staged, how it is loaded, printed.
 MAY_DIFFER_ON_RESUME = {

@@ -19,7 +19,7 @@ import os
 import torch
 import torch.nn as nn
 
-from trainers.config import TrainConfig
+from contract.config import TrainConfig
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # oneDNN's instruction sets, best first, with the /proc/cpuinfo flags each needs
@@ -72,7 +72,7 @@ ISA_FLAGS = {"default": (), "avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx5
 
 def check_cpu_has(cpu_isa: str) -> None:
     """ATen trusts ATEN_CPU_CAPABILITY: kernels of an instruction set the CPU lacks die of SIGILL mid-run."""
-    from trainers.config import ConfigError
+    from contract.config import ConfigError
 
     flags = cpuinfo()[1]
     missing = [f for f in ISA_FLAGS.get(cpu_isa, ()) if f not in flags]
@@ -84,7 +84,7 @@ def check_cpu_has(cpu_isa: str) -> None:
 def check_cpu_isa(t: TrainConfig) -> None:
     """A pinned ISA must be one this CPU has and what torch runs: set before torch started (the trainer
     re-executes itself with it)."""
-    from trainers.config import ConfigError, cpu_isa_env
+    from contract.config import ConfigError, cpu_isa_env
 
     wanted = cpu_isa_env(t.cpu_isa)
     if not wanted:

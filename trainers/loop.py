@@ -20,11 +20,11 @@ import torch
 import torch.nn as nn
 
 from trainers import backends, checkpoint, compute, data, telemetry
-from trainers.config import Config, ConfigError, check_paths, check_writable
-from trainers.lr import lr_at
+from contract.config import Config, ConfigError, check_paths, check_writable
+from contract.lr import lr_at
 from trainers.models import build_model
 from trainers.optimizers import build_optimizer
-from trainers.runfolder import (MANIFEST, RankLock, RunFolder, RunInUse, dead_ranks, git_commit, now_iso,
+from contract.runfolder import (MANIFEST, RankLock, RunFolder, RunInUse, dead_ranks, git_commit, now_iso,
                                 read_manifest, versions)
 from trainers.runlog import AverageMeter, summary_line, test_line, train_line
 

@@ -5,7 +5,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torchvision.models as tv
 
-from trainers.config import CIFAR_RESNET_DEPTHS, IMAGENET_RESNETS, MODELS, ConfigError, ModelConfig
+from contract.config import CIFAR_RESNET_DEPTHS, IMAGENET_RESNETS, MODELS, ConfigError, ModelConfig
 
 
 class BasicBlock(nn.Module):

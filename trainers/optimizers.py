@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from trainers.config import OPTIMIZERS, OptimConfig
+from contract.config import OPTIMIZERS, OptimConfig
 
 
 def param_groups(model: nn.Module, weight_decay: float, exclude_bn_bias: bool) -> list[dict]:

@@ -1,4 +1,4 @@
-"""The human side of a run: train.log's lines and the meters behind them (the records are trainers/runfolder.py).
+"""The human side of a run: train.log's lines and the meters behind them (the records are contract/runfolder.py).
 
 train.log keeps the line format of pytorch/examples' imagenet/main.py as the thesis ran it (early 2019), so the
 thesis's way of reading logs (throughput = per-GPU batch x GPUs / running-mean batch time at batch 199) still works.

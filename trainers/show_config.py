@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any
 
-from trainers.config import Config, DataConfig, ModelConfig
+from contract.config import Config, DataConfig, ModelConfig
 
 # Settings that only one data kind reads (trainers/data/datasets.py); any other key applies to every kind.
 DATA_KIND_KEYS = {"imagefolder": ("path", "decoder", "max_image_pixels"),

@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 import torch
 
 from trainers.backends.base import Backend
-from trainers.config import Config, ConfigError
+from contract.config import Config, ConfigError
 from trainers.rendezvous import job_port
 
 __all__ = ["Backend", "Launch", "detect_launch", "register", "create", "BACKENDS", "horovod_available",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
@@ -24,15 +23,13 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import transforms
-from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from .generate import DataError, ensure_generated
+from .folder import GENERATED_MIN_SCALE, IMAGENET_MEAN, IMAGENET_STD, scan_imagefolder
 from .images import MAX_IMAGE_PIXELS, load_rgb
 
 log = logging.getLogger(__name__)
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 SYNTHETIC_TRAIN = 1_281_167  # ILSVRC-2012's train size: synthetic epochs are ImageNet-shaped
 
 
@@ -100,37 +97,11 @@ def torchvision_transforms(image_size: int, min_scale: float = 0.08):
     return train, val
 
 
-GENERATED_MIN_SCALE = 0.35  # at ~32 px the ImageNet default 0.08 leaves a few pixels of the object
 
 
 # ---------------------------------------------------------------------------------------------------------
 # ImageFolder with bad-image tolerance
 # ---------------------------------------------------------------------------------------------------------
-
-def _scan(root: Path, class_to_idx: dict[str, int] | None) -> tuple[list[str], list[tuple[str, int]]]:
-    """Class names and (path, target) pairs of an ImageFolder split, sorted like torchvision's."""
-    if not root.is_dir():
-        raise DataError(f"{root} is missing: an ImageFolder dataset needs {root.parent}/train and "
-                        f"{root.parent}/val, each with one sub-folder of images per class")
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
-    if not classes:
-        raise DataError(f"{root} has no class sub-folders (ILSVRC-2012's val/ comes flat: sort it into "
-                        f"class folders, e.g. with the usual valprep.sh)")
-    if class_to_idx is None:
-        class_to_idx = {c: i for i, c in enumerate(classes)}
-    unknown = [c for c in classes if c not in class_to_idx]
-    if unknown:
-        raise DataError(f"{root} has class folders that train/ lacks: {', '.join(unknown[:5])}")
-    samples = []
-    for c in classes:
-        for dirpath, _, files in sorted(os.walk(root / c, followlinks=True)):
-            for f in sorted(files):
-                if f.lower().endswith(IMG_EXTENSIONS):
-                    samples.append((os.path.join(dirpath, f), class_to_idx[c]))
-    if not samples:
-        raise DataError(f"{root} holds no image files ({', '.join(IMG_EXTENSIONS[:4])}, ...)")
-    return classes, samples
-
 
 class ImageFolderDataset(Dataset):
     """An ImageFolder split whose unreadable files are counted and, in training, replaced by the next readable
@@ -145,7 +116,7 @@ class ImageFolderDataset(Dataset):
                  random_transform: bool = True, replace_unreadable: bool = True,
                  max_pixels: int = MAX_IMAGE_PIXELS):
         self.root = Path(root)
-        self.classes, self.samples = _scan(self.root, class_to_idx)
+        self.classes, self.samples = scan_imagefolder(self.root, class_to_idx)
         self.class_to_idx = class_to_idx or {c: i for i, c in enumerate(self.classes)}
         self.targets = [t for _, t in self.samples]
         self.transform, self.seed, self.random_transform = transform, seed, random_transform

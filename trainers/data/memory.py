@@ -33,8 +33,9 @@ import PIL.features
 import torch
 from torch.utils.data import Dataset
 
-from .datasets import GENERATED_MIN_SCALE, IMAGENET_MEAN, IMAGENET_STD, _scan, load_rgb
+from .folder import GENERATED_MIN_SCALE, IMAGENET_MEAN, IMAGENET_STD, scan_imagefolder
 from .generate import DataError
+from .images import load_rgb
 from .sampling import Batch
 
 DECODED = "decoded.npz"
@@ -301,7 +302,7 @@ def _decoder() -> str:
 
 
 def _decode_split(folder: Path, class_to_idx: dict[str, int] | None):
-    classes, samples = _scan(folder, class_to_idx)
+    classes, samples = scan_imagefolder(folder, class_to_idx)
     images = np.stack([np.asarray(load_rgb(path), dtype=np.uint8) for path, _ in samples])
     return classes, images, np.array([t for _, t in samples], dtype=np.int64)
 

@@ -1,7 +1,7 @@
-"""`python -m trainers gpu-check` (`make gpu-check`): is this GPU machine ready for a 34-hour job? ~10 minutes.
+"""`python -m tools gpu-check` (`make gpu-check`): is this GPU machine ready for a 34-hour job? ~10 minutes.
 
 1. tests      the GPU tests (tests/test_gpu.py): deterministic resume, passes, bf16 / fp16 / compile train
-2. bench      `trainers bench` at bf16 + channels_last, batch 256: the trainer >= 0.95 x a hand-written loop
+2. bench      `tools bench` at bf16 + channels_last, batch 256: the trainer >= 0.95 x a hand-written loop
 3. jpeg-<d>   real JPEGs (--data, default $IMAGENET_DIR: train/ and val/ class folders) with decoder d = cpu, gpu
               against synthetic data, bf16 + channels_last, batch 256, 8 loader workers; the goal is >= 0.9 x
               synthetic for the better decoder. Without a data folder these rows are skipped, not failed.
@@ -12,6 +12,8 @@ or fail, seconds), README.md (the table) and one <check>.log of its console each
 1 when one failed, 2 when no GPU is visible.
 """
 from __future__ import annotations
+
+import argparse
 
 import datetime
 import json
@@ -64,7 +66,7 @@ def command(args: list[str], log: Path, timeout: int) -> tuple[int, str]:
 
 
 def bench_record(run_dir: Path) -> dict | None:
-    from trainers.runfolder import read_metrics
+    from contract.runfolder import read_metrics
 
     records = read_metrics(run_dir).of("bench")
     return records[-1] if records else None
@@ -91,7 +93,7 @@ def check_tests(out: Path, data: Path | None) -> Check:
 
 def check_bench(out: Path, data: Path | None) -> Check:
     result = out / "bench.json"
-    code, tail = command([sys.executable, "-m", "trainers", "bench", "--variants", "bf16_channels_last",
+    code, tail = command([sys.executable, "-m", "tools", "bench", "--variants", "bf16_channels_last",
                           "--batches", "256", "--skip-emulated", "--json", str(result)], out / "bench.log", 200)
     if code or not result.exists():
         return Check("bench", False, tail or f"exit {code}")
@@ -193,7 +195,7 @@ def write_folder(out: Path, results: list[Check], machine: dict) -> None:
     (out / "checks.json").write_text(json.dumps({"machine": machine, "checks": [asdict(c) for c in results]},
                                                 indent=2) + "\n")
     lines = [f"# GPU checks: {machine.get('gpu', '?')} ({machine.get('date', '?')})", "",
-             "Written by `make gpu-check` (`python -m trainers gpu-check`); figures in `checks.json`, each check's "
+             "Written by `make gpu-check` (`python -m tools gpu-check`); figures in `checks.json`, each check's "
              "console in `<check>.log`.", "",
              f"Machine: {', '.join(f'{k} {v}' for k, v in machine.items())}.", "",
              "| check | result | detail | seconds |", "|---|---|---|---|"]
@@ -210,7 +212,7 @@ def machine_facts() -> dict:
             "cpu_cores": os.cpu_count()}
 
 
-def main(data: str | None, out_root: str) -> int:
+def check_machine(data: str | None, out_root: str) -> int:
     import torch
 
     if not torch.cuda.is_available():
@@ -223,3 +225,11 @@ def main(data: str | None, out_root: str) -> int:
     machine = machine_facts()
     out = Path(out_root) / f"{gpu_slug(machine['gpu'])}-{machine['date']}"
     return run_checks(CHECKS, out, Path(folder).resolve() if folder else None, machine)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools gpu-check", description=__doc__.split("\n")[0])
+    p.add_argument("--data", help="an ImageFolder root (train/, val/) for the real-JPEG rows (default $IMAGENET_DIR)")
+    p.add_argument("--out", default="results/gpu_checks", help="where the <gpu>-<date> folder goes")
+    args = p.parse_args(argv)
+    return check_machine(args.data, args.out)

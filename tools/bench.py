@@ -1,4 +1,4 @@
-"""`python -m trainers bench`: what the trainer's abstractions cost, measured in one run.
+"""`python -m tools bench`: what the trainer's abstractions cost, measured in one run.
 
 1. The trainer's images/s on synthetic data / a minimal hand-written PyTorch loop of the same model and batch
    (goal >= 0.95: the loop, meters, logs and backend cost nothing).
@@ -18,6 +18,8 @@ split over calls where GPU time comes in slices (`--batches 256` likewise) (torc
 """
 from __future__ import annotations
 
+import argparse
+
 import datetime
 import json
 import tempfile
@@ -28,10 +30,10 @@ import torch
 import torch.nn as nn
 
 from trainers import compute
-from trainers.config import BenchConfig, Config, DataConfig, ModelConfig, TrainConfig
+from contract.config import BenchConfig, Config, DataConfig, ModelConfig, TrainConfig
 from trainers.data import synthetic_batch
 from trainers.models import build_model
-from trainers.runfolder import read_metrics
+from contract.runfolder import read_metrics
 
 
 def hand_written_loop(model_name: str, batch: int, image_size: int, steps: int, warmup: int) -> float:
@@ -229,3 +231,23 @@ def run_gpu_bench(args, device: str = "cuda") -> int:
     save()
     print(f"trainer / hand-written loop, worst row: {result['worst_ratio']:.3f} (goal >= 0.95); wrote {out}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools bench", description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="resnet50")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--workers", type=int, default=32, help="emulated workers for the emulation-cost figure")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", choices=("auto", "cpu"), default="auto",
+                   help="auto: with a CUDA GPU, the GPU bench (ResNet-50, precisions, wrappers); cpu: this machine's CPU")
+    p.add_argument("--json", help="the GPU bench's output (default results/bench_gpu.json)")
+    p.add_argument("--variants", help="the GPU bench's rows, comma-separated: fp32, bf16_channels_last, compiled "
+                                      "(default all)")
+    p.add_argument("--batches", type=lambda text: tuple(int(b) for b in text.split(",")),
+                   help="the GPU bench's per-GPU batches, comma-separated (default 32,128,256)")
+    p.add_argument("--skip-emulated", action="store_true", help="the GPU bench without the emulated 32 x 128 step")
+    return run_bench(p.parse_args(argv))

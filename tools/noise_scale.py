@@ -14,6 +14,8 @@ fewer useful steps per epoch: the reason a miniature with a small noise scale ca
 """
 from __future__ import annotations
 
+import argparse
+
 import json
 import math
 import statistics
@@ -26,7 +28,7 @@ import torch
 import torch.nn as nn
 
 from trainers import checkpoint, data
-from trainers.config import ConfigError, from_dict
+from contract.config import ConfigError, from_dict
 from trainers.loop import generated_spec  # the loop's own mapping: both read the same data set
 from trainers.models import build_model
 
@@ -132,7 +134,7 @@ def measure_run(run_dir: Path, workers: int, groups: int, at_init: bool = False,
     return {"run": str(run_dir), "weights": weights, "seed": seed, **asdict(result)}
 
 
-def main(run_dirs: list[str], workers: int, groups: int, at_init: bool, seed: int, json_path: str | None) -> int:
+def report(run_dirs: list[str], workers: int, groups: int, at_init: bool, seed: int, json_path: str | None) -> int:
     rows = [measure_run(Path(d), workers, groups, at_init, seed) for d in run_dirs]
     for r in rows:
         high = "unbounded: |G|^2 not resolved from 0" if math.isinf(r["b_simple_high"]) else f"{r['b_simple_high']:.0f}"
@@ -144,3 +146,15 @@ def main(run_dirs: list[str], workers: int, groups: int, at_init: bool, seed: in
         finite = [{k: (None if v == math.inf else v) for k, v in r.items()} for r in rows]  # JSON has no inf
         Path(json_path).write_text(json.dumps(finite, indent=1) + "\n")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools noise-scale", description=__doc__.split("\n")[0])
+    p.add_argument("runs", nargs="+", help="run folders with a checkpoint.pt")
+    p.add_argument("--workers", type=int, default=32, help="big batch = workers x the run's per-worker batch")
+    p.add_argument("--groups", type=int, default=32, help="big batches to average over")
+    p.add_argument("--init", action="store_true", help="measure the runs' initial weights instead of their last")
+    p.add_argument("--seed", type=int, default=0, help="the order the training examples are drawn in")
+    p.add_argument("--json", help="also write the results to this file")
+    args = p.parse_args(argv)
+    return report(args.runs, args.workers, args.groups, args.init, args.seed, args.json)

@@ -1,6 +1,6 @@
 """DDP vs Horovod throughput on N CPU processes, and Horovod's communication share (seed 002's method).
 
-    python -m trainers.bench_comm [--nproc 2] [--model resnet18] [--image-size 64] [--batch 16]
+    python -m tools bench-comm [--nproc 2] [--model resnet18] [--image-size 64] [--batch 16]
                                   [--batches 20] [--warmup 5] [--accumulate 16] [--fp16] [--json FILE]
 
 Every row is the trainer's own benchmark mode (`bench.batches`, synthetic data already in memory, the thesis's
@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from trainers.backends import torchrun_command
-from trainers.runfolder import read_metrics
+from contract.runfolder import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -98,7 +98,7 @@ def run_one(label: str, launch: list[str], config: Path, out: Path, sets: list[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainers.bench_comm", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tools bench-comm", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=int, default=2, help="processes (= workers) for ddp and horovod")
     p.add_argument("--model", default="resnet18", help="any trainers.models name (resnet50 is slow on CPU)")

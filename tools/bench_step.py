@@ -1,6 +1,6 @@
 """The local scale's training step, before and after the in-memory data path, timed in one run.
 
-    python -m trainers.bench_step [--steps-1 200] [--steps-32 12] [--repeats 5] [--threads 1] [--interop 0]
+    python -m tools bench-step [--steps-1 200] [--steps-32 12] [--repeats 5] [--threads 1] [--interop 0]
                                   [--variants channels_last,compile,channels_last+compile] [--copies 1]
                                   [--profile]
                                   [--json results/bench_step.json]
@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 
 from trainers import backends, data
-from trainers.config import load_config
+from contract.config import load_config
 from trainers.loop import Trainer, generated_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -295,7 +295,7 @@ def run_copies(args) -> dict:
         outputs = [Path(tmp) / f"{i}.json" for i in range(args.copies)]
         procs = []
         for out in outputs:
-            argv = [sys.executable, "-m", "trainers.bench_step", "--copies", "1", "--json", str(out)]
+            argv = [sys.executable, "-m", "tools", "bench-step", "--copies", "1", "--json", str(out)]
             for name in ("steps_1", "steps_32", "repeats", "threads", "interop", "variants"):
                 argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
             argv += ["--profile"] if args.profile else []
@@ -307,7 +307,7 @@ def run_copies(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainers.bench_step", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools bench-step", description=__doc__.split("\n")[0])
     p.add_argument("--steps-1", type=int, default=200, help="steps a block at 1 worker x 4")
     p.add_argument("--steps-32", type=int, default=12, help="steps a block at 32 workers x 4")
     p.add_argument("--repeats", type=int, default=5, help="interleaved blocks of every row")
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.steps_1, args.steps_32, args.repeats, args.threads, args.copies) < 1:
         print("error: steps, repeats, threads and copies must be >= 1", file=sys.stderr)
         return 2
-    command = "python -m trainers.bench_step " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m tools bench-step " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.copies > 1:
         result = run_copies(args)
         for i, copy in enumerate(result["copies"]):

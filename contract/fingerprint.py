@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainers.config import SECTIONS, Config, ConfigError, from_dict
+from contract.config import SECTIONS, Config, ConfigError, from_dict
 
 # section -> keys that do not enter the fingerprint
 IGNORED: dict[str, tuple[str, ...]] = {

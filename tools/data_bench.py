@@ -10,6 +10,8 @@ main process that much.
 
 from __future__ import annotations
 
+import argparse
+
 import json
 import time
 from pathlib import Path
@@ -18,10 +20,10 @@ import torch
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
 
-from .datasets import IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset, imagefolder_transforms
-from .fast import to_device
-from .generate import DataError
-from .sampling import IndexBatches, make_loader
+from trainers.data.datasets import IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset, imagefolder_transforms
+from trainers.data.fast import to_device
+from trainers.data.generate import DataError
+from trainers.data.sampling import IndexBatches, make_loader
 
 
 def split_root(root: Path) -> Path:
@@ -88,7 +90,7 @@ def bench(root: Path, workers: int = 0, decoder: str = "cpu", batch: int = 32, r
     }
 
 
-def main(args) -> int:
+def run(args) -> int:
     torch.set_num_threads(args.threads)  # per core: the loader's own ops stay on one thread
     result = bench(Path(args.dir), args.workers, args.decoder, args.batch, args.rounds)
     if args.json:
@@ -101,3 +103,19 @@ def main(args) -> int:
               f"(x{result['ratio']:.2f}; {result['ours_with_normalise_images_per_s']:.1f} with normalising "
               f"on this {'GPU' if args.decoder == 'gpu' else 'CPU'})")
     return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", help="an ImageFolder (DIR/train/<class>/*.jpg, or DIR/<class>/*.jpg)")
+    p.add_argument("--workers", type=int, default=0, help="loader worker processes (0: the main process only)")
+    p.add_argument("--decoder", choices=["cpu", "gpu", "pil"], default="cpu", help="our decoder (data.decoder)")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=3, help="timed passes of each pipeline, alternating")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: images/s per core)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools data-bench", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))

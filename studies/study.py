@@ -1,26 +1,14 @@
-"""A study: one experiment's varied factor expanded into runs, launched locally or on Slurm.
+"""A study on a machine: the plan's runs (contract/plan.py) as processes here or jobs on Slurm, supervised, with
+a line of progress each.
 
-An experiment's config.toml declares its varied factor once (the thesis's one-factor-at-a-time method):
-
-    [study]
-    question = "Does naive scaling degrade accuracy as the global batch grows?"
-    vary = { "train.workers" = [1, 2, 16, 24, 32] }     # a grid: every combination of the lists
-    extra = [{ "train.workers" = 32, "train.backend" = "ddp" }]   # single runs outside the grid
-    # an extra run may carry its own name: { run = "baseline-w1", "train.workers" = 1 } -> baseline-w1-s0, -s1...
-    seeds = 1
-    nodes = 1                      # or a varied "nodes": real multi-node launches (torchrun nodes, Slurm -N)
-
-`[scale.<scale>.study]` changes any of these at a scale. Re-running a study skips completed (and diverged) runs and
-resumes the others from their checkpoints -- in its own runs root only: full studies write to results/runs/,
-smoke runs (--quick) to results/quick/, and the committed results/reference/ is never counted as done. A folder
-counts as done only when its config fingerprint (trainers/fingerprint.py) is the plan's.
+Re-running a study skips completed (and diverged) runs and resumes the others from their checkpoints -- in its own
+runs root only: full studies write to results/runs/, smoke runs (--quick) to results/quick/, and the committed
+results/reference/ is never counted as done. A folder counts as done only when its config fingerprint
+(contract/fingerprint.py) is the plan's.
 """
 from __future__ import annotations
 
 import ctypes
-import dataclasses
-import fnmatch
-import itertools
 import json
 import os
 import shlex
@@ -29,168 +17,22 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainers import runfolder
+from contract import runfolder
+from contract.config import Config, ConfigError, check_writable, cpu_isa_env, load_config
+from contract.fingerprint import config_fingerprint, folder_fingerprint
+from contract.plan import Run, Study, load_study, whole_number
+from studies.clock import Clock, duration, reference_seconds
 from trainers.backends import Launch, choose_backend, free_port, horovod_available, torchrun_command
-from trainers.config import (Config, ConfigError, check_writable, cpu_isa_env, find_scales_file, load_config,
-                             read_toml)
-from trainers.fingerprint import config_fingerprint, folder_fingerprint
-from trainers.study_clock import Clock, duration, reference_seconds
-from trainers.runfolder import check_run_name
 
 REPO = Path(__file__).resolve().parents[1]
-SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
-         "train.precision": "", "train.channels_last": "cl", "train.compile": "compiled"}
-LAUNCH_KEYS = ("nodes", "tasks_per_node", "run")  # how a run is launched or named, not trainer settings
 FINISHED = ("completed", "diverged")
 OTHER_CONFIG = "other-config"  # a run folder made by a config other than the plan's
 FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
-STUDY_KEYS = ("question", "vary", "extra", "seeds", "nodes", "tasks_per_node", "baseline", "kind")
-KINDS = ("quality", "throughput")
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-@dataclass(frozen=True)
-class Run:
-    name: str
-    settings: dict[str, Any]  # section.key -> value, passed as --set
-    nodes: int = 1
-
-    @property
-    def workers(self) -> int:
-        return int(self.settings.get("train.workers", 1))
-
-
-@dataclass(frozen=True)
-class Study:
-    experiment: Path
-    config: Path
-    question: str
-    runs: list[Run]
-    baseline: str = ""
-    kind: str = "quality"
-    overrides: list[str] = field(default_factory=list)  # --set for every run (QUICK, the user's own)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Expanding a study
-# ----------------------------------------------------------------------------------------------------------------
-def study_table(config: Path, scale: str) -> dict[str, Any]:
-    document = read_toml(config)
-    table = dict(document.get("study", {}))
-    table.update(document.get("scale", {}).get(scale, {}).get("study", {}))
-    check_study_table(table, config)
-    return table
-
-
-def whole_number(where: str, value: Any, at_least: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < at_least:
-        raise ConfigError(f"{where} = {value!r} must be a whole number >= {at_least}")
-
-
-def check_study_table(table: dict[str, Any], config: Path) -> None:
-    """The [study] table's mistakes, one line each, before any run is planned."""
-    where = f"[study] in {config}"
-    unknown = sorted(set(table) - set(STUDY_KEYS))
-    if unknown:
-        raise ConfigError(f"unknown key {unknown[0]} in {where}; known: {', '.join(STUDY_KEYS)}")
-    if table.get("kind", "quality") not in KINDS:
-        raise ConfigError(f"study.kind = {table['kind']!r} in {config} is not one of {', '.join(KINDS)}")
-    for key in ("seeds", "nodes", "tasks_per_node"):
-        if key in table:
-            whole_number(f"study.{key}", table[key])
-    vary = table.get("vary", {})
-    if not isinstance(vary, dict):
-        raise ConfigError(f"study.vary in {config} must be a table of lists, e.g. {{ \"train.workers\" = [1, 32] }}")
-    for key, values in vary.items():
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"study.vary's {key} in {config} must be a non-empty list of values, not {values!r}")
-    extras = table.get("extra", [])
-    if not isinstance(extras, list) or not all(isinstance(e, dict) for e in extras):
-        raise ConfigError(f"study.extra in {config} must be a list of tables, e.g. [{{ \"train.workers\" = 32 }}]")
-    for combo in [{k: v for k, v in zip(vary, values)} for values in itertools.product(*vary.values())] + extras:
-        for key in ("nodes", "tasks_per_node"):
-            if key in combo:
-                whole_number(f"study {key}", combo[key])
-
-
-def run_name(values: dict[str, Any], seed: int | None) -> str:
-    parts = []
-    for key, value in values.items():
-        prefix = SHORT.get(key, key.split(".")[-1])
-        parts.append(prefix if value is True else f"{prefix}{value}")  # a switch that is on: its name alone
-    if seed is not None:
-        parts.append(f"s{seed}")
-    return "-".join(parts) or "run"
-
-
-def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
-    table = study_table(config, scale)
-    vary: dict[str, list] = table.get("vary", {})
-    extras = [dict(extra) for extra in table.get("extra", [])]
-    grid = [dict(zip(vary, values)) for values in itertools.product(*vary.values())] if vary else []
-    combos = grid + extras or [{}]
-    n_seeds = table.get("seeds", 1) if seeds is None else seeds
-    base_seed = load_config(config, scale).train.seed
-    runs = []
-    for combo in combos:
-        nodes = int(combo.get("nodes", table.get("nodes", 1)))
-        per_node = combo.get("tasks_per_node", table.get("tasks_per_node"))
-        for s in range(n_seeds):
-            settings = {k: v for k, v in combo.items() if k not in LAUNCH_KEYS}
-            if per_node and "train.workers" not in settings:  # N nodes x M GPUs
-                settings["train.workers"] = nodes * int(per_node)
-            settings["train.seed"] = base_seed + s
-            name = (f"{combo['run']}-s{base_seed + s}" if "run" in combo  # a named extra run
-                    else run_name(combo, base_seed + s))  # runs at another scale get their own folders
-            runs.append(Run(check_run_name(name if scale == "local" else f"{scale}-{name}"), settings, nodes))
-    refuse_duplicate_names(runs, config)
-    return runs
-
-
-def refuse_duplicate_names(runs: list[Run], config: Path) -> None:
-    """Two plans in one folder would train beside each other and pool into one row: one name, one run."""
-    seen: set[str] = set()
-    for run in runs:
-        if run.name in seen:
-            raise ConfigError(f"two runs of {config}'s study are named {run.name}; give each [study] extra entry "
-                              "its own `run` name or settings")
-        seen.add(run.name)
-
-
-def quick_overrides(config: Path, scale: str) -> list[str]:
-    """The `[quick]` table of experiments/scales.toml as --set lines: the study shrunk to a smoke run."""
-    scales = find_scales_file(config)
-    quick = read_toml(scales).get("quick", {}) if scales else {}
-    benchmark = load_config(config, scale).bench.batches > 0
-    return [f"{section}.{key}={json.dumps(value)}" for section, values in quick.items() for key, value in values.items()
-            if section != "bench" or benchmark]  # a quick quality study stays a training, not a benchmark
-
-
-def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, overrides: list[str],
-               only: list[str] = ()) -> Study:
-    """only: run-name patterns (fnmatch, e.g. "w32-*"): the study's runs of those names alone."""
-    config = experiment / "config.toml"
-    if seeds is not None:
-        whole_number("--seeds", seeds)
-    if not config.is_file():
-        raise ConfigError(f"{experiment} has no config.toml; pass an experiments/NN_name folder")
-    table = study_table(config, scale)
-    extra = (quick_overrides(config, scale) if quick else []) + list(overrides)
-    runs = expand(config, scale, 1 if quick and not seeds else seeds)
-    if only:
-        chosen = [r for r in runs if any(fnmatch.fnmatchcase(r.name, pattern) for pattern in only)]
-        if not chosen:
-            raise ConfigError(f"--only {' '.join(only)} matches none of {experiment.name}'s runs "
-                              f"({', '.join(r.name for r in runs)})")
-        runs = chosen
-    for run in runs:  # validate every run's config now, not after the first hour
-        load_config(config, scale, extra + [f"{k}={json.dumps(v)}" for k, v in run.settings.items()])
-    return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
-                 table.get("kind", "quality"), extra)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -648,7 +490,7 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
     if warning:
         print(warning, file=sys.stderr)
     if launcher == "slurm":
-        from trainers.study_slurm import submit_all
+        from studies.slurm import submit_all
 
         return submit_all(study, scale, cluster, out, dry_run)
     return run_local(study, scale, out, dry_run, jobs)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers import lr as lr_policy
+from contract import lr as lr_policy
 
 SCALES = ("local", "gpu", "thesis")
 BACKENDS = ("auto", "single", "emulated", "ddp", "horovod", "dp")

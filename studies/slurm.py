@@ -6,8 +6,9 @@ import shlex
 import subprocess
 import sys
 
-from trainers.config import ConfigError
-from trainers.study import REPO, Study, planned_runs, refuse_other_configs
+from contract.config import ConfigError
+from contract.plan import Study
+from studies.study import REPO, planned_runs, refuse_other_configs
 
 
 def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tuple[int, int, int]:

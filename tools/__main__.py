@@ -1,0 +1,45 @@
+"""The tools' one entry point: python -m tools NAME [ARGS...] (python -m tools NAME --help for each)."""
+from __future__ import annotations
+
+import sys
+
+from contract.config import ConfigError
+from tools import bench, bench_comm, bench_step, data_bench, gpu_check, noise_scale, telemetry_overhead
+from trainers.data import DataError
+
+TOOLS = {
+    "bench": (bench, "the trainer against a hand-written loop, and emulated workers' cost (a GPU: the GPU bench)"),
+    "bench-step": (bench_step, "the local step's time, before/after, with channels_last and compile variants"),
+    "bench-comm": (bench_comm, "DDP vs Horovod throughput on CPU processes, and the communication share"),
+    "data-bench": (data_bench, "images/s of torchvision's ImageFolder pipeline and ours on a folder"),
+    "noise-scale": (noise_scale, "gradient noise scale B_simple of runs' models (McCandlish et al. 2018)"),
+    "telemetry": (telemetry_overhead, "the utilisation sampler's overhead: `telemetry overhead CONFIG`"),
+    "gpu-check": (gpu_check, "verify a GPU machine in ~10 minutes -> results/gpu_checks/<gpu>-<date>/"),
+}
+
+
+def usage() -> str:
+    return "usage: python -m tools NAME [ARGS...]\n" + "".join(f"  {name:12} {text}\n" for name, (_, text) in TOOLS.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(usage())
+        return 0 if argv else 2
+    if argv[0] not in TOOLS:
+        print(f"error: no tool {argv[0]!r}; the tools: {', '.join(TOOLS)}", file=sys.stderr)
+        return 2
+    module, _ = TOOLS[argv[0]]
+    try:
+        return module.main(argv[1:])
+    except (ConfigError, DataError) as e:  # a user's mistake: one line, as the trainers' front door says it
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
