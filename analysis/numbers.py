@@ -143,5 +143,5 @@ def numerics_label(precision: str | None = None, channels_last: bool | None = No
 
 
 def numerics_suffix(numerics, sep: str = " ") -> str:
-    """' bf16+cl' for a label or legend; '' for fp32 (the thesis's, and most runs'), so those read as before."""
+    """' bf16+cl' for a label or legend; '' for fp32 (the thesis's, and most runs'), so their labels stay unmarked."""
     return f"{sep}{numerics}" if isinstance(numerics, str) and numerics != FP32 else ""

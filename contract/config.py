@@ -80,7 +80,7 @@ class DataConfig:
     val_mode: str = "every_rank"  # the thesis's scripts validate the full set on every rank; or "sharded"
     decoder: str = "cpu"  # imagefolder: "cpu" (decode only the crop, uint8), "gpu" (nvJPEG) or "pil" (torchvision's)
     max_image_pixels: int = 89_478_485  # larger images (by their header) count as unreadable: Pillow's bomb limit
-    # the generated dataset (made on first use into .cache/; see trainers/data.py)
+    # the generated dataset (made on first use into .cache/; see trainers/data/generate.py)
     classes: int = 100
     per_class: int = 200
     val_per_class: int = 50

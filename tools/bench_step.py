@@ -56,7 +56,8 @@ EXPERIMENT = REPO / "experiments" / "05_linear_scaling"
 # ----------------------------------------------------------------------------------------------------------------
 class BlockTrainer(Trainer):
     """Trainer.train_epoch cut to `steps` steps; path "before" reads the JPEGs one by one through a loader built
-    for each call (each epoch, as before), "after" the in-memory data set through the loader built once."""
+    for each call (each epoch, as the trainer did before the in-memory data set), "after" the in-memory data set
+    through the loader built once."""
 
     steps = 1
     path = "after"

@@ -26,26 +26,6 @@ static void on_message(j_common_ptr cinfo, int level) {
         longjmp(((struct error_mgr *)cinfo->err)->jump, 1);
 }
 
-int header(const unsigned char *data, unsigned long size, int *info) {
-    struct jpeg_decompress_struct cinfo;
-    struct error_mgr err;
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = on_error;
-    err.pub.emit_message = on_message;
-    if (setjmp(err.jump)) {
-        jpeg_destroy_decompress(&cinfo);
-        return 1;
-    }
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, data, size);
-    jpeg_read_header(&cinfo, TRUE);
-    info[0] = (int)cinfo.image_width;
-    info[1] = (int)cinfo.image_height;
-    info[2] = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
-    jpeg_destroy_decompress(&cinfo);
-    return 0;
-}
-
 int decode_region(const unsigned char *data, unsigned long size, int scale_num, int x, int y, int w, int h,
                   unsigned char *out, unsigned long out_size, int *info) {
     struct jpeg_decompress_struct cinfo;
@@ -60,7 +40,15 @@ int decode_region(const unsigned char *data, unsigned long size, int scale_num, 
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, data, size);
     jpeg_read_header(&cinfo, TRUE);
-    if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    int cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+    if (out == NULL) { /* the header alone */
+        info[0] = (int)cinfo.image_width;
+        info[1] = (int)cinfo.image_height;
+        info[2] = cmyk;
+        jpeg_destroy_decompress(&cinfo);
+        return 0;
+    }
+    if (cmyk) {
         jpeg_destroy_decompress(&cinfo);
         return 2;
     }
@@ -92,4 +80,9 @@ int decode_region(const unsigned char *data, unsigned long size, int scale_num, 
     jpeg_abort_decompress(&cinfo); /* the rows below the region are never decoded */
     jpeg_destroy_decompress(&cinfo);
     return 0;
+}
+
+/* The header alone: info = {width, height, 1 for CMYK/YCCK}; 0, or 1 when libjpeg can't read it. */
+int header(const unsigned char *data, unsigned long size, int *info) {
+    return decode_region(data, size, 8, 0, 0, 0, 0, NULL, 0, info);
 }
