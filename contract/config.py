@@ -19,7 +19,7 @@ from typing import Any
 
 from contract import lr as lr_policy
 
-SCALES = ("local", "gpu", "thesis")
+SCALES = ("local", "gpu", "node", "thesis")
 BACKENDS = ("auto", "single", "emulated", "ddp", "horovod", "dp")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # Tables in an experiment's config.toml that are not trainer settings.
