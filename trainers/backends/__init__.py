@@ -17,7 +17,7 @@ from contract.config import Config, ConfigError
 from trainers.rendezvous import job_port
 
 __all__ = ["Backend", "Launch", "detect_launch", "register", "create", "BACKENDS", "horovod_available",
-           "torchrun_command"]
+           "torchrun_command", "free_port"]
 
 
 @dataclass(frozen=True)
