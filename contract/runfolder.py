@@ -620,3 +620,24 @@ class RunFolder:
                         f.close()
                     except OSError:  # what a full disk kept in the buffer is lost; the manifest says why
                         pass
+
+
+# ================================================================================================================
+# Speaking for a run whose writer is gone
+# ================================================================================================================
+def mark_failed(run_dir: Path, message: str, exit_code: int, **manifest) -> None:
+    """Set a run's manifest to failed for a writer that is gone (rank 0 died, or every process was killed), under
+    rank 0's lock: holding it keeps a restarted run out meanwhile. Nothing when a live process holds the run (it
+    speaks for itself) or the manifest no longer says running. A disk that refuses the lock or the manifest (full,
+    read-only) raises its OSError."""
+    try:
+        lock = RankLock(run_dir, 0)
+    except RunInUse:
+        return
+    try:
+        run = RunFolder.take_over(run_dir)
+        if run.manifest.get("status") == "running":
+            run.status("failed", run.manifest.get("epochs_done", 0), message, exit_code, **manifest)
+        run.close()
+    finally:
+        lock.release()

@@ -8,7 +8,8 @@ import sys
 
 from contract.config import ConfigError
 from contract.plan import Study
-from studies.study import REPO, planned_runs, refuse_other_configs
+from slurm.profiles import ProfileError, load_profile, sbatch_argv
+from studies.launch import REPO, planned_runs, refuse_other_configs
 
 
 def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tuple[int, int, int]:
@@ -26,9 +27,6 @@ def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tup
 
 
 def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool) -> int:
-    sys.path.insert(0, str(REPO))
-    from slurm.profiles import ProfileError, load_profile, sbatch_argv
-
     try:
         profile = load_profile(cluster)
     except ProfileError as e:

@@ -1,6 +1,2 @@
 """Fixtures shared by the test modules."""
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from slurm_helpers import slurm_cluster  # noqa: E402,F401  (one local Slurm cluster for the whole session)
+from tests.slurm_helpers import slurm_cluster  # noqa: F401  (one local Slurm cluster for the whole session)

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainers.backends import free_port
+from trainers.show_config import toml_value
+
 REPO = Path(__file__).resolve().parents[1]
 # real photos beside the project (never needed: tests that use them skip without them)
 PHOTOS = REPO.parent / "shared" / "data" / "hymenoptera_data"
@@ -46,16 +49,6 @@ def pillow_levels() -> int:
 
     same = PIL.__version__ == pinned_version("pillow") and torch.__version__.split("+")[0] == pinned_version("torch")
     return 0 if same else 1
-
-
-def toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return f'"{v}"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    return repr(v)
 
 
 def write_config(path: Path, overrides: dict | None = None) -> Path:
@@ -112,14 +105,6 @@ def mpirun_cannot_launch() -> str | None:
         return None
     lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip(" -*\t")]
     return f"mpirun cannot launch here: {lines[0][:160] if lines else f'exit {result.returncode}'}"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def final_state(run_dir: Path) -> dict[str, torch.Tensor]:

@@ -3,7 +3,7 @@
 The fixture starts one private Slurm cluster (slurm/local_cluster.py) for the whole session and stops it at the
 end. With CI=true it installs Slurm first (slurm/install.sh, root) and fails loudly if the cluster can't start;
 elsewhere the tests skip with a one-line reason. To share it with other test modules, tests/conftest.py does
-`from slurm_helpers import slurm_cluster  # noqa: F401`; importing it in several places still starts one cluster.
+`from tests.slurm_helpers import slurm_cluster  # noqa: F401`; importing it in several places still starts one cluster.
 
 Run as a script, this file is a fake trainer with the contract's preemption behaviour and nothing else:
 
@@ -32,8 +32,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 # --------------------------------------------------------------------------------------------------------------

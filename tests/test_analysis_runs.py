@@ -11,10 +11,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-import analysis as an  # noqa: E402
 from analysis import figures as fg  # noqa: E402
 from analysis import tables as tb  # noqa: E402
 from analysis.__main__ import main  # noqa: E402
+from analysis.reference import load_reference, rq2_steady_state  # noqa: E402
+from analysis.runs import load_log, load_run, load_runs, load_study  # noqa: E402
 
 FIX = Path(__file__).parent / "fixtures" / "analysis"
 RUNS = FIX / "runs"
@@ -22,7 +23,7 @@ RUNS = FIX / "runs"
 
 @pytest.fixture(scope="module")
 def study():
-    return an.load_study(RUNS, [FIX / "logs" / "brought"])
+    return load_study(RUNS, [FIX / "logs" / "brought"])
 
 
 def _run(df, experiment, run):
@@ -87,7 +88,7 @@ def test_quality_summary_mean_std_n(study):
 
 
 def test_thesis_tables_label_local_scale_and_match_thesis_scale(study, ):
-    ref = an.load_reference()
+    ref = load_reference()
     t12 = tb.quality_table(study, ref, 12)
     assert (t12.loc[t12["thesis_top1"].isna(), "scale"] == "local scale").all()
     assert t12["thesis_top1"].notna().sum() == 6
@@ -104,7 +105,7 @@ def test_thesis_tables_label_local_scale_and_match_thesis_scale(study, ):
 
 
 def test_markdown_writer(tmp_path, study):
-    paths = tb.write_table(tb.quality_table(study, an.load_reference(), 11), tmp_path, "t11", "Table 11")
+    paths = tb.write_table(tb.quality_table(study, load_reference(), 11), tmp_path, "t11", "Table 11")
     md = paths[1].read_text()
     assert md.startswith("### Table 11") and "6 days 4 hours 16 minutes" in md and "local scale" in md
 
@@ -114,11 +115,11 @@ def test_loader_survives_broken_folders(tmp_path):
     d.mkdir(parents=True)
     (d / "metrics.jsonl").write_text('{"kind": "epoch", "epoch": 0, "val_top1": 5}\nnot json\n[1,2]\n{"kind": "ep')
     (d / "manifest.json").write_text("{broken")
-    df = an.load_runs(tmp_path)
+    df = load_runs(tmp_path)
     r = df[df["kind"] == "run"].iloc[0]
     assert r["bad_lines"] == 3 and r["status"] == "unknown" and r["best_val_top1"] == 5
     assert len(df.attrs["problems"]) >= 2
-    assert an.load_runs(tmp_path / "nothing").empty
+    assert load_runs(tmp_path / "nothing").empty
 
 
 def test_epoch_rows_carry_fp16_skipped_steps_and_older_runs_read_as_missing(tmp_path):
@@ -134,7 +135,7 @@ def test_epoch_rows_carry_fp16_skipped_steps_and_older_runs_read_as_missing(tmp_
     older = tmp_path / "04_x" / "old"  # an epoch record as the trainer wrote it before skipped_steps existed
     older.mkdir()
     (older / "metrics.jsonl").write_text(json.dumps({"kind": "epoch", "epoch": 0, **fields, "time": 1.0}) + "\n")
-    df = an.load_runs(tmp_path)
+    df = load_runs(tmp_path)
     epochs = df[df["kind"] == "epoch"]
     assert epochs.loc[epochs["run"] == "new", "skipped_steps"].tolist() == [3, 0]
     assert epochs.loc[epochs["run"] == "old", "skipped_steps"].isna().tolist() == [True]
@@ -142,7 +143,7 @@ def test_epoch_rows_carry_fp16_skipped_steps_and_older_runs_read_as_missing(tmp_
 
 
 def test_brought_diverged_log_shows_diverged():
-    df = an.load_log(FIX / "logs" / "diverged_pf1.log", {"experiment": "04_x", "per_gpu_batch": 32})
+    df = load_log(FIX / "logs" / "diverged_pf1.log", {"experiment": "04_x", "per_gpu_batch": 32})
     assert df.iloc[0]["status"] == "diverged"
 
 
@@ -150,7 +151,7 @@ def test_brought_diverged_log_shows_diverged():
 
 
 def test_plot_functions_take_frame_and_axis(study):
-    ref = an.load_reference()
+    ref = load_reference()
     scaling = tb.scaling_table(study, ref)
     for fn, kw in ((fg.plot_throughput, {"framework": ["pytorch", "horovod+pytorch"]}),
                    (fg.plot_speedup, {"framework": "horovod+tensorflow", "per_gpu_batch": 32})):
@@ -164,7 +165,7 @@ def test_plot_functions_take_frame_and_axis(study):
     axes = fg.plot_error_grid(e)
     assert sum(a.get_visible() for a in axes.flat) == 2
     plt.close(axes.flat[0].figure)
-    ax = fg.plot_steady_state(an.reference.rq2_steady_state())
+    ax = fg.plot_steady_state(rq2_steady_state())
     assert len(ax.patches) == 8
     plt.close(ax.figure)
     from analysis.report import schedules_frame
@@ -199,7 +200,7 @@ def test_throughput_cli_on_run_folder_and_several_logs(capsys):
 def test_a_group_mixing_configs_is_refused_with_a_problem_line(tmp_path):
     import shutil
 
-    from analysis.runs import MIXED, load_study
+    from analysis.runs import MIXED
 
     reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu-18ep"
     for experiment, runs in (("05_linear_scaling", ("w1-s0", "w1-s1", "w1-s2")), ("04_naive_scaling", ("w1-s0",
@@ -222,14 +223,13 @@ def test_a_group_mixing_configs_is_refused_with_a_problem_line(tmp_path):
     assert summary.loc[4, "n"] == 2
     from analysis.findings import orderings
 
-    assert orderings(df, an.load_reference()).empty  # no baseline to compare with: it is refused
+    assert orderings(df, load_reference()).empty  # no baseline to compare with: it is refused
 
 
 def test_the_report_puts_this_machines_runs_beside_the_reference_by_fingerprint(tmp_path):
     import shutil
 
     from analysis.compare import default_runs_root, report_comparison
-    from analysis.runs import load_study
 
     reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu-18ep"
     own = tmp_path / "runs"
@@ -257,9 +257,9 @@ def test_numerics_label_and_runs_from_before_it_read_as_fp32():
             numerics_label("fp16", False, True)] == ["fp32", "tf32", "bf16+cl", "bf16+cl+compiled", "fp16+compiled"]
     old = REPO / "results/reference/vm-2cpu-18ep/05_linear_scaling/w1-s0"  # from before [train] precision existed
     assert "precision" not in json.loads((old / "config.json").read_text())["train"]
-    df, _ = an.runs.load_run(old)
+    df, _ = load_run(old)
     assert set(df["numerics"]) == {"fp32"}
-    log = an.load_log(FIX / "logs" / "thesis_fig11_srun.log", {"experiment": "01_x", "per_gpu_batch": 128})
+    log = load_log(FIX / "logs" / "thesis_fig11_srun.log", {"experiment": "01_x", "per_gpu_batch": 128})
     assert set(log["numerics"]) == {"fp32"}  # the thesis's P100s ran strict fp32
 
 
@@ -277,7 +277,7 @@ def test_gpu_scale_numerics_are_rows_of_their_own_with_their_own_speedups(tmp_pa
     _bench(tmp_path, "01_throughput_single_gpu", "gpu-b64-ddp-bf16-cl", 1, 0.05, BF16_CL)
     _bench(tmp_path, "02_throughput_local_data_parallel", "gpu-b64-w2", 2, 0.25)
     _bench(tmp_path, "02_throughput_local_data_parallel", "gpu-b64-w2-bf16-cl", 2, 0.06, BF16_CL)
-    df = an.load_study(tmp_path)
+    df = load_study(tmp_path)
     assert not [p for p in df.attrs["problems"] if "different configs" in p]
     assert set(df.loc[df["kind"] == "run", "status"]) == {"completed"}
 
@@ -286,7 +286,7 @@ def test_gpu_scale_numerics_are_rows_of_their_own_with_their_own_speedups(tmp_pa
     assert s.loc[(1, "fp32"), "steady_images_per_s"] == pytest.approx(64 / 0.2)
     assert s.loc[(1, "bf16+cl"), "steady_images_per_s"] == pytest.approx(64 / 0.05)
 
-    ref = an.load_reference()
+    ref = load_reference()
     t2 = tb.throughput_table(df, ref, 2)  # experiment 1: each 1-GPU row is its own baseline
     t2 = t2[t2["scale"] == "gpu scale"].set_index("numerics")
     assert t2.loc["fp32", "ours_steady_speedup"] == 1.0 and t2.loc["bf16+cl", "ours_steady_speedup"] == 1.0
@@ -308,7 +308,7 @@ def test_an_experiments_speedups_divide_by_its_own_one_gpu_run(tmp_path):
     _bench(tmp_path, "03_throughput_distributed_data_parallel", "gpu-b64-w1", 1, 0.25)
     _bench(tmp_path, "03_throughput_distributed_data_parallel", "gpu-b64-w2", 2, 0.3)
     _bench(tmp_path, "02_throughput_local_data_parallel", "gpu-b64-w2", 2, 0.4)  # no 1-GPU run of its own
-    df, ref = an.load_study(tmp_path), an.load_reference()
+    df, ref = load_study(tmp_path), load_reference()
     t2 = tb.throughput_table(df, ref, 2)
     assert t2.loc[t2["scale"] == "gpu scale", "ours_steady_speedup"].tolist() == [1.0]
     t8 = tb.throughput_table(df, ref, 8)
@@ -322,7 +322,7 @@ def test_an_experiments_speedups_divide_by_its_own_one_gpu_run(tmp_path):
 def test_thesis_rows_match_only_fp32_runs(tmp_path):
     for run, train, batch_s in (("thesis-b128-ddp", None, 0.6), ("thesis-b128-ddp-bf16-cl", BF16_CL, 0.2)):
         _bench(tmp_path, "01_throughput_single_gpu", run, 1, batch_s, train, scale="thesis", per_gpu_batch=128)
-    t2 = tb.throughput_table(an.load_study(tmp_path), an.load_reference(), 2)
+    t2 = tb.throughput_table(load_study(tmp_path), load_reference(), 2)
     beside = t2[t2["thesis_images_per_s"] == 207.11].iloc[0]
     assert beside["numerics"] == "fp32" and beside["n_runs"] == 1
     assert beside["ours_steady"] == pytest.approx(128 / 0.6)
@@ -336,14 +336,14 @@ def test_a_quality_configuration_in_fp32_and_bf16_gives_two_rows(tmp_path):
 
     synth.write_run(tmp_path, "05_linear_scaling", "w1-s0", final_acc=60.0)
     synth.write_run(tmp_path, "05_linear_scaling", "w1-bf16-cl-s0", final_acc=50.0, train_extra=BF16_CL)
-    df = an.load_study(tmp_path)
+    df = load_study(tmp_path)
     assert set(df.loc[df["kind"] == "run", "status"]) == {"completed"}
     best = df[df["kind"] == "run"].set_index("run")["best_val_top1"]
     q = tb.quality_summary(df).set_index("numerics")
     assert sorted(q.index) == ["bf16+cl", "fp32"] and (q["n"] == 1).all() and (q["status"] == "1 completed").all()
     assert q.loc["fp32", "top1_mean"] == best["w1-s0"] and q.loc["bf16+cl", "top1_mean"] == best["w1-bf16-cl-s0"]
     assert best["w1-s0"] - best["w1-bf16-cl-s0"] > 5  # two different numbers, not one mean of both
-    t11 = tb.quality_table(df, an.load_reference(), 11)
+    t11 = tb.quality_table(df, load_reference(), 11)
     ours = t11[t11["scale"] == "local scale"].set_index("numerics")
     assert ours.loc["bf16+cl", "ours_top1"] == best["w1-bf16-cl-s0"]
     assert set(t11.loc[t11["scale"] == "thesis", "numerics"]) == {"fp32"}
@@ -352,6 +352,6 @@ def test_a_quality_configuration_in_fp32_and_bf16_gives_two_rows(tmp_path):
 def test_the_thesis_column_of_the_comparison_is_for_fp32_runs_only():
     from analysis.compare import thesis_value
 
-    ref = an.load_reference()
+    ref = load_reference()
     assert thesis_value(ref, "01_throughput_single_gpu", "pytorch", 1, 128, "throughput") == 207.11
     assert math.isnan(thesis_value(ref, "01_throughput_single_gpu", "pytorch", 1, 128, "throughput", "bf16+cl"))

@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from tests.helpers import (REPO, final_state, free_port, max_difference, needs_photos, records, torchrun, train,
-                           trainer_env, write_config)
+from tests.helpers import (REPO, final_state, max_difference, needs_photos, records, torchrun, train, trainer_env,
+                           write_config)
 from tests.test_precision import REAL_DATA
+from trainers.backends import free_port
 
 pytestmark = pytest.mark.slow
 

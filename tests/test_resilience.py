@@ -279,7 +279,7 @@ def test_a_study_refuses_a_read_only_out_in_one_line(tmp_path, capsys, small_dis
 
 def test_a_study_warns_when_its_runs_would_not_fit(tmp_path, small_disk):
     from contract.plan import load_study
-    from studies.study import planned_runs, space_warning
+    from studies.launch import planned_runs, space_warning
 
     out = small_disk("400k")
     folder = tmp_path / "99_tiny"

@@ -10,13 +10,14 @@ import time
 import pytest
 import torch
 
-import analysis as an
 from analysis.__main__ import main as analysis_main
-from tests.helpers import REPO, free_port, records, train, train_in_process, trainer_env, write_config
+from analysis.runs import load_run, load_study
+from tests.helpers import REPO, records, train, train_in_process, trainer_env, write_config
 from contract import runfolder
 from contract.config import load_config
 from contract.lr import schedule
 from contract.runfolder import RankLock, RecordError, RunFolder, make_record, read_metrics
+from trainers.backends import free_port
 
 EPOCH = dict(epoch=0, lr=0.1, train_loss=1.0, train_top1=50.0, train_top5=90.0, val_loss=1.0, val_top1=40.0,
              val_top5=80.0, epoch_time=1.0, images=8, skipped_images=0, skipped_val_images=0, skipped_steps=0,
@@ -97,7 +98,7 @@ def test_empty_metrics_and_bad_lines_reach_the_problem_list_and_the_report_index
     fake_run(tmp_path / "runs", "empty", b"")
     good = json.dumps(make_record("epoch", **EPOCH)).encode()
     fake_run(tmp_path / "runs", "bad", good + b"\nnot json\n" + good[:10])
-    df = an.load_study(tmp_path / "runs")
+    df = load_study(tmp_path / "runs")
     problems = "\n".join(df.attrs["problems"])
     assert "empty: metrics.jsonl: empty" in problems and "bad: metrics.jsonl: 2 bad line(s) skipped" in problems
     runs = df[df["kind"] == "run"].set_index("run")
@@ -125,7 +126,7 @@ def test_a_real_run_loads_into_the_expected_rows(tmp_path):
     assert train_in_process(cfg, tmp_path, "r") == 0
     run_dir = tmp_path / "rt" / "r"
     written = records(run_dir, "epoch")
-    df, problems = an.runs.load_run(run_dir)
+    df, problems = load_run(run_dir)
     assert problems == []
     summary = df[df["kind"] == "run"].iloc[0]
     assert summary["status"] == "completed" and summary["epochs_done"] == 2 and summary["bad_lines"] == 0
@@ -253,7 +254,7 @@ def test_resume_cuts_back_on_a_line_boundary_when_the_files_changed_since_the_ch
 
 
 def test_the_study_marks_a_run_killed_without_a_word_as_failed(tmp_path):
-    from studies.study import mark_failed_if_silent
+    from studies.supervise import mark_failed_if_silent
 
     run = RunFolder(tmp_path, writes=True, echo=False)
     run.update_manifest(status="running", epochs_done=1)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_helpers import ROOT, slurm_cluster, uninterrupted_final  # noqa: F401  (slurm_cluster: fixture)
+from tests.slurm_helpers import ROOT, slurm_cluster, uninterrupted_final  # noqa: F401  (slurm_cluster: fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import slurm_helpers  # noqa: F401  (puts the repo root on sys.path)
 from slurm.profiles import ProfileError, expand, load_profile, profile_env, sbatch_argv
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -118,7 +118,7 @@ def test_a_run_cut_by_the_time_limit_requeues_and_ends_as_an_uninterrupted_one(s
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI (make setup-cluster)")
 def test_ddp_under_a_bare_mpirun_matches_emulated_workers(tmp_path):
-    from tests.helpers import free_port
+    from trainers.backends import free_port
 
     ddp_cfg = write_config(tmp_path / "ddp.toml", {"train": {"backend": "ddp"}})
     emu_cfg = write_config(tmp_path / "emu.toml", {"train": {"backend": "emulated"}})

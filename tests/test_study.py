@@ -9,7 +9,8 @@ import pytest
 from tests.helpers import REPO
 from contract.config import ConfigError, load_config
 from contract.plan import expand, load_study
-from studies.study import default_jobs, planned_runs, run_study, threads_per_process
+from studies.launch import default_jobs, planned_runs, threads_per_process
+from studies.run import run_study
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("[0-9][0-9]_*"))
 
@@ -129,7 +130,7 @@ def fake_run(run_dir: Path, cfg, status="completed"):
 
 def test_committed_reference_runs_are_never_this_machines_results(tmp_path):
     from contract.fingerprint import folder_fingerprint
-    from studies.study import FULL_OUT
+    from studies.launch import FULL_OUT
 
     study = load_study(REPO / "experiments/03_throughput_distributed_data_parallel", "local", quick=False, seeds=None,
                        overrides=[])
@@ -144,7 +145,8 @@ def test_committed_reference_runs_are_never_this_machines_results(tmp_path):
 
 
 def test_a_smoke_run_never_counts_for_the_full_study(tmp_path):
-    from studies.study import FULL_OUT, OTHER_CONFIG, QUICK_OUT, run_local
+    from studies.launch import FULL_OUT, OTHER_CONFIG, QUICK_OUT
+    from studies.run import run_local
 
     assert QUICK_OUT != FULL_OUT  # by default smoke runs have their own runs root
     folder = REPO / "experiments/05_linear_scaling"
@@ -228,7 +230,8 @@ def test_a_fresh_clones_throughput_study_runs_every_run_and_prints_images_per_s(
 
 
 def test_the_closing_hint_names_the_runs_folder_the_report_must_read():
-    from studies.study import FULL_OUT, QUICK_OUT, report_hint
+    from studies.launch import FULL_OUT, QUICK_OUT
+    from studies.progress import report_hint
 
     assert report_hint(FULL_OUT) == "`make report` turns them into tables and figures"
     assert "`make report OUT=results/quick`" in report_hint(QUICK_OUT)
@@ -267,8 +270,10 @@ def test_the_committed_references_times_are_found_by_fingerprint():
 def test_every_progress_line_of_a_study_carries_elapsed_time_and_time_left(tmp_path, monkeypatch, capsys):
     """drive() with runs that pretend to train (an epoch record, then exit 0): each line says how long it has
     taken and what is left, of the run and of the whole study."""
-    from studies import study as st
+    from studies import supervise
     from studies.clock import Clock
+    from studies.launch import Active
+    from studies.progress import Progress
 
     plans = planned_runs(load_study(REPO / "experiments/05_linear_scaling", "local", quick=True, seeds=1,
                                     overrides=[]), "local", tmp_path)
@@ -286,14 +291,14 @@ def test_every_progress_line_of_a_study_carries_elapsed_time_and_time_left(tmp_p
 
     def fake_start(plan, index, jobs):
         plan.run_dir.mkdir(parents=True, exist_ok=True)
-        return st.Active(plan, index, [FakeProcess(plan.run_dir)], open(os.devnull, "w"), st.time.time())
+        return Active(plan, index, [FakeProcess(plan.run_dir)], open(os.devnull, "w"), supervise.time.time())
 
-    monkeypatch.setattr(st, "start_local", fake_start)
-    monkeypatch.setattr(st.time, "sleep", lambda s: None)
-    progress = st.Progress(len(plans))
+    monkeypatch.setattr(supervise, "start_local", fake_start)
+    monkeypatch.setattr(supervise.time, "sleep", lambda s: None)
+    progress = Progress(len(plans))
     progress.tty = False
-    clock = Clock(1, {plans[1].fingerprint: [300.0]}, st.time.time())
-    assert st.drive(list(enumerate(plans, start=1)), [], 1, progress, True, clock) == 0
+    clock = Clock(1, {plans[1].fingerprint: [300.0]}, supervise.time.time())
+    assert supervise.drive(list(enumerate(plans, start=1)), [], 1, progress, True, clock) == 0
     lines = capsys.readouterr().out.splitlines()
     epochs = [line for line in lines if ": epoch 1/" in line]
     assert len(epochs) == len(plans), lines
@@ -367,7 +372,7 @@ def test_train_refuses_an_empty_out_and_an_overlong_run_name(tmp_path, capsys):
 # ---- issue 26, items 5 and 6: a run another process holds is `skipped: in use by pid N` on the study's console -----
 def test_a_study_skips_a_run_another_process_holds_and_names_its_pid(tmp_path, capsys):
     from contract.runfolder import RankLock
-    from studies.study import run_local
+    from studies.run import run_local
 
     study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
                        seeds=None, overrides=[])
@@ -385,7 +390,7 @@ def test_a_study_that_loses_the_race_for_a_run_says_so_on_its_own_console(tmp_pa
     study prints why rather than the first study's manifest."""
     from contract import runfolder
     from contract.runfolder import RankLock
-    from studies.study import run_local
+    from studies.run import run_local
 
     study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
                        seeds=None, overrides=[])
@@ -402,7 +407,7 @@ def test_a_study_that_loses_the_race_for_a_run_says_so_on_its_own_console(tmp_pa
 
 # ---- issue 26, item 9: a study killed outright takes its trainers with it; the interrupted line counts checkpoints --
 def test_the_interrupted_line_counts_only_runs_with_a_checkpoint(tmp_path):
-    from studies.study import interrupted_line
+    from studies.progress import interrupted_line
 
     started, saved = tmp_path / "w1-s0", tmp_path / "w2-s0"
     started.mkdir()

@@ -153,7 +153,8 @@ def test_telemetry_off_writes_no_util_records(tmp_path):
 @pytest.mark.slow
 def test_two_nodes_samples_reach_rank_0s_metrics(tmp_path):
     """Two torchrun 'nodes' on localhost, one rank each: both sample, rank 0 writes both nodes' util records."""
-    from tests.helpers import REPO, free_port, trainer_env
+    from tests.helpers import REPO, trainer_env
+    from trainers.backends import free_port
 
     cfg = write_config(tmp_path / "n.toml", {"train": {"backend": "ddp", "epochs": 2},
                                              "telemetry": {"interval_s": 0.05}})

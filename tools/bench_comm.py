@@ -22,13 +22,12 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from trainers.backends import torchrun_command
+from trainers.backends import free_port, torchrun_command
 from contract.runfolder import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,12 +57,6 @@ warmup_batches = {warmup}
 """
     )
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def horovodrun() -> str:

@@ -93,7 +93,7 @@ def cmd_data_imagenet(args) -> int:
 
 
 def cmd_study(args) -> int:
-    from studies.study import run_study
+    from studies.run import run_study
 
     return run_study(
         Path(args.experiment), scale=args.scale, launcher=args.launcher, cluster=args.cluster,

@@ -24,7 +24,7 @@ from contract.config import Config, ConfigError, check_paths, check_writable
 from contract.lr import lr_at
 from trainers.models import build_model
 from trainers.optimizers import build_optimizer
-from contract.runfolder import (MANIFEST, RankLock, RunFolder, RunInUse, dead_ranks, git_commit, now_iso,
+from contract.runfolder import (MANIFEST, RankLock, RunFolder, dead_ranks, git_commit, mark_failed, now_iso,
                                 read_manifest, versions)
 from trainers.runlog import AverageMeter, summary_line, test_line, train_line
 
@@ -694,15 +694,4 @@ def report_failure(run_dir: Path, run: RunFolder, b: backends.Backend, error: Ex
     survivors = sorted(set(range(b.world_size)) - set(dead))
     if 0 not in dead or b.rank != survivors[0]:
         return
-    try:
-        lock = RankLock(run_dir, 0)  # rank 0's lock is free now; holding it keeps a restarted run out meanwhile
-    except RunInUse:
-        return
-    try:
-        takeover = RunFolder.take_over(run_dir)
-        if takeover.manifest.get("status") == "running":  # rank 0 did not get to say anything itself
-            takeover.status("failed", takeover.manifest.get("epochs_done", 0), message, EXIT_FAILED,
-                            failed_ranks=failed)
-        takeover.close()
-    finally:
-        lock.release()
+    mark_failed(run_dir, message, EXIT_FAILED, failed_ranks=failed)  # unless rank 0 got to say anything itself

@@ -18,7 +18,7 @@ from trainers.backends.rank_workers import workers_per_rank
 from trainers.rendezvous import job_port
 
 __all__ = ["Backend", "Launch", "detect_launch", "register", "create", "BACKENDS", "horovod_available",
-           "torchrun_command"]
+           "torchrun_command", "free_port"]
 
 
 @dataclass(frozen=True)

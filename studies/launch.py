@@ -1,0 +1,244 @@
+"""Launch: the plan's runs (contract/plan.py) made concrete on this machine -- each run's resolved config, backend,
+folder and state, the commands it needs, and its processes started.
+
+Re-running a study skips completed (and diverged) runs and resumes the others from their checkpoints -- in its own
+runs root only: full studies write to results/runs/, smoke runs (--quick) to results/quick/, and the committed
+results/reference/ is never counted as done. A folder counts as done only when its config fingerprint
+(contract/fingerprint.py) is the plan's.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contract import runfolder
+from contract.config import Config, ConfigError, cpu_isa_env, load_config
+from contract.fingerprint import config_fingerprint, folder_fingerprint
+from contract.plan import Run, Study
+from trainers.backends import Launch, choose_backend, free_port, torchrun_command
+
+REPO = Path(__file__).resolve().parents[1]
+FINISHED = ("completed", "diverged")
+OTHER_CONFIG = "other-config"  # a run folder made by a config other than the plan's
+FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Planning: each run's resolved config, backend, folder and state
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    run: Run
+    cfg: Config
+    backend: str
+    run_dir: Path
+    status: str
+    trainer_args: list[str]
+    fingerprint: str = ""
+
+    def describe(self, nodes: int, per_node: int) -> str:
+        c, r = self.cfg, self.cfg.resolved(self.backend)
+        warmup = "none" if c.lr.warmup == "none" else f"{c.lr.warmup} {c.lr.warmup_epochs} epochs"
+        framework = c.framework(self.backend)
+        label = framework if framework == self.backend else f"{framework} ({self.backend})"
+        return (f"{self.run.name}: {label}, {nodes} node(s) x {per_node} "
+                f"process(es), {r['world_size']} worker(s), per-GPU batch {c.train.per_worker_batch}, global batch "
+                f"{r['global_batch']}, lr {r['lr']:.4g}, warm-up {warmup}, {c.train.epochs} epochs"
+                + (f", benchmark {c.bench.batches} batches" if c.bench.batches else ""))
+
+
+def planned_runs(study: Study, scale: str, out: Path) -> list[Plan]:
+    plans = []
+    for run in study.runs:
+        sets = study.overrides + [f"{k}={json.dumps(v)}" for k, v in run.settings.items()]
+        cfg = load_config(study.config, scale, sets)
+        run_dir = out / cfg.experiment / run.name
+        args = [str(study.config), "--scale", scale, "--out", str(out), "--run-name", run.name]
+        for s in sets:
+            args += ["--set", s]
+        fingerprint = config_fingerprint(cfg)
+        plans.append(Plan(run, cfg, choose_backend(cfg, Launch()), run_dir, folder_status(run_dir, fingerprint), args,
+                          fingerprint))
+    return plans
+
+
+def folder_status(run_dir: Path, fingerprint: str) -> str:
+    """The run folder's status for this plan: missing, running, completed..., or OTHER_CONFIG when the folder holds
+    a run of another config (a smoke run under a full run's name, a run from before a config change)."""
+    found = folder_fingerprint(run_dir)
+    if found is not None and found != fingerprint:
+        return OTHER_CONFIG
+    return run_status(run_dir)
+
+
+def refuse_other_configs(plans: list[Plan]) -> None:
+    """One line before anything starts when a planned run's folder holds another config's run: it is neither
+    resumed (it would mix two configs in one run) nor skipped (it would count as this plan's result)."""
+    other = [p for p in plans if p.status == OTHER_CONFIG]
+    if other:
+        p = other[0]
+        raise ConfigError(f"{p.run_dir} holds a run of another config (fingerprint {folder_fingerprint(p.run_dir)}, "
+                          f"this plan's {p.fingerprint}){f' and {len(other) - 1} more folders do' if len(other) > 1 else ''}; "
+                          f"move it away or run the study with --out DIR")
+
+
+def local_commands(plan: Plan) -> list[list[str]]:
+    """The processes one run needs on this machine: one per torchrun node, or one horovodrun, or one python."""
+    run, args, py = plan.run, plan.trainer_args, sys.executable
+    if plan.status != "missing":
+        args = args + ["--resume", "auto"]
+    if plan.backend == "ddp":
+        per_node = run.workers // run.nodes
+        if run.nodes == 1:
+            return [[*torchrun_command(py), "--standalone", "--nproc-per-node", str(per_node),
+                     "-m", "trainers", "train", *args]]
+        port = str(free_port())  # a fresh rendezvous per run: several torchrun nodes on localhost
+        return [[*torchrun_command(py), "--nnodes", str(run.nodes), "--node-rank", str(node),
+                 "--nproc-per-node", str(per_node), "--master-addr", "127.0.0.1", "--master-port", port,
+                 "-m", "trainers", "train", *args] for node in range(run.nodes)]
+    if plan.backend == "horovod":
+        horovodrun = str(Path(py).parent / "horovodrun")
+        return [[horovodrun, "-np", str(run.workers), "-H", f"localhost:{run.workers}", "--gloo",
+                 py, "-m", "trainers", "train", *args]]
+    return [[py, "-m", "trainers", "train", *args]]
+
+
+def run_status(run_dir: Path) -> str:
+    manifest = runfolder.read_manifest(run_dir)
+    return manifest.get("status", "missing") if manifest else "missing"
+
+
+def last_epoch(run_dir: Path) -> dict | None:
+    """The newest epoch record of a run (for the progress line)."""
+    return runfolder.last_record(run_dir / runfolder.METRICS, "epoch")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Starting a run's processes here
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass
+class Active:
+    """A run in progress: its processes and where its console output goes."""
+
+    plan: Plan
+    index: int
+    procs: list[subprocess.Popen]
+    console: Any
+    started: float
+    seen: dict | None = None
+    done_at_start: int = 0  # epochs a resumed run had before this session (its rate counts only the new ones)
+    console_start: int = 0  # where this attempt's output begins in console.log (earlier attempts' is above it)
+
+    def console_text(self) -> str:
+        try:
+            with open(self.plan.run_dir / "console.log", "rb") as f:
+                f.seek(self.console_start)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def poll(self) -> int | None:
+        if any(p.poll() is None for p in self.procs):
+            return None
+        self.console.close()
+        return max(abs(p.returncode) for p in self.procs)
+
+
+def threads_per_process(plan: Plan, jobs: int, cores: int | None = None) -> int:
+    """This machine's cores shared evenly by the runs side by side and each run's processes. torchrun alone would
+    give its ranks 1 thread and horovodrun the default (all cores, each): 4 Horovod ranks on 2 cores then spin
+    against each other, and DDP and Horovod would not be compared on equal terms."""
+    processes = plan.run.workers if plan.backend in ("ddp", "horovod") else 1
+    return max(1, (cores or os.cpu_count() or 1) // jobs // processes)
+
+
+def default_jobs(study: Study, plans: list[Plan], cores: int | None = None) -> int:
+    """Quality runs on the CPU go side by side, a core each (small models use one core better than two, and the
+    local results were measured so); a throughput run is timed alone, and a GPU takes one run at a time."""
+    if study.kind == "throughput" or any(p.cfg.train.device != "cpu" for p in plans):
+        return 1
+    return max(1, min(cores or os.cpu_count() or 1, len(plans)))
+
+
+def terminate_with_parent(parent: int):
+    """A preexec function: the child gets SIGTERM when the study that started it dies (Linux's parent-death signal,
+    kept across exec); torchrun and horovodrun pass it on to their ranks. Elsewhere, nothing."""
+    def arm() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the study died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+    return arm if sys.platform.startswith("linux") else None
+
+
+def start_local(plan: Plan, index: int, jobs: int) -> Active:
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.setdefault("OMP_NUM_THREADS", str(threads_per_process(plan, jobs)))  # a user's own setting wins
+    before = last_epoch(plan.run_dir)
+    env.update(cpu_isa_env(plan.cfg.train.cpu_isa))  # read once by torch: set before the trainer starts
+    console = open(plan.run_dir / "console.log", "a")
+    console_start = console.seek(0, os.SEEK_END)  # before the children share (and move) the file offset
+    # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint); and a
+    # SIGTERM when the study dies, however it dies (kill -9 included), so no trainer goes on alone
+    procs = [subprocess.Popen(c, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True,
+                              preexec_fn=terminate_with_parent(os.getpid()))
+             for c in local_commands(plan)]
+    return Active(plan, index, procs, console, time.time(), done_at_start=before["epoch"] + 1 if before else 0,
+                  console_start=console_start)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Checks before anything starts: the disk's free space, the data's folder
+# ----------------------------------------------------------------------------------------------------------------
+IMAGENET_TRAIN_IMAGES = 1_281_167
+RECORD_BYTES = 700  # an iter record and its train.log line
+
+
+def run_bytes(cfg: Config) -> int:
+    """About what a run writes: its checkpoint twice (the new copy is written before the old one goes; weights and
+    momentum) and a record and a log line every print_freq steps."""
+    from trainers.models import build_model
+
+    params = sum(p.numel() for p in build_model(cfg.model).parameters())
+    d = cfg.data
+    images = {"generated": d.classes * d.per_class, "synthetic": d.synthetic_images}.get(d.kind, IMAGENET_TRAIN_IMAGES)
+    steps = cfg.bench.batches or cfg.train.epochs * max(1, images // cfg.global_batch)
+    return 2 * 2 * 4 * params + (steps // cfg.train.print_freq + 1) * RECORD_BYTES
+
+
+def space_warning(plans: list[Plan], out: Path) -> str | None:
+    """A line when the runs to come would not fit in the free space of --out's file system."""
+    todo = [p for p in plans if p.status not in FINISHED]
+    if not todo:
+        return None
+    per_run = max(run_bytes(p.cfg) for p in todo)
+    existing = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if per_run * len(todo) <= free:
+        return None
+    return (f"warning: {free / 1e6:.1f} MB free in {existing}; a run needs about {per_run / 1e6:.1f} MB, "
+            f"{len(todo)} run(s) {per_run * len(todo) / 1e6:.1f} MB: free space or pick another --out")
+
+
+def data_warning(study: Study, scale: str) -> str | None:
+    """One line when the runs would read ILSVRC-2012 from an unset $IMAGENET_DIR (the gpu and thesis scales)."""
+    cfg = load_config(study.config, scale, study.overrides, need_data=False)
+    if cfg.data.kind != "imagefolder" or (cfg.data.path and "$" not in cfg.data.path):
+        return None
+    unset = "IMAGENET_DIR is not set" if "IMAGENET_DIR" in cfg.data.path else "data.path is not set"
+    return (f"warning: {unset} (data.path = {cfg.data.path or 'empty'}): the runs need the ILSVRC-2012 root "
+            "(train/ and val/) where they start; export IMAGENET_DIR=..., or let a Slurm profile stage a tar")

@@ -1,0 +1,105 @@
+"""Progress: what a study says while it runs and when it ends -- a line per run (updated in place on a terminal),
+each run's result, the time taken and left (studies/clock.py), and at the end this machine's results beside the
+reference's and the thesis's (the analysis's comparison table).
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from contract import runfolder
+from contract.plan import Study
+from studies.clock import Clock, duration
+from studies.launch import FINISHED, FULL_OUT, Active, Plan, last_epoch
+
+try:
+    from analysis import comparison_text, numerics_label
+except ImportError as exc:  # the analysis needs pandas; a bare trainer environment may lack it
+    comparison_text = numerics_label = None
+    NO_COMPARISON = f"(no comparison table: {exc})"
+
+
+class Progress:
+    """One line per run; on a terminal it updates in place with the newest epoch (of any run side by side)."""
+
+    def __init__(self, total: int):
+        self.total, self.tty = total, sys.stdout.isatty()
+
+    def show(self, index: int, label: str, text: str, final: bool = False) -> None:
+        line = f"[{index}/{self.total}] {label}: {text}"
+        if self.tty:
+            if not final:  # a line updated in place must not wrap: "\r" goes back to the start of its last row only
+                line = line[:max(20, shutil.get_terminal_size().columns - 1)]
+            sys.stdout.write("\r\033[K" + line + ("\n" if final else ""))
+            sys.stdout.flush()
+        elif final:
+            print(line, flush=True)
+
+
+def summary(run_dir: Path) -> str:
+    manifest = runfolder.read_manifest(run_dir)
+    if manifest is None:
+        return f"no manifest (see {run_dir / 'console.log'})"
+    bench = runfolder.read_metrics(run_dir).of("bench")
+    if bench:
+        return f"{manifest['status']}: {bench[-1]['images_per_s_steady']:.1f} images/s (steady state)"
+    best = manifest.get("best_val_top1")
+    return manifest["status"] + (f": best val top-1 {best:.2f} %" if best is not None else "")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Time taken and time left
+# ----------------------------------------------------------------------------------------------------------------
+def time_left(run: Active, clock: Clock, now: float) -> tuple[float | None, str]:
+    """An active run's seconds left and where the estimate comes from (its epochs, this study's runs, the reference)."""
+    record = run.seen or last_epoch(run.plan.run_dir)
+    done = record["epoch"] + 1 if record else run.done_at_start
+    epochs = run.plan.cfg.train.epochs if not run.plan.cfg.bench.batches else 1
+    return clock.run_left(run.plan.fingerprint, epochs, done, run.done_at_start, now - run.started)
+
+
+def study_time(active: list[Active], waiting: list, clock: Clock, now: float) -> str:
+    """'study 12 min in, ~40 min left': the whole study's elapsed time and what its unfinished runs still need."""
+    left = [time_left(run, clock, now)[0] for run in active]
+    pending = [plan.fingerprint for _, plan in waiting if plan.status not in FINISHED]
+    return f"study {clock.elapsed(now)} in, {clock.study_left(left, pending)}"
+
+
+def run_time(run: Active, clock: Clock, now: float) -> str:
+    """'3 min in, ~9 min left (from its 5 epoch(s))' for an active run."""
+    left, why = time_left(run, clock, now)
+    eta = f"~{duration(left)} left ({why})" if left is not None else "no estimate yet"
+    return f"{duration(now - run.started)} in, {eta}"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The study's last lines
+# ----------------------------------------------------------------------------------------------------------------
+def report_hint(out: Path) -> str:
+    """The command that turns these runs into a report: `make report` reads results/runs, any other folder needs
+    OUT= (a QUICK study's results/quick too)."""
+    command = "make report" if Path(out) == FULL_OUT else f"make report OUT={out}"
+    return f"`{command}` turns them into tables and figures"
+
+
+def interrupted_line(experiment: str, stopped: list[Path]) -> str:
+    """What a stopped study left: only a run with a checkpoint resumes; one stopped in start-up starts afresh."""
+    saved = sum((run_dir / "checkpoint.pt").exists() for run_dir in stopped)
+    fresh = len(stopped) - saved
+    return (f"{experiment}: interrupted; {saved} run(s) checkpointed"
+            + (f", {fresh} stopped before their first checkpoint (they start afresh)" if fresh else "")
+            + ". The same command resumes them.")
+
+
+def print_comparison(plans: list[Plan], study: Study) -> None:
+    """This machine's results beside the committed reference's (named by its machine) and the thesis's."""
+    if comparison_text is None:
+        print(NO_COMPARISON)
+        return
+    entries = [dict(name=p.run.name, run_dir=p.run_dir, fingerprint=p.fingerprint, experiment=p.cfg.experiment,
+                    framework=p.cfg.framework(p.backend), gpus=p.run.workers,
+                    per_gpu_batch=p.cfg.train.per_worker_batch,
+                    numerics=numerics_label(p.cfg.train.precision, p.cfg.train.channels_last, p.cfg.train.compile))
+               for p in plans]
+    print(comparison_text(entries, study.kind))

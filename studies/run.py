@@ -1,0 +1,80 @@
+"""A study on a machine, from its front door (`python -m trainers study`): the plan's runs (contract/plan.py)
+launched as processes here (studies/launch.py), supervised (studies/supervise.py) with a line of progress each
+(studies/progress.py), or submitted as jobs to Slurm (studies/slurm.py).
+"""
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+
+from contract.config import ConfigError, check_writable
+from contract.plan import Study, load_study, whole_number
+from studies.clock import Clock, duration, reference_seconds
+from studies.launch import (FULL_OUT, OTHER_CONFIG, QUICK_OUT, Active, data_warning, default_jobs, local_commands,
+                            planned_runs, refuse_other_configs, space_warning)
+from studies.progress import Progress, interrupted_line, print_comparison, report_hint
+from studies.slurm import submit_all
+from studies.supervise import drive, stop_active
+from trainers.backends import horovod_available
+
+
+def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | None = None) -> int:
+    plans = planned_runs(study, scale, out)
+    if not dry_run:
+        refuse_other_configs(plans)
+    if dry_run:
+        for plan in plans:
+            per_node = plan.run.workers // plan.run.nodes if plan.backend in ("ddp", "horovod") else 1
+            print(f"# {plan.describe(plan.run.nodes, per_node)}")
+            if plan.status == OTHER_CONFIG:
+                print(f"#   {plan.run_dir} holds another config's run: the study would refuse to start")
+            for cmd in local_commands(plan):
+                print(shlex.join(cmd))
+        return 0
+    check_writable(out)  # a read-only or unmakeable --out: one line before any run starts
+    warning = space_warning(plans, out)
+    if warning:
+        print(warning, file=sys.stderr)
+    if study.kind == "throughput":
+        jobs = 1  # a throughput run is timed alone
+    jobs = jobs or default_jobs(study, plans)
+    progress = Progress(len(plans))
+    started, have_horovod = time.time(), horovod_available()
+    waiting = list(enumerate(plans, start=1))
+    active: list[Active] = []
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops a study as Ctrl-C does
+    try:
+        clock = Clock(jobs, reference_seconds(study.experiment.name), started)
+        failures = drive(waiting, active, jobs, progress, have_horovod, clock)
+    except KeyboardInterrupt:
+        stop_active(active)
+        print(interrupted_line(study.experiment.name, [run.plan.run_dir for run in active]))
+        return 130
+    print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {duration(time.time() - started)}; "
+          f"run folders in {out / study.experiment.name}; {report_hint(out)}")
+    print_comparison(plans, study)
+    return 1 if failures else 0
+
+
+def run_study(experiment: Path, scale: str = "local", launcher: str = "local", cluster: str = "local",
+              dry_run: bool = False, quick: bool = False, out: Path | None = None, seeds: int | None = None,
+              overrides: list[str] = (), jobs: int | None = None, only: list[str] = ()) -> int:
+    if jobs is not None:
+        whole_number("--jobs", jobs)
+    if out is not None and not str(out):
+        raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
+    study = load_study(experiment, scale, quick, seeds, list(overrides), list(only))
+    out = out or (QUICK_OUT if quick else FULL_OUT)
+    if study.question:
+        print(f"{experiment.name}: {study.question}")
+    if study.baseline:
+        print(f"baseline: the 1-worker runs of {study.baseline} (`make exp{int(study.baseline[:2])}`), not retrained")
+    warning = data_warning(study, scale)
+    if warning:
+        print(warning, file=sys.stderr)
+    if launcher == "slurm":
+        return submit_all(study, scale, cluster, out, dry_run)
+    return run_local(study, scale, out, dry_run, jobs)

@@ -1,0 +1,111 @@
+"""Supervise: the study's runs on this machine, `jobs` of them side by side -- started as slots free up, watched
+epoch by epoch, a silent death marked failed in the run's manifest, and every run stopped gracefully on Ctrl-C.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from contract import runfolder
+from studies.clock import Clock, duration
+from studies.launch import FINISHED, Active, last_epoch, start_local
+from studies.progress import Progress, run_time, study_time, summary
+
+
+def mark_failed_if_silent(run_dir: Path, code: int) -> str | None:
+    """A run whose every process was killed (kill -9, the OOM killer) could not say so: its manifest still says
+    running. Say it for them, once nothing holds the run."""
+    manifest = runfolder.read_manifest(run_dir)
+    if not manifest or manifest.get("status") != "running":
+        return None
+    try:
+        runfolder.mark_failed(run_dir, f"the run's processes ended (exit {code}) before they could write a status",
+                              code)
+    except OSError as e:  # a full or read-only disk: say so on the study's console, go on with the others
+        return f"could not mark it failed: {e.strerror}"
+    return None
+
+
+def start_waiting(waiting: list, active: list[Active], jobs: int, progress: Progress, have_horovod: bool,
+                  clock: Clock) -> int:
+    """Start runs while fewer than `jobs` are active, with a line each (its expected time); returns the failures
+    (runs another process holds)."""
+    failures = 0
+    while waiting and len(active) < jobs:
+        index, plan = waiting.pop(0)
+        label = f"{plan.cfg.experiment}/{plan.run.name}"
+        if plan.status in FINISHED:
+            progress.show(index, label, f"skipped, already {plan.status}", final=True)
+            continue
+        if plan.backend == "horovod" and not have_horovod:
+            progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
+            continue
+        if runfolder.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it
+            progress.show(index, label, f"skipped: in use by pid {runfolder.lock_holder(plan.run_dir)}", final=True)
+            failures += 1
+            continue
+        c = plan.cfg
+        work = f"{c.bench.batches} timed batches" if c.bench.batches else f"{c.train.epochs} epochs"
+        total, why = clock.expected(plan.fingerprint)
+        expect = f", ~{duration(total)} ({why})" if total is not None else ""
+        try:
+            active.append(start_local(plan, index, jobs))
+        except OSError as e:  # its folder or console.log cannot be written (a full disk): the next may be
+            progress.show(index, label, f"failed to start: {e.strerror} ({e.filename})", final=True)
+            failures += 1
+            continue
+        progress.show(index, label, f"{plan.backend}, {plan.run.workers} worker(s), {work}{expect}...; "
+                                    f"{study_time(active, waiting, clock, time.time())}",
+                      final=not progress.tty or jobs > 1)
+    return failures
+
+
+def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, have_horovod: bool,
+          clock: Clock | None = None) -> int:
+    """Start runs while fewer than `jobs` are active; report each epoch and each run's end with the time it took and
+    the time left. Returns the number that failed."""
+    clock = clock or Clock(jobs, {}, time.time())
+    failures = 0
+    while waiting or active:
+        failures += start_waiting(waiting, active, jobs, progress, have_horovod, clock)
+        time.sleep(0.5)
+        for run in list(active):
+            label = f"{run.plan.cfg.experiment}/{run.plan.run.name}"
+            code = run.poll()
+            now = time.time()
+            if code is None:
+                record = last_epoch(run.plan.run_dir)
+                if record and record != run.seen:  # side by side on a terminal, the newest epoch of any run
+                    run.seen = record
+                    progress.show(run.index, label, f"epoch {record['epoch'] + 1}/{run.plan.cfg.train.epochs}, "
+                                                    f"val top-1 {record['val_top1']:.1f} %; {run_time(run, clock, now)}; "
+                                                    f"{study_time(active, waiting, clock, now)}",
+                                  final=not progress.tty)
+                continue
+            active.remove(run)
+            failures += code not in (0, 3)  # a diverged run is a result, not a failure
+            holder = runfolder.in_use_by(run.console_text()) if code == 2 else None
+            if holder:  # another study started it first: its manifest is the other's, not this attempt's
+                progress.show(run.index, label, f"skipped: in use by pid {holder}", final=True)
+                continue
+            problem = mark_failed_if_silent(run.plan.run_dir, code) if code not in (0, 3) else None
+            clock.finished(run.plan.fingerprint, run.plan.run_dir)
+            progress.show(run.index, label, f"{summary(run.plan.run_dir)} ({duration(now - run.started)}, "
+                                            f"exit {code}{'; ' + problem if problem else ''}); "
+                                            f"{study_time(active, waiting, clock, now)}", final=True)
+    return failures
+
+
+def stop_active(active: list[Active]) -> None:
+    """SIGTERM to every process of the active runs: each checkpoints at its next iteration and exits."""
+    for run in active:
+        for proc in run.procs:
+            if proc.poll() is None:
+                proc.terminate()
+    for run in active:
+        for proc in run.procs:
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
