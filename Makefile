@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # Variables: `make help` prints each "## VAR=..." line below as it is.
-## SCALE=local|gpu|thesis   local: CPU miniature (default); gpu: one GPU workstation; thesis: exactly the thesis (Slurm)
+## SCALE=local|gpu|node|thesis  local: CPU miniature (default); gpu: one GPU; node: one multi-GPU machine; thesis: the thesis (Slurm)
 SCALE ?= local
 ## LAUNCHER=local|slurm     run the study's runs here (default), or submit them with sbatch
 LAUNCHER ?= local
@@ -18,6 +18,8 @@ SEEDS ?=
 JOBS ?=
 ## ONLY="w32-* w1-s0"       only the study's runs of these names or patterns (e.g. to add one worker count's seeds)
 ONLY ?=
+## GPUS=N                   SCALE=node: the node's GPUs (default: those visible, else 8 as in experiments/scales.toml)
+GPUS ?=
 ## DRY_RUN=1                print the exact commands / sbatch lines and stop
 DRY_RUN ?=
 ## OUT=DIR                  the runs' folder (default results/runs, QUICK=1 results/quick); make report OUT=DIR reads it
@@ -26,11 +28,11 @@ OUT ?=
 HOROVOD ?= auto
 ## SITE_TORCH=1             make setup: a venv on the site's PyTorch (--system-site-packages), torch not pinned
 SITE_TORCH ?=
-## IMAGENET_DIR=DIR         SCALE=gpu|thesis: the ILSVRC-2012 root (train/ and val/ class folders); an environment
+## IMAGENET_DIR=DIR         SCALE=gpu|node|thesis: the ILSVRC-2012 root (train/ and val/ class folders); an environment
 ##                          variable (export it, or pass it on the make line); a Slurm profile may stage a tar instead
 ## GPU_CHECK_DATA=DIR       make gpu-check: the ImageFolder for its real-JPEG rows (default IMAGENET_DIR)
 GPU_CHECK_DATA ?=
-STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
+STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean

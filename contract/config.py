@@ -19,7 +19,7 @@ from typing import Any
 
 from contract import lr as lr_policy
 
-SCALES = ("local", "gpu", "thesis")
+SCALES = ("local", "gpu", "node", "thesis")
 BACKENDS = ("auto", "single", "emulated", "ddp", "horovod", "dp")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # Tables in an experiment's config.toml that are not trainer settings.
@@ -454,9 +454,9 @@ def validate(cfg: Config, need_data: bool = True) -> None:
     one_of("train.cpu_isa", t.cpu_isa, ("", *CPU_ISAS))
     if t.workers_per_pass < 0:
         raise ConfigError(f"train.workers_per_pass = {t.workers_per_pass} must be >= 0 (0 = as many as fit)")
-    if t.workers_per_pass and t.backend in ("single", "ddp", "horovod", "dp"):
+    if t.workers_per_pass and t.backend in ("single", "dp"):  # ddp/horovod: emulated workers when W > processes
         raise ConfigError(f"train.workers_per_pass splits emulated workers into passes; train.backend = "
-                          f"{t.backend!r} has none (use backend = 'emulated' or leave it 0)")
+                          f"{t.backend!r} has none (use backend = 'emulated', 'ddp' or 'horovod', or leave it 0)")
     one_of("data.kind", d.kind, ("imagefolder", "generated", "synthetic"))
     one_of("data.val_mode", d.val_mode, ("every_rank", "sharded"))
     one_of("data.decoder", d.decoder, ("cpu", "gpu", "pil"))

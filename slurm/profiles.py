@@ -43,6 +43,8 @@ class Profile:
     cpus_per_task: int = 0              # 0 = leave to Slurm
     mem: str = ""                       # --mem per node, e.g. "60G"; "" = leave to Slurm
     exclusive_full_node: bool = False   # a run using every GPU of a node gets --exclusive --mem=0 (the thesis)
+    exclusive: bool = False             # every run gets the whole node: --exclusive --mem=0 (one machine, all its GPUs)
+    gpus_per_node_option: bool = False  # ask for GPUs with --gpus-per-node=N (Slurm's GPU options) instead of --gres
     time_limit: str = ""                # default -t when the run gives none
     modules: tuple[str, ...] = ()       # `module load` these (each entry may hold several, space-separated)
     scratch: str = "$TMPDIR"            # node-local folder; "$VAR" is read on the node
@@ -174,9 +176,12 @@ def sbatch_argv(profile: Profile, script: str | os.PathLike, nodes: int, tasks_p
     if profile.cpus_per_task:
         argv += ["--cpus-per-task", str(profile.cpus_per_task)]
     gres = profile.gres(gpus_per_node)
-    if gres:
+    if profile.gpus_per_node_option and gpus_per_node > 0:
+        argv.append(f"--gpus-per-node={gpus_per_node}")
+    elif gres:
         argv.append(f"--gres={gres}")
-    if profile.exclusive_full_node and profile.gpus_per_node and gpus_per_node == profile.gpus_per_node:
+    if profile.exclusive or (profile.exclusive_full_node and profile.gpus_per_node
+                             and gpus_per_node == profile.gpus_per_node):
         argv += ["--exclusive", "--mem=0"]        # whole node, all its memory (the thesis's 4-GPU scripts)
     elif profile.mem:
         argv.append(f"--mem={profile.mem}")

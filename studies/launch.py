@@ -23,6 +23,7 @@ from typing import Any
 from contract import runfolder
 from contract.config import Config, ConfigError, cpu_isa_env, load_config
 from contract.fingerprint import config_fingerprint, folder_fingerprint
+from studies import node
 from contract.plan import Run, Study
 from trainers.backends import Launch, choose_backend, free_port, torchrun_command
 
@@ -45,6 +46,11 @@ class Plan:
     status: str
     trainer_args: list[str]
     fingerprint: str = ""
+    processes: int = 0  # the node scale: P = min(W, the node's GPUs) for DDP/Horovod (studies/node.py); 0 = W
+
+    def ranks(self) -> int:
+        """Processes a DDP/Horovod run starts: W, or at the node scale at most the node's GPUs (W/P workers each)."""
+        return self.processes or self.run.workers
 
     def describe(self, nodes: int, per_node: int) -> str:
         c, r = self.cfg, self.cfg.resolved(self.backend)
@@ -57,7 +63,11 @@ class Plan:
                 + (f", benchmark {c.bench.batches} batches" if c.bench.batches else ""))
 
 
-def planned_runs(study: Study, scale: str, out: Path) -> list[Plan]:
+def planned_runs(study: Study, scale: str, out: Path, gpus: int | None = None) -> list[Plan]:
+    """gpus: at the node scale, the node's GPUs (studies/node.py); runs it cannot hold are left out with a line."""
+    if scale == node.SCALE:
+        gpus, source = node.node_gpus(study.config, gpus)
+        print(f"node: {gpus} GPU(s) ({source})")
     plans = []
     for run in study.runs:
         sets = study.overrides + [f"{k}={json.dumps(v)}" for k, v in run.settings.items()]
@@ -67,8 +77,15 @@ def planned_runs(study: Study, scale: str, out: Path) -> list[Plan]:
         for s in sets:
             args += ["--set", s]
         fingerprint = config_fingerprint(cfg)
-        plans.append(Plan(run, cfg, choose_backend(cfg, Launch()), run_dir, folder_status(run_dir, fingerprint), args,
-                          fingerprint))
+        backend = choose_backend(cfg, Launch())
+        processes = 0
+        if scale == node.SCALE:
+            if not node.fits(run.workers, backend, gpus, cfg.bench.batches > 0):
+                print(f"# {run.name}: left out, needs {run.workers} GPUs; the node has {gpus}")
+                continue
+            processes = node.processes(run.workers, backend, gpus)
+        plans.append(Plan(run, cfg, backend, run_dir, folder_status(run_dir, fingerprint), args, fingerprint,
+                          processes))
     return plans
 
 
@@ -98,7 +115,7 @@ def local_commands(plan: Plan) -> list[list[str]]:
     if plan.status != "missing":
         args = args + ["--resume", "auto"]
     if plan.backend == "ddp":
-        per_node = run.workers // run.nodes
+        per_node = plan.ranks() // run.nodes
         if run.nodes == 1:
             return [[*torchrun_command(py), "--standalone", "--nproc-per-node", str(per_node),
                      "-m", "trainers", "train", *args]]
@@ -108,7 +125,7 @@ def local_commands(plan: Plan) -> list[list[str]]:
                  "-m", "trainers", "train", *args] for node in range(run.nodes)]
     if plan.backend == "horovod":
         horovodrun = str(Path(py).parent / "horovodrun")
-        return [[horovodrun, "-np", str(run.workers), "-H", f"localhost:{run.workers}", "--gloo",
+        return [[horovodrun, "-np", str(plan.ranks()), "-H", f"localhost:{plan.ranks()}", "--gloo",
                  py, "-m", "trainers", "train", *args]]
     return [[py, "-m", "trainers", "train", *args]]
 
@@ -158,7 +175,7 @@ def threads_per_process(plan: Plan, jobs: int, cores: int | None = None) -> int:
     """This machine's cores shared evenly by the runs side by side and each run's processes. torchrun alone would
     give its ranks 1 thread and horovodrun the default (all cores, each): 4 Horovod ranks on 2 cores then spin
     against each other, and DDP and Horovod would not be compared on equal terms."""
-    processes = plan.run.workers if plan.backend in ("ddp", "horovod") else 1
+    processes = plan.ranks() if plan.backend in ("ddp", "horovod") else 1
     return max(1, (cores or os.cpu_count() or 1) // jobs // processes)
 
 

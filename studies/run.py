@@ -21,13 +21,14 @@ from studies.supervise import drive, stop_active
 from trainers.backends import horovod_available
 
 
-def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | None = None) -> int:
-    plans = planned_runs(study, scale, out)
+def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | None = None,
+              gpus: int | None = None) -> int:
+    plans = planned_runs(study, scale, out, gpus)
     if not dry_run:
         refuse_other_configs(plans)
     if dry_run:
         for plan in plans:
-            per_node = plan.run.workers // plan.run.nodes if plan.backend in ("ddp", "horovod") else 1
+            per_node = plan.ranks() // plan.run.nodes if plan.backend in ("ddp", "horovod") else 1
             print(f"# {plan.describe(plan.run.nodes, per_node)}")
             if plan.status == OTHER_CONFIG:
                 print(f"#   {plan.run_dir} holds another config's run: the study would refuse to start")
@@ -61,7 +62,7 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
 
 def run_study(experiment: Path, scale: str = "local", launcher: str = "local", cluster: str = "local",
               dry_run: bool = False, quick: bool = False, out: Path | None = None, seeds: int | None = None,
-              overrides: list[str] = (), jobs: int | None = None, only: list[str] = ()) -> int:
+              overrides: list[str] = (), jobs: int | None = None, only: list[str] = (), gpus: int | None = None) -> int:
     if jobs is not None:
         whole_number("--jobs", jobs)
     if out is not None and not str(out):
@@ -76,5 +77,5 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
     if warning:
         print(warning, file=sys.stderr)
     if launcher == "slurm":
-        return submit_all(study, scale, cluster, out, dry_run)
-    return run_local(study, scale, out, dry_run, jobs)
+        return submit_all(study, scale, cluster, out, dry_run, gpus)
+    return run_local(study, scale, out, dry_run, jobs, gpus)

@@ -26,7 +26,7 @@ def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tup
     return nodes, per_node, min(per_node, gpus_per_node)
 
 
-def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool) -> int:
+def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus: int | None = None) -> int:
     try:
         profile = load_profile(cluster)
     except ProfileError as e:
@@ -35,11 +35,14 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool) -> in
     if not script.is_file():
         raise ConfigError(f"{study.experiment} has no slurm.sbatch")
     failures = 0
-    plans = planned_runs(study, scale, out)
+    plans = planned_runs(study, scale, out, gpus or profile.gpus_per_node or None)
     if not dry_run:
         refuse_other_configs(plans)
     for plan in plans:
-        nodes, per_node, gpus = placement(plan.run.workers, plan.backend, plan.run.nodes, profile.gpus_per_node)
+        if plan.processes:  # the node scale: one exclusive node, one process a GPU (W/P workers each)
+            nodes, per_node, gpus = 1, plan.processes, plan.processes
+        else:
+            nodes, per_node, gpus = placement(plan.run.workers, plan.backend, plan.run.nodes, profile.gpus_per_node)
         train_args = plan.trainer_args + (["--resume", "auto"] if plan.status not in ("missing",) else [])
         argv = sbatch_argv(
             profile, script, nodes, per_node, gpus, job_name=f"{study.experiment.name[:2]}-{plan.run.name}",

@@ -89,7 +89,8 @@ def test_a_killed_rank_makes_the_other_exit_with_a_message_naming_its_rank(tmp_p
 
 
 def test_world_size_that_disagrees_with_the_launcher_is_refused_before_launch(tmp_path):
-    cfg = write_config(tmp_path / "w.toml", {"train": {"backend": "ddp", "workers": 4}})
+    # 4 workers over 2 processes are 2 emulated workers a rank (test_rank_workers.py); 3 do not split
+    cfg = write_config(tmp_path / "w.toml", {"train": {"backend": "ddp", "workers": 3}})
     result = torchrun(2, cfg, tmp_path, "w")
     assert result.returncode != 0
-    assert "launched with 2 processes but train.workers = 4" in result.stderr
+    assert "launched with 2 processes but train.workers = 3" in result.stderr

@@ -220,7 +220,7 @@ def test_the_loop_waits_for_the_device_only_where_it_logs(tmp_path, monkeypatch)
     ("train.cudnn_benchmark=on", "train.cudnn_benchmark = 'on' has the wrong type"),
     ("train.workers_per_pass=-1", "train.workers_per_pass = -1 must be >= 0"),
     ("train.workers_per_pass=2.5", "train.workers_per_pass = 2.5 has the wrong type"),
-    ("train.workers_per_pass=2 train.backend=ddp", "train.backend = 'ddp' has none"),
+    ("train.workers_per_pass=2 train.backend=dp", "train.backend = 'dp' has none"),  # ddp/horovod: W > processes
 ])
 def test_each_bad_value_is_one_line_and_exit_2(tmp_path, capsys, override, message):
     sets = [arg for setting in override.split() for arg in ("--set", setting)]

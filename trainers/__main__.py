@@ -100,7 +100,7 @@ def cmd_study(args) -> int:
         dry_run=args.dry_run, quick=args.quick, out=None if args.out is None else out_folder(args.out),
         seeds=args.seeds,
         overrides=args.set,
-        jobs=args.jobs, only=args.only,
+        jobs=args.jobs, only=args.only, **({"gpus": args.gpus} if args.gpus is not None else {}),
     )
 
 
@@ -110,7 +110,7 @@ def parser() -> argparse.ArgumentParser:
 
     def config_args(sp):
         sp.add_argument("config", help="experiments/NN_name/config.toml (or its folder)")
-        sp.add_argument("--scale", choices=SCALES, default="local", help="local (CPU miniature), gpu or thesis")
+        sp.add_argument("--scale", choices=SCALES, default="local", help="local (CPU miniature), gpu, node or thesis")
         sp.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a setting")
 
     t = sub.add_parser("train", help="one training run (any launcher: none, torchrun, srun, mpirun, horovodrun)")
@@ -142,6 +142,8 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--seeds", type=int, help="number of seeds (default: the study's own)")
     st.add_argument("--jobs", type=int, help="quality runs side by side, the cores split between them (default: on "
                     "the CPU one run per core; on a GPU and for throughput runs 1)")
+    st.add_argument("--gpus", type=int, help="--scale node: the node's GPUs (default: those visible here, else "
+                    "experiments/scales.toml [node.study] gpus, 8)")
     st.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     st.add_argument("--only", nargs="+", default=[], metavar="RUN",
                     help="only the runs of these names or patterns (e.g. 'w32-*' w1-s0); the rest are left alone")

@@ -435,7 +435,9 @@ class Trainer:
                                      unreadable_images=self.run.manifest.get("unreadable_images", {}),
                                      data_wait_share=self.data_s / self.step_s if self.step_s else None,
                                      skipped_steps=self.skipped_total)
-            if self.stop.received is not None and epoch + 1 < self.cfg.train.epochs:
+            # every rank agrees (a collective): a signal that reached one rank before this point and another after
+            # it would otherwise stop one and leave the other waiting in the next epoch's first allreduce
+            if self.backend.any_rank(self.stop.received is not None) and epoch + 1 < self.cfg.train.epochs:
                 raise Preempted(f"stopped by a signal after epoch {epoch}; checkpoint written")
 
     def count_skipped(self) -> int:

@@ -14,6 +14,7 @@ import torch
 
 from trainers.backends.base import Backend
 from contract.config import Config, ConfigError
+from trainers.backends.rank_workers import workers_per_rank
 from trainers.rendezvous import job_port
 
 __all__ = ["Backend", "Launch", "detect_launch", "register", "create", "BACKENDS", "horovod_available",
@@ -134,11 +135,13 @@ def check_world(cfg: Config, launch: Launch, name: str) -> None:
     """Refuse a launch that disagrees with the config, before any process group exists."""
     workers = cfg.train.workers
     if name in ("ddp", "horovod"):
-        if launch.world_size > 1 and launch.world_size != workers:
-            raise ConfigError(
-                f"launched with {launch.world_size} processes but train.workers = {workers}; "
-                f"make them agree (--set train.workers={launch.world_size})"
-            )
+        if launch.world_size > 1:  # W workers over P processes: W/P emulated workers a process, W a multiple of P
+            workers_per_rank(workers, launch.world_size)
+            bpa = cfg.horovod.batches_per_allreduce
+            if name == "horovod" and workers > launch.world_size and bpa > 1:
+                raise ConfigError(f"horovod.batches_per_allreduce = {bpa} with {workers} workers over "
+                                  f"{launch.world_size} processes: the emulated workers already accumulate their "
+                                  "gradients locally; use one or the other")
         if launch.world_size == 1 and workers > 1:
             raise ConfigError(
                 f"backend {name} with {workers} workers needs {workers} processes: start it under torchrun "
@@ -171,7 +174,8 @@ def _ddp(cfg: Config, launch: Launch, device: torch.device) -> Backend:
         os.environ.setdefault("MASTER_PORT", str(launch.master_port or free_port()))
     # rank 0's buffers are the ones saved and evaluated; other ranks' only matter when they validate a shard
     broadcast = cfg.data.val_mode == "sharded"
-    return DDPBackend(device, launch.rank, launch.world_size, launch.local_rank, cfg.train.workers, init, broadcast)
+    return DDPBackend(device, launch.rank, launch.world_size, launch.local_rank, cfg.train.workers, init, broadcast,
+                      cfg.train.workers_per_pass)
 
 
 @register("dp")

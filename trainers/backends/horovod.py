@@ -33,6 +33,7 @@ import torch.nn as nn
 
 from trainers.backends import Launch, register
 from trainers.backends.base import Backend, CommClock, device_names
+from trainers.backends.rank_workers import RankWorkers
 from contract.config import Config, ConfigError
 from contract.runfolder import package_version
 
@@ -69,7 +70,8 @@ class HorovodBackend(Backend):
             # Horovod: the timeline machinery is only switched on by the environment at init; DYNAMIC = start later
             os.environ.setdefault("HOROVOD_TIMELINE", "DYNAMIC")
         hvd.init()  # Horovod: initialize (MPI under mpirun, Gloo under horovodrun's Gloo mode)
-        super().__init__(device, hvd.rank(), hvd.size(), hvd.local_rank(), hvd.size())
+        workers = cfg.train.workers if launch.world_size > 1 else hvd.size()  # W logical workers over P ranks
+        super().__init__(device, hvd.rank(), hvd.size(), hvd.local_rank(), workers)
         if launch.world_size > 1 and hvd.size() != launch.world_size:
             size = hvd.size()
             hvd.shutdown()
@@ -82,9 +84,15 @@ class HorovodBackend(Backend):
             torch.cuda.set_device(index)  # Horovod: pin this process to its local GPU
             self.device = torch.device("cuda", index)
         self.fp16_allreduce = options.fp16_allreduce
+        # W logical workers over P ranks (W > P): W/P emulated workers in this rank, their passes accumulated
+        # locally before the one allreduce of the step (rank_workers.py)
+        self.local = None
+        if self.workers > self.world_size:  # (batches_per_allreduce > 1 with it is refused before launch)
+            self.local = RankWorkers(self.device, self.rank, self.world_size, self.workers, cfg.train.workers_per_pass)
+            self.workers_per_pass = self.local.workers_per_pass
         # Horovod's example reads batch_size * batches_per_allreduce images a step and allreduces once after that
         # many backward passes of batch_size each: global batch = size * per_worker_batch * batches_per_allreduce.
-        self.backward_passes_per_step = options.batches_per_allreduce
+        self.backward_passes_per_step = self.local.passes() if self.local else options.batches_per_allreduce
         self.batch_multiplier = options.batches_per_allreduce
         self.timeline = options.timeline
         launcher_timeline = os.environ.get("HOROVOD_TIMELINE", "")
@@ -92,8 +100,18 @@ class HorovodBackend(Backend):
             self.timeline_file = launcher_timeline  # given by the launcher; Horovod records it from init
 
     # ---- the Backend interface ----------------------------------------------------------------------------------
+    def shards(self) -> list[tuple[int, int]]:
+        return self.local.shards() if self.local else super().shards()
+
     def wrap_model(self, model: nn.Module) -> nn.Module:
-        return model.to(self.device)  # Horovod needs no model wrapper: the optimizer does the allreduce
+        model = model.to(self.device)  # Horovod needs no model wrapper: the optimizer does the allreduce
+        return self.local.wrap_model(model) if self.local else model  # this rank's workers' own BatchNorms
+
+    def micro_batches(self, images: torch.Tensor, target: torch.Tensor):
+        if not self.local:
+            return super().micro_batches(images, target)
+        # Horovod: backward_passes_per_step = the passes, so their gradients accumulate before one allreduce
+        return self.local.micro_batches(images, target)
 
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
         # Horovod: fp16 compression halves the bytes on the wire; the thesis turned it off for a fair comparison
@@ -169,10 +187,10 @@ class HorovodBackend(Backend):
             "controller": "mpi" if hvd.mpi_enabled() else "gloo",  # Horovod
             "nccl_built": bool(hvd.nccl_built()),  # Horovod
             "fp16_allreduce": self.fp16_allreduce,
-            "batches_per_allreduce": self.backward_passes_per_step,
+            "batches_per_allreduce": self.batch_multiplier,
             "timeline": self.timeline_file,
         }
-        return info
+        return {**info, **self.local.describe()} if self.local else info
 
 
 def time_synchronize(optimizer: torch.optim.Optimizer, clock: CommClock) -> None:

@@ -12,6 +12,7 @@ import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from trainers.backends.base import Backend, CommClock
+from trainers.backends.rank_workers import RankWorkers
 
 # How long a collective may wait on a slow peer. A peer that dies closes its sockets and is noticed at once.
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=int(os.environ.get("TRAINERS_COLLECTIVE_TIMEOUT_S", "300")))
@@ -69,9 +70,13 @@ class DDPBackend(Backend):
     name = "ddp"
 
     def __init__(self, device, rank, world_size, local_rank, workers, init_method: str,
-                 broadcast_buffers: bool = True):
+                 broadcast_buffers: bool = True, workers_per_pass: int = 0):
         super().__init__(device, rank, world_size, local_rank, workers)
         self.broadcast_buffers = broadcast_buffers
+        # W logical workers over P ranks (W > P): W/P emulated workers in this rank (rank_workers.py)
+        self.local = RankWorkers(device, rank, world_size, workers, workers_per_pass) if workers > world_size else None
+        if self.local:
+            self.workers_per_pass = self.local.workers_per_pass
         # PyTorch: NCCL between GPUs, gloo on CPU; the thesis's shared-file init when init_method is file://
         dist.init_process_group(
             backend="nccl" if device.type == "cuda" else "gloo",
@@ -81,8 +86,13 @@ class DDPBackend(Backend):
             timeout=COLLECTIVE_TIMEOUT,
         )
 
+    def shards(self) -> list[tuple[int, int]]:
+        return self.local.shards() if self.local else super().shards()
+
     def wrap_model(self, model: nn.Module) -> nn.Module:
         model = model.to(self.device)
+        if self.local:  # this rank's workers, each with its own BatchNorm statistics, inside the one DDP replica
+            model = self.local.wrap_model(model)
         # PyTorch: DDP broadcasts rank 0's parameters and buffers here, and (broadcast_buffers) the buffers again
         # before each forward: the running statistics every rank then evaluates with are rank 0's. Without sharded
         # validation only rank 0's are ever used (saved, evaluated), so the per-step broadcast is left out.
@@ -92,7 +102,18 @@ class DDPBackend(Backend):
                                                   **buffer_sync(self.broadcast_buffers))
         self.allreduce_wait = ExposedAllreduce(self.comm, self.device)
         ddp.register_comm_hook(self.allreduce_wait, timed_allreduce_hook)  # PyTorch: the default allreduce, timed
+        self.ddp = ddp
         return ddp
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        model = super().unwrap(model)
+        return model.module if self.local else model  # the local workers' WorkerInterleaved: its model inside
+
+    def micro_batches(self, images: torch.Tensor, target: torch.Tensor):
+        if not self.local:
+            return super().micro_batches(images, target)
+        # PyTorch: no_sync() for all passes but the last: one allreduce a step, of the rank's accumulated gradient
+        return self.local.micro_batches(images, target, self.ddp.no_sync)
 
     def comm_seconds(self) -> float:
         if hasattr(self, "allreduce_wait"):
@@ -126,6 +147,10 @@ class DDPBackend(Backend):
         names: list = [None] * self.world_size
         dist.all_gather_object(names, super().hosts()[0])
         return sorted(set(names))
+
+    def describe(self) -> dict:
+        info = super().describe()
+        return {**info, **self.local.describe()} if self.local else info
 
 
 def buffer_sync(every_forward: bool) -> dict:

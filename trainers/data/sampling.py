@@ -4,7 +4,8 @@ One rule serves real ranks and emulated workers: epoch e's permutation is Distri
 (randperm seeded by seed + e, padded by wrapping to a multiple of the world size, shard r takes r::world).
 StepBatchSampler yields, per optimizer step, the concatenation over its shards of each shard's next
 per-shard batch, so step s of k emulated workers in one process is exactly the concatenation of step s of
-the k real ranks.
+the k real ranks. With W logical workers over P ranks (W a multiple of P) rank r holds logical workers
+r*W/P ... (r+1)*W/P - 1 (logical_shards): the P ranks' step batches, concatenated, are the one-process W-worker batch.
 """
 
 from __future__ import annotations
@@ -33,6 +34,16 @@ def _pad(indices: list[int], num_shards: int) -> list[int]:
     pad = total - len(indices)
     reps = math.ceil(pad / len(indices)) if indices else 0
     return indices + (indices * reps)[:pad]
+
+
+def logical_shards(rank: int, world_size: int, workers: int) -> list[tuple[int, int]]:
+    """The (shard, num_shards) pairs rank `rank` of `world_size` reads when the run has `workers` logical workers:
+    logical workers rank * k ... (rank + 1) * k - 1 of `workers`, k = workers / world_size, in order. Their step batch
+    is then exactly the slice of one process's `workers`-worker step batch that those workers hold."""
+    if world_size < 1 or workers % world_size or not 0 <= rank < world_size:
+        raise ValueError(f"{workers} workers do not split evenly over {world_size} ranks (rank {rank})")
+    k = workers // world_size
+    return [(rank * k + j, workers) for j in range(k)]
 
 
 def shard_indices(n: int, num_shards: int, shard: int, epoch: int, seed: int, shuffle: bool = True) -> list[int]:
