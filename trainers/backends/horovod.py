@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from trainers.backends import Launch, register
+from trainers.backends.launch import Launch
 from trainers.backends.base import Backend, CommClock, device_names
 from trainers.backends.rank_workers import RankWorkers
 from contract.config import Config, ConfigError
@@ -205,6 +205,5 @@ def time_synchronize(optimizer: torch.optim.Optimizer, clock: CommClock) -> None
     optimizer.synchronize = timed_synchronize  # step() calls self.synchronize()
 
 
-@register("horovod")
-def _horovod(cfg: Config, launch: Launch, device: torch.device) -> Backend:
+def create_horovod(cfg: Config, launch: Launch, device: torch.device) -> Backend:
     return HorovodBackend(cfg, launch, device)

@@ -1,0 +1,78 @@
+"""Who started this process and where its peers are: the launcher (none, torchrun, srun, mpirun, horovodrun) read
+from its environment."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from trainers.rendezvous import job_port
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Who started this process and where its peers are, read from the launcher's environment."""
+
+    launcher: str = "none"  # "none" | "torchrun" | "slurm" | "mpi" | "horovodrun"
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    hosts: list[str] = field(default_factory=list)
+    local_world_size: int = 1  # processes on this node: more than its GPUs means CPU, never two ranks on one GPU
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list ("gpu[12-15],gpu20" -> "gpu12"), via scontrol when there is one."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.split():
+            return out.stdout.split()[0]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    head = re.split(r",(?![^\[]*\])", nodelist)[0]
+    match = re.fullmatch(r"(.*)\[(\d+)[^\]]*\]", head)
+    return match.group(1) + match.group(2) if match else head
+
+
+def detect_launch(env: Mapping[str, str] = os.environ) -> Launch:
+    def num(key: str) -> int:
+        return int(env[key])
+
+    def per_node(key: str, fallback: str) -> int:  # "2(x3)" and "2,1" (Slurm's per-node lists): this node's first
+        return int(re.match(r"\d+", env.get(key) or env.get(fallback, "1")).group())
+
+    if "HOROVOD_RANK" in env:  # horovodrun with Gloo
+        return Launch("horovodrun", num("HOROVOD_RANK"), num("HOROVOD_SIZE"), num("HOROVOD_LOCAL_RANK"),
+                      local_world_size=per_node("HOROVOD_LOCAL_SIZE", "HOROVOD_SIZE"))
+    if "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env:  # torchrun
+        return Launch(
+            "torchrun", num("RANK"), num("WORLD_SIZE"), num("LOCAL_RANK"),
+            env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", "29500")),
+            local_world_size=per_node("LOCAL_WORLD_SIZE", "WORLD_SIZE"),
+        )
+    if "OMPI_COMM_WORLD_RANK" in env:  # mpirun (also horovodrun over MPI), on one host or in a Slurm allocation
+        nodes = env.get("SLURM_JOB_NODELIST")
+        addr = env.get("MASTER_ADDR") or (first_host(nodes) if nodes else "127.0.0.1")
+        port = job_port(env) if ("MASTER_PORT" in env or "SLURM_JOB_ID" in env) else 29500
+        return Launch(
+            "mpi", num("OMPI_COMM_WORLD_RANK"), num("OMPI_COMM_WORLD_SIZE"),
+            num("OMPI_COMM_WORLD_LOCAL_RANK"), addr, port,
+            local_world_size=per_node("OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE"),
+        )
+    if "SLURM_STEP_NUM_TASKS" in env and "SLURM_PROCID" in env:  # srun (the batch shell itself has no step size)
+        nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "127.0.0.1")
+        return Launch(
+            "slurm", num("SLURM_PROCID"), num("SLURM_STEP_NUM_TASKS"), int(env.get("SLURM_LOCALID", "0")),
+            env.get("MASTER_ADDR") or first_host(nodes), job_port(env),
+            local_world_size=per_node("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"),
+        )
+    return Launch()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The registry
+# ----------------------------------------------------------------------------------------------------------------
