@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contract import runfolder
+from contract import locks, reader, runfolder
 from contract.config import Config, ConfigError, check_writable, cpu_isa_env, load_config
-from contract.fingerprint import config_fingerprint, folder_fingerprint
+from contract.fingerprint import config_fingerprint
 from contract.plan import Run, Study, load_study, whole_number
+from contract.reader import folder_fingerprint
 from studies.clock import Clock, duration, reference_seconds
 from trainers.backends import Launch, choose_backend, free_port, horovod_available, torchrun_command
 
@@ -116,7 +117,7 @@ def local_commands(plan: Plan) -> list[list[str]]:
 
 
 def run_status(run_dir: Path) -> str:
-    manifest = runfolder.read_manifest(run_dir)
+    manifest = reader.read_manifest(run_dir)
     return manifest.get("status", "missing") if manifest else "missing"
 
 
@@ -125,7 +126,7 @@ def run_status(run_dir: Path) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 def last_epoch(run_dir: Path) -> dict | None:
     """The newest epoch record of a run (for the progress line)."""
-    return runfolder.last_record(run_dir / runfolder.METRICS, "epoch")
+    return reader.last_record(run_dir / runfolder.METRICS, "epoch")
 
 
 class Progress:
@@ -221,10 +222,10 @@ def start_local(plan: Plan, index: int, jobs: int) -> Active:
 
 
 def summary(run_dir: Path) -> str:
-    manifest = runfolder.read_manifest(run_dir)
+    manifest = reader.read_manifest(run_dir)
     if manifest is None:
         return f"no manifest (see {run_dir / 'console.log'})"
-    bench = runfolder.read_metrics(run_dir).of("bench")
+    bench = reader.read_metrics(run_dir).of("bench")
     if bench:
         return f"{manifest['status']}: {bench[-1]['images_per_s_steady']:.1f} images/s (steady state)"
     best = manifest.get("best_val_top1")
@@ -234,12 +235,12 @@ def summary(run_dir: Path) -> str:
 def mark_failed_if_silent(run_dir: Path, code: int) -> str | None:
     """A run whose every process was killed (kill -9, the OOM killer) could not say so: its manifest still says
     running. Say it for them, once nothing holds the run."""
-    manifest = runfolder.read_manifest(run_dir)
+    manifest = reader.read_manifest(run_dir)
     if not manifest or manifest.get("status") != "running":
         return None
     try:
-        lock = runfolder.RankLock(run_dir, 0)
-    except runfolder.RunInUse:  # a process trains it again: it speaks for itself
+        lock = locks.RankLock(run_dir, 0)
+    except locks.RunInUse:  # a process trains it again: it speaks for itself
         return None
     except OSError as e:
         return f"could not mark it failed: {e.strerror}"
@@ -291,8 +292,8 @@ def start_waiting(waiting: list, active: list[Active], jobs: int, progress: Prog
         if plan.backend == "horovod" and not have_horovod:
             progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
             continue
-        if runfolder.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it
-            progress.show(index, label, f"skipped: in use by pid {runfolder.lock_holder(plan.run_dir)}", final=True)
+        if locks.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it
+            progress.show(index, label, f"skipped: in use by pid {locks.lock_holder(plan.run_dir)}", final=True)
             failures += 1
             continue
         c = plan.cfg
@@ -335,7 +336,7 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
                 continue
             active.remove(run)
             failures += code not in (0, 3)  # a diverged run is a result, not a failure
-            holder = runfolder.in_use_by(run.console_text()) if code == 2 else None
+            holder = locks.in_use_by(run.console_text()) if code == 2 else None
             if holder:  # another study started it first: its manifest is the other's, not this attempt's
                 progress.show(run.index, label, f"skipped: in use by pid {holder}", final=True)
                 continue

@@ -34,7 +34,7 @@ import torch.nn as nn
 from trainers.backends import Launch, register
 from trainers.backends.base import Backend, CommClock, device_names
 from contract.config import Config, ConfigError
-from contract.runfolder import package_version
+from contract.versions import package_version
 
 try:
     import horovod.torch as hvd  # Horovod: the PyTorch API
