@@ -4,8 +4,8 @@ The fingerprint is a short hash of the resolved config (every section of config.
 not change what is trained or measured: the seed (runs of one condition differ in it), names (experiment, run),
 where data and outputs live (data.path: each machine has its own copy), how often lines are printed or checkpoints
 written, and launcher details (init_method). The study runner counts a run folder as done only when its fingerprint
-is the plan's; the analysis averages only runs that share one. A run folder's is
-contract/reader.py's folder_fingerprint.
+is the plan's; the analysis averages only runs that share one. Nothing here reads a file: a run folder's
+fingerprint is contract/reader.py's folder_fingerprint.
 """
 from __future__ import annotations
 
