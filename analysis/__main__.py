@@ -15,6 +15,8 @@ def _clean(v):
 
 
 def cmd_throughput(args) -> int:
+    from contract.runfolder import METRICS
+
     from . import numbers as nb
     from .logs import parse_log
     from .runs import load_run
@@ -22,7 +24,7 @@ def cmd_throughput(args) -> int:
     results = []
     for item in args.logs:
         p = Path(item)
-        if p.is_file() and p.name == "metrics.jsonl":
+        if p.is_file() and p.name == METRICS:
             p = p.parent
         if p.is_dir():
             df, problems = load_run(p)

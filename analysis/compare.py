@@ -7,7 +7,6 @@ measure the machine they run on. The table matches a planned run to reference ru
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 import tomllib
@@ -15,8 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from contract import reader
+
 from . import numbers as nb
-from .runs import experiment_number, load_run
+from .runs import experiment_number, run_frame
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_ROOT = REPO / "results" / "reference"
@@ -39,10 +40,12 @@ def reference_machines(root: Path = REFERENCE_ROOT) -> list[tuple[str, Path, str
 
 
 def run_value(run_dir: Path, kind: str) -> float:
-    """A finished run's result: steady-state images/s (throughput studies) or best validation top-1 (quality)."""
-    if not (Path(run_dir) / "config.json").is_file():
+    """A finished run's result: steady-state images/s (throughput studies) or best validation top-1 (quality); NaN
+    for a folder without a readable config.json."""
+    raw = reader.read_run(run_dir)
+    if raw["config"].iloc[0] is None:
         return math.nan
-    df, _ = load_run(run_dir)
+    df = run_frame(raw)
     runs = df[df["kind"] == "run"]
     if runs.empty or runs["status"].iloc[0] not in ("completed", "diverged"):
         return math.nan
@@ -54,11 +57,9 @@ def run_value(run_dir: Path, kind: str) -> float:
 
 def reference_values(folder: Path, experiment: str, fingerprint: str, kind: str) -> list[float]:
     """The results of a reference machine's runs of `experiment` whose config fingerprint is `fingerprint`."""
-    from contract.fingerprint import folder_fingerprint
-
     values = []
     for run_dir in sorted(p for p in (folder / experiment).glob("*") if p.is_dir()):
-        if folder_fingerprint(run_dir) == fingerprint:
+        if reader.folder_fingerprint(run_dir) == fingerprint:
             v = run_value(run_dir, kind)
             if not math.isnan(v):
                 values.append(v)
@@ -142,7 +143,7 @@ def comparison_text(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT)
 def default_runs_root(own: Path = Path("results/runs"), root: Path = REFERENCE_ROOT) -> tuple[Path, str]:
     """(runs root, what it is) for the report: this machine's results/runs when it holds runs, else the committed
     reference (the first machine's)."""
-    if own.is_dir() and any(own.glob("*/*/config.json")):
+    if reader.holds_runs(own):
         return own, "this machine"
     machines = reference_machines(root)
     if machines:
@@ -168,10 +169,7 @@ def _hosts(df: pd.DataFrame) -> list[str]:
     """The host names the run folders' manifests record (which machine 'this machine' was)."""
     hosts: set[str] = set()
     for path in df.loc[(df["kind"] == "run") & (df["source"] == "run"), "path"].dropna().unique():
-        try:
-            hosts.update(json.loads((Path(path) / "manifest.json").read_text()).get("hosts") or [])
-        except (OSError, ValueError):
-            continue
+        hosts.update((reader.read_manifest(path) or {}).get("hosts") or [])
     return sorted(hosts)
 
 

@@ -23,13 +23,14 @@ seeds a side the interval would need, at the measured difference and spread, to 
 """
 from __future__ import annotations
 
-import json
 import math
 import tomllib
 from pathlib import Path
 
 import pandas as pd
 from scipy import stats
+
+from contract import reader
 
 COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "against", "n", "n_against",
            "difference", "ci_low", "ci_high", "margin", "verdict", "holds", "method", "seeds_needed", "needed_for",
@@ -190,10 +191,10 @@ def _thesis_top1(ref: pd.DataFrame, exp: int, gpus: int) -> float:
 
 def _batch_at_most_tuned(run_dir) -> bool:
     """Whether a run's global batch is at most lr.base_batch, the batch its base rate is tuned for (config.json)."""
+    config = reader.read_config(str(run_dir))
     try:
-        document = json.loads((Path(str(run_dir)) / "config.json").read_text())
-        return document["resolved"]["global_batch"] <= document["lr"]["base_batch"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return config["resolved"]["global_batch"] <= config["lr"]["base_batch"]
+    except (KeyError, TypeError, ValueError):
         return False
 
 

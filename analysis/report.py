@@ -193,8 +193,25 @@ def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=N
 def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
                   source: str | None = None) -> tuple[list[Path], list[str]]:
     """Every figure; source: the line each carries saying which runs it was made from."""
+    written = scaling_figures(df, ref, out, source)
+    written_quality, skipped = quality_figures(df, ref, out, source)
+    written += written_quality
+    # -- utilisation (Figures 22, 23, 27) from the runs' telemetry (util records)
+    drawn, missing = utilisation_figures(df, out, source)
+    written.extend(drawn)
+    skipped.extend(missing)
+    written.extend(other_utilisation_figure(df, out, source))
+    written.extend(lr_schedules_figure(df, out, source))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fg.plot_steady_state(rf.rq2_steady_state(ref), ax=ax)
+    written.extend(fg.save(fig, out, "rq2_steady_state", "Made from the thesis's Tables 5/6 and 8/9 and Figures 12-13 "
+                           "(no runs)."))
+    return written, skipped
+
+
+def scaling_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path, source: str | None = None) -> list[Path]:
+    """Figures 14-17: throughput and speed-up, the thesis's and ours."""
     written: list[Path] = []
-    skipped: list[str] = []
     scaling = tb.scaling_table(df, ref)
 
     def two(name, title, **kw):
@@ -205,62 +222,74 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
             framework="horovod+tensorflow", per_gpu_batch=b)
     two("fig17_scaling_pytorch_vs_horovod", "Figure 17. Scaling of PyTorch and Horovod+PyTorch",
         framework=["pytorch", "horovod+pytorch"])
+    return written
 
-    # -- error curves of the quality experiments (only where runs exist)
-    def quality_fig(name, title, data, grid=False, single=None):
+
+def quality_figure(data: pd.DataFrame, title: str, ref: pd.DataFrame, grid: bool = False, single: str | None = None):
+    """Error curves: a panel per worker count (grid), one panel of training or validation error (single), or
+    training and validation side by side."""
+    if grid:
+        axes = fg.plot_error_grid(data, reference=ref)
+        fig = axes.flat[0].figure
+        fig.suptitle(title, fontsize=10)
+    elif single:
+        fig, ax = plt.subplots(figsize=(11, 4.6), layout="constrained")
+        fg.plot_error_curves(data, ax=ax, which=single, title=title, reference=ref)
+        fg.legend_beside(ax)
+    else:
+        fig = _two_panel(data, title, ref)
+    return fig
+
+
+def quality_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
+                    source: str | None = None) -> tuple[list[Path], list[str]]:
+    """The error curves of the quality experiments (Figures 18-21, 24-26, 28-30), only where runs exist."""
+    written: list[Path] = []
+    skipped: list[str] = []
+
+    def draw(name, title, data, grid=False, single=None):
         if data.empty:
             skipped.append(f"{name}: no epoch records")
-            return
-        if grid:
-            axes = fg.plot_error_grid(data, reference=ref)
-            fig = axes.flat[0].figure
-            fig.suptitle(title, fontsize=10)
-        elif single:
-            fig, ax = plt.subplots(figsize=(11, 4.6), layout="constrained")
-            fg.plot_error_curves(data, ax=ax, which=single, title=title, reference=ref)
-            fg.legend_beside(ax)
         else:
-            fig = _two_panel(data, title, ref)
-        written.extend(fg.save(fig, out, name, source))
+            written.extend(fg.save(quality_figure(data, title, ref, grid, single), out, name, source))
+
+    def with_warmup(exp: int, n: int) -> pd.DataFrame:
+        """Figure n (beside experiment 5's 1-worker baseline) and n+1 (grid) of a warm-up experiment."""
+        runs = _quality(df, exp)
+        phrase = warmup_phrase(runs, exp)
+        draw(f"fig{n}_exp{exp}_error", f"Figure {n}. Linear scaling + {phrase}; 1 worker: exp 5's baseline",
+             pd.concat([base, runs]) if len(runs) else runs)
+        draw(f"fig{n + 1}_exp{exp}_error_grid", f"Figure {n + 1}. Linear scaling + {phrase} (grid)", runs, grid=True)
+        return runs
 
     e4 = _quality(df, 4)
-    quality_fig("fig18_exp4_error", "Figure 18. Naive scaling", e4)
-    quality_fig("fig19_exp4_error_grid", "Figure 19. Naive scaling (grid)", e4, grid=True)
+    draw("fig18_exp4_error", "Figure 18. Naive scaling", e4)
+    draw("fig19_exp4_error_grid", "Figure 19. Naive scaling (grid)", e4, grid=True)
     e5 = _quality(df, 5)
-    quality_fig("fig20_exp5_train_error", "Figure 20. Linear scaling, no warm-up: training error", e5, single="train")
+    draw("fig20_exp5_train_error", "Figure 20. Linear scaling, no warm-up: training error", e5, single="train")
     top = e5[e5["gpus"] == e5["gpus"].max()] if len(e5) else e5
-    quality_fig("fig21_exp5_error_max_gpus", "Figure 21. Linear scaling, no warm-up, most GPUs", top, grid=True)
+    draw("fig21_exp5_error_max_gpus", "Figure 21. Linear scaling, no warm-up, most GPUs", top, grid=True)
     base = baseline_runs(df)
-    e6 = _quality(df, 6)
-    quality_fig("fig24_exp6_error", f"Figure 24. Linear scaling + {warmup_phrase(e6, 6)}; 1 worker: exp 5's baseline",
-                pd.concat([base, e6]) if len(e6) else e6)
-    quality_fig("fig25_exp6_error_grid", f"Figure 25. Linear scaling + {warmup_phrase(e6, 6)} (grid)", e6, grid=True)
+    e6 = with_warmup(6, 24)
     e7 = _quality(df, 7)
     if len(e7):
-        quality_fig("fig26_exp7_vs_exp6_grid", "Figure 26. Smaller per-GPU batch (exp 7) vs the larger one (exp 6), "
-                    f"same workers; {warmup_phrase(e7, 7)}", pd.concat([e7, exp7_peers(e6, e7)]), grid=True)
+        draw("fig26_exp7_vs_exp6_grid", "Figure 26. Smaller per-GPU batch (exp 7) vs the larger one (exp 6), "
+             f"same workers; {warmup_phrase(e7, 7)}", pd.concat([e7, exp7_peers(e6, e7)]), grid=True)
     else:
         skipped.append("fig26_exp7_vs_exp6_grid: no epoch records")
-    e8 = _quality(df, 8)
-    quality_fig("fig28_exp8_error", f"Figure 28. Linear scaling + {warmup_phrase(e8, 8)}; 1 worker: exp 5's baseline",
-                pd.concat([base, e8]) if len(e8) else e8)
-    quality_fig("fig29_exp8_error_grid", f"Figure 29. Linear scaling + {warmup_phrase(e8, 8)} (grid)", e8, grid=True)
+    e8 = with_warmup(8, 28)
     e9 = _quality(df, 9)
     if len(e9):
         peer = e8[e8["gpus"].isin(e9["gpus"].unique())]
-        quality_fig("fig30_exp9_vs_exp8_grid", f"Figure 30. Exp 8's {warmup_phrase(e8, 8)} vs exp 9's "
-                    f"{warmup_phrase(e9, 9)}",
-                    pd.concat([e8.iloc[0:0], peer, e9]), grid=True)
+        draw("fig30_exp9_vs_exp8_grid", f"Figure 30. Exp 8's {warmup_phrase(e8, 8)} vs exp 9's "
+             f"{warmup_phrase(e9, 9)}", pd.concat([e8.iloc[0:0], peer, e9]), grid=True)
     else:
         skipped.append("fig30_exp9_vs_exp8_grid: no epoch records")
+    return written, skipped
 
-    # -- utilisation (Figures 22, 23, 27) from the runs' telemetry (util records)
-    drawn, missing = utilisation_figures(df, out, source)
-    written.extend(drawn)
-    skipped.extend(missing)
-    written.extend(other_utilisation_figure(df, out, source))
 
-    # -- learning-rate schedules of experiments 4-9, one figure
+def lr_schedules_figure(df: pd.DataFrame, out: Path, source: str | None = None) -> list[Path]:
+    """The learning-rate schedules of experiments 4-9, one figure."""
     sched = schedules_frame(df)
     fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
     for ax, exp in zip(axes.flat, range(4, 10)):
@@ -269,13 +298,7 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
         title = f"Experiment {exp}: {schedule_title(df, exp)} ({src.iloc[0] if len(src) else ''})"
         ax.set_title("\n".join(textwrap.wrap(title, 64)), fontsize=8)  # three panels a row: two lines at most
     fig.suptitle("Learning-rate schedules of experiments 4-9", fontsize=10)
-    written.extend(fg.save(fig, out, "lr_schedules_exp4-9", source))
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    fg.plot_steady_state(rf.rq2_steady_state(ref), ax=ax)
-    written.extend(fg.save(fig, out, "rq2_steady_state", "Made from the thesis's Tables 5/6 and 8/9 and Figures 12-13 "
-                           "(no runs)."))
-    return written, skipped
+    return fg.save(fig, out, "lr_schedules_exp4-9", source)
 
 
 def utilisation_figures(df: pd.DataFrame, out: Path, source: str | None = None) -> tuple[list[Path], list[str]]:

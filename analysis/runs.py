@@ -1,4 +1,4 @@
-"""Load run folders (results/runs/<experiment>/<run>/) and upstream logs into one tidy DataFrame.
+"""Run folders (results/runs/<experiment>/<run>/) and upstream logs as one tidy DataFrame.
 
 One row per (run, record): ``kind`` says which record --
   run       one per run: status, best validation accuracy, wall-clock, bad lines (always present, so a
@@ -16,11 +16,13 @@ filter and a group-by away; ``numerics`` (numbers.numerics_label: 'fp32', 'tf32'
 is part of that identity, since the same configuration in another precision is another measurement.
 Nothing here raises on bad content: unreadable files and lines are counted, and every problem (a missing, empty or
 unreadable metrics.jsonl, bad lines) is listed in ``df.attrs['problems']``.
-Run folders are read with contract.runfolder, the module the trainer writes them with.
+
+Run folders are read by contract.reader, the one reader, into its DataFrame of the records as written; everything
+here is derived from that frame: the renamed fields (EPOCH_COLUMNS, BENCH_COLUMNS), the run's identity from its
+config, throughput from iteration records by the thesis's formulas, and the run's status, wall-clock and accuracy.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from datetime import datetime
@@ -29,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from contract import runfolder
+from contract import reader
 
 from . import logs as lg
 from . import numbers as nb
@@ -45,6 +47,18 @@ RECORD_COLUMNS = ["kind", "epoch", "train_loss", "train_top1", "train_top5", "va
 COLUMNS = RUN_COLUMNS + RECORD_COLUMNS
 TEXT_COLUMNS = ["experiment", "run", "path", "source", "scale", "framework", "backend", "numerics", "warmup", "status",
                 "kind", "device", "note"]
+#: an epoch record's fields as columns here: field -> column
+EPOCH_COLUMNS = {"train_loss": "train_loss", "train_top1": "train_top1", "train_top5": "train_top5",
+                 "val_loss": "val_loss", "val_top1": "val_top1", "val_top5": "val_top5", "lr": "epoch_lr",
+                 "epoch_time": "epoch_time", "images": "images", "skipped_steps": "skipped_steps", "data_s": "data_s",
+                 "compute_s": "compute_s", "comm_s": "comm_s"}
+#: a bench record's fields as columns here: field -> column
+BENCH_COLUMNS = {"images_per_s_thesis": "thesis_images_per_s", "images_per_s_steady": "steady_images_per_s",
+                 "batch_time_avg_at_199": "batch_time_avg_at_199", "warmup_batches": "warmup_batches",
+                 "data_share": "data_share", "data_s": "data_s", "compute_s": "compute_s", "comm_s": "comm_s"}
+#: the fields each kind of record is read for
+ITER_FIELDS = ["epoch", "iter", "batch_time", "batch_time_avg", "data_time_avg", "loss"]
+UTIL_FIELDS = ["time", "t", "rank", "cpu_process_pct", "cpu_system_pct", "mem_process_gb", "gpus"]
 _EXP_RE = re.compile(r"^(\d+)")
 
 
@@ -52,16 +66,6 @@ def experiment_number(name: str) -> int | None:
     """The leading NN of an experiment folder name ('05_linear_scaling' -> 5)."""
     m = _EXP_RE.match(name or "")
     return int(m.group(1)) if m else None
-
-
-def _read_json(path: Path) -> tuple[dict | None, str | None]:
-    try:
-        data = json.loads(path.read_text())
-        return (data, None) if isinstance(data, dict) else (None, f"{path.name}: not an object")
-    except FileNotFoundError:
-        return None, f"{path.name}: missing"
-    except (OSError, ValueError) as exc:
-        return None, f"{path.name}: unreadable ({type(exc).__name__})"
 
 
 def util_rows(record: dict, origin: float | None) -> list[dict]:
@@ -98,25 +102,28 @@ def _finite(x) -> bool:
         return False
 
 
-def _parse_iters(records: list[dict]) -> tuple[pd.DataFrame, int]:
-    recs, bad = [], 0
-    for r in records:
-        try:
-            recs.append((int(r["epoch"]), int(r["iter"]), float(r.get("batch_time", math.nan)),
-                         float(r.get("batch_time_avg", math.nan)), float(r.get("data_time_avg", math.nan)),
-                         float(r.get("loss", math.nan))))
-        except (ValueError, KeyError, TypeError):
-            bad += 1
-    df = pd.DataFrame(recs, columns=["epoch", "iter", "batch_time", "batch_time_avg", "data_time_avg", "loss"])
-    return df, bad
+def _number(x) -> float:
+    """A field as a float: NaN where the record does not hold it (None), an error where it holds no number."""
+    return math.nan if x is None else float(x)
 
 
-def _run_identity(run_dir: Path, config: dict | None) -> dict:
-    cfg = config or {}
+# ============================================================================================ one run's rows
+
+
+def records_of(raw: pd.DataFrame, kind: str, fields: list[str]) -> list[dict]:
+    """A run's records of one kind in the order written, as {field: value} of these fields (None where a record
+    does not hold one), from the reader's frame."""
+    rows = raw[raw["kind"] == kind]
+    return [dict(zip(fields, values)) for values in zip(*(rows[f].tolist() for f in fields))]
+
+
+def run_identity(folder: pd.Series) -> dict:
+    """The run's identity and configuration columns, from the reader's row of its folder (config.json)."""
+    cfg = folder["config"] or {}
     train = cfg.get("train") or {}
     lr = cfg.get("lr") or {}
     res = cfg.get("resolved") or {}
-    experiment = cfg.get("experiment") or run_dir.parent.name
+    experiment = cfg.get("experiment") or folder["experiment"]
     gpus = res.get("world_size", train.get("workers"))
     b = train.get("per_worker_batch")
     gb = res.get("global_batch", (b * gpus) if (b and gpus) else None)
@@ -124,8 +131,8 @@ def _run_identity(run_dir: Path, config: dict | None) -> dict:
     # emulated workers are neither DDP nor Horovod: label them by what they are (older runs said "pytorch")
     framework = "emulated" if backend == "emulated" else res.get("framework")
     return {
-        "experiment": experiment, "exp": experiment_number(experiment), "run": cfg.get("run") or run_dir.name,
-        "path": str(run_dir), "source": "run", "scale": cfg.get("scale"), "framework": framework,
+        "experiment": experiment, "exp": experiment_number(experiment), "run": cfg.get("run") or folder["run"],
+        "path": folder["path"], "source": "run", "scale": cfg.get("scale"), "framework": framework,
         "backend": backend, "numerics": nb.numerics_label(train.get("precision"), train.get("channels_last"),
                                                           train.get("compile")),
         "gpus": gpus, "per_gpu_batch": b,
@@ -135,136 +142,145 @@ def _run_identity(run_dir: Path, config: dict | None) -> dict:
     }
 
 
-def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
-    """One run folder -> (its rows, problems found)."""
-    run_dir = Path(run_dir)
-    problems: list[str] = []
-    config, err = _read_json(run_dir / "config.json")
-    if err:
-        problems.append(f"{run_dir}: {err}")
-    manifest, err = _read_json(run_dir / "manifest.json")
-    if err:
-        problems.append(f"{run_dir}: {err}")
-    ident = _run_identity(run_dir, config)
-    metrics = runfolder.read_metrics(run_dir / runfolder.METRICS)
-    bad = metrics.bad_lines
-    if metrics.problem:
-        problems.append(f"{run_dir}: metrics.jsonl: {metrics.problem}")
-    if bad:
-        problems.append(f"{run_dir}: metrics.jsonl: {bad} bad line(s) skipped")
-    records = [r for r in metrics.records if r["kind"] != "iter"]
-    iter_records = metrics.of("iter")
-
-    rows: list[dict] = []
-    # -- epochs (a resumed run may repeat an epoch: the last record wins)
+def latest_epochs(records: list[dict]) -> tuple[dict[int, dict], int]:
+    """Epoch number -> its epoch record, the last written (a resumed run may repeat an epoch), in the order the
+    epochs first came; and how many records had an epoch that is no number (bad lines)."""
     epochs: dict[int, dict] = {}
-    statuses: list[str] = []
-    benches: list[dict] = []
-    utils: list[dict] = []
-    t0 = _iso_to_unix((manifest or {}).get("start"))
-    first_time = None
+    bad = 0
     for r in records:
-        k = r.get("kind")
-        if _finite(r.get("time")) and first_time is None:
-            first_time = float(r["time"])
-        if k == "epoch" and "epoch" in r:
-            try:
-                epochs[int(r["epoch"])] = r
-            except (TypeError, ValueError):
-                bad += 1
-        elif k == "status":
-            statuses.append(str(r.get("status")))
-        elif k == "bench":
-            benches.append(r)
-        elif k == "util":
-            utils.append(r)
-    diverged = False
-    for e in sorted(epochs):
-        r = epochs[e]
-        if any(k in r and r[k] is not None and not _finite(r[k]) for k in ("train_loss", "val_loss")):
-            diverged = True
-        rows.append({"kind": "epoch", "epoch": e, "train_loss": r.get("train_loss"),
-                     "train_top1": r.get("train_top1"), "train_top5": r.get("train_top5"),
-                     "val_loss": r.get("val_loss"), "val_top1": r.get("val_top1"), "val_top5": r.get("val_top5"),
-                     "epoch_lr": r.get("lr"), "epoch_time": r.get("epoch_time"), "images": r.get("images"),
-                     "skipped_steps": r.get("skipped_steps"),
-                     "data_s": r.get("data_s"), "compute_s": r.get("compute_s"), "comm_s": r.get("comm_s")})
+        if r["epoch"] is None:
+            continue
+        try:
+            epochs[int(r["epoch"])] = r
+        except (TypeError, ValueError, OverflowError):
+            bad += 1
+    return epochs, bad
 
-    # -- throughput
-    b, g = ident["per_gpu_batch"], ident["gpus"]
-    for r in benches:
-        rows.append({"kind": "bench", "thesis_images_per_s": r.get("images_per_s_thesis"),
-                     "steady_images_per_s": r.get("images_per_s_steady"),
-                     "batch_time_avg_at_199": r.get("batch_time_avg_at_199"),
-                     "warmup_batches": r.get("warmup_batches"), "data_share": r.get("data_share"),
-                     "data_s": r.get("data_s"), "compute_s": r.get("compute_s"), "comm_s": r.get("comm_s"),
-                     "note": "bench record"})
-    if iter_records:
-        it, ibad = _parse_iters(iter_records)
-        bad += ibad
-        if len(it) and not np.isfinite(it["loss"].to_numpy(dtype=float)).all():
-            diverged = True
-        is_bench = bool(((config or {}).get("bench") or {}).get("batches")) or (ident["exp"] or 99) <= 3
-        if not benches and is_bench and len(it) and b and g:
-            first = it[it["epoch"] == it["epoch"].min()]
-            warm = int(((config or {}).get("bench") or {}).get("warmup_batches") or nb.DEFAULT_WARMUP_BATCHES)
-            at199 = first.loc[first["iter"] == nb.THESIS_BATCH_INDEX, "batch_time_avg"]
-            avg199 = float(at199.iloc[0]) if len(at199) else math.nan
-            steady_t = nb.steady_batch_time(first["iter"] + 1, first["batch_time_avg"], first["batch_time"],
-                                            warmup=warm)
-            rows.append({"kind": "bench", "thesis_images_per_s": nb.thesis_throughput(b, g, avg199),
-                         "steady_images_per_s": nb.steady_throughput(b, g, steady_t),
-                         "batch_time_avg_at_199": avg199, "warmup_batches": warm,
-                         "data_share": float(first["data_time_avg"].iloc[-1] / first["batch_time_avg"].iloc[-1])
-                         if first["batch_time_avg"].iloc[-1] else math.nan,
-                         "note": "from iteration records"})
 
-    # -- utilisation over time
-    origin = t0 if _finite(t0) else first_time
-    for r in utils:
-        rows.extend(util_rows(r, origin))
+def epoch_rows(epochs: dict[int, dict]) -> list[dict]:
+    """A row per epoch, in epoch order, its fields under EPOCH_COLUMNS' names."""
+    return [{"kind": "epoch", "epoch": e, **{column: epochs[e][field] for field, column in EPOCH_COLUMNS.items()}}
+            for e in sorted(epochs)]
 
-    # -- planned schedule
-    sched = ((config or {}).get("resolved") or {}).get("schedule") or []
-    for e, v in enumerate(sched):
-        rows.append({"kind": "schedule", "epoch": e, "planned_lr": v})
 
-    # -- status: the most final word of manifest and status records; non-finite losses mean diverged
-    m_status = (manifest or {}).get("status")
+def bench_rows(benches: list[dict]) -> list[dict]:
+    """A row per bench record, its fields under BENCH_COLUMNS' names."""
+    return [{"kind": "bench", **{column: r[field] for field, column in BENCH_COLUMNS.items()}, "note": "bench record"}
+            for r in benches]
+
+
+def parse_iters(records: list[dict]) -> tuple[pd.DataFrame, int]:
+    """The iteration records' timings and losses as a frame; and how many records held no numbers there."""
+    recs, bad = [], 0
+    for r in records:
+        try:
+            recs.append((int(r["epoch"]), int(r["iter"]), _number(r["batch_time"]), _number(r["batch_time_avg"]),
+                         _number(r["data_time_avg"]), _number(r["loss"])))
+        except (ValueError, TypeError, OverflowError):
+            bad += 1
+    return pd.DataFrame(recs, columns=ITER_FIELDS), bad
+
+
+def iteration_bench_row(it: pd.DataFrame, config: dict, per_gpu_batch, gpus) -> dict:
+    """A throughput benchmark without a bench record (older runs): the thesis's formula and the steady state from
+    the first epoch's iteration records."""
+    first = it[it["epoch"] == it["epoch"].min()]
+    warm = int((config.get("bench") or {}).get("warmup_batches") or nb.DEFAULT_WARMUP_BATCHES)
+    at199 = first.loc[first["iter"] == nb.THESIS_BATCH_INDEX, "batch_time_avg"]
+    avg199 = float(at199.iloc[0]) if len(at199) else math.nan
+    steady_t = nb.steady_batch_time(first["iter"] + 1, first["batch_time_avg"], first["batch_time"], warmup=warm)
+    last_avg = first["batch_time_avg"].iloc[-1]
+    return {"kind": "bench", "thesis_images_per_s": nb.thesis_throughput(per_gpu_batch, gpus, avg199),
+            "steady_images_per_s": nb.steady_throughput(per_gpu_batch, gpus, steady_t),
+            "batch_time_avg_at_199": avg199, "warmup_batches": warm,
+            "data_share": float(first["data_time_avg"].iloc[-1] / last_avg) if last_avg else math.nan,
+            "note": "from iteration records"}
+
+
+def first_time(raw: pd.DataFrame) -> float | None:
+    """When the run's first record other than an iteration's was written (Unix seconds), if any says."""
+    for t in raw.loc[~raw["kind"].isin(["run", "iter"]), "time"]:
+        if _finite(t):
+            return float(t)
+    return None
+
+
+def run_status(manifest: dict, statuses: list[str], diverged: bool) -> tuple[str, bool]:
+    """(status, diverged): the most final word of the manifest and the status records; non-finite losses mean
+    diverged."""
     last = statuses[-1] if statuses else None
-    cands = [s for s in (m_status, last) if s]
+    cands = [s for s in (manifest.get("status"), last) if s]
     status = next((s for s in ("diverged", "completed", "failed", "preempted") if s in cands), None)
     status = status or (cands[0] if cands else "unknown")
     if diverged or "diverged" in statuses:
-        status, diverged = "diverged", True
-    epochs_done = (manifest or {}).get("epochs_done", len(epochs))
-    # -- wall-clock: sum of epoch times, else manifest end - start
-    et = [float(epochs[e].get("epoch_time")) for e in epochs if _finite(epochs[e].get("epoch_time"))]
-    wall = float(sum(et)) if et else math.nan
-    if not et and manifest:
-        wall = _iso_to_unix(manifest.get("end")) - _iso_to_unix(manifest.get("start"))
-    val1 = [float(epochs[e]["val_top1"]) for e in epochs if _finite(epochs[e].get("val_top1"))]
-    val5 = [float(epochs[e]["val_top5"]) for e in epochs if _finite(epochs[e].get("val_top5"))]
-    summary = {"kind": "run", "best_val_top1": max(val1) if val1 else math.nan,
-               "best_val_top5": max(val5) if val5 else math.nan,
-               "note": "; ".join(p.split(": ", 1)[-1] for p in problems) or None}
-    run_cols = dict(ident, epochs_done=epochs_done, status=status, diverged=diverged, wallclock_s=wall,
-                    bad_lines=bad)
-    frame = pd.DataFrame([summary] + rows)
+        return "diverged", True
+    return status, False
+
+
+def wallclock(epochs: dict[int, dict], manifest: dict) -> float:
+    """The sum of epoch times, else the manifest's end - start."""
+    et = [float(epochs[e]["epoch_time"]) for e in epochs if _finite(epochs[e]["epoch_time"])]
+    if et:
+        return float(sum(et))
+    return _iso_to_unix(manifest.get("end")) - _iso_to_unix(manifest.get("start")) if manifest else math.nan
+
+
+def run_summary(epochs: dict[int, dict], problems: tuple[str, ...]) -> dict:
+    """The run's own row: best validation accuracy, and what was wrong with its folder."""
+    val1 = [float(epochs[e]["val_top1"]) for e in epochs if _finite(epochs[e]["val_top1"])]
+    val5 = [float(epochs[e]["val_top5"]) for e in epochs if _finite(epochs[e]["val_top5"])]
+    return {"kind": "run", "best_val_top1": max(val1) if val1 else math.nan,
+            "best_val_top5": max(val5) if val5 else math.nan, "note": "; ".join(problems) or None}
+
+
+def throughput_rows(raw: pd.DataFrame, iters: pd.DataFrame, config: dict, ident: dict) -> list[dict]:
+    """A row per bench record; a throughput benchmark without one (older runs) gets a row from its iterations."""
+    benches = bench_rows(records_of(raw, "bench", list(BENCH_COLUMNS)))
+    b, g = ident["per_gpu_batch"], ident["gpus"]
+    is_bench = bool((config.get("bench") or {}).get("batches")) or (ident["exp"] or 99) <= 3
+    if not benches and is_bench and len(iters) and b and g:
+        return [iteration_bench_row(iters, config, b, g)]
+    return benches
+
+
+def utilisation_rows(raw: pd.DataFrame, manifest: dict) -> list[dict]:
+    """The util records' rows, their time counted from the manifest's start (else from the first record)."""
+    t0 = _iso_to_unix(manifest.get("start"))
+    origin = t0 if _finite(t0) else first_time(raw)
+    return [row for r in records_of(raw, "util", UTIL_FIELDS) for row in util_rows(r, origin)]
+
+
+def _nonfinite_loss(epoch: dict) -> bool:
+    return any(epoch[k] is not None and not _finite(epoch[k]) for k in ("train_loss", "val_loss"))
+
+
+def run_frame(raw: pd.DataFrame) -> pd.DataFrame:
+    """One run folder's rows of the reader's frame (the folder's row, then its records) -> its rows here: the run's
+    summary, its epochs, throughput, utilisation and planned schedule, each with the run's columns."""
+    folder = raw.iloc[0]
+    config, manifest = folder["config"] or {}, folder["manifest"] or {}
+    ident = run_identity(folder)
+    epochs, bad_epochs = latest_epochs(records_of(raw, "epoch", ["epoch", *EPOCH_COLUMNS]))
+    iters, bad_iters = parse_iters(records_of(raw, "iter", ITER_FIELDS))
+    rows = epoch_rows(epochs) + throughput_rows(raw, iters, config, ident) + utilisation_rows(raw, manifest)
+    rows += [{"kind": "schedule", "epoch": e, "planned_lr": v}
+             for e, v in enumerate((config.get("resolved") or {}).get("schedule") or [])]
+    diverged = any(_nonfinite_loss(epochs[e]) for e in epochs) or \
+        bool(len(iters) and not np.isfinite(iters["loss"].to_numpy(dtype=float)).all())
+    statuses = [str(r["status"]) for r in records_of(raw, "status", ["status"])]
+    status, diverged = run_status(manifest, statuses, diverged)
+    frame = pd.DataFrame([run_summary(epochs, folder["problems"])] + rows)
+    run_cols = dict(ident, epochs_done=manifest.get("epochs_done", len(epochs)), status=status, diverged=diverged,
+                    wallclock_s=wallclock(epochs, manifest), bad_lines=folder["bad_lines"] + bad_epochs + bad_iters)
     for c, v in run_cols.items():
         frame[c] = v
-    return frame, problems
+    return frame
 
 
-def find_runs(root: str | Path) -> list[Path]:
-    """Run folders under root: any folder holding config.json, manifest.json or metrics.jsonl."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = set()
-    for name in ("config.json", "manifest.json", "metrics.jsonl"):
-        found.update(p.parent for p in root.glob(f"**/{name}"))
-    return sorted(found)
+def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
+    """One run folder -> (its rows, problems found)."""
+    raw = reader.read_run(run_dir)
+    return run_frame(raw), list(raw.attrs["problems"])
 
 
 def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -281,16 +297,17 @@ def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return df[COLUMNS]
 
 
+def runs_frame(raw: pd.DataFrame) -> pd.DataFrame:
+    """The reader's frame of a tree of run folders -> the rows here, a run after another (problems in
+    ``df.attrs['problems']``)."""
+    df = _finish([run_frame(rows) for _, rows in raw.groupby("path", sort=False)])
+    df.attrs["problems"] = list(raw.attrs["problems"])
+    return df
+
+
 def load_runs(root: str | Path = "results/runs") -> pd.DataFrame:
     """Every run folder under root as one tidy frame (problems in ``df.attrs['problems']``)."""
-    frames, problems = [], []
-    for run_dir in find_runs(root):
-        f, p = load_run(run_dir)
-        frames.append(f)
-        problems.extend(p)
-    df = _finish(frames)
-    df.attrs["problems"] = problems
-    return df
+    return runs_frame(reader.read_runs(root))
 
 
 # ============================================================================================ upstream logs
@@ -306,7 +323,7 @@ def load_log(path: str | Path, meta: dict | None = None) -> pd.DataFrame:
     meta = dict(meta or {})
     side = path.with_name(path.name + ".json")
     if not meta and side.exists():
-        meta, _ = _read_json(side)
+        meta, _ = reader.read_document(side)
         meta = meta or {}
     log = lg.parse_log(path)
     b, g = meta.get("per_gpu_batch"), meta.get("gpus", 1)
@@ -367,7 +384,8 @@ def load_logs(paths) -> pd.DataFrame:
 
 def load_study(runs: str | Path = "results/runs", logs=None) -> pd.DataFrame:
     """Run folders plus any upstream logs: the one frame everything else is made from."""
-    a = load_runs(runs)
+    raw = reader.read_runs(runs)
+    a = runs_frame(raw)
     problems = list(a.attrs.get("problems", []))
     if logs:
         b = load_logs(logs)
@@ -375,7 +393,7 @@ def load_study(runs: str | Path = "results/runs", logs=None) -> pd.DataFrame:
         problems += [f"{r.path}: {int(r.bad_lines)} bad line(s) skipped" for r in counted.itertuples()]
         a = _finish([x for x in (a, b) if len(x)])
     a.attrs["problems"] = problems
-    return refuse_mixed_configs(add_fingerprints(a))
+    return refuse_mixed_configs(add_fingerprints(a, fingerprints(raw)))
 
 
 # ============================================================================================ config fingerprints
@@ -388,12 +406,15 @@ POOL_KEYS = ["exp", "framework", "numerics", "per_gpu_batch", "global_batch", "g
 MIXED = "mixed-config"
 
 
-def add_fingerprints(df: pd.DataFrame) -> pd.DataFrame:
-    """A `fingerprint` column: each run folder's config fingerprint (empty for upstream logs)."""
-    from contract.fingerprint import folder_fingerprint
+def fingerprints(raw: pd.DataFrame) -> dict[str, str | None]:
+    """Run folder -> its config fingerprint, from the reader's frame (None without a readable config.json)."""
+    folders = raw[raw["kind"] == "run"]
+    return dict(zip(folders["path"], folders["fingerprint"]))
 
-    paths = df.loc[df["source"] == "run", "path"].dropna().unique() if len(df) else []
-    found = {p: folder_fingerprint(Path(p)) for p in paths}
+
+def add_fingerprints(df: pd.DataFrame, found: dict[str, str | None]) -> pd.DataFrame:
+    """A `fingerprint` column: each run folder's config fingerprint (found: fingerprints(); empty for upstream
+    logs)."""
     df = df.copy()
     df["fingerprint"] = df["path"].map(found) if len(df) else pd.Series(dtype=object)
     df.attrs = dict(df.attrs)

@@ -147,7 +147,6 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
     if bench_batches:
         epochs = 1  # a throughput benchmark trains part of one epoch
     rng = random.Random(zlib.crc32(f"{experiment}/{run}/{seed}".encode()))
-    gb = per_gpu_batch * gpus
     target, sched = planned_schedule(gpus=gpus, per_gpu_batch=per_gpu_batch, epochs=epochs, warmup=warmup,
                                      warmup_epochs=warmup_epochs, scaling=scaling, base_lr=base_lr,
                                      base_batch=base_batch, decay=decay, milestones=milestones, step_every=step_every)
@@ -164,7 +163,7 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
                "warmup_epochs": warmup_epochs, "decay": decay, "step_every": step_every,
                "milestones": list(milestones), "gamma": 0.1},
         "bench": {"batches": bench_batches, "warmup_batches": warmup_batches},
-        "resolved": {"world_size": gpus, "global_batch": gb, "lr": target, "framework": framework,
+        "resolved": {"world_size": gpus, "global_batch": per_gpu_batch * gpus, "lr": target, "framework": framework,
                      "backend": backend, "schedule": sched},
     }
     clock = _Clock(start)
@@ -176,46 +175,78 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
                         git_commit=None)
     done = epochs if epochs_done is None else epochs_done
     out.status("running", 0, "started")
-    n_iter = bench_batches if bench_batches else iters_per_epoch
-    for e in range(done if not bench_batches else 1):
+    train = _Training(out, clock, rng, per_gpu_batch * gpus, epochs, done, status, print_freq, batch_s, first_batch_s)
+    if bench_batches:
+        avg199 = train.iterations(0, bench_batches, sched[0] if sched else target)
+        if bench_record:
+            train.bench(per_gpu_batch, gpus, bench_batches, warmup_batches, sched[0], avg199)
+    else:
+        for e in range(done):
+            ep_start = clock.now
+            train.iterations(e, iters_per_epoch, sched[e] if e < len(sched) else target)
+            train.epoch(e, sched[e], final_acc, images_per_epoch, ep_start)
+    _close(out, d, status, done, clock, truncate_tail)
+    return d
+
+
+class _Training:
+    """The records of made-up training, written through the trainer's writer on the simulated clock."""
+
+    def __init__(self, out: runfolder.RunFolder, clock: _Clock, rng: random.Random, global_batch: int, epochs: int,
+                 done: int, status: str, print_freq: int, batch_s: float, first_batch_s: float):
+        self.out, self.clock, self.rng, self.gb, self.epochs, self.done = out, clock, rng, global_batch, epochs, done
+        self.status, self.print_freq, self.batch_s, self.first_batch_s = status, print_freq, batch_s, first_batch_s
+
+    def iterations(self, e: int, n_iter: int, rate: float) -> float | None:
+        """One epoch's iterations (an iter record and a train.log line every print_freq-th); returns the running
+        mean batch time at the thesis's batch 199 (None when there are fewer batches)."""
         bt = _Meter()
         avg199 = None
-        ep_start = clock.now
         for i in range(n_iter):
-            b = first_batch_s if i == 0 else batch_s * (1 + rng.uniform(-0.05, 0.05))
-            clock.now += b
+            b = self.first_batch_s if i == 0 else self.batch_s * (1 + self.rng.uniform(-0.05, 0.05))
+            self.clock.now += b
             avg = bt.update(b)
             if i == nb.THESIS_BATCH_INDEX:
                 avg199 = avg
-            if i % print_freq == 0:
-                loss = 2.5 * math.exp(-(e * n_iter + i) / (n_iter * max(1, epochs) / 2))
-                if status == "diverged" and e == done - 1 and i > n_iter // 2:
+            if i % self.print_freq == 0:
+                loss = 2.5 * math.exp(-(e * n_iter + i) / (n_iter * max(1, self.epochs) / 2))
+                if self.status == "diverged" and e == self.done - 1 and i > n_iter // 2:
                     loss = float("nan")
-                out.record("iter", epoch=e, iter=i, iters=n_iter, batch_time=b, batch_time_avg=avg, data_time=b * 0.3,
-                           data_time_avg=avg * 0.3, loss=loss, loss_avg=loss, top1=50.0, top1_avg=50.0, top5=80.0,
-                           top5_avg=80.0, lr=sched[e] if e < len(sched) else target, images=gb)
-                out.log(pytorch_train_line("early-2019", e, i, n_iter, b, avg, b * 0.3, avg * 0.3, loss, loss,
-                                           50.0, 50.0, 80.0, 80.0))
-        if bench_batches:
-            if bench_record:
-                steps = n_iter - warmup_batches
-                out.record("bench", per_worker_batch=per_gpu_batch, world_size=gpus, batches=n_iter,
-                           warmup_batches=warmup_batches, lr=sched[0], images_per_s_steady=gb / batch_s,
-                           images_per_s_thesis=gb / avg199 if avg199 else None, batch_time_avg_at_199=avg199,
-                           data_share=0.3, data_s=0.3 * batch_s * steps, compute_s=0.7 * batch_s * steps, comm_s=0.0)
-            break
-        frac = (e + 1) / epochs
-        train_top1 = final_acc * (0.5 + 0.5 * frac) + rng.uniform(-1, 1)
-        val_top1 = final_acc * (0.45 + 0.55 * frac) + rng.uniform(-1, 1)
-        diverged_now = status == "diverged" and e == done - 1
-        train_s = clock.now - ep_start
-        clock.now += 2.0
-        out.record("epoch", epoch=e, lr=sched[e], train_loss=float("nan") if diverged_now else 2.5 * (1 - frac) + 0.5,
-                   train_top1=train_top1, train_top5=min(100.0, train_top1 + 20), val_loss=2.4 * (1 - frac) + 0.6,
-                   val_top1=val_top1, val_top5=min(100.0, val_top1 + 18), epoch_time=clock.now - ep_start,
-                   images=images_per_epoch, skipped_images=0, skipped_val_images=0, skipped_steps=0, data_share=0.3,
-                   data_s=0.3 * train_s, compute_s=0.7 * train_s, comm_s=0.0)
-        out.log(pytorch_summary_line("early-2019", val_top1, min(100.0, val_top1 + 18)))
+                self.out.record("iter", epoch=e, iter=i, iters=n_iter, batch_time=b, batch_time_avg=avg,
+                                data_time=b * 0.3, data_time_avg=avg * 0.3, loss=loss, loss_avg=loss, top1=50.0,
+                                top1_avg=50.0, top5=80.0, top5_avg=80.0, lr=rate, images=self.gb)
+                self.out.log(pytorch_train_line("early-2019", e, i, n_iter, b, avg, b * 0.3, avg * 0.3, loss, loss,
+                                                50.0, 50.0, 80.0, 80.0))
+        return avg199
+
+    def bench(self, per_gpu_batch: int, gpus: int, n_iter: int, warmup_batches: int, rate: float,
+              avg199: float | None) -> None:
+        steps = n_iter - warmup_batches
+        self.out.record("bench", per_worker_batch=per_gpu_batch, world_size=gpus, batches=n_iter,
+                        warmup_batches=warmup_batches, lr=rate, images_per_s_steady=self.gb / self.batch_s,
+                        images_per_s_thesis=self.gb / avg199 if avg199 else None, batch_time_avg_at_199=avg199,
+                        data_share=0.3, data_s=0.3 * self.batch_s * steps, compute_s=0.7 * self.batch_s * steps,
+                        comm_s=0.0)
+
+    def epoch(self, e: int, rate: float, final_acc: float, images_per_epoch: int, ep_start: float) -> None:
+        """The epoch's record (validation takes 2 s) and its summary line."""
+        frac = (e + 1) / self.epochs
+        train_top1 = final_acc * (0.5 + 0.5 * frac) + self.rng.uniform(-1, 1)
+        val_top1 = final_acc * (0.45 + 0.55 * frac) + self.rng.uniform(-1, 1)
+        diverged_now = self.status == "diverged" and e == self.done - 1
+        train_s = self.clock.now - ep_start
+        self.clock.now += 2.0
+        self.out.record("epoch", epoch=e, lr=rate,
+                        train_loss=float("nan") if diverged_now else 2.5 * (1 - frac) + 0.5,
+                        train_top1=train_top1, train_top5=min(100.0, train_top1 + 20), val_loss=2.4 * (1 - frac) + 0.6,
+                        val_top1=val_top1, val_top5=min(100.0, val_top1 + 18), epoch_time=self.clock.now - ep_start,
+                        images=images_per_epoch, skipped_images=0, skipped_val_images=0, skipped_steps=0,
+                        data_share=0.3, data_s=0.3 * train_s, compute_s=0.7 * train_s, comm_s=0.0)
+        self.out.log(pytorch_summary_line("early-2019", val_top1, min(100.0, val_top1 + 18)))
+
+
+def _close(out: runfolder.RunFolder, d: Path, status: str, done: int, clock: _Clock, truncate_tail: bool) -> None:
+    """The final status and manifest; truncate_tail: then a record cut in half, as a kill leaves it."""
     if status != "running":
         exit_code = {"completed": 0, "diverged": 3, "failed": 1, "preempted": 4}[status]
         out.status(status, done, status, exit_code)
@@ -223,11 +254,10 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
     else:
         out.update_manifest(epochs_done=done)
     out.close()
-    if truncate_tail:  # a record cut in half by a kill
+    if truncate_tail:
         last = (d / runfolder.METRICS).read_bytes().splitlines()[-1]
         with open(d / runfolder.METRICS, "ab") as f:
             f.write(last[: len(last) // 2])
-    return d
 
 
 def write_study(root: str | Path, n_runs: int = 50, epochs: int = 18, iters_per_epoch: int = 200,

@@ -4,13 +4,13 @@ The fingerprint is a short hash of the resolved config (every section of config.
 not change what is trained or measured: the seed (runs of one condition differ in it), names (experiment, run),
 where data and outputs live (data.path: each machine has its own copy), how often lines are printed or checkpoints
 written, and launcher details (init_method). The study runner counts a run folder as done only when its fingerprint
-is the plan's; the analysis averages only runs that share one.
+is the plan's; the analysis averages only runs that share one. Nothing here reads a file: a run folder's
+fingerprint is contract/reader.py's folder_fingerprint.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 from contract.config import SECTIONS, Config, ConfigError, from_dict
@@ -52,11 +52,3 @@ def document_fingerprint(document: dict[str, Any]) -> str:
     except (ConfigError, TypeError, ValueError):
         return fingerprint_of(document, str(document.get("scale")))
 
-
-def folder_fingerprint(run_dir: Path) -> str | None:
-    """The fingerprint of a run folder's config.json; None when it has no readable one."""
-    try:
-        document = json.loads((Path(run_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return document_fingerprint(document) if isinstance(document, dict) else None

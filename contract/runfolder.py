@@ -1,4 +1,4 @@
-"""The run folder: its record schema, its one writer and its one reader. No torch here, so the analysis imports it.
+"""The run folder: its record schema and its one writer. No torch here, so the analysis imports it.
 
 A run is a folder `<out>/<experiment>/<run>/` holding
   config.json    the resolved config;
@@ -6,37 +6,31 @@ A run is a folder `<out>/<experiment>/<run>/` holding
   metrics.jsonl  one JSON object a line, the source of truth: each line one of the record kinds declared below;
   train.log      human lines in pytorch/examples' format (trainers/runlog.py formats them);
   checkpoint.pt  the trainer's checkpoint, which also stores how many bytes of metrics.jsonl and train.log it covers;
-  .lock          the pid of rank 0 while the run trains (rank 0 holds an flock on the folder itself, which deleting
-                 no file can defeat); `.rank<r>.lock` is each other rank's, flocked.
+  .lock          the pid of rank 0 while the run trains; `.rank<r>.lock` each other rank's (contract/locks.py).
 
 Writing: `RunFolder.record(kind, **fields)` checks the fields against the declared record type (an unknown kind or
 field, a missing field or a wrong type is an error at write time), so the files cannot drift from the schema.
-Reading: `read_metrics(path)` parses every line as JSON; a line that is not a JSON object of a declared kind is
-counted as bad, never guessed at.
+Reading is contract/reader.py's, the one reader: a line that is not a JSON object of a declared kind
+(`parse_record`, below) is counted as bad, never guessed at.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import fcntl
 import json
 import os
-import platform
-import subprocess
 import sys
 import threading
 import time
 import types
 import typing
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from contract.config import ConfigError
 
 METRICS, LOG, MANIFEST, CONFIG = "metrics.jsonl", "train.log", "manifest.json", "config.json"
-LOCK = ".lock"
 
 
 # ================================================================================================================
@@ -202,20 +196,8 @@ def make_gpu_sample(sample: dict) -> dict:
 
 
 # ================================================================================================================
-# Reading
+# The line format (contract/reader.py reads the files with it; the writer cuts back with it)
 # ================================================================================================================
-@dataclass
-class Metrics:
-    """What a metrics.jsonl holds: its good records in order, the bad lines counted, and a problem if any."""
-
-    records: list[dict]
-    bad_lines: int = 0
-    problem: str | None = None  # "missing", "empty", "unreadable (...)"
-
-    def of(self, kind: str) -> list[dict]:
-        return [r for r in self.records if r["kind"] == kind]
-
-
 def parse_record(line: bytes | str) -> dict | None:
     """One line as a record, or None when it is not a JSON object of a declared kind (a bad line)."""
     try:
@@ -240,74 +222,9 @@ def parse_lines(lines) -> tuple[list[dict], int]:
     return records, bad
 
 
-def read_metrics(path: str | Path) -> Metrics:
-    """Every record of a metrics.jsonl (a run folder or the file itself)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / METRICS
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return Metrics([], 0, "missing")
-    except OSError as e:
-        return Metrics([], 0, f"unreadable ({type(e).__name__}: {e.strerror or e})")
-    records, bad = parse_lines(data.split(b"\n"))
-    problem = None
-    if not data.strip():
-        problem = "empty"
-    elif not records:
-        problem = "no readable record"
-    return Metrics(records, bad, problem)
-
-
-def last_record(path: str | Path, kind: str, tail_bytes: int = 65536) -> dict | None:
-    """The newest record of one kind, reading only the end of the file (for progress lines)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / METRICS
-    try:
-        with open(path, "rb") as f:
-            start = max(0, f.seek(0, 2) - tail_bytes)
-            f.seek(start)
-            lines = f.read().split(b"\n")
-    except OSError:
-        return None
-    if start:
-        lines = lines[1:]  # the first line may be cut
-    for line in reversed(lines):
-        rec = parse_record(line) if line.strip() else None
-        if rec is not None and rec["kind"] == kind:
-            return rec
-    return None
-
-
-def read_manifest(run_dir: str | Path) -> dict | None:
-    try:
-        data = json.loads((Path(run_dir) / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 # ================================================================================================================
-# Run names and locks
+# Run names
 # ================================================================================================================
-class RunInUse(ConfigError):
-    """Another process trains this run folder."""
-
-
-IN_USE = "is in use by another process (pid {pid})"  # the words of RunInUse, which in_use_by reads back
-
-
-def in_use_by(console_text: str) -> str | None:
-    """The pid a trainer named when it was refused because another process held its run, from its console output."""
-    head, tail = IN_USE.split("{pid}")
-    for line in reversed(console_text.splitlines()):
-        if line.startswith("error: ") and head in line:
-            return line.split(head, 1)[1].split(tail, 1)[0]
-    return None
-
-
 MAX_RUN_NAME = 200  # bytes; file systems allow 255 a name, and the name also goes into Slurm job names and tables
 
 
@@ -318,110 +235,6 @@ def check_run_name(name: str) -> str:
     if len(name.encode()) > MAX_RUN_NAME:
         raise ConfigError(f"run name {name[:40]}... is {len(name.encode())} bytes long; use at most {MAX_RUN_NAME}")
     return name
-
-
-def _lock_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / (LOCK if rank == 0 else f".rank{rank}.lock")
-
-
-def _lock_target(run_dir: Path, rank: int) -> Path:
-    """What a rank's flock is held on. Rank 0's is the run folder itself, which exists as long as the run does: a
-    lock on a file could be defeated by deleting the file (a second writer then locks a new one beside the first)."""
-    return run_dir if rank == 0 else _lock_path(run_dir, rank)
-
-
-def _open_lock_target(run_dir: Path, rank: int) -> int:
-    target = _lock_target(run_dir, rank)
-    return os.open(target, os.O_RDONLY) if rank == 0 else os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
-
-
-def lock_holder(run_dir: Path, rank: int = 0) -> str:
-    """The pid holding a rank's lock: from the kernel's table of locks where there is one (Linux), else from the
-    note the holder wrote into its lock file ("?" when neither says)."""
-    return _flock_owner(_lock_target(Path(run_dir), rank)) or _pid_note(_lock_path(Path(run_dir), rank)) or "?"
-
-
-def _flock_owner(path: Path) -> str | None:
-    """/proc/locks: `1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF` (pid, then device major:minor:inode in hex)."""
-    try:
-        st = os.stat(path)
-        lines = Path("/proc/locks").read_text().splitlines()
-    except OSError:
-        return None
-    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in lines:
-        fields = line.split()
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == device:
-            return fields[4]
-    return None
-
-
-def _pid_note(path: Path) -> str | None:
-    try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
-
-
-class RankLock:
-    """An exclusive flock held while this rank trains the run: rank 0's, on the run folder, is the run's lock.
-
-    The kernel drops it when the process dies, however it dies, so peers can tell a dead rank from a live one.
-    The holder's pid is written into the lock file (`.lock` for rank 0), for the message a second process gets.
-    """
-
-    def __init__(self, run_dir: Path, rank: int):
-        self.path = _lock_path(run_dir, rank)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fd = _open_lock_target(run_dir, rank)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise RunInUse(f"run folder {run_dir} {IN_USE.format(pid=lock_holder(run_dir, rank))}; "
-                           "wait for it to end or pick another --run") from None
-        self.fd: int | None = fd
-        self.path.write_text(f"{os.getpid()}\n")
-
-    def discard(self, made: list[Path]) -> None:
-        """Remove the lock file (the lock is still held, so no one else can take it meanwhile) and the folders this
-        run made (innermost first) that are empty then: a run refused before it started leaves no folder behind."""
-        self.path.unlink(missing_ok=True)
-        for folder in made:
-            try:
-                folder.rmdir()
-            except OSError:  # something else is in it (another rank's lock, a log): it stays, restartable
-                return
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the descriptor drops the flock
-            self.fd = None
-
-
-def is_locked(run_dir: Path, rank: int = 0) -> bool:
-    """Whether a live process holds rank `rank`'s lock of a run folder (probing takes and drops it at once)."""
-    try:
-        fd = os.open(_lock_target(Path(run_dir), rank), os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # also drops the lock if this probe took it
-    return False
-
-
-def dead_ranks(run_dir: Path, world_size: int, me: int, wait_s: float = 3.0) -> list[int]:
-    """The ranks whose process is gone (their lock is free), waiting up to wait_s for a dying peer to exit."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        dead = [r for r in range(world_size) if r != me and not is_locked(run_dir, r)]
-        if dead or time.monotonic() > deadline:
-            return dead
-        time.sleep(0.1)
 
 
 # ================================================================================================================
@@ -447,29 +260,6 @@ def write_manifest_anyway(path: Path, data: dict) -> None:
         with open(path, "r+" if path.exists() else "w") as f:
             f.truncate(0)
             f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
-        )
-        return out.stdout.strip() if out.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
-def package_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def versions() -> dict[str, str | None]:
-    """Installed versions, read from package metadata (importing Horovod to ask would initialise it)."""
-    return {"python": platform.python_version(), "torch": package_version("torch"),
-            "torchvision": package_version("torchvision"), "horovod": package_version("horovod")}
 
 
 def nearest_line_end(data: bytes, offset: int) -> int:
@@ -511,10 +301,11 @@ class RunFolder:
                 self._end_last_line()
 
     @classmethod
-    def take_over(cls, path: Path) -> "RunFolder":
-        """A writer for a survivor rank when rank 0 is gone: appends, and starts from the manifest on disk."""
+    def take_over(cls, path: Path, manifest: dict[str, Any]) -> "RunFolder":
+        """A writer for a survivor when rank 0 is gone: appends, and starts from the manifest on disk (read by the
+        caller through the reader)."""
         run = cls(path, writes=True, echo=False, fresh=False)
-        run.manifest = read_manifest(path) or {}
+        run.manifest = manifest
         return run
 
     def _end_last_line(self) -> None:
@@ -620,24 +411,3 @@ class RunFolder:
                         f.close()
                     except OSError:  # what a full disk kept in the buffer is lost; the manifest says why
                         pass
-
-
-# ================================================================================================================
-# Speaking for a run whose writer is gone
-# ================================================================================================================
-def mark_failed(run_dir: Path, message: str, exit_code: int, **manifest) -> None:
-    """Set a run's manifest to failed for a writer that is gone (rank 0 died, or every process was killed), under
-    rank 0's lock: holding it keeps a restarted run out meanwhile. Nothing when a live process holds the run (it
-    speaks for itself) or the manifest no longer says running. A disk that refuses the lock or the manifest (full,
-    read-only) raises its OSError."""
-    try:
-        lock = RankLock(run_dir, 0)
-    except RunInUse:
-        return
-    try:
-        run = RunFolder.take_over(run_dir)
-        if run.manifest.get("status") == "running":
-            run.status("failed", run.manifest.get("epochs_done", 0), message, exit_code, **manifest)
-        run.close()
-    finally:
-        lock.release()

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
-from contract.fingerprint import folder_fingerprint
+from contract.reader import folder_fingerprint
 
 REFERENCE_ROOT = Path(__file__).resolve().parents[1] / "results" / "reference"
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contract import runfolder
+from contract import reader, runfolder
 from contract.config import Config, ConfigError, cpu_isa_env, load_config
-from contract.fingerprint import config_fingerprint, folder_fingerprint
+from contract.fingerprint import config_fingerprint
+from contract.reader import folder_fingerprint
 from studies import node
 from contract.plan import Run, Study
 from trainers.backends import Launch, choose_backend, free_port, torchrun_command
@@ -131,13 +132,13 @@ def local_commands(plan: Plan) -> list[list[str]]:
 
 
 def run_status(run_dir: Path) -> str:
-    manifest = runfolder.read_manifest(run_dir)
+    manifest = reader.read_manifest(run_dir)
     return manifest.get("status", "missing") if manifest else "missing"
 
 
 def last_epoch(run_dir: Path) -> dict | None:
     """The newest epoch record of a run (for the progress line)."""
-    return runfolder.last_record(run_dir / runfolder.METRICS, "epoch")
+    return reader.last_record(run_dir / runfolder.METRICS, "epoch")
 
 
 # ----------------------------------------------------------------------------------------------------------------

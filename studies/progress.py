@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from contract import runfolder
+from contract import reader
 from contract.plan import Study
 from studies.clock import Clock, duration
 from studies.launch import FINISHED, FULL_OUT, Active, Plan, last_epoch
@@ -38,10 +38,10 @@ class Progress:
 
 
 def summary(run_dir: Path) -> str:
-    manifest = runfolder.read_manifest(run_dir)
+    manifest = reader.read_manifest(run_dir)
     if manifest is None:
         return f"no manifest (see {run_dir / 'console.log'})"
-    bench = runfolder.read_metrics(run_dir).of("bench")
+    bench = reader.read_metrics(run_dir).of("bench")
     if bench:
         return f"{manifest['status']}: {bench[-1]['images_per_s_steady']:.1f} images/s (steady state)"
     best = manifest.get("best_val_top1")

@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from contract import runfolder
+from contract import locks, reader
 from studies.clock import Clock, duration
 from studies.launch import FINISHED, Active, last_epoch, start_local
 from studies.progress import Progress, run_time, study_time, summary
@@ -16,11 +16,11 @@ from studies.progress import Progress, run_time, study_time, summary
 def mark_failed_if_silent(run_dir: Path, code: int) -> str | None:
     """A run whose every process was killed (kill -9, the OOM killer) could not say so: its manifest still says
     running. Say it for them, once nothing holds the run."""
-    manifest = runfolder.read_manifest(run_dir)
+    manifest = reader.read_manifest(run_dir)
     if not manifest or manifest.get("status") != "running":
         return None
     try:
-        runfolder.mark_failed(run_dir, f"the run's processes ended (exit {code}) before they could write a status",
+        locks.mark_failed(run_dir, f"the run's processes ended (exit {code}) before they could write a status",
                               code)
     except OSError as e:  # a full or read-only disk: say so on the study's console, go on with the others
         return f"could not mark it failed: {e.strerror}"
@@ -41,8 +41,8 @@ def start_waiting(waiting: list, active: list[Active], jobs: int, progress: Prog
         if plan.backend == "horovod" and not have_horovod:
             progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
             continue
-        if runfolder.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it
-            progress.show(index, label, f"skipped: in use by pid {runfolder.lock_holder(plan.run_dir)}", final=True)
+        if locks.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it
+            progress.show(index, label, f"skipped: in use by pid {locks.lock_holder(plan.run_dir)}", final=True)
             failures += 1
             continue
         c = plan.cfg
@@ -85,7 +85,7 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
                 continue
             active.remove(run)
             failures += code not in (0, 3)  # a diverged run is a result, not a failure
-            holder = runfolder.in_use_by(run.console_text()) if code == 2 else None
+            holder = locks.in_use_by(run.console_text()) if code == 2 else None
             if holder:  # another study started it first: its manifest is the other's, not this attempt's
                 progress.show(run.index, label, f"skipped: in use by pid {holder}", final=True)
                 continue

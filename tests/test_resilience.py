@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from contract import runfolder
-from contract.runfolder import read_metrics
+from contract import reader
+from contract.reader import read_metrics
 from tests.helpers import (REPO, final_state, max_difference, records, train, train_in_process, trainer_env,
                            write_config)
 
@@ -304,5 +304,5 @@ def test_a_study_on_a_full_disk_reports_each_run_and_leaves_no_running_manifest(
     assert "warning: 0.4 MB free in" in result.stderr
     assert result.stdout.count("[1/2]") >= 1 and result.stdout.count("[2/2]") >= 1  # the second run still started
     for run_dir in (out / "99_tiny").iterdir():
-        manifest = runfolder.read_manifest(run_dir)
+        manifest = reader.read_manifest(run_dir)
         assert manifest is None or manifest["status"] != "running", (run_dir, manifest)

@@ -13,10 +13,12 @@ import torch
 from analysis.__main__ import main as analysis_main
 from analysis.runs import load_run, load_study
 from tests.helpers import REPO, records, train, train_in_process, trainer_env, write_config
-from contract import runfolder
+from contract import locks, reader
 from contract.config import load_config
+from contract.locks import RankLock
 from contract.lr import schedule
-from contract.runfolder import RankLock, RecordError, RunFolder, make_record, read_metrics
+from contract.reader import read_metrics
+from contract.runfolder import RecordError, RunFolder, make_record
 from trainers.backends import free_port
 
 EPOCH = dict(epoch=0, lr=0.1, train_loss=1.0, train_top1=50.0, train_top5=90.0, val_loss=1.0, val_top1=40.0,
@@ -265,10 +267,10 @@ def test_the_study_marks_a_run_killed_without_a_word_as_failed(tmp_path):
     run.close()
     lock = RankLock(tmp_path, 0)
     mark_failed_if_silent(tmp_path, 9)  # still held: a live process speaks for itself
-    assert runfolder.read_manifest(tmp_path)["status"] == "running"
+    assert reader.read_manifest(tmp_path)["status"] == "running"
     lock.release()
     mark_failed_if_silent(tmp_path, 9)
-    manifest = runfolder.read_manifest(tmp_path)
+    manifest = reader.read_manifest(tmp_path)
     assert manifest["status"] == "failed" and manifest["exit_code"] == 9 and manifest["epochs_done"] == 1
     m = read_metrics(tmp_path)
     assert [r["kind"] for r in m.records] == ["iter", "status"] and m.bad_lines == 1
@@ -337,9 +339,9 @@ def test_deleting_the_lock_file_does_not_let_a_second_writer_in(tmp_path, capsys
 
 
 def test_the_study_reads_the_pid_a_refused_trainer_named():
-    message = str(runfolder.RunInUse(f"run folder x {runfolder.IN_USE.format(pid=4321)}; wait"))
-    assert runfolder.in_use_by(f"some output\nerror: {message}\n") == "4321"
-    assert runfolder.in_use_by("error: train.epochs = -1 must be > 0\n") is None
+    message = str(locks.RunInUse(f"run folder x {locks.IN_USE.format(pid=4321)}; wait"))
+    assert locks.in_use_by(f"some output\nerror: {message}\n") == "4321"
+    assert locks.in_use_by("error: train.epochs = -1 must be > 0\n") is None
 
 
 @pytest.mark.slow

@@ -129,7 +129,7 @@ def fake_run(run_dir: Path, cfg, status="completed"):
 
 
 def test_committed_reference_runs_are_never_this_machines_results(tmp_path):
-    from contract.fingerprint import folder_fingerprint
+    from contract.reader import folder_fingerprint
     from studies.launch import FULL_OUT
 
     study = load_study(REPO / "experiments/03_throughput_distributed_data_parallel", "local", quick=False, seeds=None,
@@ -182,7 +182,7 @@ def test_a_benchmarks_fingerprint_ignores_epochs_and_the_learning_rate_schedule_
 
 
 def test_named_extra_runs_and_the_studies_beyond_the_thesis_match_their_committed_runs():
-    from contract.fingerprint import folder_fingerprint
+    from contract.reader import folder_fingerprint
 
     # experiment 11's committed sweep has a second seed at base 0.1 (`make exp11 SEEDS=2 ONLY=base0.1-s1`)
     for experiment, seeds in (("10_more_steps_pilot", None), ("11_base_rate_sweep", 2)):
@@ -199,7 +199,7 @@ def test_named_extra_runs_and_the_studies_beyond_the_thesis_match_their_committe
 def test_the_default_references_quality_runs_are_the_local_scales_own_plans():
     """The findings' evidence is made by today's default config: every committed run of experiments 4-9 in the
     default reference is, by config fingerprint, a run its study plans at the local scale (seeds as committed)."""
-    from contract.fingerprint import folder_fingerprint
+    from contract.reader import folder_fingerprint
 
     reference = REPO / "results/reference/vm-2cpu"
     checked = 0
@@ -371,7 +371,7 @@ def test_train_refuses_an_empty_out_and_an_overlong_run_name(tmp_path, capsys):
 
 # ---- issue 26, items 5 and 6: a run another process holds is `skipped: in use by pid N` on the study's console -----
 def test_a_study_skips_a_run_another_process_holds_and_names_its_pid(tmp_path, capsys):
-    from contract.runfolder import RankLock
+    from contract.locks import RankLock
     from studies.run import run_local
 
     study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
@@ -388,15 +388,15 @@ def test_a_study_skips_a_run_another_process_holds_and_names_its_pid(tmp_path, c
 def test_a_study_that_loses_the_race_for_a_run_says_so_on_its_own_console(tmp_path, capsys, monkeypatch):
     """Two studies started together both find the run free; the second's trainer is refused (exit 2), and the
     study prints why rather than the first study's manifest."""
-    from contract import runfolder
-    from contract.runfolder import RankLock
+    from contract import locks
+    from contract.locks import RankLock
     from studies.run import run_local
 
     study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
                        seeds=None, overrides=[])
     run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
     lock = RankLock(run_dir, 0)  # the first study's trainer, taken after this study looked
-    monkeypatch.setattr(runfolder, "is_locked", lambda *a: False)
+    monkeypatch.setattr(locks, "is_locked", lambda *a: False)
     try:
         assert run_local(study, "local", tmp_path / "runs", dry_run=False, jobs=1) == 1
     finally:
@@ -427,7 +427,8 @@ def test_sigkill_of_a_study_takes_its_trainer_with_it(tmp_path):
     import time
 
     from tests.helpers import trainer_env
-    from contract.runfolder import is_locked, lock_holder, read_metrics
+    from contract.locks import is_locked, lock_holder
+    from contract.reader import read_metrics
 
     folder = tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }',
                              overrides={"data": {"synthetic_images": 4000}, "train": {"epochs": 50}})  # never ends first

@@ -33,7 +33,7 @@ from trainers import compute
 from contract.config import BenchConfig, Config, DataConfig, ModelConfig, TrainConfig
 from trainers.data import synthetic_batch
 from trainers.models import build_model
-from contract.runfolder import read_metrics
+from contract.reader import read_metrics
 
 
 def hand_written_loop(model_name: str, batch: int, image_size: int, steps: int, warmup: int) -> float:

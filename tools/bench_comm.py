@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from trainers.backends import free_port, torchrun_command
-from contract.runfolder import read_metrics
+from contract.reader import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -66,7 +66,7 @@ def command(args: list[str], log: Path, timeout: int) -> tuple[int, str]:
 
 
 def bench_record(run_dir: Path) -> dict | None:
-    from contract.runfolder import read_metrics
+    from contract.reader import read_metrics
 
     records = read_metrics(run_dir).of("bench")
     return records[-1] if records else None

@@ -24,8 +24,10 @@ from contract.config import Config, ConfigError, check_paths, check_writable
 from contract.lr import lr_at
 from trainers.models import build_model
 from trainers.optimizers import build_optimizer
-from contract.runfolder import (MANIFEST, RankLock, RunFolder, dead_ranks, git_commit, mark_failed, now_iso,
-                                read_manifest, versions)
+from contract.locks import RankLock, dead_ranks, mark_failed
+from contract.reader import read_manifest
+from contract.runfolder import MANIFEST, RunFolder, now_iso
+from contract.versions import git_commit, versions
 from trainers.runlog import AverageMeter, summary_line, test_line, train_line
 
 THESIS_BATCH_INDEX = 199  # the thesis read the running mean batch time at training batch 199

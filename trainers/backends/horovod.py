@@ -35,7 +35,7 @@ from trainers.backends.launch import Launch
 from trainers.backends.base import Backend, CommClock, device_names
 from trainers.backends.rank_workers import RankWorkers
 from contract.config import Config, ConfigError
-from contract.runfolder import package_version
+from contract.versions import package_version
 
 try:
     import horovod.torch as hvd  # Horovod: the PyTorch API

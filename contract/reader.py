@@ -1,0 +1,205 @@
+"""The run folder's one reader (contract/runfolder.py holds its schema and its one writer).
+
+`read_runs(root)` turns a tree of run folders into one DataFrame; the analysis reads run folders through nothing
+else. The small readers it is built from serve those who need one file of one folder (the study runner, a resuming
+trainer, the tools): `read_config`, `read_manifest`, `read_metrics` (and `last_record`, the newest record of a kind,
+for progress lines) and `folder_fingerprint`. Nothing here renames a field or derives a number: the analysis does
+that, on the DataFrame (analysis/runs.py). Nothing here raises on bad content either: a missing or unreadable file,
+or a line that is not a record, is a problem the DataFrame lists.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from contract.fingerprint import document_fingerprint
+from contract.runfolder import CONFIG, MANIFEST, METRICS, RECORDS, parse_lines, parse_record
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: the columns every row has: where it comes from, and which row it is
+IDENTITY = ["experiment", "run", "path", "kind"]
+#: the columns of a folder's row (kind "run"); None in the rows of its records
+FOLDER = ["config", "manifest", "fingerprint", "bad_lines", "problems"]
+#: the columns of the records' rows: `time`, then every field the schema declares (contract/runfolder.py)
+RECORD = list(dict.fromkeys(["time"] + [f.name for cls in RECORDS.values() for f in fields(cls)]))
+
+
+# ================================================================================================================
+# One folder, one file
+# ================================================================================================================
+def read_document(path: str | Path) -> tuple[dict | None, str | None]:
+    """A JSON object file (config.json, manifest.json) and the problem with it: (the object, None) or (None,
+    "missing" / "not an object" / "unreadable (ErrorType)")."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None, "missing"
+    except (OSError, ValueError) as exc:
+        return None, f"unreadable ({type(exc).__name__})"
+    return (data, None) if isinstance(data, dict) else (None, "not an object")
+
+
+def read_config(run_dir: str | Path) -> dict | None:
+    """A run folder's config.json (the resolved config), or None when it has no readable one."""
+    return read_document(Path(run_dir) / CONFIG)[0]
+
+
+def read_manifest(run_dir: str | Path) -> dict | None:
+    """A run folder's manifest.json (versions, hosts, start/end, status), or None when it has no readable one."""
+    return read_document(Path(run_dir) / MANIFEST)[0]
+
+
+def folder_fingerprint(run_dir: str | Path) -> str | None:
+    """The fingerprint of a run folder's config.json (contract/fingerprint.py); None when it has no readable one."""
+    config = read_config(run_dir)
+    return None if config is None else document_fingerprint(config)
+
+
+@dataclass
+class Metrics:
+    """What a metrics.jsonl holds: its good records in order, the bad lines counted, and a problem if any."""
+
+    records: list[dict]
+    bad_lines: int = 0
+    problem: str | None = None  # "missing", "empty", "no readable record", "unreadable (...)"
+
+    def of(self, kind: str) -> list[dict]:
+        return [r for r in self.records if r["kind"] == kind]
+
+
+def read_metrics(path: str | Path) -> Metrics:
+    """Every record of a metrics.jsonl (a run folder or the file itself)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return Metrics([], 0, "missing")
+    except OSError as e:
+        return Metrics([], 0, f"unreadable ({type(e).__name__}: {e.strerror or e})")
+    records, bad = parse_lines(data.split(b"\n"))
+    problem = None
+    if not data.strip():
+        problem = "empty"
+    elif not records:
+        problem = "no readable record"
+    return Metrics(records, bad, problem)
+
+
+def last_record(path: str | Path, kind: str, tail_bytes: int = 65536) -> dict | None:
+    """The newest record of one kind, reading only the end of the file (for progress lines)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS
+    try:
+        with open(path, "rb") as f:
+            start = max(0, f.seek(0, 2) - tail_bytes)
+            f.seek(start)
+            lines = f.read().split(b"\n")
+    except OSError:
+        return None
+    if start:
+        lines = lines[1:]  # the first line may be cut
+    for line in reversed(lines):
+        rec = parse_record(line) if line.strip() else None
+        if rec is not None and rec["kind"] == kind:
+            return rec
+    return None
+
+
+# ================================================================================================================
+# A tree of folders, one DataFrame
+# ================================================================================================================
+def find_runs(root: str | Path) -> list[Path]:
+    """The run folders under root, sorted: any folder holding config.json, manifest.json or metrics.jsonl."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = set()
+    for name in (CONFIG, MANIFEST, METRICS):
+        found.update(p.parent for p in root.glob(f"**/{name}"))
+    return sorted(found)
+
+
+def holds_runs(root: str | Path) -> bool:
+    """Whether root holds a run laid out as <root>/<experiment>/<run>/config.json."""
+    root = Path(root)
+    return root.is_dir() and any(root.glob(f"*/*/{CONFIG}"))
+
+
+def read_runs(root: str | Path) -> pd.DataFrame:
+    """Every run folder under root as one DataFrame: a row per folder, then a row per record of its metrics.jsonl.
+
+    The tree it reads (contract/runfolder.py writes it; any folder below root holding one of the three files read
+    is a run folder, so <root> may be one experiment's folder too):
+
+        <root>/                          results/runs, results/reference/vm-2cpu, ...
+        └── <experiment>/                05_linear_scaling
+            └── <run>/                   w32-s0
+                ├── config.json          the resolved config           -> column `config` (a dict)
+                ├── manifest.json        versions, hosts, start, end,  -> column `manifest` (a dict)
+                │                        status, epochs_done
+                ├── metrics.jsonl        one record a line             -> a row per record, a column per field
+                ├── train.log            human lines                   (not read: the records hold its numbers)
+                ├── checkpoint.pt        the trainer's state           (not read)
+                └── .lock                while a process trains it     (not read: contract/locks.py)
+
+    Columns (IDENTITY, FOLDER, RECORD above, then any other key a record holds, named as written):
+      experiment, run, path  the folder's parent's name, its name, and its path (str) -- every row;
+      kind                   "run" for the folder's row, else the record's kind (iter, epoch, bench, status, util);
+      config, manifest       the folder's JSON documents, None where missing or unreadable;
+      fingerprint            the config's fingerprint (contract/fingerprint.py), None without a readable config;
+      bad_lines              metrics.jsonl's lines that are not a record of a declared kind (skipped);
+      problems               a tuple of what was wrong with the folder ("manifest.json: missing", ...);
+      time, epoch, lr, ...   a record's fields, each as written: a field a record does not hold is None (a NaN the
+                             trainer wrote stays NaN), so every column is of object dtype.
+    The folder rows come in path order, each followed by its records in the order they were written. Every problem
+    is also in df.attrs["problems"], as "<path>: <problem>".
+    """
+    return _table([row for run_dir in find_runs(root) for row in _folder_rows(run_dir)])
+
+
+def read_run(run_dir: str | Path) -> pd.DataFrame:
+    """One run folder as read_runs reads each: its row, then a row per record."""
+    return _table(_folder_rows(Path(run_dir)))
+
+
+def _folder_rows(run_dir: Path) -> list[dict]:
+    """A folder's row, then its records' rows."""
+    config, config_problem = read_document(run_dir / CONFIG)
+    manifest, manifest_problem = read_document(run_dir / MANIFEST)
+    metrics = read_metrics(run_dir / METRICS)
+    problems = [f"{name}: {problem}" for name, problem in
+                ((CONFIG, config_problem), (MANIFEST, manifest_problem), (METRICS, metrics.problem)) if problem]
+    if metrics.bad_lines:
+        problems.append(f"{METRICS}: {metrics.bad_lines} bad line(s) skipped")
+    identity = {"experiment": run_dir.parent.name, "run": run_dir.name, "path": str(run_dir)}
+    folder = {**identity, "kind": "run", "config": config, "manifest": manifest,
+              "fingerprint": None if config is None else document_fingerprint(config),
+              "bad_lines": metrics.bad_lines, "problems": tuple(problems)}
+    return [folder] + [{**record, **identity} for record in metrics.records]
+
+
+def _table(rows: list[dict]) -> pd.DataFrame:
+    """The rows as a DataFrame of object columns (values exactly as read, None where a row has no such key), the
+    folders' problems in its attrs."""
+    import pandas as pd  # here, not at the top: the trainers read manifests without loading pandas
+
+    columns = list(dict.fromkeys([*IDENTITY, *FOLDER, *RECORD, *(key for row in rows for key in row)]))
+    df = pd.DataFrame(rows, columns=columns, dtype=object)
+    # pandas fills a key a row lacks with NaN: make it None, so that it is never taken for a NaN the trainer wrote
+    # (rows with the same keys at once: a tree's records have a handful of shapes)
+    shapes: dict[frozenset, list[int]] = {}
+    for i, row in enumerate(rows):
+        shapes.setdefault(frozenset(row), []).append(i)
+    for keys, at in shapes.items():
+        lacking = [j for j, c in enumerate(columns) if c not in keys]
+        if lacking:
+            df.iloc[at, lacking] = None
+    df.attrs["problems"] = [f"{row['path']}: {p}" for row in rows if row["kind"] == "run" for p in row["problems"]]
+    return df
