@@ -9,13 +9,12 @@ starts them; runs with no estimate yet are counted apart, never guessed.
 """
 from __future__ import annotations
 
-import json
 import statistics
 from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
-from contract.reader import folder_fingerprint
+from contract.reader import folder_fingerprint, read_manifest
 
 REFERENCE_ROOT = Path(__file__).resolve().parents[1] / "results" / "reference"
 
@@ -32,10 +31,7 @@ def duration(seconds: float) -> str:
 def run_seconds(run_dir: Path) -> float | None:
     """A completed run's wall-clock from its manifest (start to end); None for a resumed run, whose span includes
     the time it lay stopped."""
-    try:
-        manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return None
+    manifest = read_manifest(run_dir) or {}
     if manifest.get("status") != "completed" or manifest.get("resumed_at") or not manifest.get("end"):
         return None
     try:
