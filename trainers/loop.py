@@ -162,11 +162,7 @@ class Trainer:
         compute.configure_torch(t)
         self.policy = cfg.lr_policy()
         # Data first: generating the miniature dataset may take a minute, and no peer should be waiting on us.
-        self.train_ds, self.val_ds = data.build_datasets(
-            cfg.data.kind, cfg.data.path, cfg.data.image_size, cfg.model.num_classes, t.seed,
-            generated=generated_spec(cfg), synthetic_size=cfg.data.synthetic_images, decoder=cfg.data.decoder,
-            max_pixels=cfg.data.max_image_pixels,
-        )
+        self.train_ds, self.val_ds = data.build_datasets(cfg.data, cfg.model.num_classes, t.seed)
         self.backend = backends.create(cfg, launch, backend_name)
         b = self.backend
         self.ckpt_path = run_dir / "checkpoint.pt"
@@ -533,14 +529,6 @@ def thread_settings() -> dict:
 def forever(loader):
     while True:
         yield from loader
-
-
-def generated_spec(cfg: Config) -> dict | None:
-    if cfg.data.kind != "generated":
-        return None
-    d = cfg.data
-    return {"classes": d.classes, "per_class": d.per_class, "val_per_class": d.val_per_class,
-            "image_size": d.image_size, "seed": d.data_seed}
 
 
 # ----------------------------------------------------------------------------------------------------------------
