@@ -182,7 +182,9 @@ class Trainer:
             self.restore()
         else:
             b.broadcast_initial_state(self.model, self.optimizer)
-        self.fit_workers_per_pass()
+        passes = b.fit_passes(self.optimizer, self.try_pass, self.pinned.get("workers_per_pass"))
+        if passes:
+            self.run.log(passes)
         self.stop = StopSignal()
         self.time_split = {"data_s": 0.0, "compute_s": 0.0, "comm_s": 0.0}
         self.unreadable = {"train": set(), "val": set()}  # this epoch's unreadable files (sample indices)
@@ -200,38 +202,16 @@ class Trainer:
         self.started = time.time()
         self.sampler = telemetry.start_sampler(cfg.telemetry.interval_s, b.rank, b.local_rank, self.run.log)
 
-    def fit_workers_per_pass(self) -> None:
-        """Emulated workers on a GPU with workers_per_pass = 0: the most whole workers one pass holds, measured."""
-        b = self.backend
-        if getattr(b, "workers_per_pass", None) != 0:
-            return
-        if self.pinned.get("workers_per_pass"):  # measured at the run's start: the same passes, the same rounding
-            b.workers_per_pass = self.pinned["workers_per_pass"]
-            return
-        t, size = self.cfg.train, self.cfg.data.image_size
-        total = torch.cuda.get_device_properties(b.device).total_memory
-
-        def try_pass(n: int) -> None:  # zeros: no random numbers drawn; running statistics left alone
-            self.optimizer.zero_grad()
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(b.device)
-            b.interleaved.set_pass(n, first=False)
-            images = self.compute.layout(torch.zeros(n * t.per_worker_batch, 3, size, size, device=b.device))
-            target = torch.zeros(n * t.per_worker_batch, dtype=torch.long, device=b.device)
-            self.model.train()
-            with self.compute.autocast():
-                loss = self.criterion(self.model(images), target)
-            self.compute.backward(loss)
-            torch.cuda.synchronize(b.device)
-
-        try:
-            b.workers_per_pass = compute.largest_fitting_pass(
-                try_pass, b.workers, lambda: torch.cuda.max_memory_allocated(b.device) <= compute.MEMORY_HEADROOM * total)
-        finally:
-            self.optimizer.zero_grad()
-            b.interleaved.set_pass(b.workers, first=True)
-            torch.cuda.empty_cache()
-        self.run.log(f"=> {b.workers_per_pass} of {b.workers} emulated workers per forward/backward pass")
+    def try_pass(self, workers: int) -> None:
+        """Forward and backward of `workers` workers' batches of zeros: the backend's measure of what one pass holds
+        (fit_passes). Zeros draw no random numbers; the backend keeps the running statistics out of it."""
+        t, size, device = self.cfg.train, self.cfg.data.image_size, self.backend.device
+        images = self.compute.layout(torch.zeros(workers * t.per_worker_batch, 3, size, size, device=device))
+        target = torch.zeros(workers * t.per_worker_batch, dtype=torch.long, device=device)
+        self.model.train()
+        with self.compute.autocast():
+            loss = self.criterion(self.model(images), target)
+        self.compute.backward(loss)
 
     # ---- checkpoints ------------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -273,7 +253,7 @@ class Trainer:
     def arithmetic(self) -> dict:
         """The settings of this attempt that decide the numbers beyond the config (stored with each checkpoint)."""
         return {"threads": torch.get_num_threads(), "device": self.backend.device.type,
-                "workers_per_pass": getattr(self.backend, "workers_per_pass", None) or None,
+                "workers_per_pass": self.backend.workers_per_pass or None,
                 "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                 "onednn_isa": compute.cpu_description()["onednn_isa"],
                 "precision": self.cfg.train.precision, "deterministic": self.cfg.train.deterministic}
