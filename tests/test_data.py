@@ -14,8 +14,10 @@ import torch
 from PIL import Image
 from torch.utils.data.distributed import DistributedSampler
 
+from contract.config import DataConfig
 from trainers.data import (DataError, StepBatchSampler, build_datasets, ensure_generated, generate_dataset,
-                           is_complete, make_loader, shard_indices, synthetic_batch, val_indices, IndexBatches)
+                           generated_spec, is_complete, make_loader, open_datasets, shard_indices, synthetic_batch,
+                           val_indices, IndexBatches)
 from trainers.data.generate import IN_PROGRESS, MARKER, cache_path
 from tests.helpers import PHOTOS
 
@@ -124,17 +126,27 @@ def test_the_cache_states_its_size_before_it_writes_and_only_then(cache, capsys)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# build_datasets: kinds, errors, bad images, real photos
+# open_datasets: kinds, errors, bad images, real photos; build_datasets: a config's data section
 # ---------------------------------------------------------------------------------------------------------
 
 def test_generated_kind_shapes_and_classes(cache):
-    train, val = build_datasets("generated", None, 20, 10, 0, TINY)
+    train, val = open_datasets("generated", None, 20, 10, 0, TINY)
     assert (len(train), len(val)) == (24, 12) and train.classes == val.classes
     x, y, skipped = train[5]
     assert x.shape == (3, 20, 20) and x.dtype == torch.float32 and y == 0 and skipped == ()
     assert val[0][0].shape == (3, 20, 20)
     with pytest.raises(DataError, match="num_classes >= 4"):
-        build_datasets("generated", None, 20, 3, 0, TINY)
+        open_datasets("generated", None, 20, 3, 0, TINY)
+
+
+def test_build_datasets_reads_the_data_section(cache):
+    section = DataConfig(kind="generated", image_size=24, classes=4, per_class=6, val_per_class=3, data_seed=3)
+    assert generated_spec(section) == TINY and generated_spec(DataConfig(kind="synthetic")) is None
+    train, val = build_datasets(section, 10, 7)
+    same, _ = open_datasets("generated", None, 24, 10, 7, TINY)
+    assert (len(train), len(val)) == (24, 12) and torch.equal(train[(0, 5)][0], same[(0, 5)][0])
+    train, val = build_datasets(DataConfig(kind="synthetic", image_size=8, synthetic_images=100), 10, 0)
+    assert len(train) == 100 and train[7][0].shape == (3, 8, 8)
 
 
 @pytest.mark.parametrize("kind,path,generated,message", [
@@ -145,7 +157,7 @@ def test_generated_kind_shapes_and_classes(cache):
 ])
 def test_build_errors_are_data_errors(kind, path, generated, message):
     with pytest.raises(DataError, match=message) as info:
-        build_datasets(kind, path, 32, 10, 0, generated)
+        open_datasets(kind, path, 32, 10, 0, generated)
     assert isinstance(info.value, ValueError) and "\n" not in str(info.value)
 
 
@@ -153,11 +165,11 @@ def test_missing_split_and_flat_val_are_data_errors(tmp_path):
     (tmp_path / "train" / "a").mkdir(parents=True)
     Image.new("RGB", (8, 8)).save(tmp_path / "train" / "a" / "0.jpg")
     with pytest.raises(DataError, match="val is missing"):
-        build_datasets("imagefolder", str(tmp_path), 8, 10, 0, None)
+        open_datasets("imagefolder", str(tmp_path), 8, 10, 0, None)
     (tmp_path / "val").mkdir()
     Image.new("RGB", (8, 8)).save(tmp_path / "val" / "ILSVRC2012_val_00000001.JPEG")
     with pytest.raises(DataError, match="no class sub-folders"):
-        build_datasets("imagefolder", str(tmp_path), 8, 10, 0, None)
+        open_datasets("imagefolder", str(tmp_path), 8, 10, 0, None)
 
 
 def _bad_tree(root: Path) -> Path:
@@ -182,7 +194,7 @@ def _bad_tree(root: Path) -> Path:
 
 
 def test_bad_images_are_converted_or_skipped_and_counted(tmp_path):
-    train, _ = build_datasets("imagefolder", str(_bad_tree(tmp_path)), 16, 2, 0, None)
+    train, _ = open_datasets("imagefolder", str(_bad_tree(tmp_path)), 16, 2, 0, None)
     names = [Path(p).name for p, _ in train.samples]
     assert names == ["0_good.jpg", "1_truncated.jpg", "2_cmyk.jpg", "3_grey.png",
                      "0_palette.png", "1_not_an_image.jpg", "2_alpha.png"]
@@ -204,12 +216,12 @@ def test_all_unreadable_is_a_data_error(tmp_path):
         (tmp_path / split / "a").mkdir(parents=True)
         (tmp_path / split / "a" / "x.jpg").write_text("nope")
     with pytest.raises(DataError, match="none of its 1 image files can be read"):
-        build_datasets("imagefolder", str(tmp_path), 8, 1, 0, None)
+        open_datasets("imagefolder", str(tmp_path), 8, 1, 0, None)
 
 
 @pytest.mark.skipif(not HYMENOPTERA.is_dir(), reason=f"{HYMENOPTERA} (real photos) is not on this machine")
 def test_real_photos_imagefolder():
-    train, val = build_datasets("imagefolder", str(HYMENOPTERA), 64, 2, 0, None)
+    train, val = open_datasets("imagefolder", str(HYMENOPTERA), 64, 2, 0, None)
     assert train.classes == ["ants", "bees"] and len(train) > 200 and len(val) > 100
     loader = make_loader(val, IndexBatches(val_indices(len(val), 1, 0, "every_rank")[:16], 8), 0)
     batches = list(loader)
@@ -223,7 +235,7 @@ def test_real_photos_imagefolder():
 # ---------------------------------------------------------------------------------------------------------
 
 def test_augmentation_is_a_pure_function_of_seed_epoch_index(cache):
-    train, _ = build_datasets("generated", None, 16, 4, 7, TINY)
+    train, _ = open_datasets("generated", None, 16, 4, 7, TINY)
     x0 = train[(0, 5)][0]
     torch.manual_seed(123)  # the global RNG's state must not matter ...
     rng_before = torch.get_rng_state()
@@ -232,7 +244,7 @@ def test_augmentation_is_a_pure_function_of_seed_epoch_index(cache):
     train.set_epoch(0)
     assert torch.equal(train[5][0], x0)
     assert not torch.equal(train[(1, 5)][0], x0)  # another epoch, another crop
-    other_seed, _ = build_datasets("generated", None, 16, 4, 8, TINY)
+    other_seed, _ = open_datasets("generated", None, 16, 4, 8, TINY)
     assert not torch.equal(other_seed[(0, 5)][0], x0)
 
 
@@ -257,7 +269,7 @@ def _epoch_batches(train, sampler, workers):
 
 
 def test_resume_mid_epoch_and_workers_give_the_same_batches(cache):
-    train, _ = build_datasets("generated", None, 16, 4, 0, TINY)
+    train, _ = open_datasets("generated", None, 16, 4, 0, TINY)
     sampler = StepBatchSampler(len(train), [(0, 2), (1, 2)], 2, epoch=0, seed=0)
     loader = make_loader(train, sampler, 2)  # persistent workers across epochs
     full = {}
@@ -276,7 +288,7 @@ def test_resume_mid_epoch_and_workers_give_the_same_batches(cache):
 
 def test_emulated_batch_equals_real_ranks_images(cache):
     """Same crop of the same sample whichever rank or emulated worker loads it."""
-    train, _ = build_datasets("generated", None, 16, 4, 0, TINY)
+    train, _ = open_datasets("generated", None, 16, 4, 0, TINY)
     k = 3
     emulated = _epoch_batches(train, StepBatchSampler(len(train), [(r, k) for r in range(k)], 2, 2, 0), 0)
     ranks = [_epoch_batches(train, StepBatchSampler(len(train), [(r, k)], 2, 2, 0), 1) for r in range(k)]
@@ -338,7 +350,7 @@ def test_sharded_validation_counts_every_image_once(n, world):
 # ---------------------------------------------------------------------------------------------------------
 
 def test_synthetic_is_fixed_per_index():
-    train, val = build_datasets("synthetic", None, 8, 10, 0, None, synthetic_size=100)
+    train, val = open_datasets("synthetic", None, 8, 10, 0, None, synthetic_size=100)
     assert len(train) == 100 and len(val) == 4
     x, y, s = train[7]
     assert x.shape == (3, 8, 8) and 0 <= y < 10 and s == ()

@@ -18,7 +18,7 @@ from torchvision import transforms
 
 from tests.helpers import PHOTOS, run, write_config
 from trainers.__main__ import main
-from trainers.data import DataError, IndexBatches, build_datasets, make_loader
+from trainers.data import DataError, IndexBatches, make_loader, open_datasets
 from trainers.data import fast, gpu, jpeg_region
 from trainers.data.datasets import ImageFolderDataset, ToNormalizedTensor
 from trainers.data.images import ImageTooLarge, load_rgb
@@ -161,8 +161,8 @@ def test_normalising_on_the_device_equals_to_tensor_and_normalize():
 
 @pytest.mark.skipif(not HYMENOPTERA.is_dir(), reason=f"{HYMENOPTERA} (real photos) is not on this machine")
 def test_real_photos_fast_path_against_pil_path():
-    fast_train, _ = build_datasets("imagefolder", str(HYMENOPTERA), 224, 2, 0, None, decoder="cpu")
-    pil_train, _ = build_datasets("imagefolder", str(HYMENOPTERA), 224, 2, 0, None, decoder="pil")
+    fast_train, _ = open_datasets("imagefolder", str(HYMENOPTERA), 224, 2, 0, None, decoder="cpu")
+    pil_train, _ = open_datasets("imagefolder", str(HYMENOPTERA), 224, 2, 0, None, decoder="pil")
     std = torch.tensor(fast.IMAGENET_STD).view(3, 1, 1)
     for i in range(0, len(fast_train), 25):
         x = fast.to_device(fast_train[(1, i)][0][None], torch.device("cpu"))[0]
@@ -361,14 +361,14 @@ def test_a_data_set_with_no_readable_image_is_one_line_exit_2(tmp_path, capsys):
 def test_build_datasets_refuses_an_unknown_decoder(tmp_path):
     (tmp_path / "train" / "a").mkdir(parents=True)
     with pytest.raises(DataError, match="data.decoder must be one of"):
-        build_datasets("imagefolder", str(tmp_path), 16, 2, 0, None, decoder="nvdali")
+        open_datasets("imagefolder", str(tmp_path), 16, 2, 0, None, decoder="nvdali")
 
 
 def test_gpu_decoder_batches_through_the_loader_workers(tmp_path):
     """decoder = "gpu": workers send bytes and boxes (another process), to_device decodes; here on the CPU."""
     for split in ("train", "val"):
         _split_with_bad_files(tmp_path / split)
-    train, val = build_datasets("imagefolder", str(tmp_path), 24, 2, 0, None, decoder="gpu")
+    train, val = open_datasets("imagefolder", str(tmp_path), 24, 2, 0, None, decoder="gpu")
     batches = list(make_loader(train, IndexBatches(list(range(6)), 3), 1))
     assert [b.skipped for b in batches] == [(1,), (3,)]  # replaced in training, and counted
     x = fast.to_device(batches[0].images, torch.device("cpu"))

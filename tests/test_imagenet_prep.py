@@ -12,7 +12,7 @@ import scipy.io
 from PIL import Image
 
 from trainers.__main__ import main
-from trainers.data import DataError, build_datasets
+from trainers.data import DataError, open_datasets
 from trainers.data.imagenet import prepare
 
 WNIDS = ["n01440764", "n01443537", "n01484850"]
@@ -78,7 +78,7 @@ def test_prepare_builds_the_imagefolder_layout_resized_copy_and_tar(tmp_path):
         names = t.getnames()
     assert f"imagenet-32/val/{WNIDS[2]}/ILSVRC2012_val_00000001.JPEG" in names and r["data_subdir"] == "imagenet-32"
     assert not [n for n in names if Path(n).name.startswith(".")]
-    train, val = build_datasets("imagefolder", str(resized), 16, 3, 0, None, decoder="cpu")
+    train, val = open_datasets("imagefolder", str(resized), 16, 3, 0, None, decoder="cpu")
     assert len(train) == 6 and len(val) == 7 and train.classes == WNIDS
     # a re-run finds everything done and changes nothing
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*.JPEG")}

@@ -45,7 +45,7 @@ import torch
 
 from trainers import backends, data
 from contract.config import load_config
-from trainers.loop import Trainer, generated_spec
+from trainers.loop import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = REPO / "experiments" / "05_linear_scaling"
@@ -64,9 +64,8 @@ class BlockTrainer(Trainer):
 
     def use_file_datasets(self) -> None:
         c = self.cfg
-        self.file_train, self.file_val = data.build_datasets(
-            c.data.kind, c.data.path, c.data.image_size, c.model.num_classes, c.train.seed,
-            generated=generated_spec(c), decoded=False)
+        self.file_train, self.file_val = data.build_datasets(c.data, c.model.num_classes, c.train.seed,
+                                                             decoded=False)
 
     def batches(self, epoch: int, start_step: int):
         if self.path == "after":

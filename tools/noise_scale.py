@@ -29,7 +29,6 @@ import torch.nn as nn
 
 from trainers import checkpoint, data
 from contract.config import ConfigError, from_dict
-from trainers.loop import generated_spec  # the loop's own mapping: both read the same data set
 from trainers.models import build_model
 
 
@@ -94,11 +93,7 @@ def measure(model: nn.Module, loss_fn: Callable, batches: Iterator, workers: int
 # ----------------------------------------------------------------------------------------------------------------
 def training_batches(cfg, seed: int) -> Iterator:
     """Endless per-worker batches of the run's training set, with its training transforms, in a seeded order."""
-    train_ds, _ = data.build_datasets(
-        cfg.data.kind, cfg.data.path, cfg.data.image_size, cfg.model.num_classes, cfg.train.seed,
-        generated=generated_spec(cfg), synthetic_size=cfg.data.synthetic_images, decoder=cfg.data.decoder,
-        max_pixels=cfg.data.max_image_pixels,
-    )
+    train_ds, _ = data.build_datasets(cfg.data, cfg.model.num_classes, cfg.train.seed)  # the loop's own data set
     epoch = 0
     while True:
         order = data.epoch_permutation(len(train_ds), epoch, seed)

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from contract.config import ConfigError, TelemetryConfig, load_config
-from trainers.data import ensure_generated
-from trainers.loop import generated_spec, run_training
+from trainers.data import ensure_generated, generated_spec
+from trainers.loop import run_training
 from trainers.telemetry import Sampler
 
 
@@ -33,8 +33,8 @@ def measure_overhead(config: str, scale: str, overrides: list[str], repeats: int
     after one untimed warm-up run."""
     base = load_config(config, scale, overrides)
     interval = base.telemetry.interval_s or TelemetryConfig().interval_s
-    if generated_spec(base):  # made once before the clock starts, not inside the first timed run
-        ensure_generated(generated_spec(base))
+    if generated_spec(base.data):  # made once before the clock starts, not inside the first timed run
+        ensure_generated(generated_spec(base.data))
     seconds: dict[str, list[float]] = {"on": [], "off": []}
     cpu: dict[str, list[float]] = {"on": [], "off": []}  # the process's CPU seconds: what the sampler adds, and
     # far less disturbed than wall time by other work on a shared machine

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import datetime
 import errno
+import itertools
 import math
 import os
 import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,7 +28,7 @@ from contract.locks import RankLock, dead_ranks, mark_failed
 from contract.reader import read_manifest
 from contract.runfolder import MANIFEST, RunFolder, now_iso
 from contract.versions import git_commit, versions
-from trainers.runlog import AverageMeter, summary_line, test_line, train_line
+from trainers.runlog import DeviceTotals, LogEvery, Readout, Sums, summary_line, test_line, train_line
 
 THESIS_BATCH_INDEX = 199  # the thesis read the running mean batch time at training batch 199
 EXIT_COMPLETED, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_PREEMPTED = 0, 1, 2, 3, 4
@@ -61,98 +61,8 @@ class StopSignal:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The pieces of a run
+# The trainer: one process's part of a run
 # ----------------------------------------------------------------------------------------------------------------
-@dataclass
-class Sums:
-    """Loss and correct predictions summed over images: reduced across ranks as sums, never means of means."""
-
-    loss: float = 0.0
-    top1: float = 0.0
-    top5: float = 0.0
-    images: int = 0
-
-    def add(self, loss: float, c1: float, c5: float, n: int) -> None:
-        self.loss += loss * n
-        self.top1 += c1
-        self.top5 += c5
-        self.images += n
-
-    def reduced(self, backend) -> "Sums":
-        sums = [self.loss, self.top1, self.top5, float(self.images)]
-        t = backend.all_reduce_sum(torch.tensor(sums, dtype=torch.float64, device=backend.device))
-        loss, c1, c5, n = t.tolist()
-        return Sums(loss, c1, c5, int(n))
-
-    def means(self) -> tuple[float, float, float]:
-        n = max(self.images, 1)
-        return self.loss / n, 100.0 * self.top1 / n, 100.0 * self.top5 / n
-
-
-def topk_hits(output: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> list[torch.Tensor]:
-    """Correct predictions among the top k, as device tensors (reading them would wait for the GPU)."""
-    maxk = min(max(ks), output.shape[1])
-    pred = output.topk(maxk, dim=1).indices
-    hits = pred.eq(target.view(-1, 1))  # at most one hit a row: the top-k classes are distinct
-    return [hits[:, : min(k, maxk)].sum() for k in ks]
-
-
-
-@dataclass
-class Reading:
-    """A meter's value at one iteration and its running mean, read from the device (train_line's .val/.avg)."""
-
-    val: float
-    avg: float
-
-
-class DeviceTotals:
-    """Loss x images and top-1/top-5 hits summed on the device, step after step, in float64 as host sums were.
-
-    Reading a GPU value waits for every step queued before it, so the loop reads these only where it logs (every
-    print_freq steps and at the epoch's end): the logged values are the same, the GPU never idles in between.
-    Two sums, as before: the epoch's (from a resumed checkpoint's partial sums on) and the meters' (from zero).
-    On the CPU reading costs nothing and Python floats are cheaper than tensor ops, so the sums stay on the host.
-    """
-
-    def __init__(self, device: torch.device, start: Sums | None = None):
-        start = start or Sums()
-        self.on_host = device.type == "cpu"
-        self.epoch = [start.loss, start.top1, start.top5]
-        self.meters, self.last = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
-        if not self.on_host:
-            self.epoch = torch.tensor(self.epoch, dtype=torch.float64, device=device)
-            self.meters = self.last = torch.zeros(3, dtype=torch.float64, device=device)
-        self.epoch_images, self.images, self.last_images = start.images, 0, 0
-
-    def add(self, loss: torch.Tensor, output: torch.Tensor, target: torch.Tensor) -> None:
-        n = len(target)
-        if self.on_host:
-            hits = output.topk(min(5, output.shape[1]), dim=1).indices.eq(target.view(-1, 1)).sum(0).tolist()
-            self.last = [loss.item() * n, float(hits[0]), float(sum(hits))]  # hits by rank: top-1, top-5
-            self.epoch = [a + b for a, b in zip(self.epoch, self.last)]
-            self.meters = [a + b for a, b in zip(self.meters, self.last)]
-        else:
-            c1, c5 = topk_hits(output, target)
-            self.last = torch.stack([loss.detach().double() * n, c1.double(), c5.double()])
-            self.epoch += self.last
-            self.meters += self.last
-        self.epoch_images += n
-        self.images += n
-        self.last_images = n
-
-    def read(self) -> tuple[float, Reading, Reading, Reading, Sums]:
-        """(the last loss, loss / top-1 / top-5 meter readings, the epoch's sums) in one device-to-host copy."""
-        if self.on_host:
-            last, meters, epoch = self.last, self.meters, self.epoch
-        else:
-            last, meters, epoch = torch.stack([self.last, self.meters, self.epoch]).tolist()
-        n, count = max(self.last_images, 1), max(self.images, 1)
-        loss = last[0] / n
-        readings = [Reading(scale * v / n, scale * m / count) for v, m, scale in zip(last, meters, (1.0, 100.0, 100.0))]
-        return (loss, *readings, Sums(*epoch, self.epoch_images))
-
-
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, backend_name: str, launch: backends.Launch, resume: bool,
                  echo: bool = True, pinned: dict | None = None):
@@ -164,11 +74,7 @@ class Trainer:
         compute.configure_torch(t)
         self.policy = cfg.lr_policy()
         # Data first: generating the miniature dataset may take a minute, and no peer should be waiting on us.
-        self.train_ds, self.val_ds = data.build_datasets(
-            cfg.data.kind, cfg.data.path, cfg.data.image_size, cfg.model.num_classes, t.seed,
-            generated=generated_spec(cfg), synthetic_size=cfg.data.synthetic_images, decoder=cfg.data.decoder,
-            max_pixels=cfg.data.max_image_pixels,
-        )
+        self.train_ds, self.val_ds = data.build_datasets(cfg.data, cfg.model.num_classes, t.seed)
         self.backend = backends.create(cfg, launch, backend_name)
         b = self.backend
         self.ckpt_path = run_dir / "checkpoint.pt"
@@ -183,12 +89,15 @@ class Trainer:
         self.optimizer = b.wrap_optimizer(optimizer, self.model)
         self.per_shard_batch = t.per_worker_batch * b.batch_multiplier
         self.start_epoch, self.start_step, self.partial, self.best_top1 = 0, 0, Sums(), 0.0
+        self.lr = 0.0  # the learning rate last set (set_lr)
         self.skipped_total = 0  # optimizer steps fp16's scaler skipped in the epochs done (the epoch's: compute)
         if self.resuming:
             self.restore()
         else:
             b.broadcast_initial_state(self.model, self.optimizer)
-        self.fit_workers_per_pass()
+        passes = b.fit_passes(self.optimizer, self.try_pass, self.pinned.get("workers_per_pass"))
+        if passes:
+            self.run.log(passes)
         self.stop = StopSignal()
         self.time_split = {"data_s": 0.0, "compute_s": 0.0, "comm_s": 0.0}
         self.unreadable = {"train": set(), "val": set()}  # this epoch's unreadable files (sample indices)
@@ -206,38 +115,16 @@ class Trainer:
         self.started = time.time()
         self.sampler = telemetry.start_sampler(cfg.telemetry.interval_s, b.rank, b.local_rank, self.run.log)
 
-    def fit_workers_per_pass(self) -> None:
-        """Emulated workers on a GPU with workers_per_pass = 0: the most whole workers one pass holds, measured."""
-        b = self.backend
-        if getattr(b, "workers_per_pass", None) != 0:
-            return
-        if self.pinned.get("workers_per_pass"):  # measured at the run's start: the same passes, the same rounding
-            b.workers_per_pass = self.pinned["workers_per_pass"]
-            return
-        t, size = self.cfg.train, self.cfg.data.image_size
-        total = torch.cuda.get_device_properties(b.device).total_memory
-
-        def try_pass(n: int) -> None:  # zeros: no random numbers drawn; running statistics left alone
-            self.optimizer.zero_grad()
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(b.device)
-            b.interleaved.set_pass(n, first=False)
-            images = self.compute.layout(torch.zeros(n * t.per_worker_batch, 3, size, size, device=b.device))
-            target = torch.zeros(n * t.per_worker_batch, dtype=torch.long, device=b.device)
-            self.model.train()
-            with self.compute.autocast():
-                loss = self.criterion(self.model(images), target)
-            self.compute.backward(loss)
-            torch.cuda.synchronize(b.device)
-
-        try:
-            b.workers_per_pass = compute.largest_fitting_pass(
-                try_pass, b.workers, lambda: torch.cuda.max_memory_allocated(b.device) <= compute.MEMORY_HEADROOM * total)
-        finally:
-            self.optimizer.zero_grad()
-            b.interleaved.set_pass(b.workers, first=True)
-            torch.cuda.empty_cache()
-        self.run.log(f"=> {b.workers_per_pass} of {b.workers} emulated workers per forward/backward pass")
+    def try_pass(self, workers: int) -> None:
+        """Forward and backward of `workers` workers' batches of zeros: the backend's measure of what one pass holds
+        (fit_passes). Zeros draw no random numbers; the backend keeps the running statistics out of it."""
+        t, size, device = self.cfg.train, self.cfg.data.image_size, self.backend.device
+        images = self.compute.layout(torch.zeros(workers * t.per_worker_batch, 3, size, size, device=device))
+        target = torch.zeros(workers * t.per_worker_batch, dtype=torch.long, device=device)
+        self.model.train()
+        with self.compute.autocast():
+            loss = self.criterion(self.model(images), target)
+        self.compute.backward(loss)
 
     # ---- checkpoints ------------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -279,7 +166,7 @@ class Trainer:
     def arithmetic(self) -> dict:
         """The settings of this attempt that decide the numbers beyond the config (stored with each checkpoint)."""
         return {"threads": torch.get_num_threads(), "device": self.backend.device.type,
-                "workers_per_pass": getattr(self.backend, "workers_per_pass", None) or None,
+                "workers_per_pass": self.backend.workers_per_pass or None,
                 "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                 "onednn_isa": compute.cpu_description()["onednn_isa"],
                 "precision": self.cfg.train.precision, "deterministic": self.cfg.train.deterministic}
@@ -290,6 +177,7 @@ class Trainer:
         return self.train_batches, len(self.train_sampler)  # the full epoch's steps, also when resuming mid-epoch
 
     def set_lr(self, lr: float) -> None:
+        self.lr = lr  # the rate the iter records show
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
@@ -317,53 +205,48 @@ class Trainer:
         return torch.cat(outputs), torch.stack(losses).sum() / total
 
     def train_epoch(self, epoch: int) -> Sums:
-        cfg, b = self.cfg, self.backend
+        b = self.backend
         loader, n = self.batches(epoch, self.start_step)
-        batch_time, data_time = AverageMeter(), AverageMeter()
-        totals, sums, self.partial = DeviceTotals(b.device, self.partial), self.partial, Sums()
+        totals, self.partial = DeviceTotals(b.device, self.partial), Sums()
+        every = LogEvery(
+            totals, self.cfg.train.print_freq, lambda i, meters: self.log_iteration(epoch, i, n, meters),
+            also={n - 1},  # the epoch's last step: its reading is the epoch's sums
+            # a signal in a lone process is checked at every step; several processes agree on it where they read
+            read_also=lambda i: b.world_size == 1 and self.stop.received is not None,
+            after_read=lambda i, meters: self.check_stop(epoch, i + 1, n, meters.reading))
         self.model.train()
-        lr = lr_at(epoch, self.start_step, n, self.policy)
-        self.run.log(f"Setting learning rate for epoch {epoch} to {lr}")
+        self.run.log(f"Setting learning rate for epoch {epoch} to {lr_at(epoch, self.start_step, n, self.policy)}")
         comm_start = b.comm_seconds()
-        end = time.time()
-        for i, (images, target, skipped) in enumerate(loader, start=self.start_step):
-            data_time.update(time.time() - end)  # the loader, and moving (decoding) the batch onto the device
+        for i, (images, target, skipped) in every(enumerate(loader, start=self.start_step)):
             self.unreadable["train"].update(skipped)
-            lr = lr_at(epoch, i, n, self.policy)
-            self.set_lr(lr)
+            self.set_lr(lr_at(epoch, i, n, self.policy))
             output, loss = self.step(images, target)
             totals.add(loss, output, target)
-            logged = i % cfg.train.print_freq == 0 or i == n - 1
-            if logged or (b.world_size == 1 and self.stop.received is not None):  # else: no wait for the GPU
-                loss, losses, top1, top5, sums = totals.read()
-                batch_time.update(time.time() - end)
-                if logged:
-                    self.log_iteration(epoch, i, n, lr, len(target), batch_time, data_time, losses, top1, top5)
-                # a NaN anywhere since the last reading has made the summed loss NaN (losses are >= 0)
-                self.check_stop(epoch, i + 1, n, loss if math.isfinite(sums.loss) else sums.loss, sums)
-            else:
-                batch_time.update(time.time() - end)
-            end = time.time()
         self.start_step = 0
-        data_s = data_time.sum + loader.gpu_wait_s()  # plus the GPU's idle wait for a batch still being decoded
-        self.time_split = time_split(data_s, batch_time.sum, b.comm_seconds() - comm_start)
-        self.data_s, self.step_s = self.data_s + data_s, self.step_s + batch_time.sum
-        self.epoch_data_share = data_s / batch_time.sum if batch_time.sum else 0.0
-        return sums
+        batch_s = every.batch_time.sum
+        data_s = every.data_time.sum + loader.gpu_wait_s()  # plus the GPU's idle wait for a batch still being decoded
+        self.time_split = time_split(data_s, batch_s, b.comm_seconds() - comm_start)
+        self.data_s, self.step_s = self.data_s + data_s, self.step_s + batch_s
+        self.epoch_data_share = data_s / batch_s if batch_s else 0.0
+        return every.sums
 
-    def log_iteration(self, epoch, i, n, lr, size, batch_time, data_time, losses, top1, top5) -> None:
-        self.run.log(train_line(epoch, i, n, batch_time, data_time, losses, top1, top5), progress=True)
+    def log_iteration(self, epoch: int, i: int, n: int, every: LogEvery) -> None:
+        """train.log's line and the iter record of a training or benchmark step (LogEvery's write)."""
+        batch_time, data_time, r = every.batch_time, every.data_time, every.reading
+        self.run.log(train_line(epoch, i, n, batch_time, data_time, r.losses, r.top1, r.top5), progress=True)
         if self.backend.is_main():
             self.write_util(gather=False)
         self.run.record(
-            "iter", epoch=epoch, iter=i, iters=n, lr=lr, images=size * self.backend.world_size,
+            "iter", epoch=epoch, iter=i, iters=n, lr=self.lr, images=every.totals.last_images * self.backend.world_size,
             batch_time=batch_time.val, batch_time_avg=batch_time.avg, data_time=data_time.val,
-            data_time_avg=data_time.avg, loss=losses.val, loss_avg=losses.avg, top1=top1.val,
-            top1_avg=top1.avg, top5=top5.val, top5_avg=top5.avg,
+            data_time_avg=data_time.avg, loss=r.losses.val, loss_avg=r.losses.avg, top1=r.top1.val,
+            top1_avg=r.top1.avg, top5=r.top5.val, top5_avg=r.top5.avg,
         )
 
-    def check_stop(self, epoch: int, next_step: int, n: int, loss: float, sums: Sums) -> None:
+    def check_stop(self, epoch: int, next_step: int, n: int, reading: Readout) -> None:
         """All ranks agree, at the same iteration, on whether to stop (a NaN here, a signal there)."""
+        # a NaN anywhere since the last reading has made the summed loss NaN (losses are >= 0)
+        loss = reading.loss if math.isfinite(reading.sums.loss) else reading.sums.loss
         local = not math.isfinite(loss) or self.stop.received is not None
         if not self.backend.any_rank(local):
             return
@@ -371,7 +254,7 @@ class Trainer:
             raise Diverged(f"loss is {loss} at epoch {epoch}, iteration {next_step - 1}")
         if next_step == n:  # the epoch's last step: finish it (validate, checkpoint) before stopping
             return
-        self.save(epoch, next_step, sums)
+        self.save(epoch, next_step, reading.sums)
         raise Preempted(f"stopped by a signal at epoch {epoch}, iteration {next_step}; checkpoint written")
 
     def write_util(self, gather: bool) -> None:
@@ -387,30 +270,27 @@ class Trainer:
 
     # ---- validation ---------------------------------------------------------------------------------------
     def validate(self) -> Sums:
-        b, loader = self.backend, self.val_loader
-        batch_time, totals = AverageMeter(), DeviceTotals(b.device)
-        sums, read_images = Sums(), 0
+        n = len(self.val_loader)
+        every = LogEvery(DeviceTotals(self.backend.device), self.cfg.train.print_freq, lambda i, meters: self.run.log(
+            test_line(i, n, meters.batch_time, meters.reading.losses, meters.reading.top1, meters.reading.top5),
+            progress=True))
         self.model.eval()
-        end = time.time()
         with torch.no_grad():
-            for i, (images, target, skipped) in enumerate(loader):
-                self.unreadable["val"].update(skipped)  # excluded from the batch, never replaced
-                if not len(target):
-                    continue
+            for _, (images, target) in every(self.val_batches()):
                 with self.compute.autocast():
                     output = self.model(self.compute.layout(images))
                     loss = self.criterion(output, target)
-                totals.add(loss, output, target)
-                batch_time.update(time.time() - end)
-                end = time.time()
-                if i % self.cfg.train.print_freq == 0:
-                    _, losses, top1, top5, sums = totals.read()
-                    self.run.log(test_line(i, len(loader), batch_time, losses, top1, top5), progress=True)
-                    read_images = totals.images
-        if totals.images != read_images:  # the sums since the last logged batch
-            sums = totals.read()[4]
+                every.totals.add(loss, output, target)
+        sums = every.final_sums()
         # "every_rank" (the thesis): each rank saw the whole set, so rank 0's sums are exact already
-        return sums.reduced(b) if self.cfg.data.val_mode == "sharded" else sums
+        return sums.reduced(self.backend) if self.cfg.data.val_mode == "sharded" else sums
+
+    def val_batches(self):
+        """The validation batches with their numbers; a batch all of whose files were unreadable is left out."""
+        for i, (images, target, skipped) in enumerate(self.val_loader):
+            self.unreadable["val"].update(skipped)  # excluded from the batch, never replaced
+            if len(target):
+                yield i, (images, target)
 
     # ---- the run ------------------------------------------------------------------------------------------
     def fit(self) -> None:
@@ -470,41 +350,28 @@ class Trainer:
         cfg, b = self.cfg, self.backend
         warm, timed = cfg.bench.warmup_batches, cfg.bench.batches
         per_process = self.per_shard_batch * len(b.shards())
-        if cfg.data.kind == "synthetic":  # tf_cnn_benchmarks' synthetic mode: one batch already on the device
-            fixed = data.synthetic_batch(per_process, cfg.data.image_size, cfg.model.num_classes, cfg.train.seed,
-                                         b.device)
-            fixed = (self.compute.layout(fixed[0]), fixed[1])  # channels_last once, as a hand-written loop would
-            source = ((*fixed, 0) for _ in range(warm + timed))
-        else:
-            loader, _ = self.batches(0, 0)
-            source = forever(loader)  # on the device already (DeviceBatches)
-        times, data_times = [], []
-        batch_time, data_time, totals = AverageMeter(), AverageMeter(), DeviceTotals(b.device)
-        # the GPU is waited for only here, so the sums of step times up to each of these are exact wall times
-        read_at = {warm - 1, THESIS_BATCH_INDEX, warm + timed - 1}
+        source, comm_start = self.bench_batches(per_process), 0.0
+
+        def numbered():  # the warm-up's waits for data and communication are left out, as its step times are
+            nonlocal comm_start
+            for i in range(warm + timed):
+                if i == warm:
+                    comm_start = b.comm_seconds()
+                    self.train_batches.gpu_wait_s()
+                yield i, next(source)
+
+        totals = DeviceTotals(b.device)
+        # the GPU is waited for only where LogEvery reads, so the sums of step times up to each of these are exact
+        every = LogEvery(totals, cfg.train.print_freq, lambda i, meters: self.log_iteration(0, i, warm + timed, meters),
+                         also={warm - 1, THESIS_BATCH_INDEX, warm + timed - 1}, keep_times=True)
         self.model.train()
         lr = lr_at(0, 0, 1, self.policy)  # the rate of the first step: the warm-up's start where there is one
         self.set_lr(lr)
-        end = time.time()
-        for i in range(warm + timed):
-            if i == warm:
-                comm_start = b.comm_seconds()
-                self.train_batches.gpu_wait_s()  # the warm-up's waits left out, as its step times are
-            images, target, _ = next(source)
-            data_time.update(time.time() - end)
+        for _, (images, target, _) in every(numbered()):
             output, loss = self.step(images, target)
             totals.add(loss, output, target)
-            logged = i in read_at or i % cfg.train.print_freq == 0
-            if logged:
-                _, losses, top1, top5, _ = totals.read()
-            batch_time.update(time.time() - end)
-            times.append(batch_time.val)
-            data_times.append(data_time.val)
-            if logged:
-                self.log_iteration(0, i, warm + timed, lr, len(target), batch_time, data_time, losses, top1, top5)
-            end = time.time()
-        images_per_step = per_process * b.world_size  # all ranks' images in one step
-        steady, data_s = times[warm:], sum(data_times[warm:]) + self.train_batches.gpu_wait_s()
+        times, images_per_step = every.batch_times, per_process * b.world_size  # all ranks' images in one step
+        steady, data_s = times[warm:], sum(every.data_times[warm:]) + self.train_batches.gpu_wait_s()
         self.run.record(
             "bench", per_worker_batch=cfg.train.per_worker_batch, world_size=b.workers, batches=timed,
             warmup_batches=warm, lr=lr, images_per_s_steady=images_per_step * len(steady) / sum(steady),
@@ -515,6 +382,17 @@ class Trainer:
         self.data_s, self.step_s = data_s, sum(steady)
         self.run.update_manifest(data_wait_share=self.data_s / self.step_s)
         self.write_util(gather=True)
+
+    def bench_batches(self, per_process: int):
+        """The benchmark's endless batches: in synthetic mode tf_cnn_benchmarks' one batch, already on the device;
+        else the configured data's, epoch 0 over and over (on the device already: DeviceBatches)."""
+        cfg = self.cfg
+        if cfg.data.kind != "synthetic":
+            loader, _ = self.batches(0, 0)
+            return forever(loader)
+        images, target = data.synthetic_batch(per_process, cfg.data.image_size, cfg.model.num_classes,
+                                              cfg.train.seed, self.backend.device)
+        return itertools.repeat((self.compute.layout(images), target, 0))  # channels_last once, as by hand
 
 
 def data_wait_line(share: float) -> str:
@@ -537,14 +415,6 @@ def thread_settings() -> dict:
 def forever(loader):
     while True:
         yield from loader
-
-
-def generated_spec(cfg: Config) -> dict | None:
-    if cfg.data.kind != "generated":
-        return None
-    d = cfg.data
-    return {"classes": d.classes, "per_class": d.per_class, "val_per_class": d.val_per_class,
-            "image_size": d.image_size, "seed": d.data_seed}
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,9 +1,23 @@
-"""The human side of a run: train.log's lines and the meters behind them (the records are contract/runfolder.py).
+"""The human side of a run: train.log's lines, the meters behind them, and `LogEvery`, the one place that decides
+when a loop reads its meters and writes them (the records themselves are contract/runfolder.py).
 
 train.log keeps the line format of pytorch/examples' imagenet/main.py as the thesis ran it (early 2019), so the
 thesis's way of reading logs (throughput = per-GPU batch x GPUs / running-mean batch time at batch 199) still works.
+
+    totals = DeviceTotals(device)
+    every = LogEvery(totals, print_freq, write=lambda i, meters: ...)   # write: train.log's line, the iter record
+    for i, (images, target, skipped) in every(enumerate(batches)):
+        ...                                                           # one step
+        totals.add(loss, output, target)
+    sums = every.final_sums()
 """
 from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Collection, Iterable, Iterator
+
+import torch
 
 
 class AverageMeter:
@@ -37,3 +51,171 @@ def test_line(i: int, n: int, batch, loss, top1, top5) -> str:
 
 def summary_line(top1: float, top5: float) -> str:
     return f" * Acc@1 {top1:.3f} Acc@5 {top5:.3f}"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Loss and hits: summed on the device, read where the loop logs
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass
+class Sums:
+    """Loss and correct predictions summed over images: reduced across ranks as sums, never means of means."""
+
+    loss: float = 0.0
+    top1: float = 0.0
+    top5: float = 0.0
+    images: int = 0
+
+    def add(self, loss: float, c1: float, c5: float, n: int) -> None:
+        self.loss += loss * n
+        self.top1 += c1
+        self.top5 += c5
+        self.images += n
+
+    def reduced(self, backend) -> "Sums":
+        sums = [self.loss, self.top1, self.top5, float(self.images)]
+        t = backend.all_reduce_sum(torch.tensor(sums, dtype=torch.float64, device=backend.device))
+        loss, c1, c5, n = t.tolist()
+        return Sums(loss, c1, c5, int(n))
+
+    def means(self) -> tuple[float, float, float]:
+        n = max(self.images, 1)
+        return self.loss / n, 100.0 * self.top1 / n, 100.0 * self.top5 / n
+
+
+def topk_hits(output: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> list[torch.Tensor]:
+    """Correct predictions among the top k, as device tensors (reading them would wait for the GPU)."""
+    maxk = min(max(ks), output.shape[1])
+    pred = output.topk(maxk, dim=1).indices
+    hits = pred.eq(target.view(-1, 1))  # at most one hit a row: the top-k classes are distinct
+    return [hits[:, : min(k, maxk)].sum() for k in ks]
+
+
+@dataclass
+class Reading:
+    """A meter's value at one iteration and its running mean, read from the device (train_line's .val/.avg)."""
+
+    val: float
+    avg: float
+
+
+@dataclass
+class Readout:
+    """One reading of DeviceTotals: the last step's mean loss, the loss / top-1 / top-5 meters, the epoch's sums."""
+
+    loss: float
+    losses: Reading
+    top1: Reading
+    top5: Reading
+    sums: Sums
+
+
+class DeviceTotals:
+    """Loss x images and top-1/top-5 hits summed on the device, step after step, in float64.
+
+    Reading a GPU value waits for every step queued before it, so the loop reads these only where it logs (every
+    print_freq steps and at the epoch's end): the logged values are the same, the GPU never idles in between.
+    Two sums: the epoch's (from a resumed checkpoint's partial sums on) and the meters' (from zero).
+    On the CPU reading costs nothing and Python floats are cheaper than tensor ops, so the sums stay on the host.
+    """
+
+    def __init__(self, device: torch.device, start: Sums | None = None):
+        self.start = start = start or Sums()
+        self.on_host = device.type == "cpu"
+        self.epoch = [start.loss, start.top1, start.top5]
+        self.meters, self.last = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
+        if not self.on_host:
+            self.epoch = torch.tensor(self.epoch, dtype=torch.float64, device=device)
+            self.meters = self.last = torch.zeros(3, dtype=torch.float64, device=device)
+        self.epoch_images, self.images, self.last_images = start.images, 0, 0
+
+    def add(self, loss: torch.Tensor, output: torch.Tensor, target: torch.Tensor) -> None:
+        n = len(target)
+        if self.on_host:
+            hits = output.topk(min(5, output.shape[1]), dim=1).indices.eq(target.view(-1, 1)).sum(0).tolist()
+            self.last = [loss.item() * n, float(hits[0]), float(sum(hits))]  # hits by rank: top-1, top-5
+            self.epoch = [a + b for a, b in zip(self.epoch, self.last)]
+            self.meters = [a + b for a, b in zip(self.meters, self.last)]
+        else:
+            c1, c5 = topk_hits(output, target)
+            self.last = torch.stack([loss.detach().double() * n, c1.double(), c5.double()])
+            self.epoch += self.last
+            self.meters += self.last
+        self.epoch_images += n
+        self.images += n
+        self.last_images = n
+
+    def read(self) -> Readout:
+        """The last loss, the meters and the epoch's sums, in one device-to-host copy."""
+        if self.on_host:
+            last, meters, epoch = self.last, self.meters, self.epoch
+        else:
+            last, meters, epoch = torch.stack([self.last, self.meters, self.epoch]).tolist()
+        n, count = max(self.last_images, 1), max(self.images, 1)
+        loss = last[0] / n
+        readings = [Reading(scale * v / n, scale * m / count) for v, m, scale in zip(last, meters, (1.0, 100.0, 100.0))]
+        return Readout(loss, *readings, Sums(*epoch, self.epoch_images))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The cadence: one iterator for training, validation and the benchmark
+# ----------------------------------------------------------------------------------------------------------------
+class LogEvery:
+    """A loop's batches with its read-and-log cadence, as MetricLogger.log_every of torchvision's references.
+
+    `every(numbered)` yields the (i, batch) pairs of `numbered` (enumerate(batches, start), or a filtered one that
+    keeps the batches' own numbers). Around each, it times the wait for the batch (`data_time`) and the whole
+    iteration (`batch_time`), pytorch/examples' Time and Data. After the loop's step of iteration i:
+
+    - at every `print_freq`-th iteration and those in `also`, it reads the totals (the one place the host waits
+      for the device), then calls write(i, self), which writes train.log's line and the iter record;
+    - where `read_also(i)` (a stop signal in a lone process), it reads without a line;
+    - after any reading, after_read(i, self) (the stop and divergence check).
+
+    The reading's wait counts in its iteration's batch_time; writing, and the after_read check, count in none.
+    keep_times=True keeps every iteration's times (`batch_times`, `data_times`: the benchmark's).
+    """
+
+    def __init__(self, totals: DeviceTotals, print_freq: int, write: Callable[[int, LogEvery], None],
+                 also: Collection[int] = (), read_also: Callable[[int], bool] | None = None,
+                 after_read: Callable[[int, LogEvery], None] | None = None, keep_times: bool = False):
+        self.totals, self.print_freq, self.write, self.also = totals, print_freq, write, also
+        self.read_also, self.after_read, self.keep_times = read_also, after_read, keep_times
+        self.batch_time, self.data_time = AverageMeter(), AverageMeter()
+        self.batch_times: list[float] = []
+        self.data_times: list[float] = []
+        self.reading: Readout | None = None  # the latest
+        self.read_images = 0  # the totals' images at the latest reading
+
+    def __call__(self, numbered: Iterable[tuple[int, object]]) -> Iterator[tuple[int, object]]:
+        end = time.time()
+        for i, batch in numbered:
+            self.data_time.update(time.time() - end)  # the loader, and moving (decoding) the batch onto the device
+            yield i, batch
+            logged = i % self.print_freq == 0 or i in self.also
+            read = logged or (self.read_also is not None and self.read_also(i))
+            if read:
+                self.read()
+            self.batch_time.update(time.time() - end)
+            if self.keep_times:
+                self.batch_times.append(self.batch_time.val)
+                self.data_times.append(self.data_time.val)
+            if logged:
+                self.write(i, self)
+            if read and self.after_read:
+                self.after_read(i, self)
+            end = time.time()
+
+    def read(self) -> Readout:
+        self.reading, self.read_images = self.totals.read(), self.totals.images
+        return self.reading
+
+    @property
+    def sums(self) -> Sums:
+        """The epoch's sums at the latest reading (the totals' start before any)."""
+        return self.reading.sums if self.reading else self.totals.start
+
+    def final_sums(self) -> Sums:
+        """The epoch's sums, read once more only if steps came after the latest reading."""
+        if self.totals.images != self.read_images:
+            self.read()
+        return self.sums

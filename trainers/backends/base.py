@@ -31,6 +31,7 @@ class Backend:
     name = "single"
     backward_passes_per_step = 1  # > 1: local gradient accumulation before one allreduce (Horovod)
     batch_multiplier = 1  # images a shard reads per step, in per-worker batches (DataParallel splits k of them)
+    workers_per_pass: int | None = None  # emulated workers per forward/backward pass (EmulatedBackend only)
 
     def __init__(self, device: torch.device, rank: int = 0, world_size: int = 1, local_rank: int = 0, workers: int = 1):
         self.device = device
@@ -65,6 +66,11 @@ class Backend:
         """The forward/backward passes of one step; their gradients accumulate before the optimizer steps."""
         n = self.backward_passes_per_step
         return zip(images.chunk(n), target.chunk(n)) if n > 1 else ((images, target),)
+
+    def fit_passes(self, optimizer: torch.optim.Optimizer, try_pass, pinned: int | None = None) -> str | None:
+        """Settle, once before training, how a step splits into passes where that is left to measure (emulated
+        workers on a GPU); the line to log, if any. Here a step's passes are fixed: nothing to measure."""
+        return None
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, scaler=None) -> None:
         """One update; with fp16's gradient scaler, a step with inf/NaN gradients is skipped and the scale lowered."""

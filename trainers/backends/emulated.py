@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from trainers.backends.base import Backend
+from trainers.compute import MEMORY_HEADROOM, largest_fitting_pass
 
 
 class WorkerBatchNorm2d(nn.BatchNorm2d):
@@ -136,6 +137,34 @@ class EmulatedBackend(Backend):
             rows = slice(first * batch, (first + k) * batch)
             yield images[rows], target[rows]
         self.interleaved.set_pass(self.workers, first=True)
+
+    def fit_passes(self, optimizer: torch.optim.Optimizer, try_pass, pinned: int | None = None) -> str | None:
+        """workers_per_pass = 0 (auto) on a GPU: the most whole workers one pass holds, measured by try_pass(n),
+        the trainer's forward/backward of n workers' batches of zeros, with the running statistics left alone;
+        `pinned`, a resumed run's measure at its start, is taken as it is: the same passes, the same rounding."""
+        if self.workers_per_pass:  # set in the config, or one pass (the CPU)
+            return None
+        if pinned:
+            self.workers_per_pass = pinned
+            return None
+        total = torch.cuda.get_device_properties(self.device).total_memory
+
+        def trial(n: int) -> None:
+            optimizer.zero_grad()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.interleaved.set_pass(n, first=False)
+            try_pass(n)
+            torch.cuda.synchronize(self.device)
+
+        try:
+            self.workers_per_pass = largest_fitting_pass(
+                trial, self.workers, lambda: torch.cuda.max_memory_allocated(self.device) <= MEMORY_HEADROOM * total)
+        finally:
+            optimizer.zero_grad()
+            self.interleaved.set_pass(self.workers, first=True)
+            torch.cuda.empty_cache()
+        return f"=> {self.workers_per_pass} of {self.workers} emulated workers per forward/backward pass"
 
     def describe(self) -> dict:
         return {**super().describe(), "workers_per_pass": self.workers_per_pass or self.workers}

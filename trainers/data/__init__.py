@@ -1,6 +1,6 @@
 """Data for the scaling study: datasets, the generated miniature ImageNet, sharding and the loader.
 
-    train_ds, val_ds = build_datasets(kind, path, image_size, num_classes, seed, generated)
+    train_ds, val_ds = build_datasets(cfg.data, cfg.model.num_classes, cfg.train.seed)   # or open_datasets(kind, ...)
     sampler = StepBatchSampler(len(train_ds), shards, per_shard_batch, epoch, seed, shuffle=True)
     loader = make_loader(train_ds, sampler, loader_workers, pin_memory)   # yields Batch(images, targets, skipped)
     images = to_device(batch.images, device)   # uint8 batches (data.decoder "cpu"/"gpu") normalised there
@@ -12,7 +12,7 @@ memory.py holds the generated dataset decoded in memory and augments it a batch 
 """
 
 from .datasets import (IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset, SyntheticDataset, build_datasets,
-                       imagenet_transforms, load_rgb, sample_seed, synthetic_batch)
+                       generated_spec, imagenet_transforms, load_rgb, open_datasets, sample_seed, synthetic_batch)
 from .datasets import DECODERS, imagefolder_transforms
 from .fast import to_device
 from .prefetch import DeviceBatches
@@ -26,4 +26,4 @@ __all__ = [
     "generate_dataset", "imagenet_transforms", "is_complete", "load_rgb", "make_loader", "sample_seed",
     "shard_indices", "synthetic_batch", "val_indices",
 ]
-__all__ += ["DECODERS", "DeviceBatches", "imagefolder_transforms", "to_device"]
+__all__ += ["DECODERS", "DeviceBatches", "generated_spec", "imagefolder_transforms", "open_datasets", "to_device"]

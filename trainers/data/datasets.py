@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,6 +28,9 @@ from torchvision import transforms
 from .generate import DataError, ensure_generated
 from .folder import GENERATED_MIN_SCALE, IMAGENET_MEAN, IMAGENET_STD, scan_imagefolder
 from .images import MAX_IMAGE_PIXELS, load_rgb
+
+if TYPE_CHECKING:
+    from contract.config import DataConfig
 
 log = logging.getLogger(__name__)
 
@@ -242,12 +246,28 @@ def imagefolder_transforms(decoder: str, image_size: int, max_pixels: int = MAX_
     raise DataError(f"data.decoder must be one of {', '.join(DECODERS)}, not {decoder!r}")
 
 
-def build_datasets(kind: str, path: str | None, image_size: int, num_classes: int, seed: int,
-                   generated: dict | None, synthetic_size: int = SYNTHETIC_TRAIN, decoder: str = "pil",
-                   max_pixels: int = MAX_IMAGE_PIXELS, decoded: bool = True):
-    """(train_ds, val_ds) for kind "imagefolder", "generated" or "synthetic". `decoder` applies to
-    "imagefolder"; the generated kind (32-pixel JPEGs) is read from its decode cached in memory (memory.py) unless
-    decoded=False: then file by file with Pillow, as ImageFolder."""
+def build_datasets(d: DataConfig, num_classes: int, seed: int, decoded: bool = True):
+    """(train_ds, val_ds) of a config's data section, for a model of `num_classes` outputs; `seed` (train.seed)
+    seeds the augmentation. decoded=False reads the generated kind file by file (see open_datasets)."""
+    return open_datasets(d.kind, d.path, d.image_size, num_classes, seed, generated_spec(d),
+                         synthetic_size=d.synthetic_images, decoder=d.decoder, max_pixels=d.max_image_pixels,
+                         decoded=decoded)
+
+
+def generated_spec(d: DataConfig) -> dict | None:
+    """The generated kind's data set (generate.py's spec) as the data section describes it; None for other kinds."""
+    if d.kind != "generated":
+        return None
+    return {"classes": d.classes, "per_class": d.per_class, "val_per_class": d.val_per_class,
+            "image_size": d.image_size, "seed": d.data_seed}
+
+
+def open_datasets(kind: str, path: str | None, image_size: int, num_classes: int, seed: int,
+                  generated: dict | None, synthetic_size: int = SYNTHETIC_TRAIN, decoder: str = "pil",
+                  max_pixels: int = MAX_IMAGE_PIXELS, decoded: bool = True):
+    """(train_ds, val_ds) for kind "imagefolder", "generated" (made from the `generated` spec) or "synthetic".
+    `decoder` applies to "imagefolder"; the generated kind (32-pixel JPEGs) is read from its decode cached in
+    memory (memory.py) unless decoded=False: then file by file with Pillow, as ImageFolder."""
     if kind == "synthetic":
         return (SyntheticDataset(synthetic_size, image_size, num_classes, seed),
                 SyntheticDataset(max(1, synthetic_size // 25), image_size, num_classes, seed + 1))

@@ -8,7 +8,7 @@ On a CUDA device each batch is moved, and with data.decoder = "gpu" decoded, cro
 its own, `AHEAD` batches in advance; the training stream waits on that batch's event alone, and what crosses
 streams is `record_stream`ed so the caching allocator never hands its memory to the other stream early. The
 decode's own guard (gpu.drain: nvJPEG's hardware decoder ignores stream order) then waits for the prefetch
-stream's earlier work only, no longer for the step queued on the training stream: decoding and training overlap.
+stream's earlier work only, not for the step queued on the training stream: decoding and training overlap.
 
 The time split stays honest: the host's wait for the loader and the time to queue the move/decode count as data
 time in the loop, and `gpu_wait_s` adds the time the training stream stood idle on a batch's event (CUDA events
