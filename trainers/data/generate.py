@@ -29,6 +29,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import time
 from itertools import product
@@ -60,6 +61,12 @@ class DataError(ValueError):
 # ---------------------------------------------------------------------------------------------------------
 # Drawing one image
 # ---------------------------------------------------------------------------------------------------------
+
+
+def default_signals() -> None:
+    """A forked worker must die on the pool's SIGTERM even when its parent (a Trainer) catches SIGTERM/SIGUSR1."""
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_DFL)
 
 def class_factors(classes: int, seed: int) -> list[tuple[int, int, int, int]]:
     """(hue, accent, texture, shape) of each class: distinct combinations in a seeded order."""
@@ -280,7 +287,7 @@ def generate_dataset(out: Path, classes: int, per_class: int, val_per_class: int
     processes = min(processes or os.cpu_count() or 1, classes)
     if processes > 1:
         # fork: the workers only run numpy/PIL, and it avoids re-importing torch in each of them.
-        with multiprocessing.get_context("fork").Pool(processes) as pool:
+        with multiprocessing.get_context("fork").Pool(processes, initializer=default_signals) as pool:
             for _ in pool.imap_unordered(_write_class, jobs):
                 bar.step()
     else:
