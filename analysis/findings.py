@@ -41,7 +41,8 @@ COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "o
 WARMUP_EXPERIMENTS = (6, 8, 9)
 LARGE_BATCH = 12
 OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # the order rows and curves take
-STUDY_RUN = r"^[a-z]+-w\d+-s\d+$"  # experiment 12's study runs, not its sweep's (lars-base0.5-s0)
+# experiment 12's study runs (lars-w256-s0; thesis-lars-w256-s0 at another scale), not its sweep's (lars-base0.5-s0)
+STUDY_RUN = r"^([a-z]+-)?[a-z]+-w\d+-s\d+$"
 CONFIDENCE = 0.90
 SCALES_FILE = Path(__file__).resolve().parents[1] / "experiments" / "scales.toml"
 MOST_SEEDS = 1000  # seeds_needed searches up to this many

@@ -98,3 +98,12 @@ def test_noise_scales_read_the_tools_json_and_a_missing_file_is_empty(tmp_path):
     got = lb.noise_scales(path)
     assert list(got["b_simple"]) == [910.2] and lb.noise_text(next(got.itertuples())) == "910 (range 667–1,433)"
     assert lb.noise_scales(tmp_path / "none.json").empty
+
+
+def test_study_runs_are_named_by_optimizer_and_workers_at_every_scale_and_sweep_runs_are_not():
+    import re
+
+    from analysis.findings import STUDY_RUN
+
+    assert all(re.match(STUDY_RUN, name) for name in ("sgd-w32-s0", "radam-w256-s2", "thesis-lars-w256-s0"))
+    assert not any(re.match(STUDY_RUN, name) for name in ("lars-base0.5-s0", "thesis-lamb-base0.008-s0", "w32-s0"))
