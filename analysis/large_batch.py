@@ -6,7 +6,7 @@ study's runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs c
 plot_large_batch draws them against the global batch with experiment 5's 1-worker baseline and its equivalence
 region (baseline ± the scale's declared margin), the batch that stands in for the thesis's 4,096 (32 workers), and
 the critical batch the gradient noise scale estimates: B_simple of the same model and data, measured on the study's
-own runs by `make noise-scale` (results/noise_scale/large_batch.json), never a constant. rq4_reading reads the
+own runs by `make noise-scale` (results/noise_scale/large_batch_{initial,final}.json), never a constant. rq4_reading reads the
 verdicts (analysis.findings' large_batch_matches_baseline rows) and the noise scale together.
 """
 from __future__ import annotations
@@ -25,7 +25,8 @@ from scipy import stats  # noqa: E402
 from . import figures as fg  # noqa: E402
 from .findings import CONFIDENCE, LARGE_BATCH, OPTIMIZERS, STUDY_RUN  # noqa: E402
 
-NOISE_FILE = Path(__file__).resolve().parents[1] / "results" / "noise_scale" / "large_batch.json"
+NOISE_FILES = tuple(Path(__file__).resolve().parents[1] / "results" / "noise_scale" / f"large_batch_{weights}.json"
+                    for weights in ("initial", "final"))
 THESIS_WORKERS = 32  # the thesis's largest run: 32 GPUs x 128 = 4,096 images a step
 FINDING = "large_batch_matches_baseline"
 NAMES = {"sgd": "SGD + linear scaling + warm-up", "lars": "LARS", "lamb": "LAMB", "radam": "RAdam"}
@@ -73,13 +74,16 @@ def baseline_band(df: pd.DataFrame, scale: str, numerics: str) -> dict:
     return {"n": len(base), "mean": mean, "ci_low": low, "ci_high": high}
 
 
-def noise_scales(path: Path = NOISE_FILE) -> pd.DataFrame:
-    """The noise-scale measurements of experiment 12's runs (`make noise-scale`): weights, B_simple and its range."""
+def noise_scales(paths=NOISE_FILES) -> pd.DataFrame:
+    """The noise-scale measurements of experiment 12's runs (`make noise-scale`, python -m tools noise-scale's JSON):
+    weights, B_simple and its range; a file that is missing or unreadable gives no rows."""
     columns = ["run", "weights", "b_simple", "b_simple_low", "b_simple_high", "b_big", "groups"]
-    try:
-        rows = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return pd.DataFrame(columns=columns)
+    rows = []
+    for path in paths:
+        try:
+            rows += json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue
     return pd.DataFrame([{c: r.get(c) for c in columns} for r in rows], columns=columns)
 
 

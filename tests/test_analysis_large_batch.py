@@ -38,7 +38,7 @@ def frame(study=STUDY, with_sweep=True):
 NOISE = pd.DataFrame([
     dict(run="12_large_batch/sgd-w32-s0", weights="initial", b_simple=300.0, b_simple_low=200.0, b_simple_high=450.0,
          b_big=128, groups=32),
-    dict(run="12_large_batch/sgd-w32-s0", weights="final", b_simple=None, b_simple_low=2400.0, b_simple_high=None,
+    dict(run="12_large_batch/sgd-w32-s0", weights="epoch 72", b_simple=None, b_simple_low=2400.0, b_simple_high=None,
          b_big=128, groups=64)])
 
 
@@ -84,7 +84,7 @@ def test_the_figure_draws_every_optimizer_the_baseline_and_the_noise_scale(tmp_p
     assert {"SGD + linear scaling + warm-up (3 seeds)", "LARS (3 seeds)"} <= set(labels)
     assert "exp 5, 1 worker (3 seeds)" in labels and "baseline ± 2 points (the margin)" in labels
     assert "B_simple, initial weights: 300 (range 200–450)" in labels
-    assert "B_simple, final weights: ≥ 2,400" in labels
+    assert "B_simple, epoch 72 weights: ≥ 2,400" in labels
     assert "32 workers: the thesis's 4,096 (32 GPUs x 128)" in labels
     assert all(p.exists() for p in fg.save(fig, tmp_path, "exp12"))
     assert lb.large_batch_figure(frame({}, with_sweep=True), {}, NOISE) is None  # the sweep alone draws nothing
@@ -95,9 +95,9 @@ def test_noise_scales_read_the_tools_json_and_a_missing_file_is_empty(tmp_path):
     path.write_text(json.dumps([{"run": "r", "weights": "initial", "seed": 0, "b_simple": 910.2, "b_simple_low": 667.0,
                                  "b_simple_high": 1432.8, "grad_sq": 0.02, "grad_sq_se": 0.004, "trace_cov": 20.9,
                                  "b_small": 4, "b_big": 128, "groups": 32}]))
-    got = lb.noise_scales(path)
+    got = lb.noise_scales([path, tmp_path / "none.json"])
     assert list(got["b_simple"]) == [910.2] and lb.noise_text(next(got.itertuples())) == "910 (range 667–1,433)"
-    assert lb.noise_scales(tmp_path / "none.json").empty
+    assert lb.noise_scales([tmp_path / "none.json"]).empty
 
 
 def test_study_runs_are_named_by_optimizer_and_workers_at_every_scale_and_sweep_runs_are_not():
