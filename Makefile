@@ -18,7 +18,7 @@ SEEDS ?=
 JOBS ?=
 ## ONLY="w32-* w1-s0"       only the study's runs of these names or patterns (e.g. to add one worker count's seeds)
 ONLY ?=
-## GPUS=N                   SCALE=node: the node's GPUs (default: those visible, else 8 as in experiments/scales.toml)
+## GPUS=N                   SCALE=node: the node's GPUs (default: those visible, else 8 as in experiments/scales.toml); make cost: the node it prices (default 8)
 GPUS ?=
 ## DRY_RUN=1                print the exact commands / sbatch lines and stop
 DRY_RUN ?=
@@ -107,8 +107,8 @@ report: setup ## Tables, figures, notebooks of results/runs (or OUT=DIR) -> resu
 reference-report: setup ## Redraw the committed report (results/tables, figures, rq*.ipynb) from the committed reference
 	$(PY) -m analysis report --runs results/reference/vm-2cpu
 
-cost: setup ## GPU-hours of every experiment at the gpu and thesis scales -> results/tables/cost.md
-	$(PY) -m analysis cost
+cost: setup ## GPU-hours of every experiment at the gpu and thesis scales, node-hours at the node scale (GPUS=N) -> results/tables/cost.md
+	$(PY) -m analysis cost $(if $(GPUS),--gpus $(GPUS))
 
 bench: setup bench-step bench-data ## Benchmark the trainer against a hand-written loop, and emulated workers' cost (a GPU: results/bench_gpu.json)
 	$(PY) -m tools bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32
