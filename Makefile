@@ -130,11 +130,16 @@ bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and t
 
 # the runs share seed 0, hence their initial weights: those are measured once
 NOISE_RUN_GLOB = 05_linear_scaling/w*-s0 06_linear_scaling_stepping_warmup/w32-s0
-NOISE_RUNS = $(or $(wildcard $(addprefix results/runs/,$(NOISE_RUN_GLOB))),$(wildcard $(addprefix results/reference/*/,$(NOISE_RUN_GLOB))))
-noise-scale: setup ## Gradient noise scale of the local exp5/exp6 models, initial and final weights -> results/noise_scale/
-	@test -n "$(NOISE_RUNS)" || { echo "make: no experiment 5/6 runs in results/runs: run 'make exp5 exp6' first"; exit 2; }
-	$(PY) -m tools noise-scale $(firstword $(NOISE_RUNS)) --init --groups 32 --json results/noise_scale/initial.json
-	$(PY) -m tools noise-scale $(NOISE_RUNS) --groups 64 --json results/noise_scale/final.json
+# (runs with their checkpoint: the committed reference's folders keep none)
+NOISE_RUNS = $(patsubst %/,%,$(dir $(wildcard $(addsuffix /checkpoint.pt,$(addprefix results/runs/,$(NOISE_RUN_GLOB))))))
+# experiment 12's critical batch: its SGD run at the thesis's 4k stand-in (32 workers), seed 0
+NOISE_EXP12_RUN = $(wildcard results/runs/12_large_batch/sgd-w32-s0/checkpoint.pt)
+noise-scale: setup ## Gradient noise scale of the local exp5/exp6 (and exp12) models, initial and final weights -> results/noise_scale/
+	@test -n "$(NOISE_RUNS)$(NOISE_EXP12_RUN)" || { echo "make: no experiment 5/6 or 12 runs in results/runs: run 'make exp5 exp6' or 'make exp12' first"; exit 2; }
+	$(if $(NOISE_RUNS),$(PY) -m tools noise-scale $(firstword $(NOISE_RUNS)) --init --groups 32 --json results/noise_scale/initial.json)
+	$(if $(NOISE_RUNS),$(PY) -m tools noise-scale $(NOISE_RUNS) --groups 64 --json results/noise_scale/final.json)
+	$(if $(NOISE_EXP12_RUN),$(PY) -m tools noise-scale $(patsubst %/,%,$(dir $(NOISE_EXP12_RUN))) --init --groups 32 --json results/noise_scale/large_batch_initial.json)
+	$(if $(NOISE_EXP12_RUN),$(PY) -m tools noise-scale $(patsubst %/,%,$(dir $(NOISE_EXP12_RUN))) --groups 64 --json results/noise_scale/large_batch_final.json)
 
 clean: ## Remove caches (generated datasets) but not results
 	rm -rf .cache .pytest_cache

@@ -9,7 +9,10 @@ tables record the best epoch: its scripts keep best_acc1, and its text reports "
   warmup_not_worse         experiments 6, 8, 9 at 32 workers against experiment 5 at 32 (no warm-up); holds when the
                            interval's low end is above -margin (`equivalent` or `better`: not worse by the margin);
   warmup_matches_baseline  experiments 6, 8, 9 at each worker count against experiment 5's 1-worker baseline;
-                           holds when `equivalent`.
+                           holds when `equivalent`;
+  large_batch_matches_baseline  experiment 12 (beyond the thesis), each optimizer at each worker count of its
+                           study runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs chose the
+                           rates and are no verdicts) against the same baseline; holds when `equivalent`.
 verdict, from the 90 % confidence interval [ci_low, ci_high] of the difference and the scale's margin m (declared
 with its reason in experiments/scales.toml [margins.<scale>]):
   equivalent    -m < ci_low and ci_high < m (two one-sided tests at 5 % each reject |difference| >= m: TOST);
@@ -32,10 +35,14 @@ from scipy import stats
 
 from contract import reader
 
-COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "against", "n", "n_against",
+COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "optimizer", "against", "n", "n_against",
            "difference", "ci_low", "ci_high", "margin", "verdict", "holds", "method", "seeds_needed", "needed_for",
            "final_difference", "final_ci_low", "final_ci_high", "final_verdict", "thesis_difference"]
 WARMUP_EXPERIMENTS = (6, 8, 9)
+LARGE_BATCH = 12
+OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # the order rows and curves take
+# experiment 12's study runs (lars-w256-s0; thesis-lars-w256-s0 at another scale), not its sweep's (lars-base0.5-s0)
+STUDY_RUN = r"^([a-z]+-)?[a-z]+-w\d+-s\d+$"
 CONFIDENCE = 0.90
 SCALES_FILE = Path(__file__).resolve().parents[1] / "experiments" / "scales.toml"
 MOST_SEEDS = 1000  # seeds_needed searches up to this many
@@ -139,7 +146,9 @@ def seeds_needed(diff: float, sd_a: float | None, sd_b: float | None, sd_diff: f
 
 
 def _completed(df: pd.DataFrame) -> pd.DataFrame:
-    r = df[(df["kind"] == "run") & df["exp"].between(4, 9) & df["status"].isin(["completed", "log"])]
+    names = df["run"] if "run" in df else pd.Series("", index=df.index)
+    quality = df["exp"].between(4, 9) | ((df["exp"] == LARGE_BATCH) & names.str.match(STUDY_RUN, na=False))
+    r = df[(df["kind"] == "run") & quality & df["status"].isin(["completed", "log"])]
     r = r.dropna(subset=["best_val_top1"]).copy()
     epochs = df[df["kind"] == "epoch"].dropna(subset=["val_top1"]).sort_values("epoch")
     r["final_top1"] = r["path"].map(epochs.groupby("path")["val_top1"].last()) if "path" in r else math.nan
@@ -160,6 +169,7 @@ def compare(finding: str, exp: int, workers: int, against: str, a: pd.DataFrame,
     """One row: best top-1 (the verdict) and final-epoch top-1 of `a` minus `b`, 90 % intervals, verdicts."""
     row = dict(finding=finding, experiment=exp, workers=workers, against=against, n=len(a), n_against=len(b),
                warmup=a["warmup"].iloc[0] if "warmup" in a and len(a) else None,
+               optimizer=a["optimizer"].iloc[0] if "optimizer" in a and len(a) else None,
                margin=margin, thesis_difference=thesis_difference)
     best_a, best_b = _by_seed(a, "best_val_top1"), _by_seed(b, "best_val_top1")
     paired = _paired(best_a, best_b)
@@ -234,8 +244,21 @@ def warmup_findings(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> lis
     return rows
 
 
+def large_batch_findings(runs: pd.DataFrame, margin: float) -> list[dict]:
+    """Experiment 12: each optimizer at each worker count against experiment 5's 1-worker baseline. The thesis ran no
+    such study: thesis_difference is empty."""
+    base = runs[(runs["exp"] == 5) & (runs["gpus"] == 1)]
+    study = runs[runs["exp"] == LARGE_BATCH]
+    if base.empty or study.empty:
+        return []
+    rank = {name: i for i, name in enumerate(OPTIMIZERS)}
+    groups = sorted(study.groupby(["optimizer", "gpus"]), key=lambda kv: (rank.get(kv[0][0], len(rank)), kv[0]))
+    return [compare("large_batch_matches_baseline", LARGE_BATCH, int(gpus), "exp 5, 1 worker", g, base, margin,
+                    math.nan) for (_, gpus), g in groups]
+
+
 def orderings(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
-    """One row per finding, experiment and worker count at each scale and numerics (see the module docstring):
+    """One row per finding, experiment, optimizer and worker count at each scale and numerics (see the module docstring):
     runs in bf16 are compared with bf16 runs, never pooled with fp32 ones."""
     declared = margins()
     rows = []
@@ -243,7 +266,7 @@ def orderings(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     for (scale, numerics), g in runs.groupby([runs["scale"].fillna("unknown"), runs["numerics"]], dropna=False,
                                              sort=True):
         margin = float(declared.get(scale, {}).get("points", math.nan))
-        found = naive_degrades(g, ref, margin) + warmup_findings(g, ref, margin)
+        found = naive_degrades(g, ref, margin) + warmup_findings(g, ref, margin) + large_batch_findings(g, margin)
         rows += [{"scale": scale, "numerics": numerics, **row} for row in found]
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -110,8 +110,30 @@ RQ3 = [
              "(experiment 11), where there is one.')"),
 ]
 
+RQ4 = [
+    ("md", "# RQ4 — past the thesis's 4k batch: where linear scaling with warm-up breaks, and LARS, LAMB, RAdam\n\n"
+           "The thesis stops at 32 GPUs x 128 = 4,096 images a step. Experiment 12 (`experiments/12_large_batch`) "
+           "runs SGD with linear scaling and gradual warm-up, LARS, LAMB and RAdam at 32-256 workers (locally "
+           "x 4 images: 128-1,024; 4k-32k at the thesis and gpu scales), each optimizer at the base rate its "
+           "declared seed-0 sweep chose, 3 seeds, against experiment 5's 1-worker baseline with the findings' "
+           "equivalence test. Does the gradient noise scale (`make noise-scale`) predict where it breaks?"),
+    ("code", None),
+    ("md", "## Best top-1 per optimizer and global batch (mean and 90 % interval over seeds)"),
+    ("code", "points = an.study_points(df)\npoints"),
+    ("md", "## Verdicts against experiment 5's 1-worker baseline"),
+    ("code", "verdicts = an.orderings(df, ref)\n"
+             "verdicts[verdicts['experiment'] == 12]"),
+    ("md", "## The gradient noise scale of the same model and data, measured on the study's runs"),
+    ("code", "noise = an.noise_scales()\nnoise"),
+    ("code", "fig = an.large_batch_figure(df, an.findings.margins(), noise)\n"
+             "an.show(fig) if fig is not None else print('no experiment 12 study runs')"),
+    ("md", "## Reading"),
+    ("code", "an.markdown(an.rq4_reading(verdicts, points, noise))"),
+]
 
-NOTEBOOKS = {"rq1_batch_size.ipynb": RQ1, "rq2_horovod_speedup.ipynb": RQ2, "rq3_model_quality.ipynb": RQ3}
+
+NOTEBOOKS = {"rq1_batch_size.ipynb": RQ1, "rq2_horovod_speedup.ipynb": RQ2, "rq3_model_quality.ipynb": RQ3,
+             "rq4_large_batch.ipynb": RQ4}
 
 
 def build_notebook(cells, runs_rel: str, logs_rel) -> nbformat.NotebookNode:

@@ -13,6 +13,7 @@ import pandas as pd
 
 from . import numbers as nb
 from . import tables as tb
+from .findings import OPTIMIZERS
 
 VERDICT_COLUMNS = ["finding", "experiment", "workers", "difference", "ci_low", "ci_high", "margin", "verdict"]
 FINDINGS = {
@@ -86,14 +87,27 @@ def _seeds(r) -> str:
     return "" if pd.isna(n) else f"{int(n)} vs {int(m)} seeds" if not pd.isna(m) else f"{int(n)} seeds"
 
 
+def _row_name(r) -> str:
+    """'exp 6 at 32', or with its optimizer where the study varies it: 'exp 12 lars at 256'."""
+    optimizer = getattr(r, "optimizer", None)
+    named = int(r.experiment) > 9 and isinstance(optimizer, str)  # the thesis's experiments all ran SGD
+    return f"exp {int(r.experiment)}{' ' + optimizer if named else ''} at {int(r.workers)}"
+
+
 def _row_text(r) -> str:
     """'exp 6 at 32 workers: -1.07 points, 90 % CI -1.8 to -0.3 (excludes 0: measurably below), equivalent within
     ±2, 7 vs 7 seeds; thesis -0.4' -- everything the interval says, nothing more."""
     thesis = getattr(r, "thesis_difference", math.nan)
-    return (f"exp {int(r.experiment)} at {int(r.workers)} workers: {_pts(r.difference)} points, 90 % CI "
+    return (f"{_row_name(r)} workers: {_pts(r.difference)} points, 90 % CI "
             f"{_pts(r.ci_low)} to {_pts(r.ci_high)} ({_zero(r)}), {_against_margin(r.verdict, r.margin)}"
             + (f", {_seeds(r)}" if _seeds(r) else "")
             + ("" if pd.isna(thesis) else f"; thesis {_pts(float(thesis))}"))
+
+
+def _in_order(g: pd.DataFrame) -> pd.DataFrame:
+    """Rows by experiment, then optimizer (experiment 12's order: SGD first), then workers."""
+    rank = g["optimizer"].map({name: i for i, name in enumerate(OPTIMIZERS)}) if "optimizer" in g else 0
+    return g.assign(_rank=rank).sort_values(["experiment", "_rank", "workers"], kind="stable").drop(columns="_rank")
 
 
 def _said(finding: str, g: pd.DataFrame) -> list[str]:
@@ -114,9 +128,9 @@ def finding_summary(verdicts: pd.DataFrame) -> list[str]:
         v["where"] += v["numerics"].map(lambda n: nb.numerics_suffix(n, ", "))
     lines = []
     for (where, finding), g in v.groupby(["where", "finding"], sort=True):
-        g = g.sort_values(["experiment", "workers"])
+        g = _in_order(g)
         said = _said(finding, g)
-        rows = ["exp %d at %d" % (r.experiment, r.workers) for r in g.itertuples()]
+        rows = [_row_name(r) for r in g.itertuples()]
         claimed = [s for s in said if s != "n/a"]
         yes = [row for row, s in zip(rows, said) if s == "yes"]
         word = ("holds" if claimed and set(claimed) == {"yes"} else
@@ -126,9 +140,9 @@ def finding_summary(verdicts: pd.DataFrame) -> list[str]:
             hit = [row for row, s in zip(rows, said) if s == key]
             if hit:
                 parts.append(f"{label} in {len(hit)} ({', '.join(hit)})")
-        below = [f"exp {int(r.experiment)} at {int(r.workers)} ({_pts(r.difference)} [{_pts(r.ci_low)}, "
+        below = [f"{_row_name(r)} ({_pts(r.difference)} [{_pts(r.ci_low)}, "
                  f"{_pts(r.ci_high)}])" for r, s in zip(g.itertuples(), said)
-                 if s == "yes" and finding == "warmup_matches_baseline" and _zero(r).startswith("excludes")]
+                 if s == "yes" and finding.endswith("matches_baseline") and _zero(r).startswith("excludes")]
         if below:
             parts.append("equivalent only by the margin, its interval excluding 0, at " + ", ".join(below))
         lines.append(f"{finding} ({where} scale): {word} -- " + "; ".join(parts) + ".")
@@ -159,7 +173,7 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
             lines += ["- our runs: no comparison (the runs it needs are missing).", ""]
             continue
         for where, g in rows.groupby("where", sort=True):
-            g = g.sort_values(["experiment", "workers"])
+            g = _in_order(g)
             said = _said(finding, g)
             parts = []
             for word, label in (("yes", "holds"), ("no", "**fails**"), ("undecided", "no verdict (interval too wide)"),

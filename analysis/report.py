@@ -20,6 +20,7 @@ import pandas as pd  # noqa: E402
 from . import cost  # noqa: E402
 from . import figures as fg  # noqa: E402
 from . import findings as fd  # noqa: E402
+from . import large_batch as lb  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
 from .compare import REPO, default_runs_root, made_from, reference_machines, report_comparison, runs_label  # noqa: E402
@@ -202,6 +203,11 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
     skipped.extend(missing)
     written.extend(other_utilisation_figure(df, out, source))
     written.extend(lr_schedules_figure(df, out, source))
+    large = lb.large_batch_figure(df, fd.margins())
+    if large is None:
+        skipped.append("exp12_large_batch: no experiment 12 study runs")
+    else:
+        written.extend(fg.save(large, out, "exp12_large_batch", source))
     fig, ax = plt.subplots(figsize=(7, 4.2))
     fg.plot_steady_state(rf.rq2_steady_state(ref), ax=ax)
     written.extend(fg.save(fig, out, "rq2_steady_state", "Made from the thesis's Tables 5/6 and 8/9 and Figures 12-13 "

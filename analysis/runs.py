@@ -39,15 +39,16 @@ from . import logs as lg
 from . import numbers as nb
 
 RUN_COLUMNS = ["experiment", "exp", "run", "path", "source", "scale", "framework", "backend", "numerics", "gpus",
-               "processes", "per_gpu_batch", "global_batch", "lr", "warmup", "seed", "epochs", "epochs_done", "status",
-               "diverged", "wallclock_s", "bad_lines"]
+               "processes", "per_gpu_batch", "global_batch", "lr", "warmup", "optimizer", "seed", "epochs", "epochs_done",
+               "status", "diverged", "wallclock_s", "bad_lines"]
 RECORD_COLUMNS = ["kind", "epoch", "train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5",
                   "epoch_lr", "epoch_time", "images", "skipped_steps", "thesis_images_per_s", "steady_images_per_s",
                   "batch_time_avg_at_199", "warmup_batches", "data_share", "data_s", "compute_s", "comm_s",
                   "best_val_top1", "best_val_top5", "t", "util_pct", "mem_gb", "power_w", "device", "planned_lr",
                   "note"]
 COLUMNS = RUN_COLUMNS + RECORD_COLUMNS
-TEXT_COLUMNS = ["experiment", "run", "path", "source", "scale", "framework", "backend", "numerics", "warmup", "status",
+TEXT_COLUMNS = ["experiment", "run", "path", "source", "scale", "framework", "backend", "numerics", "warmup", "optimizer",
+                "status",
                 "kind", "device", "note"]
 #: an epoch record's fields as columns here: field -> column
 EPOCH_COLUMNS = {"train_loss": "train_loss", "train_top1": "train_top1", "train_top5": "train_top5",
@@ -140,6 +141,8 @@ def run_identity(folder: pd.Series) -> dict:
         "gpus": gpus, "per_gpu_batch": b,
         "global_batch": gb, "lr": res.get("lr", lr.get("base")),
         "warmup": nb.warmup_label(lr.get("warmup"), lr.get("warmup_epochs")) if lr else None,
+        # a config from before [optim] had a name ran SGD, the thesis's optimizer
+        "optimizer": (cfg.get("optim") or {}).get("name", "sgd") if cfg else None,
         "seed": train.get("seed"), "epochs": train.get("epochs"),
     }
 
@@ -336,7 +339,7 @@ def load_log(path: str | Path, meta: dict | None = None) -> pd.DataFrame:
              "framework": meta.get("framework"), "backend": None, "numerics": meta.get("numerics", nb.FP32),
              "gpus": g, "processes": meta.get("processes"), "per_gpu_batch": b,
              "global_batch": (b * g) if b and g else None, "lr": meta.get("lr"), "warmup": meta.get("warmup"),
-             "seed": meta.get("seed"), "epochs": meta.get("epochs")}
+             "optimizer": meta.get("optimizer", "sgd"), "seed": meta.get("seed"), "epochs": meta.get("epochs")}
     rows = []
     ep = log.epochs
     # a loss printed as nan/inf: the run diverged (truncated lines never reach the frame, so a NaN here was
@@ -405,7 +408,8 @@ def load_study(runs: str | Path = "results/runs", logs=None) -> pd.DataFrame:
 # fingerprint -- a smoke run beside full ones, runs from before and after a config change -- is refused: its runs get
 # status MIXED and a line in the report's problem list, and no table or verdict averages them. Numerics (fp32, bf16 +
 # channels_last, compiled...) are a key, not a mix: a study that varies them on purpose gets a row for each.
-POOL_KEYS = ["exp", "framework", "numerics", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "scale"]
+POOL_KEYS = ["exp", "framework", "numerics", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "optimizer",
+             "scale"]
 MIXED = "mixed-config"
 
 

@@ -7,6 +7,7 @@ An experiment's config.toml declares its varied factor once (the thesis's one-fa
     vary = { "train.workers" = [1, 2, 16, 24, 32] }     # a grid: every combination of the lists
     extra = [{ "train.workers" = 32, "train.backend" = "ddp" }]   # single runs outside the grid
     # an extra run may carry its own name: { run = "baseline-w1", "train.workers" = 1 } -> baseline-w1-s0, -s1...
+    # and its own number of seeds: { run = "pilot", seeds = 1 }; --seeds N on the command line overrides every count
     seeds = 1
     nodes = 1                      # or a varied "nodes": real multi-node launches (torchrun nodes, Slurm -N)
 
@@ -29,7 +30,8 @@ from contract.runfolder import check_run_name
 
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
          "train.precision": "", "train.channels_last": "cl", "train.compile": "compiled"}
-LAUNCH_KEYS = ("nodes", "tasks_per_node", "run")  # how a run is launched or named, not trainer settings
+LAUNCH_KEYS = ("nodes", "tasks_per_node", "run", "seeds")  # how runs are launched, named or repeated, not
+# trainer settings
 STUDY_KEYS = ("question", "vary", "extra", "seeds", "nodes", "tasks_per_node", "baseline", "kind")
 KINDS = ("quality", "throughput")
 
@@ -93,7 +95,7 @@ def check_study_table(table: dict[str, Any], config: Path) -> None:
     if not isinstance(extras, list) or not all(isinstance(e, dict) for e in extras):
         raise ConfigError(f"study.extra in {config} must be a list of tables, e.g. [{{ \"train.workers\" = 32 }}]")
     for combo in [{k: v for k, v in zip(vary, values)} for values in itertools.product(*vary.values())] + extras:
-        for key in ("nodes", "tasks_per_node"):
+        for key in ("nodes", "tasks_per_node", "seeds"):
             if key in combo:
                 whole_number(f"study {key}", combo[key])
 
@@ -114,19 +116,19 @@ def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
     extras = [dict(extra) for extra in table.get("extra", [])]
     grid = [dict(zip(vary, values)) for values in itertools.product(*vary.values())] if vary else []
     combos = grid + extras or [{}]
-    n_seeds = table.get("seeds", 1) if seeds is None else seeds
     base_seed = load_config(config, scale).train.seed
     runs = []
     for combo in combos:
         nodes = int(combo.get("nodes", table.get("nodes", 1)))
         per_node = combo.get("tasks_per_node", table.get("tasks_per_node"))
+        n_seeds = seeds if seeds is not None else combo.get("seeds", table.get("seeds", 1))
         for s in range(n_seeds):
             settings = {k: v for k, v in combo.items() if k not in LAUNCH_KEYS}
             if per_node and "train.workers" not in settings:  # N nodes x M GPUs
                 settings["train.workers"] = nodes * int(per_node)
             settings["train.seed"] = base_seed + s
             name = (f"{combo['run']}-s{base_seed + s}" if "run" in combo  # a named extra run
-                    else run_name(combo, base_seed + s))  # runs at another scale get their own folders
+                    else run_name({k: v for k, v in combo.items() if k != "seeds"}, base_seed + s))  # runs at another scale get their own folders
             runs.append(Run(check_run_name(name if scale == "local" else f"{scale}-{name}"), settings, nodes))
     refuse_duplicate_names(runs, config)
     return runs

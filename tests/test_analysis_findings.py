@@ -140,6 +140,26 @@ def test_one_seed_gives_no_interval_and_an_inconclusive_verdict():
     assert set(table["verdict"]) == {"inconclusive"} and table["ci_low"].isna().all()
 
 
+def test_experiment_12_compares_each_optimizer_and_worker_count_with_the_baseline_and_not_the_sweep():
+    base = runs([(5, 1, "none", [77.0, 76.0, 78.0])])
+    def group(optimizer, workers, tops, name=None):
+        g = runs([(12, workers, "gradual-4", tops)])
+        g["optimizer"] = optimizer
+        # the study's runs are <optimizer>-w<workers>-s<seed>; the sweep's (one seed, another rate) its own name
+        g["run"] = name or g["seed"].map(lambda seed: f"{optimizer}-w{workers}-s{seed}")
+        g["path"] = g["path"] + "-" + optimizer + (name or "")
+        return g
+
+    study = pd.concat([group("sgd", 32, [76.5, 77.0, 77.5]), group("sgd", 256, [60.0, 62.0, 61.0]),
+                       group("lars", 256, [77.2, 76.1, 77.9]), group("lars", 128, [30.0], name="lars-base2-s0")])
+    v = orderings(pd.concat([base, study], ignore_index=True), rf.load_reference())
+    v = v[v["experiment"] == 12]
+    assert list(zip(v["optimizer"], v["workers"])) == [("sgd", 32), ("sgd", 256), ("lars", 256)]  # no sweep row
+    assert list(v["verdict"]) == ["equivalent", "worse", "equivalent"]
+    assert set(v["finding"]) == {"large_batch_matches_baseline"} and v["thesis_difference"].isna().all()
+    assert list(v["holds"]) == ["yes", "no", "yes"] and set(v["against"]) == {"exp 5, 1 worker"}
+
+
 def test_runs_of_different_configs_are_not_compared():
     df = runs([(5, 1, "none", [62, 63, 61]), (6, 32, "stepping-1", [61.5, 62.5, 60.5])])
     df["fingerprint"] = "aaa"

@@ -153,3 +153,17 @@ def test_the_summary_says_how_far_each_finding_holds():
     assert naive.startswith("naive_degrades (local scale): holds -- 1 of 1 rows support it")
     reading = rd.rq3_reading(v, REF)
     assert "3 vs 7 seeds" in reading and "not corrected" in reading
+
+
+def test_the_summary_names_experiment_12s_optimizer_in_the_tables_order():
+    rows = [("large_batch_matches_baseline", 12, workers, optimizer, diff, diff - 1, diff + 1, verdict)
+            for optimizer, workers, diff, verdict in (("lars", 256, -0.3, "equivalent"), ("sgd", 256, -9.0, "worse"),
+                                                      ("sgd", 32, 0.2, "equivalent"))]
+    v = pd.DataFrame(rows, columns=["finding", "experiment", "workers", "optimizer", "difference", "ci_low",
+                                    "ci_high", "verdict"])
+    v["margin"], v["scale"] = 2.0, "local"
+    line, = rd.finding_summary(v)
+    assert line.startswith("large_batch_matches_baseline (local scale): mixed -- 2 of 3 rows support it "
+                           "(exp 12 sgd at 32, exp 12 lars at 256)")
+    assert "fails in 1 (exp 12 sgd at 256)" in line
+    assert "exp 6 at 32" in rd.finding_summary(verdict_table().assign(optimizer="sgd"))[-1]  # thesis rows unnamed

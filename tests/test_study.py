@@ -196,6 +196,19 @@ def test_named_extra_runs_and_the_studies_beyond_the_thesis_match_their_committe
             assert run_dir.name in plans[folder_fingerprint(run_dir)]
 
 
+def test_an_extra_run_may_carry_its_own_seeds_and_the_command_line_overrides_every_count(tmp_path):
+    from contract.plan import expand
+
+    folder = tiny_experiment(tmp_path, 'seeds = 2\nextra = [{ run = "sweep", "train.workers" = 2, seeds = 1 }, '
+                                       '{ "train.workers" = 4, seeds = 3 }, { "train.workers" = 1 }]')
+    seed = load_config(folder / "config.toml", "local").train.seed  # the tiny config's own first seed
+    names = [r.name.replace(f"-s{seed}", "-s0").replace(f"-s{seed + 1}", "-s1").replace(f"-s{seed + 2}", "-s2")
+             for r in expand(folder / "config.toml", "local")]
+    assert names == ["sweep-s0", "w4-s0", "w4-s1", "w4-s2", "w1-s0", "w1-s1"]
+    assert all("seeds" not in r.settings for r in expand(folder / "config.toml", "local"))
+    assert len(expand(folder / "config.toml", "local", seeds=1)) == 3  # one each
+
+
 def test_the_default_references_quality_runs_are_the_local_scales_own_plans():
     """The findings' evidence is made by today's default config: every committed run of experiments 4-9 in the
     default reference is, by config fingerprint, a run its study plans at the local scale (seeds as committed)."""
@@ -342,6 +355,7 @@ def refuse_study(capsys, folder, *extra) -> str:
     ('extra = [{ run = "a", "train.workers" = 1 }, { run = "a", "train.workers" = 2 }]', [],
      "two runs of "),
     ('sede = 3', [], "unknown key sede in [study]"),
+    ('extra = [{ run = "a", seeds = 0 }]', [], "study seeds = 0 must be a whole number >= 1"),
 ])
 def test_study_mistakes_are_one_line_and_exit_2(tmp_path, capsys, study, extra, message):
     err = refuse_study(capsys, tiny_experiment(tmp_path, study), *extra)

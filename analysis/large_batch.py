@@ -1,0 +1,238 @@
+"""Experiment 12 (beyond the thesis): where linear scaling with warm-up stops matching the 1-worker baseline, and
+whether LARS, LAMB or RAdam carry it further.
+
+study_points: best top-1 per optimizer and global batch (mean over seeds, 90 % t interval of the mean) from the
+study's runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs chose the rates and are left out).
+plot_large_batch draws them against the global batch with experiment 5's 1-worker baseline and its equivalence
+region (baseline ± the scale's declared margin), the batch that stands in for the thesis's 4,096 (32 workers), and
+the critical batch the gradient noise scale estimates: B_simple of the same model and data, measured on the study's
+own runs by `make noise-scale` (results/noise_scale/large_batch_{initial,final}.json), never a constant. rq4_reading reads the
+verdicts (analysis.findings' large_batch_matches_baseline rows) and the noise scale together.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from . import figures as fg  # noqa: E402
+from .findings import CONFIDENCE, LARGE_BATCH, OPTIMIZERS, STUDY_RUN  # noqa: E402
+
+NOISE_FILES = tuple(Path(__file__).resolve().parents[1] / "results" / "noise_scale" / f"large_batch_{weights}.json"
+                    for weights in ("initial", "final"))
+THESIS_WORKERS = 32  # the thesis's largest run: 32 GPUs x 128 = 4,096 images a step
+FINDING = "large_batch_matches_baseline"
+NAMES = {"sgd": "SGD + linear scaling + warm-up", "lars": "LARS", "lamb": "LAMB", "radam": "RAdam"}
+POINT_COLUMNS = ["scale", "numerics", "optimizer", "workers", "global_batch", "n", "best_top1", "ci_low", "ci_high"]
+
+
+# ============================================================================================ the numbers
+
+
+def _mean_interval(values: pd.Series) -> tuple[float, float, float]:
+    """Mean and its 90 % t interval (NaN bounds with fewer than two values)."""
+    values = values.dropna().astype(float)
+    mean = float(values.mean()) if len(values) else math.nan
+    if len(values) < 2 or values.std(ddof=1) == 0:
+        return mean, (mean if len(values) > 1 else math.nan), (mean if len(values) > 1 else math.nan)
+    half = stats.t.ppf(0.5 + CONFIDENCE / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def study_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """Experiment 12's completed study runs (one row each)."""
+    runs = df[(df["kind"] == "run") & (df["exp"] == LARGE_BATCH) & (df["status"] == "completed")]
+    return runs[runs["run"].str.match(STUDY_RUN, na=False)].dropna(subset=["best_val_top1"])
+
+
+def study_points(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per scale, numerics, optimizer and worker count: seeds, mean best top-1 and its 90 % interval."""
+    rows = []
+    rank = {name: i for i, name in enumerate(OPTIMIZERS)}
+    for key, g in study_runs(df).groupby(["scale", "numerics", "optimizer", "gpus"], sort=True):
+        mean, low, high = _mean_interval(g["best_val_top1"])
+        rows.append(dict(zip(["scale", "numerics", "optimizer", "workers"], key), n=len(g), best_top1=mean,
+                         global_batch=int(g["global_batch"].iloc[0]), ci_low=low, ci_high=high))
+    points = pd.DataFrame(rows, columns=POINT_COLUMNS)
+    order = points["optimizer"].map(lambda o: rank.get(o, len(rank)))
+    return points.assign(_o=order).sort_values(["scale", "numerics", "_o", "workers"]).drop(columns="_o") \
+        .reset_index(drop=True)
+
+
+def baseline_band(df: pd.DataFrame, scale: str, numerics: str) -> dict:
+    """Experiment 5's 1-worker runs at a scale and numerics: seeds and mean best top-1."""
+    base = df[(df["kind"] == "run") & (df["exp"] == 5) & (df["gpus"] == 1) & (df["status"] == "completed")
+              & (df["scale"] == scale) & (df["numerics"] == numerics)]
+    mean, low, high = _mean_interval(base["best_val_top1"])
+    return {"n": len(base), "mean": mean, "ci_low": low, "ci_high": high}
+
+
+def noise_scales(paths=NOISE_FILES) -> pd.DataFrame:
+    """The noise-scale measurements of experiment 12's runs (`make noise-scale`, python -m tools noise-scale's JSON):
+    weights, B_simple and its range; a file that is missing or unreadable gives no rows."""
+    columns = ["run", "weights", "b_simple", "b_simple_low", "b_simple_high", "b_big", "groups"]
+    rows = []
+    for path in paths:
+        try:
+            rows += json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue
+    return pd.DataFrame([{c: r.get(c) for c in columns} for r in rows], columns=columns)
+
+
+def _examples(x) -> str:
+    return "unbounded" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:,.0f}"
+
+
+def noise_text(row) -> str:
+    """'910 (range 667-1,433)' or 'at least 2,350 (|G|^2 not resolved from zero)'."""
+    if row.b_simple_high is None or pd.isna(row.b_simple_high) or pd.isna(row.b_simple):
+        return f"at least {_examples(row.b_simple_low)} (|G|² not resolved from zero)"
+    return f"{_examples(row.b_simple)} (range {_examples(row.b_simple_low)}–{_examples(row.b_simple_high)})"
+
+
+# ============================================================================================ the figure
+
+
+def plot_large_batch(points: pd.DataFrame, band: dict, margin: float, noise: pd.DataFrame, ax=None,
+                     title: str | None = None):
+    """Best top-1 (mean, 90 % interval over seeds) against the global batch, a line per optimizer."""
+    ax = fg._ax(ax, figsize=(8.5, 4.8))
+    for i, (optimizer, g) in enumerate(points.groupby("optimizer", sort=False)):
+        g = g.sort_values("global_batch")
+        err = [g["best_top1"] - g["ci_low"], g["ci_high"] - g["best_top1"]]
+        seeds = "-".join(str(n) for n in sorted({int(n) for n in g["n"]}))
+        ax.errorbar(g["global_batch"], g["best_top1"], yerr=err, marker="o", capsize=3, color=fg._colour(i),
+                    label=f"{NAMES.get(optimizer, optimizer)} ({seeds} seeds)")
+    if band["n"]:
+        ax.axhline(band["mean"], color="black", lw=1, label=f"exp 5, 1 worker ({band['n']} seeds)")
+        if not math.isnan(margin):
+            ax.axhspan(band["mean"] - margin, band["mean"] + margin, color="grey", alpha=0.15,
+                       label=f"baseline ± {margin:g} points (the margin)")
+    per_worker = (points["global_batch"] / points["workers"]).iloc[0] if len(points) else None
+    if per_worker:
+        ax.axvline(THESIS_WORKERS * per_worker, color="black", ls=":", lw=1,
+                   label=f"32 workers: the thesis's 4,096 (32 GPUs x 128)")
+    for _, row in noise.iterrows():
+        _draw_noise_scale(ax, row)
+    ax.set_xscale("log", base=2)
+    fg.log2_ticks(ax, "x")
+    fg._finish(ax, "global batch (images a step)", "best validation top-1 (%)", title)
+    fg.legend_beside(ax)
+    return ax
+
+
+def _draw_noise_scale(ax, row) -> None:
+    """B_simple as a dashed line and its range as a band; a lower bound alone as an arrow to the right."""
+    style = dict(color="#D55E00", alpha=0.9 if row.weights == "initial" else 0.6)
+    lo, hi = ax.get_xlim()
+    if row.b_simple_high is None or pd.isna(row.b_simple_high) or pd.isna(row.b_simple):
+        y = ax.get_ylim()[0] + 0.06 * (ax.get_ylim()[1] - ax.get_ylim()[0])
+        ax.annotate("", xy=(max(hi, row.b_simple_low * 1.6), y), xytext=(row.b_simple_low, y),
+                    arrowprops=dict(arrowstyle="->", **style))
+        ax.plot([row.b_simple_low], [y], "|", ms=12, label=f"B_simple, {row.weights} weights: "
+                f"≥ {_examples(row.b_simple_low)}", **style)
+        return
+    ax.axvspan(row.b_simple_low, row.b_simple_high, alpha=0.08, color=style["color"])
+    ax.axvline(row.b_simple, ls="--", lw=1, label=f"B_simple, {row.weights} weights: {noise_text(row)}", **style)
+
+
+def large_batch_figure(df: pd.DataFrame, margins: dict, noise: pd.DataFrame | None = None):
+    """One panel per scale and numerics with study runs; None without any."""
+    points = study_points(df)
+    if points.empty:
+        return None
+    noise = noise_scales() if noise is None else noise
+    groups = list(points.groupby(["scale", "numerics"], sort=True))
+    fig, axes = plt.subplots(len(groups), 1, figsize=(11, 4.8 * len(groups)), squeeze=False, layout="constrained")
+    for ax, ((scale, numerics), g) in zip(axes[:, 0], groups):
+        margin = float(margins.get(scale, {}).get("points", math.nan))
+        plot_large_batch(g, baseline_band(df, scale, numerics), margin, noise if scale == "local" else noise.iloc[0:0],
+                         ax=ax, title=f"Experiment 12 at the {scale} scale ({numerics}): best top-1 against the "
+                                      "global batch, per optimizer (90 % intervals over seeds)")
+    return fig
+
+
+# ============================================================================================ the reading
+
+
+def _verdict_text(r) -> str:
+    return (f"{int(r.workers)} workers: {r.difference:+.1f} points [{r.ci_low:+.1f}, {r.ci_high:+.1f}], "
+            f"{r.verdict}" if not pd.isna(r.ci_low) else f"{int(r.workers)} workers: {r.verdict} (no interval)")
+
+
+def where_it_stops(rows: pd.DataFrame) -> tuple[int | None, int | None]:
+    """(the largest worker count up to which every row is `equivalent`, the first that is not), by workers."""
+    last, first_not = None, None
+    for r in rows.sort_values("workers").itertuples():
+        if r.verdict != "equivalent":
+            first_not = int(r.workers)
+            break
+        last = int(r.workers)
+    return last, first_not
+
+
+def rq4_reading(verdicts: pd.DataFrame, points: pd.DataFrame, noise: pd.DataFrame | None = None) -> str:
+    """Per scale: each optimizer's verdicts by batch, where SGD + warm-up stops being `equivalent`, which optimizers
+    stay `equivalent` beyond it, and where the noise scale's critical batch lies against that."""
+    v = verdicts[verdicts["finding"] == FINDING] if "finding" in verdicts else verdicts.iloc[0:0]
+    if v.empty:
+        return ("**Reading:** no experiment 12 verdicts yet: its study runs (`make exp12`, step 2) have not run "
+                "on these runs' machine, or experiment 5's 1-worker baseline is missing.")
+    noise = noise_scales() if noise is None else noise
+    lines = ["**Reading, computed from the runs above** (each row: mean best top-1 minus experiment 5's 1-worker "
+             "baseline, its 90 % interval, the verdict against the scale's margin; rows are not corrected for their "
+             "number).", ""]
+    for (scale, numerics), g in v.groupby(["scale", "numerics"], sort=True):
+        mine = points[(points["scale"] == scale) & (points["numerics"] == numerics)]
+        batch = dict(zip(mine["workers"], mine["global_batch"]))
+        lines += _scale_reading(scale, numerics, g, batch, noise if scale == "local" else noise.iloc[0:0]) + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _scale_reading(scale: str, numerics: str, g: pd.DataFrame, batch: dict, noise: pd.DataFrame) -> list[str]:
+    """batch: workers -> global batch (images a step) at this scale."""
+    lines = [f"*{scale} scale, {numerics}*"]
+    stops: dict[str, tuple] = {}
+    for optimizer in [o for o in OPTIMIZERS if o in set(g["optimizer"])]:
+        rows = g[g["optimizer"] == optimizer]
+        stops[optimizer] = where_it_stops(rows)
+        lines.append(f"- {optimizer}: " + "; ".join(_verdict_text(r) for r in rows.sort_values("workers")
+                                                     .itertuples()) + ".")
+    sgd_last, sgd_first_not = stops.get("sgd", (None, None))
+    if "sgd" in stops:
+        lines.append("- SGD with linear scaling and gradual warm-up " + (
+            f"is `equivalent` at every worker count run (up to {sgd_last})." if sgd_first_not is None else
+            f"stops being `equivalent` at {sgd_first_not} workers" + (f" (equivalent up to {sgd_last})."
+                                                                     if sgd_last else " (and at no count below).")))
+        if sgd_first_not is not None:
+            beyond = [o for o, (last, _) in stops.items() if o != "sgd" and last and last >= sgd_first_not]
+            lines.append("- Beyond that, " + (f"{', '.join(beyond)} stay `equivalent` (up to "
+                                              f"{', '.join(str(stops[o][0]) for o in beyond)} workers)." if beyond
+                                              else "no optimizer stays `equivalent`."))
+    broke = batch.get(sgd_first_not) if sgd_first_not is not None else None
+    for r in noise.itertuples():
+        where = f"; SGD's first batch that is not `equivalent`, {broke:,}, lies {_against_noise(broke, r)} it" \
+            if broke else ""
+        lines.append(f"- Gradient noise scale ({r.weights} weights of {r.run}): B_simple {noise_text(r)} "
+                     f"images{where}.")
+    if noise.empty:
+        lines.append("- No noise-scale measurement of this experiment's runs (`make noise-scale` after its SGD "
+                     "runs): the critical batch is not drawn.")
+    return lines
+
+
+def _against_noise(images: int, r) -> str:
+    """Where a batch lies against a B_simple measurement: below, inside or above its range."""
+    if images < r.b_simple_low:
+        return "below"
+    if r.b_simple_high is None or pd.isna(r.b_simple_high) or images <= r.b_simple_high:
+        return "inside the range of"
+    return "above"

@@ -1,0 +1,109 @@
+"""Experiment 12's figure and reading: best top-1 against global batch per optimizer, the baseline, the noise scale."""
+import json
+import math
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from analysis import large_batch as lb
+from analysis import reference as rf
+from analysis.findings import orderings
+
+BASELINE = [77.0, 76.0, 78.0]
+#: optimizer -> workers -> best top-1 of seeds 0, 1, 2 (SGD equivalent to 64 workers, then worse; LARS holds)
+STUDY = {"sgd": {32: [76.9, 76.2, 77.8], 64: [77.1, 75.8, 77.9], 128: [70.0, 69.0, 71.0], 256: [50.0, 52.0, 49.0]},
+         "lars": {128: [77.1, 76.2, 78.0], 256: [76.8, 75.9, 77.9]}}
+
+
+def frame(study=STUDY, with_sweep=True):
+    rows = []
+
+    def run(exp, optimizer, workers, seed, top1, name):
+        rows.append(dict(kind="run", exp=exp, run=name, path=f"runs/{exp:02d}/{name}", status="completed",
+                         best_val_top1=top1, scale="local", numerics="fp32", optimizer=optimizer, gpus=workers,
+                         per_gpu_batch=4, global_batch=4 * workers, seed=seed, warmup="gradual-4"))
+
+    for seed, top1 in enumerate(BASELINE):
+        run(5, "sgd", 1, seed, top1, f"w1-s{seed}")
+    for optimizer, by_workers in study.items():
+        for workers, tops in by_workers.items():
+            for seed, top1 in enumerate(tops):
+                run(12, optimizer, workers, seed, top1, f"{optimizer}-w{workers}-s{seed}")
+    if with_sweep:  # a sweep run: another rate, one seed, named by its rate; never a point or a verdict
+        run(12, "lars", 128, 0, 3.0, "lars-base2-s0")
+    return pd.DataFrame(rows).assign(epoch=math.nan, val_top1=math.nan)  # no epoch records: best top-1 alone
+
+
+NOISE = pd.DataFrame([
+    dict(run="12_large_batch/sgd-w32-s0", weights="initial", b_simple=300.0, b_simple_low=200.0, b_simple_high=450.0,
+         b_big=128, groups=32),
+    dict(run="12_large_batch/sgd-w32-s0", weights="epoch 72", b_simple=None, b_simple_low=2400.0, b_simple_high=None,
+         b_big=128, groups=64)])
+
+
+def test_points_are_each_optimizer_and_batchs_mean_with_its_t_interval_and_leave_the_sweep_out():
+    points = lb.study_points(frame())
+    assert list(zip(points["optimizer"], points["workers"])) == [("sgd", 32), ("sgd", 64), ("sgd", 128),
+                                                                ("sgd", 256), ("lars", 128), ("lars", 256)]
+    assert list(points["global_batch"]) == [128, 256, 512, 1024, 512, 1024] and set(points["n"]) == {3}
+    lars = points.iloc[4]
+    tops = pd.Series(STUDY["lars"][128])
+    half = stats.t.ppf(0.95, 2) * tops.std(ddof=1) / math.sqrt(3)
+    assert (lars["best_top1"], lars["ci_low"], lars["ci_high"]) == pytest.approx(
+        (tops.mean(), tops.mean() - half, tops.mean() + half))
+
+
+def test_the_reading_says_where_sgd_stops_which_optimizer_carries_on_and_where_the_noise_scale_lies():
+    df = frame()
+    reading = lb.rq4_reading(orderings(df, rf.load_reference()), lb.study_points(df), NOISE)
+    assert "stops being `equivalent` at 128 workers (equivalent up to 64)" in reading
+    assert "Beyond that, lars stay `equivalent` (up to 256 workers)" in reading
+    # SGD's first batch that is not equivalent: 128 x 4 = 512 images, above the initial range, below the final bound
+    assert "initial weights of 12_large_batch/sgd-w32-s0): B_simple 300 (range 200–450) images; SGD's first batch " \
+           "that is not `equivalent`, 512, lies above it" in reading
+    assert "B_simple at least 2,400 (|G|² not resolved from zero) images; SGD's first batch that is not " \
+           "`equivalent`, 512, lies below it" in reading
+
+
+def test_the_reading_changes_with_the_verdicts():
+    study = {"sgd": {w: BASELINE for w in (32, 64, 128, 256)}}
+    df = frame(study, with_sweep=False)
+    reading = lb.rq4_reading(orderings(df, rf.load_reference()), lb.study_points(df), NOISE.iloc[0:0])
+    assert "is `equivalent` at every worker count run (up to 256)" in reading
+    assert "No noise-scale measurement" in reading
+    assert "no experiment 12 verdicts yet" in lb.rq4_reading(pd.DataFrame(columns=["finding"]), lb.study_points(df))
+
+
+def test_the_figure_draws_every_optimizer_the_baseline_and_the_noise_scale(tmp_path):
+    from analysis import figures as fg
+
+    fig = lb.large_batch_figure(frame(), {"local": {"points": 2.0}}, NOISE)
+    ax = fig.axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert {"SGD + linear scaling + warm-up (3 seeds)", "LARS (3 seeds)"} <= set(labels)
+    assert "exp 5, 1 worker (3 seeds)" in labels and "baseline ± 2 points (the margin)" in labels
+    assert "B_simple, initial weights: 300 (range 200–450)" in labels
+    assert "B_simple, epoch 72 weights: ≥ 2,400" in labels
+    assert "32 workers: the thesis's 4,096 (32 GPUs x 128)" in labels
+    assert all(p.exists() for p in fg.save(fig, tmp_path, "exp12"))
+    assert lb.large_batch_figure(frame({}, with_sweep=True), {}, NOISE) is None  # the sweep alone draws nothing
+
+
+def test_noise_scales_read_the_tools_json_and_a_missing_file_is_empty(tmp_path):
+    path = tmp_path / "large_batch.json"
+    path.write_text(json.dumps([{"run": "r", "weights": "initial", "seed": 0, "b_simple": 910.2, "b_simple_low": 667.0,
+                                 "b_simple_high": 1432.8, "grad_sq": 0.02, "grad_sq_se": 0.004, "trace_cov": 20.9,
+                                 "b_small": 4, "b_big": 128, "groups": 32}]))
+    got = lb.noise_scales([path, tmp_path / "none.json"])
+    assert list(got["b_simple"]) == [910.2] and lb.noise_text(next(got.itertuples())) == "910 (range 667–1,433)"
+    assert lb.noise_scales([tmp_path / "none.json"]).empty
+
+
+def test_study_runs_are_named_by_optimizer_and_workers_at_every_scale_and_sweep_runs_are_not():
+    import re
+
+    from analysis.findings import STUDY_RUN
+
+    assert all(re.match(STUDY_RUN, name) for name in ("sgd-w32-s0", "radam-w256-s2", "thesis-lars-w256-s0"))
+    assert not any(re.match(STUDY_RUN, name) for name in ("lars-base0.5-s0", "thesis-lamb-base0.008-s0", "w32-s0"))
