@@ -188,14 +188,16 @@ def declared_node_gpus(config: Path) -> int:
     """The node's GPUs that experiments/scales.toml declares ([node.study] gpus), else NODE_GPUS."""
     scales = find_scales_file(Path(config))
     gpus = (read_toml(scales).get(NODE_SCALE, {}).get("study", {}) if scales else {}).get("gpus", NODE_GPUS)
-    whole_number("[node.study] gpus in experiments/scales.toml", gpus)
-    return gpus
+    return check_node_gpus(gpus, "[node.study] gpus in experiments/scales.toml")
 
 
-def check_node_gpus(gpus: int) -> int:
-    """--gpus N (make GPUS=N): a node has at least 1 GPU."""
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ConfigError(f"--gpus {gpus}: a node has at least 1 GPU")
+def check_node_gpus(gpus: int, where: str = "--gpus") -> int:
+    """The node's GPU count, from `where` (--gpus N, make GPUS=N; the GPUs visible; scales.toml): at least 2. A
+    node of one GPU would run W workers as one DDP/Horovod process, which the trainer refuses (one process is the
+    emulated backend: SCALE=gpu)."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 2:
+        raise ConfigError(f"{where} {gpus}: the node scale spreads the workers over a node of 2 or more GPUs; on "
+                          "one GPU use SCALE=gpu (its workers emulated on that GPU)")
     return gpus
 
 

@@ -18,7 +18,7 @@ from contract.plan import check_node_gpus, declared_node_gpus
 def node_gpus(config: Path, requested: int | None = None) -> tuple[int, str]:
     """(the node's GPUs, where that number comes from)."""
     if requested is not None:
-        return check_node_gpus(requested), "--gpus"
+        return check_node_gpus(requested, "--gpus"), "--gpus"
     try:
         import torch
 
@@ -26,5 +26,5 @@ def node_gpus(config: Path, requested: int | None = None) -> tuple[int, str]:
     except Exception:  # no usable CUDA here
         visible = 0
     if visible:
-        return visible, "visible here"
+        return check_node_gpus(visible, "GPUs visible here:"), "visible here"
     return declared_node_gpus(config), "experiments/scales.toml [node.study] (none visible here; GPUS=N to change)"

@@ -230,7 +230,8 @@ def test_cost_prices_the_node_at_gpus_n_and_refuses_a_node_of_no_gpus_in_one_lin
 
     assert main(["cost", "--gpus", "0", "--out", str(tmp_path), "--runs", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: --gpus 0: a node has at least 1 GPU"]
+    assert err == ["error: --gpus 0: the node scale spreads the workers over a node of 2 or more GPUs; on one GPU "
+                   "use SCALE=gpu (its workers emulated on that GPU)"]
     assert not (tmp_path / "tables").exists()
 
 

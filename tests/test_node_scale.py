@@ -96,10 +96,20 @@ def test_the_declared_node_size_is_scales_toml_and_a_gpus_below_1_is_refused():
     from contract.plan import check_node_gpus, declared_node_gpus
 
     assert declared_node_gpus(REPO / "experiments" / "06_linear_scaling_stepping_warmup" / "config.toml") == 8
-    assert check_node_gpus(4) == 4
-    for bad in (0, -2):
-        with pytest.raises(ConfigError, match=f"--gpus {bad}: a node has at least 1 GPU"):
+    assert check_node_gpus(4) == 4 and check_node_gpus(2) == 2
+    for bad in (1, 0, -2):  # one GPU: W workers in one DDP process, which the trainer refuses (that is SCALE=gpu)
+        with pytest.raises(ConfigError, match=f"^--gpus {bad}: the node scale spreads the workers over a node of 2 "
+                                              "or more GPUs; on one GPU use SCALE=gpu"):
             check_node_gpus(bad)
+
+
+def test_a_node_of_one_gpu_is_one_line_pointing_to_the_gpu_scale(tmp_path, capsys):
+    from trainers.__main__ import main
+
+    assert main(["study", "experiments/06_linear_scaling_stepping_warmup", "--scale", "node", "--dry-run",
+                 "--gpus", "1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "use SCALE=gpu" in err[0], err
 
 
 # ---- experiments 1-3 at the node scale -------------------------------------------------------------------------
