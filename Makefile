@@ -18,7 +18,7 @@ SEEDS ?=
 JOBS ?=
 ## ONLY="w32-* w1-s0"       only the study's runs of these names or patterns (e.g. to add one worker count's seeds)
 ONLY ?=
-## GPUS=N                   SCALE=node: the node's GPUs (default: those visible, else 8 as in experiments/scales.toml)
+## GPUS=N                   SCALE=node: the node's GPUs (default: those visible, else 8 as in experiments/scales.toml); make cost: the node it prices (default 8)
 GPUS ?=
 ## DRY_RUN=1                print the exact commands / sbatch lines and stop
 DRY_RUN ?=
@@ -75,7 +75,8 @@ setup-horovod: setup ## Build Horovod 0.28.1 (Gloo+MPI on CPU; HOROVOD_GPU=nccl 
 # Not with HOROVOD=0 or DRY_RUN, nor for a real cluster (LAUNCHER=slurm, CLUSTER other than local): on its login node
 # build it for the GPUs yourself (HOROVOD_GPU=nccl make setup-horovod). A failed build costs only the Horovod rows.
 REAL_CLUSTER = $(and $(filter slurm,$(LAUNCHER)),$(filter-out local,$(CLUSTER)))
-AUTO_HOROVOD = $(if $(or $(filter 0,$(HOROVOD)),$(DRY_RUN),$(REAL_CLUSTER)),,yes)
+NODE_EXP3 = $(and $(filter node,$(SCALE)),$(filter exp3,$(MAKECMDGOALS)))  # refused in one line: build nothing first
+AUTO_HOROVOD = $(if $(or $(filter 0,$(HOROVOD)),$(DRY_RUN),$(REAL_CLUSTER),$(NODE_EXP3)),,yes)
 horovod-if-possible: setup
 	$(if $(AUTO_HOROVOD),bash trainers/horovod_build/setup.sh $(VENV) \
 	    || echo "make: Horovod could not be built (reason above); the study skips its Horovod rows")
@@ -106,8 +107,8 @@ report: setup ## Tables, figures, notebooks of results/runs (or OUT=DIR) -> resu
 reference-report: setup ## Redraw the committed report (results/tables, figures, rq*.ipynb) from the committed reference
 	$(PY) -m analysis report --runs results/reference/vm-2cpu
 
-cost: setup ## GPU-hours of every experiment at the gpu and thesis scales -> results/tables/cost.md
-	$(PY) -m analysis cost
+cost: setup ## GPU-hours of every experiment at the gpu and thesis scales, node-hours at the node scale (GPUS=N) -> results/tables/cost.md
+	$(PY) -m analysis cost $(if $(GPUS),--gpus $(GPUS))
 
 bench: setup bench-step bench-data ## Benchmark the trainer against a hand-written loop, and emulated workers' cost (a GPU: results/bench_gpu.json)
 	$(PY) -m tools bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32

@@ -76,13 +76,21 @@ def cmd_report(args) -> int:
 
 
 def cmd_cost(args) -> int:
+    from contract.config import ConfigError
+    from contract.plan import check_node_gpus
+
     from . import cost
     from .reference import load_reference
     from .runs import load_study
 
-    written, sums = cost.write_cost(load_study(args.runs), load_reference(), Path(args.out) / "tables",
-                                    Path(args.experiments))
-    for line in cost.summary_lines(sums):
+    try:
+        gpus = check_node_gpus(args.gpus) if args.gpus is not None else None
+        written, sums = cost.write_cost(load_study(args.runs), load_reference(), Path(args.out) / "tables",
+                                        Path(args.experiments), gpus)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for line in cost.summary_lines(sums, sums.attrs.get("node_gpus")):
         print(line)
     print("written: " + ", ".join(str(p) for p in written if p.suffix == ".md"))
     return 0
@@ -122,10 +130,13 @@ def main(argv=None) -> int:
     t.add_argument("--warmup-batches", type=int, default=None)
     t.add_argument("--json", action="store_true")
     t.set_defaults(fn=cmd_throughput)
-    k = sub.add_parser("cost", help="GPU-hours of every experiment at the gpu and thesis scales -> tables/cost.md")
+    k = sub.add_parser("cost", help="GPU-hours of every experiment at the gpu and thesis scales, node-hours at the "
+                       "node scale -> tables/cost.md")
     k.add_argument("--runs", default="results/runs", help="runs whose measured images/s replace the thesis's")
     k.add_argument("--out", default="results")
     k.add_argument("--experiments", default="experiments")
+    k.add_argument("--gpus", type=int, default=None, help="the node scale's GPUs a node (default: "
+                   "experiments/scales.toml [node.study] gpus, 8)")
     k.set_defaults(fn=cmd_cost)
     b = sub.add_parser("bench-parse", help="parse speed on a generated million-line log")
     b.add_argument("--lines", type=int, default=1_000_000)

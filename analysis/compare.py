@@ -41,7 +41,7 @@ def reference_machines(root: Path = REFERENCE_ROOT) -> list[tuple[str, Path, str
 
 def run_value(run_dir: Path, kind: str) -> float:
     """A finished run's result: steady-state images/s (throughput studies) or best validation top-1 (quality); NaN
-    for a folder without a readable config.json."""
+    for a folder without a readable config.json, an unfinished run, or a run without throughput rows."""
     raw = reader.read_run(run_dir)
     if raw["config"].iloc[0] is None:
         return math.nan
@@ -49,8 +49,8 @@ def run_value(run_dir: Path, kind: str) -> float:
     runs = df[df["kind"] == "run"]
     if runs.empty or runs["status"].iloc[0] not in ("completed", "diverged"):
         return math.nan
-    if kind == "throughput":
-        bench = df[df["kind"] == "bench"]["steady_images_per_s"].dropna()
+    if kind == "throughput":  # a run with no throughput rows (a quality run) has no such column: NaN
+        bench = df.loc[df["kind"] == "bench"].reindex(columns=["steady_images_per_s"])["steady_images_per_s"].dropna()
         return float(bench.iloc[-1]) if len(bench) else math.nan
     return float(runs["best_val_top1"].iloc[0])
 

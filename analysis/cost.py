@@ -1,5 +1,5 @@
-"""`python -m analysis cost`: what each experiment costs at the gpu and thesis scales, in GPU-hours; and what each
-local quality study took, from its measured runs.
+"""`python -m analysis cost`: what each experiment costs at the gpu and thesis scales, in GPU-hours, and at the node
+scale in node-hours of a node of N GPUs; and what each local quality study took, from its measured runs.
 
 Per run of a study (expanded exactly as `make expN SCALE=...` would): images processed = epochs x training images
 (ILSVRC-2012: 1,281,167) for a training, (batches + warm-up batches) x global batch for a throughput benchmark;
@@ -8,8 +8,20 @@ images/s, always a measurement of the row's own numerics (fp32, bf16+cl, ...), a
 run at that scale measured it (the study frame's bench rows); else, at the gpu scale, the GPU benchmark
 (results/bench_gpu*.json: `make bench` on a GPU, the trainer's step at a per-GPU batch, one GPU); else, in fp32 only,
 at the thesis scale (the P100s, fp32 only), the thesis's measurement for the same framework, per-GPU batch and GPU
-count (Tables 1-9); else 'no measurement' and no estimate -- never another precision's or another GPU's rate. The check: the thesis's own 90-epoch wall-clocks (Tables 11-15) beside the estimate. Validation
-passes (50,000 images an epoch, forward only) and start-up are not counted.
+count (Tables 1-9); else 'no measurement' and no estimate -- never another precision's or another GPU's rate. The
+check: the thesis's own 90-epoch wall-clocks (Tables 11-15) beside the estimate. Validation passes (50,000 images an
+epoch, forward only) and start-up are not counted.
+
+The node scale (one machine of N GPUs: `--gpus N`, make GPUS=N; default experiments/scales.toml [node.study], 8 --
+not the GPUs visible here, so the table is the same on any machine) places each run as the study would
+(contract/plan.py: W workers over P = min(W, N) processes, one a GPU; a throughput run needing more than N GPUs is
+left out, experiment 3's several nodes are refused) and prices it in node-hours: each run holds the whole node (an
+exclusive Slurm job; a study runs one at a time on GPUs), so node-hours = runs x wall-clock. Its images/s: ours at the
+node scale for the same W over the same P; else the GPU benchmark's 1-GPU DDP rate of the same numerics and per-GPU
+batch -- for a run on one GPU as measured; for a run on P > 1 GPUs that rate x P, which assumes perfect scaling:
+no multi-GPU run has measured it, so its rate_source says "the 1-GPU measurement x P GPUs, scaling unmeasured" and
+the totals count such configurations apart (optimistic: a node is that fast only if its GPUs scale perfectly);
+Horovod and DataParallel have no 1-GPU benchmark: 'no measurement' unless our node runs measured them.
 """
 from __future__ import annotations
 
@@ -20,7 +32,6 @@ from pathlib import Path
 import pandas as pd
 
 from . import numbers as nb
-from . import reference as rf
 from . import tables as tb
 
 IMAGENET_TRAIN = 1_281_167
@@ -28,9 +39,11 @@ EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 GPU_BENCHES = Path(__file__).resolve().parents[1] / "results"
 NO_MEASUREMENT = "no measurement"
 THESIS_EXPERIMENTS = range(1, 10)  # the thesis's nine; 10 and beyond are this suite's own studies
-SCALES = ("gpu", "thesis")
+NODE = "node"
+SCALES = ("gpu", NODE, "thesis")
+SCALING_UNMEASURED = "scaling unmeasured"  # in a node row's rate_source: a 1-GPU rate times the run's GPUs
 COLUMNS = ["experiment", "scale", "configuration", "runs", "gpus_per_run", "images_per_run", "images_per_s",
-           "rate_source", "run_wallclock_s", "gpu_hours", "thesis_wallclock_s", "estimate_over_thesis"]
+           "rate_source", "run_wallclock_s", "gpu_hours", "node_hours", "thesis_wallclock_s", "estimate_over_thesis"]
 
 
 def images_per_epoch(cfg) -> int:
@@ -113,47 +126,117 @@ def thesis_wallclock(ref: pd.DataFrame, exp: int, framework: str, batch: int, gp
     return float(r["wallclock_s"].iloc[0]) if len(r) else math.nan
 
 
+def row_of(cfg, exp: int, scale: str, ours: pd.DataFrame, ref: pd.DataFrame, bench: pd.DataFrame | None) -> dict:
+    """A configuration's row at the gpu or thesis scale (see the module docstring), runs and totals aside."""
+    images, gpus = run_work(cfg)
+    fw, b = cfg.framework(), cfg.train.per_worker_batch
+    numerics = nb.numerics_label(cfg.train.precision, cfg.train.channels_last, cfg.train.compile)
+    speed, source = rate(ours, ref.dropna(subset=["throughput"]), scale, fw, b, gpus, numerics, bench)
+    wall = images / speed if speed == speed else math.nan
+    check = thesis_wallclock(ref, exp, fw, b, cfg.train.workers) if scale == "thesis" else math.nan
+    return {"gpus_per_run": gpus, "images_per_run": int(images), "images_per_s": speed, "rate_source": source,
+            "run_wallclock_s": wall, "node_hours": math.nan, "thesis_wallclock_s": check,
+            "estimate_over_thesis": wall / check if check == check else math.nan}
+
+
 def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFrame,
-               bench: pd.DataFrame | None = None) -> list[dict]:
+               bench: pd.DataFrame | None = None, node_gpus: int | None = None) -> list[dict]:
+    """A row per configuration of the experiment's study at the scale (its seeds counted in `runs`); node_gpus: the
+    node scale's N (default: experiments/scales.toml's)."""
     from contract.config import load_config
-    from contract.plan import expand
+    from contract.plan import declared_node_gpus, expand
 
     config = experiment / "config.toml"
-    exp = int(experiment.name[:2])
+    if scale == NODE and node_gpus is None:
+        node_gpus = declared_node_gpus(config)
     groups: dict[str, dict] = {}
     for run in expand(config, scale):
-        cfg = load_config(config, scale, [f"{k}={json.dumps(v)}" for k, v in run.settings.items()], need_data=False)
         name = run.name.rsplit("-s", 1)[0]
         if name in groups:
             groups[name]["runs"] += 1
             continue
-        images, gpus = run_work(cfg)
-        fw, b = cfg.framework(), cfg.train.per_worker_batch
-        numerics = nb.numerics_label(cfg.train.precision, cfg.train.channels_last, cfg.train.compile)
-        speed, source = rate(ours, ref.dropna(subset=["throughput"]), scale, fw, b, gpus, numerics, bench)
-        wall = images / speed if speed == speed else math.nan
-        check = thesis_wallclock(ref, exp, fw, b, cfg.train.workers) if scale == "thesis" else math.nan
-        groups[name] = {"experiment": experiment.name, "scale": scale, "configuration": name, "runs": 1,
-                        "gpus_per_run": gpus, "images_per_run": int(images), "images_per_s": speed, "rate_source": source,
-                        "run_wallclock_s": wall, "thesis_wallclock_s": check,
-                        "estimate_over_thesis": wall / check if check == check else math.nan}
+        cfg = load_config(config, scale, [f"{k}={json.dumps(v)}" for k, v in run.settings.items()], need_data=False)
+        if scale == NODE:
+            row = node_row(cfg, run.nodes, ours, bench, node_gpus)
+        else:
+            row = row_of(cfg, int(experiment.name[:2]), scale, ours, ref, bench)
+        if row is not None:
+            groups[name] = {"experiment": experiment.name, "scale": scale, "configuration": name, "runs": 1, **row}
     rows = list(groups.values())
     for r in rows:
         r["gpu_hours"] = r["runs"] * r["gpus_per_run"] * r["run_wallclock_s"] / 3600.0
+        if scale == NODE:
+            r["node_hours"] = r["runs"] * r["run_wallclock_s"] / 3600.0  # each run holds the whole node
     return rows
 
 
+# ============================================================================================ the node scale
+
+
+def scaled_source(source: str, gpus: int) -> str:
+    """The rate_source of a 1-GPU measurement taken for a run on `gpus` GPUs."""
+    return f"{source} x {gpus}: the 1-GPU measurement x {gpus} GPUs, {SCALING_UNMEASURED}"
+
+
+def scaling_assumed(source: str) -> bool:
+    return SCALING_UNMEASURED in str(source)
+
+
+def node_rate(ours: pd.DataFrame, bench: pd.DataFrame | None, backend: str, batch: int, workers: int,
+              processes: int, numerics: str):
+    """(images/s, where it comes from) of a node run of `workers` over `processes` GPUs (see the module docstring):
+    ours at the node scale for the same W over the same P; else the GPU benchmark's 1-GPU DDP rate for the same
+    numerics and per-GPU batch, x P when P > 1 (said in the source); else no measurement."""
+    fw = "horovod+pytorch" if backend == "horovod" else "pytorch"
+    o = ours[(ours["scale"] == NODE) & (ours["framework"] == fw) & (ours["backend"] == backend)
+             & (ours["per_gpu_batch"] == batch) & (ours["gpus"] == workers) & (ours["processes"] == processes)
+             & (ours["numerics"] == numerics)] if len(ours) else ours
+    for col in ("steady_images_per_s", "thesis_images_per_s"):
+        v = o[col].dropna() if len(o) else o
+        if len(v):
+            return float(v.mean()), f"ours ({NODE} scale)"
+    # a rank's DDP step (the 'ddp' rows), or one plain process (emulated workers: the 'single' rows)
+    wrapper = {"ddp": "pytorch", "single": "emulated", "emulated": "emulated"}.get(backend)
+    one = _bench_rate(bench, wrapper, batch, 1, numerics) if wrapper else None
+    if not one:
+        return math.nan, NO_MEASUREMENT
+    speed, source = one
+    return (speed, source) if processes == 1 else (processes * speed, scaled_source(source, processes))
+
+
+def node_row(cfg, nodes: int, ours: pd.DataFrame, bench: pd.DataFrame | None, node_gpus: int) -> dict | None:
+    """A configuration's row at the node scale, placed as the study places it (contract/plan.py); None for a run
+    the node does not hold (several nodes; a throughput run or DataParallel on more GPUs than it has)."""
+    from contract.plan import node_fits, node_gpus_used, node_processes
+
+    w, backend = cfg.train.workers, cfg.train.backend
+    if backend == "auto":  # no launcher: as the trainer picks one process
+        backend = "emulated" if w > 1 else "single"
+    if nodes > 1 or not node_fits(w, backend, node_gpus, cfg.bench.batches > 0):
+        return None
+    images, _ = run_work(cfg)
+    processes = node_processes(w, backend, node_gpus)
+    numerics = nb.numerics_label(cfg.train.precision, cfg.train.channels_last, cfg.train.compile)
+    speed, source = node_rate(ours, bench, backend, cfg.train.per_worker_batch, w, processes, numerics)
+    return {"gpus_per_run": node_gpus_used(w, backend, node_gpus), "images_per_run": int(images),
+            "images_per_s": speed, "rate_source": source, "run_wallclock_s": images / speed if speed == speed
+            else math.nan, "node_hours": math.nan, "thesis_wallclock_s": math.nan, "estimate_over_thesis": math.nan}
+
+
+# ============================================================================================ the table
+
+
 def cost_table(df: pd.DataFrame, ref: pd.DataFrame, experiments: Path = Path("experiments"),
-               scales=SCALES, bench: pd.DataFrame | None = None) -> pd.DataFrame:
+               scales=SCALES, bench: pd.DataFrame | None = None, node_gpus: int | None = None) -> pd.DataFrame:
     """One row per configuration of every numbered experiment at each scale (see the module docstring); bench: the
-    GPU benchmarks' rates (default: results/bench_gpu*.json)."""
+    GPU benchmarks' rates (default: results/bench_gpu*.json); node_gpus: the node scale's N (default: scales.toml's)."""
     ours = tb.throughput_summary(df)
     bench = gpu_bench_rates() if bench is None else bench
     rows = []
     for folder in sorted(p for p in Path(experiments).iterdir() if (p / "config.toml").is_file()
                          and p.name[:2].isdigit()):
         for scale in scales:
-            rows += study_rows(folder, scale, ours, ref, bench)
+            rows += study_rows(folder, scale, ours, ref, bench, node_gpus)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -163,22 +246,28 @@ def _gpu_of(source: str) -> str:
     if source.endswith("(P100)"):
         return "P100"
     if "(" in source and source.startswith("bench_gpu"):
-        return source.split("(", 1)[1].rstrip(")")
+        return source.split("(", 1)[1].split(")", 1)[0]
     return source
 
 
 def totals(cost: pd.DataFrame) -> pd.DataFrame:
-    """Per experiment and scale: runs, GPU-hours, and the wall-clock of running them one after another, with the
-    GPUs whose rates they use and how many configurations have no measurement (left out of the sums)."""
+    """Per experiment and scale: runs, GPU-hours (node-hours at the node scale), and the wall-clock of running them
+    one after another, with the GPUs whose rates they use, how many configurations have no measurement (left out of
+    the sums) and how many take a 1-GPU rate x their GPUs (perfect scaling assumed: the node scale)."""
     c = cost.assign(wall_all=cost["runs"] * cost["run_wallclock_s"],
                     unknown=cost["images_per_s"].isna().astype(int))
-    if "rate_source" not in c:
-        c["rate_source"] = ""
+    for col, empty in (("rate_source", ""), ("node_hours", math.nan)):
+        if col not in c:
+            c[col] = empty
     c["rates_on"] = c["rate_source"].fillna("").map(_gpu_of).where(c["images_per_s"].notna(), "")
+    c["scaled"] = c["rate_source"].map(scaling_assumed).astype(int)
+    c["scaled_hours"] = c["node_hours"].where(c["scaled"] == 1)
     g = c.groupby(["experiment", "scale"], sort=True)
     out = g.agg(runs=("runs", "sum"), gpu_hours=("gpu_hours", lambda s: s.sum(min_count=1)),
+                node_hours=("node_hours", lambda s: s.sum(min_count=1)),
+                node_hours_scaling_assumed=("scaled_hours", lambda s: s.sum(min_count=1)),
                 sequential_wallclock_s=("wall_all", lambda s: s.sum(min_count=1)),
-                configurations_unmeasured=("unknown", "sum"),
+                configurations_unmeasured=("unknown", "sum"), configurations_scaling_assumed=("scaled", "sum"),
                 rates_on=("rates_on", lambda s: ", ".join(sorted({x for x in s if x})))).reset_index()
     return out
 
@@ -192,6 +281,14 @@ NOTES = [
     "per-GPU batch 32 with PyTorch): no estimate, left out of the sums.",
     "wall-clock = epochs x 1,281,167 images / images/s (benchmarks: their batches x global batch); validation and "
     "start-up are not counted. gpu_hours = runs x GPUs per run x wall-clock.",
+    "The node scale (a node of N GPUs, `make cost GPUS=N`; the table's N is in its title): each run placed as the "
+    "study places it (W workers over P = min(W, N) GPUs, one process a GPU; DataParallel's W GPUs in one; a "
+    "throughput run needing more than N GPUs left out; experiment 3's several nodes refused: SCALE=thesis) and "
+    "priced in node_hours = runs x wall-clock (each run holds the whole node); gpus_per_run: the GPUs that compute. "
+    "images/s: ours at the node scale for the same W over the same P, else the GPU benchmark's 1-GPU DDP rate of the "
+    "same numerics and batch -- as measured on one GPU, x P on P > 1 GPUs, which assumes perfect scaling that no run "
+    "has measured (rate_source says 'scaling unmeasured'; optimistic); Horovod and DataParallel: no 1-GPU benchmark, "
+    "'no measurement'.",
     "thesis_wallclock_s: the thesis's own 90-epoch time for that configuration (Tables 11-15), the check on the "
     "estimate; estimate_over_thesis below 1 means the thesis's run took longer than its own throughput implies.",
 ]
@@ -199,19 +296,30 @@ NOTES = [
 
 TOTALS_NOTE = ("rates_on: the GPUs whose measured images/s a row's configurations use; configurations_unmeasured: "
                "configurations with no measurement of their own numerics on that scale's GPU, left out of gpu_hours "
-               "and sequential_wallclock_s (so a total with any is a lower bound).")
+               "and sequential_wallclock_s (so a total with any is a lower bound); node_hours (the node scale): "
+               "runs x wall-clock, each run holding the whole node; configurations_scaling_assumed: node "
+               "configurations priced at a 1-GPU rate x their GPUs (perfect scaling, unmeasured: optimistic), and "
+               "node_hours_scaling_assumed the node-hours they make up.")
 
 
-def write_cost(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
-               experiments: Path = Path("experiments")) -> tuple[list[Path], pd.DataFrame]:
-    """cost.md (totals, then per configuration) and the CSVs; returns (paths, totals)."""
-    cost = cost_table(df, ref, experiments)
-    written = tb.write_table(cost, out, "cost", "Cost per configuration at the gpu and thesis scales", NOTES)
+def write_cost(df: pd.DataFrame, ref: pd.DataFrame, out: Path, experiments: Path = Path("experiments"),
+               node_gpus: int | None = None) -> tuple[list[Path], pd.DataFrame]:
+    """cost.md (totals, then per configuration) and the CSVs; returns (paths, totals). node_gpus: the node scale's
+    N (default: experiments/scales.toml's)."""
+    from contract.plan import check_node_gpus, declared_node_gpus
+
+    n = check_node_gpus(node_gpus) if node_gpus is not None else declared_node_gpus(Path(experiments) / "scales.toml")
+    cost = cost_table(df, ref, experiments, node_gpus=n)
+    node = f"node-hours of a node of {n} GPUs at the node scale"
+    written = tb.write_table(cost, out, "cost", f"Cost per configuration at the gpu, node and thesis scales ({node})",
+                             NOTES)
     sums = totals(cost)
-    said = summary_lines(sums) + [TOTALS_NOTE]
-    written += tb.write_table(sums, out, "cost_totals", "Cost per experiment and scale (GPU-hours)", said)
+    sums.attrs["node_gpus"] = n
+    said = summary_lines(sums, n) + [TOTALS_NOTE]
+    title = f"Cost per experiment and scale (GPU-hours; {node})"
+    written += tb.write_table(sums, out, "cost_totals", title, said)
     md = out / "cost.md"
-    md.write_text(tb.to_markdown(sums, "Cost per experiment and scale (GPU-hours)", said) + "\n" + md.read_text())
+    md.write_text(tb.to_markdown(sums, title, said) + "\n" + md.read_text())
     return written, sums
 
 
@@ -274,21 +382,33 @@ def _scope(experiments) -> str:
     return "experiment " + str(numbers[0]) if len(numbers) == 1 else f"experiments {numbers[0]}-{numbers[-1]}"
 
 
-def summary_lines(sums: pd.DataFrame) -> list[str]:
+def summary_lines(sums: pd.DataFrame, node_gpus: int | None = None) -> list[str]:
     """Per scale: the thesis's nine experiments, then the studies beyond it, each total saying which experiments it
-    sums, on which GPUs' rates, and what it leaves out."""
+    sums (GPU-hours; node-hours of a node of node_gpus GPUs at the node scale), on which GPUs' rates, and what it
+    leaves out or assumes."""
     out = []
     for scale, g in sums.groupby("scale"):
         number = g["experiment"].astype(str).str[:2].astype(int)
         for label, part in (("the thesis's experiments", g[number.isin(THESIS_EXPERIMENTS)]),
                             ("beyond the thesis", g[~number.isin(THESIS_EXPERIMENTS)])):
-            if part.empty:
-                continue
-            gpus = sorted({x.strip() for s in part.get("rates_on", pd.Series(dtype=str)).fillna("")
-                           for x in s.split(",") if x.strip()})
-            unmeasured = int(part["configurations_unmeasured"].sum())
-            out.append(f"{scale}, {label} ({_scope(part['experiment'])}): {format_hours(part['gpu_hours'].sum())} "
-                       f"GPU-hours, {nb.format_duration(part['sequential_wallclock_s'].sum())} one run after another"
-                       + (f"; rates measured on {', '.join(gpus)}" if gpus else "")
-                       + (f"; {unmeasured} configuration(s) with no measurement left out" if unmeasured else ""))
+            if not part.empty:
+                out.append(_summary_line(scale, label, part, node_gpus))
     return out
+
+
+def _summary_line(scale: str, label: str, part: pd.DataFrame, node_gpus: int | None) -> str:
+    gpus = sorted({x.strip() for s in part.get("rates_on", pd.Series(dtype=str)).fillna("")
+                   for x in s.split(",") if x.strip()})
+    unmeasured = int(part["configurations_unmeasured"].sum())
+    scaled = int(part["configurations_scaling_assumed"].sum()) if "configurations_scaling_assumed" in part else 0
+    if scale == NODE:
+        where = f"{scale} (a node of {node_gpus} GPUs)" if node_gpus else scale
+        hours = f"{format_hours(part['node_hours'].sum())} node-hours"
+    else:
+        where, hours = scale, f"{format_hours(part['gpu_hours'].sum())} GPU-hours"
+    return (f"{where}, {label} ({_scope(part['experiment'])}): {hours}, "
+            f"{nb.format_duration(part['sequential_wallclock_s'].sum())} one run after another"
+            + (f"; rates measured on {', '.join(gpus)}" if gpus else "")
+            + (f"; {format_hours(part['node_hours_scaling_assumed'].sum())} of the node-hours from {scaled} "
+               "configuration(s) at a 1-GPU rate x their GPUs (perfect scaling assumed, unmeasured)" if scaled else "")
+            + (f"; {unmeasured} configuration(s) with no measurement left out" if unmeasured else ""))

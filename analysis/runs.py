@@ -12,7 +12,9 @@ One row per (run, record): ``kind`` says which record --
             util_pct, mem_gb, power_w;
   schedule  the planned learning rate of each epoch (config.json resolved.schedule).
 Every row carries the run's identity and configuration columns (RUN_COLUMNS), so any table or figure is a
-filter and a group-by away; ``numerics`` (numbers.numerics_label: 'fp32', 'tf32', 'bf16+cl', 'bf16+cl+compiled')
+filter and a group-by away; ``gpus`` is the run's workers W (the thesis's GPUs, what every comparison with the thesis
+counts), ``processes`` its real ranks P (manifest.json world_size: W/P emulated workers in each, the node scale's
+W over the node's GPUs; 1 for emulated workers and DataParallel; NaN where the manifest does not say); ``numerics`` (numbers.numerics_label: 'fp32', 'tf32', 'bf16+cl', 'bf16+cl+compiled')
 is part of that identity, since the same configuration in another precision is another measurement.
 Nothing here raises on bad content: unreadable files and lines are counted, and every problem (a missing, empty or
 unreadable metrics.jsonl, bad lines) is listed in ``df.attrs['problems']``.
@@ -37,8 +39,8 @@ from . import logs as lg
 from . import numbers as nb
 
 RUN_COLUMNS = ["experiment", "exp", "run", "path", "source", "scale", "framework", "backend", "numerics", "gpus",
-               "per_gpu_batch", "global_batch", "lr", "warmup", "optimizer", "seed", "epochs", "epochs_done", "status",
-               "diverged", "wallclock_s", "bad_lines"]
+               "processes", "per_gpu_batch", "global_batch", "lr", "warmup", "optimizer", "seed", "epochs", "epochs_done",
+               "status", "diverged", "wallclock_s", "bad_lines"]
 RECORD_COLUMNS = ["kind", "epoch", "train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5",
                   "epoch_lr", "epoch_time", "images", "skipped_steps", "thesis_images_per_s", "steady_images_per_s",
                   "batch_time_avg_at_199", "warmup_batches", "data_share", "data_s", "compute_s", "comm_s",
@@ -273,7 +275,8 @@ def run_frame(raw: pd.DataFrame) -> pd.DataFrame:
     statuses = [str(r["status"]) for r in records_of(raw, "status", ["status"])]
     status, diverged = run_status(manifest, statuses, diverged)
     frame = pd.DataFrame([run_summary(epochs, folder["problems"])] + rows)
-    run_cols = dict(ident, epochs_done=manifest.get("epochs_done", len(epochs)), status=status, diverged=diverged,
+    run_cols = dict(ident, processes=manifest.get("world_size"),  # P: None (NaN) where the manifest does not say
+                    epochs_done=manifest.get("epochs_done", len(epochs)), status=status, diverged=diverged,
                     wallclock_s=wallclock(epochs, manifest), bad_lines=folder["bad_lines"] + bad_epochs + bad_iters)
     for c, v in run_cols.items():
         frame[c] = v
@@ -334,7 +337,7 @@ def load_log(path: str | Path, meta: dict | None = None) -> pd.DataFrame:
     ident = {"experiment": experiment, "exp": experiment_number(experiment), "run": meta.get("run", path.stem),
              "path": str(path), "source": "log", "scale": meta.get("scale", "unknown"),
              "framework": meta.get("framework"), "backend": None, "numerics": meta.get("numerics", nb.FP32),
-             "gpus": g, "per_gpu_batch": b,
+             "gpus": g, "processes": meta.get("processes"), "per_gpu_batch": b,
              "global_batch": (b * g) if b and g else None, "lr": meta.get("lr"), "warmup": meta.get("warmup"),
              "optimizer": meta.get("optimizer", "sgd"), "seed": meta.get("seed"), "epochs": meta.get("epochs")}
     rows = []

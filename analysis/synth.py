@@ -140,9 +140,10 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
               iters_per_epoch: int = 20, print_freq: int = 5, images_per_epoch: int = 2000,
               final_acc: float = 70.0, start: float = 1_700_000_000.0, batch_s: float = 0.05,
               first_batch_s: float = 0.5, bench_record: bool = True, truncate_tail: bool = False,
-              train_extra: dict | None = None) -> Path:
+              train_extra: dict | None = None, processes: int | None = None) -> Path:
     """One run folder written by the trainer's own writer (contract.runfolder), with made-up numbers.
-    train_extra: more [train] keys, e.g. {"precision": "bf16", "channels_last": True}."""
+    train_extra: more [train] keys, e.g. {"precision": "bf16", "channels_last": True}; processes: the launch's P for
+    `gpus` = W workers over P processes (default: one process a worker)."""
     d = Path(root) / experiment / run
     if bench_batches:
         epochs = 1  # a throughput benchmark trains part of one epoch
@@ -170,7 +171,7 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
     out = runfolder.RunFolder(d, writes=True, echo=False, clock=clock)
     out.write_config(config)
     out.update_manifest(start=_iso(start), end=None, hosts=["localhost"], backend=backend, launcher="none",
-                        devices=["cpu"], seed=seed, world_size=gpus,
+                        devices=["cpu"], seed=seed, world_size=processes or gpus, workers=gpus,
                         versions={"python": "3.11", "torch": "2.14.1", "torchvision": "0.29.1", "horovod": None},
                         git_commit=None)
     done = epochs if epochs_done is None else epochs_done

@@ -46,8 +46,9 @@ def _int(x) -> str:
     return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
 
 
-# backend: DDP and DataParallel are both "pytorch"; numerics: fp32 and bf16 at one batch are two measurements
-CONFIG_KEYS = ["exp", "framework", "backend", "numerics", "per_gpu_batch", "gpus", "scale"]
+# backend: DDP and DataParallel are both "pytorch"; numerics: fp32 and bf16 at one batch are two measurements;
+# processes: W workers over P processes is another measurement for each P (NaN where a run's manifest does not say)
+CONFIG_KEYS = ["exp", "framework", "backend", "numerics", "per_gpu_batch", "gpus", "processes", "scale"]
 
 
 def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -124,7 +125,7 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
                    ours_data_wait_pct=100 * o.data_share,
                    n_runs=int(o.n_runs), ours_speedup=nb.speedup(o.thesis_images_per_s, base_thesis),
                    ours_steady_speedup=nb.speedup(o.steady_images_per_s, base_steady), backend=o.backend,
-                   numerics=o.numerics)
+                   numerics=o.numerics, processes=o.processes)
         return row
 
     rows, used = [], set()
@@ -144,7 +145,7 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
             rows.append(row_from(o, {"framework": o.framework, "per_gpu_batch": o.per_gpu_batch, "nodes": math.nan,
                                      "gpus": o.gpus, "thesis_images_per_s": math.nan,
                                      "scale": scale_label(o.scale)}))
-    cols = ["framework", "backend", "numerics", "per_gpu_batch", "nodes", "gpus", "thesis_images_per_s",
+    cols = ["framework", "backend", "numerics", "per_gpu_batch", "nodes", "gpus", "processes", "thesis_images_per_s",
             "ours_thesis_formula", "ours_steady", "ours_speedup", "ours_steady_speedup", "ours_data_wait_pct", "n_runs",
             "scale"]
     return pd.DataFrame(rows, columns=cols)
@@ -231,8 +232,8 @@ def _fmt(v, col: str) -> str:
     if isinstance(v, (float, np.floating)):
         if col == "lr":
             return f"{v:g}"
-        if float(v).is_integer() and col in ("per_gpu_batch", "global_batch", "gpus", "nodes", "n_runs", "n",
-                                             "exp", "epochs", "epochs_done", "seed", "bad_lines"):
+        if float(v).is_integer() and col in ("per_gpu_batch", "global_batch", "gpus", "processes", "nodes", "n_runs",
+                                             "n", "exp", "epochs", "epochs_done", "seed", "bad_lines"):
             return str(int(v))
         return f"{v:.3f}" if col.startswith(("thesis_top", "ours_top", "top", "best_val")) else f"{v:.2f}" \
             if abs(v) >= 1 or v == 0 else f"{v:.4g}"

@@ -12,7 +12,9 @@ An experiment's config.toml declares its varied factor once (the thesis's one-fa
     nodes = 1                      # or a varied "nodes": real multi-node launches (torchrun nodes, Slurm -N)
 
 `[scale.<scale>.study]` changes any of these at a scale. What the plan becomes on a machine (processes, folders,
-Slurm jobs) is the studies' business (studies/).
+Slurm jobs) is the studies' business (studies/); how the `node` scale places a run on its one machine of N GPUs
+(P = min(W, N) processes, what does not fit, no multi-node study) is the plan's, below, so that the studies and
+`make cost` place it alike.
 """
 from __future__ import annotations
 
@@ -162,6 +164,7 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
     table = study_table(config, scale)
     extra = (quick_overrides(config, scale) if quick else []) + list(overrides)
     runs = expand(config, scale, 1 if quick and not seeds else seeds)
+    refuse_multi_node(runs, experiment, scale)
     if only:
         chosen = [r for r in runs if any(fnmatch.fnmatchcase(r.name, pattern) for pattern in only)]
         if not chosen:
@@ -172,3 +175,52 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
         load_config(config, scale, extra + [f"{k}={json.dumps(v)}" for k, v in run.settings.items()])
     return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
                  table.get("kind", "quality"), extra)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The node scale: one machine of N GPUs (studies/node.py counts them where a study runs)
+# ----------------------------------------------------------------------------------------------------------------
+NODE_SCALE = "node"
+NODE_GPUS = 8  # a node's GPUs when experiments/scales.toml [node.study] says nothing
+
+
+def declared_node_gpus(config: Path) -> int:
+    """The node's GPUs that experiments/scales.toml declares ([node.study] gpus), else NODE_GPUS."""
+    scales = find_scales_file(Path(config))
+    gpus = (read_toml(scales).get(NODE_SCALE, {}).get("study", {}) if scales else {}).get("gpus", NODE_GPUS)
+    return check_node_gpus(gpus, "[node.study] gpus in experiments/scales.toml")
+
+
+def check_node_gpus(gpus: int, where: str = "--gpus") -> int:
+    """The node's GPU count, from `where` (--gpus N, make GPUS=N; the GPUs visible; scales.toml): at least 2. A
+    node of one GPU would run W workers as one DDP/Horovod process, which the trainer refuses (one process is the
+    emulated backend: SCALE=gpu)."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 2:
+        raise ConfigError(f"{where} {gpus}: the node scale spreads the workers over a node of 2 or more GPUs; on "
+                          "one GPU use SCALE=gpu (its workers emulated on that GPU)")
+    return gpus
+
+
+def node_processes(workers: int, backend: str, gpus: int) -> int:
+    """Processes a run starts on the node: one a GPU for DDP/Horovod, at most the node's GPUs (W/P workers each);
+    one for the one-process backends (emulated, single, DataParallel)."""
+    return min(workers, gpus) if backend in ("ddp", "horovod") else 1
+
+
+def node_gpus_used(workers: int, backend: str, gpus: int) -> int:
+    """GPUs a run computes on at the node: its processes' (one each), DataParallel's W, one for emulated workers."""
+    return workers if backend == "dp" else node_processes(workers, backend, gpus)
+
+
+def node_fits(workers: int, backend: str, gpus: int, throughput: bool) -> bool:
+    """Whether the node can run it: a throughput run measures W real GPUs (never emulated), DataParallel too."""
+    return not (throughput or backend == "dp") or workers <= gpus
+
+
+def refuse_multi_node(runs: list[Run], experiment: Path, scale: str) -> None:
+    """The node scale is one machine: a study that launches several nodes (experiment 3) is one line."""
+    several = [r for r in runs if r.nodes > 1]
+    if scale == NODE_SCALE and several:
+        raise ConfigError(f"{Path(experiment).name} runs across several nodes ({several[0].name} on "
+                          f"{several[0].nodes}); the node scale is one machine: its 1...N GPUs are experiment 2 "
+                          "(make exp2 SCALE=node); across nodes use SCALE=thesis (LAUNCHER=slurm CLUSTER=<profile>)")

@@ -24,8 +24,8 @@ from contract import reader, runfolder
 from contract.config import Config, ConfigError, cpu_isa_env, load_config
 from contract.fingerprint import config_fingerprint
 from contract.reader import folder_fingerprint
+from contract.plan import NODE_SCALE, Run, Study, node_fits, node_processes
 from studies import node
-from contract.plan import Run, Study
 from trainers.backends import Launch, choose_backend, free_port, torchrun_command
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ class Plan:
 
 def planned_runs(study: Study, scale: str, out: Path, gpus: int | None = None) -> list[Plan]:
     """gpus: at the node scale, the node's GPUs (studies/node.py); runs it cannot hold are left out with a line."""
-    if scale == node.SCALE:
+    if scale == NODE_SCALE:
         gpus, source = node.node_gpus(study.config, gpus)
         print(f"node: {gpus} GPU(s) ({source})")
     plans = []
@@ -80,11 +80,11 @@ def planned_runs(study: Study, scale: str, out: Path, gpus: int | None = None) -
         fingerprint = config_fingerprint(cfg)
         backend = choose_backend(cfg, Launch())
         processes = 0
-        if scale == node.SCALE:
-            if not node.fits(run.workers, backend, gpus, cfg.bench.batches > 0):
+        if scale == NODE_SCALE:
+            if not node_fits(run.workers, backend, gpus, cfg.bench.batches > 0):
                 print(f"# {run.name}: left out, needs {run.workers} GPUs; the node has {gpus}")
                 continue
-            processes = node.processes(run.workers, backend, gpus)
+            processes = node_processes(run.workers, backend, gpus)
         plans.append(Plan(run, cfg, backend, run_dir, folder_status(run_dir, fingerprint), args, fingerprint,
                           processes))
     return plans

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from contract.config import ConfigError, check_writable
-from contract.plan import Study, load_study, whole_number
+from contract.plan import NODE_SCALE, Study, check_node_gpus, load_study, whole_number
 from studies.clock import Clock, duration, reference_seconds
 from studies.launch import (FULL_OUT, OTHER_CONFIG, QUICK_OUT, Active, data_warning, default_jobs, local_commands,
                             planned_runs, refuse_other_configs, space_warning)
@@ -67,6 +67,8 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
         whole_number("--jobs", jobs)
     if out is not None and not str(out):
         raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
+    if gpus is not None and scale == NODE_SCALE:
+        check_node_gpus(gpus, "--gpus")  # before any other line
     study = load_study(experiment, scale, quick, seeds, list(overrides), list(only))
     out = out or (QUICK_OUT if quick else FULL_OUT)
     if study.question:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from contract.config import ConfigError
-from contract.plan import Study
+from contract.plan import Study, node_gpus_used
 from slurm.profiles import ProfileError, load_profile, sbatch_argv
 from studies.launch import REPO, planned_runs, refuse_other_configs
 
@@ -40,7 +40,8 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
         refuse_other_configs(plans)
     for plan in plans:
         if plan.processes:  # the node scale: one exclusive node, one process a GPU (W/P workers each)
-            nodes, per_node, gpus = 1, plan.processes, plan.processes
+            nodes, per_node = 1, plan.processes
+            gpus = node_gpus_used(plan.run.workers, plan.backend, plan.processes)  # DataParallel: W GPUs, 1 process
         else:
             nodes, per_node, gpus = placement(plan.run.workers, plan.backend, plan.run.nodes, profile.gpus_per_node)
         train_args = plan.trainer_args + (["--resume", "auto"] if plan.status not in ("missing",) else [])

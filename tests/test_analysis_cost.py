@@ -141,3 +141,108 @@ def test_local_study_times_count_only_the_default_plans_runs_and_schedule_them_t
     short = cost.local_study_times(_planned_rows("09_gradual_warmup_10", walls, wrong_config=("w32-s2",)),
                                    EXPERIMENTS).set_index("experiment").loc["09_gradual_warmup_10"]
     assert short["runs_measured"] == 5 and math.isnan(short["study_minutes_jobs2"])  # another config is not its run
+
+
+# ---- the node scale: node-hours of a node of N GPUs ------------------------------------------------------------
+NODE_BENCH = pd.DataFrame({"device": "H100", "file": "bench_gpu.json",
+                           "numerics": ["fp32", "bf16+cl", "bf16+cl"], "wrapper": ["ddp", "ddp", "single"],
+                           "per_gpu_batch": [128, 128, 128], "images_per_s": [900.0, 3500.0, 3600.0]})
+
+
+def test_a_node_run_on_one_gpu_takes_the_measured_1_gpu_ddp_rate_as_it_is():
+    assert cost.node_rate(NO_RUNS, NODE_BENCH, "ddp", 128, 1, 1, "bf16+cl") == (3500.0, "bench_gpu.json (H100)")
+    assert cost.node_rate(NO_RUNS, NODE_BENCH, "ddp", 128, 1, 1, "fp32") == (900.0, "bench_gpu.json (H100)")
+
+
+def test_a_node_run_on_p_gpus_is_p_times_the_1_gpu_rate_and_says_its_scaling_is_unmeasured():
+    speed, source = cost.node_rate(NO_RUNS, NODE_BENCH, "ddp", 128, 32, 8, "bf16+cl")
+    assert speed == 8 * 3500.0
+    assert source == "bench_gpu.json (H100) x 8: the 1-GPU measurement x 8 GPUs, scaling unmeasured"
+    assert cost.scaling_assumed(source) and not cost.scaling_assumed("bench_gpu.json (H100)")
+
+
+def test_a_node_run_with_no_1_gpu_measurement_of_its_own_numerics_backend_or_batch_has_none():
+    for backend, batch, numerics in [("horovod", 128, "bf16+cl"),  # no Horovod benchmark on the GPU
+                                     ("dp", 128, "fp32"),  # nor DataParallel's
+                                     ("ddp", 64, "bf16+cl"),  # nor batch 64
+                                     ("ddp", 128, "tf32")]:  # never another precision's rate
+        speed, source = cost.node_rate(NO_RUNS, NODE_BENCH, backend, batch, 2, 2, numerics)
+        assert math.isnan(speed) and source == "no measurement", (backend, batch, numerics)
+
+
+def test_a_node_run_takes_our_node_measurement_of_the_same_workers_over_the_same_processes_first():
+    ours = pd.DataFrame({"scale": "node", "framework": "pytorch", "backend": "ddp", "numerics": "bf16+cl",
+                         "per_gpu_batch": 128, "gpus": [8, 8], "processes": [8, 2],
+                         "steady_images_per_s": [20000.0, 6000.0], "thesis_images_per_s": [19000.0, 5900.0]})
+    assert cost.node_rate(ours, NODE_BENCH, "ddp", 128, 8, 8, "bf16+cl") == (20000.0, "ours (node scale)")
+    assert cost.node_rate(ours, NODE_BENCH, "ddp", 128, 8, 2, "bf16+cl") == (6000.0, "ours (node scale)")
+    assert cost.node_rate(ours, NODE_BENCH, "ddp", 128, 8, 4, "bf16+cl")[0] == 4 * 3500.0  # P = 4: not measured
+
+
+def test_node_rows_of_experiment_6_are_node_hours_of_w_workers_over_min_w_n_gpus():
+    rows = {r["configuration"]: r for r in cost.study_rows(EXPERIMENTS / "06_linear_scaling_stepping_warmup", "node",
+                                                           NO_RUNS, REF, NODE_BENCH, node_gpus=8)}
+    assert set(rows) == {"node-w8", "node-w16", "node-w24", "node-w32"}
+    r = rows["node-w32"]
+    wall = 90 * 1_281_167 / (8 * 3500.0)  # bf16 + channels_last at per-GPU batch 128, the node scale's numerics
+    assert (r["runs"], r["gpus_per_run"], r["images_per_s"]) == (1, 8, 8 * 3500.0)
+    assert r["run_wallclock_s"] == pytest.approx(wall)
+    assert r["node_hours"] == pytest.approx(wall / 3600)  # each run holds the whole node
+    assert r["gpu_hours"] == pytest.approx(8 * wall / 3600)  # the GPUs that compute
+    assert math.isnan(r["thesis_wallclock_s"])
+    four = {r["configuration"]: r for r in cost.study_rows(EXPERIMENTS / "06_linear_scaling_stepping_warmup", "node",
+                                                           NO_RUNS, REF, NODE_BENCH, node_gpus=4)}["node-w32"]
+    assert four["gpus_per_run"] == 4 and four["node_hours"] == pytest.approx(90 * 1_281_167 / (4 * 3500.0) / 3600)
+    one = {r["configuration"]: r for r in cost.study_rows(EXPERIMENTS / "05_linear_scaling", "node", NO_RUNS, REF,
+                                                          NODE_BENCH, node_gpus=8)}["node-w1"]
+    assert one["rate_source"] == "bench_gpu.json (H100)" and one["node_hours"] == \
+        pytest.approx(one["runs"] * 90 * 1_281_167 / 3500.0 / 3600)
+
+
+def test_node_rows_of_experiments_2_and_3_hold_what_the_node_runs():
+    rows = {r["configuration"]: r for r in cost.study_rows(EXPERIMENTS / "02_throughput_local_data_parallel", "node",
+                                                           NO_RUNS, REF, NODE_BENCH, node_gpus=4)}
+    assert set(rows) == {f"node-w{w}-{b}" for w in (1, 2, 4) for b in ("ddp", "horovod", "dp")}  # no w8 on 4 GPUs
+    assert rows["node-w1-ddp"]["images_per_s"] == 900.0  # experiment 2 keeps the thesis's fp32
+    assert rows["node-w2-ddp"]["run_wallclock_s"] == pytest.approx((200 + 10) * 256 / (2 * 900.0))
+    assert rows["node-w4-dp"]["gpus_per_run"] == 4 and rows["node-w4-dp"]["rate_source"] == "no measurement"
+    assert cost.study_rows(EXPERIMENTS / "03_throughput_distributed_data_parallel", "node", NO_RUNS, REF,
+                           NODE_BENCH) == []  # several nodes: refused at the node scale
+
+
+def test_node_totals_are_node_hours_and_count_the_rows_whose_scaling_is_assumed():
+    c = pd.DataFrame({"experiment": ["05_x", "05_x", "05_x"], "scale": "node", "runs": [3, 1, 2],
+                      "images_per_s": [3500.0, 28000.0, math.nan], "run_wallclock_s": [7200.0, 3600.0, math.nan],
+                      "gpu_hours": [6.0, 8.0, math.nan], "node_hours": [6.0, 1.0, math.nan],
+                      "rate_source": ["bench_gpu.json (H100)", cost.scaled_source("bench_gpu.json (H100)", 8),
+                                      "no measurement"]})
+    t = cost.totals(c).set_index("experiment").loc["05_x"]
+    assert t["node_hours"] == 7.0 and t["configurations_scaling_assumed"] == 1 and t["configurations_unmeasured"] == 1
+    assert t["node_hours_scaling_assumed"] == 1.0
+    line = cost.summary_lines(cost.totals(c), node_gpus=8)[0]
+    assert line.startswith("node (a node of 8 GPUs), the thesis's experiments (experiment 5): 7.0 node-hours, ")
+    assert line.endswith("; 1.0 of the node-hours from 1 configuration(s) at a 1-GPU rate x their GPUs (perfect "
+                         "scaling assumed, unmeasured); 1 configuration(s) with no measurement left out")
+
+
+def test_cost_prices_the_node_at_gpus_n_and_refuses_a_node_of_no_gpus_in_one_line(tmp_path, capsys):
+    from analysis.__main__ import main
+
+    assert main(["cost", "--gpus", "0", "--out", str(tmp_path), "--runs", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --gpus 0: the node scale spreads the workers over a node of 2 or more GPUs; on one GPU "
+                   "use SCALE=gpu (its workers emulated on that GPU)"]
+    assert not (tmp_path / "tables").exists()
+
+
+def test_cost_gpus_4_prices_a_node_of_4_gpus(tmp_path, capsys):
+    from analysis.__main__ import main
+
+    assert main(["cost", "--gpus", "4", "--out", str(tmp_path), "--runs", str(tmp_path / "none")]) == 0
+    out = capsys.readouterr().out
+    assert "node (a node of 4 GPUs), the thesis's experiments (experiments 1-9): " in out
+    table = pd.read_csv(tmp_path / "tables" / "cost.csv")
+    node = table[table["scale"] == "node"].set_index("configuration")
+    assert "node-w8-ddp" not in node.index and node.loc["node-w4-ddp", "gpus_per_run"] == 4
+    assert node["gpus_per_run"].max() == 4 and not node["experiment"].str.startswith("03").any()
+    assert "a node of 4 GPUs" in (tmp_path / "tables" / "cost.md").read_text().splitlines()[0]

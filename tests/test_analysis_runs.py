@@ -355,3 +355,46 @@ def test_the_thesis_column_of_the_comparison_is_for_fp32_runs_only():
     ref = load_reference()
     assert thesis_value(ref, "01_throughput_single_gpu", "pytorch", 1, 128, "throughput") == 207.11
     assert math.isnan(thesis_value(ref, "01_throughput_single_gpu", "pytorch", 1, 128, "throughput", "bf16+cl"))
+
+
+# ---- W workers over P processes: the frame counts W (gpus) and records P (processes) ----------------------------
+def test_a_run_of_8_workers_over_2_processes_reads_as_8_workers_and_records_its_2_processes(tmp_path):
+    from analysis import synth
+
+    for run, processes in (("node-w8-p2", 2), ("node-w8-p8", 8)):
+        synth.write_run(tmp_path, "02_throughput_local_data_parallel", run, scale="node", gpus=8, processes=processes,
+                        per_gpu_batch=64, bench_batches=220, warmup_batches=10, batch_s=0.2)
+    df = load_study(tmp_path)
+    rows = df[df["run"] == "node-w8-p2"]
+    assert set(rows["kind"]) >= {"run", "bench"}
+    assert (rows["gpus"] == 8).all() and (rows["processes"] == 2).all()  # every row, the throughput rows too
+    s = tb.throughput_summary(df)
+    assert sorted(s["processes"]) == [2, 8] and (s["gpus"] == 8).all()  # never averaged together
+    t5 = tb.throughput_table(df, load_reference(), 5)
+    assert sorted(t5.loc[t5["scale"] == "node scale", "processes"]) == [2, 8]
+
+
+def test_a_manifest_without_world_size_reads_as_processes_unknown(tmp_path):
+    from analysis import synth
+
+    old = synth.write_run(tmp_path, "01_throughput_single_gpu", "old", scale="gpu", per_gpu_batch=64,
+                          bench_batches=220, warmup_batches=10, batch_s=0.2)
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["world_size"]  # as a run from before the field, or a hand-made one
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    bare = synth.write_run(tmp_path, "01_throughput_single_gpu", "bare", scale="gpu", per_gpu_batch=32,
+                           bench_batches=220, warmup_batches=10, batch_s=0.2)
+    (bare / "manifest.json").unlink()
+    df = load_study(tmp_path)
+    assert df["processes"].isna().all() and set(df["run"]) == {"old", "bare"}
+    assert tb.throughput_summary(df)["processes"].isna().all()
+
+
+def test_run_value_of_a_run_without_throughput_rows_is_nan_not_a_keyerror(tmp_path):
+    from analysis import synth
+    from analysis.compare import run_value
+
+    quality = synth.write_run(tmp_path, "05_linear_scaling", "w2-s0", gpus=2, final_acc=60.0)
+    assert math.isnan(run_value(quality, "throughput"))
+    assert run_value(quality, "quality") == pytest.approx(_run(load_runs(tmp_path), "05_linear_scaling",
+                                                              "w2-s0")["best_val_top1"])

@@ -77,3 +77,82 @@ def test_quality_configs_at_the_node_scale_are_the_gpu_scales_numerics_over_ddp(
     assert (node.backend, node.device) == ("ddp", "cuda")
     assert (node.precision, node.channels_last, node.workers_per_pass) == (gpu.precision, gpu.channels_last,
                                                                            gpu.workers_per_pass)
+
+
+# ---- placement rules (contract/plan.py: the studies and `make cost` place a node run alike) --------------------
+def test_a_run_of_w_workers_takes_min_w_n_processes_and_dataparallel_w_gpus_in_one():
+    from contract.plan import node_fits, node_gpus_used, node_processes
+
+    assert [node_processes(w, "ddp", 8) for w in (1, 2, 8, 16, 32)] == [1, 2, 8, 8, 8]
+    assert node_processes(32, "horovod", 4) == 4 and node_processes(32, "emulated", 8) == 1
+    assert node_gpus_used(4, "dp", 8) == 4 and node_gpus_used(32, "ddp", 8) == 8
+    assert node_fits(32, "ddp", 8, throughput=False)  # a quality run: 4 workers a GPU
+    assert not node_fits(16, "ddp", 8, throughput=True)  # a throughput run measures 16 real GPUs
+    assert not node_fits(16, "dp", 8, throughput=False) and node_fits(8, "dp", 8, throughput=False)
+
+
+def test_the_declared_node_size_is_scales_toml_and_a_gpus_below_1_is_refused():
+    from contract.config import ConfigError
+    from contract.plan import check_node_gpus, declared_node_gpus
+
+    assert declared_node_gpus(REPO / "experiments" / "06_linear_scaling_stepping_warmup" / "config.toml") == 8
+    assert check_node_gpus(4) == 4 and check_node_gpus(2) == 2
+    for bad in (1, 0, -2):  # one GPU: W workers in one DDP process, which the trainer refuses (that is SCALE=gpu)
+        with pytest.raises(ConfigError, match=f"^--gpus {bad}: the node scale spreads the workers over a node of 2 "
+                                              "or more GPUs; on one GPU use SCALE=gpu"):
+            check_node_gpus(bad)
+
+
+def test_a_node_of_one_gpu_is_one_line_pointing_to_the_gpu_scale(tmp_path, capsys):
+    from trainers.__main__ import main
+
+    assert main(["study", "experiments/06_linear_scaling_stepping_warmup", "--scale", "node", "--dry-run",
+                 "--gpus", "1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "use SCALE=gpu" in err[0], err
+
+
+# ---- experiments 1-3 at the node scale -------------------------------------------------------------------------
+def test_experiment_1_node_dry_run_measures_one_gpu_of_the_node_with_ddp_and_horovod_in_fp32(tmp_path):
+    result = study("experiments/01_throughput_single_gpu", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for b in (32, 64, 128):
+        assert re.search(rf"torch\.distributed\.run --standalone --nproc-per-node 1 .*--scale node .*"
+                         rf"--run-name node-b{b}-ddp-s0 ", out)
+        assert re.search(rf"horovodrun -np 1 -H localhost:1 .*--run-name node-b{b}-horovod-s0 ", out)
+    assert out.count("torch.distributed.run") == 3 and out.count("horovodrun -np") == 3
+
+
+def test_experiment_2_node_dry_run_runs_ddp_and_horovod_on_1_2_4_8_gpus_and_dataparallel_in_one_process(tmp_path):
+    result = study("experiments/02_throughput_local_data_parallel", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for w in (1, 2, 4, 8):
+        assert re.search(rf"--nproc-per-node {w} -m trainers train .*--run-name node-w{w}-ddp-s0 ", out)
+        assert re.search(rf"horovodrun -np {w} -H localhost:{w} --gloo .*--run-name node-w{w}-horovod-s0 ", out)
+        assert re.search(rf"\n\S*python\S* -m trainers train .*--run-name node-w{w}-dp-s0 ", out)  # one process
+    assert "left out" not in out  # an 8-GPU node holds every run
+
+
+def test_experiment_2_node_slurm_dry_run_gives_dataparallel_its_w_gpus(tmp_path):
+    result = study("experiments/02_throughput_local_data_parallel", "--launcher", "slurm", "--cluster", "node",
+                   "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    for w in (1, 2, 4, 8):
+        assert re.search(rf"sbatch -N 1 --ntasks-per-node 1 .*--gpus-per-node={w} .*-J 02-node-w{w}-dp-s0 ",
+                         result.stdout)
+        assert re.search(rf"sbatch -N 1 --ntasks-per-node {w} .*--gpus-per-node={w} .*-J 02-node-w{w}-ddp-s0 ",
+                         result.stdout)
+
+
+@pytest.mark.parametrize("launcher", ["local", "slurm"])
+def test_experiment_3_at_the_node_scale_is_one_line_pointing_to_the_thesis_scale(tmp_path, capsys, launcher):
+    from trainers.__main__ import main
+
+    assert main(["study", "experiments/03_throughput_distributed_data_parallel", "--scale", "node", "--dry-run",
+                 "--launcher", launcher, "--cluster", "node", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "runs across several nodes" in err[0] and "SCALE=thesis" in err[0] and "make exp2 SCALE=node" in err[0]
+    assert not list(tmp_path.iterdir())

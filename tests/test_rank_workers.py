@@ -1,6 +1,7 @@
 """W logical workers over P real ranks (issue #27): 2 DDP/Horovod ranks x 4 emulated workers train exactly as one
 process with 8 emulated workers, resume bit-identically, and a W that P does not divide is one line, exit 2."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -178,3 +179,82 @@ def test_a_preempted_two_rank_run_of_eight_workers_resumes_bit_identically(tmp_p
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "completed" and manifest["workers_per_rank"] == 4
     assert len(manifest["attempts"]) == 2
+
+
+# ---- the node scale's resume and failing-rank message (issue #27) ------------------------------------------------
+def test_a_failed_rank_of_w_workers_over_p_processes_is_named_with_the_workers_it_held():
+    from trainers.loop import failure_message
+
+    assert failure_message([1], 0, 2, 2, "RuntimeError: x") == "rank 1 of 2 died (rank 0 noticed: RuntimeError: x)"
+    assert failure_message([1], 0, 2, 8, "E") == "rank 1 of 2 (logical workers 4-7 of 8) died (rank 0 noticed: E)"
+    assert failure_message([1, 3], 0, 8, 32, "E") == \
+        "rank 1, 3 of 8 (logical workers 4-7, 12-15 of 32) died (rank 0 noticed: E)"
+    assert failure_message([], 5, 8, 32, "OSError: disk") == "rank 5 of 8 (logical workers 20-23 of 32): OSError: disk"
+    assert failure_message([], 0, 1, 8, "E") == "rank 0 of 1: E"  # emulated workers in one process: no ranks to split
+
+
+def test_a_resume_on_another_number_of_processes_is_refused_unless_forced(tmp_path, capsys):
+    """A node run of W workers resumed over another P (GPUS=4 after 8, a GPU gone) sums its gradients in another
+    order: not the same run. Here the checkpoint says the run started on 2 processes and one resumes it."""
+    import torch
+
+    from trainers import checkpoint
+
+    cfg = write_config(tmp_path / "c.toml", {"train": {**EIGHT, "backend": "emulated", "epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    path = tmp_path / "c" / "c" / "checkpoint.pt"
+    state = torch.load(path, weights_only=True)
+    assert state["arithmetic"]["processes"] == 1
+    state["arithmetic"]["processes"] = 2
+    checkpoint.save(path, state)
+    capsys.readouterr()
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "as the same run: processes was 2, this attempt's is 1" in err[0]
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "force") == 0
+
+
+@pytest.mark.slow
+def test_a_killed_rank_of_four_workers_is_named_with_its_logical_workers(tmp_path):
+    from tests.test_runfolder import lock_pid, start, wait_for_record
+
+    cfg = write_config(tmp_path / "d.toml", {"data": {"synthetic_images": 1200},
+                                             "train": {**EIGHT, "backend": "ddp", "epochs": 2, "print_freq": 1}})
+    run_dir = tmp_path / "d" / "r"
+    proc = start([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                  str(free_port()), "-m", "trainers", "train", str(cfg), "--out", str(tmp_path), "--run-name", "r"])
+    wait_for_record(run_dir, lambda r: r["kind"] == "iter" and r["iter"] >= 2)
+    os.kill(lock_pid(run_dir, 1), signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["failed_ranks"] == [1], (manifest, err[-3000:])
+    assert manifest["message"].startswith("rank 1 of 2 (logical workers 4-7 of 8) died (rank 0 noticed")
+
+
+@pytest.mark.slow
+def test_a_node_of_two_ranks_of_four_workers_samples_once_and_the_analysis_has_a_stream_per_device(tmp_path):
+    """One machine (the node scale): local rank 0 samples the node -- every GPU NVML sees, one stream each in the
+    analysis (here a CPU machine: the process's and the node's CPU) -- and no other rank samples it again."""
+    from analysis.runs import load_runs
+
+    cfg = write_config(tmp_path / "u.toml", {"train": {**EIGHT, "backend": "ddp", "epochs": 1},
+                                             "telemetry": {"interval_s": 0.05}})
+    result = torchrun(2, cfg, tmp_path, "node")
+    assert result.returncode == 0, result.stderr[-3000:]
+    util = records(tmp_path / "u" / "node", "util")
+    assert util and {r["rank"] for r in util} == {0}
+    df = load_runs(tmp_path)
+    u = df[df["kind"] == "util"]
+    assert set(u["device"]) == {"cpu process", "cpu system"} and len(u) == 2 * len(util)
+    assert (df["processes"] == 2).all() and (df["gpus"] == 8).all()
+
+
+def test_a_node_sample_of_eight_gpus_is_eight_streams_in_the_analysis():
+    from analysis.runs import util_rows
+
+    gpus = [{"index": i, "util_pct": 90.0 + i, "mem_used_gb": 30.0, "power_w": 600.0} for i in range(8)]
+    rows = util_rows({"t": 5.0, "rank": 0, "cpu_process_pct": 40.0, "cpu_system_pct": 50.0, "mem_process_gb": 20.0,
+                      "gpus": gpus}, origin=None)
+    assert [r["device"] for r in rows] == ["cpu process", "cpu system"] + [f"gpu{i}" for i in range(8)]
+    assert [r["util_pct"] for r in rows[2:]] == [90.0 + i for i in range(8)]

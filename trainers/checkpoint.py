@@ -118,8 +118,9 @@ def check_same_config(path: Path, saved: dict[str, dict], current: dict[str, dic
 # Resume is the same run: what decides the arithmetic is fixed at the run's first start and reused on resume
 # ----------------------------------------------------------------------------------------------------------------
 def arithmetic_differences(saved: dict[str, Any], would_be: dict[str, Any]) -> list[str]:
-    """The settings that change the numbers (threads, device kind, passes, the CPU kernels' instruction set) in which
-    this attempt would differ from the run's start; a key this attempt leaves open (None) takes the saved value."""
+    """The settings that change the numbers (threads, device kind, processes, passes, the CPU kernels' instruction
+    set) in which this attempt would differ from the run's start; a key this attempt leaves open (None) takes the
+    saved value."""
     return [f"{key} was {saved[key]!r}, this attempt's is {value!r}" for key, value in would_be.items()
             if key in saved and value is not None and value != saved[key]]
 

@@ -166,6 +166,7 @@ class Trainer:
     def arithmetic(self) -> dict:
         """The settings of this attempt that decide the numbers beyond the config (stored with each checkpoint)."""
         return {"threads": torch.get_num_threads(), "device": self.backend.device.type,
+                "processes": self.backend.world_size,  # W workers over P: another P sums in another order
                 "workers_per_pass": self.backend.workers_per_pass or None,
                 "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                 "onednn_isa": compute.cpu_description()["onednn_isa"],
@@ -437,10 +438,11 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
         lock.release()
 
 
-def pin_arithmetic(cfg: Config, path: Path, force: bool) -> dict:
+def pin_arithmetic(cfg: Config, path: Path, force: bool, processes: int = 1) -> dict:
     """A resumed run keeps the arithmetic it started with, whatever this attempt's defaults (a study's JOBS sets
     OMP_NUM_THREADS): what the config leaves open is taken from the checkpoint; what it sets otherwise is refused
-    unless forced. Checkpoints from before this was stored pin nothing."""
+    unless forced, as is another number of processes (this launch's `processes`). Checkpoints from before this was
+    stored pin nothing."""
     state = checkpoint.load(path)
     checkpoint.check_same_config(path, state["config"], cfg.to_dict())  # before any process group exists
     saved = state.get("arithmetic")
@@ -448,7 +450,7 @@ def pin_arithmetic(cfg: Config, path: Path, force: bool) -> dict:
         return {}
     t = cfg.train
     wants_cuda = t.device == "cuda" or (t.device == "auto" and torch.cuda.is_available())
-    would_be = {"threads": t.threads or None, "device": "cuda" if wants_cuda else "cpu",
+    would_be = {"threads": t.threads or None, "device": "cuda" if wants_cuda else "cpu", "processes": processes,
                 "workers_per_pass": t.workers_per_pass or None,
                 "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                 "onednn_isa": compute.cpu_description()["onednn_isa"]}
@@ -462,7 +464,7 @@ def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: b
         raise ConfigError(f"run folder {run_dir} exists; continue it with --resume auto or pick another --run")
     pinned = {}
     if resume and (run_dir / "checkpoint.pt").exists():
-        pinned = pin_arithmetic(cfg, run_dir / "checkpoint.pt", force)
+        pinned = pin_arithmetic(cfg, run_dir / "checkpoint.pt", force, launch.world_size)
     trainer = Trainer(cfg, run_dir, name, launch, resume, echo, pinned)
     run, b = trainer.run, trainer.backend
     run.write_config({"experiment": cfg.experiment, "run": run_dir.name, "scale": cfg.scale, **cfg.to_dict(),
@@ -540,6 +542,18 @@ def write_failure(error: BaseException | None) -> OSError | None:
     return None
 
 
+def failure_message(dead: list[int], rank: int, world_size: int, workers: int, noticed: str) -> str:
+    """The line naming the ranks that died (else the one that failed); with W workers over P processes (the node
+    scale), with the logical workers each held."""
+    failed = dead or [rank]
+    held = ""
+    if world_size > 1 and workers > world_size:
+        k = workers // world_size
+        held = f" (logical workers {', '.join(f'{r * k}-{(r + 1) * k - 1}' for r in failed)} of {workers})"
+    who = f"rank {', '.join(map(str, failed))} of {world_size}{held}"
+    return f"{who} died (rank {rank} noticed: {noticed})" if dead else f"{who}: {noticed}"
+
+
 def report_failure(run_dir: Path, run: RunFolder, b: backends.Backend, error: Exception) -> None:
     """Name the rank that failed and set the manifest to failed, whichever rank it was.
 
@@ -554,10 +568,7 @@ def report_failure(run_dir: Path, run: RunFolder, b: backends.Backend, error: Ex
     if disk:
         noticed = (f"{disk.strerror} writing {disk.filename or run_dir}: free space or pick another --out, "
                    "then --resume auto")
-    if dead:
-        message = f"rank {', '.join(map(str, dead))} of {b.world_size} died (rank {b.rank} noticed: {noticed})"
-    else:
-        message = f"rank {b.rank} of {b.world_size}: {noticed}"
+    message = failure_message(dead, b.rank, b.world_size, b.workers, noticed)
     print(f"error: training failed: {message}", file=sys.stderr, flush=True)
     failed = dead or [b.rank]
     if run.writes:
