@@ -65,7 +65,8 @@ def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-QUALITY_KEYS = ["exp", "framework", "numerics", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "scale"]
+QUALITY_KEYS = ["exp", "framework", "numerics", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "optimizer",
+                "scale"]
 
 
 def quality_summary(df: pd.DataFrame) -> pd.DataFrame:

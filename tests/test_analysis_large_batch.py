@@ -107,3 +107,13 @@ def test_study_runs_are_named_by_optimizer_and_workers_at_every_scale_and_sweep_
 
     assert all(re.match(STUDY_RUN, name) for name in ("sgd-w32-s0", "radam-w256-s2", "thesis-lars-w256-s0"))
     assert not any(re.match(STUDY_RUN, name) for name in ("lars-base0.5-s0", "thesis-lamb-base0.008-s0", "w32-s0"))
+
+
+def test_the_quality_summary_keeps_two_optimizers_at_the_same_rate_apart():
+    from analysis.tables import quality_summary
+
+    df = frame({"lamb": {128: [70.0]}, "radam": {128: [50.0]}}, with_sweep=False)
+    df = df.assign(lr=0.008, framework="emulated", diverged=False, best_val_top5=90.0, wallclock_s=60.0)
+    rows = quality_summary(df)
+    mine = rows[rows["exp"] == 12]
+    assert sorted(zip(mine["optimizer"], mine["top1_mean"])) == [("lamb", 70.0), ("radam", 50.0)]
