@@ -258,7 +258,7 @@ def large_batch_findings(runs: pd.DataFrame, margin: float) -> list[dict]:
 
 
 def orderings(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
-    """One row per finding, experiment, optimizer and worker count at each scale and numerics (see the module docstring):
+    """One row per finding, experiment, optimizer and worker count at each scale and numerics (module docstring):
     runs in bf16 are compared with bf16 runs, never pooled with fp32 ones."""
     declared = margins()
     rows = []

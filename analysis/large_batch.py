@@ -6,8 +6,8 @@ study's runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs c
 plot_large_batch draws them against the global batch with experiment 5's 1-worker baseline and its equivalence
 region (baseline ± the scale's declared margin), the batch that stands in for the thesis's 4,096 (32 workers), and
 the critical batch the gradient noise scale estimates: B_simple of the same model and data, measured on the study's
-own runs by `make noise-scale` (results/noise_scale/large_batch_{initial,final}.json), never a constant. rq4_reading reads the
-verdicts (analysis.findings' large_batch_matches_baseline rows) and the noise scale together.
+own runs by `make noise-scale` (results/noise_scale/large_batch_{initial,final}.json), never a constant.
+rq4_reading reads the verdicts (analysis.findings' large_batch_matches_baseline rows) and the noise scale together.
 """
 from __future__ import annotations
 

@@ -128,7 +128,8 @@ def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
                 settings["train.workers"] = nodes * int(per_node)
             settings["train.seed"] = base_seed + s
             name = (f"{combo['run']}-s{base_seed + s}" if "run" in combo  # a named extra run
-                    else run_name({k: v for k, v in combo.items() if k != "seeds"}, base_seed + s))  # runs at another scale get their own folders
+                    else run_name({k: v for k, v in combo.items() if k != "seeds"}, base_seed + s))
+            # runs at another scale get their own folders
             runs.append(Run(check_run_name(name if scale == "local" else f"{scale}-{name}"), settings, nodes))
     refuse_duplicate_names(runs, config)
     return runs
