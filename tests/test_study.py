@@ -460,3 +460,26 @@ def test_sigkill_of_a_study_takes_its_trainer_with_it(tmp_path):
         assert time.time() < deadline, f"trainer {trainer} went on after its study was killed"
         time.sleep(0.05)
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "preempted"
+
+
+@pytest.mark.parametrize("scale", ["local", "thesis"])
+def test_experiment_12s_declared_plan_gives_each_optimizer_its_designs_rule(scale):
+    """The design table (experiments/12_large_batch/README.md): SGD and LARS scale the rate linearly, LAMB and RAdam by
+    sqrt; SGD and RAdam decay in steps, LARS and LAMB poly; every warm-up gradual; the study's runs 32-256 workers
+    with 3 seeds, the sweep's seed 0 at 128 workers."""
+    design = {"sgd": ("linear", "milestones"), "lars": ("linear", "poly"), "lamb": ("sqrt", "poly"),
+              "radam": ("sqrt", "milestones")}
+    experiment = REPO / "experiments/12_large_batch"
+    study: dict[tuple, set] = {}
+    for run in expand(experiment / "config.toml", scale):
+        cfg = load_config(experiment / "config.toml", scale,
+                          [f"{k}={json.dumps(v)}" for k, v in run.settings.items()])
+        assert (cfg.lr.scaling, cfg.lr.decay) == design[cfg.optim.name], run.name
+        assert cfg.lr.warmup == "gradual"
+        if re.search(r"-w\d+-s\d+$", run.name):
+            study.setdefault((cfg.optim.name, cfg.train.workers), set()).add(cfg.train.seed - load_config(
+                experiment / "config.toml", scale).train.seed)
+        else:
+            assert cfg.train.workers == 128 and run.name.endswith("-s0")
+    assert {workers for _, workers in study} == {32, 64, 128, 256}
+    assert {o for o, _ in study} == set(design) and all(s == {0, 1, 2} for s in study.values())
