@@ -119,29 +119,38 @@ def plot_large_batch(points: pd.DataFrame, band: dict, margin: float, noise: pd.
     per_worker = (points["global_batch"] / points["workers"]).iloc[0] if len(points) else None
     if per_worker:
         ax.axvline(THESIS_WORKERS * per_worker, color="black", ls=":", lw=1,
-                   label=f"32 workers: the thesis's 4,096 (32 GPUs x 128)")
+                   label="32 workers: the thesis's 4,096 (32 GPUs x 128)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(*_batch_range(points, noise))
     for _, row in noise.iterrows():
         _draw_noise_scale(ax, row)
-    ax.set_xscale("log", base=2)
     fg.log2_ticks(ax, "x")
     fg._finish(ax, "global batch (images a step)", "best validation top-1 (%)", title)
     fg.legend_beside(ax)
     return ax
 
 
+def _batch_range(points: pd.DataFrame, noise: pd.DataFrame) -> tuple[float, float]:
+    """The x range: every batch drawn and every noise-scale value, with a margin on the log axis."""
+    xs = [float(x) for x in points["global_batch"]] + [float(x) for col in ("b_simple", "b_simple_low",
+                                                                            "b_simple_high")
+                                                       for x in noise[col] if x is not None and not pd.isna(x)]
+    return (min(xs) / 1.3, max(xs) * 1.3) if xs else (1.0, 2.0)
+
+
 def _draw_noise_scale(ax, row) -> None:
-    """B_simple as a dashed line and its range as a band; a lower bound alone as an arrow to the right."""
-    style = dict(color="#D55E00", alpha=0.9 if row.weights == "initial" else 0.6)
-    lo, hi = ax.get_xlim()
+    """B_simple as a dashed line and its 2-SE range as a band; a lower bound alone (|G|^2 not resolved from zero)
+    as a dash-dotted line with a hatched band from it to the axis's end."""
+    colour = "#D55E00"
     if row.b_simple_high is None or pd.isna(row.b_simple_high) or pd.isna(row.b_simple):
-        y = ax.get_ylim()[0] + 0.06 * (ax.get_ylim()[1] - ax.get_ylim()[0])
-        ax.annotate("", xy=(max(hi, row.b_simple_low * 1.6), y), xytext=(row.b_simple_low, y),
-                    arrowprops=dict(arrowstyle="->", **style))
-        ax.plot([row.b_simple_low], [y], "|", ms=12, label=f"B_simple, {row.weights} weights: "
-                f"≥ {_examples(row.b_simple_low)}", **style)
+        ax.axvline(row.b_simple_low, color=colour, ls="-.", lw=1,
+                   label=f"B_simple, {row.weights} weights: ≥ {_examples(row.b_simple_low)} (hatched: beyond)")
+        ax.axvspan(row.b_simple_low, ax.get_xlim()[1], facecolor="none", edgecolor=colour, hatch="//", alpha=0.25,
+                   lw=0)
         return
-    ax.axvspan(row.b_simple_low, row.b_simple_high, alpha=0.08, color=style["color"])
-    ax.axvline(row.b_simple, ls="--", lw=1, label=f"B_simple, {row.weights} weights: {noise_text(row)}", **style)
+    ax.axvspan(row.b_simple_low, row.b_simple_high, alpha=0.08, color=colour)
+    ax.axvline(row.b_simple, color=colour, ls="--", lw=1,
+               label=f"B_simple, {row.weights} weights: {noise_text(row)}")
 
 
 def large_batch_figure(df: pd.DataFrame, margins: dict, noise: pd.DataFrame | None = None):

@@ -84,7 +84,7 @@ def test_the_figure_draws_every_optimizer_the_baseline_and_the_noise_scale(tmp_p
     assert {"SGD + linear scaling + warm-up (3 seeds)", "LARS (3 seeds)"} <= set(labels)
     assert "exp 5, 1 worker (3 seeds)" in labels and "baseline ± 2 points (the margin)" in labels
     assert "B_simple, initial weights: 300 (range 200–450)" in labels
-    assert "B_simple, epoch 72 weights: ≥ 2,400" in labels
+    assert "B_simple, epoch 72 weights: ≥ 2,400 (hatched: beyond)" in labels
     assert "32 workers: the thesis's 4,096 (32 GPUs x 128)" in labels
     assert all(p.exists() for p in fg.save(fig, tmp_path, "exp12"))
     assert lb.large_batch_figure(frame({}, with_sweep=True), {}, NOISE) is None  # the sweep alone draws nothing
