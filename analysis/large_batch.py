@@ -173,8 +173,10 @@ def large_batch_figure(df: pd.DataFrame, margins: dict, noise: pd.DataFrame | No
 
 
 def _verdict_text(r) -> str:
-    return (f"{int(r.workers)} workers: {r.difference:+.1f} points [{r.ci_low:+.1f}, {r.ci_high:+.1f}], "
-            f"{r.verdict}" if not pd.isna(r.ci_low) else f"{int(r.workers)} workers: {r.verdict} (no interval)")
+    seeds = f", {int(r.n)} vs {int(r.n_against)} seeds" if hasattr(r, "n") and not pd.isna(r.n) else ""
+    if pd.isna(r.ci_low):
+        return f"{int(r.workers)} workers: {r.verdict} (no interval{seeds})"
+    return f"{int(r.workers)} workers: {r.difference:+.1f} points [{r.ci_low:+.1f}, {r.ci_high:+.1f}], {r.verdict}{seeds}"
 
 
 def where_it_stops(rows: pd.DataFrame) -> tuple[int | None, int | None]:
@@ -227,9 +229,11 @@ def _scale_reading(scale: str, numerics: str, g: pd.DataFrame, batch: dict, nois
                                               f"{', '.join(str(stops[o][0]) for o in beyond)} workers)." if beyond
                                               else "no optimizer stays `equivalent`."))
     broke = batch.get(sgd_first_not) if sgd_first_not is not None else None
+    largest = max(batch.values()) if batch else None
     for r in noise.itertuples():
-        where = f"; SGD's first batch that is not `equivalent`, {broke:,}, lies {_against_noise(broke, r)} it" \
-            if broke else ""
+        where = (f"; SGD's first batch that is not `equivalent`, {broke:,}, lies {_against_noise(broke, r)} it"
+                 if broke else f"; the largest batch run, {largest:,}, lies {_against_noise(largest, r)} it"
+                 if largest else "")
         lines.append(f"- Gradient noise scale ({r.weights} weights of {r.run}): B_simple {noise_text(r)} "
                      f"images{where}.")
     if noise.empty:
