@@ -224,9 +224,11 @@ def _scale_reading(scale: str, numerics: str, g: pd.DataFrame, batch: dict, nois
             f"stops being `equivalent` at {sgd_first_not} workers" + (f" (equivalent up to {sgd_last})."
                                                                      if sgd_last else " (and at no count below).")))
         if sgd_first_not is not None:
-            beyond = [o for o, (last, _) in stops.items() if o != "sgd" and last and last >= sgd_first_not]
+            ran = {o for o in stops if o != "sgd" and (g[g["optimizer"] == o]["workers"] >= sgd_first_not).any()}
+            beyond = [o for o, (last, _) in stops.items() if o in ran and last and last >= sgd_first_not]
             lines.append("- Beyond that, " + (f"{', '.join(beyond)} stay `equivalent` (up to "
                                               f"{', '.join(str(stops[o][0]) for o in beyond)} workers)." if beyond
+                                              else "no other optimizer has run there yet." if not ran
                                               else "no optimizer stays `equivalent`."))
     broke = batch.get(sgd_first_not) if sgd_first_not is not None else None
     largest = max(batch.values()) if batch else None

@@ -72,6 +72,9 @@ def test_the_reading_changes_with_the_verdicts():
     reading = lb.rq4_reading(orderings(df, rf.load_reference()), lb.study_points(df), NOISE.iloc[0:0])
     assert "is `equivalent` at every worker count run (up to 256)" in reading
     assert "No noise-scale measurement" in reading
+    sgd_alone = frame({"sgd": STUDY["sgd"]}, with_sweep=False)
+    assert "Beyond that, no other optimizer has run there yet." in lb.rq4_reading(
+        orderings(sgd_alone, rf.load_reference()), lb.study_points(sgd_alone), NOISE)
     with_noise = lb.rq4_reading(orderings(df, rf.load_reference()), lb.study_points(df), NOISE)
     assert "(range 200–450) images; the largest batch run, 1,024, lies above it" in with_noise
     assert "32 workers: +0.0 points [+0.0, +0.0], equivalent, 3 vs 3 seeds" in with_noise
