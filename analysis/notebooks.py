@@ -172,7 +172,8 @@ def _normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 async def _execute_all(notebooks, cwd: Path, timeout: int):
-    clients = [NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+    # coalesce_streams: the kernel chunks printed text by timing; one output per stream keeps reruns byte-identical.
+    clients = [NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False, coalesce_streams=True,
                               resources={"metadata": {"path": str(cwd)}}, allow_errors=False) for nb in notebooks]
     await asyncio.gather(*(c.async_execute() for c in clients))
 

@@ -101,6 +101,19 @@ def _committed_report_state() -> tuple[str, dict[str, str]]:
     return status, {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(files) if p.is_file()}
 
 
+@pytest.mark.slow
+def test_a_cells_printed_text_is_one_output_however_the_kernel_chunks_it(tmp_path):
+    # The kernel sends stdout in chunks that depend on timing; a flush forces two chunks here, as a busy machine can.
+    import nbformat
+
+    from analysis.notebooks import execute_all
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import sys\nsys.stdout.write('no runs'); sys.stdout.flush()\nprint()")])
+    (done,) = execute_all([nb], tmp_path)
+    assert [(o["output_type"], o["text"]) for o in done.cells[0].outputs] == [("stream", "no runs\n")]
+
+
 def test_a_report_of_other_runs_leaves_the_committed_report_alone_and_its_own_folder_fresh(tmp_path, monkeypatch):
     import shutil
 
