@@ -156,3 +156,19 @@ def test_experiment_3_at_the_node_scale_is_one_line_pointing_to_the_thesis_scale
     assert len(err) == 1, err
     assert "runs across several nodes" in err[0] and "SCALE=thesis" in err[0] and "make exp2 SCALE=node" in err[0]
     assert not list(tmp_path.iterdir())
+
+
+def test_the_manifest_names_every_ranks_gpu_in_rank_order(monkeypatch):
+    # On a node every rank drives its own GPU: the manifest lists all of them, not rank 0's alone.
+    import torch
+
+    from trainers.backends.base import Backend
+
+    class TwoRanks(Backend):
+        def gather_objects(self, obj):  # what rank 1, on cuda:1, contributes beside this rank's own
+            return [obj, [name.replace("cuda:0", "cuda:1") for name in obj]]
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "NVIDIA H100 80GB HBM3")
+    ranks = TwoRanks(torch.device("cuda", 0), rank=0, world_size=2, workers=8)
+    assert ranks.devices() == ["cuda:0 NVIDIA H100 80GB HBM3", "cuda:1 NVIDIA H100 80GB HBM3"]
+    assert TwoRanks(torch.device("cpu"), world_size=2).devices() == ["cpu"]

@@ -20,7 +20,7 @@ from trainers import telemetry  # noqa: E402
 
 UTIL_FIELDS = {"kind", "time", "t", "host", "rank", "cpu_process_pct", "cpu_system_pct", "mem_process_gb",
                "mem_system_pct", "gpus"}
-GPU_FIELDS = {"index", "util_pct", "mem_used_gb", "power_w"}
+GPU_FIELDS = {"index", "nvml_index", "util_pct", "mem_used_gb", "power_w"}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -46,16 +46,19 @@ class FakeNvml(types.SimpleNamespace):
     class NVMLError(Exception):
         pass
 
-    def __init__(self, init_error: Exception | None = None, fail_after: int | None = None):
+    def __init__(self, init_error: Exception | None = None, fail_after: int | None = None, count: int = 2):
         super().__init__(calls=0)
-        self.init_error, self.fail_after = init_error, fail_after
+        self.init_error, self.fail_after, self.count = init_error, fail_after, count
 
     def nvmlInit(self):
         if self.init_error:
             raise self.init_error
 
     def nvmlDeviceGetCount(self):
-        return 2
+        return self.count
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-{h}{h}{h}a-0000"
 
     def nvmlDeviceGetHandleByIndex(self, i):
         return i
@@ -76,15 +79,35 @@ class FakeNvml(types.SimpleNamespace):
 
 
 def test_gpu_fields_from_nvml(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
     lines = []
     sample = telemetry.Sampler(60, rank=3, warn=lines.append).sample()
     assert set(sample) == UTIL_FIELDS - {"kind", "t"} and sample["rank"] == 3 and not lines
-    assert sample["gpus"] == [{"index": 0, "util_pct": 50.0, "mem_used_gb": 1.0, "power_w": 250.0},
-                              {"index": 1, "util_pct": 51.0, "mem_used_gb": 2.0, "power_w": None}]
+    assert sample["gpus"] == [{"index": 0, "nvml_index": 0, "util_pct": 50.0, "mem_used_gb": 1.0, "power_w": 250.0},
+                              {"index": 1, "nvml_index": 1, "util_pct": 51.0, "mem_used_gb": 2.0, "power_w": None}]
+
+
+@pytest.mark.parametrize("visible, nvml_indices", [
+    (None, [0, 1, 2, 3]), ("2,3", [2, 3]), ("3,1", [3, 1]), ("GPU-222,1", [2, 1]), ("1,9,2", [1]), ("", []),
+    ("-1", [])])
+def test_gpu_fields_follow_cuda_visible_devices(monkeypatch, visible, nvml_indices):
+    # A job given GPUs 2 and 3 of a shared node records those two, numbered as the job's CUDA sees them (0, 1);
+    # like CUDA, an unknown entry hides it and every entry after it.
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(count=4))
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    lines = []
+    gpus = telemetry.Sampler(60, rank=0, warn=lines.append).sample()["gpus"]
+    assert [(g["index"], g["nvml_index"]) for g in gpus] == list(enumerate(nvml_indices))
+    assert [g["util_pct"] for g in gpus] == [50.0 + i for i in nvml_indices]
+    assert len(lines) == (0 if nvml_indices else 1)
 
 
 def test_nvml_absent_or_failing_leaves_cpu_figures_and_one_line(monkeypatch, capsys):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(init_error=OSError("libnvidia-ml.so.1 not found")))
     lines = []
     sampler = telemetry.Sampler(60, rank=0, warn=lines.append)

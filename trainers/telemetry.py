@@ -6,7 +6,8 @@ One daemon thread on the process with local rank 0 of each node samples every `t
   cpu_system_pct   the whole node's CPU use over the same interval
   mem_process_gb   resident memory of this process and its children
   mem_system_pct   the node's memory in use
-  gpus             per GPU that NVML sees: {"index", "util_pct", "mem_used_gb", "power_w"}; empty without one
+  gpus             per GPU this job sees (CUDA_VISIBLE_DEVICES): {"index" as CUDA numbers it, "nvml_index" as the
+                   node numbers it, "util_pct", "mem_used_gb", "power_w"}; empty without one
 NVML (the nvidia-ml-py package) is optional: when it is missing or fails, the sampler says so in one line and
 carries on with the CPU fields. The thread only appends samples to a buffer; the training loop drains it (rank 0
 writes its own node's samples as it logs, and gathers the other nodes' through the backend at each epoch's end,
@@ -14,6 +15,7 @@ as only rank 0 writes metrics.jsonl). No torch import: the sampler costs one psu
 """
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -96,26 +98,28 @@ class Nvml:
 
             pynvml.nvmlInit()
             self.nvml = pynvml
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self.nvml_indices = visible_nvml_indices(pynvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.nvml_indices]
             self.available = bool(self.handles)
         except Exception as e:  # no package, no driver (NVMLError_LibraryNotFound), no GPU: CPU fields only
             warn(f"=> telemetry: no GPU figures ({type(e).__name__}: {e}); recording CPU and memory only")
             return
         if not self.available:
-            warn("=> telemetry: NVML sees no GPU; recording CPU and memory only")
+            warn("=> telemetry: NVML sees no GPU visible to this job (CUDA_VISIBLE_DEVICES="
+                 f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}); recording CPU and memory only")
 
     def sample(self) -> list[dict]:
         if not self.available:
             return []
         try:
-            return [self._one(i, h) for i, h in enumerate(self.handles)]
+            return [self._one(i, n, h) for i, (n, h) in enumerate(zip(self.nvml_indices, self.handles))]
         except Exception as e:  # a driver hiccup must never stop training: drop GPU fields from here on
             self.available = False
             print(f"telemetry: NVML failed ({type(e).__name__}: {e}); recording CPU and memory only from now",
                   file=sys.stderr, flush=True)
             return []
 
-    def _one(self, index: int, handle) -> dict:
+    def _one(self, index: int, nvml_index: int, handle) -> dict:
         nv = self.nvml
         util = nv.nvmlDeviceGetUtilizationRates(handle).gpu
         mem = nv.nvmlDeviceGetMemoryInfo(handle).used
@@ -123,7 +127,30 @@ class Nvml:
             power = nv.nvmlDeviceGetPowerUsage(handle) / 1000.0  # milliwatts
         except nv.NVMLError:  # some boards don't report power
             power = None
-        return {"index": index, "util_pct": float(util), "mem_used_gb": mem / GB, "power_w": power}
+        return {"index": index, "nvml_index": nvml_index, "util_pct": float(util), "mem_used_gb": mem / GB,
+                "power_w": power}
+
+
+def visible_nvml_indices(nvml, cuda_visible: str | None) -> list[int]:
+    """The NVML indices of the GPUs this job's CUDA sees, in CUDA's order: all of them when CUDA_VISIBLE_DEVICES is
+    unset; else its entries (indices, or UUIDs and their prefixes), stopping at the first unknown one as CUDA does.
+    Integer entries assume CUDA numbers GPUs in PCI order, as it does on a node of one GPU model."""
+    count = nvml.nvmlDeviceGetCount()
+    if cuda_visible is None:
+        return list(range(count))
+    uuids = None
+    chosen: list[int] = []
+    for entry in (e.strip() for e in cuda_visible.split(",")):
+        if entry.isdigit():
+            match = [int(entry)] if int(entry) < count else []
+        else:
+            if uuids is None:
+                uuids = [str(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
+            match = [i for i, u in enumerate(uuids) if entry and u.startswith(entry)]
+        if len(match) != 1 or match[0] in chosen:
+            break
+        chosen += match
+    return chosen
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -110,9 +110,16 @@ class Backend:
             "backend": self.name,
             "world_size": self.world_size,
             "workers": self.workers,
-            "devices": [str(self.device)] if self.device.type == "cpu" else device_names(self.device),
+            "devices": self.devices(),
             "hosts": self.hosts(),
         }
+
+
+    def devices(self) -> list[str]:
+        """Every rank's device, in rank order ("cuda:<local index> <name>"; "cpu" once on CPU)."""
+        if self.device.type == "cpu":
+            return [str(self.device)]
+        return [name for names in self.gather_objects(device_names(self.device)) for name in names]
 
 
 def device_names(device: torch.device) -> list[str]:

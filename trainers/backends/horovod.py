@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 
 from trainers.backends.launch import Launch
-from trainers.backends.base import Backend, CommClock, device_names
+from trainers.backends.base import Backend, CommClock
 from trainers.backends.rank_workers import RankWorkers
 from contract.config import Config, ConfigError
 from contract.versions import package_version
@@ -180,8 +180,6 @@ class HorovodBackend(Backend):
 
     def describe(self) -> dict:
         info = super().describe()
-        if self.device.type == "cuda":
-            info["devices"] = device_names(self.device)
         info["horovod"] = {
             "version": package_version("horovod"),
             "controller": "mpi" if hvd.mpi_enabled() else "gloo",  # Horovod
