@@ -110,10 +110,11 @@ class Status:
 
 @dataclass(frozen=True)
 class GPUSample:
-    index: int
+    index: int  # as the job's CUDA numbers it (CUDA_VISIBLE_DEVICES)
     util_pct: float
     mem_used_gb: float
     power_w: float | None
+    nvml_index: int | None = None  # as the node numbers it (absent in runs before it was recorded)
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,12 @@ def test_a_declared_record_is_written_with_kind_and_time(tmp_path):
     run = RunFolder(tmp_path, writes=True, echo=False, clock=lambda: 12.5)
     run.record("epoch", **EPOCH)
     run.record("util", t=1.0, host="h", rank=0, cpu_process_pct=50.0, cpu_system_pct=60.0, mem_process_gb=1.0,
-               mem_system_pct=30.0, gpus=[{"index": 0, "util_pct": 99.0, "mem_used_gb": 3.0, "power_w": None}])
+               mem_system_pct=30.0, gpus=[{"index": 0, "nvml_index": 2, "util_pct": 99.0, "mem_used_gb": 3.0,
+                                           "power_w": None}])
     run.close()
     first, second = read_metrics(tmp_path).records
     assert first == {"kind": "epoch", **EPOCH, "time": 12.5}
-    assert second["gpus"] == [{"index": 0, "util_pct": 99.0, "mem_used_gb": 3.0, "power_w": None}]
+    assert second["gpus"] == [{"index": 0, "nvml_index": 2, "util_pct": 99.0, "mem_used_gb": 3.0, "power_w": None}]
 
 
 @pytest.mark.parametrize("kind, fields, message", [
