@@ -172,3 +172,15 @@ def test_mpirun_tagged_training_lines_are_parsed():
     text = "".join(f"[1,{r}]<stdout>:{ln}\n" for ln in lines for r in (0, 1))
     log = logs.parse_pytorch_examples(text.encode())
     assert log.info["ranks"] == [0, 1] and len(log.train) == 4 and log.bad_lines == 0
+
+
+def test_the_fixture_generator_reproduces_the_committed_fixtures_byte_for_byte(tmp_path):
+    from tests.fixtures.analysis import make_fixtures
+
+    make_fixtures.write_all(tmp_path)
+    committed = LOGS.parent
+    made = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    kept = sorted(p.relative_to(committed) for d in ("logs", "runs") for p in (committed / d).rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts)
+    assert made == kept
+    assert [f for f in made if (tmp_path / f).read_bytes() != (committed / f).read_bytes()] == []
