@@ -224,12 +224,7 @@ def _scale_reading(scale: str, numerics: str, g: pd.DataFrame, batch: dict, nois
             f"stops being `equivalent` at {sgd_first_not} workers" + (f" (equivalent up to {sgd_last})."
                                                                      if sgd_last else " (and at no count below).")))
         if sgd_first_not is not None:
-            ran = {o for o in stops if o != "sgd" and (g[g["optimizer"] == o]["workers"] >= sgd_first_not).any()}
-            beyond = [o for o, (last, _) in stops.items() if o in ran and last and last >= sgd_first_not]
-            lines.append("- Beyond that, " + (f"{', '.join(beyond)} stay `equivalent` (up to "
-                                              f"{', '.join(str(stops[o][0]) for o in beyond)} workers)." if beyond
-                                              else "no other optimizer has run there yet." if not ran
-                                              else "no optimizer stays `equivalent`."))
+            lines.append("- Beyond that, " + _beyond_sgd(g, stops, sgd_first_not))
     broke = batch.get(sgd_first_not) if sgd_first_not is not None else None
     largest = max(batch.values()) if batch else None
     for r in noise.itertuples():
@@ -242,6 +237,22 @@ def _scale_reading(scale: str, numerics: str, g: pd.DataFrame, batch: dict, nois
         lines.append("- No noise-scale measurement of this experiment's runs (`make noise-scale` after its SGD "
                      "runs): the critical batch is not drawn.")
     return lines
+
+
+def _beyond_sgd(g: pd.DataFrame, stops: dict, sgd_first_not: int) -> str:
+    """Which other optimizers stay `equivalent` at the worker counts where SGD no longer is, naming what has run
+    there so far (a study in progress reads as such)."""
+    there = {o: sorted(int(w) for w in g.loc[g["optimizer"] == o, "workers"] if w >= sgd_first_not)
+             for o in stops if o != "sgd"}
+    there = {o: counts for o, counts in there.items() if counts}
+    if not there:
+        return "no other optimizer has run there yet."
+    ran = "; ".join(f"{o} at {', '.join(map(str, counts))}" for o, counts in there.items())
+    beyond = [o for o in there if stops[o][0] and stops[o][0] >= sgd_first_not]
+    if not beyond:
+        return f"none of the optimizers run there stays `equivalent` (run there, in workers: {ran})."
+    return (f"{', '.join(beyond)} {'stays' if len(beyond) == 1 else 'stay'} `equivalent` (up to "
+            f"{', '.join(str(stops[o][0]) for o in beyond)} workers; run there, in workers: {ran}).")
 
 
 def _against_noise(images: int, r) -> str:
