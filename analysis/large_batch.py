@@ -192,7 +192,7 @@ def where_it_stops(rows: pd.DataFrame) -> tuple[int | None, int | None]:
 
 def rq4_reading(verdicts: pd.DataFrame, points: pd.DataFrame, noise: pd.DataFrame | None = None) -> str:
     """Per scale: each optimizer's verdicts by batch, where SGD + warm-up stops being `equivalent`, which optimizers
-    stay `equivalent` beyond it, and where the noise scale's critical batch lies against that."""
+    are `equivalent` beyond it (count by count), and where the noise scale's critical batch lies against that."""
     v = verdicts[verdicts["finding"] == FINDING] if "finding" in verdicts else verdicts.iloc[0:0]
     if v.empty:
         return ("**Reading:** no experiment 12 verdicts yet: its study runs (`make exp12`, step 2) have not run "
@@ -211,20 +211,18 @@ def rq4_reading(verdicts: pd.DataFrame, points: pd.DataFrame, noise: pd.DataFram
 def _scale_reading(scale: str, numerics: str, g: pd.DataFrame, batch: dict, noise: pd.DataFrame) -> list[str]:
     """batch: workers -> global batch (images a step) at this scale."""
     lines = [f"*{scale} scale, {numerics}*"]
-    stops: dict[str, tuple] = {}
-    for optimizer in [o for o in OPTIMIZERS if o in set(g["optimizer"])]:
-        rows = g[g["optimizer"] == optimizer]
-        stops[optimizer] = where_it_stops(rows)
+    for optimizer, rows in _by_optimizer(g):
         lines.append(f"- {optimizer}: " + "; ".join(_verdict_text(r) for r in rows.sort_values("workers")
                                                      .itertuples()) + ".")
-    sgd_last, sgd_first_not = stops.get("sgd", (None, None))
-    if "sgd" in stops:
+    sgd = g[g["optimizer"] == "sgd"]
+    sgd_last, sgd_first_not = where_it_stops(sgd)
+    if not sgd.empty:
         lines.append("- SGD with linear scaling and gradual warm-up " + (
             f"is `equivalent` at every worker count run (up to {sgd_last})." if sgd_first_not is None else
             f"stops being `equivalent` at {sgd_first_not} workers" + (f" (equivalent up to {sgd_last})."
                                                                      if sgd_last else " (and at no count below).")))
         if sgd_first_not is not None:
-            lines.append("- Beyond that, " + _beyond_sgd(g, stops, sgd_first_not))
+            lines.append("- Beyond that, " + _beyond_sgd(g, sgd_first_not))
     broke = batch.get(sgd_first_not) if sgd_first_not is not None else None
     largest = max(batch.values()) if batch else None
     for r in noise.itertuples():
@@ -239,20 +237,27 @@ def _scale_reading(scale: str, numerics: str, g: pd.DataFrame, batch: dict, nois
     return lines
 
 
-def _beyond_sgd(g: pd.DataFrame, stops: dict, sgd_first_not: int) -> str:
-    """Which other optimizers stay `equivalent` at the worker counts where SGD no longer is, naming what has run
-    there so far (a study in progress reads as such)."""
-    there = {o: sorted(int(w) for w in g.loc[g["optimizer"] == o, "workers"] if w >= sgd_first_not)
-             for o in stops if o != "sgd"}
-    there = {o: counts for o, counts in there.items() if counts}
-    if not there:
+def _beyond_sgd(g: pd.DataFrame, sgd_first_not: int) -> str:
+    """Which other optimizers are `equivalent` at the worker counts where SGD no longer is, count by count (an
+    optimizer inconclusive below SGD's break still counts where it holds), naming what has run there so far (a
+    study in progress reads as such)."""
+    there = g[(g["optimizer"] != "sgd") & (g["workers"] >= sgd_first_not)].sort_values("workers")
+    if there.empty:
         return "no other optimizer has run there yet."
-    ran = "; ".join(f"{o} at {', '.join(map(str, counts))}" for o, counts in there.items())
-    beyond = [o for o in there if stops[o][0] and stops[o][0] >= sgd_first_not]
-    if not beyond:
-        return f"none of the optimizers run there stays `equivalent` (run there, in workers: {ran})."
-    return (f"{', '.join(beyond)} {'stays' if len(beyond) == 1 else 'stay'} `equivalent` (up to "
-            f"{', '.join(str(stops[o][0]) for o in beyond)} workers; run there, in workers: {ran}).")
+    ran = "; ".join(f"{o} at {', '.join(str(int(w)) for w in rows['workers'])}"
+                    for o, rows in _by_optimizer(there))
+    held = [(o, [int(w) for w in rows.loc[rows["verdict"] == "equivalent", "workers"]])
+            for o, rows in _by_optimizer(there)]
+    held = [(o, counts) for o, counts in held if counts]
+    if not held:
+        return f"none of the optimizers run there is `equivalent` (run there, in workers: {ran})."
+    said = "; ".join(f"{o} at {', '.join(map(str, counts))}" for o, counts in held)
+    return f"`equivalent` there, in workers: {said} (run there, in workers: {ran})."
+
+
+def _by_optimizer(rows: pd.DataFrame):
+    """(optimizer, its rows) in the study's optimizer order."""
+    return [(o, rows[rows["optimizer"] == o]) for o in OPTIMIZERS if o in set(rows["optimizer"])]
 
 
 def _against_noise(images: int, r) -> str:
