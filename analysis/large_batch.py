@@ -251,8 +251,9 @@ def _beyond_sgd(g: pd.DataFrame, sgd_first_not: int) -> str:
     held = [(o, counts) for o, counts in held if counts]
     if not held:
         return f"none of the optimizers run there is `equivalent` (run there, in workers: {ran})."
-    said = "; ".join(f"{o} at {', '.join(map(str, counts))}" for o, counts in held)
-    return f"`equivalent` there, in workers: {said} (run there, in workers: {ran})."
+    said = "; ".join(f"{o} {'is `equivalent` at ' if i == 0 else 'at '}{', '.join(map(str, counts))}"
+                     for i, (o, counts) in enumerate(held))
+    return f"{said} workers (run there, in workers: {ran})."
 
 
 def _by_optimizer(rows: pd.DataFrame):

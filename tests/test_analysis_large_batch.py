@@ -58,8 +58,7 @@ def test_the_reading_says_where_sgd_stops_which_optimizer_carries_on_and_where_t
     df = frame()
     reading = lb.rq4_reading(orderings(df, rf.load_reference()), lb.study_points(df), NOISE)
     assert "stops being `equivalent` at 128 workers (equivalent up to 64)" in reading
-    assert "Beyond that, `equivalent` there, in workers: lars at 128, 256 (run there, in workers: lars at 128, " \
-           "256)." in reading
+    assert "Beyond that, lars is `equivalent` at 128, 256 workers (run there, in workers: lars at 128, 256)." in reading
     # SGD's first batch that is not equivalent: 128 x 4 = 512 images, above the initial range, below the final bound
     assert "initial weights of 12_large_batch/sgd-w32-s0): B_simple 300 (range 200–450) images; SGD's first batch " \
            "that is not `equivalent`, 512, lies above it" in reading
@@ -82,7 +81,7 @@ def test_the_reading_changes_with_the_verdicts():
     # an optimizer inconclusive below SGD's break still counts where it is `equivalent` beyond it
     patchy = frame({"sgd": STUDY["sgd"], "lamb": {64: [70.0, 79.0, 75.0], 128: STUDY["lars"][128],
                                                   256: [10.0, 12.0, 11.0]}}, with_sweep=False)
-    assert "Beyond that, `equivalent` there, in workers: lamb at 128 (run there, in workers: lamb at 128, 256)." \
+    assert "Beyond that, lamb is `equivalent` at 128 workers (run there, in workers: lamb at 128, 256)." \
         in lb.rq4_reading(orderings(patchy, rf.load_reference()), lb.study_points(patchy), NOISE)
     with_noise = lb.rq4_reading(orderings(df, rf.load_reference()), lb.study_points(df), NOISE)
     assert "(range 200–450) images; the largest batch run, 1,024, lies above it" in with_noise
