@@ -176,7 +176,8 @@ def _verdict_text(r) -> str:
     seeds = f", {int(r.n)} vs {int(r.n_against)} seeds" if hasattr(r, "n") and not pd.isna(r.n) else ""
     if pd.isna(r.ci_low):
         return f"{int(r.workers)} workers: {r.verdict} (no interval{seeds})"
-    return f"{int(r.workers)} workers: {r.difference:+.1f} points [{r.ci_low:+.1f}, {r.ci_high:+.1f}], {r.verdict}{seeds}"
+    interval = f"[{r.ci_low:+.1f}, {r.ci_high:+.1f}]"
+    return f"{int(r.workers)} workers: {r.difference:+.1f} points {interval}, {r.verdict}{seeds}"
 
 
 def where_it_stops(rows: pd.DataFrame) -> tuple[int | None, int | None]:
