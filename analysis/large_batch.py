@@ -177,7 +177,10 @@ def _verdict_text(r) -> str:
     if pd.isna(r.ci_low):
         return f"{int(r.workers)} workers: {r.verdict} (no interval{seeds})"
     interval = f"[{r.ci_low:+.1f}, {r.ci_high:+.1f}]"
-    return f"{int(r.workers)} workers: {r.difference:+.1f} points {interval}, {r.verdict}{seeds}"
+    # an interval above -margin that reaches past +margin: not `equivalent`, but not worse by the margin either
+    not_worse = f" (not worse: the interval clears -{r.margin:g})" if (
+        r.verdict == "inconclusive" and r.ci_low > -r.margin) else ""
+    return f"{int(r.workers)} workers: {r.difference:+.1f} points {interval}, {r.verdict}{not_worse}{seeds}"
 
 
 def where_it_stops(rows: pd.DataFrame) -> tuple[int | None, int | None]:

@@ -81,8 +81,13 @@ def test_the_reading_changes_with_the_verdicts():
     # an optimizer inconclusive below SGD's break still counts where it is `equivalent` beyond it
     patchy = frame({"sgd": STUDY["sgd"], "lamb": {64: [70.0, 79.0, 75.0], 128: STUDY["lars"][128],
                                                   256: [10.0, 12.0, 11.0]}}, with_sweep=False)
-    assert "Beyond that, lamb is `equivalent` at 128 workers (run there, in workers: lamb at 128, 256)." \
-        in lb.rq4_reading(orderings(patchy, rf.load_reference()), lb.study_points(patchy), NOISE)
+    reading = lb.rq4_reading(orderings(patchy, rf.load_reference()), lb.study_points(patchy), NOISE)
+    # lamb at 64 crosses both sides of the margin; an interval above -2 that reaches past +2 is said not worse
+    assert "lamb: 64 workers: -2.3 points [-10.8, +6.2], inconclusive, 3 vs 3 seeds;" in reading
+    higher = frame({"sgd": STUDY["sgd"], "lamb": {64: [79.0, 78.2, 80.0]}}, with_sweep=False)
+    assert "lamb: 64 workers: +2.1 points [+1.9, +2.3], inconclusive (not worse: the interval clears -2), 3 vs 3 " \
+           "seeds." in lb.rq4_reading(orderings(higher, rf.load_reference()), lb.study_points(higher), NOISE)
+    assert "Beyond that, lamb is `equivalent` at 128 workers (run there, in workers: lamb at 128, 256)." in reading
     with_noise = lb.rq4_reading(orderings(df, rf.load_reference()), lb.study_points(df), NOISE)
     assert "(range 200–450) images; the largest batch run, 1,024, lies above it" in with_noise
     assert "32 workers: +0.0 points [+0.0, +0.0], equivalent, 3 vs 3 seeds" in with_noise
