@@ -75,7 +75,9 @@ setup-horovod: setup ## Build Horovod 0.28.1 (Gloo+MPI on CPU; HOROVOD_GPU=nccl 
 # Not with HOROVOD=0 or DRY_RUN, nor for a real cluster (LAUNCHER=slurm, CLUSTER other than local): on its login node
 # build it for the GPUs yourself (HOROVOD_GPU=nccl make setup-horovod). A failed build costs only the Horovod rows.
 REAL_CLUSTER = $(and $(filter slurm,$(LAUNCHER)),$(filter-out local,$(CLUSTER)))
-NODE_EXP3 = $(and $(filter node,$(SCALE)),$(filter exp3,$(MAKECMDGOALS)))  # refused in one line: build nothing first
+# SCALE=node refuses experiment 3 in one line, so it builds nothing first. (No comment after a variable's value in
+# this file: make keeps the spaces before it, and a value of spaces is not empty.)
+NODE_EXP3 = $(and $(filter node,$(SCALE)),$(filter exp3,$(MAKECMDGOALS)))
 AUTO_HOROVOD = $(if $(or $(filter 0,$(HOROVOD)),$(DRY_RUN),$(REAL_CLUSTER),$(NODE_EXP3)),,yes)
 horovod-if-possible: setup
 	$(if $(AUTO_HOROVOD),bash trainers/horovod_build/setup.sh $(VENV) \

@@ -1,20 +1,27 @@
-"""A private single-node Slurm cluster on localhost, for the tests and for trying the batch scripts on a laptop.
+"""A private Slurm cluster on this machine, for the tests and for trying the suite's cluster path before a real one.
 
     from slurm import local_cluster
-    cluster = local_cluster.start(workdir)        # slurmctld + slurmd (+ munged if none runs), node idle
+    cluster = local_cluster.start(workdir, nodes=3) # 3 hosts (namespaces), slurmctld, slurmd each; nodes idle
     job = cluster.submit(["-t", "1", "job.sbatch"]) # -> job id (int); an argv from profiles.sbatch_argv works too
     cluster.wait(job, timeout=60)                   # -> final state, e.g. "COMPLETED"
-    cluster.stop()                                  # cancels jobs, kills the daemons it started, by PID
+    cluster.stop()                                  # cancels jobs, kills the daemons it started (by PID),
+                                                    # removes the namespaces and links
 
-    python -m slurm.local_cluster start  --dir D    # leaves the daemons running; prints `export SLURM_CONF=...`
+    python -m slurm.local_cluster start  --dir D [--nodes N]   # prints `export SLURM_CONF=...`
     python -m slurm.local_cluster status --dir D
     python -m slurm.local_cluster stop   --dir D
 
-Everything (slurm.conf, state, spool, logs, PID files, the job-completion log read by `sacct -c`) lives in
-`workdir`; the daemons listen on free ports picked at start, so a system-wide Slurm is left alone. The
-configuration is the smallest that behaves like a real cluster for our purposes: cons_tres with CR_Core (two jobs
-can share the node core by core), no cgroups (proctrack/linuxproc, task/none: works in containers), no
-accounting database (jobcomp/filetxt instead), ReturnToService=2 (a node that was down comes back by itself).
+Two modes. With nodes=N >= 2 every node is a host of its own (slurm/netns.py): a network namespace with its own
+address, hostname and hosts file, so a job's ranks really are on different hosts and the bugs of a first multi-node
+run (a rank that advertises 127.0.0.1, a name that does not resolve, a shared /tmp) can happen here; the controller
+is a host too (`ctl`). Each node's jobs get a TMPDIR of their own (a TaskProlog), as on a cluster with node-local
+scratch. With nodes=1 (or where namespaces cannot be made: no root) it is one node on localhost.
+
+Everything (slurm.conf, state, spool, logs, PID files, hosts files, the job-completion log read by `sacct -c`) lives
+in `workdir`; a system-wide Slurm is left alone. The configuration is the smallest that behaves like a real cluster
+for our purposes: cons_tres with CR_Core (two jobs can share a node core by core), no cgroups (proctrack/linuxproc,
+task/none: works in containers), no accounting database (jobcomp/filetxt instead), ReturnToService=2 (a node that
+was down comes back by itself).
 
 Needs the Debian packages from slurm/install.sh and, for slurmd, root (slurmd must switch to the job's user).
 """
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import getpass
+import hashlib
 import json
 import os
 import pwd
@@ -35,6 +43,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from slurm import netns
 
 # Job states after which nothing more happens to a job (REQUEUED and PENDING are not final).
 FINAL_STATES = frozenset({
@@ -61,7 +71,13 @@ def _free_port() -> int:
 
 
 def _node_line(cpus: int | None = None) -> str:
-    """`slurmd -C` describes this machine (NodeName=host CPUs=.. RealMemory=..); pin it to the loopback address.
+    """`slurmd -C` describes this machine ("NodeName=host CPUs=.. RealMemory=.."), as a node on loopback."""
+    host, hardware = _hardware(cpus)
+    return f"NodeName={host} {hardware} NodeAddr=127.0.0.1 State=UNKNOWN"
+
+
+def _hardware(cpus: int | None = None) -> tuple[str, str]:
+    """(this machine's name, its CPUs=.. RealMemory=.. tokens) as `slurmd -C` describes it.
 
     cpus: pretend the node has this many cores (slurmd is told to trust the config: SlurmdParameters=
     config_overrides), so tests can run several multi-rank jobs at once on a 2-core machine."""
@@ -75,8 +91,10 @@ def _node_line(cpus: int | None = None) -> str:
     # RealMemory as reported may exceed what slurmd later measures by a few MB; leave a margin so the node
     # is not drained for "Low RealMemory".
     parts = []
-    for tok in line.split():
+    for tok in line.split()[1:]:
         key = tok.split("=", 1)[0]
+        if key == "UpTime":
+            continue
         if key == "RealMemory":
             tok = f"RealMemory={max(1, int(int(tok.split('=')[1]) * 0.95))}"
         elif cpus and key in ("CPUs", "CoresPerSocket"):
@@ -84,23 +102,43 @@ def _node_line(cpus: int | None = None) -> str:
         elif cpus and key in ("Boards", "SocketsPerBoard", "ThreadsPerCore"):
             tok = f"{key}=1"
         parts.append(tok)
-    return " ".join(parts) + " NodeAddr=127.0.0.1 State=UNKNOWN"
+    return line.split()[0].split("=", 1)[1], " ".join(parts)
 
 
-def write_config(workdir: Path, cpus: int | None = None) -> Path:
-    """Write workdir/slurm.conf (and the state/spool/log dirs) and return its path."""
+CONTROLLER = "ctl"  # the controller's host name in the multi-host mode
+
+
+def _task_prolog(workdir: Path) -> Path:
+    """A TaskProlog giving every task a TMPDIR on its own node (workdir/tmp/<node>), as node-local scratch would."""
+    path = workdir / "task_prolog.sh"
+    path.write_text(f'#!/bin/sh\nd="{workdir}/tmp/$SLURMD_NODENAME"\nmkdir -p "$d" && echo "export TMPDIR=$d"\n')
+    path.chmod(0o755)
+    return path
+
+
+def write_config(workdir: Path, cpus: int | None = None, network: netns.Network | None = None) -> Path:
+    """Write workdir/slurm.conf (and the state/spool/log dirs) and return its path.
+
+    network: the hosts of the multi-host mode (its first name is the controller, the others the nodes); None: one
+    node on localhost."""
     workdir = workdir.resolve()
-    for sub in ("state", "spool", "log", "run"):
+    for sub in ("state", "spool", "log", "run", "tmp"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
-    node = _node_line(cpus)
-    nodename = node.split()[0].split("=", 1)[1]
+    host, hardware = _hardware(cpus)
+    if network is None:
+        names, ctl = [host], f"{host}(127.0.0.1)"
+        nodes = f"NodeName={host} {hardware} NodeAddr=127.0.0.1 State=UNKNOWN"
+        ports = f"SlurmctldPort={_free_port()}\nSlurmdPort={_free_port()}"
+    else:  # each host has its own address, so the default ports are free on every one
+        names, ctl = network.names[1:], f"{CONTROLLER}({network.address(CONTROLLER)})"
+        nodes = "\n".join(f"NodeName={n} {hardware} NodeAddr={network.address(n)} State=UNKNOWN" for n in names)
+        ports = "SlurmctldPort=6817\nSlurmdPort=6818"
     user = getpass.getuser()
     conf = f"""\
-# Written by slurm/local_cluster.py: a private single-node cluster on localhost.
+# Written by slurm/local_cluster.py: a private cluster of {len(names)} node(s) on this machine.
 ClusterName=local
-SlurmctldHost={nodename}(127.0.0.1)
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldHost={ctl}
+{ports}
 SlurmUser={user}
 SlurmdUser=root
 AuthType=auth/munge
@@ -108,9 +146,10 @@ CredType=cred/munge
 StateSaveLocation={workdir}/state
 SlurmdSpoolDir={workdir}/spool/%n
 SlurmctldPidFile={workdir}/run/slurmctld.pid
-SlurmdPidFile={workdir}/run/slurmd.pid
+SlurmdPidFile={workdir}/run/slurmd.%n.pid
 SlurmctldLogFile={workdir}/log/slurmctld.log
-SlurmdLogFile={workdir}/log/slurmd.log
+SlurmdLogFile={workdir}/log/slurmd.%n.log
+TaskProlog={_task_prolog(workdir)}
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
@@ -128,9 +167,10 @@ MinJobAge=600
 KillWait=10
 # Jobs may requeue themselves (the preemption path of slurm/job.sh); a requeued job keeps its id.
 JobRequeue=1
-{"SlurmdParameters=config_overrides" if cpus else ""}
-{node}
-PartitionName=debug Nodes={nodename} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+{"SlurmdTimeout=30" if network else ""}
+{"SlurmdParameters=config_overrides" if cpus or network else ""}
+{nodes}
+PartitionName=debug Nodes={",".join(names)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 """
     path = workdir / "slurm.conf"
     path.write_text(conf)
@@ -236,6 +276,8 @@ class Cluster:
     conf: Path
     munged_pid: int | None = None          # set only when start() launched munged itself
     env: dict[str, str] = field(default_factory=dict)
+    nodes: list[str] = field(default_factory=list)  # the node names, in the order of their addresses
+    network: netns.Network | None = None   # the hosts of the multi-host mode; None: one node on localhost
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)
@@ -325,8 +367,11 @@ class Cluster:
                            + ", ".join(f"{j} {last.get(j)}" for j in jobs if j not in done))
 
     def node_state(self) -> str:
-        r = self.run(["sinfo", "-h", "-N", "-o", "%T"], check=False)
-        return r.stdout.strip()
+        """The nodes' states, one word when they agree ("idle"), else "n1 idle, n2 down*"."""
+        r = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False)
+        pairs = [line.split() for line in r.stdout.splitlines() if len(line.split()) == 2]
+        states = {state for _, state in pairs}
+        return states.pop() if len(states) == 1 else ", ".join(" ".join(p) for p in pairs)
 
     def jobs(self) -> list[int]:
         r = self.run(["squeue", "-h", "-o", "%i"], check=False)
@@ -334,13 +379,15 @@ class Cluster:
 
     # ---- life cycle ------------------------------------------------------------------------------------------
     def pids(self) -> dict[str, int | None]:
+        """{"slurmctld": pid, "slurmd <node>": pid for each node, "munged": pid or None}."""
         run = self.workdir / "run"
-        return {"slurmctld": _read_pid(run / "slurmctld.pid"), "slurmd": _read_pid(run / "slurmd.pid"),
+        return {"slurmctld": _read_pid(run / "slurmctld.pid"),
+                **{f"slurmd {n}": _read_pid(run / f"slurmd.{n}.pid") for n in self.nodes},
                 "munged": self.munged_pid}
 
     def running(self) -> bool:
         p = self.pids()
-        return _pid_alive(p["slurmctld"]) and _pid_alive(p["slurmd"])
+        return all(_pid_alive(pid) for name, pid in p.items() if name != "munged")
 
     def stop(self, timeout: float = 20) -> None:
         """Cancel all jobs (so no slurmstepd outlives the cluster), then kill the daemons started, by PID."""
@@ -353,24 +400,38 @@ class Cluster:
                         self.job_info(j).get("JobState") not in FINAL_STATES | {None} for j in jobs):
                     time.sleep(0.3)
         p = self.pids()
-        _kill(p["slurmd"])
+        for name, pid in p.items():
+            if name.startswith("slurmd"):
+                _kill(pid)
         _kill(p["slurmctld"])
         # munged is shared by every Slurm on the machine: end the one we started only if no other uses it.
         if p["munged"] and not _other_slurm_daemons({v for v in p.values() if v}):
             _kill(p["munged"])
+        if self.network:
+            self.network.destroy()
         state_file = self.workdir / "cluster.json"
         if state_file.exists():
             state_file.unlink()
 
     def save(self) -> None:
         (self.workdir / "cluster.json").write_text(json.dumps(
-            {"conf": str(self.conf), "munged_pid": self.munged_pid}, indent=1))
+            {"conf": str(self.conf), "munged_pid": self.munged_pid, "nodes": self.nodes,
+             "network": self.network.to_json() if self.network else None}, indent=1))
 
     @classmethod
     def load(cls, workdir: str | Path) -> "Cluster":
         workdir = Path(workdir).resolve()
         state = json.loads((workdir / "cluster.json").read_text())
-        return cls(workdir, Path(state["conf"]), state.get("munged_pid"))
+        network = netns.Network(**state["network"]) if state.get("network") else None
+        return cls(workdir, Path(state["conf"]), state.get("munged_pid"), nodes=state.get("nodes", []),
+                   network=network)
+
+    # ---- faults ----------------------------------------------------------------------------------------------
+    def kill_node(self, node: str) -> None:
+        """SIGKILL a node's slurmd (the node is lost: Slurm marks it DOWN once SlurmdTimeout passes)."""
+        pid = self.pids().get(f"slurmd {node}")
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def available() -> str | None:
@@ -392,42 +453,74 @@ def _daemon(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 
 
-def start(workdir: str | Path, timeout: float = 60, cpus: int | None = None) -> Cluster:
-    """Write the config into `workdir`, start munged (if needed), slurmctld and slurmd; wait for an idle node.
+def start(workdir: str | Path, timeout: float = 60, cpus: int | None = None, nodes: int = 1) -> Cluster:
+    """Write the config into `workdir`, start munged (if needed), slurmctld and the slurmds; wait for idle nodes.
 
-    cpus: cores the node claims to have (default: the real count)."""
-    reason = available()
+    nodes: 1 = one node on localhost; N >= 2 = N hosts in network namespaces (ClusterError where they cannot be
+    made; see `multi_host_unavailable`). cpus: cores each node claims to have (default: the real count)."""
+    reason = available() or (multi_host_unavailable() if nodes > 1 else None)
     if reason:
         raise ClusterError(reason)
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    conf = write_config(workdir, cpus)
-    munged_pid = _start_munged()
-    cluster = Cluster(workdir, conf, munged_pid)
-    cluster.save()
+    network = None
+    if nodes > 1:
+        try:
+            network = netns.create(_tag(workdir), [CONTROLLER, *(f"n{i}" for i in range(1, nodes + 1))], workdir)
+        except netns.NetnsError as e:
+            raise ClusterError(str(e)) from None
+    conf = write_config(workdir, cpus, network)
+    node_names = network.names[1:] if network else [_hardware(cpus)[0]]
+    cluster = Cluster(workdir, conf, nodes=node_names, network=network)
+    cluster.save()  # from here on, `stop` can undo what was made
     try:
-        for name in ("slurmctld", "slurmd"):
-            r = subprocess.run([_daemon(name), "-f", str(conf)], env={**os.environ, **cluster.env},
-                               capture_output=True, text=True, timeout=60)
-            if r.returncode != 0:
-                raise ClusterError(f"{name} failed to start (rc {r.returncode}): "
-                                   f"{(r.stderr or r.stdout).strip()[-300:]}")
-        deadline = time.monotonic() + timeout
-        state = ""
-        while time.monotonic() < deadline:
-            state = cluster.node_state()
-            if state == "idle":
-                return cluster
-            if state.startswith(("down", "drain")) and time.monotonic() > deadline - timeout + 10:
-                cluster.run(["scontrol", "update", f"nodename={_node_line().split()[0][9:]}", "state=resume"],
-                            check=False)
-            time.sleep(0.25)
-        log = workdir / "log" / "slurmctld.log"
-        tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
-        raise ClusterError(f"node not idle after {timeout:.0f} s (state {state!r}); slurmctld.log: {tail}")
+        cluster.munged_pid = _start_munged()
+        cluster.save()
+        _start_daemons(cluster)
+        _wait_idle(cluster, timeout)
+        return cluster
     except BaseException:
         cluster.stop()
         raise
+
+
+def multi_host_unavailable() -> str | None:
+    """None when the multi-host mode can start here, else a one-line reason."""
+    return netns.unavailable()
+
+
+def _tag(workdir: Path) -> str:
+    """A short name of this cluster's namespaces and links, unique per workdir (two clusters coexist)."""
+    return "sl" + hashlib.sha1(str(workdir).encode()).hexdigest()[:5]
+
+
+def _start_daemons(cluster: Cluster) -> None:
+    """slurmctld, then one slurmd a node; in the multi-host mode each as its own host."""
+    conf, net = str(cluster.conf), cluster.network
+    commands = [([_daemon("slurmctld"), "-f", conf], CONTROLLER)]
+    commands += [([_daemon("slurmd"), "-f", conf, "-N", n], n) if net else ([_daemon("slurmd"), "-f", conf], n)
+                 for n in cluster.nodes]
+    for argv, host in commands:
+        argv = net.enter(host, argv) if net else argv
+        r = subprocess.run(argv, env={**os.environ, **cluster.env}, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise ClusterError(f"{Path(argv[-3] if net else argv[0]).name} on {host} failed to start "
+                               f"(rc {r.returncode}): {(r.stderr or r.stdout).strip()[-300:]}")
+
+
+def _wait_idle(cluster: Cluster, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        state = cluster.node_state()
+        if state == "idle":
+            return
+        if ("down" in state or "drain" in state) and time.monotonic() > deadline - timeout + 10:
+            cluster.run(["scontrol", "update", f"nodename={','.join(cluster.nodes)}", "state=resume"], check=False)
+        time.sleep(0.25)
+    log = cluster.workdir / "log" / "slurmctld.log"
+    tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+    raise ClusterError(f"nodes not idle after {timeout:.0f} s (state {state!r}); slurmctld.log: {tail}")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -436,19 +529,31 @@ def start(workdir: str | Path, timeout: float = 60, cpus: int | None = None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m slurm.local_cluster",
-                                 description="A private single-node Slurm cluster on localhost.")
+                                 description="A private Slurm cluster on this machine: N hosts in network "
+                                             "namespaces, or one node on localhost.")
     ap.add_argument("action", choices=["start", "stop", "status"])
     ap.add_argument("--dir", required=True, help="folder for slurm.conf, state, spool and logs")
-    ap.add_argument("--cpus", type=int, help="cores the node claims (default: the real count)")
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="nodes, each a host of its own when 2 or more (default 1: one node on localhost)")
+    ap.add_argument("--cpus", type=int, help="cores each node claims (default: the real count)")
     args = ap.parse_args(argv)
+    if args.nodes < 1:
+        ap.error(f"--nodes must be 1 or more, got {args.nodes}")
     workdir = Path(args.dir).resolve()
     try:
         if args.action == "start":
             if (workdir / "cluster.json").exists() and Cluster.load(workdir).running():
                 print(f"already running; export SLURM_CONF={workdir / 'slurm.conf'}")
                 return 0
-            c = start(workdir, cpus=args.cpus)
-            print(f"cluster up (node {c.node_state()}); now run:\n  export SLURM_CONF={c.conf}")
+            nodes, why = args.nodes, multi_host_unavailable() if args.nodes > 1 else None
+            if why:
+                print(f"one node on localhost instead of {nodes} hosts: {why}")
+                nodes = 1
+            c = start(workdir, cpus=args.cpus, nodes=nodes)
+            mode = (f"{nodes} hosts in network namespaces ({c.network.subnet}, controller {CONTROLLER})"
+                    if c.network else "one node on localhost")
+            print(f"cluster up: {mode}; nodes {', '.join(c.nodes)}: {c.node_state()}; now run:\n"
+                  f"  export SLURM_CONF={c.conf}")
         elif args.action == "stop":
             if not (workdir / "cluster.json").exists():
                 print(f"no cluster in {workdir}")

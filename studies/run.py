@@ -54,9 +54,10 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
         stop_active(active)
         print(interrupted_line(study.experiment.name, [run.plan.run_dir for run in active]))
         return 130
+    print_comparison(plans, study)
+    # last, so the line that says where the runs went and the next command is not lost above the comparison
     print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {duration(time.time() - started)}; "
           f"run folders in {out / study.experiment.name}; {report_hint(out)}")
-    print_comparison(plans, study)
     return 1 if failures else 0
 
 

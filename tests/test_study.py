@@ -240,6 +240,8 @@ def test_a_fresh_clones_throughput_study_runs_every_run_and_prints_images_per_s(
     horovod_skipped = out.count("Horovod is not built here")
     assert len(ran) + horovod_skipped == 6, out
     assert "this machine" in out and "reference: vm-2cpu" in out and "thesis" in out
+    # the last line says where the runs went and what to run next (not the reference's description)
+    assert "run folders in" in out.splitlines()[-1] and "make report" in out.splitlines()[-1]
 
 
 def test_the_closing_hint_names_the_runs_folder_the_report_must_read():

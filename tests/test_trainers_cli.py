@@ -75,6 +75,20 @@ def test_make_passes_out_to_the_study(tmp_path):
     assert f"--runs {tmp_path}" in out
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_exp3_builds_horovod_first_unless_told_not_to():
+    """`make exp3` compares DDP with Horovod: it must build Horovod first (a Makefile comment once kept trailing
+    spaces in a variable, which switched the build off for every scale and nothing noticed)."""
+    def dry(*args):
+        return subprocess.run(["make", "-n", "-o", ".venv/.installed", *args], cwd=REPO, capture_output=True,
+                              text=True, check=True).stdout
+    build = "trainers/horovod_build/setup.sh"
+    assert build in dry("exp3") and build in dry("exp1") and build in dry("exp3", "SCALE=thesis")
+    for off in (("HOROVOD=0",), ("DRY_RUN=1",), ("SCALE=node",), ("LAUNCHER=slurm", "CLUSTER=taito")):
+        assert build not in dry("exp3", *off), off
+    assert build not in dry("exp5")
+
+
 def test_study_dry_run_warns_when_imagenet_dir_is_unset(capsys, monkeypatch):
     monkeypatch.delenv("IMAGENET_DIR", raising=False)
     assert main(["study", str(EXP6), "--scale", "gpu", "--dry-run"]) == 0
