@@ -32,10 +32,20 @@ SITE_TORCH ?=
 ##                          variable (export it, or pass it on the make line); a Slurm profile may stage a tar instead
 ## GPU_CHECK_DATA=DIR       make gpu-check: the ImageFolder for its real-JPEG rows (default IMAGENET_DIR)
 GPU_CHECK_DATA ?=
+## NODES=N                  make cluster: the local Slurm cluster's nodes, each a host of its own (default 3)
+NODES ?= 3
+## CLUSTER_DIR=DIR          make cluster: where the local cluster keeps its config, state and logs (default .cluster)
+CLUSTER_DIR ?= .cluster
+# The local cluster's clients need its config: CLUSTER=local finds it in CLUSTER_DIR unless SLURM_CONF is set.
+ifeq ($(CLUSTER)$(SLURM_CONF),local)
+ifneq ($(wildcard $(CLUSTER_DIR)/slurm.conf),)
+export SLURM_CONF := $(abspath $(CLUSTER_DIR)/slurm.conf)
+endif
+endif
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
+.PHONY: help setup setup-horovod horovod-if-possible setup-cluster cluster cluster-stop test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -85,6 +95,13 @@ horovod-if-possible: setup
 
 setup-cluster: ## Install Slurm and Open MPI from Debian (root) for the Slurm and MPI tests
 	bash slurm/install.sh
+
+cluster: setup setup-cluster ## Start a local Slurm cluster of NODES hosts (network namespaces, root) in CLUSTER_DIR
+	$(PY) -m slurm.local_cluster start --dir $(CLUSTER_DIR) --nodes $(NODES)
+	@echo "make: LAUNCHER=slurm CLUSTER=local now submits to it (e.g. make exp3 LAUNCHER=slurm CLUSTER=local); make cluster-stop ends it"
+
+cluster-stop: setup ## Stop the local Slurm cluster: its daemons, namespaces and links
+	$(PY) -m slurm.local_cluster stop --dir $(CLUSTER_DIR)
 
 # In CI (CI=true, root) the Slurm, MPI and Horovod tests must run, so their dependencies are installed first.
 test: setup $(if $(filter true,$(CI)),setup-cluster setup-horovod) ## Run the whole test suite (slow tests included)

@@ -58,6 +58,8 @@ class Profile:
     mpi_args: tuple[str, ...] = ()      # extra mpirun arguments, e.g. "--oversubscribe"
     mpi_allow_root: bool = False        # add --allow-run-as-root when the job runs as root (test containers)
     max_restarts: int = 50              # a run stops requeueing itself after this many restarts
+    shared_machine: bool = False        # the nodes are hosts on one machine (slurm/local_cluster.py): a throughput
+                                        # study's jobs run one after another, each rank with a local run's threads
 
     def gres(self, gpus: int) -> str:
         """The --gres value for `gpus` GPUs on a node, or "" when none is needed."""

@@ -9,7 +9,7 @@ import sys
 from contract.config import ConfigError
 from contract.plan import Study, node_gpus_used
 from slurm.profiles import ProfileError, load_profile, sbatch_argv
-from studies.launch import REPO, planned_runs, refuse_other_configs
+from studies.launch import REPO, planned_runs, refuse_other_configs, threads_per_process
 
 
 def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tuple[int, int, int]:
@@ -34,10 +34,12 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
     script = study.experiment / "slurm.sbatch"
     if not script.is_file():
         raise ConfigError(f"{study.experiment} has no slurm.sbatch")
-    failures = 0
+    failures, previous_job = 0, None
     plans = planned_runs(study, scale, out, gpus or profile.gpus_per_node or None)
     if not dry_run:
         refuse_other_configs(plans)
+    # nodes that share one machine's cores would time each other: a throughput study's jobs wait for each other
+    one_at_a_time = profile.shared_machine and study.kind == "throughput"
     for plan in plans:
         if plan.processes:  # the node scale: one exclusive node, one process a GPU (W/P workers each)
             nodes, per_node = 1, plan.processes
@@ -48,17 +50,36 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
         argv = sbatch_argv(
             profile, script, nodes, per_node, gpus, job_name=f"{study.experiment.name[:2]}-{plan.run.name}",
             time_limit=None, output=plan.run_dir / "slurm-%j.out",
-            env={"BACKEND": plan.backend, "PYTHON": sys.executable, "HARNESS_DIR": str(REPO / "slurm")},
-            train_args=train_args,
+            env=job_env(plan, profile), train_args=train_args,
         )
         print(f"# {plan.describe(nodes, per_node)}")
         if plan.status in ("completed", "diverged"):
             print(f"#   skipped, already {plan.status}")
             continue
+        if one_at_a_time and previous_job:
+            argv[1:1] = [f"--dependency=afterany:{previous_job}"]
         print(shlex.join(argv), flush=True)
-        if not dry_run:
+        if dry_run:
+            previous_job = "<the previous job>"
+        else:
             plan.run_dir.mkdir(parents=True, exist_ok=True)  # sbatch -o writes into it
             result = subprocess.run(argv, capture_output=True, text=True)
             print(f"#   {result.stdout.strip() or result.stderr.strip()}")
             failures += result.returncode != 0
+            previous_job = job_id(result.stdout) or previous_job
     return 1 if failures else 0
+
+
+def job_env(plan, profile) -> dict[str, str]:
+    """What the job script reads beyond the profile: the backend, this venv's Python, the harness; on a shared
+    machine also each rank's threads, as a local run of the same shape gets them (studies/launch.py)."""
+    env = {"BACKEND": plan.backend, "PYTHON": sys.executable, "HARNESS_DIR": str(REPO / "slurm")}
+    if profile.shared_machine and plan.cfg.train.device == "cpu":
+        env["OMP_NUM_THREADS"] = str(threads_per_process(plan, 1))
+    return env
+
+
+def job_id(sbatch_stdout: str) -> str | None:
+    """The id in sbatch's "Submitted batch job 123"."""
+    words = sbatch_stdout.split()
+    return words[-1] if words and words[-1].isdigit() else None

@@ -32,23 +32,38 @@ def test_cluster_is_up(slurm_cluster):
 
 
 def test_cli_starts_and_stops_a_second_cluster(slurm_cluster, tmp_path):
-    """`python -m slurm.local_cluster start|status|stop --dir D`: daemons up on their own ports, then gone."""
+    """`python -m slurm.local_cluster start|status|stop --dir D --nodes 4`: 4 hosts idle within 10 s (one node on
+    localhost, said in one line, where namespaces cannot be made), then nothing of it left: no daemon, namespace or
+    link."""
     from slurm import local_cluster
 
     cli = [sys.executable, "-m", "slurm.local_cluster"]
     d = tmp_path / "c2"
-    r = subprocess.run([*cli, "start", "--dir", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    started = time.monotonic()
+    r = subprocess.run([*cli, "start", "--dir", str(d), "--nodes", "4"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 0, r.stderr
     assert f"export SLURM_CONF={d / 'slurm.conf'}" in r.stdout
     second = local_cluster.Cluster.load(d)
     pids = second.pids()
+    multi_host = local_cluster.multi_host_unavailable() is None
     try:
+        if multi_host:
+            assert "4 hosts in network namespaces" in r.stdout
+            sinfo = second.run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout.split()
+            assert sinfo == ["n1", "idle", "n2", "idle", "n3", "idle", "n4", "idle"], sinfo
+            assert time.monotonic() - started < 10
+        else:
+            assert "one node on localhost instead of 4 hosts" in r.stdout
         r = subprocess.run([*cli, "status", "--dir", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and "idle" in r.stdout, r.stdout + r.stderr
     finally:
         r = subprocess.run([*cli, "stop", "--dir", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "stopped" in r.stdout
-    assert not local_cluster._pid_alive(pids["slurmctld"]) and not local_cluster._pid_alive(pids["slurmd"])
+    assert len(pids) == (4 if multi_host else 1) + 2  # slurmctld, a slurmd a node, munged
+    assert not any(local_cluster._pid_alive(pid) for name, pid in pids.items() if name != "munged")
+    if multi_host:
+        assert second.network.leftovers() == []
     assert slurm_cluster.running()          # the session's cluster is untouched
 
 

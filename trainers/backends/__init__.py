@@ -5,12 +5,13 @@ The training loop sees only a `Backend` (base.py); it never imports torch.distri
 from __future__ import annotations
 
 import os
+import socket
 from typing import Callable
 
 import torch
 
 from trainers.backends.base import Backend
-from trainers.backends.launch import Launch, detect_launch
+from trainers.backends.launch import Launch, detect_launch, interface_towards
 from contract.config import Config, ConfigError
 from trainers.backends.rank_workers import workers_per_rank
 
@@ -104,6 +105,8 @@ def _ddp(cfg: Config, launch: Launch, device: torch.device) -> Backend:
     if init == "env://":
         os.environ.setdefault("MASTER_ADDR", launch.master_addr or "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(launch.master_port or free_port()))
+    if device.type == "cpu":
+        bind_gloo_towards(os.environ.get("MASTER_ADDR") or launch.master_addr, launch)
     # rank 0's buffers are the ones saved and evaluated; other ranks' only matter when they validate a shard
     broadcast = cfg.data.val_mode == "sharded"
     return DDPBackend(device, launch.rank, launch.world_size, launch.local_rank, cfg.train.workers, init, broadcast,
@@ -125,6 +128,26 @@ def _horovod(cfg: Config, launch: Launch, device: torch.device) -> Backend:
     from trainers.backends.horovod import create_horovod
 
     return create_horovod(cfg, launch, device)
+
+
+def bind_gloo_towards(master: str | None, launch: Launch) -> None:
+    """Across hosts, gloo binds the interface that reaches the rendezvous host (GLOO_SOCKET_IFNAME, unless the user
+    set it), derived here on each node: otherwise it binds what this host's *name* resolves to, which is 127.0.1.1
+    on many machines, and ranks on other hosts are told to connect there. A rendezvous name that resolves to
+    loopback on a job of several hosts is the same mistake one step earlier: one line, before any rank waits."""
+    if not master or is_loopback(master) or launch.world_size <= launch.local_world_size:
+        return  # one host: loopback is right
+    found = interface_towards(master)
+    if found is None:
+        raise ConfigError(f"rank {launch.rank}: the rendezvous host {master!r} does not resolve on "
+                          f"{socket.gethostname()}: add it to this node's /etc/hosts or DNS, or set MASTER_ADDR "
+                          f"to an address")
+    address, interface = found
+    if is_loopback(address):
+        raise ConfigError(f"rank {launch.rank}: the rendezvous host {master!r} resolves to loopback ({address}) on "
+                          f"{socket.gethostname()}, so ranks on the job's other hosts cannot reach it: make the name "
+                          f"resolve to the node's network address (/etc/hosts), or set MASTER_ADDR to that address")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
 
 
 def free_port() -> int:

@@ -176,7 +176,7 @@ class HorovodBackend(Backend):
         hvd.shutdown()  # Horovod
 
     def hosts(self) -> list[str]:
-        return sorted(set(hvd.allgather_object(socket.gethostname())))  # Horovod
+        return hvd.allgather_object(socket.gethostname())  # Horovod; rank order: which host each rank ran on
 
     def describe(self) -> dict:
         info = super().describe()

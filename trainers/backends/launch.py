@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -36,6 +37,26 @@ def first_host(nodelist: str) -> str:
     head = re.split(r",(?![^\[]*\])", nodelist)[0]
     match = re.fullmatch(r"(.*)\[(\d+)[^\]]*\]", head)
     return match.group(1) + match.group(2) if match else head
+
+
+def interface_towards(addr: str) -> tuple[str, str] | None:
+    """(this host's address towards `addr`, the interface holding it): what gloo must bind so that ranks on other
+    hosts reach this one. `addr` may be this host's own (rank 0's node). None when `addr` does not resolve.
+
+    No packet is sent: connecting a UDP socket only asks the kernel's routing table which source it would use."""
+    import psutil
+
+    try:
+        ip = socket.getaddrinfo(addr, None, socket.AF_INET)[0][4][0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((ip, 9))
+            local = s.getsockname()[0]
+    except OSError:
+        return None
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == local for a in addrs):
+            return local, name
+    return None
 
 
 def detect_launch(env: Mapping[str, str] = os.environ) -> Launch:

@@ -146,7 +146,7 @@ class DDPBackend(Backend):
     def hosts(self) -> list[str]:
         names: list = [None] * self.world_size
         dist.all_gather_object(names, super().hosts()[0])
-        return sorted(set(names))
+        return names  # rank order: which host each rank ran on
 
     def describe(self) -> dict:
         info = super().describe()

@@ -1,0 +1,80 @@
+"""Across hosts, without a cluster: the rendezvous interface derived on each node, the one-line errors of a name
+that resolves to loopback or not at all, the private /24 the local cluster picks, and how a study is submitted to
+nodes that share one machine (tests/test_slurm_hosts.py runs all of it on real namespace hosts)."""
+import ipaddress
+import os
+import re
+
+import pytest
+
+from contract.config import ConfigError
+from trainers import backends
+from trainers.backends import Launch, bind_gloo_towards
+from trainers.backends.launch import interface_towards
+
+TWO_HOSTS = Launch("slurm", rank=1, world_size=2, local_rank=0, master_addr="n1", master_port=10010,
+                   local_world_size=1)
+
+
+@pytest.fixture
+def no_gloo_ifname(monkeypatch):
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+
+
+def test_loopback_is_its_own_interface():
+    assert interface_towards("127.0.0.1") == ("127.0.0.1", "lo")
+
+
+def test_one_host_leaves_gloo_alone(monkeypatch, no_gloo_ifname):
+    monkeypatch.setattr(backends, "interface_towards", lambda addr: pytest.fail("no lookup on one host"))
+    bind_gloo_towards("127.0.0.1", TWO_HOSTS)  # torchrun "nodes" on localhost
+    bind_gloo_towards("n1", Launch("slurm", 0, 2, 0, "n1", 1, local_world_size=2))  # every rank on this node
+    assert "GLOO_SOCKET_IFNAME" not in os.environ
+
+
+def test_across_hosts_gloo_binds_the_interface_that_reaches_the_rendezvous(monkeypatch, no_gloo_ifname):
+    monkeypatch.setattr(backends, "interface_towards", lambda addr: ("10.213.0.3", "eth0"))
+    bind_gloo_towards("n1", TWO_HOSTS)
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "eth0"
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "ib0")  # the user's own choice wins
+    bind_gloo_towards("n1", TWO_HOSTS)
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "ib0"
+
+
+def test_a_rendezvous_name_on_loopback_or_unresolved_is_one_line(monkeypatch, no_gloo_ifname):
+    monkeypatch.setattr(backends, "interface_towards", lambda addr: ("127.0.1.1", "lo"))
+    with pytest.raises(ConfigError, match=r"rank 1: the rendezvous host 'n1' resolves to loopback \(127.0.1.1\)") as e:
+        bind_gloo_towards("n1", TWO_HOSTS)
+    assert "\n" not in str(e.value) and "/etc/hosts" in str(e.value)
+    monkeypatch.setattr(backends, "interface_towards", lambda addr: None)
+    with pytest.raises(ConfigError, match="rank 1: the rendezvous host 'n1' does not resolve on"):
+        bind_gloo_towards("n1", TWO_HOSTS)
+
+
+def test_the_local_cluster_picks_a_slash_24_nothing_here_uses():
+    from slurm.netns import NetnsError, pick_subnet
+
+    used = [ipaddress.ip_network("10.213.0.0/24"), ipaddress.ip_network("10.213.1.7/32"),
+            ipaddress.ip_network("192.0.2.0/24")]
+    assert pick_subnet(used) == ipaddress.ip_network("10.213.2.0/24")
+    with pytest.raises(NetnsError, match="no free /24"):
+        pick_subnet([ipaddress.ip_network("10.213.0.0/16")])
+
+
+def test_a_throughput_study_on_shared_nodes_runs_one_job_at_a_time(capsys):
+    """The local cluster's nodes share this machine's cores: each job waits for the one before, and each rank gets
+    the threads a local run's rank gets; a real cluster's profile (generic) does neither."""
+    from studies.run import run_study
+    from tests.helpers import REPO
+
+    exp3 = REPO / "experiments" / "03_throughput_distributed_data_parallel"
+    assert run_study(exp3, launcher="slurm", cluster="local", dry_run=True) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sbatch")]
+    assert len(lines) == 6 and "--dependency" not in lines[0]
+    assert all("'--dependency=afterany:<the previous job>'" in line for line in lines[1:])
+    four_ranks = next(line for line in lines if "-J 03-n2-ddp-t2-s0" in line)
+    threads = max(1, (os.cpu_count() or 1) // 4)  # 4 ranks share the machine's cores, as in a local run
+    assert re.search(rf",OMP_NUM_THREADS={threads}[, ]", four_ranks)
+    assert run_study(exp3, scale="thesis", launcher="slurm", cluster="generic", dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert "--dependency" not in out and "OMP_NUM_THREADS" not in out
