@@ -7,11 +7,13 @@
                        train_args=["experiments/05_linear_scaling/config.toml", "--run", "w8-s0", "--scale", "thesis"])
     subprocess.run(argv)          # or print(shlex.join(argv)) for --dry-run
 
-A profile says how one cluster is used: partition, GPU syntax, CPUs and memory per task, modules, node-local
-scratch, the data tar to stage, the preemption signal, requeue, and how MPI starts. No paths of any user are
-written in a profile: string values may name environment variables, `${VAR}` or `${VAR:-default}`, expanded when
-the profile is loaded on the submitting machine, except in `description` and in `scratch`, the node-local folder,
-which is resolved on the compute node (`$TMPDIR` means the job's own TMPDIR there).
+A profile says how one cluster is used: partition, account, QoS, node constraint, GPU syntax, CPUs and memory per
+task, modules, node-local scratch, the data tar to stage, the preemption signal, requeue, and how MPI starts. No
+paths or projects of any user are written in a profile: string values may name environment variables, `${VAR}` or
+`${VAR:-default}`, expanded when the profile is loaded on the submitting machine, except in `description` and in
+`scratch`, the node-local folder, which is resolved on the compute node (`$TMPDIR` means the job's own TMPDIR
+there). A whole-number key may be such a string too (`gpus_per_node = "${GPUS_PER_NODE:-4}"`): it must expand to
+a whole number. docs/cluster.md is the guide to writing one.
 
 The job script (slurm/job.sh) receives the profile as environment variables; see `profile_env`.
 """
@@ -38,7 +40,10 @@ class Profile:
     name: str
     description: str = ""
     partition: str = ""                 # "" = the cluster's default partition
-    gpus_per_node: int = 0              # GPUs a node has (0 = CPU-only cluster)
+    account: str = ""                   # --account: the project the GPU hours are billed to; "" = the user's default
+    qos: str = ""                       # --qos: a quality of service (e.g. a debug QoS for smoke runs); "" = default
+    constraint: str = ""                # --constraint: node features (e.g. "v100|a100"); "" = any node
+    gpus_per_node: int = 0              # GPUs a node has (0 = CPU-only cluster); may be "${GPUS_PER_NODE:-4}"
     gres_template: str = ""             # "gpu:p100:{n}", "gpu:{n}", "" = no --gres
     cpus_per_task: int = 0              # 0 = leave to Slurm
     mem: str = ""                       # --mem per node, e.g. "60G"; "" = leave to Slurm
@@ -50,7 +55,7 @@ class Profile:
     scratch: str = "$TMPDIR"            # node-local folder; "$VAR" is read on the node
     stage_data: str = ""                # tar to extract into scratch once per node; "" = none
     data_subdir: str = ""               # the dataset's folder inside the tar
-    extra_sbatch: tuple[str, ...] = ()  # more sbatch options, verbatim (e.g. "--account=${SLURM_ACCOUNT}")
+    extra_sbatch: tuple[str, ...] = ()  # any other sbatch options, verbatim (e.g. "--reservation=${SLURM_RESERVATION}")
     signal: str = "USR1@120"            # sent to the batch shell that long before the time limit; "" = none
     requeue: bool = True                # preempted runs requeue themselves (and sbatch gets --requeue)
     mpi_launcher: str = "mpirun"        # how Horovod ranks start: "mpirun" | "srun"
@@ -84,6 +89,8 @@ def expand(value: str, environ: Mapping[str, str] | None = None) -> str:
 
 def _check_type(name: str, key: str, value):
     want = _FIELDS[key].type
+    if want == "int" and isinstance(value, str) and "$" in value:
+        return  # read from the environment: checked once expanded (_whole_number)
     if want in ("str",):
         ok = isinstance(value, str)
     elif want == "int":
@@ -93,8 +100,17 @@ def _check_type(name: str, key: str, value):
     else:  # tuple[str, ...]
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
     if not ok:
-        raise ProfileError(f"cluster profile {name!r}: {key} must be {want.replace('tuple[str, ...]', 'a list of strings')}, "
-                           f"got {value!r}")
+        want = {"tuple[str, ...]": "a list of strings", "int": 'int (or a "${VAR:-default}" string)'}.get(want, want)
+        raise ProfileError(f"cluster profile {name!r}: {key} must be {want}, got {value!r}")
+
+
+def _whole_number(name: str, key: str, raw: str, environ: Mapping[str, str] | None) -> int:
+    """An int key given as "${VAR:-default}": its expansion, which must be a whole number."""
+    value = expand(raw, environ).strip()
+    if not value.isdigit():
+        raise ProfileError(f"cluster profile {name}: {key} = {raw!r} is {value!r}, not a whole number "
+                           f"(set the variable it names to one)")
+    return int(value)
 
 
 def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile:
@@ -113,7 +129,9 @@ def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile
             raise ProfileError(f"cluster profile {path.name}: unknown key {key!r} "
                                f"(known: {', '.join(k for k in _FIELDS if k != 'name')})")
         _check_type(path.name, key, value)
-        if isinstance(value, str) and key not in ("scratch", "description"):
+        if _FIELDS[key].type == "int" and isinstance(value, str):
+            value = _whole_number(path.name, key, value, environ)
+        elif isinstance(value, str) and key not in ("scratch", "description"):
             value = expand(value, environ)
         elif isinstance(value, list):
             value = tuple(x for x in (expand(v, environ).strip() for v in value) if x)
@@ -173,6 +191,8 @@ def sbatch_argv(profile: Profile, script: str | os.PathLike, nodes: int, tasks_p
     argv = ["sbatch", "-N", str(nodes), "--ntasks-per-node", str(tasks_per_node)]
     if profile.partition:
         argv += ["-p", profile.partition]
+    argv += [f"--{option}={value}" for option, value in
+             (("account", profile.account), ("qos", profile.qos), ("constraint", profile.constraint)) if value]
     if profile.cpus_per_task:
         argv += ["--cpus-per-task", str(profile.cpus_per_task)]
     gres = profile.gres(gpus_per_node)
