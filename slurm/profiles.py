@@ -174,6 +174,29 @@ def profile_env(profile: Profile) -> dict[str, str]:
     return env
 
 
+def limit_seconds(limit: str) -> int:
+    """Seconds of a Slurm time limit: "M", "M:S", "H:M:S", "D-H", "D-H:M" or "D-H:M:S" (sbatch's forms)."""
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", limit.strip())
+    if not m:
+        raise ProfileError(f"time limit {limit!r} is not one of Slurm's forms (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)")
+    days, *rest = m.groups()
+    parts = [int(x) for x in rest if x is not None]
+    if days is not None:  # D-H[:M[:S]]
+        h, mi, sec = parts + [0] * (3 - len(parts))
+        return int(days) * 86400 + h * 3600 + mi * 60 + sec
+    units = {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
+    return sum(x * u for x, u in zip(parts, units))
+
+
+def job_signal(signal: str, limit: str) -> str:
+    """The profile's warning signal, at most a quarter of a short job's time before its end: a 15-minute smoke run
+    warned 10 minutes before it would checkpoint and requeue itself after 5."""
+    name, _, lead = signal.partition("@")
+    if not limit or not lead.isdigit():
+        return signal
+    return f"{name}@{min(int(lead), limit_seconds(limit) // 4)}"
+
+
 def sbatch_argv(profile: Profile, script: str | os.PathLike, nodes: int, tasks_per_node: int, gpus_per_node: int,
                 job_name: str, time_limit: str | None, output: str | os.PathLike,
                 env: Mapping[str, str] | None = None, train_args: Sequence[str] = ()) -> list[str]:
@@ -205,16 +228,17 @@ def sbatch_argv(profile: Profile, script: str | os.PathLike, nodes: int, tasks_p
         argv += ["--exclusive", "--mem=0"]        # whole node, all its memory (the thesis's 4-GPU scripts)
     elif profile.mem:
         argv.append(f"--mem={profile.mem}")
-    limit = time_limit or profile.time_limit
+    limit = str(time_limit or profile.time_limit)
     if limit:
-        argv += ["-t", str(limit)]
-    if profile.signal:
-        argv.append(f"--signal=B:{profile.signal}")   # B: to the batch shell, which forwards it (slurm/job.sh)
+        argv += ["-t", limit]
+    signal = job_signal(profile.signal, limit) if profile.signal else ""
+    if signal:
+        argv.append(f"--signal=B:{signal}")   # B: to the batch shell, which forwards it (slurm/job.sh)
     if profile.requeue:
         argv += ["--requeue", "--open-mode=append"]     # a restarted job appends to the same log
     argv += ["-J", job_name, "-o", str(output)]
     argv += list(profile.extra_sbatch)
-    merged = {**profile_env(profile), **(env or {})}
+    merged = {**profile_env(profile), **({"JOB_SIGNAL": f"B:{signal}"} if signal else {}), **(env or {})}
     for k, v in merged.items():
         if not re.fullmatch(r"[A-Za-z_]\w*", k):
             raise ProfileError(f"bad environment variable name {k!r}")

@@ -51,7 +51,7 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
         try:  # a run the profile's nodes cannot hold (more tasks a node than GPUs) is one line
             argv = sbatch_argv(
                 profile, script, nodes, per_node, gpus, job_name=f"{study.experiment.name[:2]}-{plan.run.name}",
-                time_limit=None, output=plan.run_dir / "slurm-%j.out",
+                time_limit=study.time_limit or None, output=plan.run_dir / "slurm-%j.out",
                 env={"BACKEND": plan.backend, "PYTHON": sys.executable, "HARNESS_DIR": str(REPO / "slurm")},
                 train_args=train_args,
             )

@@ -204,3 +204,17 @@ def test_job_sh_rendezvous_port_is_the_trainers_formula_and_differs_per_job_and_
     srun_rank = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "SLURM_JOB_ID": "3999", "SLURM_RESTART_COUNT": "1",
                  "SLURM_STEP_NODELIST": "h1", "MASTER_ADDR": "h1"}
     assert detect_launch(srun_rank).master_port == port(srun_rank) == 49991
+
+
+def test_time_limits_in_slurms_forms_and_a_short_jobs_warning_signal():
+    from slurm.profiles import job_signal, limit_seconds
+
+    assert [limit_seconds(t) for t in ("15", "15:30", "1:00:00", "1-2", "1-2:3", "1-2:3:4")] == \
+        [900, 930, 3600, 93600, 93780, 93784]
+    with pytest.raises(ProfileError, match="not one of Slurm's forms"):
+        limit_seconds("15 minutes")
+    assert job_signal("USR1@600", "24:00:00") == "USR1@600"   # a long job: the profile's lead
+    assert job_signal("USR1@600", "15") == "USR1@225"         # a smoke job: a quarter of its time
+    p = load_profile("taito", environ={})
+    argv = sbatch_argv(p, "s", 1, 1, 1, "j", "15", "o", {})
+    assert "--signal=B:USR1@225" in argv and "JOB_SIGNAL=B:USR1@225" in argv[-2]  # a successor job warned alike
