@@ -218,3 +218,15 @@ def test_time_limits_in_slurms_forms_and_a_short_jobs_warning_signal():
     p = load_profile("taito", environ={})
     argv = sbatch_argv(p, "s", 1, 1, 1, "j", "15", "o", {})
     assert "--signal=B:USR1@225" in argv and "JOB_SIGNAL=B:USR1@225" in argv[-2]  # a successor job warned alike
+
+
+def test_every_profile_key_is_documented_in_the_users_guide_and_no_other():
+    import dataclasses
+
+    from slurm.profiles import Profile
+
+    guide = (ROOT / "docs" / "cluster.md").read_text()
+    table = {m for m in re.findall(r"^\| `(\w+)` \|", guide, re.M)}
+    keys = {f.name for f in dataclasses.fields(Profile)} - {"name"}  # name is the file's: no key
+    assert table == keys
+    assert "## Check the path first: make cluster-check" in guide
