@@ -192,7 +192,7 @@ def job_signal(signal: str, limit: str) -> str:
     """The profile's warning signal, at most a quarter of a short job's time before its end: a 15-minute smoke run
     warned 10 minutes before it would checkpoint and requeue itself after 5."""
     name, _, lead = signal.partition("@")
-    if not limit or not lead.isdigit():
+    if not limit or not lead.isdigit() or limit.strip().upper() in ("UNLIMITED", "INFINITE", "-1"):
         return signal
     return f"{name}@{min(int(lead), limit_seconds(limit) // 4)}"
 

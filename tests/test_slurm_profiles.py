@@ -215,6 +215,7 @@ def test_time_limits_in_slurms_forms_and_a_short_jobs_warning_signal():
         limit_seconds("15 minutes")
     assert job_signal("USR1@600", "24:00:00") == "USR1@600"   # a long job: the profile's lead
     assert job_signal("USR1@600", "15") == "USR1@225"         # a smoke job: a quarter of its time
+    assert job_signal("USR1@600", "UNLIMITED") == "USR1@600"
     p = load_profile("taito", environ={})
     argv = sbatch_argv(p, "s", 1, 1, 1, "j", "15", "o", {})
     assert "--signal=B:USR1@225" in argv and "JOB_SIGNAL=B:USR1@225" in argv[-2]  # a successor job warned alike
