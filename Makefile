@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 SCALE ?= local
 ## LAUNCHER=local|slurm     run the study's runs here (default), or submit them with sbatch
 LAUNCHER ?= local
-## CLUSTER=<profile>        with LAUNCHER=slurm: a profile in slurm/clusters/ (local, generic, taito)
+## CLUSTER=<profile>        with LAUNCHER=slurm: a profile in slurm/clusters/ (local, generic, node, taito; docs/cluster.md)
 CLUSTER ?= local
 ## QUICK=1                  the study shrunk to a smoke run (a minute or two), into results/quick/
 QUICK ?=

@@ -35,6 +35,7 @@ LIMITS = {
     "train.epochs": 10_000,  # the thesis 90, the local scale 72, the longest study 360
     "train.workers": 1_024,  # the thesis 1-32 GPUs
     "train.per_worker_batch": 8_192,  # the thesis 32-256
+    "train.max_steps": 100_000_000,  # 90 ImageNet epochs at 1 GPU are 0.9M steps
     "data.image_size": 1_024,  # ImageNet crops 224
     "data.classes": 100_000,
     "data.per_class": 100_000,  # the local scale 160
@@ -108,6 +109,9 @@ class TrainConfig:
     deterministic: bool = False  # deterministic kernels: a resumed GPU run ends bit-identical (slower)
     workers_per_pass: int = 0  # emulated workers per forward/backward; 0 = auto (all on CPU, what fits on a GPU)
     cpu_isa: str = ""  # the CPU kernels' instruction set: "" (the CPU's best) | "default" | "avx2" | "avx512"
+    # A smoke run (QUICK=1 at the ImageNet scales): stop after this many optimizer steps in all, the epoch they end in
+    # validated on as many batches and recorded as the last; 0 = the whole schedule. The schedule is the full run's.
+    max_steps: int = 0
 
 
 OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # sgd as the thesis ran; the large-batch ones of experiment 12
@@ -452,6 +456,8 @@ def validate(cfg: Config, need_data: bool = True) -> None:
     one_of("train.device", t.device, ("auto", "cpu", "cuda"))
     one_of("train.precision", t.precision, PRECISIONS)
     one_of("train.cpu_isa", t.cpu_isa, ("", *CPU_ISAS))
+    if t.max_steps < 0:
+        raise ConfigError(f"train.max_steps = {t.max_steps} must be >= 0 (0 = no cap: the whole schedule)")
     if t.workers_per_pass < 0:
         raise ConfigError(f"train.workers_per_pass = {t.workers_per_pass} must be >= 0 (0 = as many as fit)")
     if t.workers_per_pass and t.backend in ("single", "dp"):  # ddp/horovod: emulated workers when W > processes

@@ -24,18 +24,29 @@ IGNORED: dict[str, tuple[str, ...]] = {
     "horovod": ("timeline",),
     "telemetry": ("interval_s",),  # sampling utilisation changes nothing trained
 }
+# section -> keys added since runs were committed, left out at the value that reproduces those runs (their default),
+# so a committed run keeps the fingerprint it had; any other value is another condition
+OMITTED_AT: dict[str, dict[str, Any]] = {
+    "train": {"max_steps": 0},  # 0: the whole schedule; a capped (smoke) run is another condition
+}
 
 
 def fingerprint_of(sections: dict[str, Any], scale: str) -> str:
     """12 hex digits of a SHA-256 over the sections (ignored keys dropped) and the scale. A benchmark run
-    (bench.batches > 0) times a number of steps: its epochs and learning-rate schedule change no timing, so they
-    are left out too."""
+    (bench.batches > 0) times a number of steps: its epochs, step cap and learning-rate schedule change no timing,
+    so they are left out too."""
     benchmark = ((sections.get("bench") or {}).get("batches") or 0) > 0
-    ignored = {**IGNORED, "train": IGNORED["train"] + ("epochs",)} if benchmark else IGNORED
-    kept = {name: {k: v for k, v in (sections.get(name) or {}).items() if k not in ignored.get(name, ())}
+    ignored = {**IGNORED, "train": IGNORED["train"] + ("epochs", "max_steps")} if benchmark else IGNORED
+    kept = {name: {k: v for k, v in (sections.get(name) or {}).items()
+                   if k not in ignored.get(name, ()) and not _at_omitted_value(name, k, v)}
             for name in SECTIONS if not (benchmark and name == "lr")}
     text = json.dumps({"scale": scale, **kept}, sort_keys=True, default=list)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _at_omitted_value(section: str, key: str, value: Any) -> bool:
+    omitted = OMITTED_AT.get(section, {})
+    return key in omitted and value == omitted[key]
 
 
 def config_fingerprint(cfg: Config) -> str:

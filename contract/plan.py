@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract.config import ConfigError, find_scales_file, load_config, read_toml
+from contract.config import SCALES, ConfigError, find_scales_file, load_config, read_toml
 from contract.runfolder import check_run_name
 
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
@@ -56,6 +56,7 @@ class Study:
     baseline: str = ""
     kind: str = "quality"
     overrides: list[str] = field(default_factory=list)  # --set for every run (QUICK, the user's own)
+    time_limit: str = ""  # a Slurm job's -t (QUICK's short one); "" = the cluster profile's
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -145,13 +146,28 @@ def refuse_duplicate_names(runs: list[Run], config: Path) -> None:
         seen.add(run.name)
 
 
-def quick_overrides(config: Path, scale: str) -> list[str]:
-    """The `[quick]` table of experiments/scales.toml as --set lines: the study shrunk to a smoke run."""
+def quick_tables(config: Path, scale: str) -> dict[str, dict[str, Any]]:
+    """The `[quick]` tables of experiments/scales.toml at `scale`: the shared ones, `[quick.<scale>.*]` over them."""
     scales = find_scales_file(config)
     quick = read_toml(scales).get("quick", {}) if scales else {}
+    tables = {section: dict(values) for section, values in quick.items() if section not in SCALES}
+    for section, values in quick.get(scale, {}).items():
+        tables.setdefault(section, {}).update(values)
+    return tables
+
+
+def quick_overrides(config: Path, scale: str) -> list[str]:
+    """The `[quick]` tables as --set lines: the study shrunk to a smoke run."""
     benchmark = load_config(config, scale).bench.batches > 0
-    return [f"{section}.{key}={json.dumps(value)}" for section, values in quick.items() for key, value in values.items()
-            if section != "bench" or benchmark]  # a quick quality study stays a training, not a benchmark
+    return [f"{section}.{key}={json.dumps(value)}" for section, values in quick_tables(config, scale).items()
+            for key, value in values.items()
+            if section != "slurm"  # the job's, not the trainer's (quick_time_limit)
+            and (section != "bench" or benchmark)]  # a quick quality study stays a training, not a benchmark
+
+
+def quick_time_limit(config: Path, scale: str) -> str:
+    """A quick run's Slurm time limit at `scale` (`[quick.<scale>.slurm] time_limit`); "" = the profile's."""
+    return str(quick_tables(config, scale).get("slurm", {}).get("time_limit", ""))
 
 
 def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, overrides: list[str],
@@ -175,7 +191,7 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
     for run in runs:  # validate every run's config now, not after the first hour
         load_config(config, scale, extra + [f"{k}={json.dumps(v)}" for k, v in run.settings.items()])
     return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
-                 table.get("kind", "quality"), extra)
+                 table.get("kind", "quality"), extra, quick_time_limit(config, scale) if quick else "")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 A run is a folder `<out>/<experiment>/<run>/` holding
   config.json    the resolved config;
   manifest.json  versions, hosts (each rank's, in rank order), backend, threads, start/end, status
-                 (running/completed/diverged/failed/preempted);
+                 (running/completed/diverged/failed/preempted); capped_at_steps where train.max_steps cut the run
+                 short (a smoke run: complete, but no result);
   metrics.jsonl  one JSON object a line, the source of truth: each line one of the record kinds declared below;
   train.log      human lines in pytorch/examples' format (trainers/runlog.py formats them);
   checkpoint.pt  the trainer's checkpoint, which also stores how many bytes of metrics.jsonl and train.log it covers;

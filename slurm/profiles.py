@@ -7,11 +7,13 @@
                        train_args=["experiments/05_linear_scaling/config.toml", "--run", "w8-s0", "--scale", "thesis"])
     subprocess.run(argv)          # or print(shlex.join(argv)) for --dry-run
 
-A profile says how one cluster is used: partition, GPU syntax, CPUs and memory per task, modules, node-local
-scratch, the data tar to stage, the preemption signal, requeue, and how MPI starts. No paths of any user are
-written in a profile: string values may name environment variables, `${VAR}` or `${VAR:-default}`, expanded when
-the profile is loaded on the submitting machine, except in `description` and in `scratch`, the node-local folder,
-which is resolved on the compute node (`$TMPDIR` means the job's own TMPDIR there).
+A profile says how one cluster is used: partition, account, QoS, node constraint, GPU syntax, CPUs and memory per
+task, modules, node-local scratch, the data tar to stage, the preemption signal, requeue, and how MPI starts. No
+paths or projects of any user are written in a profile: string values may name environment variables, `${VAR}` or
+`${VAR:-default}`, expanded when the profile is loaded on the submitting machine, except in `description` and in
+`scratch`, the node-local folder, which is resolved on the compute node (`$TMPDIR` means the job's own TMPDIR
+there). A whole-number key may be such a string too (`gpus_per_node = "${GPUS_PER_NODE:-4}"`): it must expand to
+a whole number. docs/cluster.md is the guide to writing one.
 
 The job script (slurm/job.sh) receives the profile as environment variables; see `profile_env`.
 """
@@ -38,7 +40,10 @@ class Profile:
     name: str
     description: str = ""
     partition: str = ""                 # "" = the cluster's default partition
-    gpus_per_node: int = 0              # GPUs a node has (0 = CPU-only cluster)
+    account: str = ""                   # --account: the project the GPU hours are billed to; "" = the user's default
+    qos: str = ""                       # --qos: a quality of service (e.g. a debug QoS for smoke runs); "" = default
+    constraint: str = ""                # --constraint: node features (e.g. "v100|a100"); "" = any node
+    gpus_per_node: int = 0              # GPUs a node has (0 = CPU-only cluster); may be "${GPUS_PER_NODE:-4}"
     gres_template: str = ""             # "gpu:p100:{n}", "gpu:{n}", "" = no --gres
     cpus_per_task: int = 0              # 0 = leave to Slurm
     mem: str = ""                       # --mem per node, e.g. "60G"; "" = leave to Slurm
@@ -50,7 +55,7 @@ class Profile:
     scratch: str = "$TMPDIR"            # node-local folder; "$VAR" is read on the node
     stage_data: str = ""                # tar to extract into scratch once per node; "" = none
     data_subdir: str = ""               # the dataset's folder inside the tar
-    extra_sbatch: tuple[str, ...] = ()  # more sbatch options, verbatim (e.g. "--account=${SLURM_ACCOUNT}")
+    extra_sbatch: tuple[str, ...] = ()  # any other sbatch options, verbatim (e.g. "--reservation=${SLURM_RESERVATION}")
     signal: str = "USR1@120"            # sent to the batch shell that long before the time limit; "" = none
     requeue: bool = True                # preempted runs requeue themselves (and sbatch gets --requeue)
     mpi_launcher: str = "mpirun"        # how Horovod ranks start: "mpirun" | "srun"
@@ -86,6 +91,8 @@ def expand(value: str, environ: Mapping[str, str] | None = None) -> str:
 
 def _check_type(name: str, key: str, value):
     want = _FIELDS[key].type
+    if want == "int" and isinstance(value, str) and "$" in value:
+        return  # read from the environment: checked once expanded (_whole_number)
     if want in ("str",):
         ok = isinstance(value, str)
     elif want == "int":
@@ -95,8 +102,17 @@ def _check_type(name: str, key: str, value):
     else:  # tuple[str, ...]
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
     if not ok:
-        raise ProfileError(f"cluster profile {name!r}: {key} must be {want.replace('tuple[str, ...]', 'a list of strings')}, "
-                           f"got {value!r}")
+        want = {"tuple[str, ...]": "a list of strings", "int": 'int (or a "${VAR:-default}" string)'}.get(want, want)
+        raise ProfileError(f"cluster profile {name!r}: {key} must be {want}, got {value!r}")
+
+
+def _whole_number(name: str, key: str, raw: str, environ: Mapping[str, str] | None) -> int:
+    """An int key given as "${VAR:-default}": its expansion, which must be a whole number."""
+    value = expand(raw, environ).strip()
+    if not value.isdigit():
+        raise ProfileError(f"cluster profile {name}: {key} = {raw!r} is {value!r}, not a whole number "
+                           f"(set the variable it names to one)")
+    return int(value)
 
 
 def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile:
@@ -115,7 +131,9 @@ def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile
             raise ProfileError(f"cluster profile {path.name}: unknown key {key!r} "
                                f"(known: {', '.join(k for k in _FIELDS if k != 'name')})")
         _check_type(path.name, key, value)
-        if isinstance(value, str) and key not in ("scratch", "description"):
+        if _FIELDS[key].type == "int" and isinstance(value, str):
+            value = _whole_number(path.name, key, value, environ)
+        elif isinstance(value, str) and key not in ("scratch", "description"):
             value = expand(value, environ)
         elif isinstance(value, list):
             value = tuple(x for x in (expand(v, environ).strip() for v in value) if x)
@@ -158,6 +176,29 @@ def profile_env(profile: Profile) -> dict[str, str]:
     return env
 
 
+def limit_seconds(limit: str) -> int:
+    """Seconds of a Slurm time limit: "M", "M:S", "H:M:S", "D-H", "D-H:M" or "D-H:M:S" (sbatch's forms)."""
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", limit.strip())
+    if not m:
+        raise ProfileError(f"time limit {limit!r} is not one of Slurm's forms (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)")
+    days, *rest = m.groups()
+    parts = [int(x) for x in rest if x is not None]
+    if days is not None:  # D-H[:M[:S]]
+        h, mi, sec = parts + [0] * (3 - len(parts))
+        return int(days) * 86400 + h * 3600 + mi * 60 + sec
+    units = {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
+    return sum(x * u for x, u in zip(parts, units))
+
+
+def job_signal(signal: str, limit: str) -> str:
+    """The profile's warning signal, at most a quarter of a short job's time before its end: a 15-minute smoke run
+    warned 10 minutes before it would checkpoint and requeue itself after 5."""
+    name, _, lead = signal.partition("@")
+    if not limit or not lead.isdigit() or limit.strip().upper() in ("UNLIMITED", "INFINITE", "-1"):
+        return signal
+    return f"{name}@{min(int(lead), limit_seconds(limit) // 4)}"
+
+
 def sbatch_argv(profile: Profile, script: str | os.PathLike, nodes: int, tasks_per_node: int, gpus_per_node: int,
                 job_name: str, time_limit: str | None, output: str | os.PathLike,
                 env: Mapping[str, str] | None = None, train_args: Sequence[str] = ()) -> list[str]:
@@ -175,6 +216,8 @@ def sbatch_argv(profile: Profile, script: str | os.PathLike, nodes: int, tasks_p
     argv = ["sbatch", "-N", str(nodes), "--ntasks-per-node", str(tasks_per_node)]
     if profile.partition:
         argv += ["-p", profile.partition]
+    argv += [f"--{option}={value}" for option, value in
+             (("account", profile.account), ("qos", profile.qos), ("constraint", profile.constraint)) if value]
     if profile.cpus_per_task:
         argv += ["--cpus-per-task", str(profile.cpus_per_task)]
     gres = profile.gres(gpus_per_node)
@@ -187,16 +230,17 @@ def sbatch_argv(profile: Profile, script: str | os.PathLike, nodes: int, tasks_p
         argv += ["--exclusive", "--mem=0"]        # whole node, all its memory (the thesis's 4-GPU scripts)
     elif profile.mem:
         argv.append(f"--mem={profile.mem}")
-    limit = time_limit or profile.time_limit
+    limit = str(time_limit or profile.time_limit)
     if limit:
-        argv += ["-t", str(limit)]
-    if profile.signal:
-        argv.append(f"--signal=B:{profile.signal}")   # B: to the batch shell, which forwards it (slurm/job.sh)
+        argv += ["-t", limit]
+    signal = job_signal(profile.signal, limit) if profile.signal else ""
+    if signal:
+        argv.append(f"--signal=B:{signal}")   # B: to the batch shell, which forwards it (slurm/job.sh)
     if profile.requeue:
         argv += ["--requeue", "--open-mode=append"]     # a restarted job appends to the same log
     argv += ["-J", job_name, "-o", str(output)]
     argv += list(profile.extra_sbatch)
-    merged = {**profile_env(profile), **(env or {})}
+    merged = {**profile_env(profile), **({"JOB_SIGNAL": f"B:{signal}"} if signal else {}), **(env or {})}
     for k, v in merged.items():
         if not re.fullmatch(r"[A-Za-z_]\w*", k):
             raise ProfileError(f"bad environment variable name {k!r}")

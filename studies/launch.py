@@ -61,7 +61,8 @@ class Plan:
         return (f"{self.run.name}: {label}, {nodes} node(s) x {per_node} "
                 f"process(es), {r['world_size']} worker(s), per-GPU batch {c.train.per_worker_batch}, global batch "
                 f"{r['global_batch']}, lr {r['lr']:.4g}, warm-up {warmup}, {c.train.epochs} epochs"
-                + (f", benchmark {c.bench.batches} batches" if c.bench.batches else ""))
+                + (f", benchmark {c.bench.batches} batches" if c.bench.batches else "")
+                + (f", capped at {c.train.max_steps} steps" if c.train.max_steps and not c.bench.batches else ""))
 
 
 def planned_runs(study: Study, scale: str, out: Path, gpus: int | None = None) -> list[Plan]:

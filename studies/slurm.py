@@ -23,6 +23,9 @@ def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tup
         per_node = math.ceil(workers / nodes)
     else:
         per_node = workers
+    if gpus_per_node and per_node > gpus_per_node:  # two ranks on one GPU would measure neither
+        raise ConfigError(f"{workers} workers on {nodes} node(s) is {per_node} processes a node; the profile's nodes "
+                          f"have {gpus_per_node} GPUs (its gpus_per_node)")
     return nodes, per_node, min(per_node, gpus_per_node)
 
 
@@ -47,11 +50,14 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
         else:
             nodes, per_node, gpus = placement(plan.run.workers, plan.backend, plan.run.nodes, profile.gpus_per_node)
         train_args = plan.trainer_args + (["--resume", "auto"] if plan.status not in ("missing",) else [])
-        argv = sbatch_argv(
-            profile, script, nodes, per_node, gpus, job_name=f"{study.experiment.name[:2]}-{plan.run.name}",
-            time_limit=None, output=plan.run_dir / "slurm-%j.out",
-            env=job_env(plan, profile), train_args=train_args,
-        )
+        try:  # a run the profile's nodes cannot hold (more tasks a node than GPUs) is one line
+            argv = sbatch_argv(
+                profile, script, nodes, per_node, gpus, job_name=f"{study.experiment.name[:2]}-{plan.run.name}",
+                time_limit=study.time_limit or None, output=plan.run_dir / "slurm-%j.out",
+                env=job_env(plan, profile), train_args=train_args,
+            )
+        except ProfileError as e:
+            raise ConfigError(f"{plan.run.name}: {e}") from None
         print(f"# {plan.describe(nodes, per_node)}")
         if plan.status in ("completed", "diverged"):
             print(f"#   skipped, already {plan.status}")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -76,6 +78,72 @@ def test_profile_errors(tmp_path):
         assert "\n" not in str(err)
 
 
+def test_account_qos_and_constraint_are_profile_keys_and_absent_when_empty(tmp_path):
+    prof = tmp_path / "site.toml"
+    prof.write_text('account = "${ACC}"\nqos = "debug"\nconstraint = "a100|h100"\n')
+    argv = sbatch_argv(load_profile(str(prof), environ={"ACC": "proj1"}), "s", 1, 1, 0, "j", None, "o", {})
+    assert {"--account=proj1", "--qos=debug", "--constraint=a100|h100"} <= set(argv)
+    argv = sbatch_argv(load_profile(str(prof), environ={}), "s", 1, 1, 0, "j", None, "o", {})
+    assert "--account=" not in " ".join(argv)  # an unset variable gives no option, not an empty one
+
+
+def test_generic_reads_account_qos_constraint_and_gpus_per_node_from_the_environment():
+    env = {"SLURM_ACCOUNT": "myproj", "SLURM_QOS": "normal", "SLURM_CONSTRAINT": "v100", "GPUS_PER_NODE": "8"}
+    g = load_profile("generic", environ=env)
+    assert (g.account, g.qos, g.constraint, g.gpus_per_node) == ("myproj", "normal", "v100", 8)
+    assert "--gres=gpu:8" in sbatch_argv(g, "s", 1, 8, 8, "j", None, "o", {})
+    bare = load_profile("generic", environ={})
+    assert (bare.account, bare.qos, bare.constraint, bare.gpus_per_node) == ("", "", "", 4)
+    argv = sbatch_argv(bare, "s", 1, 4, 4, "j", None, "o", {})
+    assert not any(a.startswith(("--account", "--qos", "--constraint")) for a in argv)
+
+
+@pytest.mark.parametrize("value", ["eight", "-2", "4.5", " "])
+def test_a_gpus_per_node_variable_that_is_no_whole_number_is_one_line(value):
+    with pytest.raises(ProfileError, match=r"gpus_per_node = '\$\{GPUS_PER_NODE:-4\}' is .*not a whole number") as e:
+        load_profile("generic", environ={"GPUS_PER_NODE": value})
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["generic", "node", "taito"])
+def test_a_profile_reads_the_variables_its_reads_line_names_and_no_others(name):
+    """The `# Reads:` line of a profile lists what a user may set; the values read exactly those."""
+    text = (ROOT / "slurm" / "clusters" / f"{name}.toml").read_text()
+    said = set(next(line for line in text.splitlines() if line.startswith("# Reads:")).split()[2:])
+    values = {k: v for k, v in tomllib.loads(text).items() if k not in ("scratch", "description")}
+    read = set(re.findall(r"\$\{?(\w+)", " ".join(str(v) for v in values.values())))
+    assert read == said
+
+
+def test_generic_thesis_dry_run_follows_account_and_gpus_per_node(capsys, monkeypatch, tmp_path):
+    """SLURM_ACCOUNT=myproj GPUS_PER_NODE=8 make exp6 SCALE=thesis LAUNCHER=slurm CLUSTER=generic DRY_RUN=1"""
+    from studies.run import run_study
+
+    monkeypatch.setenv("IMAGENET_DIR", "/data/ilsvrc2012")
+    monkeypatch.setenv("SLURM_ACCOUNT", "myproj")
+    monkeypatch.setenv("GPUS_PER_NODE", "8")
+    exp6 = ROOT / "experiments" / "06_linear_scaling_stepping_warmup"
+    assert run_study(exp6, scale="thesis", launcher="slurm", cluster="generic", dry_run=True, out=tmp_path) == 0
+    out = capsys.readouterr().out
+    for nodes, workers in [(1, 8), (2, 16), (3, 24), (4, 32)]:  # 8 GPUs a node: half the thesis's nodes
+        assert f"thesis-w{workers}-s0: horovod+pytorch (horovod), {nodes} node(s) x 8 process(es)" in out
+        assert f"sbatch -N {nodes} --ntasks-per-node 8 -p gpu --account=myproj --cpus-per-task 8 --gres=gpu:8" in out
+    monkeypatch.delenv("SLURM_ACCOUNT")
+    assert run_study(exp6, scale="thesis", launcher="slurm", cluster="generic", dry_run=True, out=tmp_path) == 0
+    assert "--account" not in capsys.readouterr().out
+
+
+def test_a_run_with_more_processes_a_node_than_the_profiles_gpus_is_one_line(monkeypatch, tmp_path):
+    from contract.config import ConfigError
+    from studies.run import run_study
+
+    monkeypatch.setenv("IMAGENET_DIR", "/data/ilsvrc2012")
+    monkeypatch.setenv("GPUS_PER_NODE", "2")  # experiment 3 runs 4 processes a node, as on the thesis's nodes
+    exp3 = ROOT / "experiments" / "03_throughput_distributed_data_parallel"
+    with pytest.raises(ConfigError, match="is 4 processes a node; the profile's nodes have 2 GPUs"):
+        run_study(exp3, scale="thesis", launcher="slurm", cluster="generic", dry_run=True, out=tmp_path)
+
+
 def test_expand():
     env = {"A": "1", "EMPTY": ""}
     assert expand("${A}-$A-${B:-two}-${EMPTY:-d}-${B}", env) == "1-1-two-d-"
@@ -136,3 +204,30 @@ def test_job_sh_rendezvous_port_is_the_trainers_formula_and_differs_per_job_and_
     srun_rank = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "SLURM_JOB_ID": "3999", "SLURM_RESTART_COUNT": "1",
                  "SLURM_STEP_NODELIST": "h1", "MASTER_ADDR": "h1"}
     assert detect_launch(srun_rank).master_port == port(srun_rank) == 49991
+
+
+def test_time_limits_in_slurms_forms_and_a_short_jobs_warning_signal():
+    from slurm.profiles import job_signal, limit_seconds
+
+    assert [limit_seconds(t) for t in ("15", "15:30", "1:00:00", "1-2", "1-2:3", "1-2:3:4")] == \
+        [900, 930, 3600, 93600, 93780, 93784]
+    with pytest.raises(ProfileError, match="not one of Slurm's forms"):
+        limit_seconds("15 minutes")
+    assert job_signal("USR1@600", "24:00:00") == "USR1@600"   # a long job: the profile's lead
+    assert job_signal("USR1@600", "15") == "USR1@225"         # a smoke job: a quarter of its time
+    assert job_signal("USR1@600", "UNLIMITED") == "USR1@600"
+    p = load_profile("taito", environ={})
+    argv = sbatch_argv(p, "s", 1, 1, 1, "j", "15", "o", {})
+    assert "--signal=B:USR1@225" in argv and "JOB_SIGNAL=B:USR1@225" in argv[-2]  # a successor job warned alike
+
+
+def test_every_profile_key_is_documented_in_the_users_guide_and_no_other():
+    import dataclasses
+
+    from slurm.profiles import Profile
+
+    guide = (ROOT / "docs" / "cluster.md").read_text()
+    table = {m for m in re.findall(r"^\| `(\w+)` \|", guide, re.M)}
+    keys = {f.name for f in dataclasses.fields(Profile)} - {"name"}  # name is the file's: no key
+    assert table == keys
+    assert "## Check the path first: make cluster-check" in guide

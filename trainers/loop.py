@@ -1,7 +1,9 @@
 """The one training loop: every experiment, scale and backend runs this.
 
-Per epoch: set the learning rate from the policy, train, validate, checkpoint. The loop talks to a `Backend`
-(trainers/backends) for everything distributed, to trainers.data for batches and to RunFolder for its records.
+Per epoch: set the learning rate from the policy, train, validate, checkpoint. A step cap (train.max_steps, a
+smoke run) ends the run early: the epoch it ends in is validated on as many batches as the cap and recorded as the
+last. The loop talks to a `Backend` (trainers/backends) for everything distributed, to trainers.data for batches
+and to RunFolder for its records.
 """
 from __future__ import annotations
 
@@ -205,20 +207,39 @@ class Trainer:
             return outputs[0], losses[0]
         return torch.cat(outputs), torch.stack(losses).sum() / total
 
+    # ---- the step cap (train.max_steps): a smoke run of the real model, data and launch ------------------------
+    def capped_steps(self, epoch: int) -> int:
+        """The steps epoch `epoch` trains: all of them, or those left under the cap (0 once it is reached)."""
+        n, cap = len(self.train_sampler), self.cfg.train.max_steps
+        return n if not cap else max(0, min(n, cap - epoch * n))
+
+    def last_epoch(self) -> int:
+        """The epochs the run trains: train.epochs, or fewer when the cap ends it sooner."""
+        cap, n = self.cfg.train.max_steps, len(self.train_sampler)
+        return self.cfg.train.epochs if not cap else min(self.cfg.train.epochs, math.ceil(cap / n))
+
+    def cut_by_cap(self) -> bool:
+        """The cap ends the run before the schedule does."""
+        return 0 < self.cfg.train.max_steps < self.cfg.train.epochs * len(self.train_sampler)
+
     def train_epoch(self, epoch: int) -> Sums:
         b = self.backend
         loader, n = self.batches(epoch, self.start_step)
+        last = self.capped_steps(epoch)  # n, unless the step cap ends the run in this epoch
         totals, self.partial = DeviceTotals(b.device, self.partial), Sums()
         every = LogEvery(
             totals, self.cfg.train.print_freq, lambda i, meters: self.log_iteration(epoch, i, n, meters),
-            also={n - 1},  # the epoch's last step: its reading is the epoch's sums
+            also={last - 1},  # the epoch's last step: its reading is the epoch's sums
             # a signal in a lone process is checked at every step; several processes agree on it where they read
             read_also=lambda i: b.world_size == 1 and self.stop.received is not None,
-            after_read=lambda i, meters: self.check_stop(epoch, i + 1, n, meters.reading))
+            after_read=lambda i, meters: self.check_stop(epoch, i + 1, last, meters.reading))
         self.model.train()
         self.run.log(f"Setting learning rate for epoch {epoch} to {lr_at(epoch, self.start_step, n, self.policy)}")
         comm_start = b.comm_seconds()
-        for i, (images, target, skipped) in every(enumerate(loader, start=self.start_step)):
+        steps = enumerate(loader, start=self.start_step)
+        if last < n:  # capped: the loader is left unfinished (the run ends with this epoch)
+            steps = itertools.islice(steps, max(0, last - self.start_step))
+        for i, (images, target, skipped) in every(steps):
             self.unreadable["train"].update(skipped)
             self.set_lr(lr_at(epoch, i, n, self.policy))
             output, loss = self.step(images, target)
@@ -270,14 +291,15 @@ class Trainer:
             self.run.record("util", **telemetry.as_record(sample, origin))
 
     # ---- validation ---------------------------------------------------------------------------------------
-    def validate(self) -> Sums:
+    def validate(self, batches: int | None = None) -> Sums:
+        """batches: validate on the first this many batches only (a capped smoke run's last epoch)."""
         n = len(self.val_loader)
         every = LogEvery(DeviceTotals(self.backend.device), self.cfg.train.print_freq, lambda i, meters: self.run.log(
             test_line(i, n, meters.batch_time, meters.reading.losses, meters.reading.top1, meters.reading.top5),
             progress=True))
         self.model.eval()
         with torch.no_grad():
-            for _, (images, target) in every(self.val_batches()):
+            for _, (images, target) in every(itertools.islice(self.val_batches(), batches)):
                 with self.compute.autocast():
                     output = self.model(self.compute.layout(images))
                     loss = self.criterion(output, target)
@@ -295,10 +317,12 @@ class Trainer:
 
     # ---- the run ------------------------------------------------------------------------------------------
     def fit(self) -> None:
-        for epoch in range(self.start_epoch, self.cfg.train.epochs):
+        last_epoch = self.last_epoch()
+        for epoch in range(self.start_epoch, last_epoch):
             started = time.time()
             train = self.train_epoch(epoch).reduced(self.backend)
-            val = self.validate()
+            capped = self.cut_by_cap() and epoch + 1 == last_epoch
+            val = self.validate(self.cfg.train.max_steps if capped else None)
             train_loss, train_top1, train_top5 = train.means()
             val_loss, val_top1, val_top5 = val.means()
             self.run.log(summary_line(val_top1, val_top5))
@@ -320,7 +344,7 @@ class Trainer:
                                      skipped_steps=self.skipped_total)
             # every rank agrees (a collective): a signal that reached one rank before this point and another after
             # it would otherwise stop one and leave the other waiting in the next epoch's first allreduce
-            if self.backend.any_rank(self.stop.received is not None) and epoch + 1 < self.cfg.train.epochs:
+            if self.backend.any_rank(self.stop.received is not None) and epoch + 1 < last_epoch:
                 raise Preempted(f"stopped by a signal after epoch {epoch}; checkpoint written")
 
     def count_skipped(self) -> int:
@@ -517,7 +541,7 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
                 except OSError:  # the disk that failed the run takes no more samples either
                     pass
         b.close()
-    done = cfg.train.epochs if cfg.bench.batches == 0 else 0
+    done = trainer.last_epoch() if cfg.bench.batches == 0 else 0
     for split, per_epoch in run.manifest.get("unreadable_images", {}).items():
         if any(per_epoch.values()):
             run.log(f"=> unreadable {split} images per epoch: {max(per_epoch.values())} (manifest unreadable_images)")
@@ -526,8 +550,17 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
                 "(manifest skipped_steps)")
     if trainer.step_s:
         run.log(data_wait_line(trainer.data_s / trainer.step_s))
-    run.status("completed", done, exit_code=EXIT_COMPLETED)
+    run.status("completed", done, exit_code=EXIT_COMPLETED, **capped(trainer))
     return EXIT_COMPLETED
+
+
+def capped(trainer: Trainer) -> dict:
+    """The completed status's message and manifest field of a run the step cap cut short: a smoke run, whose
+    numbers are no result of the study."""
+    cap = trainer.cfg.train.max_steps
+    if trainer.cfg.bench.batches or not trainer.cut_by_cap():
+        return {}
+    return {"message": f"capped at {cap} optimizer steps (train.max_steps): a smoke run", "capped_at_steps": cap}
 
 
 WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
