@@ -1,0 +1,128 @@
+"""What one rank of a cluster-check job sees: `python -m tools cluster-probe LAYER --dir D` (started by srun or
+mpirun inside the job that studies/cluster_check.py submits; not meant to be run by hand).
+
+Each rank writes D/LAYER/rank<r>.json with what it found; the check that submitted the job reads every rank's
+file and decides. A rank that fails writes its error there too, so the table can name it with its host.
+
+  hosts     this host's name and the address it resolves to, and the rendezvous host's address, as seen here
+  staging   whether the data staged into node-local scratch ($DATA_PATH) is there on this node
+  ddp       a torch.distributed all_reduce (gloo on CPU, NCCL on a GPU) gives the right sum, and its bus bandwidth
+  horovod   a Horovod allreduce gives the right average
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import time
+import traceback
+from pathlib import Path
+
+from trainers.backends.launch import detect_launch
+
+LAYERS = ("hosts", "staging", "ddp", "horovod")
+STAGED_MARKER = "cluster-check.txt"  # the one file in the tar the check stages
+
+
+def write(folder: Path, rank: int, result: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".rank{rank}.json.tmp"
+    tmp.write_text(json.dumps({"rank": rank, "host": socket.gethostname(), **result}))
+    os.replace(tmp, folder / f"rank{rank}.json")
+
+
+def resolve(name: str) -> str | None:
+    try:
+        return socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0]
+    except OSError:
+        return None
+
+
+def probe_hosts(launch) -> dict:
+    return {"own_address": resolve(socket.gethostname()), "master": launch.master_addr,
+            "master_address": resolve(launch.master_addr) if launch.master_addr else None}
+
+
+def probe_staging(launch) -> dict:
+    path = Path(os.environ.get("DATA_PATH", "")) / STAGED_MARKER
+    return {"staged": path.is_file(), "path": str(path)}
+
+
+def probe_ddp(launch, megabytes: float) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from trainers import backends
+
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", launch.local_rank) if cuda else torch.device("cpu")
+    if not cuda:
+        backends.bind_gloo_towards(launch.master_addr, launch)
+    os.environ.setdefault("MASTER_ADDR", launch.master_addr or "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(launch.master_port))
+    dist.init_process_group("nccl" if cuda else "gloo", rank=launch.rank, world_size=launch.world_size,
+                            timeout=datetime.timedelta(seconds=120))
+    try:
+        ones = torch.ones(4, device=device)
+        dist.all_reduce(ones)
+        correct = bool((ones == launch.world_size).all())
+        return {"correct": correct, "interface": os.environ.get("GLOO_SOCKET_IFNAME"),
+                "bus_gbit_s": bus_bandwidth(dist, device, megabytes, launch.world_size)}
+    finally:
+        dist.destroy_process_group()
+
+
+def bus_bandwidth(dist, device, megabytes: float, world: int, repeats: int = 3) -> float:
+    """nccl-tests' bus bandwidth of an all_reduce of `megabytes` MB: 2 (n-1)/n x bytes / time, in Gbit/s (the
+    figure comparable with a link's rate: what each rank's link carries)."""
+    import torch
+
+    data = torch.zeros(int(megabytes * 1e6 / 4), device=device)
+    dist.all_reduce(data)  # once untimed: connections set up
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(data)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return 2 * (world - 1) / world * data.numel() * 4 * 8 / min(times) / 1e9
+
+
+def probe_horovod(launch) -> dict:
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    try:
+        value = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Average)
+        expected = (hvd.size() - 1) / 2
+        return {"correct": abs(float(value) - expected) < 1e-6, "size": hvd.size()}
+    finally:
+        hvd.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools cluster-probe", description=__doc__.splitlines()[0])
+    ap.add_argument("layer", choices=LAYERS)
+    ap.add_argument("--dir", required=True, type=Path, help="the check's folder (on the shared file system)")
+    ap.add_argument("--megabytes", type=float, default=40.0, help="ddp: the all_reduce measured for bandwidth")
+    args = ap.parse_args(argv)
+    launch = detect_launch()
+    try:
+        if args.layer == "ddp":
+            result = probe_ddp(launch, args.megabytes)
+        elif args.layer == "horovod":
+            result = probe_horovod(launch)
+        else:
+            result = {"hosts": probe_hosts, "staging": probe_staging}[args.layer](launch)
+        write(args.dir / args.layer, launch.rank, {"ok": True, **result})
+        return 0
+    except Exception as e:  # noqa: BLE001 -- any failure is this layer's finding, written for the table
+        line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        write(args.dir / args.layer, launch.rank, {"ok": False, "error": f"{type(e).__name__}: {line}"[:300],
+                                                   "trace": traceback.format_exc()[-2000:]})
+        return 1
