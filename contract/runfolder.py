@@ -246,9 +246,19 @@ def now_iso() -> str:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
+    """The file whole or not at all: written beside it, synced (a crash of the machine must not put an empty file
+    behind the rename), then renamed over it. A write that fails removes its half-written copy."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_manifest_anyway(path: Path, data: dict) -> None:

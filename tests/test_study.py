@@ -485,3 +485,38 @@ def test_experiment_12s_declared_plan_gives_each_optimizer_its_designs_rule(scal
             assert cfg.train.workers == 128 and run.name.endswith("-s0")
     assert {workers for _, workers in study} == {32, 64, 128, 256}
     assert {o for o, _ in study} == set(design) and all(s == {0, 1, 2} for s in study.values())
+
+
+# ---- issue 40, item 1: a folder with a status-less manifest never strands a study --------------------------------------
+@pytest.mark.parametrize("manifest", ['{"start": "2026-01-01T00:00:00+00:00"}', '{"status": 5}', "", "{not json"])
+def test_a_run_folder_whose_manifest_has_no_status_is_resumed_by_the_next_study(tmp_path, capsys, manifest):
+    """A kill right after the trainer's first manifest write (or a 20 kB disk) left a manifest with no status and a
+    0-byte manifest.json.tmp: the next study trains the run rather than dying with KeyError: 'status'."""
+    from contract.reader import read_manifest
+    from studies.run import run_local
+
+    study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
+                       seeds=None, overrides=[])
+    run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text(manifest)
+    (run_dir / "manifest.json.tmp").write_bytes(b"")
+    assert run_local(study, "local", tmp_path / "runs", dry_run=False, jobs=1) == 0, capsys.readouterr()
+    assert read_manifest(run_dir)["status"] == "completed"
+    assert "[1/1] 99_tiny/w1-s3: completed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("manifest, says", [
+    ({"start": "x"}, "its manifest holds no status"), ({"status": 5}, "its manifest holds no status"),
+    ({"status": "completed", "best_val_top1": "x"}, "completed"), (None, "no manifest"),
+])
+def test_a_runs_summary_line_never_raises_on_a_manifest_it_cannot_read(tmp_path, manifest, says):
+    from studies.progress import summary
+
+    if manifest is not None:
+        (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    line = summary(tmp_path)
+    assert says in line and line.count("\n") == 0
+    if "no status" in says:
+        assert f"rm -r {tmp_path}" in line  # the command that clears it
+
