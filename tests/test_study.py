@@ -520,3 +520,26 @@ def test_a_runs_summary_line_never_raises_on_a_manifest_it_cannot_read(tmp_path,
     if "no status" in says:
         assert f"rm -r {tmp_path}" in line  # the command that clears it
 
+
+# ---- issue 40, item 4: no study option is silently ignored; counts have an upper bound that says why ------------------
+@pytest.mark.parametrize("study, extra, message", [
+    ('vary = { "train.workers" = [1] }', ["--gpus", "-3"], "--gpus = -3 must be a whole number >= 1"),
+    ('vary = { "train.workers" = [1] }', ["--gpus", "0"], "--gpus = 0 must be a whole number >= 1"),
+    ('vary = { "train.workers" = [1] }', ["--gpus", "4"], "--gpus 4 is the node's GPUs at --scale node; "),
+    ('vary = { "train.workers" = [1] }', ["--cluster", "taito"], "--cluster taito is a Slurm profile: add "
+                                                                  "--launcher slurm"),
+    ('vary = { "train.workers" = [1] }', ["--seeds", "100000"], "--seeds = 100000 is more than 100 seeds"),
+    ('seeds = 1000', [], "study.seeds = 1000 is more than 100 seeds"),
+    ('extra = [{ run = "a", seeds = 101 }]', [], "study seeds = 101 is more than 100 seeds"),
+])
+def test_options_a_study_would_ignore_or_that_are_out_of_range_are_one_line(tmp_path, capsys, study, extra, message):
+    err = refuse_study(capsys, tiny_experiment(tmp_path, study), *extra)
+    assert message in err, err
+
+
+def test_the_default_cluster_and_the_largest_seed_count_are_accepted(tmp_path, capsys):
+    from trainers.__main__ import main
+
+    folder = tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }')
+    assert main(["study", str(folder), "--dry-run", "--cluster", "local", "--seeds", "100"]) == 0
+    assert capsys.readouterr().out.count("# w1-s") == 100
