@@ -233,6 +233,9 @@ def check_run_name(name: str) -> str:
     """A run name is one folder name inside the experiment's folder: no path separators, no '..', not absolute."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name or os.path.isabs(name):
         raise ConfigError(f"run name {name!r} must be a plain folder name (no '/', no '..', not absolute)")
+    if not name.strip() or any(ord(c) < 32 or ord(c) == 127 for c in name):  # a line break splits every table
+        raise ConfigError(f"run name {name!r} must hold visible characters and no line breaks, tabs or other "
+                          "control characters")
     if len(name.encode()) > MAX_RUN_NAME:
         raise ConfigError(f"run name {name[:40]}... is {len(name.encode())} bytes long; use at most {MAX_RUN_NAME}")
     return name

@@ -430,3 +430,12 @@ def test_a_manifest_write_that_fails_leaves_no_tmp_file(tmp_path, monkeypatch):
         runfolder.write_json_atomic(tmp_path / "manifest.json", {"status": "running"})
     assert list(tmp_path.iterdir()) == []
 
+
+# ---- issue 40, item 9: a run name of only spaces, or with a line break, is no folder name a table or Slurm can show --
+@pytest.mark.parametrize("name", ["   ", "a\nb", "w1\r", "tab\there"])
+def test_a_blank_run_name_or_one_with_control_characters_is_refused(tmp_path, capsys, name):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path / "out", name) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: run name ") and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
