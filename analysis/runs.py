@@ -399,7 +399,7 @@ def load_study(runs: str | Path = "results/runs", logs=None) -> pd.DataFrame:
         problems += [f"{r.path}: {int(r.bad_lines)} bad line(s) skipped" for r in counted.itertuples()]
         a = _finish([x for x in (a, b) if len(x)])
     a.attrs["problems"] = problems
-    return refuse_mixed_configs(add_fingerprints(a, fingerprints(raw)))
+    return refuse_mixed_configs(count_runs_once(add_fingerprints(a, fingerprints(raw))))
 
 
 # ============================================================================================ config fingerprints
@@ -425,6 +425,37 @@ def add_fingerprints(df: pd.DataFrame, found: dict[str, str | None]) -> pd.DataF
     df = df.copy()
     df["fingerprint"] = df["path"].map(found) if len(df) else pd.Series(dtype=object)
     df.attrs = dict(df.attrs)
+    return df
+
+
+# ============================================================================================ run identity
+# A run counts once, by what it is -- its experiment, config fingerprint, seed and the name it was trained under
+# (config.json's `run`) -- not by its folder: a copied folder (`cp -a w1-s0 w1-s0.bak`) would otherwise count as
+# another seed, narrowing every interval with a std of 0.000 and perhaps changing a verdict.
+IDENTITY_KEYS = ["experiment", "fingerprint", "seed", "run"]
+
+
+def copies_of_runs(df: pd.DataFrame) -> dict[str, str]:
+    """Each run folder that holds the same run as another -> the folder kept: the one of the run's own name (the
+    one a study resumes), else the first by path. Folders without a readable config.json have no identity."""
+    runs = df[(df["kind"] == "run") & df["fingerprint"].notna()]
+    copies = {}
+    for _, g in runs.groupby(IDENTITY_KEYS, dropna=False, sort=False):
+        paths = sorted(zip(g["path"], g["run"]), key=lambda pr: (Path(pr[0]).name != pr[1], pr[0]))
+        copies.update({path: paths[0][0] for path, _ in paths[1:]})
+    return copies
+
+
+def count_runs_once(df: pd.DataFrame) -> pd.DataFrame:
+    """Drop every copy's rows, with a line each in df.attrs['problems'] naming it and the folder counted."""
+    copies = copies_of_runs(df)
+    if not copies:
+        return df
+    problems = list(df.attrs.get("problems", []))
+    problems += [f"{copy}: the same run as {kept} (experiment, config fingerprint, seed and run name) -- counted "
+                 f"once; remove the copy" for copy, kept in sorted(copies.items())]
+    df = df[~df["path"].isin(copies)].reset_index(drop=True)
+    df.attrs["problems"] = problems
     return df
 
 

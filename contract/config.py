@@ -46,6 +46,8 @@ LIMITS = {
     "model.width": 1_024,
     "bench.batches": 1_000_000,
     "bench.warmup_batches": 1_000_000,
+    # torch's generators take 64 bits: the seed plus an epoch, a rank or a study's seed index must still fit
+    "train.seed": 2**63 - 1,
 }
 # train.cpu_isa: the CPU kernels' instruction set, pinned through the two variables ATen and oneDNN read when they
 # first dispatch (so they must be in the environment before torch starts). "" = the CPU's best (unpinned).
@@ -230,19 +232,25 @@ class Config:
 # ----------------------------------------------------------------------------------------------------------------
 # Loading and overriding
 # ----------------------------------------------------------------------------------------------------------------
+UTF8_BOM = b"\xef\xbb\xbf"  # what some editors (Windows Notepad) put before UTF-8 text; tomllib reads it as a key
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = f.read()
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist; pass an experiments/NN_name/config.toml") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a folder; pass an experiments/NN_name/config.toml") from None
+    bom = len(UTF8_BOM) if data.startswith(UTF8_BOM) else 0
+    try:
+        return tomllib.loads(data[bom:].decode())
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path} is not valid TOML: {e}") from None
     except UnicodeDecodeError as e:  # TOML is UTF-8 text
-        raise ConfigError(f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+        raise ConfigError(f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start + bom}); "
                           "save it as UTF-8") from None
-    except IsADirectoryError:
-        raise ConfigError(f"config file {path} is a folder; pass an experiments/NN_name/config.toml") from None
 
 
 def find_scales_file(config_path: Path) -> Path | None:
@@ -477,6 +485,7 @@ def validate(cfg: Config, need_data: bool = True) -> None:
         raise ConfigError(
             f"lr.warmup_epochs = {lr.warmup_epochs} must be between 1 and train.epochs - 1 = {t.epochs - 1}"
         )
+    not_negative("lr.warmup_epochs", lr.warmup_epochs)  # without a warm-up too: a -1 would be a silent typo
     if lr.decay == "milestones":
         if list(lr.milestones) != sorted(set(lr.milestones)):
             raise ConfigError(f"lr.milestones = {list(lr.milestones)} must increase strictly")

@@ -75,6 +75,18 @@ def whole_number(where: str, value: Any, at_least: int = 1) -> None:
         raise ConfigError(f"{where} = {value!r} must be a whole number >= {at_least}")
 
 
+MAX_SEEDS = 100  # the thesis ran 1 seed a configuration, the local studies 3-7; --seeds 100000 (a typo) planned for 15 min
+
+
+def seed_count(where: str, value: Any) -> None:
+    """A number of seeds: at least 1, at most MAX_SEEDS."""
+    whole_number(where, value)
+    if value > MAX_SEEDS:
+        raise ConfigError(f"{where} = {value} is more than {MAX_SEEDS} seeds: each seed is a whole training of every "
+                          f"configuration, and {MAX_SEEDS} already narrow a mean's interval to a tenth of one run's "
+                          "spread")
+
+
 def check_study_table(table: dict[str, Any], config: Path) -> None:
     """The [study] table's mistakes, one line each, before any run is planned."""
     where = f"[study] in {config}"
@@ -85,7 +97,7 @@ def check_study_table(table: dict[str, Any], config: Path) -> None:
         raise ConfigError(f"study.kind = {table['kind']!r} in {config} is not one of {', '.join(KINDS)}")
     for key in ("seeds", "nodes", "tasks_per_node"):
         if key in table:
-            whole_number(f"study.{key}", table[key])
+            (seed_count if key == "seeds" else whole_number)(f"study.{key}", table[key])
     vary = table.get("vary", {})
     if not isinstance(vary, dict):
         raise ConfigError(f"study.vary in {config} must be a table of lists, e.g. {{ \"train.workers\" = [1, 32] }}")
@@ -98,7 +110,7 @@ def check_study_table(table: dict[str, Any], config: Path) -> None:
     for combo in [{k: v for k, v in zip(vary, values)} for values in itertools.product(*vary.values())] + extras:
         for key in ("nodes", "tasks_per_node", "seeds"):
             if key in combo:
-                whole_number(f"study {key}", combo[key])
+                (seed_count if key == "seeds" else whole_number)(f"study {key}", combo[key])
 
 
 def run_name(values: dict[str, Any], seed: int | None) -> str:
@@ -175,7 +187,7 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
     """only: run-name patterns (fnmatch, e.g. "w32-*"): the study's runs of those names alone."""
     config = experiment / "config.toml"
     if seeds is not None:
-        whole_number("--seeds", seeds)
+        seed_count("--seeds", seeds)
     if not config.is_file():
         raise ConfigError(f"{experiment} has no config.toml; pass an experiments/NN_name folder")
     table = study_table(config, scale)

@@ -235,6 +235,9 @@ def check_run_name(name: str) -> str:
     """A run name is one folder name inside the experiment's folder: no path separators, no '..', not absolute."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name or os.path.isabs(name):
         raise ConfigError(f"run name {name!r} must be a plain folder name (no '/', no '..', not absolute)")
+    if not name.strip() or any(ord(c) < 32 or ord(c) == 127 for c in name):  # a line break splits every table
+        raise ConfigError(f"run name {name!r} must hold visible characters and no line breaks, tabs or other "
+                          "control characters")
     if len(name.encode()) > MAX_RUN_NAME:
         raise ConfigError(f"run name {name[:40]}... is {len(name.encode())} bytes long; use at most {MAX_RUN_NAME}")
     return name
@@ -248,9 +251,19 @@ def now_iso() -> str:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
+    """The file whole or not at all: written beside it, synced (a crash of the machine must not put an empty file
+    behind the rename), then renamed over it. A write that fails removes its half-written copy."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_manifest_anyway(path: Path, data: dict) -> None:

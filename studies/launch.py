@@ -31,6 +31,7 @@ from trainers.backends import Launch, choose_backend, free_port, torchrun_comman
 REPO = Path(__file__).resolve().parents[1]
 FINISHED = ("completed", "diverged")
 OTHER_CONFIG = "other-config"  # a run folder made by a config other than the plan's
+MISSING, NO_STATUS = "missing", "no-status"  # no manifest; a manifest without a readable status (run_status)
 FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -114,7 +115,7 @@ def refuse_other_configs(plans: list[Plan]) -> None:
 def local_commands(plan: Plan) -> list[list[str]]:
     """The processes one run needs on this machine: one per torchrun node, or one horovodrun, or one python."""
     run, args, py = plan.run, plan.trainer_args, sys.executable
-    if plan.status != "missing":
+    if plan.status != MISSING:
         args = args + ["--resume", "auto"]
     if plan.backend == "ddp":
         per_node = plan.ranks() // run.nodes
@@ -133,8 +134,13 @@ def local_commands(plan: Plan) -> list[list[str]]:
 
 
 def run_status(run_dir: Path) -> str:
-    manifest = reader.read_manifest(run_dir)
-    return manifest.get("status", "missing") if manifest else "missing"
+    """MISSING where the folder has no manifest (nothing started: the trainer starts afresh), else its status, or
+    NO_STATUS where the study cannot read one (a manifest written half, or by a writer killed before its status):
+    that run is started with --resume auto, which continues it from its checkpoint or starts it afresh."""
+    if not (run_dir / runfolder.MANIFEST).exists():
+        return MISSING
+    status = (reader.read_manifest(run_dir) or {}).get("status")
+    return status if status in runfolder.STATUSES else NO_STATUS
 
 
 def last_epoch(run_dir: Path) -> dict | None:

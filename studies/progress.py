@@ -4,12 +4,14 @@ reference's and the thesis's (the analysis's comparison table).
 """
 from __future__ import annotations
 
+import shlex
 import shutil
 import sys
 from pathlib import Path
 
 from contract import reader
 from contract.plan import Study
+from contract.runfolder import MANIFEST, STATUSES
 from studies.clock import Clock, duration
 from studies.launch import FINISHED, FULL_OUT, Active, Plan, last_epoch
 
@@ -38,14 +40,24 @@ class Progress:
 
 
 def summary(run_dir: Path) -> str:
-    manifest = reader.read_manifest(run_dir)
-    if manifest is None:
+    """A finished run's result in a few words; never an error, whatever its folder holds (the study goes on)."""
+    manifest, problem = reader.read_document(run_dir / MANIFEST)
+    if problem == "missing":
         return f"no manifest (see {run_dir / 'console.log'})"
+    status = (manifest or {}).get("status")
+    if status not in STATUSES:
+        return (f"its manifest {'is ' + problem if problem else 'holds no status'} (see {run_dir / 'console.log'}); "
+                f"`rm -r {shlex.quote(str(run_dir))}` clears it and the next study starts the run afresh")
     bench = reader.read_metrics(run_dir).of("bench")
-    if bench:
-        return f"{manifest['status']}: {bench[-1]['images_per_s_steady']:.1f} images/s (steady state)"
+    rate = bench[-1].get("images_per_s_steady") if bench else None
+    if is_number(rate):
+        return f"{status}: {rate:.1f} images/s (steady state)"
     best = manifest.get("best_val_top1")
-    return manifest["status"] + (f": best val top-1 {best:.2f} %" if best is not None else "")
+    return status + (f": best val top-1 {best:.2f} %" if is_number(best) else "")
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # ----------------------------------------------------------------------------------------------------------------

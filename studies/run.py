@@ -61,6 +61,19 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
     return 1 if failures else 0
 
 
+def check_options(scale: str, launcher: str, cluster: str, gpus: int | None) -> None:
+    """An option this study would not use is a mistake, not a default: one line each."""
+    if gpus is not None and scale == NODE_SCALE:
+        check_node_gpus(gpus, "--gpus")
+    elif gpus is not None:  # the other scales' runs take their GPUs from their workers (W) and the launcher
+        whole_number("--gpus", gpus)
+        raise ConfigError(f"--gpus {gpus} is the node's GPUs at --scale {NODE_SCALE}; at --scale {scale} each "
+                          f"run's workers set its GPUs: leave --gpus out (make: GPUS=)")
+    if cluster != "local" and launcher != "slurm":  # `local` is the default (the Makefile always passes it)
+        raise ConfigError(f"--cluster {cluster} is a Slurm profile: add --launcher slurm (make LAUNCHER=slurm), or "
+                          "leave --cluster out to run the study on this machine")
+
+
 def run_study(experiment: Path, scale: str = "local", launcher: str = "local", cluster: str = "local",
               dry_run: bool = False, quick: bool = False, out: Path | None = None, seeds: int | None = None,
               overrides: list[str] = (), jobs: int | None = None, only: list[str] = (), gpus: int | None = None) -> int:
@@ -68,9 +81,8 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
         whole_number("--jobs", jobs)
     if out is not None and not str(out):
         raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
-    if gpus is not None and scale == NODE_SCALE:
-        check_node_gpus(gpus, "--gpus")  # before any other line
     study = load_study(experiment, scale, quick, seeds, list(overrides), list(only))
+    check_options(scale, launcher, cluster, gpus)  # before any line is printed
     out = out or (QUICK_OUT if quick else FULL_OUT)
     if study.question:
         print(f"{experiment.name}: {study.question}")

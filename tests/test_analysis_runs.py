@@ -398,3 +398,21 @@ def test_run_value_of_a_run_without_throughput_rows_is_nan_not_a_keyerror(tmp_pa
     assert math.isnan(run_value(quality, "throughput"))
     assert run_value(quality, "quality") == pytest.approx(_run(load_runs(tmp_path), "05_linear_scaling",
                                                               "w2-s0")["best_val_top1"])
+
+
+# ---- issue 40, item 2: a run counts once, by its identity, not by its folder -----------------------------------------
+def test_a_copied_run_folder_counts_once_with_one_problem_line(tmp_path):
+    import shutil
+
+    reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu-18ep/05_linear_scaling"
+    for run in ("w1-s0", "w1-s1", "w1-s2"):
+        shutil.copytree(reference / run, tmp_path / "05_linear_scaling" / run, ignore=shutil.ignore_patterns("*.pt"))
+    before = tb.quality_summary(load_study(tmp_path))
+    assert before["n"].tolist() == [3]
+    shutil.copytree(tmp_path / "05_linear_scaling/w1-s0", tmp_path / "05_linear_scaling/w1-s0.bak")  # cp -a
+    df = load_study(tmp_path)
+    assert tb.quality_summary(df).equals(before)
+    assert len(df[df["kind"] == "run"]) == 3 and not df["path"].str.endswith("w1-s0.bak").any()
+    problems = [p for p in df.attrs["problems"] if "w1-s0.bak" in p]
+    assert len(problems) == 1 and "counted once" in problems[0], df.attrs["problems"]
+    assert problems[0].startswith(str(tmp_path / "05_linear_scaling/w1-s0.bak") + ": the same run as ")

@@ -123,6 +123,10 @@ GENERATED = ["data.kind='generated'", "data.per_class=2", "data.val_per_class=1"
      "error: the global batch (12 = train.workers x train.per_worker_batch) is larger than the 10 training images"),
     (["data.image_size=4096"], "error: data.image_size = 4096 is more than this suite's limit"),
     (["data.max_image_pixels=10000000000"], "error: data.max_image_pixels = 10000000000 is more than"),
+    # issue 40, item 9: a negative warm-up without a warm-up, a seed no generator takes (2**70)
+    (["lr.warmup_epochs=-1"], "error: lr.warmup_epochs = -1 must be >= 0"),
+    (["train.seed=1180591620717411303424"], "error: train.seed = 1180591620717411303424 is more than this suite's "
+                                            "limit of 9,223,372,036,854,775,807"),
 ])
 def test_cli_refuses_mistakes_in_one_line_before_any_folder_or_data(tmp_path, capsys, monkeypatch, sets, message):
     from trainers.__main__ import main
@@ -169,3 +173,11 @@ def test_an_output_folder_that_cannot_be_written_is_one_line(tmp_path, capsys, w
     assert main(["train", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: output folder {out}/c/") and err.count("\n") == 1, err
+
+
+# ---- issue 40, item 9: a config saved with a UTF-8 byte-order mark (Windows editors) reads as without it -----------
+def test_a_config_starting_with_a_utf8_bom_is_read_as_without_it(tmp_path):
+    plain = write_config(tmp_path / "plain.toml", {"train": {"epochs": 3}})
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert load_config(bom).to_dict() == load_config(plain).to_dict()

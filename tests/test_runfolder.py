@@ -401,3 +401,41 @@ def test_ddp_measures_its_communication(tmp_path):
     epoch = records(tmp_path / "c" / "r", "epoch")[-1]
     assert epoch["comm_s"] > 0 and epoch["compute_s"] > 0 and epoch["data_s"] >= 0
     assert epoch["comm_s"] + epoch["compute_s"] + epoch["data_s"] < epoch["epoch_time"]
+
+
+# ---- issue 40, item 1: the manifest is written whole or not at all; no status-less manifest ever visible ------------
+def test_every_manifest_the_trainer_writes_holds_a_status(tmp_path, monkeypatch):
+    """A kill between two writes must not leave a manifest without a status: the first one already says running."""
+    from contract import runfolder
+
+    written, write = [], runfolder.write_json_atomic
+    monkeypatch.setattr(runfolder, "write_json_atomic",
+                        lambda path, data: (written.append((path.name, dict(data))), write(path, data)))
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "r") == 0
+    manifests = [data for name, data in written if name == "manifest.json"]
+    assert manifests and all(data.get("status") in runfolder.STATUSES for data in manifests), manifests[0]
+
+
+def test_a_manifest_write_that_fails_leaves_no_tmp_file(tmp_path, monkeypatch):
+    import errno
+
+    from contract import runfolder
+
+    def full(*_):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runfolder.os, "replace", full)
+    with pytest.raises(OSError):
+        runfolder.write_json_atomic(tmp_path / "manifest.json", {"status": "running"})
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- issue 40, item 9: a run name of only spaces, or with a line break, is no folder name a table or Slurm can show --
+@pytest.mark.parametrize("name", ["   ", "a\nb", "w1\r", "tab\there"])
+def test_a_blank_run_name_or_one_with_control_characters_is_refused(tmp_path, capsys, name):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path / "out", name) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: run name ") and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()

@@ -487,3 +487,61 @@ def test_experiment_12s_declared_plan_gives_each_optimizer_its_designs_rule(scal
             assert cfg.train.workers == 128 and run.name.endswith("-s0")
     assert {workers for _, workers in study} == {32, 64, 128, 256}
     assert {o for o, _ in study} == set(design) and all(s == {0, 1, 2} for s in study.values())
+
+
+# ---- issue 40, item 1: a folder with a status-less manifest never strands a study --------------------------------------
+@pytest.mark.parametrize("manifest", ['{"start": "2026-01-01T00:00:00+00:00"}', '{"status": 5}', "", "{not json"])
+def test_a_run_folder_whose_manifest_has_no_status_is_resumed_by_the_next_study(tmp_path, capsys, manifest):
+    """A kill right after the trainer's first manifest write (or a 20 kB disk) left a manifest with no status and a
+    0-byte manifest.json.tmp: the next study trains the run rather than dying with KeyError: 'status'."""
+    from contract.reader import read_manifest
+    from studies.run import run_local
+
+    study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
+                       seeds=None, overrides=[])
+    run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text(manifest)
+    (run_dir / "manifest.json.tmp").write_bytes(b"")
+    assert run_local(study, "local", tmp_path / "runs", dry_run=False, jobs=1) == 0, capsys.readouterr()
+    assert read_manifest(run_dir)["status"] == "completed"
+    assert "[1/1] 99_tiny/w1-s3: completed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("manifest, says", [
+    ({"start": "x"}, "its manifest holds no status"), ({"status": 5}, "its manifest holds no status"),
+    ({"status": "completed", "best_val_top1": "x"}, "completed"), (None, "no manifest"),
+])
+def test_a_runs_summary_line_never_raises_on_a_manifest_it_cannot_read(tmp_path, manifest, says):
+    from studies.progress import summary
+
+    if manifest is not None:
+        (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    line = summary(tmp_path)
+    assert says in line and line.count("\n") == 0
+    if "no status" in says:
+        assert f"rm -r {tmp_path}" in line  # the command that clears it
+
+
+# ---- issue 40, item 4: no study option is silently ignored; counts have an upper bound that says why ------------------
+@pytest.mark.parametrize("study, extra, message", [
+    ('vary = { "train.workers" = [1] }', ["--gpus", "-3"], "--gpus = -3 must be a whole number >= 1"),
+    ('vary = { "train.workers" = [1] }', ["--gpus", "0"], "--gpus = 0 must be a whole number >= 1"),
+    ('vary = { "train.workers" = [1] }', ["--gpus", "4"], "--gpus 4 is the node's GPUs at --scale node; "),
+    ('vary = { "train.workers" = [1] }', ["--cluster", "taito"], "--cluster taito is a Slurm profile: add "
+                                                                  "--launcher slurm"),
+    ('vary = { "train.workers" = [1] }', ["--seeds", "100000"], "--seeds = 100000 is more than 100 seeds"),
+    ('seeds = 1000', [], "study.seeds = 1000 is more than 100 seeds"),
+    ('extra = [{ run = "a", seeds = 101 }]', [], "study seeds = 101 is more than 100 seeds"),
+])
+def test_options_a_study_would_ignore_or_that_are_out_of_range_are_one_line(tmp_path, capsys, study, extra, message):
+    err = refuse_study(capsys, tiny_experiment(tmp_path, study), *extra)
+    assert message in err, err
+
+
+def test_the_default_cluster_and_the_largest_seed_count_are_accepted(tmp_path, capsys):
+    from trainers.__main__ import main
+
+    folder = tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }')
+    assert main(["study", str(folder), "--dry-run", "--cluster", "local", "--seeds", "100"]) == 0
+    assert capsys.readouterr().out.count("# w1-s") == 100
