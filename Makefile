@@ -32,8 +32,10 @@ SITE_TORCH ?=
 ##                          variable (export it, or pass it on the make line); a Slurm profile may stage a tar instead
 ## GPU_CHECK_DATA=DIR       make gpu-check: the ImageFolder for its real-JPEG rows (default IMAGENET_DIR)
 GPU_CHECK_DATA ?=
-## NODES=N                  make cluster: the local Slurm cluster's nodes, each a host of its own (default 3)
+## NODES=N                  make cluster: the local cluster's nodes, each a host of its own (default 3); make cluster-check: the nodes each check job spans (default 2)
 NODES ?= 3
+## LINK=RATE                make cluster, cluster-link: limit each local node's link to RATE (tc's units: 100mbit, 1gbit; none lifts it)
+LINK ?=
 ## CLUSTER_DIR=DIR          make cluster: where the local cluster keeps its config, state and logs (default .cluster)
 CLUSTER_DIR ?= .cluster
 # The local cluster's clients need its config: CLUSTER=local finds it in CLUSTER_DIR unless SLURM_CONF is set.
@@ -45,7 +47,7 @@ endif
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster cluster cluster-stop test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
+.PHONY: help setup setup-horovod horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -97,11 +99,18 @@ setup-cluster: ## Install Slurm and Open MPI from Debian (root) for the Slurm an
 	bash slurm/install.sh
 
 cluster: setup setup-cluster ## Start a local Slurm cluster of NODES hosts (network namespaces, root) in CLUSTER_DIR
-	$(PY) -m slurm.local_cluster start --dir $(CLUSTER_DIR) --nodes $(NODES)
+	$(PY) -m slurm.local_cluster start --dir $(CLUSTER_DIR) --nodes $(NODES) $(if $(LINK),--rate $(LINK))
 	@echo "make: LAUNCHER=slurm CLUSTER=local now submits to it (e.g. make exp3 LAUNCHER=slurm CLUSTER=local); make cluster-stop ends it"
+
+cluster-link: setup ## Limit the local cluster's links to LINK (e.g. LINK=100mbit; LINK=none lifts it): the interconnect as a dial
+	@test -n "$(LINK)" || { echo "make: give LINK=RATE (e.g. LINK=100mbit) or LINK=none"; exit 2; }
+	$(PY) -m slurm.local_cluster link --dir $(CLUSTER_DIR) --rate $(LINK)
 
 cluster-stop: setup ## Stop the local Slurm cluster: its daemons, namespaces and links
 	$(PY) -m slurm.local_cluster stop --dir $(CLUSTER_DIR)
+
+cluster-check: setup ## Check a Slurm cluster (CLUSTER=P) layer by layer in minutes: nodes, hosts, staging, DDP, Horovod, training
+	$(PY) -m tools cluster-check --cluster $(CLUSTER) --scale $(SCALE) $(if $(filter command line,$(origin NODES)),--nodes $(NODES))
 
 # In CI (CI=true, root) the Slurm, MPI and Horovod tests must run, so their dependencies are installed first.
 test: setup $(if $(filter true,$(CI)),setup-cluster setup-horovod) ## Run the whole test suite (slow tests included)

@@ -108,10 +108,16 @@ def _hardware(cpus: int | None = None) -> tuple[str, str]:
 CONTROLLER = "ctl"  # the controller's host name in the multi-host mode
 
 
+LINK_FILE = "link"  # in workdir: the rate every node's link is limited to, when one is
+
+
 def _task_prolog(workdir: Path) -> Path:
-    """A TaskProlog giving every task a TMPDIR on its own node (workdir/tmp/<node>), as node-local scratch would."""
+    """A TaskProlog giving every task a TMPDIR on its own node (workdir/tmp/<node>), as node-local scratch would, and
+    CLUSTER_LINK, the link's rate where `limit_links` set one (the trainer records it in the manifest)."""
     path = workdir / "task_prolog.sh"
-    path.write_text(f'#!/bin/sh\nd="{workdir}/tmp/$SLURMD_NODENAME"\nmkdir -p "$d" && echo "export TMPDIR=$d"\n')
+    path.write_text(f'#!/bin/sh\nd="{workdir}/tmp/$SLURMD_NODENAME"\nmkdir -p "$d" && echo "export TMPDIR=$d"\n'
+                    f'[ -s "{workdir}/{LINK_FILE}" ] && echo "export CLUSTER_LINK=$(cat "{workdir}/{LINK_FILE}")"\n'
+                    f'exit 0\n')
     path.chmod(0o755)
     return path
 
@@ -426,6 +432,22 @@ class Cluster:
         return cls(workdir, Path(state["conf"]), state.get("munged_pid"), nodes=state.get("nodes", []),
                    network=network)
 
+    # ---- the interconnect ------------------------------------------------------------------------------------
+    def limit_links(self, rate: str | None) -> None:
+        """Limit every node's link to `rate` (tc's units: 100mbit, 1gbit) with a token bucket, or lift it (None)."""
+        if not self.network:
+            raise ClusterError("one node on localhost has no links to limit (start it with --nodes 2 or more)")
+        try:
+            self.network.limit(rate)
+        except netns.NetnsError as e:
+            raise ClusterError(str(e)) from None
+        (self.workdir / LINK_FILE).write_text(rate or "")
+
+    @property
+    def link(self) -> str | None:
+        path = self.workdir / LINK_FILE
+        return (path.read_text().strip() or None) if path.exists() else None
+
     # ---- faults ----------------------------------------------------------------------------------------------
     def kill_node(self, node: str) -> None:
         """SIGKILL a node's slurmd (the node is lost: Slurm marks it DOWN once SlurmdTimeout passes)."""
@@ -531,11 +553,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m slurm.local_cluster",
                                  description="A private Slurm cluster on this machine: N hosts in network "
                                              "namespaces, or one node on localhost.")
-    ap.add_argument("action", choices=["start", "stop", "status"])
+    ap.add_argument("action", choices=["start", "stop", "status", "link"])
     ap.add_argument("--dir", required=True, help="folder for slurm.conf, state, spool and logs")
     ap.add_argument("--nodes", type=int, default=1,
                     help="nodes, each a host of its own when 2 or more (default 1: one node on localhost)")
     ap.add_argument("--cpus", type=int, help="cores each node claims (default: the real count)")
+    ap.add_argument("--rate", help="start, link: limit every node's link to this rate (tc's units: 100mbit, 1gbit); "
+                                   "link --rate none lifts it")
     args = ap.parse_args(argv)
     if args.nodes < 1:
         ap.error(f"--nodes must be 1 or more, got {args.nodes}")
@@ -550,10 +574,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"one node on localhost instead of {nodes} hosts: {why}")
                 nodes = 1
             c = start(workdir, cpus=args.cpus, nodes=nodes)
+            if args.rate and c.network:
+                c.limit_links(args.rate)
             mode = (f"{nodes} hosts in network namespaces ({c.network.subnet}, controller {CONTROLLER})"
                     if c.network else "one node on localhost")
+            mode += f", links limited to {c.link}" if c.link else ""
             print(f"cluster up: {mode}; nodes {', '.join(c.nodes)}: {c.node_state()}; now run:\n"
                   f"  export SLURM_CONF={c.conf}")
+        elif args.action == "link":
+            if not (workdir / "cluster.json").exists():
+                print(f"no cluster in {workdir}")
+                return 1
+            c = Cluster.load(workdir)
+            c.limit_links(None if args.rate in (None, "none") else args.rate)
+            print(f"links of {', '.join(c.nodes)}: {c.link or 'unlimited'}")
         elif args.action == "stop":
             if not (workdir / "cluster.json").exists():
                 print(f"no cluster in {workdir}")

@@ -10,7 +10,7 @@ import pytest
 from contract.config import ConfigError
 from trainers import backends
 from trainers.backends import Launch, bind_gloo_towards
-from trainers.backends.launch import interface_towards
+from trainers.backends.launch import Route, interface_towards
 
 TWO_HOSTS = Launch("slurm", rank=1, world_size=2, local_rank=0, master_addr="n1", master_port=10010,
                    local_world_size=1)
@@ -22,7 +22,7 @@ def no_gloo_ifname(monkeypatch):
 
 
 def test_loopback_is_its_own_interface():
-    assert interface_towards("127.0.0.1") == ("127.0.0.1", "lo")
+    assert interface_towards("127.0.0.1") == Route("127.0.0.1", "127.0.0.1", "lo")
 
 
 def test_one_host_leaves_gloo_alone(monkeypatch, no_gloo_ifname):
@@ -33,7 +33,7 @@ def test_one_host_leaves_gloo_alone(monkeypatch, no_gloo_ifname):
 
 
 def test_across_hosts_gloo_binds_the_interface_that_reaches_the_rendezvous(monkeypatch, no_gloo_ifname):
-    monkeypatch.setattr(backends, "interface_towards", lambda addr: ("10.213.0.3", "eth0"))
+    monkeypatch.setattr(backends, "interface_towards", lambda addr: Route("10.213.0.2", "10.213.0.3", "eth0"))
     bind_gloo_towards("n1", TWO_HOSTS)
     assert os.environ["GLOO_SOCKET_IFNAME"] == "eth0"
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "ib0")  # the user's own choice wins
@@ -42,7 +42,7 @@ def test_across_hosts_gloo_binds_the_interface_that_reaches_the_rendezvous(monke
 
 
 def test_a_rendezvous_name_on_loopback_or_unresolved_is_one_line(monkeypatch, no_gloo_ifname):
-    monkeypatch.setattr(backends, "interface_towards", lambda addr: ("127.0.1.1", "lo"))
+    monkeypatch.setattr(backends, "interface_towards", lambda addr: Route("127.0.1.1", "127.0.0.1", "lo"))
     with pytest.raises(ConfigError, match=r"rank 1: the rendezvous host 'n1' resolves to loopback \(127.0.1.1\)") as e:
         bind_gloo_towards("n1", TWO_HOSTS)
     assert "\n" not in str(e.value) and "/etc/hosts" in str(e.value)

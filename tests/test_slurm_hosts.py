@@ -138,3 +138,83 @@ def wait_for_epoch(cluster, job: int, run_dir: Path, timeout: float = 300) -> No
         assert state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), f"job {job} ended {state} first"
         time.sleep(0.3)
     raise AssertionError(f"no epoch record in {run_dir} after {timeout} s")
+
+
+# ---- make cluster-check: every layer passes here, and a broken one is named -------------------------------------
+def cluster_check(cluster, tmp_path, *args, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tools", "cluster-check", "--cluster", "local", "--out",
+                           str(tmp_path), *args], cwd=REPO, env={**cluster_env(cluster), **(env or {})},
+                          capture_output=True, text=True, timeout=600)
+
+
+def table(result: subprocess.CompletedProcess) -> dict[str, str]:
+    """{layer: "pass" | "FAIL" | "not run"} from the check's table."""
+    rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    return {cells[1].strip(): cells[2].strip() for cells in rows if cells[1].strip() != "layer"}
+
+
+def test_cluster_check_passes_every_layer_on_the_local_cluster(hosts_cluster, tmp_path):
+    from studies.cluster_check import LAYERS
+    from tests.test_horovod import horovod_missing
+
+    result = cluster_check(hosts_cluster, tmp_path)
+    expected = {layer: "pass" for layer in LAYERS}
+    if horovod_missing():
+        expected["horovod"] = "FAIL"
+    assert table(result) == expected, result.stdout + result.stderr
+    assert result.returncode == (1 if horovod_missing() else 0)
+    assert "over eth0" in result.stdout and "Gbit/s" in result.stdout  # gloo bound the nodes' link, measured
+    assert len(list(tmp_path.glob("local-*/cluster_check.md"))) == 1
+
+
+def test_cluster_check_names_a_hosts_file_that_sends_a_node_to_loopback(hosts_cluster, tmp_path):
+    hosts = hosts_cluster.network.hosts_file("n1")
+    good = hosts.read_text()
+    try:  # in place: each node's /etc/hosts is a bind mount of this file
+        with open(hosts, "r+") as f:
+            f.write(good.replace(f"{hosts_cluster.network.address('n1')}\tn1", "127.0.1.1\tn1"))
+            f.truncate()
+        result = cluster_check(hosts_cluster, tmp_path, "--layers", "hosts", "ddp")
+    finally:
+        with open(hosts, "r+") as f:
+            f.write(good)
+            f.truncate()
+    assert result.returncode == 1 and table(result) == {"nodes": "pass", "hosts": "FAIL", "ddp": "FAIL"}
+    assert "n1 resolves its own name to 127.0.1.1" in result.stdout
+    assert "rendezvous host 'n1' resolves to loopback (127.0.1.1) on n1" in result.stdout  # the trainer's own line
+
+
+def test_cluster_check_names_a_wrong_network_interface(hosts_cluster, tmp_path):
+    result = cluster_check(hosts_cluster, tmp_path, "--layers", "ddp", env={"GLOO_SOCKET_IFNAME": "bogus0"})
+    assert result.returncode == 1 and table(result) == {"nodes": "pass", "ddp": "FAIL"}
+    assert "bogus0" in result.stdout
+
+
+def test_a_limited_link_is_what_ddp_all_reduce_gets(hosts_cluster, tmp_path):
+    """The interconnect as a dial: at a 100 Mbit/s link, DDP's all_reduce reaches at least 0.8 of the link's rate
+    (nccl-tests' bus bandwidth): the link, not the machine, is the limit."""
+    import re
+
+    hosts_cluster.limit_links("100mbit")
+    try:
+        result = cluster_check(hosts_cluster, tmp_path, "--layers", "ddp")
+    finally:
+        hosts_cluster.limit_links(None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    share = float(re.search(r"= ([\d.]+) of the 100mbit link", result.stdout).group(1))
+    print(f"DDP all_reduce at a 100mbit link: {share:.2f} of its rate")
+    assert 0.8 <= share <= 1.05
+
+
+def test_cluster_check_names_a_dead_node_before_any_job_waits_for_it(hosts_cluster, tmp_path):
+    """Last in this module: the node stays lost (its slurmd killed) until the cluster stops."""
+    import time
+
+    hosts_cluster.kill_node("n2")
+    deadline = time.monotonic() + 120  # slurmctld notices at its next ping (SlurmdTimeout / 3)
+    while time.monotonic() < deadline and "n2 idle*" not in hosts_cluster.node_state() \
+            and "down" not in hosts_cluster.node_state():
+        time.sleep(1)
+    result = cluster_check(hosts_cluster, tmp_path, "--nodes", "3", "--layers", "hosts")
+    assert result.returncode == 1 and table(result) == {"nodes": "FAIL", "hosts": "not run"}, result.stdout
+    assert "2 of 3 nodes answer (n2 " in result.stdout and "failing: nodes;" in result.stdout

@@ -4,7 +4,8 @@ from __future__ import annotations
 import sys
 
 from contract.config import ConfigError
-from tools import bench, bench_comm, bench_step, data_bench, gpu_check, noise_scale, telemetry_overhead
+from tools import (bench, bench_comm, bench_step, cluster_check, cluster_probe, data_bench, gpu_check, noise_scale,
+                   telemetry_overhead)
 from trainers.data import DataError
 
 TOOLS = {
@@ -14,6 +15,8 @@ TOOLS = {
     "data-bench": (data_bench, "images/s of torchvision's ImageFolder pipeline and ours on a folder"),
     "noise-scale": (noise_scale, "gradient noise scale B_simple of runs' models (McCandlish et al. 2018)"),
     "telemetry": (telemetry_overhead, "the utilisation sampler's overhead: `telemetry overhead CONFIG`"),
+    "cluster-check": (cluster_check, "check a Slurm cluster layer by layer in minutes (make cluster-check CLUSTER=P)"),
+    "cluster-probe": (cluster_probe, "one rank's part of a cluster-check job (started inside the job)"),
     "gpu-check": (gpu_check, "verify a GPU machine in ~10 minutes -> results/gpu_checks/<gpu>-<date>/"),
 }
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from trainers.backends.launch import detect_launch
 
 LAYERS = ("hosts", "staging", "ddp", "horovod")
-STAGED_MARKER = "cluster-check.txt"  # the one file in the tar the check stages
 
 
 def write(folder: Path, rank: int, result: dict) -> None:
@@ -45,8 +44,8 @@ def probe_hosts(launch) -> dict:
             "master_address": resolve(launch.master_addr) if launch.master_addr else None}
 
 
-def probe_staging(launch) -> dict:
-    path = Path(os.environ.get("DATA_PATH", "")) / STAGED_MARKER
+def probe_staging(launch, marker: str) -> dict:
+    path = Path(os.environ.get("DATA_PATH", "")) / marker
     return {"staged": path.is_file(), "path": str(path)}
 
 
@@ -69,7 +68,8 @@ def probe_ddp(launch, megabytes: float) -> dict:
         dist.all_reduce(ones)
         correct = bool((ones == launch.world_size).all())
         return {"correct": correct, "interface": os.environ.get("GLOO_SOCKET_IFNAME"),
-                "bus_gbit_s": bus_bandwidth(dist, device, megabytes, launch.world_size)}
+                "bus_gbit_s": bus_bandwidth(dist, device, megabytes, launch.world_size),
+                "link": os.environ.get("CLUSTER_LINK")}  # the local cluster's limited link, where one is set
     finally:
         dist.destroy_process_group()
 
@@ -110,15 +110,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("layer", choices=LAYERS)
     ap.add_argument("--dir", required=True, type=Path, help="the check's folder (on the shared file system)")
     ap.add_argument("--megabytes", type=float, default=40.0, help="ddp: the all_reduce measured for bandwidth")
-    args = ap.parse_args(argv)
+    ap.add_argument("--marker", default="", help="staging: the file the staged tar holds")
+    # job.sh adds `--set data.path=...` where it staged data: the probe reads $DATA_PATH itself
+    args, _ = ap.parse_known_args(argv)
     launch = detect_launch()
     try:
         if args.layer == "ddp":
             result = probe_ddp(launch, args.megabytes)
         elif args.layer == "horovod":
             result = probe_horovod(launch)
+        elif args.layer == "staging":
+            result = probe_staging(launch, args.marker)
         else:
-            result = {"hosts": probe_hosts, "staging": probe_staging}[args.layer](launch)
+            result = probe_hosts(launch)
         write(args.dir / args.layer, launch.rank, {"ok": True, **result})
         return 0
     except Exception as e:  # noqa: BLE001 -- any failure is this layer's finding, written for the table

@@ -500,7 +500,9 @@ def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: b
     attempts = run.manifest.get("attempts", []) if trainer.resuming else []
     # the status goes into this first write: a manifest without one, left by a kill before the next, strands a study
     run.update_manifest(
-        status="running", epochs_done=trainer.start_epoch, start=run.manifest.get("start", now_iso()), end=None, launcher=launch.launcher, seed=cfg.train.seed,
+        status="running", epochs_done=trainer.start_epoch, start=run.manifest.get("start", now_iso()), end=None,
+        launcher=launch.launcher, seed=cfg.train.seed,
+        link=os.environ.get("CLUSTER_LINK"),  # the local cluster's link rate where one was set (make cluster LINK=)
         attempts=[*attempts, attempt],  # every attempt's arithmetic: a mix would show here
         versions={**versions(), "cuda": torch.version.cuda}, git_commit=git_commit(), threads=thread_settings(),
         cpu=compute.cpu_description(),  # the kernels' ISA: what a bit-identical rerun elsewhere must pin

@@ -142,12 +142,12 @@ def bind_gloo_towards(master: str | None, launch: Launch) -> None:
         raise ConfigError(f"rank {launch.rank}: the rendezvous host {master!r} does not resolve on "
                           f"{socket.gethostname()}: add it to this node's /etc/hosts or DNS, or set MASTER_ADDR "
                           f"to an address")
-    address, interface = found
-    if is_loopback(address):
-        raise ConfigError(f"rank {launch.rank}: the rendezvous host {master!r} resolves to loopback ({address}) on "
-                          f"{socket.gethostname()}, so ranks on the job's other hosts cannot reach it: make the name "
-                          f"resolve to the node's network address (/etc/hosts), or set MASTER_ADDR to that address")
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+    if is_loopback(found.source):
+        raise ConfigError(f"rank {launch.rank}: the rendezvous host {master!r} resolves to loopback "
+                          f"({found.resolved}) on {socket.gethostname()}, so ranks on the job's other hosts cannot "
+                          f"reach it: make the name resolve to the node's network address (/etc/hosts), or set "
+                          f"MASTER_ADDR to that address")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", found.interface)
 
 
 def free_port() -> int:

@@ -7,7 +7,7 @@ import re
 import socket
 import subprocess
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from trainers.rendezvous import job_port
 
@@ -39,9 +39,14 @@ def first_host(nodelist: str) -> str:
     return match.group(1) + match.group(2) if match else head
 
 
-def interface_towards(addr: str) -> tuple[str, str] | None:
-    """(this host's address towards `addr`, the interface holding it): what gloo must bind so that ranks on other
-    hosts reach this one. `addr` may be this host's own (rank 0's node). None when `addr` does not resolve.
+class Route(NamedTuple):
+    resolved: str  # what the name resolved to here
+    source: str  # this host's address towards it
+    interface: str  # the interface holding that address: what gloo must bind so that other hosts reach this one
+
+
+def interface_towards(addr: str) -> Route | None:
+    """How this host reaches `addr` (which may be this host's own: rank 0's node); None when `addr` does not resolve.
 
     No packet is sent: connecting a UDP socket only asks the kernel's routing table which source it would use."""
     import psutil
@@ -55,7 +60,7 @@ def interface_towards(addr: str) -> tuple[str, str] | None:
         return None
     for name, addrs in psutil.net_if_addrs().items():
         if any(a.family == socket.AF_INET and a.address == local for a in addrs):
-            return local, name
+            return Route(ip, local, name)
     return None
 
 

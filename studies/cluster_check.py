@@ -1,0 +1,269 @@
+"""`make cluster-check CLUSTER=P`: the path a study takes on a cluster, checked layer by layer in a few minutes, one
+table of passes and failures that names the failing layer.
+
+    python -m tools cluster-check --cluster P [--scale S] [--nodes N] [--out DIR] [--layers L ...]
+
+Each layer but the first is one short job of N nodes, one task a node, submitted with the profile as a study's
+runs are (slurm/job.sh: modules, staging, rendezvous, srun / mpirun), one after another; a failed layer does not
+stop the others, so one run names every broken layer:
+
+  nodes     N nodes answer (sinfo), before any job waits for them
+  hosts     srun reaches N distinct hosts; each resolves its own name to a network address, not loopback (a rank
+            that advertises 127.0.1.1 is the first multi-node bug), and the rendezvous host to the same address
+  staging   the profile's staging (job.sh's stage_data) of a small tar into each node's scratch
+  ddp       a torch.distributed all_reduce across the nodes (gloo on CPU, NCCL on GPUs) and its bus bandwidth
+  horovod   a Horovod allreduce across the nodes, started as the profile starts Horovod (mpirun or srun --mpi)
+  train     a few steps of the scale's real model (experiment 5's config, train.max_steps) across the nodes,
+            ending completed with its checkpoint and every rank's host in its manifest
+
+Each rank writes what it saw (tools/cluster_probe.py); this module reads it and decides. The table goes to
+DIR/<profile>-<time>/cluster_check.md beside every job's log.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from contract.config import ConfigError
+from slurm.profiles import Profile, ProfileError, load_profile, sbatch_argv
+from studies.launch import REPO
+
+LAYERS = ("nodes", "hosts", "staging", "ddp", "horovod", "train")
+JOB_MINUTES = 5  # each layer's time limit: a layer that needs longer is itself a finding
+TRAIN_STEPS = 3
+STAGED_MARKER = "cluster-check.txt"  # the one file in the tar the staging layer stages
+CHECK_OUT = Path("results/cluster_check")
+
+
+@dataclass
+class Finding:
+    layer: str
+    ok: bool | None  # None: not run (a layer below it failed)
+    detail: str
+
+
+def run_check(cluster: str, scale: str = "local", nodes: int = 2, out: Path = CHECK_OUT,
+              timeout: float = 1800, layers: tuple[str, ...] = LAYERS) -> int:
+    """Check `layers` (default all) on `nodes` nodes of the cluster the profile `cluster` describes; 0 when all pass.
+    The nodes layer is always checked: no job should wait for nodes that are not there."""
+    if nodes < 2:
+        raise ConfigError(f"--nodes {nodes}: the check is of a path across nodes; give 2 or more")
+    unknown = set(layers) - set(LAYERS)
+    if unknown:
+        raise ConfigError(f"no layer {', '.join(sorted(unknown))}; the layers: {', '.join(LAYERS)}")
+    jobs_layers = [layer for layer in LAYERS[1:] if layer in layers]
+    try:
+        profile = load_profile(cluster)
+    except ProfileError as e:
+        raise ConfigError(str(e)) from None
+    folder = (out / f"{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    folder.mkdir(parents=True)
+    print(f"cluster-check of {profile.name} ({nodes} nodes, scale {scale}) in {folder}", flush=True)
+    findings = [check_nodes(nodes)]
+    if findings[0].ok:
+        jobs = submit_layers(profile, scale, nodes, folder, jobs_layers)
+        states = wait(jobs, timeout)
+        findings += [judge(layer, states.get(layer, "NOT SUBMITTED"), folder, nodes) for layer in jobs_layers]
+    else:
+        findings += [Finding(layer, None, "not run: too few nodes answer") for layer in jobs_layers]
+    table = render(findings)
+    (folder / "cluster_check.md").write_text(table)
+    (folder / "cluster_check.json").write_text(json.dumps([f.__dict__ for f in findings], indent=1))
+    print(table, end="")
+    failed = [f.layer for f in findings if f.ok is False]
+    print(f"cluster-check: {'all layers pass' if not failed else 'failing: ' + ', '.join(failed)}; "
+          f"logs in {folder}")
+    return 0 if all(f.ok for f in findings) else 1
+
+
+# ---- the layers ----------------------------------------------------------------------------------------------
+def check_nodes(nodes: int) -> Finding:
+    """Enough nodes that answer: idle, mixed or allocated (not down, drained or not responding: a '*')."""
+    r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        return Finding("nodes", False, f"sinfo failed: {r.stderr.strip()[:200]}")
+    states = dict(line.split() for line in r.stdout.splitlines() if len(line.split()) == 2)
+    up = sorted(n for n, s in states.items() if s.rstrip("~#") in ("idle", "mixed", "allocated", "completing"))
+    down = sorted(f"{n} {s}" for n, s in states.items() if n not in up)
+    detail = f"{len(up)} of {len(states)} nodes answer" + (f" ({', '.join(down)})" if down else "")
+    return Finding("nodes", len(up) >= nodes, detail + ("" if len(up) >= nodes else f"; {nodes} needed"))
+
+
+def layer_job(layer: str, profile: Profile, scale: str, nodes: int, folder: Path) -> tuple[dict, list[str]]:
+    """(the job's environment beyond the profile's, the arguments after the job script) for one layer."""
+    python = sys.executable
+    env = {"PYTHON": python, "HARNESS_DIR": str(REPO / "slurm"), "BACKEND": "ddp", "RESUME": "never",
+           "TRAIN_CMD": f"{python} -m tools cluster-probe", "DATA_TAR": ""}  # staging only where it is checked
+    args = [layer, "--dir", str(folder), "--marker", STAGED_MARKER]
+    if layer == "staging":
+        env.update(DATA_TAR=str(make_tar(folder)), DATA_SUBDIR="")
+    elif layer == "horovod":
+        env["BACKEND"] = "horovod"
+    elif layer == "train":
+        env.pop("TRAIN_CMD")
+        env.pop("DATA_TAR")  # the profile's own staging, as a study's run gets it
+        args = [str(REPO / "experiments" / "05_linear_scaling" / "config.toml"), "--scale", scale,
+                "--out", str(folder / "train"), "--run-name", "check", "--set", f"train.workers={nodes}",
+                "--set", 'train.backend="ddp"', "--set", f"train.max_steps={TRAIN_STEPS}"]
+    return env, args
+
+
+def submit_layers(profile: Profile, scale: str, nodes: int, folder: Path, layers: list[str]) -> dict[str, int]:
+    """Submit each layer's job, each after the one before (afterany: a failure does not stop the next)."""
+    script, jobs, previous = REPO / "slurm" / "check.sbatch", {}, None
+    for layer in layers:
+        env, args = layer_job(layer, profile, scale, nodes, folder)
+        argv = sbatch_argv(profile, script, nodes, 1, min(1, profile.gpus_per_node), job_name=f"check-{layer}",
+                           time_limit=str(JOB_MINUTES), output=folder / f"{layer}.out", env=env, train_args=args)
+        if previous:
+            argv[1:1] = [f"--dependency=afterany:{previous}"]
+        (folder / f"{layer}.sbatch-line").write_text(shlex.join(argv) + "\n")
+        r = subprocess.run([argv[0], "--parsable", *argv[1:]], capture_output=True, text=True, timeout=60,
+                           cwd=REPO)
+        if r.returncode != 0:
+            print(f"  {layer}: sbatch failed: {r.stderr.strip()[:300]}", flush=True)
+            continue
+        jobs[layer] = previous = int(r.stdout.strip().split(";")[0])
+    return jobs
+
+
+def make_tar(folder: Path) -> Path:
+    """A small tar to stage: one file whose presence on every node the staging layer checks."""
+    marker = folder / STAGED_MARKER
+    marker.write_text("staged by cluster-check\n")
+    tar = folder / "staging.tar"
+    with tarfile.open(tar, "w") as t:
+        t.add(marker, arcname=STAGED_MARKER)
+    return tar
+
+
+# ---- reading what the ranks saw ------------------------------------------------------------------------------
+def job_state(job: int) -> str | None:
+    """The job's state (scontrol, or once purged the accounting/completion log); None when Slurm knows nothing."""
+    r = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True, text=True, timeout=60)
+    for token in r.stdout.split():
+        if token.startswith("JobState="):
+            return token.split("=", 1)[1]
+    r = subprocess.run(["sacct", "-n", "-P", "-X", "-j", str(job), "-o", "state"], capture_output=True, text=True,
+                       timeout=60)
+    states = [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+    return states[-1] if states else None
+
+
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
+
+
+def wait(jobs: dict[str, int], timeout: float) -> dict[str, str]:
+    """Every layer's final job state; a line as each ends. Jobs still unfinished at `timeout` are cancelled."""
+    deadline, states = time.monotonic() + timeout, {}
+    while len(states) < len(jobs) and time.monotonic() < deadline:
+        for layer, job in jobs.items():
+            state = None if layer in states else job_state(job)
+            if state and state.split()[0] in FINAL:
+                states[layer] = state.split()[0]
+                print(f"  {layer}: job {job} {states[layer]}", flush=True)
+        time.sleep(1)
+    for layer, job in jobs.items():
+        if layer not in states:
+            subprocess.run(["scancel", str(job)], capture_output=True, timeout=60)
+            states[layer] = f"still {job_state(job) or 'unknown'} after {timeout:.0f} s (cancelled)"
+    return states
+
+
+def rank_results(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))]
+
+
+def judge(layer: str, state: str, folder: Path, nodes: int) -> Finding:
+    """Pass or fail, and the one detail a user needs, from the job's state and what each rank wrote."""
+    if layer == "train":
+        return judge_train(state, folder / "train" / "05_linear_scaling" / "check", nodes)
+    ranks = rank_results(folder / layer)
+    failed = [r for r in ranks if not r.get("ok")]
+    if failed:
+        r = failed[0]
+        return Finding(layer, False, f"rank {r['rank']} on {r['host']}: {r['error']}")
+    if len(ranks) < nodes:
+        return Finding(layer, False, f"job {state}; {len(ranks)} of {nodes} ranks reported ({log_tail(folder, layer)})")
+    return {"hosts": judge_hosts, "staging": judge_staging, "ddp": judge_collective,
+            "horovod": judge_collective}[layer](layer, ranks, nodes)
+
+
+def judge_hosts(layer: str, ranks: list[dict], nodes: int) -> Finding:
+    hosts = sorted({r["host"] for r in ranks})
+    if len(hosts) < nodes:
+        return Finding(layer, False, f"{nodes} tasks ran on {len(hosts)} host(s): {', '.join(hosts)}")
+    for r in ranks:
+        if not r["own_address"] or r["own_address"].startswith("127."):
+            return Finding(layer, False, f"{r['host']} resolves its own name to {r['own_address'] or 'nothing'}: "
+                                         f"ranks there would advertise it; fix its /etc/hosts or DNS")
+        if not r["master_address"] or r["master_address"].startswith("127."):
+            return Finding(layer, False, f"on {r['host']} the rendezvous host {r['master']} resolves to "
+                                         f"{r['master_address'] or 'nothing'}")
+    return Finding(layer, True, "; ".join(f"{r['host']} {r['own_address']}" for r in ranks))
+
+
+def judge_staging(layer: str, ranks: list[dict], nodes: int) -> Finding:
+    missing = [r["host"] for r in ranks if not r["staged"]]
+    if missing:
+        return Finding(layer, False, f"not staged on {', '.join(missing)} ({ranks[0]['path']})")
+    return Finding(layer, True, f"staged on {nodes} nodes into {Path(ranks[0]['path']).parent}")
+
+
+def judge_collective(layer: str, ranks: list[dict], nodes: int) -> Finding:
+    wrong = [r["host"] for r in ranks if not r["correct"]]
+    if wrong:
+        return Finding(layer, False, f"wrong allreduce result on {', '.join(wrong)}")
+    bandwidth, link = ranks[0].get("bus_gbit_s"), ranks[0].get("link")
+    extra = f"; all_reduce bus bandwidth {bandwidth:.2f} Gbit/s" if bandwidth else ""
+    if bandwidth and link:
+        extra += f" = {bandwidth * 1e9 / link_bits_per_s(link):.2f} of the {link} link"
+    via = f" over {ranks[0]['interface']}" if ranks[0].get("interface") else ""
+    return Finding(layer, True, f"{len(ranks)} ranks on {len({r['host'] for r in ranks})} hosts{via}{extra}")
+
+
+def judge_train(state: str, run_dir: Path, nodes: int) -> Finding:
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return Finding("train", False, f"job {state}; no manifest in {run_dir} "
+                                       f"({log_tail(run_dir.parents[2], 'train')})")
+    hosts = manifest.get("hosts") or []
+    if manifest.get("status") != "completed" or not (run_dir / "checkpoint.pt").exists():
+        message = f"job {state}; run {manifest.get('status')}: {manifest.get('message', '')}"
+        return Finding("train", False, message[:300])
+    if len(set(hosts)) < nodes:
+        return Finding("train", False, f"ranks on {len(set(hosts))} host(s), {nodes} asked for: {hosts}")
+    return Finding("train", True, f"{TRAIN_STEPS} steps on {', '.join(hosts)}, checkpoint written")
+
+
+def link_bits_per_s(rate: str) -> float:
+    """tc's rate ("100mbit", "1gbit", "500kbit") in bits a second."""
+    import re
+
+    m = re.fullmatch(r"([\d.]+)\s*([kmgt]?)bit", rate.strip().lower())
+    if not m:
+        raise ConfigError(f"link rate {rate!r}: give it as tc does, e.g. 100mbit or 1gbit")
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
+
+
+def log_tail(folder: Path, layer: str) -> str:
+    """The last meaningful line of a layer's job log, for a layer that failed before its ranks could say why."""
+    try:
+        lines = [x.strip() for x in (folder / f"{layer}.out").read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return "no job log"
+    errors = [x for x in lines if "error" in x.lower()]
+    return ((errors or lines or ["empty job log"])[-1])[:200]
+
+
+def render(findings: list[Finding]) -> str:
+    result = {True: "pass", False: "FAIL", None: "not run"}
+    rows = [f"| {f.layer} | {result[f.ok]} | {f.detail.replace('|', '/')} |" for f in findings]
+    return "| layer | result | detail |\n|---|---|---|\n" + "\n".join(rows) + "\n"
