@@ -455,6 +455,26 @@ class Cluster:
         if _pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
 
+    def crash_node(self, node: str) -> list[int]:
+        """A node crashes: SIGKILL every process on it (its slurmd, its jobs' steps and tasks: every process in the
+        host's network namespace, all started by this cluster). Returns their PIDs."""
+        if not self.network:
+            raise ClusterError("one node on localhost: crashing it would end the cluster")
+        target = os.stat(f"/run/netns/{self.network.netns(node)}").st_ino
+        pids = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and os.stat(d / "ns" / "net").st_ino == target:
+                    pids.append(int(d.name))
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return pids
+
 
 def available() -> str | None:
     """None if a local cluster can be started here, else a one-line reason."""
