@@ -18,6 +18,7 @@ from contract import reader
 
 from . import numbers as nb
 from .runs import experiment_number, run_frame
+from .smoke import SMOKE, smoke_paths
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_ROOT = REPO / "results" / "reference"
@@ -188,6 +189,16 @@ def made_from(df: pd.DataFrame, runs: Path, root: Path = REFERENCE_ROOT) -> str:
     return f"Made from {n} run{'' if n == 1 else 's'} in {shown} ({machine})."
 
 
+def without_thesis_beside_smoke(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The thesis's cell of a smoke run's configuration says so instead of a number: 2 epochs of a miniature are
+    never placed beside a 90-epoch ImageNet result."""
+    found = smoke_paths(runs)
+    smoke = {SEED_SUFFIX.sub("", r.run) for r in runs.itertuples() if r.path in found}
+    if smoke and len(frame):
+        frame.loc[frame["configuration"].isin(smoke), "thesis"] = SMOKE
+    return frame
+
+
 def report_comparison(df: pd.DataFrame, root: Path = REFERENCE_ROOT) -> pd.DataFrame:
     """Every configuration of `df`'s runs (this machine's) beside the reference machines' and the thesis's."""
     runs = df[(df["kind"] == "run") & (df["source"] == "run")]
@@ -197,8 +208,11 @@ def report_comparison(df: pd.DataFrame, root: Path = REFERENCE_ROOT) -> pd.DataF
         entries = [dict(name=r.run, run_dir=Path(r.path), fingerprint=r.fingerprint, experiment=experiment,
                         framework=r.framework, gpus=r.gpus, per_gpu_batch=r.per_gpu_batch, numerics=r.numerics)
                    for r in g.itertuples()]
-        frame = comparison_frame(entries, kind, root)
+        frame = without_thesis_beside_smoke(comparison_frame(entries, kind, root), g)
         frame.insert(0, "measure", "steady images/s" if kind == "throughput" else "best top-1 %")
         frame.insert(0, "experiment", experiment)
         parts.append(frame)
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if len(table) and (table["thesis"] == SMOKE).all():  # smoke runs alone: no thesis column at all
+        table = table.drop(columns="thesis").assign(verdict=SMOKE)
+    return table

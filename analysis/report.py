@@ -26,12 +26,15 @@ from . import tables as tb  # noqa: E402
 from .compare import REPO, default_runs_root, made_from, reference_machines, report_comparison, runs_label  # noqa: E402
 from .readings import finding_summary  # noqa: E402
 from .runs import load_study  # noqa: E402
+from .smoke import smoke_paths  # noqa: E402
 
 COMMITTED_REPORT = REPO / "results"  # the committed report: the reference's tables/, figures/ and rq*.ipynb
 REPORT_ROOT = COMMITTED_REPORT / "report"  # gitignored: the report of any other runs, a folder each
 #: tables/ files another command writes beside the report's (make cost): a report keeps them when it clears
 OTHER_WRITERS = frozenset({"cost.csv", "cost.md", "cost_totals.csv", "cost_totals.md"})
 
+#: the line a figure carries when it draws the thesis's values only: never "Made from N runs (this machine)"
+THESIS_SOURCE = "Made from the thesis's values (no runs)."
 SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale (config.json \"scale\"): their "
               "numbers are not comparable with the thesis's and are not placed beside them.")
 
@@ -166,16 +169,22 @@ def schedules_frame(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=None):
-    """Throughput and speed-up (Figures 14-17): the thesis's scale on the top row; ours at any other scale (CPU
-    cores) on a row of its own below, since its images/s are not comparable with the P100 numbers."""
-    kw = {"framework": framework, "per_gpu_batch": per_gpu_batch}
+def scaling_rows(scaling: pd.DataFrame, framework, per_gpu_batch=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the thesis's points, ours at any other scale) that a scaling figure of `framework` draws."""
     thesis = scaling[scaling["scale"] == "thesis"]
     other = scaling[(scaling["scale"] != "thesis")
                     & scaling["framework"].isin([framework] if isinstance(framework, str) else framework)]
     other = other.dropna(subset=["images_per_s"])
     if per_gpu_batch is not None:
         other = other[other["per_gpu_batch"] == per_gpu_batch]
+    return thesis, other
+
+
+def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=None):
+    """Throughput and speed-up (Figures 14-17): the thesis's scale on the top row; ours at any other scale (CPU
+    cores) on a row of its own below, since its images/s are not comparable with the P100 numbers."""
+    kw = {"framework": framework, "per_gpu_batch": per_gpu_batch}
+    thesis, other = scaling_rows(scaling, framework, per_gpu_batch)
     rows = [thesis] + ([other] if len(other) else [])
     fig, axes = plt.subplots(len(rows), 2, figsize=(13, 4.4 * len(rows)), squeeze=False, layout="constrained")
     for row, data in zip(axes, rows):
@@ -221,7 +230,8 @@ def scaling_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path, source: str 
     scaling = tb.scaling_table(df, ref)
 
     def two(name, title, **kw):
-        written.extend(fg.save(scaling_figure(scaling, title, **kw), out, name, source))
+        drawn = len(scaling_rows(scaling, **kw)[1])  # a figure of the thesis's points alone says so, not "N runs"
+        written.extend(fg.save(scaling_figure(scaling, title, **kw), out, name, source if drawn else THESIS_SOURCE))
 
     for n, b in ((14, 32), (15, 64), (16, 128)):
         two(f"fig{n}_scaling_horovod_tf_b{b}", f"Figure {n}. Scaling of Horovod+TensorFlow, per-GPU batch {b}",
@@ -252,12 +262,15 @@ def quality_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
     """The error curves of the quality experiments (Figures 18-21, 24-26, 28-30), only where runs exist."""
     written: list[Path] = []
     skipped: list[str] = []
+    smoke = smoke_paths(df)
 
     def draw(name, title, data, grid=False, single=None):
         if data.empty:
             skipped.append(f"{name}: no epoch records")
-        else:
-            written.extend(fg.save(quality_figure(data, title, ref, grid, single), out, name, source))
+            return
+        # a smoke run's 2 epochs never get the thesis's 90-epoch marks beside them
+        marks = None if data["path"].isin(smoke).any() else ref
+        written.extend(fg.save(quality_figure(data, title, marks, grid, single), out, name, source))
 
     def with_warmup(exp: int, n: int) -> pd.DataFrame:
         """Figure n (beside experiment 5's 1-worker baseline) and n+1 (grid) of a warm-up experiment."""
@@ -304,7 +317,10 @@ def lr_schedules_figure(df: pd.DataFrame, out: Path, source: str | None = None) 
         title = f"Experiment {exp}: {schedule_title(df, exp)} ({src.iloc[0] if len(src) else ''})"
         ax.set_title("\n".join(textwrap.wrap(title, 64)), fontsize=8)  # three panels a row: two lines at most
     fig.suptitle("Learning-rate schedules of experiments 4-9", fontsize=10)
-    return fg.save(fig, out, "lr_schedules_exp4-9", source)
+    from_runs = (sched["source"] == "run config").any()  # every panel the thesis's formula: no run drawn
+    if from_runs and (sched["source"] == "thesis formula").any() and source:
+        source += " Panels marked 'thesis formula': the thesis's schedules."
+    return fg.save(fig, out, "lr_schedules_exp4-9", source if from_runs else THESIS_SOURCE)
 
 
 def utilisation_figures(df: pd.DataFrame, out: Path, source: str | None = None) -> tuple[list[Path], list[str]]:
