@@ -8,6 +8,7 @@ measure the machine they run on. The table matches a planned run to reference ru
 from __future__ import annotations
 
 import math
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -164,6 +165,19 @@ def runs_label(runs: Path, root: Path = REFERENCE_ROOT) -> str:
         if folder.resolve() == runs:
             return f"reference machine {label}"
     return "this machine"
+
+
+def machine_cores(runs: Path, root: Path = REFERENCE_ROOT) -> int | None:
+    """The CPU cores of the machine a runs root was measured on: a reference machine's machine.toml `cores`, else
+    this machine's (its own results/runs)."""
+    runs = Path(runs).resolve()
+    for _, folder, _ in reference_machines(root):
+        if folder.resolve() == runs:
+            try:
+                return tomllib.loads((folder / "machine.toml").read_text()).get("cores")
+            except (OSError, tomllib.TOMLDecodeError):
+                return None
+    return os.cpu_count()
 
 
 def _hosts(df: pd.DataFrame) -> list[str]:
