@@ -8,6 +8,7 @@ measure the machine they run on. The table matches a planned run to reference ru
 from __future__ import annotations
 
 import math
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -18,6 +19,7 @@ from contract import reader
 
 from . import numbers as nb
 from .runs import experiment_number, run_frame
+from .smoke import SMOKE, smoke_paths
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_ROOT = REPO / "results" / "reference"
@@ -165,6 +167,19 @@ def runs_label(runs: Path, root: Path = REFERENCE_ROOT) -> str:
     return "this machine"
 
 
+def machine_cores(runs: Path, root: Path = REFERENCE_ROOT) -> int | None:
+    """The CPU cores of the machine a runs root was measured on: a reference machine's machine.toml `cores`, else
+    this machine's (its own results/runs)."""
+    runs = Path(runs).resolve()
+    for _, folder, _ in reference_machines(root):
+        if folder.resolve() == runs:
+            try:
+                return tomllib.loads((folder / "machine.toml").read_text()).get("cores")
+            except (OSError, tomllib.TOMLDecodeError):
+                return None
+    return os.cpu_count()
+
+
 def _hosts(df: pd.DataFrame) -> list[str]:
     """The host names the run folders' manifests record (which machine 'this machine' was)."""
     hosts: set[str] = set()
@@ -188,6 +203,16 @@ def made_from(df: pd.DataFrame, runs: Path, root: Path = REFERENCE_ROOT) -> str:
     return f"Made from {n} run{'' if n == 1 else 's'} in {shown} ({machine})."
 
 
+def without_thesis_beside_smoke(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The thesis's cell of a smoke run's configuration says so instead of a number: 2 epochs of a miniature are
+    never placed beside a 90-epoch ImageNet result."""
+    found = smoke_paths(runs)
+    smoke = {SEED_SUFFIX.sub("", r.run) for r in runs.itertuples() if r.path in found}
+    if smoke and len(frame):
+        frame.loc[frame["configuration"].isin(smoke), "thesis"] = SMOKE
+    return frame
+
+
 def report_comparison(df: pd.DataFrame, root: Path = REFERENCE_ROOT) -> pd.DataFrame:
     """Every configuration of `df`'s runs (this machine's) beside the reference machines' and the thesis's."""
     runs = df[(df["kind"] == "run") & (df["source"] == "run")]
@@ -197,8 +222,11 @@ def report_comparison(df: pd.DataFrame, root: Path = REFERENCE_ROOT) -> pd.DataF
         entries = [dict(name=r.run, run_dir=Path(r.path), fingerprint=r.fingerprint, experiment=experiment,
                         framework=r.framework, gpus=r.gpus, per_gpu_batch=r.per_gpu_batch, numerics=r.numerics)
                    for r in g.itertuples()]
-        frame = comparison_frame(entries, kind, root)
+        frame = without_thesis_beside_smoke(comparison_frame(entries, kind, root), g)
         frame.insert(0, "measure", "steady images/s" if kind == "throughput" else "best top-1 %")
         frame.insert(0, "experiment", experiment)
         parts.append(frame)
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if len(table) and (table["thesis"] == SMOKE).all():  # smoke runs alone: no thesis column at all
+        table = table.drop(columns="thesis").assign(verdict=SMOKE)
+    return table

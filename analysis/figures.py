@@ -152,8 +152,10 @@ def _label(source, scale, fw, b, n) -> str:
     return f"{FRAMEWORK_NAME.get(fw, fw)} b={int(b)}{nb.numerics_suffix(n)} — {tag}"
 
 
-def plot_throughput(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=None, ideal: bool = True):
-    """Images/s vs GPUs (thesis Figures 14-17, left), with the ideal line from each series' 1-GPU point."""
+def plot_throughput(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=None, ideal: bool = True,
+                    ideal_max: float | None = None):
+    """Images/s vs GPUs (thesis Figures 14-17, left), with the ideal line from each series' 1-GPU point, up to
+    ideal_max workers (a machine's core count: past it, linear scaling is not what ideal means)."""
     ax = _ax(ax)
     style = _styles(scaling, framework, per_gpu_batch)
     for key, g in _series(scaling, framework, per_gpu_batch):
@@ -166,6 +168,7 @@ def plot_throughput(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batc
         one = g.loc[g["gpus"] == 1, "images_per_s"]
         if ideal and len(one) and src != "ours (steady state)":
             xs = np.array(sorted(g["gpus"].unique()), dtype=float)
+            xs = xs[xs <= ideal_max] if ideal_max else xs
             ax.plot(xs, float(one.iloc[0]) * xs, ":", color=colour, alpha=0.6, linewidth=1)
     if ax.get_lines():
         ax.set_yscale("log")
@@ -174,8 +177,10 @@ def plot_throughput(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batc
     return _finish(ax, "GPUs (workers)", "images / s (log scale)", "Throughput (dotted: ideal linear scaling)")
 
 
-def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=None):
-    """Speed-up over the 1-GPU baseline vs GPUs, with the ideal line y = x."""
+def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=None,
+                 ideal_max: float | None = None):
+    """Speed-up over the 1-GPU baseline vs GPUs, with the ideal line y = x up to ideal_max workers (a machine's
+    core count) when given."""
     ax = _ax(ax)
     xmax = 1.0
     style = _styles(scaling, framework, per_gpu_batch)
@@ -186,7 +191,8 @@ def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=N
         xmax = max(xmax, float(g["gpus"].max()))
         colour, ls, mk = style(*key)
         ax.plot(g["gpus"], g["speedup"], ls, marker=mk, color=colour, label=_label(*key))
-    ax.plot([1, xmax], [1, xmax], color="grey", linewidth=1, label="ideal")
+    top = min(xmax, ideal_max) if ideal_max else xmax
+    ax.plot([1, top], [1, top], color="grey", linewidth=1, label="ideal")
     gpu_ticks(ax, np.concatenate([line.get_xdata() for line in ax.get_lines()]))
     _finish(ax, "GPUs (workers)", "speed-up over 1 GPU", "Speed-up")
     missing = _without_baseline(scaling, framework, per_gpu_batch)

@@ -35,6 +35,8 @@ from scipy import stats
 
 from contract import reader
 
+from .smoke import SMOKE, smoke_paths
+
 COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "optimizer", "against", "n", "n_against",
            "difference", "ci_low", "ci_high", "margin", "verdict", "holds", "method", "seeds_needed", "needed_for",
            "final_difference", "final_ci_low", "final_ci_high", "final_verdict", "thesis_difference"]
@@ -263,12 +265,21 @@ def orderings(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     declared = margins()
     rows = []
     runs = _completed(df)
-    for (scale, numerics), g in runs.groupby([runs["scale"].fillna("unknown"), runs["numerics"]], dropna=False,
-                                             sort=True):
+    # smoke runs are compared among themselves only, and get no verdict
+    smoke = runs["path"].isin(smoke_paths(df)) if "path" in runs else pd.Series(False, index=runs.index)
+    for (scale, numerics, is_smoke), g in runs.groupby([runs["scale"].fillna("unknown"), runs["numerics"], smoke],
+                                                       dropna=False, sort=True):
         margin = float(declared.get(scale, {}).get("points", math.nan))
         found = naive_degrades(g, ref, margin) + warmup_findings(g, ref, margin) + large_batch_findings(g, margin)
-        rows += [{"scale": scale, "numerics": numerics, **row} for row in found]
+        rows += [{"scale": scale, "numerics": numerics, **(no_verdict(row) if is_smoke else row)} for row in found]
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def no_verdict(row: dict) -> dict:
+    """A smoke run's row: its differences stay (a check that the pipeline ran), its verdicts and the thesis's
+    difference do not, since 1 seed of 2 epochs decides nothing about a 90-epoch finding."""
+    return {**row, "verdict": SMOKE, "holds": SMOKE, "final_verdict": SMOKE, "seeds_needed": None,
+            "needed_for": None, "thesis_difference": math.nan}
 
 
 def notes() -> list[str]:

@@ -23,6 +23,7 @@ import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from . import figures as fg  # noqa: E402
+from .compare import REPO, reference_machines  # noqa: E402
 from .findings import CONFIDENCE, LARGE_BATCH, OPTIMIZERS, STUDY_RUN  # noqa: E402
 
 NOISE_FILES = tuple(Path(__file__).resolve().parents[1] / "results" / "noise_scale" / f"large_batch_{weights}.json"
@@ -77,14 +78,35 @@ def baseline_band(df: pd.DataFrame, scale: str, numerics: str) -> dict:
 def noise_scales(paths=NOISE_FILES) -> pd.DataFrame:
     """The noise-scale measurements of experiment 12's runs (`make noise-scale`, python -m tools noise-scale's JSON):
     weights, B_simple and its range; a file that is missing or unreadable gives no rows."""
-    columns = ["run", "weights", "b_simple", "b_simple_low", "b_simple_high", "b_big", "groups"]
+    columns = ["run", "weights", "b_simple", "b_simple_low", "b_simple_high", "b_big", "groups", "file"]
     rows = []
     for path in paths:
         try:
-            rows += json.loads(Path(path).read_text())
+            found = json.loads(Path(path).read_text())
         except (OSError, ValueError):
             continue
+        rows += [{**r, "run": measured_run(r.get("run")), "file": _from_repo(Path(path))} for r in found]
     return pd.DataFrame([{c: r.get(c) for c in columns} for r in rows], columns=columns)
+
+
+def _from_repo(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def measured_run(recorded) -> str:
+    """Where the run a noise-scale row was measured on is now: the JSON records the folder as the measuring
+    machine saw it (its results/runs/...), which on a clone is a run this machine never made. The committed
+    reference's copy of that run when there is one, else the recorded path, said to be absent."""
+    if not recorded:
+        return ""
+    name = Path(*Path(recorded).parts[-2:])  # <experiment>/<run>
+    for _, folder, _ in reference_machines():
+        if (folder / name).is_dir():
+            return _from_repo(folder / name)
+    return str(recorded) if (REPO / recorded).is_dir() else f"{recorded} (not in this clone)"
 
 
 def _examples(x) -> str:

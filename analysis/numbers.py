@@ -6,6 +6,7 @@ parsers, the tables and the notebooks all compute the same thing the same way.
 from __future__ import annotations
 
 import math
+import re
 from typing import Sequence
 
 import numpy as np
@@ -111,16 +112,22 @@ def wallclock_estimate_s(images_per_s: float, epochs: int = 90,
 
 
 def format_duration(seconds: float) -> str:
-    """Seconds in the thesis's style: '6 days 4 hours 16 minutes' ('' when unknown)."""
+    """Seconds as a person reads them: '6 d 4 h 16 min', '1 h 55 min', '3 min 20 s', '14 s' ('' when unknown).
+    Seconds only under an hour, where they are a visible part of the time."""
     if seconds is None or not math.isfinite(seconds):
         return ""
-    if seconds < 3600:  # local-scale runs: keep the thesis's style, add the seconds
+    if seconds < 3600:
         m, s = divmod(int(round(seconds)), 60)
-        return f"0 days 0 hours {m} minutes {s} seconds"
-    minutes = int(round(seconds / 60.0))
-    days, rem = divmod(minutes, 24 * 60)
+        return f"{m} min {s} s" if m else f"{s} s"
+    days, rem = divmod(int(round(seconds / 60.0)), 24 * 60)
     hours, mins = divmod(rem, 60)
-    return f"{days} days {hours} hours {mins} minutes"
+    return f"{days} d {hours} h {mins} min" if days else f"{hours} h {mins} min"
+
+
+def natural_key(text) -> tuple:
+    """Sort key that orders numbers inside names by value: w1, w2, w16, w24 (not w1, w16, w2, w24)."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
+                 for part in re.split(r"(\d+)", str(text)) if part)
 
 
 def warmup_label(kind: str | None, epochs: float | None) -> str:

@@ -14,6 +14,7 @@ import pandas as pd
 from . import numbers as nb
 from . import tables as tb
 from .findings import OPTIMIZERS
+from .smoke import SMOKE
 
 VERDICT_COLUMNS = ["finding", "experiment", "workers", "difference", "ci_low", "ci_high", "margin", "verdict"]
 FINDINGS = {
@@ -126,7 +127,10 @@ def finding_summary(verdicts: pd.DataFrame) -> list[str]:
     v["where"] = v["scale"].fillna("unknown") if "scale" in v else "unknown"
     if "numerics" in v:
         v["where"] += v["numerics"].map(lambda n: nb.numerics_suffix(n, ", "))
-    lines = []
+    smoke = v["verdict"] == SMOKE  # smoke runs' rows (never pooled with full ones): a line of their own, no verdict
+    lines = [f"{finding} ({where} scale, {len(g)} rows of smoke runs): {SMOKE}."
+             for (where, finding), g in v[smoke].groupby(["where", "finding"], sort=True)]
+    v = v[~smoke]
     for (where, finding), g in v.groupby(["where", "finding"], sort=True):
         g = _in_order(g)
         said = _said(finding, g)

@@ -23,15 +23,19 @@ from . import findings as fd  # noqa: E402
 from . import large_batch as lb  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
-from .compare import REPO, default_runs_root, made_from, reference_machines, report_comparison, runs_label  # noqa: E402
+from .compare import (REPO, default_runs_root, machine_cores, made_from, reference_machines,  # noqa: E402
+                      report_comparison, runs_label)
 from .readings import finding_summary  # noqa: E402
 from .runs import load_study  # noqa: E402
+from .smoke import smoke_paths  # noqa: E402
 
 COMMITTED_REPORT = REPO / "results"  # the committed report: the reference's tables/, figures/ and rq*.ipynb
 REPORT_ROOT = COMMITTED_REPORT / "report"  # gitignored: the report of any other runs, a folder each
 #: tables/ files another command writes beside the report's (make cost): a report keeps them when it clears
 OTHER_WRITERS = frozenset({"cost.csv", "cost.md", "cost_totals.csv", "cost_totals.md"})
 
+#: the line a figure carries when it draws the thesis's values only: never "Made from N runs (this machine)"
+THESIS_SOURCE = "Made from the thesis's values (no runs)."
 SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale (config.json \"scale\"): their "
               "numbers are not comparable with the thesis's and are not placed beside them.")
 
@@ -166,35 +170,55 @@ def schedules_frame(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=None):
-    """Throughput and speed-up (Figures 14-17): the thesis's scale on the top row; ours at any other scale (CPU
-    cores) on a row of its own below, since its images/s are not comparable with the P100 numbers."""
-    kw = {"framework": framework, "per_gpu_batch": per_gpu_batch}
+def scaling_rows(scaling: pd.DataFrame, framework, per_gpu_batch=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the thesis's points, ours at any other scale) that a scaling figure of `framework` draws."""
     thesis = scaling[scaling["scale"] == "thesis"]
     other = scaling[(scaling["scale"] != "thesis")
                     & scaling["framework"].isin([framework] if isinstance(framework, str) else framework)]
     other = other.dropna(subset=["images_per_s"])
     if per_gpu_batch is not None:
         other = other[other["per_gpu_batch"] == per_gpu_batch]
+    return thesis, other
+
+
+def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=None, cores: int | None = None):
+    """Throughput and speed-up (Figures 14-17): the thesis's scale on the top row; ours at any other scale (CPU
+    cores) on a row of its own below, since its images/s are not comparable with the P100 numbers. cores: the
+    measuring machine's, which a local-scale row's axis names and its ideal line stops at."""
+    kw = {"framework": framework, "per_gpu_batch": per_gpu_batch}
+    thesis, other = scaling_rows(scaling, framework, per_gpu_batch)
     rows = [thesis] + ([other] if len(other) else [])
     fig, axes = plt.subplots(len(rows), 2, figsize=(13, 4.4 * len(rows)), squeeze=False, layout="constrained")
-    for row, data in zip(axes, rows):
-        fg.plot_throughput(data, ax=row[0], **kw)
-        fg.plot_speedup(data, ax=row[1], **kw)
+    fg.plot_throughput(thesis, ax=axes[0][0], **kw)
+    fg.plot_speedup(thesis, ax=axes[0][1], **kw)
     if len(rows) > 1:
-        scales = ", ".join(sorted(other["scale"].unique()))
-        for ax, what in zip(axes[0], ("Throughput (dotted: ideal linear scaling)", "Speed-up")):
-            ax.set_title(f"{what}, the thesis (P100 GPUs)", fontsize=9)
-        for ax, what in zip(axes[1], ("Throughput", "Speed-up")):
-            ax.set_title(f"{what}, ours at the {scales} (not comparable with the P100 row above)", fontsize=9)
+        _our_row(axes, other, cores, kw)
     fig.suptitle(title, fontsize=10)
     return fig
 
 
-def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
-                  source: str | None = None) -> tuple[list[Path], list[str]]:
+def _our_row(axes, other: pd.DataFrame, cores: int | None, kw: dict) -> None:
+    """The lower row: ours at another scale. At the local scale the workers are CPU processes, not GPUs: the axis
+    says so and how many cores they shared, and the ideal line stops at that count."""
+    cpu = set(other["scale"]) == {"local scale"}
+    limit = cores if cpu else None
+    fg.plot_throughput(other, ax=axes[1][0], ideal_max=limit, **kw)
+    fg.plot_speedup(other, ax=axes[1][1], ideal_max=limit, **kw)
+    scales = ", ".join(sorted(other["scale"].unique()))
+    for ax, what in zip(axes[0], ("Throughput (dotted: ideal linear scaling)", "Speed-up")):
+        ax.set_title(f"{what}, the thesis (P100 GPUs)", fontsize=9)
+    for ax, what in zip(axes[1], ("Throughput", "Speed-up")):
+        ax.set_title(f"{what}, ours at the {scales} (not comparable with the P100 row above)", fontsize=9)
+        if cpu:
+            on = f" on {cores} core{'' if cores == 1 else 's'}" if cores else ""
+            ax.set_xlabel(ax.get_xlabel().replace("GPUs (workers)", f"CPU processes{on}")
+                          .replace("1-GPU run", "1-process run"))
+
+
+def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path, source: str | None = None,
+                  cores: int | None = None) -> tuple[list[Path], list[str]]:
     """Every figure; source: the line each carries saying which runs it was made from."""
-    written = scaling_figures(df, ref, out, source)
+    written = scaling_figures(df, ref, out, source, cores)
     written_quality, skipped = quality_figures(df, ref, out, source)
     written += written_quality
     # -- utilisation (Figures 22, 23, 27) from the runs' telemetry (util records)
@@ -215,13 +239,16 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
     return written, skipped
 
 
-def scaling_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path, source: str | None = None) -> list[Path]:
+def scaling_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path, source: str | None = None,
+                    cores: int | None = None) -> list[Path]:
     """Figures 14-17: throughput and speed-up, the thesis's and ours."""
     written: list[Path] = []
     scaling = tb.scaling_table(df, ref)
 
     def two(name, title, **kw):
-        written.extend(fg.save(scaling_figure(scaling, title, **kw), out, name, source))
+        drawn = len(scaling_rows(scaling, **kw)[1])  # a figure of the thesis's points alone says so, not "N runs"
+        written.extend(fg.save(scaling_figure(scaling, title, cores=cores, **kw), out, name,
+                               source if drawn else THESIS_SOURCE))
 
     for n, b in ((14, 32), (15, 64), (16, 128)):
         two(f"fig{n}_scaling_horovod_tf_b{b}", f"Figure {n}. Scaling of Horovod+TensorFlow, per-GPU batch {b}",
@@ -252,12 +279,15 @@ def quality_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path,
     """The error curves of the quality experiments (Figures 18-21, 24-26, 28-30), only where runs exist."""
     written: list[Path] = []
     skipped: list[str] = []
+    smoke = smoke_paths(df)
 
     def draw(name, title, data, grid=False, single=None):
         if data.empty:
             skipped.append(f"{name}: no epoch records")
-        else:
-            written.extend(fg.save(quality_figure(data, title, ref, grid, single), out, name, source))
+            return
+        # a smoke run's 2 epochs never get the thesis's 90-epoch marks beside them
+        marks = None if data["path"].isin(smoke).any() else ref
+        written.extend(fg.save(quality_figure(data, title, marks, grid, single), out, name, source))
 
     def with_warmup(exp: int, n: int) -> pd.DataFrame:
         """Figure n (beside experiment 5's 1-worker baseline) and n+1 (grid) of a warm-up experiment."""
@@ -304,7 +334,10 @@ def lr_schedules_figure(df: pd.DataFrame, out: Path, source: str | None = None) 
         title = f"Experiment {exp}: {schedule_title(df, exp)} ({src.iloc[0] if len(src) else ''})"
         ax.set_title("\n".join(textwrap.wrap(title, 64)), fontsize=8)  # three panels a row: two lines at most
     fig.suptitle("Learning-rate schedules of experiments 4-9", fontsize=10)
-    return fg.save(fig, out, "lr_schedules_exp4-9", source)
+    from_runs = (sched["source"] == "run config").any()  # every panel the thesis's formula: no run drawn
+    if from_runs and (sched["source"] == "thesis formula").any() and source:
+        source += " Panels marked 'thesis formula': the thesis's schedules."
+    return fg.save(fig, out, "lr_schedules_exp4-9", source if from_runs else THESIS_SOURCE)
 
 
 def utilisation_figures(df: pd.DataFrame, out: Path, source: str | None = None) -> tuple[list[Path], list[str]]:
@@ -401,7 +434,7 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
                                  "This machine's runs, the committed reference's (by machine) and the thesis's",
                                  source=source)
     worker, nb_result = _start_notebooks(out, runs, logs) if notebooks else (None, {})
-    figs, skipped = build_figures(df, ref, out / "figures", source)
+    figs, skipped = build_figures(df, ref, out / "figures", source, machine_cores(runs))
     problems = list(df.attrs.get("problems", []))
     write_index(out, source, tables, figs, skipped, problems)
     nbs: list[Path] = []

@@ -33,7 +33,8 @@ def run_summary(df: pd.DataFrame) -> pd.DataFrame:
             "best_val_top5", "wallclock_s", "bad_lines", "note"]
     r = df[df["kind"] == "run"][cols].copy()
     r["status_label"] = [_status_label(s, d, e) for s, d, e in zip(r["status"], r["epochs_done"], r["epochs"])]
-    return r.sort_values(["experiment", "run"], kind="stable").reset_index(drop=True)
+    return r.sort_values(["experiment", "run"], kind="stable", key=lambda c: c.map(nb.natural_key)) \
+        .reset_index(drop=True)
 
 
 def _status_label(status, done, planned) -> str:
@@ -225,10 +226,20 @@ def scaling_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
 # ============================================================================================ writing
 
 
+def is_duration(col: str) -> bool:
+    """A column of seconds that the markdown prints as '1 h 55 min' (the CSV keeps the seconds)."""
+    return col.endswith("wallclock_s") or col == "wallclock_90_s"
+
+
+def md_header(col: str) -> str:
+    """A column's name in the markdown: a duration's without its '_s', since it is no longer seconds there."""
+    return {"wallclock_90_s": "wallclock_90_epochs"}.get(col, col[:-2]) if is_duration(col) else col
+
+
 def _fmt(v, col: str) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
         return ""
-    if col.endswith("wallclock_s") or col == "wallclock_90_s":
+    if is_duration(col):
         return nb.format_duration(float(v))
     if isinstance(v, (float, np.floating)):
         if col == "lr":
@@ -250,7 +261,7 @@ def to_markdown(df: pd.DataFrame, title: str | None = None, notes: list[str] | N
     if source:
         lines += [source, ""]
     cols = list(df.columns)
-    lines.append("| " + " | ".join(cols) + " |")
+    lines.append("| " + " | ".join(md_header(c) for c in cols) + " |")
     lines.append("|" + "|".join("---" for _ in cols) + "|")
     for row in df.itertuples(index=False):
         lines.append("| " + " | ".join(_fmt(v, c).replace("|", "/") for v, c in zip(row, cols)) + " |")

@@ -159,7 +159,7 @@ def test_a_series_without_a_1_gpu_run_is_named_in_the_speed_up_panel():
     fig = rp.scaling_figure(pd.concat([frame, horovod], ignore_index=True), "Figure 17",
                             framework=["pytorch", "horovod+pytorch"])
     ax = np.array(fig.axes).reshape(2, 2)[1, 1]
-    assert ax.get_xlabel() == "GPUs (workers)\nno speed-up (no 1-GPU run): Horovod+PyTorch b=128"
+    assert ax.get_xlabel() == "CPU processes\nno speed-up (no 1-process run): Horovod+PyTorch b=128"
 
 
 def test_each_numerics_is_a_line_of_its_own_named_unless_fp32():
@@ -224,3 +224,13 @@ def test_figures_24_and_28_get_the_one_worker_baseline():
     assert [t.split(" (")[0] for t in legend_texts(val)] == ["1 emulated worker", "8 emulated workers"]
     assert val.get_legend().get_bbox_to_anchor().transformed(val.transAxes.inverted()).x0 > 1.0
     assert train.get_ylim() == val.get_ylim()
+
+
+def test_figure17_names_local_workers_cpu_processes_and_stops_the_ideal_line_at_the_core_count():
+    fig = rp.scaling_figure(scaling_frame(), "Figure 17", framework=["pytorch", "horovod+pytorch"], cores=2)
+    axes = np.array(fig.axes).reshape(2, 2)
+    assert all(ax.get_xlabel() == "CPU processes on 2 cores" for ax in axes[1])
+    assert all("GPUs" in ax.get_xlabel() for ax in axes[0])  # the thesis's row: P100 GPUs
+    ideal = [line for line in axes[1, 1].get_lines() if line.get_label() == "ideal"][0]
+    assert max(ideal.get_xdata()) == 2 and max(axes[0, 1].get_lines()[-1].get_xdata()) == 32
+    plt.close(fig)

@@ -119,6 +119,18 @@ def test_noise_scales_read_the_tools_json_and_a_missing_file_is_empty(tmp_path):
     assert lb.noise_scales([tmp_path / "none.json"]).empty
 
 
+def test_a_noise_scale_row_names_the_run_where_it_is_not_where_the_measuring_machine_kept_it(tmp_path):
+    # tools noise-scale records the run as its machine saw it (results/runs/...); a clone never made that run
+    path = tmp_path / "large_batch.json"
+    path.write_text(json.dumps([{"run": "results/runs/12_large_batch/sgd-w32-s0", "weights": "initial",
+                                 "b_simple": 910.2, "b_simple_low": 667.0, "b_simple_high": 1432.8},
+                                {"run": "results/runs/12_large_batch/never-made-s0", "weights": "initial"}]))
+    got = lb.noise_scales([path])
+    assert got["run"].iloc[0] == "results/reference/vm-2cpu/12_large_batch/sgd-w32-s0"
+    assert got["run"].iloc[1].endswith("(not in this clone)")
+    assert not any(r.startswith("results/runs/") and "not in" not in r for r in got["run"])
+
+
 def test_study_runs_are_named_by_optimizer_and_workers_at_every_scale_and_sweep_runs_are_not():
     import re
 

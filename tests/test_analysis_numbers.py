@@ -37,6 +37,11 @@ def test_first_batch_left_out_rq2_values():
     assert nb.without_first_batch(390.24, 128, 2, 9.696) == pytest.approx(419.27, abs=0.01)
 
 
+def test_natural_order_of_run_names():
+    names = ["w24-s0", "w2-s0", "w16-s0", "w1-s1", "w1-s0", "lars-w128-s0"]
+    assert sorted(names, key=nb.natural_key) == ["lars-w128-s0", "w1-s0", "w1-s1", "w2-s0", "w16-s0", "w24-s0"]
+
+
 def test_speedups_stated_in_the_text():
     t = rf.throughput_reference()
     at32 = t[t["gpus"] == 32].set_index(["framework", "per_gpu_batch"])["speedup"]
@@ -46,9 +51,11 @@ def test_speedups_stated_in_the_text():
 
 
 def test_duration_and_warmup_labels():
-    assert nb.format_duration(533760) == "6 days 4 hours 16 minutes"
-    assert nb.format_duration(23760) == "0 days 6 hours 36 minutes"
-    assert nb.format_duration(75) == "0 days 0 hours 1 minutes 15 seconds"
+    assert nb.format_duration(533760) == "6 d 4 h 16 min"
+    assert nb.format_duration(23760) == "6 h 36 min"
+    assert nb.format_duration(6900) == "1 h 55 min"
+    assert nb.format_duration(75) == "1 min 15 s"
+    assert nb.format_duration(14) == "14 s"
     assert nb.format_duration(float("nan")) == ""
     assert nb.warmup_label("stepping", 5) == "stepping-5"
     assert nb.warmup_label("gradual", 10.0) == "gradual-10"

@@ -172,3 +172,68 @@ def test_report_of_a_missing_runs_folder_is_one_line(tmp_path, capsys):
     assert main(["report", "--runs", str(tmp_path / "nowhere"), "--no-notebooks"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no runs folder" in err and not (tmp_path / "nowhere").exists()
+
+
+def _quick_study(root: Path) -> Path:
+    """A QUICK study's folder: 1 seed of 2 epochs of experiments 4 and 5, as `make exp4 QUICK=1` leaves it."""
+    from analysis import synth
+
+    for exp in ("04_naive_scaling", "05_linear_scaling"):
+        for gpus, acc in ((1, 6.0), (2, 5.0)):
+            synth.write_run(root, exp, f"w{gpus}-s0", gpus=gpus, epochs=2, milestones=(1,), final_acc=acc,
+                            scaling="none" if exp.startswith("04") else "linear")
+    return root
+
+
+@pytest.mark.slow
+def test_a_quick_report_gives_no_verdict_and_no_thesis_value_beside_smoke_runs(tmp_path, monkeypatch):
+    from analysis import report as rp
+
+    sources = {}
+    save = rp.fg.save
+    monkeypatch.setattr(rp.fg, "save", lambda fig, out, name, source=None: sources.setdefault(name, source)
+                        and save(fig, out, name, source) or save(fig, out, name, source))
+    marks = []
+    quality_figure = rp.quality_figure
+    monkeypatch.setattr(rp, "quality_figure", lambda data, title, ref, *a: marks.append(ref) or
+                        quality_figure(data, title, ref, *a))
+    make_report(_quick_study(tmp_path / "quick"), tmp_path / "out", notebooks=False, quiet=True)
+    tables = tmp_path / "out" / "tables"
+    orderings = pd.read_csv(tables / "orderings.csv")
+    assert len(orderings) and (orderings["verdict"] == "smoke run: no verdict").all()
+    assert orderings["thesis_difference"].isna().all() and "does not hold" not in (tables / "orderings.md").read_text()
+    mine = pd.read_csv(tables / "this_machine_vs_reference.csv")
+    assert "thesis" not in mine.columns and (mine["verdict"] == "smoke run: no verdict").all()
+    assert marks and all(ref is None for ref in marks)  # no 90-epoch diamonds beside a 2-epoch run
+    # the thesis-only figures say so; the figures of runs name the runs
+    for name in ("fig14_scaling_horovod_tf_b32", "fig16_scaling_horovod_tf_b128", "rq2_steady_state"):
+        assert "this machine" not in sources[name] and "no runs" in sources[name], name
+    assert "this machine" in sources["fig18_exp4_error"]
+    assert "Panels marked 'thesis formula': the thesis's" in sources["lr_schedules_exp4-9"]  # 4 and 5 ran, 6-9 not
+
+
+def test_a_schedules_figure_of_the_thesis_alone_names_no_runs(tmp_path, monkeypatch):
+    from analysis import report as rp
+
+    sources = {}
+    monkeypatch.setattr(rp.fg, "save", lambda fig, out, name, source=None: sources.update({name: source}))
+    rp.lr_schedules_figure(pd.DataFrame(columns=["kind", "exp"]), tmp_path, "Made from 3 runs in x (this machine).")
+    assert sources["lr_schedules_exp4-9"] == rp.THESIS_SOURCE
+
+
+def test_a_smoke_run_is_known_by_its_quick_settings_or_its_step_cap(tmp_path):
+    from analysis import synth
+    from analysis.smoke import is_smoke_run
+
+    full = synth.write_run(tmp_path / "runs", "05_linear_scaling", "w1-s0", epochs=2)
+    assert not is_smoke_run(full)  # few epochs alone: a pilot, or a test's made-up run
+    config = json.loads((full / "config.json").read_text())
+    config["train"].update(epochs=2, print_freq=5)
+    config["data"].update(per_class=16, val_per_class=4, synthetic_images=256)  # what --quick sets (scales.toml)
+    (full / "config.json").write_text(json.dumps(config))
+    assert is_smoke_run(full)
+    capped = synth.write_run(tmp_path / "runs", "05_linear_scaling", "w2-s0", gpus=2)
+    manifest = json.loads((capped / "manifest.json").read_text())
+    (capped / "manifest.json").write_text(json.dumps({**manifest, "capped_at_steps": 20}))
+    assert is_smoke_run(capped)
+    assert is_smoke_run(synth.write_run(tmp_path / "quick", "05_linear_scaling", "w1-s0"))  # results/quick

@@ -107,7 +107,7 @@ def test_thesis_tables_label_local_scale_and_match_thesis_scale(study, ):
 def test_markdown_writer(tmp_path, study):
     paths = tb.write_table(tb.quality_table(study, load_reference(), 11), tmp_path, "t11", "Table 11")
     md = paths[1].read_text()
-    assert md.startswith("### Table 11") and "6 days 4 hours 16 minutes" in md and "local scale" in md
+    assert md.startswith("### Table 11") and "6 d 4 h 16 min" in md and "local scale" in md
 
 
 def test_loader_survives_broken_folders(tmp_path):
