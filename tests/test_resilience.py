@@ -306,3 +306,52 @@ def test_a_study_on_a_full_disk_reports_each_run_and_leaves_no_running_manifest(
     for run_dir in (out / "99_tiny").iterdir():
         manifest = reader.read_manifest(run_dir)
         assert manifest is None or manifest["status"] != "running", (run_dir, manifest)
+
+
+# ---- issue 40, item 6: a mid-epoch resume continues the epoch's running averages -----------------------------------
+AVERAGES = ("loss", "loss_avg", "top1", "top1_avg", "top5", "top5_avg")
+
+
+def stop_at_step(monkeypatch, step_number):
+    """SIGUSR1 to this process (as Slurm sends) at the `step_number`-th training step: a mid-epoch checkpoint."""
+    from trainers.loop import Trainer
+
+    original, calls = Trainer.step, []
+
+    def step(self, images, target):
+        calls.append(1)
+        if len(calls) == step_number:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return original(self, images, target)
+
+    monkeypatch.setattr(Trainer, "step", step)
+
+
+def averages(run_dir):
+    return [(r["epoch"], r["iter"], *(r[k] for k in AVERAGES)) for r in records(run_dir, "iter")]
+
+
+def test_a_mid_epoch_resume_continues_the_running_averages_of_the_epoch(tmp_path, monkeypatch):
+    cfg = write_config(tmp_path / "m.toml")  # 6 steps an epoch, an iter record at each
+    assert train_in_process(cfg, tmp_path, "whole") == 0
+    stop_at_step(monkeypatch, 6 + 3)  # epoch 1, after its third step
+    assert train_in_process(cfg, tmp_path, "cut") == 4
+    assert torch.load(tmp_path / "m" / "cut" / "checkpoint.pt", weights_only=True)["step"] == 3
+    monkeypatch.undo()
+    assert train_in_process(cfg, tmp_path, "cut", "--resume", "auto") == 0
+    assert averages(tmp_path / "m" / "cut") == averages(tmp_path / "m" / "whole")
+
+
+def test_a_checkpoint_without_the_epochs_running_sums_resumes_and_says_the_averages_restart(tmp_path, monkeypatch):
+    cfg = write_config(tmp_path / "m.toml")
+    stop_at_step(monkeypatch, 6 + 3)
+    assert train_in_process(cfg, tmp_path, "cut") == 4
+    monkeypatch.undo()
+    ckpt = tmp_path / "m" / "cut" / "checkpoint.pt"
+    state = torch.load(ckpt, weights_only=True)
+    del state["partial"]  # as a trainer that kept no running sums would have written it
+    torch.save(state, ckpt)
+    assert train_in_process(cfg, tmp_path, "cut", "--resume", "auto") == 0
+    log = (tmp_path / "m" / "cut" / "train.log").read_text()
+    assert log.count("the running averages of epoch 1 restart at iteration 3") == 1
+    assert [r["epoch"] for r in records(tmp_path / "m" / "cut", "epoch")] == [0, 1]

@@ -134,7 +134,6 @@ class Trainer:
         self.backend.unwrap(self.model).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.start_epoch, self.start_step = state["epoch"], state["step"]
-        self.partial = Sums(*state["partial"])
         self.best_top1 = state["best_top1"]
         self.compute.load_state_dict(state.get("scaler", {}))
         skipped = state.get("skipped_steps", {})  # absent in checkpoints from before it was counted
@@ -145,6 +144,16 @@ class Trainer:
         dropped = self.run.cut_back(state.get("run_files", {}))
         self.run.log(f"=> resumed from the checkpoint at epoch {self.start_epoch}, iteration {self.start_step}"
                      + (f"; {dropped} record(s) written after it dropped" if dropped else ""))
+        self.partial = self.running_sums(state)  # after the cut: its line stays in train.log
+
+    def running_sums(self, state: dict) -> Sums:
+        """The epoch's sums up to the checkpoint: what its iter records' running averages go on from."""
+        if "partial" in state:
+            return Sums(*state["partial"])
+        if self.start_step:  # a checkpoint written without them: the averages and the epoch's train sums restart
+            self.run.log(f"=> the checkpoint holds no running sums: the running averages of epoch {self.start_epoch} "
+                         f"restart at iteration {self.start_step} (so do its train_loss/top1/top5)")
+        return Sums()
 
     def save(self, epoch: int, step: int, partial: Sums) -> None:
         if not (self.backend.is_main() and self.cfg.train.checkpoint):
