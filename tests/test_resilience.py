@@ -355,3 +355,56 @@ def test_a_checkpoint_without_the_epochs_running_sums_resumes_and_says_the_avera
     log = (tmp_path / "m" / "cut" / "train.log").read_text()
     assert log.count("the running averages of epoch 1 restart at iteration 3") == 1
     assert [r["epoch"] for r in records(tmp_path / "m" / "cut", "epoch")] == [0, 1]
+
+
+# ---- issue 40, item 7: a checkpoint with the right keys and wrong contents, run files that are folders --------------
+def first_conv(model):
+    return next(k for k, v in model.items() if v.dim() == 4)
+
+
+BAD_CONTENTS = {
+    "a wrong tensor shape": (lambda s: s["model"].update({first_conv(s["model"]): torch.zeros(1, 2, 3, 3)}),
+                             "size mismatch"),
+    "no rng": (lambda s: s.pop("rng"), "no 'rng'"),
+    "a string for the optimizer": (lambda s: s.update(optimizer="sgd"), "'optimizer' is a str"),
+    "a string for the rng": (lambda s: s.update(rng="seed"), "'rng' is a str"),
+    "a string for a config section": (lambda s: s["config"].update(train="x"), "config 'train' is a str"),
+    "another number of parameter groups": (
+        lambda s: s["optimizer"]["param_groups"].append({**s["optimizer"]["param_groups"][0], "params": []}),
+        "parameter groups"),
+    "a momentum buffer of another shape": (
+        lambda s: s["optimizer"]["state"][0].update(momentum_buffer=torch.zeros(1)), "momentum_buffer"),
+    "epoch -5": (lambda s: s.update(epoch=-5), "epoch -5 is outside [0, 2]"),
+    "epoch 999": (lambda s: s.update(epoch=999), "epoch 999 is outside [0, 2]"),
+    "step past the epoch": (lambda s: s.update(step=6), "iteration 6 is outside [0, 6)"),
+}
+
+
+@pytest.mark.parametrize("damage", BAD_CONTENTS)
+def test_a_checkpoint_with_bad_contents_is_one_line_naming_the_file_and_what_is_wrong(tmp_path, capsys, damage):
+    cfg = write_config(tmp_path / "c.toml")
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    ckpt = tmp_path / "c" / "c" / "checkpoint.pt"
+    state = torch.load(ckpt, weights_only=True)
+    spoil, words = BAD_CONTENTS[damage]
+    spoil(state)
+    torch.save(state, ckpt)
+    capsys.readouterr()
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"checkpoint {ckpt} is damaged" in err and words in err, err
+    assert [r["epoch"] for r in records(tmp_path / "c" / "c", "epoch")] == [0, 1]  # nothing trained or written
+
+
+@pytest.mark.parametrize("name", [".lock", "config.json", "manifest.json", "metrics.jsonl", "train.log",
+                                  "checkpoint.pt"])
+def test_a_run_file_replaced_by_a_folder_is_one_line_naming_it(tmp_path, capsys, name):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    path = tmp_path / "c" / "c" / name
+    path.unlink()
+    path.mkdir()
+    capsys.readouterr()
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path} is a folder, not the run's file" in err, err
