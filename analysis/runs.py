@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from contract import reader
+from contract.runfolder import CONFIG, MANIFEST, METRICS, STATUSES
 
 from . import logs as lg
 from . import numbers as nb
@@ -259,11 +260,57 @@ def _nonfinite_loss(epoch: dict) -> bool:
     return any(epoch[k] is not None and not _finite(epoch[k]) for k in ("train_loss", "val_loss"))
 
 
+# ============================================================================================ a run's own problems
+# Files that parse but hold nothing usable, or the wrong kind of thing, are a problem line each: never a silent row
+# (a run with no epochs counted as a result, a NaN accuracy left out of a mean unsaid), never a crash.
+#: the manifest's fields read here, and what each must be; one of another kind is read as absent
+MANIFEST_KINDS = {"status": str, "epochs_done": int, "world_size": int, "start": str, "end": str}
+ACCURACIES = ("val_top1", "val_top5", "train_top1", "train_top5")
+
+
+def manifest_problems(manifest: dict | None) -> list[str]:
+    """What is wrong with a readable manifest's fields (a missing or unreadable one is the reader's problem)."""
+    if manifest is None:
+        return []
+    problems = [] if "status" in manifest else [f"{MANIFEST}: no status (a run killed as it started, or a manifest "
+                                                "not written by the trainer); its records decide the status"]
+    for key, kind in MANIFEST_KINDS.items():
+        value = manifest.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            problems.append(f"{MANIFEST}: {key} is {value!r}, not {'a whole number' if kind is int else 'text'}; "
+                            "read as absent")
+    if isinstance(manifest.get("status"), str) and manifest["status"] not in STATUSES:
+        problems.append(f"{MANIFEST}: status is {manifest['status']!r}, not one of {', '.join(STATUSES)}")
+    return problems
+
+
+def usable_manifest(manifest: dict) -> dict:
+    """The manifest without the fields manifest_problems names: each is read as absent."""
+    return {k: v for k, v in manifest.items() if k not in MANIFEST_KINDS or v is None or (
+        isinstance(v, MANIFEST_KINDS[k]) and not isinstance(v, bool) and (k != "status" or v in STATUSES))}
+
+
+def record_problems(epochs: dict[int, dict], benched: bool, manifest: dict, status: str, diverged: bool) -> list[str]:
+    """A run that says it trained but has no epoch record, and an accuracy that is no number (a diverged run's is
+    explained by its status)."""
+    problems, done = [], manifest.get("epochs_done") or 0
+    if not epochs and not benched and (status == "completed" or done > 0):
+        problems.append(f"{METRICS}: no epoch record, though the run is {status} with {done} epoch(s) done: its "
+                        "accuracy is unknown")
+    bad = [(e, k, epochs[e][k]) for e in sorted(epochs) for k in ACCURACIES
+           if epochs[e][k] is not None and not _finite(epochs[e][k])]
+    if bad and not diverged:
+        e, k, v = bad[0]
+        problems.append(f"{METRICS}: {k} is {v!r} at epoch {e}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1
+                                                                   else "") + ": no number (see the run's train.log)")
+    return problems
+
+
 def run_frame(raw: pd.DataFrame) -> pd.DataFrame:
     """One run folder's rows of the reader's frame (the folder's row, then its records) -> its rows here: the run's
     summary, its epochs, throughput, utilisation and planned schedule, each with the run's columns."""
     folder = raw.iloc[0]
-    config, manifest = folder["config"] or {}, folder["manifest"] or {}
+    config, manifest = folder["config"] or {}, usable_manifest(folder["manifest"] or {})
     ident = run_identity(folder)
     epochs, bad_epochs = latest_epochs(records_of(raw, "epoch", ["epoch", *EPOCH_COLUMNS]))
     iters, bad_iters = parse_iters(records_of(raw, "iter", ITER_FIELDS))
@@ -274,19 +321,23 @@ def run_frame(raw: pd.DataFrame) -> pd.DataFrame:
         bool(len(iters) and not np.isfinite(iters["loss"].to_numpy(dtype=float)).all())
     statuses = [str(r["status"]) for r in records_of(raw, "status", ["status"])]
     status, diverged = run_status(manifest, statuses, diverged)
-    frame = pd.DataFrame([run_summary(epochs, folder["problems"])] + rows)
+    problems = manifest_problems(folder["manifest"]) + record_problems(
+        epochs, any(r["kind"] == "bench" for r in rows), manifest, status, diverged)
+    frame = pd.DataFrame([run_summary(epochs, (*folder["problems"], *problems))] + rows)
     run_cols = dict(ident, processes=manifest.get("world_size"),  # P: None (NaN) where the manifest does not say
                     epochs_done=manifest.get("epochs_done", len(epochs)), status=status, diverged=diverged,
                     wallclock_s=wallclock(epochs, manifest), bad_lines=folder["bad_lines"] + bad_epochs + bad_iters)
     for c, v in run_cols.items():
         frame[c] = v
+    frame.attrs["problems"] = [f"{folder['path']}: {p}" for p in problems]
     return frame
 
 
 def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
     """One run folder -> (its rows, problems found)."""
     raw = reader.read_run(run_dir)
-    return run_frame(raw), list(raw.attrs["problems"])
+    frame = run_frame(raw)
+    return frame, list(raw.attrs["problems"]) + frame.attrs["problems"]
 
 
 def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -306,14 +357,29 @@ def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def runs_frame(raw: pd.DataFrame) -> pd.DataFrame:
     """The reader's frame of a tree of run folders -> the rows here, a run after another (problems in
     ``df.attrs['problems']``)."""
-    df = _finish([run_frame(rows) for _, rows in raw.groupby("path", sort=False)])
-    df.attrs["problems"] = list(raw.attrs["problems"])
+    frames = [run_frame(rows) for _, rows in raw.groupby("path", sort=False)]
+    df = _finish(frames)
+    df.attrs["problems"] = list(raw.attrs["problems"]) + [p for f in frames for p in f.attrs["problems"]]
     return df
+
+
+def empty_run_folders(root: str | Path) -> list[str]:
+    """A problem line for each folder under root that holds no folder and none of a run's files: a run that never
+    started (a study's console.log at most), which the reader, looking for those files, would pass over unsaid."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    leaves = [d for d in sorted(root.rglob("*")) if d.is_dir() and not d.name.startswith(".")
+              and not any(p.is_dir() for p in d.iterdir())]
+    return [f"{d}: no {CONFIG}, {MANIFEST} or {METRICS} -- a run that never started, or no run folder; remove it"
+            for d in leaves if not any((d / name).exists() for name in (CONFIG, MANIFEST, METRICS))]
 
 
 def load_runs(root: str | Path = "results/runs") -> pd.DataFrame:
     """Every run folder under root as one tidy frame (problems in ``df.attrs['problems']``)."""
-    return runs_frame(reader.read_runs(root))
+    df = runs_frame(reader.read_runs(root))
+    df.attrs["problems"] = df.attrs["problems"] + empty_run_folders(root)
+    return df
 
 
 # ============================================================================================ upstream logs
@@ -392,7 +458,7 @@ def load_study(runs: str | Path = "results/runs", logs=None) -> pd.DataFrame:
     """Run folders plus any upstream logs: the one frame everything else is made from."""
     raw = reader.read_runs(runs)
     a = runs_frame(raw)
-    problems = list(a.attrs.get("problems", []))
+    problems = list(a.attrs.get("problems", [])) + empty_run_folders(runs)
     if logs:
         b = load_logs(logs)
         counted = b[(b["kind"] == "run") & (b["bad_lines"] > 0)]

@@ -416,3 +416,64 @@ def test_a_copied_run_folder_counts_once_with_one_problem_line(tmp_path):
     problems = [p for p in df.attrs["problems"] if "w1-s0.bak" in p]
     assert len(problems) == 1 and "counted once" in problems[0], df.attrs["problems"]
     assert problems[0].startswith(str(tmp_path / "05_linear_scaling/w1-s0.bak") + ": the same run as ")
+
+
+# ---- issue 40, item 8: every malformed folder or field is a problem line, never silence or a crash -------------------
+def _manifest(run_dir, **change):
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest.update(change)
+    (run_dir / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if v is not None}))
+
+
+def _epochs(run_dir, change):
+    """Rewrite metrics.jsonl's epoch records: change(record) -> the record to keep, or None to drop it."""
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    kept = [r if r["kind"] != "epoch" else change(r) for r in lines]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept if r is not None))
+
+
+MALFORMED = {
+    "an empty run folder": (lambda d: (d.parent / "w1-s9").mkdir(), "w1-s9",
+                            "no config.json, manifest.json or metrics.jsonl"),
+    "a status of 5": (lambda d: _manifest(d, status=5), "w1-s0", "manifest.json: status is 5, not"),
+    "epochs_done of 'x'": (lambda d: _manifest(d, epochs_done="x"), "w1-s0", "manifest.json: epochs_done is 'x', not"),
+    "no status": (lambda d: _manifest(d, status=None), "w1-s0", "manifest.json: no status"),
+    "no epoch records": (lambda d: _epochs(d, lambda r: None), "w1-s0", "metrics.jsonl: no epoch record"),
+    "a NaN val_top1": (lambda d: _epochs(d, lambda r: {**r, "val_top1": math.nan} if r["epoch"] == 3 else r),
+                       "w1-s0", "metrics.jsonl: val_top1 is nan at epoch 3"),
+}
+
+
+def _three_runs(root):
+    import shutil
+
+    reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu-18ep/05_linear_scaling"
+    for run in ("w1-s0", "w1-s1", "w1-s2"):
+        shutil.copytree(reference / run, root / "05_linear_scaling" / run, ignore=shutil.ignore_patterns("*.pt"))
+    return root / "05_linear_scaling"
+
+
+@pytest.mark.parametrize("malformed", MALFORMED)
+def test_a_malformed_run_folder_or_field_is_one_problem_line_naming_the_folder(tmp_path, malformed):
+    spoil, folder, words = MALFORMED[malformed]
+    experiment = _three_runs(tmp_path)
+    spoil(experiment / "w1-s0")
+    problems = load_study(tmp_path).attrs["problems"]
+    assert len(problems) == 1 and problems[0].startswith(f"{experiment / folder}: {words}"), problems
+
+
+def test_the_report_lists_every_malformed_folder_and_still_writes(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    experiment = _three_runs(runs)
+    for i, (spoil, _, _) in enumerate(MALFORMED.values()):
+        import shutil
+
+        shutil.copytree(experiment / "w1-s1", experiment / f"w1-s{i + 3}")
+        config = json.loads((experiment / f"w1-s{i + 3}" / "config.json").read_text())
+        config["run"] = f"w1-s{i + 3}"  # a run of its own, not a copy of w1-s1
+        (experiment / f"w1-s{i + 3}" / "config.json").write_text(json.dumps(config))
+        spoil(experiment / f"w1-s{i + 3}")
+    assert main(["report", "--runs", str(runs), "--out", str(tmp_path / "report"), "--no-notebooks"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  problem: ")]
+    for _, _, words in MALFORMED.values():
+        assert sum(words in line for line in lines) == 1, (words, lines)

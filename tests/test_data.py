@@ -115,6 +115,42 @@ def test_ensure_generated_cache_key_and_missing_keys(cache):
         ensure_generated({"classes": 2})
 
 
+def test_a_cache_that_would_not_fit_is_refused_in_one_line_naming_the_cache(cache, monkeypatch):
+    """Issue 40, item 3: the disk the cache writes to, not --out, and before a byte is written."""
+    import shutil
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 20_000, 20_000))
+    with pytest.raises(DataError) as refused:
+        ensure_generated(TINY, progress=False)
+    line = str(refused.value)
+    assert "\n" not in line and f"the data cache {cache / 'datasets'} has no room" in line
+    assert "needs about 0.1 MB, 0.0 MB free" in line and "SCALING_STUDY_CACHE" in line
+    assert not cache_path(TINY).exists()
+
+
+def test_a_cache_whose_generation_fails_is_removed_and_the_line_names_the_cache(cache, monkeypatch):
+    """A disk filled while generating (the estimate is an estimate): the half-made cache goes, the line names it."""
+    import errno
+
+    from trainers.data import generate
+
+    original = generate._write_class
+
+    def fill_the_disk(job):
+        original(job)
+        raise OSError(errno.ENOSPC, "No space left on device", str(Path(job[0]) / "train" / "n00000000" / "6.jpg"))
+
+    monkeypatch.setattr(generate, "_write_class", fill_the_disk)
+    spec = {**TINY, "classes": 1}  # one class: one process, so the patched function runs here
+    with pytest.raises(DataError, match=f"the data cache {cache / 'datasets'} has no room .*No space left"):
+        ensure_generated(spec, progress=False)
+    assert not cache_path(spec).exists()
+    monkeypatch.undo()
+    monkeypatch.setenv("SCALING_STUDY_CACHE", str(cache))
+    args = generate._args(*(spec[k] for k in generate.SPEC_KEYS))
+    assert is_complete(ensure_generated(spec, progress=False), args)  # the next use makes it whole
+
+
 def test_the_cache_states_its_size_before_it_writes_and_only_then(cache, capsys):
     path = ensure_generated(TINY, progress=False)
     err = capsys.readouterr().err

@@ -306,3 +306,105 @@ def test_a_study_on_a_full_disk_reports_each_run_and_leaves_no_running_manifest(
     for run_dir in (out / "99_tiny").iterdir():
         manifest = reader.read_manifest(run_dir)
         assert manifest is None or manifest["status"] != "running", (run_dir, manifest)
+
+
+# ---- issue 40, item 6: a mid-epoch resume continues the epoch's running averages -----------------------------------
+AVERAGES = ("loss", "loss_avg", "top1", "top1_avg", "top5", "top5_avg")
+
+
+def stop_at_step(monkeypatch, step_number):
+    """SIGUSR1 to this process (as Slurm sends) at the `step_number`-th training step: a mid-epoch checkpoint."""
+    from trainers.loop import Trainer
+
+    original, calls = Trainer.step, []
+
+    def step(self, images, target):
+        calls.append(1)
+        if len(calls) == step_number:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return original(self, images, target)
+
+    monkeypatch.setattr(Trainer, "step", step)
+
+
+def averages(run_dir):
+    return [(r["epoch"], r["iter"], *(r[k] for k in AVERAGES)) for r in records(run_dir, "iter")]
+
+
+def test_a_mid_epoch_resume_continues_the_running_averages_of_the_epoch(tmp_path, monkeypatch):
+    cfg = write_config(tmp_path / "m.toml")  # 6 steps an epoch, an iter record at each
+    assert train_in_process(cfg, tmp_path, "whole") == 0
+    stop_at_step(monkeypatch, 6 + 3)  # epoch 1, after its third step
+    assert train_in_process(cfg, tmp_path, "cut") == 4
+    assert torch.load(tmp_path / "m" / "cut" / "checkpoint.pt", weights_only=True)["step"] == 3
+    monkeypatch.undo()
+    assert train_in_process(cfg, tmp_path, "cut", "--resume", "auto") == 0
+    assert averages(tmp_path / "m" / "cut") == averages(tmp_path / "m" / "whole")
+
+
+def test_a_checkpoint_without_the_epochs_running_sums_resumes_and_says_the_averages_restart(tmp_path, monkeypatch):
+    cfg = write_config(tmp_path / "m.toml")
+    stop_at_step(monkeypatch, 6 + 3)
+    assert train_in_process(cfg, tmp_path, "cut") == 4
+    monkeypatch.undo()
+    ckpt = tmp_path / "m" / "cut" / "checkpoint.pt"
+    state = torch.load(ckpt, weights_only=True)
+    del state["partial"]  # as a trainer that kept no running sums would have written it
+    torch.save(state, ckpt)
+    assert train_in_process(cfg, tmp_path, "cut", "--resume", "auto") == 0
+    log = (tmp_path / "m" / "cut" / "train.log").read_text()
+    assert log.count("the running averages of epoch 1 restart at iteration 3") == 1
+    assert [r["epoch"] for r in records(tmp_path / "m" / "cut", "epoch")] == [0, 1]
+
+
+# ---- issue 40, item 7: a checkpoint with the right keys and wrong contents, run files that are folders --------------
+def first_conv(model):
+    return next(k for k, v in model.items() if v.dim() == 4)
+
+
+BAD_CONTENTS = {
+    "a wrong tensor shape": (lambda s: s["model"].update({first_conv(s["model"]): torch.zeros(1, 2, 3, 3)}),
+                             "size mismatch"),
+    "no rng": (lambda s: s.pop("rng"), "no 'rng'"),
+    "a string for the optimizer": (lambda s: s.update(optimizer="sgd"), "'optimizer' is a str"),
+    "a string for the rng": (lambda s: s.update(rng="seed"), "'rng' is a str"),
+    "a string for a config section": (lambda s: s["config"].update(train="x"), "config 'train' is a str"),
+    "another number of parameter groups": (
+        lambda s: s["optimizer"]["param_groups"].append({**s["optimizer"]["param_groups"][0], "params": []}),
+        "parameter groups"),
+    "a momentum buffer of another shape": (
+        lambda s: s["optimizer"]["state"][0].update(momentum_buffer=torch.zeros(1)), "momentum_buffer"),
+    "epoch -5": (lambda s: s.update(epoch=-5), "epoch -5 is outside [0, 2]"),
+    "epoch 999": (lambda s: s.update(epoch=999), "epoch 999 is outside [0, 2]"),
+    "step past the epoch": (lambda s: s.update(step=6), "iteration 6 is outside [0, 6)"),
+}
+
+
+@pytest.mark.parametrize("damage", BAD_CONTENTS)
+def test_a_checkpoint_with_bad_contents_is_one_line_naming_the_file_and_what_is_wrong(tmp_path, capsys, damage):
+    cfg = write_config(tmp_path / "c.toml")
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    ckpt = tmp_path / "c" / "c" / "checkpoint.pt"
+    state = torch.load(ckpt, weights_only=True)
+    spoil, words = BAD_CONTENTS[damage]
+    spoil(state)
+    torch.save(state, ckpt)
+    capsys.readouterr()
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"checkpoint {ckpt} is damaged" in err and words in err, err
+    assert [r["epoch"] for r in records(tmp_path / "c" / "c", "epoch")] == [0, 1]  # nothing trained or written
+
+
+@pytest.mark.parametrize("name", [".lock", "config.json", "manifest.json", "metrics.jsonl", "train.log",
+                                  "checkpoint.pt"])
+def test_a_run_file_replaced_by_a_folder_is_one_line_naming_it(tmp_path, capsys, name):
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    path = tmp_path / "c" / "c" / name
+    path.unlink()
+    path.mkdir()
+    capsys.readouterr()
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path} is a folder, not the run's file" in err, err

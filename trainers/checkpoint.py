@@ -5,6 +5,7 @@ pytorch/examples used to save; everything here is tensors, numbers, strings, lis
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -74,7 +75,70 @@ def load(path: Path) -> dict[str, Any]:
         raise CorruptCheckpoint(damaged(path, f"{type(e).__name__}: {first_line}"[:160])) from None
     if not isinstance(state, dict) or not all(k in state for k in REQUIRED_KEYS):
         raise CorruptCheckpoint(damaged(path, "not a checkpoint of this trainer (keys missing)"))
+    problem = contents_problem(state)
+    if problem:
+        raise CorruptCheckpoint(damaged(path, problem))
     return state
+
+
+# What each entry is: the right keys with the wrong contents are as damaged as a file cut short, and would otherwise
+# fail deep inside a resume (a traceback) or, worse, be trained on.
+KINDS = {"model": dict, "optimizer": dict, "epoch": int, "step": int, "config": dict, "rng": dict,
+         "best_top1": (int, float)}
+LATER_KINDS = {"partial": list, "scaler": dict, "skipped_steps": dict, "arithmetic": dict, "run_files": dict}
+
+
+def contents_problem(state: dict[str, Any]) -> str | None:
+    """What is wrong with a checkpoint's entries, as far as they can be judged without the model (load_into)."""
+    for key, kind in KINDS.items():
+        if key not in state:
+            return f"no {key!r}"
+    for key, kind in {**KINDS, **LATER_KINDS}.items():
+        if key in state and (not isinstance(state[key], kind) or isinstance(state[key], bool)):
+            return f"{key!r} is a {type(state[key]).__name__}, not a {getattr(kind, '__name__', 'number')}"
+    inner = {"config": (state["config"], dict), "model": (state["model"], torch.Tensor),
+             "optimizer": ({k: state["optimizer"].get(k) for k in ("state", "param_groups")}, (dict, list)),
+             "rng": ({k: state["rng"].get(k) for k in ("torch", "python")}, (torch.Tensor, list))}
+    for where, (entries, kind) in inner.items():
+        for key, value in entries.items():
+            if not isinstance(value, kind):
+                return f"{where} {key!r} is a {type(value).__name__}"
+    if "partial" in state and (len(state["partial"]) != 4 or not all(isinstance(v, (int, float))
+                                                                      for v in state["partial"])):
+        return "'partial' is not 4 numbers (loss, top-1, top-5, images)"
+    return None
+
+
+def check_position(path: Path, epoch: int, step: int, epochs: int, steps: int) -> None:
+    """The epoch and iteration a checkpoint resumes at lie within the run: another epoch would train epochs the
+    schedule never has (-5..-1) or none at all and report the run completed (999)."""
+    if not 0 <= epoch <= epochs:
+        raise CorruptCheckpoint(damaged(path, f"epoch {epoch} is outside [0, {epochs}], train.epochs"))
+    if not 0 <= step < (steps if epoch < epochs else 1):
+        raise CorruptCheckpoint(damaged(path, f"iteration {step} is outside [0, {steps}) of epoch {epoch}"))
+
+
+@contextlib.contextmanager
+def applying(path: Path):
+    """Putting a checkpoint's state into the model, optimizer, scaler and generators: what does not fit (another
+    shape, another number of parameter groups, a generator state of another size) is the damaged file's one line,
+    not load_state_dict's traceback."""
+    try:
+        yield
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as e:
+        words = " ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
+        raise CorruptCheckpoint(damaged(path, words[:200])) from None
+
+
+def optimizer_state_problem(optimizer: torch.optim.Optimizer) -> str | None:
+    """A per-parameter buffer (momentum, Adam's moments) whose shape is not its parameter's: load_state_dict takes
+    it as it is, and the first step would fail or broadcast it silently."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            for key, value in optimizer.state.get(p, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() and value.shape != p.shape:
+                    return f"optimizer {key} of shape {list(value.shape)} for a parameter of shape {list(p.shape)}"
+    return None
 
 
 def damaged(path: Path, why: str) -> str:

@@ -26,9 +26,9 @@ from contract.config import Config, ConfigError, check_paths, check_writable
 from contract.lr import lr_at
 from trainers.models import build_model
 from trainers.optimizers import build_optimizer
-from contract.locks import RankLock, dead_ranks, mark_failed
+from contract.locks import LOCK, RankLock, dead_ranks, mark_failed
 from contract.reader import read_manifest
-from contract.runfolder import MANIFEST, RunFolder, now_iso
+from contract.runfolder import CONFIG, LOG, MANIFEST, METRICS, RunFolder, now_iso
 from contract.versions import git_commit, versions
 from trainers.runlog import DeviceTotals, LogEvery, Readout, Sums, summary_line, test_line, train_line
 
@@ -90,6 +90,8 @@ class Trainer:
         optimizer = build_optimizer(self.model, cfg.optim, self.policy.target)
         self.optimizer = b.wrap_optimizer(optimizer, self.model)
         self.per_shard_batch = t.per_worker_batch * b.batch_multiplier
+        self.train_sampler = data.StepBatchSampler(len(self.train_ds), b.shards(), self.per_shard_batch,
+                                                   seed=t.seed, shuffle=True)  # before restore: its steps bound it
         self.start_epoch, self.start_step, self.partial, self.best_top1 = 0, 0, Sums(), 0.0
         self.lr = 0.0  # the learning rate last set (set_lr)
         self.skipped_total = 0  # optimizer steps fp16's scaler skipped in the epochs done (the epoch's: compute)
@@ -106,8 +108,6 @@ class Trainer:
         self.data_s = self.step_s = self.epoch_data_share = 0.0  # waiting for batches / whole steps
         # The loaders are built once: each epoch only moves the sampler on (persistent workers keep running)
         pin = b.device.type == "cuda"
-        self.train_sampler = data.StepBatchSampler(len(self.train_ds), b.shards(), self.per_shard_batch,
-                                                   seed=t.seed, shuffle=True)
         self.train_loader = data.make_loader(self.train_ds, self.train_sampler, cfg.data.loader_workers, pin)
         # on a GPU the next batches are moved (and decoded) on a stream of their own while this one trains
         self.train_batches = data.DeviceBatches(self.train_loader, b.device)
@@ -130,21 +130,37 @@ class Trainer:
 
     # ---- checkpoints ------------------------------------------------------------------------------------------
     def restore(self) -> None:
-        state = checkpoint.load(self.ckpt_path)
-        self.backend.unwrap(self.model).load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        path = self.ckpt_path
+        state = checkpoint.load(path)
         self.start_epoch, self.start_step = state["epoch"], state["step"]
-        self.partial = Sums(*state["partial"])
-        self.best_top1 = state["best_top1"]
-        self.compute.load_state_dict(state.get("scaler", {}))
-        skipped = state.get("skipped_steps", {})  # absent in checkpoints from before it was counted
-        self.compute.skipped.fill_(skipped.get("epoch", 0))
-        self.skipped_total = skipped.get("run", 0)
-        checkpoint.restore_rng(state["rng"])
+        checkpoint.check_position(path, self.start_epoch, self.start_step, self.cfg.train.epochs,
+                                  len(self.train_sampler))
+        with checkpoint.applying(path):
+            self.backend.unwrap(self.model).load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            problem = checkpoint.optimizer_state_problem(self.optimizer)
+            if problem:
+                raise ValueError(problem)
+            self.best_top1 = float(state["best_top1"])
+            self.compute.load_state_dict(state.get("scaler", {}))
+            skipped = state.get("skipped_steps", {})  # absent in checkpoints from before it was counted
+            self.compute.skipped.fill_(skipped.get("epoch", 0))
+            self.skipped_total = int(skipped.get("run", 0))
+            checkpoint.restore_rng(state["rng"])
         # what was written after this checkpoint will be written again: cut it, or the files would hold it twice
         dropped = self.run.cut_back(state.get("run_files", {}))
         self.run.log(f"=> resumed from the checkpoint at epoch {self.start_epoch}, iteration {self.start_step}"
                      + (f"; {dropped} record(s) written after it dropped" if dropped else ""))
+        self.partial = self.running_sums(state)  # after the cut: its line stays in train.log
+
+    def running_sums(self, state: dict) -> Sums:
+        """The epoch's sums up to the checkpoint: what its iter records' running averages go on from."""
+        if "partial" in state:
+            return Sums(*state["partial"])
+        if self.start_step:  # a checkpoint written without them: the averages and the epoch's train sums restart
+            self.run.log(f"=> the checkpoint holds no running sums: the running averages of epoch {self.start_epoch} "
+                         f"restart at iteration {self.start_step} (so do its train_loss/top1/top5)")
+        return Sums()
 
     def save(self, epoch: int, step: int, partial: Sums) -> None:
         if not (self.backend.is_main() and self.cfg.train.checkpoint):
@@ -449,6 +465,7 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
     check_paths(cfg)
     compute.check_cpu_isa(cfg.train)
     check_writable(run_dir)
+    check_run_files(run_dir)
     launch = backends.detect_launch()
     name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
     # Before anything in the folder is touched: a second process training this run is refused here (exit 2).
@@ -460,6 +477,16 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
         if made and not (run_dir / MANIFEST).exists():  # refused before it started (a data or config mistake)
             lock.discard(made)
         lock.release()
+
+
+def check_run_files(run_dir: Path) -> None:
+    """The run's files are files: one that became a folder (a copy or a script gone wrong) would fail where it is
+    first opened, as a traceback, after the run had been marked running."""
+    names = (MANIFEST, METRICS, LOG, CONFIG, "checkpoint.pt", LOCK, *(p.name for p in run_dir.glob(".rank*.lock")))
+    for path in (run_dir / name for name in names):
+        if path.is_dir():
+            raise ConfigError(f"{path} is a folder, not the run's file; move it aside (mv {path} {path}.bad) "
+                              "or pick another --run")
 
 
 def pin_arithmetic(cfg: Config, path: Path, force: bool, processes: int = 1) -> dict:

@@ -114,46 +114,43 @@ class DeviceTotals:
 
     Reading a GPU value waits for every step queued before it, so the loop reads these only where it logs (every
     print_freq steps and at the epoch's end): the logged values are the same, the GPU never idles in between.
-    Two sums: the epoch's (from a resumed checkpoint's partial sums on) and the meters' (from zero).
+    One sum serves the epoch and the meters' running means: a resumed checkpoint's partial sums are this process's
+    meters as they stood, so the iter records after a mid-epoch resume equal an uninterrupted run's, bit for bit.
     On the CPU reading costs nothing and Python floats are cheaper than tensor ops, so the sums stay on the host.
     """
 
     def __init__(self, device: torch.device, start: Sums | None = None):
         self.start = start = start or Sums()
         self.on_host = device.type == "cpu"
-        self.epoch = [start.loss, start.top1, start.top5]
-        self.meters, self.last = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
+        self.sums, self.last = [start.loss, start.top1, start.top5], [0.0, 0.0, 0.0]
         if not self.on_host:
-            self.epoch = torch.tensor(self.epoch, dtype=torch.float64, device=device)
-            self.meters = self.last = torch.zeros(3, dtype=torch.float64, device=device)
-        self.epoch_images, self.images, self.last_images = start.images, 0, 0
+            self.sums = torch.tensor(self.sums, dtype=torch.float64, device=device)
+            self.last = torch.zeros(3, dtype=torch.float64, device=device)
+        self.images, self.last_images = start.images, 0
 
     def add(self, loss: torch.Tensor, output: torch.Tensor, target: torch.Tensor) -> None:
         n = len(target)
         if self.on_host:
             hits = output.topk(min(5, output.shape[1]), dim=1).indices.eq(target.view(-1, 1)).sum(0).tolist()
             self.last = [loss.item() * n, float(hits[0]), float(sum(hits))]  # hits by rank: top-1, top-5
-            self.epoch = [a + b for a, b in zip(self.epoch, self.last)]
-            self.meters = [a + b for a, b in zip(self.meters, self.last)]
+            self.sums = [a + b for a, b in zip(self.sums, self.last)]
         else:
             c1, c5 = topk_hits(output, target)
             self.last = torch.stack([loss.detach().double() * n, c1.double(), c5.double()])
-            self.epoch += self.last
-            self.meters += self.last
-        self.epoch_images += n
+            self.sums += self.last
         self.images += n
         self.last_images = n
 
     def read(self) -> Readout:
         """The last loss, the meters and the epoch's sums, in one device-to-host copy."""
         if self.on_host:
-            last, meters, epoch = self.last, self.meters, self.epoch
+            last, sums = self.last, self.sums
         else:
-            last, meters, epoch = torch.stack([self.last, self.meters, self.epoch]).tolist()
+            last, sums = torch.stack([self.last, self.sums]).tolist()
         n, count = max(self.last_images, 1), max(self.images, 1)
         loss = last[0] / n
-        readings = [Reading(scale * v / n, scale * m / count) for v, m, scale in zip(last, meters, (1.0, 100.0, 100.0))]
-        return Readout(loss, *readings, Sums(*epoch, self.epoch_images))
+        readings = [Reading(scale * v / n, scale * m / count) for v, m, scale in zip(last, sums, (1.0, 100.0, 100.0))]
+        return Readout(loss, *readings, Sums(*sums, self.images))
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ here changes the pixels.
 from __future__ import annotations
 
 import colorsys
+import errno
 import fcntl
 import hashlib
 import io
@@ -356,8 +357,34 @@ def ensure_generated(spec: dict, progress: bool = True) -> Path:
         try:
             if not is_complete(path, args):
                 shutil.rmtree(path, ignore_errors=True)  # the cache folder is ours: a half-made one goes
+                check_free_space(path, spec)
                 print(size_line(path, spec), file=sys.stderr, flush=True)
-                generate_dataset(path, **{k: spec[k] for k in SPEC_KEYS}, progress=progress)
+                generate_cached(path, spec, progress)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return path
+
+
+def check_free_space(path: Path, spec: dict) -> None:
+    """The disk the cache writes to holds the data set: else it would fill that disk, then fail (blaming the
+    run's --out), and leave the half-made cache filling it."""
+    need, free = estimated_bytes(spec), shutil.disk_usage(path.parent).free
+    if need > free:
+        raise DataError(no_room(path.parent, f"needs about {need / 1e6:,.1f} MB, {free / 1e6:,.1f} MB free"))
+
+
+def no_room(folder: Path, why: str) -> str:
+    return (f"the data cache {folder} has no room for the generated data set ({why}): free space there, set "
+            "SCALING_STUDY_CACHE to a folder on a larger disk, or lower data.per_class or data.classes")
+
+
+def generate_cached(path: Path, spec: dict, progress: bool) -> None:
+    """generate_dataset into the cache; one that fails is removed (it is made again from scratch on the next use
+    anyway), so a full disk is left as it was found."""
+    try:
+        generate_dataset(path, **{k: spec[k] for k in SPEC_KEYS}, progress=progress)
+    except BaseException as e:
+        shutil.rmtree(path, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DataError(no_room(path.parent, f"{e.strerror} writing {e.filename or path}")) from None
+        raise
