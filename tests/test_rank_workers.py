@@ -191,6 +191,12 @@ def test_a_failed_rank_of_w_workers_over_p_processes_is_named_with_the_workers_i
         "rank 1, 3 of 8 (logical workers 4-7, 12-15 of 32) died (rank 0 noticed: E)"
     assert failure_message([], 5, 8, 32, "OSError: disk") == "rank 5 of 8 (logical workers 20-23 of 32): OSError: disk"
     assert failure_message([], 0, 1, 8, "E") == "rank 0 of 1: E"  # emulated workers in one process: no ranks to split
+    # across hosts, each failed rank's host (the manifest's `hosts`, rank order): which node to look at
+    assert failure_message([1], 0, 2, 8, "E", hosts=["n1", "n2"]) == \
+        "rank 1 of 2 (logical workers 4-7 of 8) on n2 died (rank 0 noticed: E)"
+    assert failure_message([1, 3], 0, 4, 4, "E", hosts=["a", "a", "b", "b"]) == \
+        "rank 1, 3 of 4 on a, b died (rank 0 noticed: E)"
+    assert failure_message([1], 0, 2, 2, "E", hosts=["h", "h"]) == "rank 1 of 2 died (rank 0 noticed: E)"  # one host
 
 
 def test_a_resume_on_another_number_of_processes_is_refused_unless_forced(tmp_path, capsys):

@@ -605,15 +605,19 @@ def write_failure(error: BaseException | None) -> OSError | None:
     return None
 
 
-def failure_message(dead: list[int], rank: int, world_size: int, workers: int, noticed: str) -> str:
+def failure_message(dead: list[int], rank: int, world_size: int, workers: int, noticed: str,
+                    hosts: list[str] | None = None) -> str:
     """The line naming the ranks that died (else the one that failed); with W workers over P processes (the node
-    scale), with the logical workers each held."""
+    scale), with the logical workers each held; across hosts (`hosts`: each rank's, in rank order), with theirs."""
     failed = dead or [rank]
     held = ""
     if world_size > 1 and workers > world_size:
         k = workers // world_size
         held = f" (logical workers {', '.join(f'{r * k}-{(r + 1) * k - 1}' for r in failed)} of {workers})"
-    who = f"rank {', '.join(map(str, failed))} of {world_size}{held}"
+    where = ""
+    if hosts and len(hosts) == world_size and len(set(hosts)) > 1:
+        where = f" on {', '.join(dict.fromkeys(hosts[r] for r in failed))}"
+    who = f"rank {', '.join(map(str, failed))} of {world_size}{held}{where}"
     return f"{who} died (rank {rank} noticed: {noticed})" if dead else f"{who}: {noticed}"
 
 
@@ -631,7 +635,8 @@ def report_failure(run_dir: Path, run: RunFolder, b: backends.Backend, error: Ex
     if disk:
         noticed = (f"{disk.strerror} writing {disk.filename or run_dir}: free space or pick another --out, "
                    "then --resume auto")
-    message = failure_message(dead, b.rank, b.world_size, b.workers, noticed)
+    hosts = run.manifest.get("hosts") or (read_manifest(run_dir) or {}).get("hosts")  # rank 0's, or from disk
+    message = failure_message(dead, b.rank, b.world_size, b.workers, noticed, hosts)
     print(f"error: training failed: {message}", file=sys.stderr, flush=True)
     failed = dead or [b.rank]
     if run.writes:
