@@ -47,7 +47,7 @@ endif
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
+.PHONY: help setup setup-horovod horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -105,6 +105,9 @@ cluster: setup setup-cluster ## Start a local Slurm cluster of NODES hosts (netw
 cluster-link: setup ## Limit the local cluster's links to LINK (e.g. LINK=100mbit; LINK=none lifts it): the interconnect as a dial
 	@test -n "$(LINK)" || { echo "make: give LINK=RATE (e.g. LINK=100mbit) or LINK=none"; exit 2; }
 	$(PY) -m slurm.local_cluster link --dir $(CLUSTER_DIR) --rate $(LINK)
+
+link-sweep: setup horovod-if-possible ## Experiment 3 on the local cluster at each LINK rate (default "100mbit 1gbit none") -> results/link_sweep/
+	$(PY) -m tools link-sweep --cluster-dir $(CLUSTER_DIR) $(if $(LINK),--rates $(LINK))
 
 cluster-stop: setup ## Stop the local Slurm cluster: its daemons, namespaces and links
 	$(PY) -m slurm.local_cluster stop --dir $(CLUSTER_DIR)

@@ -208,6 +208,25 @@ def test_a_limited_link_is_what_ddp_all_reduce_gets(hosts_cluster, tmp_path):
     assert 0.8 <= share <= 1.05
 
 
+def test_the_link_sweep_runs_experiment_3_at_each_rate_into_its_own_folder(hosts_cluster, tmp_path):
+    """RQ2 where communication costs: `make link-sweep` runs experiment 3 across hosts at each link rate, each rate
+    into a runs folder of its own (never pooled), and tabulates images/s and the communication share per backend;
+    the links are unlimited again afterwards. (The numbers are the machine's: the test checks their provenance.)"""
+    import pandas as pd
+
+    result = subprocess.run([sys.executable, "-m", "tools", "link-sweep", "--cluster-dir", str(hosts_cluster.workdir),
+                             "--rates", "100mbit", "none", "--only", "n2-ddp-t1-s0", "--out", str(tmp_path)],
+                            cwd=REPO, env=cluster_env(hosts_cluster), capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    table = pd.read_csv(tmp_path / "link_sweep.csv")
+    assert list(table["link"]) == ["100mbit", "none"] and set(table["backend"]) == {"ddp"}
+    assert (table["hosts"] == 2).all() and (table["images_per_s"] > 0).all() and table["comm_share"].between(0, 1).all()
+    for rate in ("100mbit", "none"):
+        m = manifest(tmp_path / rate / Path(EXP3).name / "n2-ddp-t1-s0")
+        assert m["link"] == (None if rate == "none" else rate)  # each run records the link it ran under
+    assert hosts_cluster.link is None and (tmp_path / "link_sweep.png").stat().st_size > 0
+
+
 def test_a_node_lost_mid_run_is_requeued_and_the_run_ends_as_on_one_host(hosts_cluster, tmp_path):
     """A node crashes mid-run (every process on it killed): the surviving rank names the lost rank and its host,
     srun waits until Slurm declares the node down, Slurm requeues the job (--requeue), and it resumes from its
