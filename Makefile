@@ -137,6 +137,7 @@ report: setup ## Tables, figures, notebooks of results/runs (or OUT=DIR) -> resu
 
 reference-report: setup ## Redraw the committed report (results/tables, figures, rq*.ipynb) from the committed reference
 	$(PY) -m analysis report --runs results/reference/vm-2cpu
+	$(PY) -m analysis headline --write
 
 cost: setup ## GPU-hours of every experiment at the gpu and thesis scales, node-hours at the node scale (GPUS=N) -> results/tables/cost.md
 	$(PY) -m analysis cost $(if $(GPUS),--gpus $(GPUS))

@@ -110,6 +110,12 @@ def cmd_bench_report(args) -> int:
     return 0
 
 
+def cmd_headline(args) -> int:
+    from .headline import main as headline_main
+
+    return headline_main(["--write"] if args.write else [])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -147,6 +153,9 @@ def main(argv=None) -> int:
     c.add_argument("--runs", type=int, default=50)
     c.add_argument("--no-notebooks", action="store_true")
     c.set_defaults(fn=cmd_bench_report)
+    h = sub.add_parser("headline", help="the README's headline, copied from results/tables/orderings.md")
+    h.add_argument("--write", action="store_true", help="put it into README.md (make reference-report does)")
+    h.set_defaults(fn=cmd_headline)
     args = ap.parse_args(argv)
     return args.fn(args)
 
