@@ -12,6 +12,7 @@ import torch
 
 from contract import reader
 from contract.reader import read_metrics
+from tests.test_precision import preempt_at  # SIGUSR1 at a given training step: a mid-epoch checkpoint
 from tests.helpers import (REPO, final_state, max_difference, records, train, train_in_process, trainer_env,
                            write_config)
 
@@ -312,21 +313,6 @@ def test_a_study_on_a_full_disk_reports_each_run_and_leaves_no_running_manifest(
 AVERAGES = ("loss", "loss_avg", "top1", "top1_avg", "top5", "top5_avg")
 
 
-def stop_at_step(monkeypatch, step_number):
-    """SIGUSR1 to this process (as Slurm sends) at the `step_number`-th training step: a mid-epoch checkpoint."""
-    from trainers.loop import Trainer
-
-    original, calls = Trainer.step, []
-
-    def step(self, images, target):
-        calls.append(1)
-        if len(calls) == step_number:
-            os.kill(os.getpid(), signal.SIGUSR1)
-        return original(self, images, target)
-
-    monkeypatch.setattr(Trainer, "step", step)
-
-
 def averages(run_dir):
     return [(r["epoch"], r["iter"], *(r[k] for k in AVERAGES)) for r in records(run_dir, "iter")]
 
@@ -334,7 +320,7 @@ def averages(run_dir):
 def test_a_mid_epoch_resume_continues_the_running_averages_of_the_epoch(tmp_path, monkeypatch):
     cfg = write_config(tmp_path / "m.toml")  # 6 steps an epoch, an iter record at each
     assert train_in_process(cfg, tmp_path, "whole") == 0
-    stop_at_step(monkeypatch, 6 + 3)  # epoch 1, after its third step
+    preempt_at(monkeypatch, 6 + 3)  # epoch 1, after its third step
     assert train_in_process(cfg, tmp_path, "cut") == 4
     assert torch.load(tmp_path / "m" / "cut" / "checkpoint.pt", weights_only=True)["step"] == 3
     monkeypatch.undo()
@@ -344,7 +330,7 @@ def test_a_mid_epoch_resume_continues_the_running_averages_of_the_epoch(tmp_path
 
 def test_a_checkpoint_without_the_epochs_running_sums_resumes_and_says_the_averages_restart(tmp_path, monkeypatch):
     cfg = write_config(tmp_path / "m.toml")
-    stop_at_step(monkeypatch, 6 + 3)
+    preempt_at(monkeypatch, 6 + 3)
     assert train_in_process(cfg, tmp_path, "cut") == 4
     monkeypatch.undo()
     ckpt = tmp_path / "m" / "cut" / "checkpoint.pt"
