@@ -354,7 +354,8 @@ def load_config(path: str | Path, scale: str = "local", overrides: list[str] = (
 def from_dict(document: dict[str, Any]) -> Config:
     """Rebuild a Config from a run folder's config.json (used by --resume and the analysis)."""
     values: dict[str, dict[str, Any]] = {}
-    merge(values, {k: v for k, v in document.items() if k in SECTIONS}, "config.json")
+    # the origin in words: runfolder.CONFIG, the file's name, sits on top of this module
+    merge(values, {k: v for k, v in document.items() if k in SECTIONS}, "the saved config.json")
     return build(values, document.get("experiment", "run"), document.get("scale", "thesis"))
 
 

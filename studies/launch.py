@@ -166,7 +166,7 @@ class Active:
 
     def console_text(self) -> str:
         try:
-            with open(self.plan.run_dir / "console.log", "rb") as f:
+            with open(self.plan.run_dir / runfolder.CONSOLE, "rb") as f:
                 f.seek(self.console_start)
                 return f.read().decode(errors="replace")
         except OSError:
@@ -215,7 +215,7 @@ def start_local(plan: Plan, index: int, jobs: int) -> Active:
     env.setdefault("OMP_NUM_THREADS", str(threads_per_process(plan, jobs)))  # a user's own setting wins
     before = last_epoch(plan.run_dir)
     env.update(cpu_isa_env(plan.cfg.train.cpu_isa))  # read once by torch: set before the trainer starts
-    console = open(plan.run_dir / "console.log", "a")
+    console = open(plan.run_dir / runfolder.CONSOLE, "a")
     console_start = console.seek(0, os.SEEK_END)  # before the children share (and move) the file offset
     # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint); and a
     # SIGTERM when the study dies, however it dies (kill -9 included), so no trainer goes on alone
