@@ -21,6 +21,8 @@ from contract import lr as lr_policy
 
 SCALES = ("local", "gpu", "node", "thesis")
 BACKENDS = ("auto", "single", "emulated", "ddp", "horovod", "dp")
+# The backends that start a process a rank (torchrun, horovodrun, srun); the others train in one process.
+DISTRIBUTED_BACKENDS = ("ddp", "horovod")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # Tables in an experiment's config.toml that are not trainer settings.
 NON_TRAINER_TABLES = ("study", "scale")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import reader, runfolder
-from contract.config import Config, ConfigError, cpu_isa_env, load_config
+from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, cpu_isa_env, load_config
 from contract.fingerprint import config_fingerprint
 from contract.reader import folder_fingerprint
 from contract.plan import NODE_SCALE, Run, Study, node_fits, node_processes
@@ -183,7 +183,7 @@ def threads_per_process(plan: Plan, jobs: int, cores: int | None = None) -> int:
     """This machine's cores shared evenly by the runs side by side and each run's processes. torchrun alone would
     give its ranks 1 thread and horovodrun the default (all cores, each): 4 Horovod ranks on 2 cores then spin
     against each other, and DDP and Horovod would not be compared on equal terms."""
-    processes = plan.ranks() if plan.backend in ("ddp", "horovod") else 1
+    processes = plan.ranks() if plan.backend in DISTRIBUTED_BACKENDS else 1
     return max(1, (cores or os.cpu_count() or 1) // jobs // processes)
 
 

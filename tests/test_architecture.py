@@ -141,3 +141,15 @@ def test_each_run_folder_name_is_typed_only_in_the_run_folders_module():
                    for path in project_files().values() if path != owner
                    for line, value in string_literals(path) if value in runfolder.FILES]
     assert not typed_again, "use contract.runfolder's constants:\n" + "\n".join(typed_again)
+
+
+def test_the_distributed_backends_are_listed_only_in_the_config():
+    from contract.config import DISTRIBUTED_BACKENDS
+
+    owner = REPO / "contract" / "config.py"
+    listed_again = [f"{path.relative_to(REPO)}:{node.lineno}"
+                    for path in project_files().values() if path != owner
+                    for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                    if isinstance(node, (ast.Tuple, ast.List, ast.Set))
+                    and [getattr(e, "value", None) for e in node.elts] == list(DISTRIBUTED_BACKENDS)]
+    assert not listed_again, "use contract.config.DISTRIBUTED_BACKENDS:\n" + "\n".join(listed_again)
