@@ -8,7 +8,6 @@ and to RunFolder for its records.
 from __future__ import annotations
 
 import datetime
-import errno
 import itertools
 import math
 import os
@@ -28,7 +27,8 @@ from trainers.models import build_model
 from trainers.optimizers import build_optimizer
 from contract.locks import RankLock, dead_ranks, mark_failed
 from contract.reader import read_manifest
-from contract.runfolder import CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS, RunFolder, now_iso
+from contract.runfolder import (CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS, WRITE_FAILURES, RunFolder,
+                                now_iso)
 from contract.versions import git_commit, versions
 from trainers.runlog import DeviceTotals, LogEvery, Readout, Sums, summary_line, test_line, train_line
 
@@ -591,9 +591,6 @@ def capped(trainer: Trainer) -> dict:
     if trainer.cfg.bench.batches or not trainer.cut_by_cap():
         return {}
     return {"message": f"capped at {cap} optimizer steps (train.max_steps): a smoke run", "capped_at_steps": cap}
-
-
-WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
 
 def write_failure(error: BaseException | None) -> OSError | None:
