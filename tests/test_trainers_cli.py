@@ -135,3 +135,13 @@ def test_a_full_disk_is_one_line_and_exit_1_whichever_errno_says_so(monkeypatch,
     assert main(["config", "experiments/01_throughput_single_gpu"]) == 1
     assert capsys.readouterr().err == ("error: cannot write out/r/metrics.jsonl: disk says no; "
                                        "free space or pick another --out\n")
+
+
+def test_config_names_the_allowed_values_of_a_setting_beside_it(capsys):
+    from contract.config import ALLOWED
+
+    assert main(["config", str(EXP6), "--scale", "local"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    device = next(line for line in lines if line.startswith("device = "))
+    assert device.endswith(f"  # one of {', '.join(ALLOWED['train.device'])}"), device
+    assert not any("# one of" in line for line in lines if line.startswith("epochs = "))
