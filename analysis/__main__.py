@@ -30,7 +30,7 @@ def cmd_throughput(args) -> int:
             df, problems = load_run(p)
             b = df[df["kind"] == "bench"]
             r = df.iloc[0]
-            row = {"path": str(p), "tool": "run folder", "format": "metrics.jsonl",
+            row = {"path": str(p), "tool": "run folder", "format": METRICS,
                    "per_gpu_batch": _clean(r["per_gpu_batch"]), "gpus": _clean(r["gpus"]),
                    "thesis_images_per_s": None, "steady_images_per_s": None, "bad_lines": int(r["bad_lines"]),
                    "problems": [q.split(": ", 1)[-1] for q in problems]}

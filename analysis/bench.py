@@ -6,13 +6,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from contract.runfolder import LOG
+
 from . import synth
 from .logs import parse_log
 
 
 def bench_parse(lines: int = 1_000_000, fmt: str = "early-2019", repeat: int = 3) -> dict:
     with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "train.log"
+        path = Path(d) / LOG
         t0 = time.perf_counter()
         n = synth.write_pytorch_log(path, lines, fmt)
         gen = time.perf_counter() - t0

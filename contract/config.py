@@ -21,6 +21,8 @@ from contract import lr as lr_policy
 
 SCALES = ("local", "gpu", "node", "thesis")
 BACKENDS = ("auto", "single", "emulated", "ddp", "horovod", "dp")
+# The backends that start a process a rank (torchrun, horovodrun, srun); the others train in one process.
+DISTRIBUTED_BACKENDS = ("ddp", "horovod")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # Tables in an experiment's config.toml that are not trainer settings.
 NON_TRAINER_TABLES = ("study", "scale")
@@ -76,7 +78,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    kind: str = "imagefolder"  # "imagefolder" | "generated" | "synthetic"
+    kind: str = "imagefolder"  # ILSVRC-2012 folders, the generated miniature, or random tensors (ALLOWED below)
     path: str = ""  # the ILSVRC-2012 root holding train/ and val/ (imagefolder)
     image_size: int = 224
     loader_workers: int = 4  # the thesis's 4 loader threads per GPU
@@ -99,7 +101,7 @@ class TrainConfig:
     backend: str = "auto"
     seed: int = 0
     print_freq: int = 10
-    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    device: str = "auto"  # auto: the GPU where there is one
     threads: int = 0  # torch intra-op threads per process; 0 = torch's default
     init_method: str = ""  # "" = env:// from the launcher; "file:///shared/path" = the thesis's shared-file init
     checkpoint: bool = True
@@ -161,6 +163,23 @@ class HorovodConfig:
 class TelemetryConfig:
     interval_s: float = 5.0  # seconds between utilisation samples (trainers/telemetry.py); 0 = no sampler
 
+
+# The values a setting may take, declared once: `validate` refuses any other naming these, and `python -m trainers
+# config` prints them beside the setting.
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "model.name": MODELS,
+    "data.kind": ("imagefolder", "generated", "synthetic"),
+    "data.val_mode": ("every_rank", "sharded"),
+    "data.decoder": ("cpu", "gpu", "pil"),
+    "train.backend": BACKENDS,
+    "train.device": ("auto", "cpu", "cuda"),
+    "train.precision": PRECISIONS,
+    "train.cpu_isa": ("", *CPU_ISAS),
+    "optim.name": OPTIMIZERS,
+    "lr.scaling": lr_policy.SCALINGS,
+    "lr.warmup": lr_policy.WARMUPS,
+    "lr.decay": lr_policy.DECAYS,
+}
 
 SECTIONS: dict[str, type] = {
     "model": ModelConfig,
@@ -354,16 +373,18 @@ def load_config(path: str | Path, scale: str = "local", overrides: list[str] = (
 def from_dict(document: dict[str, Any]) -> Config:
     """Rebuild a Config from a run folder's config.json (used by --resume and the analysis)."""
     values: dict[str, dict[str, Any]] = {}
-    merge(values, {k: v for k, v in document.items() if k in SECTIONS}, "config.json")
+    # the origin in words: runfolder.CONFIG, the file's name, sits on top of this module
+    merge(values, {k: v for k, v in document.items() if k in SECTIONS}, "the saved config.json")
     return build(values, document.get("experiment", "run"), document.get("scale", "thesis"))
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Validation: impossible values are refused here, not ten hours into a run
 # ----------------------------------------------------------------------------------------------------------------
-def one_of(where: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{where} = {value!r} is not one of {', '.join(allowed)}")
+def one_of(where: str, value: str) -> None:
+    """Refuse a value outside the setting's ALLOWED ones, naming them."""
+    if value not in ALLOWED[where]:
+        raise ConfigError(f"{where} = {value!r} is not one of {', '.join(ALLOWED[where])}")
 
 
 def positive(where: str, value: float) -> None:
@@ -425,7 +446,7 @@ def check_writable(folder: Path) -> None:
 
 
 def check_optim(o: OptimConfig) -> None:
-    one_of("optim.name", o.name, OPTIMIZERS)
+    one_of("optim.name", o.name)
     positive("optim.trust_coefficient", o.trust_coefficient)
     for where, beta in (("optim.beta1", o.beta1), ("optim.beta2", o.beta2)):
         if not 0.0 <= beta < 1.0:
@@ -458,12 +479,12 @@ def validate(cfg: Config, need_data: bool = True) -> None:
                          ("train.seed", t.seed), ("data.data_seed", d.data_seed),
                          ("telemetry.interval_s", cfg.telemetry.interval_s)]:
         not_negative(where, value)
-    one_of("model.name", cfg.model.name, MODELS)
+    one_of("model.name", cfg.model.name)
     check_data_sizes(cfg)
-    one_of("train.backend", t.backend, BACKENDS)
-    one_of("train.device", t.device, ("auto", "cpu", "cuda"))
-    one_of("train.precision", t.precision, PRECISIONS)
-    one_of("train.cpu_isa", t.cpu_isa, ("", *CPU_ISAS))
+    one_of("train.backend", t.backend)
+    one_of("train.device", t.device)
+    one_of("train.precision", t.precision)
+    one_of("train.cpu_isa", t.cpu_isa)
     if t.max_steps < 0:
         raise ConfigError(f"train.max_steps = {t.max_steps} must be >= 0 (0 = no cap: the whole schedule)")
     if t.workers_per_pass < 0:
@@ -471,12 +492,12 @@ def validate(cfg: Config, need_data: bool = True) -> None:
     if t.workers_per_pass and t.backend in ("single", "dp"):  # ddp/horovod: emulated workers when W > processes
         raise ConfigError(f"train.workers_per_pass splits emulated workers into passes; train.backend = "
                           f"{t.backend!r} has none (use backend = 'emulated', 'ddp' or 'horovod', or leave it 0)")
-    one_of("data.kind", d.kind, ("imagefolder", "generated", "synthetic"))
-    one_of("data.val_mode", d.val_mode, ("every_rank", "sharded"))
-    one_of("data.decoder", d.decoder, ("cpu", "gpu", "pil"))
-    one_of("lr.scaling", lr.scaling, lr_policy.SCALINGS)
-    one_of("lr.warmup", lr.warmup, lr_policy.WARMUPS)
-    one_of("lr.decay", lr.decay, lr_policy.DECAYS)
+    one_of("data.kind", d.kind)
+    one_of("data.val_mode", d.val_mode)
+    one_of("data.decoder", d.decoder)
+    one_of("lr.scaling", lr.scaling)
+    one_of("lr.warmup", lr.warmup)
+    one_of("lr.decay", lr.decay)
     check_optim(cfg.optim)
     positive("lr.power", lr.power)
     if d.loader_workers < 0 or t.threads < 0:

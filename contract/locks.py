@@ -14,9 +14,7 @@ from pathlib import Path
 
 from contract.config import ConfigError
 from contract.reader import read_manifest
-from contract.runfolder import RunFolder
-
-LOCK = ".lock"
+from contract.runfolder import RunFolder, rank_lock
 
 
 class RunInUse(ConfigError):
@@ -36,7 +34,7 @@ def in_use_by(console_text: str) -> str | None:
 
 
 def _lock_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / (LOCK if rank == 0 else f".rank{rank}.lock")
+    return run_dir / rank_lock(rank)
 
 
 def _lock_target(run_dir: Path, rank: int) -> Path:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract.config import SCALES, ConfigError, find_scales_file, load_config, read_toml
+from contract.config import DISTRIBUTED_BACKENDS, SCALES, ConfigError, find_scales_file, load_config, read_toml
 from contract.runfolder import check_run_name
 
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
@@ -233,7 +233,7 @@ def check_node_gpus(gpus: int, where: str = "--gpus") -> int:
 def node_processes(workers: int, backend: str, gpus: int) -> int:
     """Processes a run starts on the node: one a GPU for DDP/Horovod, at most the node's GPUs (W/P workers each);
     one for the one-process backends (emulated, single, DataParallel)."""
-    return min(workers, gpus) if backend in ("ddp", "horovod") else 1
+    return min(workers, gpus) if backend in DISTRIBUTED_BACKENDS else 1
 
 
 def node_gpus_used(workers: int, backend: str, gpus: int) -> int:

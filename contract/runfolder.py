@@ -8,6 +8,7 @@ A run is a folder `<out>/<experiment>/<run>/` holding
   metrics.jsonl  one JSON object a line, the source of truth: each line one of the record kinds declared below;
   train.log      human lines in pytorch/examples' format (trainers/runlog.py formats them);
   checkpoint.pt  the trainer's checkpoint, which also stores how many bytes of metrics.jsonl and train.log it covers;
+  console.log    the trainer's stdout and stderr as a study started it (studies/launch.py; none by hand);
   .lock          the pid of rank 0 while the run trains; `.rank<r>.lock` each other rank's (contract/locks.py).
 
 Writing: `RunFolder.record(kind, **fields)` checks the fields against the declared record type (an unknown kind or
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import json
 import os
 import sys
@@ -32,7 +34,22 @@ from typing import Any
 
 from contract.config import ConfigError
 
+# The run folder's file names, typed here only (tests/test_architecture.py checks): the trainer, the study runner,
+# the tools and the analysis find a run's files through these.
 METRICS, LOG, MANIFEST, CONFIG = "metrics.jsonl", "train.log", "manifest.json", "config.json"
+CHECKPOINT = "checkpoint.pt"
+CONSOLE = "console.log"  # the study runner's capture of a child's stdout and stderr, every attempt appended
+LOCK = ".lock"  # rank 0's; every other rank's is rank_lock(r) (contract/locks.py)
+RANK_LOCKS = ".rank*.lock"  # a glob for the other ranks' lock files
+FILES = (CONFIG, MANIFEST, METRICS, LOG, CHECKPOINT, CONSOLE, LOCK)
+# Why writing a run's files can fail where no retry helps: a full disk, a quota, a read-only mount, a file over the
+# size limit. The trainer marks its run failed on these, and its command line says so in one line.
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+
+
+def rank_lock(rank: int) -> str:
+    """The name of a rank's lock file."""
+    return LOCK if rank == 0 else f".rank{rank}.lock"
 
 
 # ================================================================================================================

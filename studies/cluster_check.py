@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.config import ConfigError
+from contract.runfolder import CHECKPOINT, MANIFEST
 from slurm.profiles import Profile, ProfileError, load_profile, sbatch_argv
 from studies.launch import REPO
 
@@ -230,12 +231,12 @@ def judge_collective(layer: str, ranks: list[dict], nodes: int) -> Finding:
 
 def judge_train(state: str, run_dir: Path, nodes: int) -> Finding:
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
+        manifest = json.loads((run_dir / MANIFEST).read_text())
     except (OSError, ValueError):
         return Finding("train", False, f"job {state}; no manifest in {run_dir} "
                                        f"({log_tail(run_dir.parents[2], 'train')})")
     hosts = manifest.get("hosts") or []
-    if manifest.get("status") != "completed" or not (run_dir / "checkpoint.pt").exists():
+    if manifest.get("status") != "completed" or not (run_dir / CHECKPOINT).exists():
         message = f"job {state}; run {manifest.get('status')}: {manifest.get('message', '')}"
         return Finding("train", False, message[:300])
     if len(set(hosts)) < nodes:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import reader, runfolder
-from contract.config import Config, ConfigError, cpu_isa_env, load_config
+from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, cpu_isa_env, load_config
 from contract.fingerprint import config_fingerprint
 from contract.reader import folder_fingerprint
 from contract.plan import NODE_SCALE, Run, Study, node_fits, node_processes
@@ -166,7 +166,7 @@ class Active:
 
     def console_text(self) -> str:
         try:
-            with open(self.plan.run_dir / "console.log", "rb") as f:
+            with open(self.plan.run_dir / runfolder.CONSOLE, "rb") as f:
                 f.seek(self.console_start)
                 return f.read().decode(errors="replace")
         except OSError:
@@ -183,7 +183,7 @@ def threads_per_process(plan: Plan, jobs: int, cores: int | None = None) -> int:
     """This machine's cores shared evenly by the runs side by side and each run's processes. torchrun alone would
     give its ranks 1 thread and horovodrun the default (all cores, each): 4 Horovod ranks on 2 cores then spin
     against each other, and DDP and Horovod would not be compared on equal terms."""
-    processes = plan.ranks() if plan.backend in ("ddp", "horovod") else 1
+    processes = plan.ranks() if plan.backend in DISTRIBUTED_BACKENDS else 1
     return max(1, (cores or os.cpu_count() or 1) // jobs // processes)
 
 
@@ -215,7 +215,7 @@ def start_local(plan: Plan, index: int, jobs: int) -> Active:
     env.setdefault("OMP_NUM_THREADS", str(threads_per_process(plan, jobs)))  # a user's own setting wins
     before = last_epoch(plan.run_dir)
     env.update(cpu_isa_env(plan.cfg.train.cpu_isa))  # read once by torch: set before the trainer starts
-    console = open(plan.run_dir / "console.log", "a")
+    console = open(plan.run_dir / runfolder.CONSOLE, "a")
     console_start = console.seek(0, os.SEEK_END)  # before the children share (and move) the file offset
     # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint); and a
     # SIGTERM when the study dies, however it dies (kill -9 included), so no trainer goes on alone

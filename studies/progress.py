@@ -11,7 +11,7 @@ from pathlib import Path
 
 from contract import reader
 from contract.plan import Study
-from contract.runfolder import MANIFEST, STATUSES
+from contract.runfolder import CHECKPOINT, CONSOLE, MANIFEST, STATUSES
 from studies.clock import Clock, duration
 from studies.launch import FINISHED, FULL_OUT, Active, Plan, last_epoch
 
@@ -43,10 +43,10 @@ def summary(run_dir: Path) -> str:
     """A finished run's result in a few words; never an error, whatever its folder holds (the study goes on)."""
     manifest, problem = reader.read_document(run_dir / MANIFEST)
     if problem == "missing":
-        return f"no manifest (see {run_dir / 'console.log'})"
+        return f"no manifest (see {run_dir / CONSOLE})"
     status = (manifest or {}).get("status")
     if status not in STATUSES:
-        return (f"its manifest {'is ' + problem if problem else 'holds no status'} (see {run_dir / 'console.log'}); "
+        return (f"its manifest {'is ' + problem if problem else 'holds no status'} (see {run_dir / CONSOLE}); "
                 f"`rm -r {shlex.quote(str(run_dir))}` clears it and the next study starts the run afresh")
     bench = reader.read_metrics(run_dir).of("bench")
     rate = bench[-1].get("images_per_s_steady") if bench else None
@@ -97,7 +97,7 @@ def report_hint(out: Path) -> str:
 
 def interrupted_line(experiment: str, stopped: list[Path]) -> str:
     """What a stopped study left: only a run with a checkpoint resumes; one stopped in start-up starts afresh."""
-    saved = sum((run_dir / "checkpoint.pt").exists() for run_dir in stopped)
+    saved = sum((run_dir / CHECKPOINT).exists() for run_dir in stopped)
     fresh = len(stopped) - saved
     return (f"{experiment}: interrupted; {saved} run(s) checkpointed"
             + (f", {fresh} stopped before their first checkpoint (they start afresh)" if fresh else "")

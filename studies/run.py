@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from contract.config import ConfigError, check_writable
+from contract.config import DISTRIBUTED_BACKENDS, ConfigError, check_writable
 from contract.plan import NODE_SCALE, Study, check_node_gpus, load_study, whole_number
 from studies.clock import Clock, duration, reference_seconds
 from studies.launch import (FULL_OUT, OTHER_CONFIG, QUICK_OUT, Active, data_warning, default_jobs, local_commands,
@@ -28,7 +28,7 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
         refuse_other_configs(plans)
     if dry_run:
         for plan in plans:
-            per_node = plan.ranks() // plan.run.nodes if plan.backend in ("ddp", "horovod") else 1
+            per_node = plan.ranks() // plan.run.nodes if plan.backend in DISTRIBUTED_BACKENDS else 1
             print(f"# {plan.describe(plan.run.nodes, per_node)}")
             if plan.status == OTHER_CONFIG:
                 print(f"#   {plan.run_dir} holds another config's run: the study would refuse to start")

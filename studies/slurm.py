@@ -6,7 +6,7 @@ import shlex
 import subprocess
 import sys
 
-from contract.config import ConfigError
+from contract.config import DISTRIBUTED_BACKENDS, ConfigError
 from contract.plan import Study, node_gpus_used
 from slurm.profiles import ProfileError, load_profile, sbatch_argv
 from studies.launch import REPO, planned_runs, refuse_other_configs, threads_per_process
@@ -14,7 +14,7 @@ from studies.launch import REPO, planned_runs, refuse_other_configs, threads_per
 
 def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tuple[int, int, int]:
     """(nodes, tasks per node, GPUs per node) for one run on a cluster with `gpus_per_node` GPUs (0: CPU only)."""
-    if backend not in ("ddp", "horovod"):  # one process: single, emulated workers, or DataParallel over a node
+    if backend not in DISTRIBUTED_BACKENDS:  # one process: single, emulated workers, or DataParallel over a node
         return 1, 1, min(workers, gpus_per_node) if backend == "dp" else min(1, gpus_per_node)
     if nodes > 1:
         per_node = workers // nodes

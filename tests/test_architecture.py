@@ -121,3 +121,35 @@ def test_no_function_is_longer_than_80_lines():
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} {lines} lines")
     assert not long, "\n".join(long)
+
+
+def string_literals(path: Path) -> list[tuple[int, str]]:
+    """(line, value) of each string constant in a file, the text parts of f-strings left out: a message naming a
+    file in prose, or a lock file of its own such as f".{name}.lock", is not a run folder's name typed again."""
+    tree = ast.parse(path.read_text(), str(path))
+    in_fstrings = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in in_fstrings]
+
+
+def test_each_run_folder_name_is_typed_only_in_the_run_folders_module():
+    from contract import runfolder
+
+    assert {"checkpoint.pt", "console.log", "train.log", ".lock"} <= set(runfolder.FILES)
+    owner = REPO / "contract" / "runfolder.py"
+    typed_again = [f"{path.relative_to(REPO)}:{line} {value!r}"
+                   for path in project_files().values() if path != owner
+                   for line, value in string_literals(path) if value in runfolder.FILES]
+    assert not typed_again, "use contract.runfolder's constants:\n" + "\n".join(typed_again)
+
+
+def test_the_distributed_backends_are_listed_only_in_the_config():
+    from contract.config import DISTRIBUTED_BACKENDS
+
+    owner = REPO / "contract" / "config.py"
+    listed_again = [f"{path.relative_to(REPO)}:{node.lineno}"
+                    for path in project_files().values() if path != owner
+                    for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                    if isinstance(node, (ast.Tuple, ast.List, ast.Set))
+                    and [getattr(e, "value", None) for e in node.elts] == list(DISTRIBUTED_BACKENDS)]
+    assert not listed_again, "use contract.config.DISTRIBUTED_BACKENDS:\n" + "\n".join(listed_again)

@@ -181,3 +181,16 @@ def test_a_config_starting_with_a_utf8_bom_is_read_as_without_it(tmp_path):
     bom = tmp_path / "bom.toml"
     bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
     assert load_config(bom).to_dict() == load_config(plain).to_dict()
+
+
+# ---- issue 36: each field's allowed values declared once, beside the schema; validate and `trainers config` read it --
+@pytest.mark.parametrize("key", ["data.kind", "data.val_mode", "data.decoder", "train.device", "train.backend",
+                                 "train.precision", "model.name", "optim.name", "lr.warmup"])
+def test_a_value_outside_a_fields_allowed_ones_is_refused_naming_them(key):
+    from contract.config import ALLOWED, from_dict
+    from tests.helpers import TINY
+
+    section, name = key.split(".")
+    with pytest.raises(ConfigError) as refused:
+        from_dict({**TINY, section: {**TINY.get(section, {}), name: "bogus"}})
+    assert str(refused.value) == f"{key} = 'bogus' is not one of {', '.join(ALLOWED[key])}"

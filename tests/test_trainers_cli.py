@@ -115,3 +115,33 @@ def test_config_prints_only_the_settings_the_data_kind_and_model_read(tmp_path, 
         printed.write_text(text)
         assert load_config(printed, scale, need_data=False).to_dict() == \
             load_config(EXP6, scale, need_data=False).to_dict()
+
+
+# ---- issue 36: one set of disk-full errnos, read by the trainer's loop and its command line alike -------------------
+@pytest.mark.parametrize("code", ["ENOSPC", "EDQUOT", "EROFS", "EFBIG"])
+def test_a_full_disk_is_one_line_and_exit_1_whichever_errno_says_so(monkeypatch, capsys, code):
+    import errno
+
+    import trainers.__main__ as cli
+    from contract.runfolder import WRITE_FAILURES
+    from trainers import loop
+
+    assert loop.WRITE_FAILURES is WRITE_FAILURES and getattr(errno, code) in WRITE_FAILURES
+
+    def full(_args):
+        raise OSError(getattr(errno, code), "disk says no", "out/r/metrics.jsonl")
+
+    monkeypatch.setattr(cli, "cmd_config", full)
+    assert main(["config", "experiments/01_throughput_single_gpu"]) == 1
+    assert capsys.readouterr().err == ("error: cannot write out/r/metrics.jsonl: disk says no; "
+                                       "free space or pick another --out\n")
+
+
+def test_config_names_the_allowed_values_of_a_setting_beside_it(capsys):
+    from contract.config import ALLOWED
+
+    assert main(["config", str(EXP6), "--scale", "local"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    device = next(line for line in lines if line.startswith("device = "))
+    assert device.endswith(f"  # one of {', '.join(ALLOWED['train.device'])}"), device
+    assert not any("# one of" in line for line in lines if line.startswith("epochs = "))

@@ -29,6 +29,7 @@ import torch.nn as nn
 
 from trainers import checkpoint, data
 from contract.config import ConfigError, from_dict
+from contract.runfolder import CHECKPOINT
 from trainers.models import build_model
 
 
@@ -106,7 +107,7 @@ def training_batches(cfg, seed: int) -> Iterator:
 
 def measure_run(run_dir: Path, workers: int, groups: int, at_init: bool = False, seed: int = 0) -> dict:
     """B_simple of the run's final model (or, with at_init, of its initial weights) at per-worker batch x workers."""
-    ckpt = run_dir / "checkpoint.pt"
+    ckpt = run_dir / CHECKPOINT
     if not ckpt.exists():
         raise ConfigError(f"{run_dir} has no checkpoint.pt: measure a run trained with train.checkpoint = true")
     state = checkpoint.load(ckpt)

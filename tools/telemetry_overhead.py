@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from contract.config import ConfigError, TelemetryConfig, load_config
+from contract.runfolder import LOG
 from trainers.data import ensure_generated, generated_spec
 from trainers.loop import run_training
 from trainers.telemetry import Sampler
@@ -40,13 +41,13 @@ def measure_overhead(config: str, scale: str, overrides: list[str], repeats: int
     # far less disturbed than wall time by other work on a shared machine
     warm_up = dataclasses.replace(base, telemetry=TelemetryConfig(0.0))  # first-run costs (lazy imports, caches)
     if run_training(warm_up, Path(out) / "warm-up", echo=False) != 0:
-        raise RuntimeError(f"the warm-up run failed; see {Path(out) / 'warm-up' / 'train.log'}")
+        raise RuntimeError(f"the warm-up run failed; see {Path(out) / 'warm-up' / LOG}")
     for i in range(repeats):
         for mode in ("on", "off") if i % 2 == 0 else ("off", "on"):
             cfg = dataclasses.replace(base, telemetry=TelemetryConfig(interval if mode == "on" else 0.0))
             started, cpu_started = time.perf_counter(), time.process_time()
             if run_training(cfg, Path(out) / f"{mode}-{i}", echo=False) != 0:
-                raise RuntimeError(f"the {mode} run {i} failed; see {Path(out) / f'{mode}-{i}' / 'train.log'}")
+                raise RuntimeError(f"the {mode} run {i} failed; see {Path(out) / f'{mode}-{i}' / LOG}")
             seconds[mode].append(time.perf_counter() - started)
             cpu[mode].append(time.process_time() - cpu_started)
     cost = sample_cost_s()

@@ -6,14 +6,13 @@ data here, the study to studies/, `data bench` to tools/ (the other tools: pytho
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import sys
 from pathlib import Path
 
 from contract.config import SCALES, ConfigError, cpu_isa_env, load_config
 from trainers.data import DataError
-from contract.runfolder import check_run_name
+from contract.runfolder import WRITE_FAILURES, check_run_name
 from tools import data_bench
 
 DEFAULT_OUT = Path("results/runs")
@@ -188,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        if e.errno not in WRITE_FAILURES:
             raise
         # a full or read-only disk before a run could say so itself (a run that started marks itself failed)
         print(f"error: cannot write {e.filename or 'the output'}: {e.strerror}; free space or pick another --out",

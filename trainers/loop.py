@@ -8,7 +8,6 @@ and to RunFolder for its records.
 from __future__ import annotations
 
 import datetime
-import errno
 import itertools
 import math
 import os
@@ -26,9 +25,10 @@ from contract.config import Config, ConfigError, check_paths, check_writable
 from contract.lr import lr_at
 from trainers.models import build_model
 from trainers.optimizers import build_optimizer
-from contract.locks import LOCK, RankLock, dead_ranks, mark_failed
+from contract.locks import RankLock, dead_ranks, mark_failed
 from contract.reader import read_manifest
-from contract.runfolder import CONFIG, LOG, MANIFEST, METRICS, RunFolder, now_iso
+from contract.runfolder import (CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS, WRITE_FAILURES, RunFolder,
+                                now_iso)
 from contract.versions import git_commit, versions
 from trainers.runlog import DeviceTotals, LogEvery, Readout, Sums, summary_line, test_line, train_line
 
@@ -79,7 +79,7 @@ class Trainer:
         self.train_ds, self.val_ds = data.build_datasets(cfg.data, cfg.model.num_classes, t.seed)
         self.backend = backends.create(cfg, launch, backend_name)
         b = self.backend
-        self.ckpt_path = run_dir / "checkpoint.pt"
+        self.ckpt_path = run_dir / CHECKPOINT
         self.resuming = resume and self.ckpt_path.exists()
         self.run = RunFolder(run_dir, writes=b.is_main(), echo=echo, fresh=not self.resuming)
         b.start_run(run_dir)
@@ -482,7 +482,7 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
 def check_run_files(run_dir: Path) -> None:
     """The run's files are files: one that became a folder (a copy or a script gone wrong) would fail where it is
     first opened, as a traceback, after the run had been marked running."""
-    names = (MANIFEST, METRICS, LOG, CONFIG, "checkpoint.pt", LOCK, *(p.name for p in run_dir.glob(".rank*.lock")))
+    names = (MANIFEST, METRICS, LOG, CONFIG, CHECKPOINT, LOCK, *(p.name for p in run_dir.glob(RANK_LOCKS)))
     for path in (run_dir / name for name in names):
         if path.is_dir():
             raise ConfigError(f"{path} is a folder, not the run's file; move it aside (mv {path} {path}.bad) "
@@ -514,8 +514,8 @@ def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: b
     if launch.rank == 0 and not resume and (run_dir / MANIFEST).exists():  # no manifest: nothing started, restart
         raise ConfigError(f"run folder {run_dir} exists; continue it with --resume auto or pick another --run")
     pinned = {}
-    if resume and (run_dir / "checkpoint.pt").exists():
-        pinned = pin_arithmetic(cfg, run_dir / "checkpoint.pt", force, launch.world_size)
+    if resume and (run_dir / CHECKPOINT).exists():
+        pinned = pin_arithmetic(cfg, run_dir / CHECKPOINT, force, launch.world_size)
     trainer = Trainer(cfg, run_dir, name, launch, resume, echo, pinned)
     run, b = trainer.run, trainer.backend
     run.write_config({"experiment": cfg.experiment, "run": run_dir.name, "scale": cfg.scale, **cfg.to_dict(),
@@ -591,9 +591,6 @@ def capped(trainer: Trainer) -> dict:
     if trainer.cfg.bench.batches or not trainer.cut_by_cap():
         return {}
     return {"message": f"capped at {cap} optimizer steps (train.max_steps): a smoke run", "capped_at_steps": cap}
-
-
-WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
 
 def write_failure(error: BaseException | None) -> OSError | None:

@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any
 
-from contract.config import Config, DataConfig, ModelConfig
+from contract.config import ALLOWED, Config, DataConfig, ModelConfig
 
 # Settings that only one data kind reads (trainers/data/datasets.py); any other key applies to every kind.
 DATA_KIND_KEYS = {"imagefolder": ("path", "decoder", "max_image_pixels"),
@@ -74,8 +74,13 @@ def to_toml(doc: dict[str, Any]) -> str:
                 why = skip.get((section, k))
                 if why and v == _default(section, k):
                     continue
-                lines.append(f"{k} = {toml_value(v)}" + (f"  # set, but {why}" if why else ""))
+                lines.append(f"{k} = {toml_value(v)}" + (f"  # set, but {why}" if why else allowed(f"{section}.{k}")))
     return "\n".join(lines) + "\n"
+
+
+def allowed(key: str) -> str:
+    """The comment naming a setting's allowed values, if it has a list of them."""
+    return f"  # one of {', '.join(ALLOWED[key])}" if key in ALLOWED else ""
 
 
 def show(cfg: Config, as_json: bool = False) -> str:

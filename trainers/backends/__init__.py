@@ -12,7 +12,7 @@ import torch
 
 from trainers.backends.base import Backend
 from trainers.backends.launch import Launch, detect_launch, interface_towards
-from contract.config import Config, ConfigError
+from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError
 from trainers.backends.rank_workers import workers_per_rank
 
 __all__ = ["Backend", "Launch", "detect_launch", "register", "create", "BACKENDS", "horovod_available",
@@ -67,7 +67,7 @@ def choose_backend(cfg: Config, launch: Launch) -> str:
 def check_world(cfg: Config, launch: Launch, name: str) -> None:
     """Refuse a launch that disagrees with the config, before any process group exists."""
     workers = cfg.train.workers
-    if name in ("ddp", "horovod"):
+    if name in DISTRIBUTED_BACKENDS:
         if launch.world_size > 1:  # W workers over P processes: W/P emulated workers a process, W a multiple of P
             workers_per_rank(workers, launch.world_size)
             bpa = cfg.horovod.batches_per_allreduce
