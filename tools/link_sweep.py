@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from contract.reader import read_manifest, read_metrics
+from contract.runfolder import METRICS
 
 REPO = Path(__file__).resolve().parents[1]
 EXP3 = REPO / "experiments" / "03_throughput_distributed_data_parallel"
@@ -60,7 +61,7 @@ def sweep_table(out: Path, rates: list[str]) -> pd.DataFrame:
     """One row per run: rate, backend, processes, steady images/s, communication share, hosts."""
     rows = []
     for rate in rates:
-        for metrics in sorted((out / rate).glob("*/*/metrics.jsonl")):
+        for metrics in sorted((out / rate).glob(f"*/*/{METRICS}")):
             run_dir = metrics.parent
             bench = [r for r in read_metrics(metrics).records if r.get("kind") == "bench"]
             manifest = read_manifest(run_dir) or {}
