@@ -225,7 +225,7 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
                     parts.append(f"{label} for " + "; ".join(hit))
             overall = {frozenset({"yes"}): "holds everywhere", frozenset({"no"}): "fails everywhere",
                        frozenset({"undecided"}): "undecided"}.get(frozenset(said) - {"n/a"}, "mixed")
-            lines.append(f"- {where} — {overall}: " + ". ".join(parts) + ".")
+            lines.append(f"- {where} — {overall}: " + ". ".join(parts) + "." + _holm_words(g, said))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

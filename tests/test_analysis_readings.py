@@ -186,3 +186,5 @@ def test_the_summary_and_the_short_table_say_both_per_row_and_after_holm():
                                                                          "-4.40 [-5.90, -2.90]")
     assert last["flag"].startswith("seeds added after a look") and table.iloc[0]["flag"] == ""
     assert "scale" in rd.verdict_table(v.assign(scale=["local", "local", "gpu", "gpu"])).columns
+    reading = rd.rq3_reading(v, REF)
+    assert "After Holm's correction over its 2 rows: 0 of 2 support it." in reading
