@@ -14,6 +14,6 @@ from .numbers import numerics_label  # noqa: F401
 from .nbhelpers import (batch_size_wallclock, error_figure, error_figures, first_batch_penalty,  # noqa: F401
                         overview, pilot_summary, quality_overview, rq2_verdict, scaling_figure, schedules_figure,
                         show, show_utilisation, speedup_pivot, subplots)
-from .readings import baseline_rate_note, markdown, rq1_reading, rq3_reading  # noqa: F401
+from .readings import baseline_rate_note, markdown, rq1_reading, rq3_reading, verdict_table  # noqa: F401
 from .reference import load_reference  # noqa: F401
 from .runs import load_log, load_logs, load_runs, load_study  # noqa: F401

@@ -20,12 +20,19 @@ with its reason in experiments/scales.toml [margins.<scale>]):
   better        ci_low > m;
   inconclusive  otherwise, and whenever there is no interval (fewer than 2 runs a side, or mixed configs).
 The interval is scipy's t interval: paired by seed when both sides ran the same seeds (same initial weights), else
-Welch's. Each row is its own comparison at 90 %, not corrected for the number of rows. `seeds_needed` says how many
-seeds a side the interval would need, at the measured difference and spread, to reach a verdict other than
-`inconclusive` (`needed_for`). Final-epoch top-1 gets the same interval and verdict in the final_* columns.
+Welch's (unpaired); `method` says which. Each row is its own comparison at 90 %; `holds_holm` is the family-wise view:
+Holm's correction over each finding's rows (at one scale and numerics, the rows that claim something) of the one-sided
+tests behind `holds` at 5 % each -- the level the 90 % interval's ends test -- so a row keeps `yes` only where its
+adjusted p-value (`p_holm`) stays below 5 %. `seeds_needed` says how many seeds a side the interval would need, at the
+measured difference and spread, to reach a verdict other than `inconclusive` (`needed_for`). Final-epoch top-1 gets
+the same interval and verdict in the final_* columns. A row whose treated runs were declared before a look at an
+interval and that holds runs added after it (the runs root's machine.toml [look]) is flagged in `after_a_look`, with
+the interval over its declared runs alone in the declared_* columns.
 """
 from __future__ import annotations
 
+import fnmatch
+import functools
 import math
 import tomllib
 from pathlib import Path
@@ -38,8 +45,12 @@ from contract import reader
 from .smoke import SMOKE, smoke_paths
 
 COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "optimizer", "against", "n", "n_against",
-           "difference", "ci_low", "ci_high", "margin", "verdict", "holds", "method", "seeds_needed", "needed_for",
-           "final_difference", "final_ci_low", "final_ci_high", "final_verdict", "thesis_difference"]
+           "difference", "ci_low", "ci_high", "margin", "verdict", "holds", "method", "p", "p_holm", "holds_holm",
+           "seeds_needed", "needed_for", "final_difference", "final_ci_low", "final_ci_high", "final_verdict",
+           "after_a_look", "declared_n", "declared_n_against", "declared_difference", "declared_ci_low",
+           "declared_ci_high", "declared_verdict", "thesis_difference"]
+PAIRED, WELCH = "paired by seed", "Welch (unpaired)"  # `method`: how the interval was computed
+ALPHA = (1 - 0.90) / 2  # each end of the 90 % interval is a one-sided test at 5 %: Holm's family-wise level
 WARMUP_EXPERIMENTS = (6, 8, 9)
 LARGE_BATCH = 12
 OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # the order rows and curves take
@@ -105,11 +116,11 @@ def interval(a: pd.Series, b: pd.Series, paired: bool) -> dict:
         d = a.sort_index() - b.sort_index()
         se = float(d.std(ddof=1) / math.sqrt(len(d)))
         result = stats.ttest_rel(a.sort_index(), b.sort_index()) if se > 0 else None
-        out.update(method="paired")
+        out.update(method=PAIRED)
     else:
         se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
         result = stats.ttest_ind(a, b, equal_var=False) if se > 0 else None
-        out.update(method="welch")
+        out.update(method=WELCH)
     if result is None:  # no spread at all: the difference is exact
         out.update(ci_low=diff, ci_high=diff, se=0.0)
         return out
@@ -142,6 +153,105 @@ def seeds_needed(diff: float, sd_a: float | None, sd_b: float | None, sd_diff: f
         if _half_width(n, sd_a, sd_b, sd_diff) < room:
             return n, target
     return None, target
+
+
+# ============================================================================================ family-wise: Holm
+
+
+def _one_sided(a: pd.Series, b: pd.Series, paired: bool, shift: float, alternative: str) -> float:
+    """scipy's one-sided t test p-value of mean(a) + shift against mean(b) (paired by seed, or Welch's)."""
+    a, b = a.dropna().astype(float), b.dropna().astype(float)
+    if len(a) < 2 or len(b) < 2:
+        return math.nan
+    spread = (a.sort_index() - b.sort_index()).std(ddof=1) if paired else a.var(ddof=1) + b.var(ddof=1)
+    if spread == 0:  # no spread at all: the difference is exact (as in interval)
+        diff = float(a.mean() - b.mean()) + shift
+        return 0.0 if (diff > 0 if alternative == "greater" else diff < 0) else 1.0
+    if paired:
+        return float(stats.ttest_rel(a.sort_index() + shift, b.sort_index(), alternative=alternative).pvalue)
+    return float(stats.ttest_ind(a + shift, b, equal_var=False, alternative=alternative).pvalue)
+
+
+def claim_p(finding: str, a: pd.Series, b: pd.Series, paired: bool, margin: float) -> float:
+    """The p-value of the test behind `holds` (below ALPHA exactly when the 90 % interval gives the finding's verdict):
+    naive_degrades rejects difference >= -margin (worse); warmup_not_worse rejects difference <= -margin; matching
+    rejects |difference| >= margin (TOST: the larger of its two one-sided p-values)."""
+    not_worse = _one_sided(a, b, paired, margin, "greater")
+    if finding == "naive_degrades":
+        return _one_sided(a, b, paired, margin, "less")
+    if finding == "warmup_not_worse":
+        return not_worse
+    return max(not_worse, _one_sided(a, b, paired, -margin, "less"))
+
+
+def holm(p: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given (a missing p counts as 1): the k-th smallest of m is
+    multiplied by m - k + 1, and each adjusted value is at least the one before it in that order."""
+    values = [1.0 if p_ is None or math.isnan(p_) else float(p_) for p_ in p]
+    adjusted, running = [math.nan] * len(values), 0.0
+    for k, i in enumerate(sorted(range(len(values)), key=lambda j: values[j])):
+        running = max(running, min(1.0, (len(values) - k) * values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def with_holm(rows: list[dict]) -> list[dict]:
+    """Each finding's rows (one scale and numerics) with p_holm and holds_holm: `yes` survives only where the adjusted
+    p-value stays below ALPHA; rows that claim nothing (holds n/a) are left out of the family."""
+    for finding in {row["finding"] for row in rows}:
+        family = [row for row in rows if row["finding"] == finding and row["holds"] != "n/a"]
+        for row, adjusted in zip(family, holm([row["p"] for row in family])):
+            row["p_holm"] = adjusted
+            row["holds_holm"] = "yes" if adjusted < ALPHA else ("no" if row["holds"] == "no" else "undecided")
+    for row in rows:
+        row.setdefault("holds_holm", row["holds"])
+    return rows
+
+
+# ============================================================================================ seeds added after a look
+
+
+@functools.lru_cache(maxsize=None)
+def look(root: Path) -> dict:
+    """A runs root's machine.toml [look]: the run folders (patterns) declared before a look at an interval, and those
+    added after it; empty when the root has none."""
+    try:
+        with open(Path(root) / "machine.toml", "rb") as f:
+            return tomllib.load(f).get("look", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def looked(path) -> str:
+    """'declared' / 'added' (before / after the look, as its runs root's machine.toml says), or '' for a run folder."""
+    if not isinstance(path, str | Path):
+        return ""
+    path = Path(path)
+    name, said = f"{path.parent.name}/{path.name}", look(path.parent.parent.resolve())
+    for when in ("added", "declared"):
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in said.get(when, [])):
+            return when
+    return ""
+
+
+def _tags(side: pd.DataFrame) -> pd.Series:
+    return side["path"].map(looked) if "path" in side else pd.Series("", index=side.index)
+
+
+def declared_only(a: pd.DataFrame, b: pd.DataFrame, margin: float) -> dict:
+    """The after-a-look flag and the interval over the declared runs alone, for a row whose treated runs were declared
+    before the look and that holds runs added after it; nothing for any other row."""
+    tags_a, tags_b = _tags(a), _tags(b)
+    if not ((tags_a == "declared").any() and ((tags_a == "added").any() or (tags_b == "added").any())):
+        return {}
+    a, b = a[tags_a != "added"], b[tags_b != "added"]
+    best_a, best_b = _by_seed(a, "best_val_top1"), _by_seed(b, "best_val_top1")
+    got = interval(best_a, best_b, _paired(best_a, best_b))
+    return dict(after_a_look=f"seeds added after a look: declared {len(a)} vs {len(b)} give "
+                             f"{got['difference']:+.2f} [{got['ci_low']:+.2f}, {got['ci_high']:+.2f}]",
+                declared_n=len(a), declared_n_against=len(b), declared_difference=got["difference"],
+                declared_ci_low=got["ci_low"], declared_ci_high=got["ci_high"],
+                declared_verdict=verdict(got["ci_low"], got["ci_high"], margin))
 
 
 # ============================================================================================ one comparison
@@ -184,6 +294,8 @@ def compare(finding: str, exp: int, workers: int, against: str, a: pd.DataFrame,
     sd_diff = float((best_a.sort_index() - best_b.sort_index()).std(ddof=1)) if paired else None
     sds = (None, None) if paired else (float(best_a.std(ddof=1)), float(best_b.std(ddof=1)))
     row["seeds_needed"], row["needed_for"] = seeds_needed(best["difference"], *sds, sd_diff, margin)
+    row["p"] = claim_p(finding, best_a, best_b, paired, margin) if not _mixed(a, b) else math.nan
+    row.update(declared_only(a, b, margin))
     final = interval(_by_seed(a, "final_top1"), _by_seed(b, "final_top1"), paired)
     row.update(final_difference=final["difference"], final_ci_low=final["ci_low"], final_ci_high=final["ci_high"],
                final_verdict=verdict(final["ci_low"], final["ci_high"], margin) if not _mixed(a, b)
@@ -270,7 +382,8 @@ def orderings(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     for (scale, numerics, is_smoke), g in runs.groupby([runs["scale"].fillna("unknown"), runs["numerics"], smoke],
                                                        dropna=False, sort=True):
         margin = float(declared.get(scale, {}).get("points", math.nan))
-        found = naive_degrades(g, ref, margin) + warmup_findings(g, ref, margin) + large_batch_findings(g, margin)
+        found = with_holm(naive_degrades(g, ref, margin) + warmup_findings(g, ref, margin)
+                          + large_batch_findings(g, margin))
         rows += [{"scale": scale, "numerics": numerics, **(no_verdict(row) if is_smoke else row)} for row in found]
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -279,22 +392,28 @@ def no_verdict(row: dict) -> dict:
     """A smoke run's row: its differences stay (a check that the pipeline ran), its verdicts and the thesis's
     difference do not, since 1 seed of 2 epochs decides nothing about a 90-epoch finding."""
     return {**row, "verdict": SMOKE, "holds": SMOKE, "final_verdict": SMOKE, "seeds_needed": None,
-            "needed_for": None, "thesis_difference": math.nan}
+            "needed_for": None, "thesis_difference": math.nan, "holds_holm": SMOKE, "p_holm": math.nan,
+            "declared_verdict": SMOKE if row.get("after_a_look") else None}
 
 
 def notes() -> list[str]:
     declared = margins()
     return [
-        "difference: mean best validation top-1 (percent) of the experiment at `workers` minus `against`'s; "
-        "ci_low/ci_high: its 90 % t interval (scipy.stats; `method` paired by seed, or Welch); final_*: the same "
-        "for the last epoch's top-1; thesis_difference: the thesis's single runs; warmup: the experiment's warm-up "
-        "as its runs' config.json says (gradual-N: the per-epoch formula, goyal-N: the per-iteration ramp).",
+        "This table is short: every column (seeds_needed, final-epoch verdicts, the thesis's differences, p-values) "
+        "is in orderings.csv beside it.",
+        "difference: mean best validation top-1 (percent) of the experiment minus the comparison's, with its 90 % t "
+        "interval (scipy.stats); method: paired by seed when both sides ran the same seeds, else Welch (unpaired).",
         "verdict: equivalent when the interval lies inside (-margin, margin), worse/better when it lies entirely "
         "below -margin / above margin, else inconclusive; holds: whether that supports the finding "
         "(naive_degrades: worse, n/a where the global batch is at most the one the rate is tuned for; "
-        "warmup_not_worse: ci_low > -margin; warmup_matches_baseline: equivalent).",
-        "seeds_needed: seeds a side for the interval to reach `needed_for` if the difference and the spread stayed "
-        "as measured (empty: none would). Rows are not corrected for multiple comparisons.",
+        "warmup_not_worse: the interval's low end above -margin; the matching findings: equivalent). Each row on "
+        "its own, not corrected for the number of rows.",
+        "holds after Holm: the family-wise view -- Holm's correction over each finding's rows (those that claim "
+        "something) of the one-sided tests behind `holds`, at 5 % each, the level each end of a 90 % interval "
+        "tests; a row keeps `yes` only where its adjusted p-value (orderings.csv p_holm) stays below 5 %.",
+        "flag: a row whose treated runs were declared before a look at an interval and that holds seeds added "
+        "after it (the runs' machine.toml [look], as their declared_*.txt record), with the interval over the "
+        "declared seeds alone (orderings.csv declared_*).",
     ] + [f"margin at the {scale} scale: {m.get('points')} points -- {m.get('reason', '')}" for scale, m in
          declared.items()]
 

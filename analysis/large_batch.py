@@ -226,12 +226,21 @@ def rq4_reading(verdicts: pd.DataFrame, points: pd.DataFrame, noise: pd.DataFram
     noise = noise_scales() if noise is None else noise
     lines = ["**Reading, computed from the runs above** (each row: mean best top-1 minus experiment 5's 1-worker "
              "baseline, its 90 % interval, the verdict against the scale's margin; rows are not corrected for their "
-             "number).", ""]
+             "number" + _holm_clause(v) + ").", ""]
     for (scale, numerics), g in v.groupby(["scale", "numerics"], sort=True):
         mine = points[(points["scale"] == scale) & (points["numerics"] == numerics)]
         batch = dict(zip(mine["workers"], mine["global_batch"]))
         lines += _scale_reading(scale, numerics, g, batch, noise if scale == "local" else noise.iloc[0:0]) + [""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _holm_clause(v: pd.DataFrame) -> str:
+    """'; after Holm's correction over each scale's N rows, K stay `equivalent`' when the verdicts carry holds_holm."""
+    if "holds_holm" not in v:
+        return ""
+    claimed = v[v["holds_holm"] != "n/a"]
+    return (f"; after Holm's correction over each scale's rows, {int((claimed['holds_holm'] == 'yes').sum())} of "
+            f"{len(claimed)} stay `equivalent` (the verdict table's `holds after Holm`)")
 
 
 def _scale_reading(scale: str, numerics: str, g: pd.DataFrame, batch: dict, noise: pd.DataFrame) -> list[str]:

@@ -95,7 +95,10 @@ RQ3 = [
     ("code", "an.quality_overview(df, ref)"),
     ("md", "## Do the thesis's three findings hold in our runs? (90 % intervals of the difference in best top-1 "
            "against the scale's declared margin: equivalent, worse, better or inconclusive)"),
-    ("code", "verdicts = an.orderings(df, ref)\nverdicts"),
+    ("md", "One line a comparison: how its interval was computed (paired by seed or Welch), whether it supports the "
+           "finding on its own and after Holm's correction over the finding's rows, and whether it gained seeds "
+           "after a look (every column: `verdicts`, results/tables/orderings.csv)."),
+    ("code", "verdicts = an.orderings(df, ref)\nan.verdict_table(verdicts)"),
     ("md", "## The local 32-worker gap and optimizer steps\n\n"
            "The miniature at 72 epochs instead of 18 (experiment 10, `experiments/10_more_steps_pilot`): the 32-worker runs take "
            "4,500 steps instead of 1,125. Best top-1 and last-epoch training loss, mean ± sd over seeds."),
@@ -122,7 +125,7 @@ RQ4 = [
     ("code", "points = an.study_points(df)\npoints"),
     ("md", "## Verdicts against experiment 5's 1-worker baseline"),
     ("code", "verdicts = an.orderings(df, ref)\n"
-             "verdicts[verdicts['experiment'] == 12]"),
+             "an.verdict_table(verdicts[verdicts['experiment'] == 12])"),
     ("md", "## The gradient noise scale of the same model and data, measured on the study's runs"),
     ("code", "noise = an.noise_scales()\nnoise"),
     ("code", "fig = an.large_batch_figure(df, an.findings.margins(), noise)\n"

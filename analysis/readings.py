@@ -149,8 +149,45 @@ def finding_summary(verdicts: pd.DataFrame) -> list[str]:
                  if s == "yes" and finding.endswith("matches_baseline") and _zero(r).startswith("excludes")]
         if below:
             parts.append("equivalent only by the margin, its interval excluding 0, at " + ", ".join(below))
-        lines.append(f"{finding} ({where} scale): {word} -- " + "; ".join(parts) + ".")
+        lines.append(f"{finding} ({where} scale): {word} -- " + "; ".join(parts) + "." + _holm_words(g, said))
     return lines
+
+
+def _holm_words(g: pd.DataFrame, said: list[str]) -> str:
+    """' After Holm's correction over its N rows: K support it (rows).' -- when the table has holds_holm."""
+    if "holds_holm" not in g:
+        return ""
+    rows = [_row_name(r) for r in g.itertuples()]
+    yes = [row for row, h in zip(rows, g["holds_holm"]) if h == "yes"]
+    claimed = [s for s in said if s != "n/a"]
+    return (f" After Holm's correction over its {len(claimed)} rows: {len(yes)} of {len(claimed)} support it"
+            + (f" ({', '.join(yes)})" if yes else "") + ".")
+
+
+def _interval_text(r) -> str:
+    if pd.isna(r.difference):
+        return ""
+    ends = "" if pd.isna(r.ci_low) else f" [{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
+    return f"{r.difference:+.2f}{ends}"
+
+
+def verdict_table(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """orderings.md's table, one short line a row: the comparison, its difference and 90 % interval, how the interval
+    was computed, the per-row verdict, whether it supports the finding before and after Holm's correction, and the
+    after-a-look flag (orderings.csv keeps every column). The scale, where the rows span more than one."""
+    v = verdicts.reset_index(drop=True)
+    out = pd.DataFrame({
+        "finding": v["finding"],
+        "comparison": [f"{_row_name(r)} vs {r.against}" for r in v.itertuples()],
+        "seeds": [_seeds(r) for r in v.itertuples()],
+        "difference [90 % interval]": [_interval_text(r) for r in v.itertuples()],
+        "method": v.get("method"), "verdict": v["verdict"], "holds": v.get("holds"),
+        "holds after Holm": v.get("holds_holm"),
+        "flag": [f if isinstance(f, str) else "" for f in v.get("after_a_look", [None] * len(v))],
+    })
+    where = v["scale"].fillna("unknown") + v["numerics"].map(lambda n: nb.numerics_suffix(n, ", ")) \
+        if {"scale", "numerics"} <= set(v.columns) else pd.Series("", index=v.index)
+    return out.assign(scale=where)[["scale", *out.columns]] if where.nunique() > 1 else out
 
 
 def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
@@ -168,8 +205,9 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
              "90 % interval, whether 0 lies inside it, the verdict against the scale's equivalence margin and the "
              "seeds a side; see the verdict table). A finding holds only as far as its rows do: 'mixed' when some "
              "rows support it and others can't tell. Each row is its own 90 % interval, not corrected for the "
-             "number of rows, nor for seeds added after a look at an interval (the runs' machine.toml says which "
-             "seeds were declared before).", ""]
+             "number of rows (the verdict table's `holds_holm` is: Holm's correction over each finding's rows), nor "
+             "for seeds added after a look at an interval (the verdict table flags those rows, with the interval "
+             "over the declared seeds beside).", ""]
     for finding, title in FINDINGS.items():
         lines.append(f"*{title}* — {_thesis_claim(finding, ref)}.")
         rows = v[v["finding"] == finding]
@@ -187,7 +225,7 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
                     parts.append(f"{label} for " + "; ".join(hit))
             overall = {frozenset({"yes"}): "holds everywhere", frozenset({"no"}): "fails everywhere",
                        frozenset({"undecided"}): "undecided"}.get(frozenset(said) - {"n/a"}, "mixed")
-            lines.append(f"- {where} — {overall}: " + ". ".join(parts) + ".")
+            lines.append(f"- {where} — {overall}: " + ". ".join(parts) + "." + _holm_words(g, said))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -25,7 +25,7 @@ from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
 from .compare import (REPO, default_runs_root, machine_cores, made_from, reference_machines,  # noqa: E402
                       report_comparison, runs_label)
-from .readings import finding_summary  # noqa: E402
+from .readings import finding_summary, verdict_table  # noqa: E402
 from .runs import load_study  # noqa: E402
 from .smoke import smoke_paths  # noqa: E402
 
@@ -45,8 +45,8 @@ SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale 
 
 def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path, source: str | None = None) -> list[Path]:
     """Every table; source: the line each says which runs it was made from."""
-    def write(tab, name, title=None, notes=None):
-        return tb.write_table(tab, out, name, title, notes, source)
+    def write(tab, name, title=None, notes=None, shown=None):
+        return tb.write_table(tab, out, name, title, notes, source, shown)
 
     written: list[Path] = []
     for t in rf.THROUGHPUT_TABLES:
@@ -76,7 +76,8 @@ def build_tables(df: pd.DataFrame, ref: pd.DataFrame, out: Path, source: str | N
                      "Best validation accuracy per configuration (all quality experiments)")
     verdicts = fd.orderings(df, ref)
     written += write(verdicts, "orderings", "The thesis's three quality findings: 90 % intervals against a declared "
-                     "margin", [f"What the rows say: {line}" for line in finding_summary(verdicts)] + fd.notes())
+                     "margin", [f"What the rows say: {line}" for line in finding_summary(verdicts)] + fd.notes(),
+                     verdict_table(verdicts))
     written += write(tb.throughput_summary(df), "throughput_summary", "Throughput per configuration")
     written += write(cost.local_study_times(df), "study_times",
                      "Local quality studies: measured run times and the study's wall-clock at JOBS=2",

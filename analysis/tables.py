@@ -271,12 +271,13 @@ def to_markdown(df: pd.DataFrame, title: str | None = None, notes: list[str] | N
 
 
 def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, title: str | None = None,
-                notes: list[str] | None = None, source: str | None = None) -> list[Path]:
-    """Save a table as <name>.csv and <name>.md (source: which runs it was made from, under the title); returns the
-    paths."""
+                notes: list[str] | None = None, source: str | None = None,
+                shown: pd.DataFrame | None = None) -> list[Path]:
+    """Save a table as <name>.csv and <name>.md (source: which runs it was made from, under the title; shown: a
+    shorter table for the markdown, the csv keeping every column); returns the paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"
     df.to_csv(csv, index=False, float_format="%.6g", lineterminator="\n")
-    md.write_text(to_markdown(df, title, notes, source))
+    md.write_text(to_markdown(df if shown is None else shown, title, notes, source))
     return [csv, md]

@@ -246,3 +246,15 @@ def test_cost_gpus_4_prices_a_node_of_4_gpus(tmp_path, capsys):
     assert "node-w8-ddp" not in node.index and node.loc["node-w4-ddp", "gpus_per_run"] == 4
     assert node["gpus_per_run"].max() == 4 and not node["experiment"].str.startswith("03").any()
     assert "a node of 4 GPUs" in (tmp_path / "tables" / "cost.md").read_text().splitlines()[0]
+
+
+def test_the_gpu_scales_quality_studies_plan_and_price_the_seeds_a_verdict_needs():
+    """1 seed a side gives no interval, so every verdict would be inconclusive by construction: 3 seeds a side, and
+    `make cost` prices them (its `runs`)."""
+    from contract.plan import expand
+
+    for experiment in sorted(EXPERIMENTS.glob("0[4-9]_*")):
+        names = [run.name.rsplit("-s", 1)[0] for run in expand(experiment / "config.toml", "gpu")]
+        assert names and all(names.count(name) >= 3 for name in names), experiment.name
+        rows = cost.study_rows(experiment, "gpu", NO_RUNS, REF, bench=BENCH)
+        assert rows and all(r["runs"] >= 3 for r in rows), experiment.name

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from analysis import reference as rf
-from analysis.findings import interval, margins, orderings, seeds_needed, verdict
+from analysis.findings import claim_p, holm, interval, look, margins, orderings, seeds_needed, verdict, with_holm
 
 
 def runs(rows, final_drop=1.0, numerics="fp32"):
@@ -51,7 +51,7 @@ def test_experiment_8_at_24_workers_is_not_equivalent_to_the_baseline():
         assert verdict(got["ci_low"], got["ci_high"], 2.0) == "inconclusive"
         assert verdict(got["ci_low"], got["ci_high"], 1.0) == "inconclusive"
     welch = interval(warm, base, paired=False)
-    assert welch["se"] == pytest.approx(3.01, abs=0.005) and welch["method"] == "welch"
+    assert welch["se"] == pytest.approx(3.01, abs=0.005) and welch["method"] == "Welch (unpaired)"
 
 
 def test_intervals_are_scipys_t_intervals():
@@ -102,7 +102,7 @@ def test_the_thesis_findings_hold_on_runs_built_to_show_them():
     assert beats["thesis_difference"] == pytest.approx(74.662 - 73.078)
     near = table[table["finding"] == "warmup_matches_baseline"].iloc[0]
     assert (near["experiment"], near["workers"], near["margin"]) == (6, 32, 2.0)
-    assert near["verdict"] == "equivalent" and near["holds"] == "yes" and near["method"] == "paired"
+    assert near["verdict"] == "equivalent" and near["holds"] == "yes" and near["method"] == "paired by seed"
     assert near["final_difference"] == pytest.approx(near["difference"])  # every run ends 1 point below its best
 
 
@@ -191,3 +191,49 @@ def test_seed_summary_groups_runs_by_name_without_the_seed():
     table = seed_summary(pd.DataFrame(rows)).set_index("configuration")
     assert table.loc["e/base-w1"].tolist() == [2, 72.0, pytest.approx(2.83), 0.9]
     assert table.loc["e/wide-w32", "seeds"] == 1 and math.isnan(table.loc["e/wide-w32", "best_top1_sd"])
+
+
+# ---- the family-wise view: Holm's correction over each finding's rows ------------------------------------------------
+def test_holm_adjusts_a_hand_computed_example():
+    # sorted 0.01, 0.03, 0.04 of 3: x3 = 0.03, x2 = 0.06, x1 = 0.04 -> 0.06 (never below the one before)
+    assert holm([0.04, 0.01, 0.03]) == pytest.approx([0.06, 0.03, 0.06])
+    assert holm([0.5, math.nan]) == pytest.approx([1.0, 1.0])  # a row with no interval counts, as p = 1
+    assert holm([]) == []
+
+
+def test_the_claims_p_value_agrees_with_the_90_percent_interval():
+    a, b = pd.Series([61.0, 63.0, 62.0, 62.5]), pd.Series([61.5, 62.0, 61.0, 62.5])
+    for paired in (True, False):
+        got = interval(a, b, paired)
+        for margin in (0.5, 1.0, 2.0, 3.0):
+            p = claim_p("warmup_matches_baseline", a, b, paired, margin)
+            assert (p < 0.05) == (verdict(got["ci_low"], got["ci_high"], margin) == "equivalent")
+            assert (claim_p("warmup_not_worse", a, b, paired, margin) < 0.05) == (got["ci_low"] > -margin)
+    low = pd.Series([50.0, 51.0, 49.5])
+    assert claim_p("naive_degrades", low, b.iloc[:3], False, 2.0) < 0.05  # worse beyond -2
+
+
+def test_holm_keeps_a_row_only_where_its_adjusted_p_stays_below_5_percent():
+    rows = [dict(finding="f", holds="yes", p=0.01), dict(finding="f", holds="yes", p=0.03),
+            dict(finding="f", holds="no", p=0.9), dict(finding="f", holds="n/a", p=0.001),
+            dict(finding="g", holds="yes", p=0.04)]
+    got = with_holm(rows)
+    assert [r["holds_holm"] for r in got] == ["yes", "undecided", "no", "n/a", "yes"]
+    assert got[0]["p_holm"] == pytest.approx(0.03) and got[1]["p_holm"] == pytest.approx(0.06)  # 3 rows claim
+
+
+def test_a_row_that_gained_seeds_after_a_look_is_flagged_with_its_declared_interval(tmp_path):
+    (tmp_path / "machine.toml").write_text('label = "m"\n[look]\nat = "t"\n'
+                                           'declared = ["05/w1-s[0-2]", "06/w32-s[0-2]"]\n'
+                                           'added = ["05/w1-s[3-4]", "06/w32-s[3-4]"]\n')
+    df = runs([(5, 1, "none", [62, 63, 61, 62.5, 62]), (6, 32, "stepping-1", [61.5, 62.5, 60.6, 62, 61.8]),
+               (6, 16, "stepping-1", [61.5, 62.5, 60.6])])
+    df["path"] = str(tmp_path) + "/" + df["path"].str.replace(r"runs/(\d+)/w(\d+)-.*-fp32-", r"\1/w\2-",
+                                                                regex=True)
+    look.cache_clear()
+    table = orderings(df, rf.load_reference()).set_index("workers")
+    assert table.loc[32, "n"] == 5 and table.loc[32, "declared_n"] == 3 and table.loc[32, "declared_n_against"] == 3
+    declared = interval(pd.Series([61.5, 62.5, 60.6]), pd.Series([62.0, 63.0, 61.0]), True)
+    assert table.loc[32, "declared_ci_low"] == pytest.approx(declared["ci_low"])
+    assert table.loc[32, "after_a_look"].startswith("seeds added after a look: declared 3 vs 3")
+    assert pd.isna(table.loc[16, "after_a_look"])  # its treated runs were planned after the look: not flagged

@@ -58,6 +58,7 @@ def test_the_reading_says_where_sgd_stops_which_optimizer_carries_on_and_where_t
     df = frame()
     reading = lb.rq4_reading(orderings(df, rf.load_reference()), lb.study_points(df), NOISE)
     assert "stops being `equivalent` at 128 workers (equivalent up to 64)" in reading
+    assert "after Holm's correction over each scale's rows, " in reading and "stay `equivalent`" in reading
     assert "Beyond that, lars is `equivalent` at 128, 256 workers (run there, in workers: lars at 128, 256)." in reading
     # SGD's first batch that is not equivalent: 128 x 4 = 512 images, above the initial range, below the final bound
     assert "initial weights of 12_large_batch/sgd-w32-s0): B_simple 300 (range 200–450) images; SGD's first batch " \

@@ -167,3 +167,24 @@ def test_the_summary_names_experiment_12s_optimizer_in_the_tables_order():
                            "(exp 12 sgd at 32, exp 12 lars at 256)")
     assert "fails in 1 (exp 12 sgd at 256)" in line
     assert "exp 6 at 32" in rd.finding_summary(verdict_table().assign(optimizer="sgd"))[-1]  # thesis rows unnamed
+
+
+def test_the_summary_and_the_short_table_say_both_per_row_and_after_holm():
+    v = verdict_table()
+    v["holds"] = ["yes", "undecided", "yes", "no"]
+    v["holds_holm"] = ["yes", "undecided", "undecided", "no"]
+    v["n"], v["n_against"], v["numerics"], v["method"] = 3, 7, "fp32", "Welch (unpaired)"
+    v["against"] = "exp 5, 1 worker"
+    v["after_a_look"] = [None, None, None, "seeds added after a look: declared 5 vs 5 give -4.00 [-6.00, -2.00]"]
+    match = next(x for x in rd.finding_summary(v) if x.startswith("warmup_matches_baseline"))
+    assert match.endswith("After Holm's correction over its 2 rows: 0 of 2 support it.")
+    table = rd.verdict_table(v)
+    assert list(table.columns) == ["finding", "comparison", "seeds", "difference [90 % interval]", "method",
+                                   "verdict", "holds", "holds after Holm", "flag"]  # one scale: no scale column
+    last = table.iloc[-1]
+    assert (last["comparison"], last["difference [90 % interval]"]) == ("exp 6 at 32 vs exp 5, 1 worker",
+                                                                         "-4.40 [-5.90, -2.90]")
+    assert last["flag"].startswith("seeds added after a look") and table.iloc[0]["flag"] == ""
+    assert "scale" in rd.verdict_table(v.assign(scale=["local", "local", "gpu", "gpu"])).columns
+    reading = rd.rq3_reading(v, REF)
+    assert "After Holm's correction over its 2 rows: 0 of 2 support it." in reading
