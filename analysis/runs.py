@@ -480,9 +480,17 @@ MIXED = "mixed-config"
 
 
 def fingerprints(raw: pd.DataFrame) -> dict[str, str | None]:
-    """Run folder -> its config fingerprint, from the reader's frame (None without a readable config.json)."""
+    """Run folder -> its config fingerprint, from the reader's frame (None without a readable config.json), with the
+    link it ran under where the local cluster limited one (manifest `link`): the same config over another
+    interconnect is another measurement, so runs under different links are never averaged, nor one another's copies."""
     folders = raw[raw["kind"] == "run"]
-    return dict(zip(folders["path"], folders["fingerprint"]))
+    return {path: with_link(fp, manifest)
+            for path, fp, manifest in zip(folders["path"], folders["fingerprint"], folders["manifest"])}
+
+
+def with_link(fingerprint: str | None, manifest) -> str | None:
+    link = manifest.get("link") if isinstance(manifest, dict) else None
+    return f"{fingerprint} (link {link})" if fingerprint and isinstance(link, str) and link else fingerprint
 
 
 def add_fingerprints(df: pd.DataFrame, found: dict[str, str | None]) -> pd.DataFrame:

@@ -418,6 +418,25 @@ def test_a_copied_run_folder_counts_once_with_one_problem_line(tmp_path):
     assert problems[0].startswith(str(tmp_path / "05_linear_scaling/w1-s0.bak") + ": the same run as ")
 
 
+def test_runs_under_different_links_are_neither_copies_nor_averaged(tmp_path):
+    """The link sweep's runs: one config over two interconnects (manifest `link`) is two measurements."""
+    import shutil
+
+    reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu/03_throughput_distributed_data_parallel"
+    for rate in ("100mbit", "none"):
+        run_dir = tmp_path / rate / reference.name / "n2-ddp-t1-s0"
+        shutil.copytree(reference / "n2-ddp-t1-s0", run_dir, ignore=shutil.ignore_patterns("*.pt"))
+        if rate != "none":
+            _manifest(run_dir, link=rate)
+    df = load_study(tmp_path)
+    assert len(df[df["kind"] == "run"]) == 2 and not any("counted once" in p for p in df.attrs["problems"])
+    mixed = [p for p in df.attrs["problems"] if "not averaged" in p]
+    assert len(mixed) == 1 and "(link 100mbit)" in mixed[0]
+    assert tb.throughput_summary(df).empty  # neither rate's images/s averaged into the other's
+    one_rate = tb.throughput_summary(load_study(tmp_path / "100mbit"))
+    assert len(one_rate) == 1 and one_rate["n_runs"].tolist() == [1]
+
+
 # ---- issue 40, item 8: every malformed folder or field is a problem line, never silence or a crash -------------------
 def _manifest(run_dir, **change):
     manifest = json.loads((run_dir / "manifest.json").read_text())
