@@ -5,6 +5,10 @@ data here, the study to studies/, `data bench` to tools/ (the other tools: pytho
 """
 from __future__ import annotations
 
+# what a user reads (--help); the docstring above is for whoever maintains this file
+USER_HELP = ("Train one run, run a study of an experiment, print a run's learning-rate schedule or resolved config, "
+             "or prepare data. `make help` lists the make targets; measurements of the suite itself: python -m tools.")
+
 import argparse
 import os
 import sys
@@ -104,7 +108,7 @@ def cmd_study(args) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m trainers", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m trainers", description=USER_HELP)
     sub = p.add_subparsers(dest="command", required=True)
 
     def config_args(sp):
