@@ -23,6 +23,8 @@ import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from . import figures as fg  # noqa: E402
+from contract.reader import read_config  # noqa: E402
+
 from .compare import REPO, reference_machines  # noqa: E402
 from .findings import CONFIDENCE, LARGE_BATCH, OPTIMIZERS, STUDY_RUN  # noqa: E402
 
@@ -31,7 +33,10 @@ NOISE_FILES = tuple(Path(__file__).resolve().parents[1] / "results" / "noise_sca
 THESIS_WORKERS = 32  # the thesis's largest run: 32 GPUs x 128 = 4,096 images a step
 FINDING = "large_batch_matches_baseline"
 NAMES = {"sgd": "SGD + linear scaling + warm-up", "lars": "LARS", "lamb": "LAMB", "radam": "RAdam"}
-POINT_COLUMNS = ["scale", "numerics", "optimizer", "workers", "global_batch", "n", "best_top1", "ci_low", "ci_high"]
+POINT_COLUMNS = ["scale", "numerics", "optimizer", "workers", "global_batch", "n", "best_top1", "ci_low", "ci_high",
+                 "failed", "worst_loss", "worst_epoch", "sweep_seeds", "decay"]
+# A row whose interval ends this close to a margin (a share of the margin) is called borderline in the reading.
+BORDERLINE = 0.1
 
 
 # ============================================================================================ the numbers
@@ -54,17 +59,56 @@ def study_runs(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def study_points(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per scale, numerics, optimizer and worker count: seeds, mean best top-1 and its 90 % interval."""
+    """One row per scale, numerics, optimizer and worker count: seeds, mean best top-1 and its 90 % interval; how
+    many of its runs failed to train (and the worst training loss, with its epoch); the seeds that repeat one of
+    the sweep's runs (the same config: the run the sweep selected the rate by)."""
     rows = []
     rank = {name: i for i, name in enumerate(OPTIMIZERS)}
+    failures, swept = failed_trainings(df), sweep_runs(df)
     for key, g in study_runs(df).groupby(["scale", "numerics", "optimizer", "gpus"], sort=True):
         mean, low, high = _mean_interval(g["best_val_top1"])
+        failed = [failures[p] for p in g["path"] if p in failures]
+        worst = max(failed, default=(math.nan, math.nan))
         rows.append(dict(zip(["scale", "numerics", "optimizer", "workers"], key), n=len(g), best_top1=mean,
-                         global_batch=int(g["global_batch"].iloc[0]), ci_low=low, ci_high=high))
+                         global_batch=int(g["global_batch"].iloc[0]), ci_low=low, ci_high=high, failed=len(failed),
+                         worst_loss=worst[0], worst_epoch=worst[1],
+                         sweep_seeds=",".join(str(int(sd)) for sd, fp in zip(g["seed"], g.get("fingerprint", g["seed"]))
+                                              if (fp, int(sd)) in swept), decay=_decay(g["path"].iloc[0])))
     points = pd.DataFrame(rows, columns=POINT_COLUMNS)
     order = points["optimizer"].map(lambda o: rank.get(o, len(rank)))
     return points.assign(_o=order).sort_values(["scale", "numerics", "_o", "workers"]).drop(columns="_o") \
         .reset_index(drop=True)
+
+
+def _decay(run_dir: str) -> str:
+    """The learning-rate decay a run's config.json says it ran with ("" where it cannot be read)."""
+    config = read_config(run_dir) or {}
+    return str((config.get("lr") or {}).get("decay", ""))
+
+
+def failed_trainings(df: pd.DataFrame) -> dict[str, tuple[float, int]]:
+    """Study run folder -> (its worst training loss, that epoch), for each run whose training failed: its training
+    loss rose past twice its first epoch's (diverged) or never fell below it (never trained). Such a row measures a
+    failed optimisation at that rate and warm-up, not the batch size at which accuracy stops keeping up."""
+    epochs = df[(df["kind"] == "epoch") & df["path"].isin(set(study_runs(df)["path"]))]
+    failed = {}
+    for path, g in epochs.groupby("path"):
+        losses = g.sort_values("epoch")[["epoch", "train_loss"]].astype(float)
+        first, rest = losses["train_loss"].iloc[0], losses["train_loss"].iloc[1:]
+        worst = losses.loc[losses["train_loss"].idxmax()]
+        if len(rest) and (worst["train_loss"] > 2 * first or rest.min() >= first):
+            failed[path] = (float(worst["train_loss"]), int(worst["epoch"]))
+    return failed
+
+
+def sweep_runs(df: pd.DataFrame) -> set[tuple[str, int]]:
+    """(config fingerprint, seed) of each of experiment 12's base-rate sweep runs (its runs outside the study's
+    names). A study run with both is the same run as the sweep's (the fingerprint leaves the seed out)."""
+    runs = df[(df["kind"] == "run") & (df["exp"] == LARGE_BATCH)]
+    if "fingerprint" not in runs:  # a frame not read from run folders: no identity to compare
+        return set()
+    sweep = runs[~runs["run"].str.match(STUDY_RUN, na=False)].dropna(subset=["fingerprint", "seed"])
+    return set(zip(sweep["fingerprint"], sweep["seed"].astype(int)))
 
 
 def baseline_band(df: pd.DataFrame, scale: str, numerics: str) -> dict:
@@ -191,10 +235,67 @@ def large_batch_figure(df: pd.DataFrame, margins: dict, noise: pd.DataFrame | No
     return fig
 
 
+def plot_differences(v: pd.DataFrame, batch: dict, margin: float, ax=None, title: str | None = None):
+    """What the verdicts rest on: each row's difference from experiment 5's 1-worker baseline and its 90 % interval
+    (the verdict's own: paired or Welch) against the global batch, the ±margin band, the verdict as the marker (filled:
+    equivalent; open: inconclusive; a cross: worse or better). Rows beyond the axis are drawn at its edge with their
+    value written, so the band stays readable."""
+    ax = fg._ax(ax, figsize=(8.5, 4.8))
+    low, high = -5 * margin, 3 * margin
+    ax.axhspan(-margin, margin, color="grey", alpha=0.15, label=f"± {margin:g} points (the margin)")
+    ax.axhline(0, color="black", lw=1)
+    optimizers = [o for o in OPTIMIZERS if o in set(v["optimizer"])]
+    for i, optimizer in enumerate(optimizers):
+        rows = v[v["optimizer"] == optimizer].sort_values("workers")
+        x = [batch.get(int(w), math.nan) * 1.06 ** (i - (len(optimizers) - 1) / 2) for w in rows["workers"]]
+        for xi, r in zip(x, rows.itertuples()):
+            _draw_difference(ax, xi, r, fg._colour(i), low, high)
+        ax.plot([], [], marker="o", color=fg._colour(i), ls="", label=NAMES.get(optimizer, optimizer))
+    ax.plot([], [], marker="o", color="grey", ls="", mfc="none", label="open: inconclusive")
+    ax.plot([], [], marker="X", color="grey", ls="", label="cross: worse or better")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(low, high)
+    fg.log2_ticks(ax, "x")
+    fg._finish(ax, "global batch (images a step)", "best top-1 minus the 1-worker baseline (points)", title)
+    fg.legend_beside(ax)
+    return ax
+
+
+def _draw_difference(ax, x: float, r, colour: str, low: float, high: float) -> None:
+    marker = "o" if r.verdict in ("equivalent", "inconclusive") else "X"
+    face = colour if r.verdict != "inconclusive" else "none"
+    if r.difference < low or r.difference > high:  # off the axis: at its edge, with the value
+        edge = low if r.difference < low else high
+        ax.plot([x], [edge], marker="v" if edge == low else "^", color=colour, ls="")
+        ax.annotate(f"{r.difference:+.0f}", (x, edge), textcoords="offset points",
+                    xytext=(0, 6 if edge == low else -12), ha="center", fontsize=7, color=colour)
+        return
+    ax.errorbar([x], [r.difference], yerr=[[r.difference - r.ci_low], [r.ci_high - r.difference]], color=colour,
+                marker=marker, mfc=face, capsize=3, ls="")
+
+
+def differences_figure(verdicts: pd.DataFrame, points: pd.DataFrame, margins: dict):
+    """One panel per scale and numerics of experiment 12's verdict rows (plot_differences); None without any."""
+    v = verdicts[verdicts["finding"] == FINDING] if "finding" in verdicts else verdicts.iloc[0:0]
+    if v.empty:
+        return None
+    groups = list(v.groupby(["scale", "numerics"], sort=True))
+    fig, axes = plt.subplots(len(groups), 1, figsize=(11, 4.8 * len(groups)), squeeze=False, layout="constrained")
+    for ax, ((scale, numerics), g) in zip(axes[:, 0], groups):
+        mine = points[(points["scale"] == scale) & (points["numerics"] == numerics)]
+        margin = float(margins.get(scale, {}).get("points", math.nan))
+        plot_differences(g, dict(zip(mine["workers"].astype(int), mine["global_batch"])), margin, ax=ax,
+                         title=f"Experiment 12 at the {scale} scale ({numerics}): each row's difference from the "
+                               "1-worker baseline, its 90 % interval and verdict")
+    return fig
+
+
 # ============================================================================================ the reading
 
 
-def _verdict_text(r) -> str:
+def _verdict_text(r, point=None) -> str:
+    """One row of the reading: its difference, interval and verdict, and what qualifies it (point: its row of
+    study_points, for failed trainings and the sweep's repeated runs)."""
     seeds = f", {int(r.n)} vs {int(r.n_against)} seeds" if hasattr(r, "n") and not pd.isna(r.n) else ""
     if pd.isna(r.ci_low):
         return f"{int(r.workers)} workers: {r.verdict} (no interval{seeds})"
@@ -202,7 +303,30 @@ def _verdict_text(r) -> str:
     # an interval above -margin that reaches past +margin: not `equivalent`, but not worse by the margin either
     not_worse = f" (not worse: the interval clears -{r.margin:g})" if (
         r.verdict == "inconclusive" and r.ci_low > -r.margin) else ""
-    return f"{int(r.workers)} workers: {r.difference:+.1f} points {interval}, {r.verdict}{not_worse}{seeds}"
+    return (f"{int(r.workers)} workers: {r.difference:+.1f} points {interval}, {r.verdict}{not_worse}{seeds}"
+            + "".join(f"; {q}" for q in qualifiers(r, point)))
+
+
+def qualifiers(r, point=None) -> list[str]:
+    """What a reader must know before leaning on a row: an interval end within BORDERLINE of a margin, a last-epoch
+    verdict that differs from the best epoch's, runs whose training failed, seeds that repeat the sweep's runs."""
+    out = []
+    ends = [(r.ci_low, -r.margin, "low"), (r.ci_high, r.margin, "high")]
+    close = [(end, m, name) for end, m, name in ends if abs(end - m) < BORDERLINE * r.margin]
+    if close and r.verdict in ("equivalent", "inconclusive"):
+        end, m, name = close[0]
+        out.append(f"borderline: its {name} end {end:+.2f} against {m:+g}")
+    final = getattr(r, "final_verdict", None)
+    if isinstance(final, str) and final and final != r.verdict:
+        out.append(f"at the last epoch {final}")
+    if point is not None and point.failed:
+        out.append(f"training failed in {int(point.failed)} of {int(point.n)} runs (training loss up to "
+                   f"{point.worst_loss:.0f} at epoch {int(point.worst_epoch)}): a failed optimisation at this rate "
+                   "and warm-up, not a measure of the batch")
+    if point is not None and point.sweep_seeds:
+        out.append(f"seed {point.sweep_seeds} repeats the sweep's run that chose this rate (selected as the best "
+                   "of its grid)")
+    return out
 
 
 def where_it_stops(rows: pd.DataFrame) -> tuple[int | None, int | None]:
@@ -229,8 +353,7 @@ def rq4_reading(verdicts: pd.DataFrame, points: pd.DataFrame, noise: pd.DataFram
              "number" + _holm_clause(v) + ").", ""]
     for (scale, numerics), g in v.groupby(["scale", "numerics"], sort=True):
         mine = points[(points["scale"] == scale) & (points["numerics"] == numerics)]
-        batch = dict(zip(mine["workers"], mine["global_batch"]))
-        lines += _scale_reading(scale, numerics, g, batch, noise if scale == "local" else noise.iloc[0:0]) + [""]
+        lines += _scale_reading(scale, numerics, g, mine, noise if scale == "local" else noise.iloc[0:0]) + [""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -243,12 +366,14 @@ def _holm_clause(v: pd.DataFrame) -> str:
             f"{len(claimed)} stay `equivalent` (the verdict table's `holds after Holm`)")
 
 
-def _scale_reading(scale: str, numerics: str, g: pd.DataFrame, batch: dict, noise: pd.DataFrame) -> list[str]:
-    """batch: workers -> global batch (images a step) at this scale."""
-    lines = [f"*{scale} scale, {numerics}*"]
+def _scale_reading(scale: str, numerics: str, g: pd.DataFrame, mine: pd.DataFrame, noise: pd.DataFrame) -> list[str]:
+    """mine: this scale's study_points (global batch, failed trainings, the sweep's repeated seeds per row)."""
+    batch = dict(zip(mine["workers"], mine["global_batch"]))
+    point = {(p.optimizer, int(p.workers)): p for p in mine.itertuples()}
+    lines = [f"*{scale} scale, {numerics}*", "- What is compared: " + _what_ran(mine)]
     for optimizer, rows in _by_optimizer(g):
-        lines.append(f"- {optimizer}: " + "; ".join(_verdict_text(r) for r in rows.sort_values("workers")
-                                                     .itertuples()) + ".")
+        lines.append(f"- {optimizer}: " + " | ".join(_verdict_text(r, point.get((optimizer, int(r.workers))))
+                                                     for r in rows.sort_values("workers").itertuples()) + ".")
     sgd = g[g["optimizer"] == "sgd"]
     sgd_last, sgd_first_not = where_it_stops(sgd)
     if not sgd.empty:
@@ -266,10 +391,30 @@ def _scale_reading(scale: str, numerics: str, g: pd.DataFrame, batch: dict, nois
                  if largest else "")
         lines.append(f"- Gradient noise scale ({r.weights} weights of {r.run}): B_simple {noise_text(r)} "
                      f"images{where}.")
+    if len(noise):
+        lines.append("- What the noise scale predicts: McCandlish et al. (2018) model the cost of a batch B as "
+                     "about 1 + B_noise/B times the optimizer steps a small batch needs to reach the same loss -- a "
+                     "gradual cost in steps, not a batch at which accuracy after a fixed number of epochs collapses. "
+                     "These runs train a fixed number of epochs, so they do not test it; steps to a target accuracy "
+                     "at each batch would.")
     if noise.empty:
         lines.append("- No noise-scale measurement of this experiment's runs (`make noise-scale` after its SGD "
                      "runs): the critical batch is not drawn.")
     return lines
+
+
+def _what_ran(mine: pd.DataFrame) -> str:
+    """Each optimizer's recipe as its runs' config.json say it, and whether the sweep chose its rate (a study run
+    repeats a sweep run) -- so a tuned recipe is never read as the optimizer alone against an untuned one."""
+    parts = []
+    for optimizer, rows in _by_optimizer(mine):
+        tuned = rows[rows["sweep_seeds"] != ""]
+        how = (f"its rate chosen by the base-rate sweep at {int(tuned['workers'].iloc[0])} workers"
+               if len(tuned) else "its rate not swept")
+        decays = sorted(set(rows["decay"]) - {""})
+        parts.append(f"{optimizer} ({how}{', ' + '/'.join(decays) + ' decay' if decays else ''})")
+    return ("; ".join(parts) + ". An optimizer whose rate was tuned against one that was not: a gap between "
+            "them is the recipe's, not the optimizer's alone.")
 
 
 def _beyond_sgd(g: pd.DataFrame, sgd_first_not: int) -> str:

@@ -119,13 +119,16 @@ RQ4 = [
            "runs SGD with linear scaling and gradual warm-up, LARS, LAMB and RAdam at 32-256 workers (locally "
            "x 4 images: 128-1,024; 4k-32k at the thesis and gpu scales), each optimizer at the base rate its "
            "declared seed-0 sweep chose, 3 seeds, against experiment 5's 1-worker baseline with the findings' "
-           "equivalence test. Does the gradient noise scale (`make noise-scale`) predict where it breaks?"),
+           "equivalence test. What is compared is each optimizer's recipe (the reading says which rates were "
+           "tuned); the gradient noise scale (`make noise-scale`) is drawn beside it."),
     ("code", None),
     ("md", "## Best top-1 per optimizer and global batch (mean and 90 % interval over seeds)"),
     ("code", "points = an.study_points(df)\npoints"),
     ("md", "## Verdicts against experiment 5's 1-worker baseline"),
     ("code", "verdicts = an.orderings(df, ref)\n"
              "an.verdict_table(verdicts[verdicts['experiment'] == 12])"),
+    ("code", "fig = an.differences_figure(verdicts, points, an.findings.margins())\n"
+             "an.show(fig) if fig is not None else print('no experiment 12 verdicts')"),
     ("md", "## The gradient noise scale of the same model and data, measured on the study's runs"),
     ("code", "noise = an.noise_scales()\nnoise"),
     ("code", "fig = an.large_batch_figure(df, an.findings.margins(), noise)\n"

@@ -233,6 +233,9 @@ def build_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path, source: str | 
         skipped.append("exp12_large_batch: no experiment 12 study runs")
     else:
         written.extend(fg.save(large, out, "exp12_large_batch", source))
+        differences = lb.differences_figure(fd.orderings(df, ref), lb.study_points(df), fd.margins())
+        if differences is not None:
+            written.extend(fg.save(differences, out, "exp12_differences", source))
     fig, ax = plt.subplots(figsize=(7, 4.2))
     fg.plot_steady_state(rf.rq2_steady_state(ref), ax=ax)
     written.extend(fg.save(fig, out, "rq2_steady_state", "Made from the thesis's Tables 5/6 and 8/9 and Figures 12-13 "

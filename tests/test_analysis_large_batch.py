@@ -84,7 +84,7 @@ def test_the_reading_changes_with_the_verdicts():
                                                   256: [10.0, 12.0, 11.0]}}, with_sweep=False)
     reading = lb.rq4_reading(orderings(patchy, rf.load_reference()), lb.study_points(patchy), NOISE)
     # lamb at 64 crosses both sides of the margin; an interval above -2 that reaches past +2 is said not worse
-    assert "lamb: 64 workers: -2.3 points [-10.8, +6.2], inconclusive, 3 vs 3 seeds;" in reading
+    assert "lamb: 64 workers: -2.3 points [-10.8, +6.2], inconclusive, 3 vs 3 seeds | " in reading
     higher = frame({"sgd": STUDY["sgd"], "lamb": {64: [79.0, 78.2, 80.0]}}, with_sweep=False)
     assert "lamb: 64 workers: +2.1 points [+1.9, +2.3], inconclusive (not worse: the interval clears -2), 3 vs 3 " \
            "seeds." in lb.rq4_reading(orderings(higher, rf.load_reference()), lb.study_points(higher), NOISE)
@@ -149,3 +149,62 @@ def test_the_quality_summary_keeps_two_optimizers_at_the_same_rate_apart():
     rows = quality_summary(df)
     mine = rows[rows["exp"] == 12]
     assert sorted(zip(mine["optimizer"], mine["top1_mean"])) == [("lamb", 70.0), ("radam", 50.0)]
+
+
+# ---- the reading's rules (issue 35): what a reader must know before leaning on a row -------------------------------
+def verdict_row(**change):
+    row = dict(workers=128, difference=-0.75, ci_low=-1.95, ci_high=0.44, margin=2.0, verdict="equivalent", n=3,
+               n_against=7, final_verdict="equivalent")
+    return pd.Series({**row, **change})
+
+
+def point(**change):
+    p = dict(failed=0, n=3, worst_loss=math.nan, worst_epoch=math.nan, sweep_seeds="")
+    return pd.Series({**p, **change})
+
+
+def test_a_row_is_borderline_only_within_a_tenth_of_the_margin_of_its_edge():
+    assert lb.qualifiers(verdict_row()) == ["borderline: its low end -1.95 against -2"]
+    assert lb.qualifiers(verdict_row(ci_low=-1.79)) == []  # 0.21 from the edge: more than a tenth of 2
+    assert lb.qualifiers(verdict_row(ci_low=-0.5, ci_high=1.85)) == ["borderline: its high end +1.85 against +2"]
+    assert lb.qualifiers(verdict_row(verdict="worse", ci_low=-9.0, ci_high=-2.1, final_verdict="worse")) == []
+
+
+def test_the_reading_names_a_last_epoch_verdict_failed_trainings_and_the_sweeps_own_run():
+    said = lb.qualifiers(verdict_row(ci_low=-1.5, final_verdict="inconclusive"),
+                         point(failed=3, worst_loss=86.4, worst_epoch=16, sweep_seeds="0"))
+    assert said == ["at the last epoch inconclusive",
+                    "training failed in 3 of 3 runs (training loss up to 86 at epoch 16): a failed optimisation at "
+                    "this rate and warm-up, not a measure of the batch",
+                    "seed 0 repeats the sweep's run that chose this rate (selected as the best of its grid)"]
+
+
+def test_a_training_failed_when_its_loss_doubles_or_never_falls_below_the_first_epochs():
+    def runs(losses_by_run):
+        rows = []
+        for name, losses in losses_by_run.items():
+            path = f"runs/12/{name}"
+            rows.append(dict(kind="run", exp=12, run=name, path=path, status="completed", best_val_top1=10.0))
+            rows += [dict(kind="epoch", exp=12, run=name, path=path, epoch=e, train_loss=v)
+                     for e, v in enumerate(losses)]
+        return pd.DataFrame(rows)
+
+    df = runs({"lars-w256-s0": [3.9, 3.5, 86.0, 40.0], "sgd-w256-s0": [3.9, 4.0, 3.95],
+               "lamb-w256-s0": [3.9, 2.0, 1.5], "sgd-w32-s0": [3.9, 3.0, 7.0]})
+    assert lb.failed_trainings(df) == {"runs/12/lars-w256-s0": (86.0, 2), "runs/12/sgd-w256-s0": (4.0, 1)}
+
+
+def test_a_study_run_is_the_sweeps_only_with_its_config_and_its_seed():
+    df = pd.DataFrame([dict(kind="run", exp=12, run=name, fingerprint=fp, seed=seed) for name, fp, seed in (
+        ("lars-base0.5-s0", "A", 0), ("lars-base2-s0", "B", 0), ("lars-w128-s0", "A", 0), ("lars-w128-s1", "A", 1))])
+    assert lb.sweep_runs(df) == {("A", 0), ("B", 0)}
+
+
+def test_the_differences_figure_keeps_the_margin_readable_and_marks_rows_off_the_axis():
+    df = frame({"sgd": STUDY["sgd"]}, with_sweep=False)
+    verdicts = orderings(df, rf.load_reference())
+    fig = lb.differences_figure(verdicts, lb.study_points(df), {"local": {"points": 2.0}})
+    ax = fig.axes[0]
+    assert ax.get_ylim() == (-10.0, 6.0)  # -5 and +3 margins: the band is a fifth of the axis
+    assert [t.get_text() for t in ax.texts] == ["-27"]  # SGD at 256 workers, drawn at the edge with its value
+    assert lb.differences_figure(pd.DataFrame(columns=["finding"]), lb.study_points(df), {}) is None
