@@ -139,8 +139,10 @@ reference-report: setup ## Redraw the committed report (results/tables, figures,
 	$(PY) -m analysis report --runs results/reference/vm-2cpu
 	$(PY) -m analysis headline --write
 
-cost: setup ## GPU-hours of every experiment at the gpu and thesis scales, node-hours at the node scale (GPUS=N) -> results/tables/cost.md
-	$(PY) -m analysis cost $(if $(GPUS),--gpus $(GPUS))
+# The committed results/tables/cost* price the node scale's default 8-GPU node; another node (GPUS=N) is priced into
+# results/report/cost-gpusN/ (gitignored), so pricing your node never rewrites the committed tables.
+cost: setup ## GPU-hours of every experiment at the gpu and thesis scales, node-hours at the node scale -> results/tables/cost.md (GPUS=N: results/report/cost-gpusN/)
+	$(PY) -m analysis cost $(if $(GPUS),--gpus $(GPUS) --out results/report/cost-gpus$(GPUS))
 
 bench: setup bench-step bench-data ## Benchmark the trainer against a hand-written loop, and emulated workers' cost (a GPU: results/bench_gpu.json)
 	$(PY) -m tools bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32

@@ -89,6 +89,15 @@ def test_make_exp3_builds_horovod_first_unless_told_not_to():
     assert build not in dry("exp5")
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_cost_for_another_node_never_rewrites_the_committed_tables():
+    out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "cost", "GPUS=4"], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    assert "--gpus 4 --out results/report/cost-gpus4" in out  # results/report/ is gitignored
+    assert "--out" not in subprocess.run(["make", "-n", "-o", ".venv/.installed", "cost"], cwd=REPO,
+                                         capture_output=True, text=True, check=True).stdout
+
+
 def test_study_dry_run_warns_when_imagenet_dir_is_unset(capsys, monkeypatch):
     monkeypatch.delenv("IMAGENET_DIR", raising=False)
     assert main(["study", str(EXP6), "--scale", "gpu", "--dry-run"]) == 0
