@@ -4,6 +4,7 @@ launched as processes here (studies/launch.py), supervised (studies/supervise.py
 """
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sys
@@ -14,7 +15,7 @@ from contract.config import DISTRIBUTED_BACKENDS, ConfigError, check_writable
 from contract.plan import NODE_SCALE, Study, check_node_gpus, load_study, whole_number
 from studies.clock import Clock, duration, reference_seconds
 from studies.launch import (FULL_OUT, OTHER_CONFIG, QUICK_OUT, Active, data_warning, default_jobs, local_commands,
-                            planned_runs, refuse_other_configs, space_warning)
+                            planned_runs, refuse_other_configs, space_warning, terminate_with_parent)
 from studies.progress import Progress, interrupted_line, print_comparison, report_hint
 from studies.slurm import submit_all
 from studies.supervise import drive, stop_active
@@ -47,6 +48,7 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
     waiting = list(enumerate(plans, start=1))
     active: list[Active] = []
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops a study as Ctrl-C does
+    die_with_make()
     try:
         clock = Clock(jobs, reference_seconds(study.experiment.name), started)
         failures = drive(waiting, active, jobs, progress, have_horovod, clock)
@@ -72,6 +74,16 @@ def check_options(scale: str, launcher: str, cluster: str, gpus: int | None) -> 
     if cluster != "local" and launcher != "slurm":  # `local` is the default (the Makefile always passes it)
         raise ConfigError(f"--cluster {cluster} is a Slurm profile: add --launcher slurm (make LAUNCHER=slurm), or "
                           "leave --cluster out to run the study on this machine")
+
+
+def die_with_make() -> None:
+    """A study that `make` started stops (SIGTERM: its runs checkpoint) when make is killed, even by SIGKILL, as it
+    does on Ctrl-C: make sets MAKELEVEL for what it runs. A study started by hand (nohup, a batch script) is left to
+    outlive its shell."""
+    if os.environ.get("MAKELEVEL"):
+        arm = terminate_with_parent(os.getppid())
+        if arm:
+            arm()
 
 
 def run_study(experiment: Path, scale: str = "local", launcher: str = "local", cluster: str = "local",

@@ -466,6 +466,37 @@ def test_sigkill_of_a_study_takes_its_trainer_with_it(tmp_path):
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "preempted"
 
 
+@pytest.mark.slow
+def test_a_study_that_make_started_stops_when_make_is_killed(tmp_path):
+    """`make expN` killed with SIGKILL: its study gets SIGTERM from the kernel (make sets MAKELEVEL) and stops as on
+    Ctrl-C, its run checkpointed (preempted), instead of training on with nobody to read its output."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from contract.locks import is_locked
+    from contract.reader import read_metrics
+    from tests.helpers import trainer_env
+
+    folder = tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }',
+                             overrides={"data": {"synthetic_images": 4000}, "train": {"epochs": 50}})  # never ends first
+    study = [sys.executable, "-m", "trainers", "study", str(folder), "--out", str(tmp_path / "runs")]
+    make = subprocess.Popen(["bash", "-c", f"{' '.join(study)} & wait"], cwd=REPO,  # make's place: the parent
+                            env=trainer_env(MAKELEVEL="1"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
+    deadline = time.time() + 180
+    while not read_metrics(run_dir).of("iter"):
+        assert time.time() < deadline and make.poll() is None, "the study's run never started training"
+        time.sleep(0.05)
+    make.send_signal(signal.SIGKILL)
+    make.wait(timeout=60)
+    while is_locked(run_dir) or json.loads((run_dir / "manifest.json").read_text())["status"] == "running":
+        assert time.time() < deadline, "the study and its trainer went on after make was killed"
+        time.sleep(0.1)
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "preempted"
+
+
 @pytest.mark.parametrize("scale", ["local", "thesis"])
 def test_experiment_12s_declared_plan_gives_each_optimizer_its_designs_rule(scale):
     """The design table (experiments/12_large_batch/README.md): SGD and LARS scale the rate linearly, LAMB and RAdam by
