@@ -14,7 +14,7 @@ from pathlib import Path
 
 from contract.config import ConfigError
 from contract.reader import read_manifest
-from contract.runfolder import RunFolder, rank_lock
+from contract.runfolder import STUDY_LOCK, RunFolder, rank_lock
 
 
 class RunInUse(ConfigError):
@@ -110,6 +110,41 @@ class RankLock:
         if self.fd is not None:
             os.close(self.fd)  # closing the descriptor drops the flock
             self.fd = None
+
+
+class StudyClaim:
+    """A study's claim on a run it launches: an flock on `<run>/.study.lock`, taken before any trainer starts and
+    held until the run's processes end. A second study finds it held and leaves the run to the first, instead of
+    starting a trainer that is refused (whose refusal would land in the first study's console.log)."""
+
+    def __init__(self, fd: int):
+        self.fd: int | None = fd
+
+    @classmethod
+    def take(cls, run_dir: Path) -> "StudyClaim | None":
+        """The claim, or None when another study holds it (its pid: study_claim_holder)."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / STUDY_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return cls(fd)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def study_claim_holder(run_dir: Path) -> str:
+    try:
+        return (Path(run_dir) / STUDY_LOCK).read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
 
 
 def is_locked(run_dir: Path, rank: int = 0) -> bool:

@@ -41,7 +41,8 @@ CHECKPOINT = "checkpoint.pt"
 CONSOLE = "console.log"  # the study runner's capture of a child's stdout and stderr, every attempt appended
 LOCK = ".lock"  # rank 0's; every other rank's is rank_lock(r) (contract/locks.py)
 RANK_LOCKS = ".rank*.lock"  # a glob for the other ranks' lock files
-FILES = (CONFIG, MANIFEST, METRICS, LOG, CHECKPOINT, CONSOLE, LOCK)
+STUDY_LOCK = ".study.lock"  # held by the study that launches the run, so two studies never both start it
+FILES = (CONFIG, MANIFEST, METRICS, LOG, CHECKPOINT, CONSOLE, LOCK, STUDY_LOCK)
 # Why writing a run's files can fail where no retry helps: a full disk, a quota, a read-only mount, a file over the
 # size limit. The trainer marks its run failed on these, and its command line says so in one line.
 WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)

@@ -163,6 +163,7 @@ class Active:
     seen: dict | None = None
     done_at_start: int = 0  # epochs a resumed run had before this session (its rate counts only the new ones)
     console_start: int = 0  # where this attempt's output begins in console.log (earlier attempts' is above it)
+    claim: Any = None  # this study's claim on the run (contract/locks.StudyClaim), dropped when its processes end
 
     def console_text(self) -> str:
         try:
@@ -176,6 +177,8 @@ class Active:
         if any(p.poll() is None for p in self.procs):
             return None
         self.console.close()
+        if self.claim is not None:
+            self.claim.release()
         return max(abs(p.returncode) for p in self.procs)
 
 

@@ -27,6 +27,11 @@ class Progress:
 
     def __init__(self, total: int):
         self.total, self.tty = total, sys.stdout.isatty()
+        self.elsewhere = 0  # runs left to the process already training them: neither this study's results nor failures
+
+    def left_to_others(self, index: int, label: str, pid: str, who: str = "") -> None:
+        self.elsewhere += 1
+        self.show(index, label, f"skipped: in use by {who}pid {pid} (left to it)", final=True)
 
     def show(self, index: int, label: str, text: str, final: bool = False) -> None:
         line = f"[{index}/{self.total}] {label}: {text}"

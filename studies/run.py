@@ -58,8 +58,9 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
         return 130
     print_comparison(plans, study)
     # last, so the line that says where the runs went and the next command is not lost above the comparison
-    print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed, {duration(time.time() - started)}; "
-          f"run folders in {out / study.experiment.name}; {report_hint(out)}")
+    elsewhere = f", {progress.elsewhere} left to the process training them" if progress.elsewhere else ""
+    print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed{elsewhere}, "
+          f"{duration(time.time() - started)}; run folders in {out / study.experiment.name}; {report_hint(out)}")
     return 1 if failures else 0
 
 

@@ -41,9 +41,12 @@ def start_waiting(waiting: list, active: list[Active], jobs: int, progress: Prog
         if plan.backend == "horovod" and not have_horovod:
             progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
             continue
-        if locks.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it
-            progress.show(index, label, f"skipped: in use by pid {locks.lock_holder(plan.run_dir)}", final=True)
-            failures += 1
+        if locks.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it: not a failure
+            progress.left_to_others(index, label, locks.lock_holder(plan.run_dir))
+            continue
+        claim = locks.StudyClaim.take(plan.run_dir)
+        if claim is None:  # another study has just launched it
+            progress.left_to_others(index, label, locks.study_claim_holder(plan.run_dir), "another study, ")
             continue
         c = plan.cfg
         work = f"{c.bench.batches} timed batches" if c.bench.batches else f"{c.train.epochs} epochs"
@@ -51,7 +54,9 @@ def start_waiting(waiting: list, active: list[Active], jobs: int, progress: Prog
         expect = f", ~{duration(total)} ({why})" if total is not None else ""
         try:
             active.append(start_local(plan, index, jobs))
+            active[-1].claim = claim
         except OSError as e:  # its folder or console.log cannot be written (a full disk): the next may be
+            claim.release()
             progress.show(index, label, f"failed to start: {e.strerror} ({e.filename})", final=True)
             failures += 1
             continue
@@ -84,11 +89,11 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
                                   final=not progress.tty)
                 continue
             active.remove(run)
-            failures += code not in (0, 3)  # a diverged run is a result, not a failure
             holder = locks.in_use_by(run.console_text()) if code == 2 else None
-            if holder:  # another study started it first: its manifest is the other's, not this attempt's
-                progress.show(run.index, label, f"skipped: in use by pid {holder}", final=True)
+            if holder:  # a hand-started trainer took it first: its manifest is the other's, not this attempt's
+                progress.left_to_others(run.index, label, holder)
                 continue
+            failures += code not in (0, 3)  # a diverged run is a result, not a failure
             problem = mark_failed_if_silent(run.plan.run_dir, code) if code not in (0, 3) else None
             clock.finished(run.plan.fingerprint, run.plan.run_dir)
             progress.show(run.index, label, f"{summary(run.plan.run_dir)} ({duration(now - run.started)}, "

@@ -395,11 +395,34 @@ def test_a_study_skips_a_run_another_process_holds_and_names_its_pid(tmp_path, c
     study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
                        seeds=None, overrides=[])
     lock = RankLock(tmp_path / "runs" / "99_tiny" / "w1-s3", 0)  # another study's trainer
-    try:
-        assert run_local(study, "local", tmp_path / "runs", dry_run=False, jobs=1) == 1
+    try:  # nothing failed: the run is the other process's to finish
+        assert run_local(study, "local", tmp_path / "runs", dry_run=False, jobs=1) == 0
     finally:
         lock.release()
-    assert f"[1/1] 99_tiny/w1-s3: skipped: in use by pid {os.getpid()}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"[1/1] 99_tiny/w1-s3: skipped: in use by pid {os.getpid()} (left to it)" in out
+    assert "1 runs, 0 failed, 1 left to the process training them" in out
+
+
+def test_two_studies_never_both_start_a_run_and_the_second_reports_only_its_own(tmp_path, capsys):
+    """The study that claims a run first starts it; the other leaves it, starting no trainer (whose refusal would
+    land in the first study's console.log), and neither counts it as failed (issue 40, item 5)."""
+    from contract.locks import StudyClaim
+    from contract.runfolder import CONSOLE
+    from studies.run import run_local
+
+    study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
+                       seeds=None, overrides=[])
+    run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
+    first = StudyClaim.take(run_dir)  # the first study, between its claim and its trainer's lock
+    try:
+        assert run_local(study, "local", tmp_path / "runs", dry_run=False, jobs=1) == 0
+    finally:
+        first.release()
+    out = capsys.readouterr().out
+    assert f"[1/1] 99_tiny/w1-s3: skipped: in use by another study, pid {os.getpid()} (left to it)" in out
+    assert not (run_dir / CONSOLE).exists() and "0 failed, 1 left to the process training them" in out
+    assert StudyClaim.take(run_dir) is not None  # released with the first study: the next one may start it
 
 
 @pytest.mark.slow
@@ -416,11 +439,11 @@ def test_a_study_that_loses_the_race_for_a_run_says_so_on_its_own_console(tmp_pa
     lock = RankLock(run_dir, 0)  # the first study's trainer, taken after this study looked
     monkeypatch.setattr(locks, "is_locked", lambda *a: False)
     try:
-        assert run_local(study, "local", tmp_path / "runs", dry_run=False, jobs=1) == 1
+        assert run_local(study, "local", tmp_path / "runs", dry_run=False, jobs=1) == 0
     finally:
         lock.release()
     out = capsys.readouterr().out
-    assert f"[1/1] 99_tiny/w1-s3: skipped: in use by pid {os.getpid()}" in out and "exit 2" not in out
+    assert f"[1/1] 99_tiny/w1-s3: skipped: in use by pid {os.getpid()} (left to it)" in out and "exit 2" not in out
 
 
 # ---- issue 26, item 9: a study killed outright takes its trainers with it; the interrupted line counts checkpoints --
