@@ -240,7 +240,11 @@ def sbatch_argv(profile: Profile, script: str | os.PathLike, nodes: int, tasks_p
         argv += ["--requeue", "--open-mode=append"]     # a restarted job appends to the same log
     argv += ["-J", job_name, "-o", str(output)]
     argv += list(profile.extra_sbatch)
-    merged = {**profile_env(profile), **({"JOB_SIGNAL": f"B:{signal}"} if signal else {}), **(env or {})}
+    # The rendezvous is derived on the nodes (slurm/job.sh: the allocation's first host, a port from the job id),
+    # never inherited: a MASTER_ADDR or MASTER_PORT left in the submitting shell (a login node's, an earlier run's)
+    # would send every job to one address and port. --export=ALL would carry them, so they go in empty.
+    merged = {"MASTER_ADDR": "", "MASTER_PORT": "", **profile_env(profile),
+              **({"JOB_SIGNAL": f"B:{signal}"} if signal else {}), **(env or {})}
     for k, v in merged.items():
         if not re.fullmatch(r"[A-Za-z_]\w*", k):
             raise ProfileError(f"bad environment variable name {k!r}")

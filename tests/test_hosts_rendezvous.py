@@ -78,3 +78,19 @@ def test_a_throughput_study_on_shared_nodes_runs_one_job_at_a_time(capsys):
     assert run_study(exp3, scale="thesis", launcher="slurm", cluster="generic", dry_run=True) == 0
     out = capsys.readouterr().out
     assert "--dependency" not in out and "OMP_NUM_THREADS" not in out
+
+
+def test_a_jobs_rendezvous_is_never_inherited_from_the_submitting_shell(monkeypatch):
+    """--export=ALL would carry a MASTER_ADDR/MASTER_PORT left in the shell (a login node's, an earlier run's) into
+    every job, so jobs sharing a node collided on one port: they go in empty, and job.sh derives them on the node."""
+    from slurm.profiles import load_profile, sbatch_argv
+
+    monkeypatch.setenv("MASTER_ADDR", "login1")
+    monkeypatch.setenv("MASTER_PORT", "41845")
+    argv = sbatch_argv(load_profile("local"), "job.sbatch", nodes=2, tasks_per_node=1, gpus_per_node=0,
+                       job_name="j", time_limit=None, output="o")
+    export = next(a for a in argv if a.startswith("--export="))[len("--export="):].split(",")
+    assert "MASTER_ADDR=" in export and "MASTER_PORT=" in export
+    chosen = sbatch_argv(load_profile("local"), "job.sbatch", nodes=2, tasks_per_node=1, gpus_per_node=0,
+                         job_name="j", time_limit=None, output="o", env={"MASTER_PORT": "29500"})
+    assert "MASTER_PORT=29500" in next(a for a in chosen if a.startswith("--export="))  # asked for: kept
