@@ -19,7 +19,7 @@ from contract import reader
 
 from . import numbers as nb
 from .runs import experiment_number, run_frame
-from .smoke import SMOKE, smoke_paths
+from .smoke import SMOKE, is_smoke_run, smoke_paths
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_ROOT = REPO / "results" / "reference"
@@ -123,6 +123,8 @@ def comparison_frame(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT
         thesis = thesis_value(ref, first["experiment"], first["framework"], first["gpus"], first["per_gpu_batch"],
                               kind, first.get("numerics", nb.FP32))
         row["thesis"] = "-" if math.isnan(thesis) else f"{thesis:.2f}"
+        if any(is_smoke_run(m["run_dir"]) for m in members):  # a smoke run is never placed beside the thesis
+            row["thesis"] = "smoke run: not compared"
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -237,3 +237,20 @@ def test_a_smoke_run_is_known_by_its_quick_settings_or_its_step_cap(tmp_path):
     (capped / "manifest.json").write_text(json.dumps({**manifest, "capped_at_steps": 20}))
     assert is_smoke_run(capped)
     assert is_smoke_run(synth.write_run(tmp_path / "quick", "05_linear_scaling", "w1-s0"))  # results/quick
+
+
+def test_the_studys_closing_table_never_places_a_smoke_run_beside_the_thesis(tmp_path):
+    """The console's comparison after `make exp4 QUICK=1` (studies/progress.py) as the report's: no thesis value
+    beside a smoke run's accuracy."""
+    from analysis import synth
+    from analysis.compare import comparison_frame
+
+    def entry(run_dir):
+        return dict(name=run_dir.name, run_dir=run_dir, fingerprint="f", experiment="04_naive_scaling",
+                    framework="pytorch", gpus=1, per_gpu_batch=128)
+
+    full = synth.write_run(tmp_path / "runs", "04_naive_scaling", "w1-s0", epochs=2)
+    smoke = synth.write_run(tmp_path / "quick", "04_naive_scaling", "w1-s0", epochs=2)  # results/quick
+    assert comparison_frame([entry(full)], "quality", root=tmp_path / "none")["thesis"].tolist() == ["73.29"]
+    assert comparison_frame([entry(smoke)], "quality", root=tmp_path / "none")["thesis"].tolist() == \
+        ["smoke run: not compared"]
