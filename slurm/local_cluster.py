@@ -569,11 +569,52 @@ def _wait_idle(cluster: Cluster, timeout: float) -> None:
 # CLI
 # --------------------------------------------------------------------------------------------------------------
 
+def cli_start(workdir: Path, args) -> int:
+    if (workdir / "cluster.json").exists() and Cluster.load(workdir).running():
+        print(f"already running; export SLURM_CONF={workdir / 'slurm.conf'}")
+        return 0
+    nodes, why = args.nodes, multi_host_unavailable() if args.nodes > 1 else None
+    if why:
+        print(f"one node on localhost instead of {nodes} hosts: {why}")
+        nodes = 1
+    c = start(workdir, cpus=args.cpus, nodes=nodes)
+    if args.rate and c.network:
+        c.limit_links(args.rate)
+    mode = (f"{nodes} hosts in network namespaces ({c.network.subnet}, controller {CONTROLLER})"
+            if c.network else "one node on localhost")
+    mode += f", links limited to {c.link}" if c.link else ""
+    print(f"cluster up: {mode}; nodes {', '.join(c.nodes)}: {c.node_state()}; now run:\n"
+          f"  export SLURM_CONF={c.conf}")
+    return 0
+
+
+def cli_link(c: Cluster, args) -> int:
+    c.limit_links(None if args.rate in (None, "none") else args.rate)
+    print(f"links of {', '.join(c.nodes)}: {c.link or 'unlimited'}")
+    return 0
+
+
+def cli_stop(c: Cluster, args) -> int:
+    c.stop()
+    print("stopped")
+    return 0
+
+
+def cli_status(c: Cluster, args) -> int:
+    print(f"daemons {'running' if c.running() else 'not running'}: {c.pids()}")
+    print(c.run(["sinfo"], check=False).stdout + c.run(["squeue"], check=False).stdout, end="")
+    return 0 if c.running() else 1
+
+
+# what each action on a folder without a cluster returns: nothing to stop is no error
+ON_A_CLUSTER = {"link": (cli_link, 1), "stop": (cli_stop, 0), "status": (cli_status, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m slurm.local_cluster",
                                  description="A private Slurm cluster on this machine: N hosts in network "
                                              "namespaces, or one node on localhost.")
-    ap.add_argument("action", choices=["start", "stop", "status", "link"])
+    ap.add_argument("action", choices=["start", *ON_A_CLUSTER])
     ap.add_argument("--dir", required=True, help="folder for slurm.conf, state, spool and logs")
     ap.add_argument("--nodes", type=int, default=1,
                     help="nodes, each a host of its own when 2 or more (default 1: one node on localhost)")
@@ -586,46 +627,15 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.dir).resolve()
     try:
         if args.action == "start":
-            if (workdir / "cluster.json").exists() and Cluster.load(workdir).running():
-                print(f"already running; export SLURM_CONF={workdir / 'slurm.conf'}")
-                return 0
-            nodes, why = args.nodes, multi_host_unavailable() if args.nodes > 1 else None
-            if why:
-                print(f"one node on localhost instead of {nodes} hosts: {why}")
-                nodes = 1
-            c = start(workdir, cpus=args.cpus, nodes=nodes)
-            if args.rate and c.network:
-                c.limit_links(args.rate)
-            mode = (f"{nodes} hosts in network namespaces ({c.network.subnet}, controller {CONTROLLER})"
-                    if c.network else "one node on localhost")
-            mode += f", links limited to {c.link}" if c.link else ""
-            print(f"cluster up: {mode}; nodes {', '.join(c.nodes)}: {c.node_state()}; now run:\n"
-                  f"  export SLURM_CONF={c.conf}")
-        elif args.action == "link":
-            if not (workdir / "cluster.json").exists():
-                print(f"no cluster in {workdir}")
-                return 1
-            c = Cluster.load(workdir)
-            c.limit_links(None if args.rate in (None, "none") else args.rate)
-            print(f"links of {', '.join(c.nodes)}: {c.link or 'unlimited'}")
-        elif args.action == "stop":
-            if not (workdir / "cluster.json").exists():
-                print(f"no cluster in {workdir}")
-                return 0
-            Cluster.load(workdir).stop()
-            print("stopped")
-        else:
-            if not (workdir / "cluster.json").exists():
-                print(f"no cluster in {workdir}")
-                return 1
-            c = Cluster.load(workdir)
-            print(f"daemons {'running' if c.running() else 'not running'}: {c.pids()}")
-            print(c.run(["sinfo"], check=False).stdout + c.run(["squeue"], check=False).stdout, end="")
-            return 0 if c.running() else 1
+            return cli_start(workdir, args)
+        action, without = ON_A_CLUSTER[args.action]
+        if not (workdir / "cluster.json").exists():
+            print(f"no cluster in {workdir}")
+            return without
+        return action(Cluster.load(workdir), args)
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":
