@@ -107,15 +107,14 @@ def cmd_study(args) -> int:
     )
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m trainers", description=USER_HELP)
-    sub = p.add_subparsers(dest="command", required=True)
+def config_args(sp) -> None:
+    """The arguments every command that reads one experiment's config takes."""
+    sp.add_argument("config", help="experiments/NN_name/config.toml (or its folder)")
+    sp.add_argument("--scale", choices=SCALES, default="local", help="local (CPU miniature), gpu, node or thesis")
+    sp.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a setting")
 
-    def config_args(sp):
-        sp.add_argument("config", help="experiments/NN_name/config.toml (or its folder)")
-        sp.add_argument("--scale", choices=SCALES, default="local", help="local (CPU miniature), gpu, node or thesis")
-        sp.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a setting")
 
+def add_train(sub) -> None:
     t = sub.add_parser("train", help="one training run (any launcher: none, torchrun, srun, mpirun, horovodrun)")
     config_args(t)
     # --run-name too: torchrun's own parser reads a bare --run as an abbreviation of its --run-path
@@ -126,15 +125,8 @@ def parser() -> argparse.ArgumentParser:
                         "CPU kernels it started with; force: also when this attempt's must differ")
     t.set_defaults(func=cmd_train)
 
-    s = sub.add_parser("schedule", help="print the learning rate at the start of each epoch as CSV")
-    config_args(s)
-    s.set_defaults(func=cmd_schedule)
 
-    c = sub.add_parser("config", help="print the merged, resolved config a run would get (TOML, or --json)")
-    config_args(c)
-    c.add_argument("--json", action="store_true", help="the config.json a run saves, `resolved` included")
-    c.set_defaults(func=cmd_config)
-
+def add_study(sub) -> None:
     st = sub.add_parser("study", help="expand an experiment into its runs and launch them")
     st.add_argument("experiment", help="experiments/NN_name")
     st.add_argument("--scale", choices=SCALES, default="local")
@@ -154,6 +146,8 @@ def parser() -> argparse.ArgumentParser:
                     "share folders with full ones)")
     st.set_defaults(func=cmd_study)
 
+
+def add_data(sub) -> None:
     d = sub.add_parser("data", help="the generated dataset, ILSVRC-2012 preparation, the data-path benchmark")
     dsub = d.add_subparsers(dest="data_command", required=True)
     g = dsub.add_parser("generate", help="write class folders of JPEGs, deterministic from a seed")
@@ -178,7 +172,19 @@ def parser() -> argparse.ArgumentParser:
     im.set_defaults(func=cmd_data_imagenet)
 
 
-
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m trainers", description=USER_HELP)
+    sub = p.add_subparsers(dest="command", required=True)
+    add_train(sub)
+    s = sub.add_parser("schedule", help="print the learning rate at the start of each epoch as CSV")
+    config_args(s)
+    s.set_defaults(func=cmd_schedule)
+    c = sub.add_parser("config", help="print the merged, resolved config a run would get (TOML, or --json)")
+    config_args(c)
+    c.add_argument("--json", action="store_true", help="the config.json a run saves, `resolved` included")
+    c.set_defaults(func=cmd_config)
+    add_study(sub)
+    add_data(sub)
     return p
 
 
