@@ -454,6 +454,25 @@ def check_optim(o: OptimConfig) -> None:
 
 
 def validate(cfg: Config, need_data: bool = True) -> None:
+    """Refuse a config that cannot run, in one line, before any folder or data is made (in this order)."""
+    check_ranges(cfg)
+    one_of("model.name", cfg.model.name)
+    check_data_sizes(cfg)
+    check_train_choices(cfg.train)
+    for where in ("data.kind", "data.val_mode", "data.decoder"):
+        one_of(where, getattr(cfg.data, where.split(".")[1]))
+    for where in ("lr.scaling", "lr.warmup", "lr.decay"):
+        one_of(where, getattr(cfg.lr, where.split(".")[1]))
+    check_optim(cfg.optim)
+    positive("lr.power", cfg.lr.power)
+    if cfg.data.loader_workers < 0 or cfg.train.threads < 0:
+        raise ConfigError("data.loader_workers and train.threads must be >= 0")
+    check_schedule(cfg.lr, cfg.train.epochs)
+    check_launch(cfg, need_data)
+
+
+def check_ranges(cfg: Config) -> None:
+    """Sizes and counts that must be positive, within LIMITS, or not negative."""
     t, lr, d = cfg.train, cfg.lr, cfg.data
     for where, value in [
         ("train.epochs", t.epochs),
@@ -479,12 +498,11 @@ def validate(cfg: Config, need_data: bool = True) -> None:
                          ("train.seed", t.seed), ("data.data_seed", d.data_seed),
                          ("telemetry.interval_s", cfg.telemetry.interval_s)]:
         not_negative(where, value)
-    one_of("model.name", cfg.model.name)
-    check_data_sizes(cfg)
-    one_of("train.backend", t.backend)
-    one_of("train.device", t.device)
-    one_of("train.precision", t.precision)
-    one_of("train.cpu_isa", t.cpu_isa)
+
+
+def check_train_choices(t: TrainConfig) -> None:
+    for where in ("train.backend", "train.device", "train.precision", "train.cpu_isa"):
+        one_of(where, getattr(t, where.split(".")[1]))
     if t.max_steps < 0:
         raise ConfigError(f"train.max_steps = {t.max_steps} must be >= 0 (0 = no cap: the whole schedule)")
     if t.workers_per_pass < 0:
@@ -492,29 +510,28 @@ def validate(cfg: Config, need_data: bool = True) -> None:
     if t.workers_per_pass and t.backend in ("single", "dp"):  # ddp/horovod: emulated workers when W > processes
         raise ConfigError(f"train.workers_per_pass splits emulated workers into passes; train.backend = "
                           f"{t.backend!r} has none (use backend = 'emulated', 'ddp' or 'horovod', or leave it 0)")
-    one_of("data.kind", d.kind)
-    one_of("data.val_mode", d.val_mode)
-    one_of("data.decoder", d.decoder)
-    one_of("lr.scaling", lr.scaling)
-    one_of("lr.warmup", lr.warmup)
-    one_of("lr.decay", lr.decay)
-    check_optim(cfg.optim)
-    positive("lr.power", lr.power)
-    if d.loader_workers < 0 or t.threads < 0:
-        raise ConfigError("data.loader_workers and train.threads must be >= 0")
-    if lr.warmup != "none" and not 0 < lr.warmup_epochs < t.epochs:
+
+
+def check_schedule(lr: LrConfig, epochs: int) -> None:
+    """The warm-up fits the run, and the milestones increase and lie inside it."""
+    if lr.warmup != "none" and not 0 < lr.warmup_epochs < epochs:
         raise ConfigError(
-            f"lr.warmup_epochs = {lr.warmup_epochs} must be between 1 and train.epochs - 1 = {t.epochs - 1}"
+            f"lr.warmup_epochs = {lr.warmup_epochs} must be between 1 and train.epochs - 1 = {epochs - 1}"
         )
     not_negative("lr.warmup_epochs", lr.warmup_epochs)  # without a warm-up too: a -1 would be a silent typo
     if lr.decay == "milestones":
         if list(lr.milestones) != sorted(set(lr.milestones)):
             raise ConfigError(f"lr.milestones = {list(lr.milestones)} must increase strictly")
-        late = [m for m in lr.milestones if not 0 < m < t.epochs]
+        late = [m for m in lr.milestones if not 0 < m < epochs]
         if late:
             raise ConfigError(
-                f"lr.milestone {late[0]} is beyond the last epoch ({t.epochs - 1}); lower it or raise train.epochs"
+                f"lr.milestone {late[0]} is beyond the last epoch ({epochs - 1}); lower it or raise train.epochs"
             )
+
+
+def check_launch(cfg: Config, need_data: bool) -> None:
+    """Benchmark counts, the data path, the rendezvous, and settings that belong to another backend."""
+    t, d = cfg.train, cfg.data
     if cfg.bench.batches < 0 or cfg.bench.warmup_batches < 0:
         raise ConfigError("bench.batches and bench.warmup_batches must be >= 0")
     if need_data and d.kind == "imagefolder" and not d.path:
