@@ -90,7 +90,7 @@ def run_one(label: str, launch: list[str], config: Path, out: Path, sets: list[s
     return {"run": label, **{k: bench[k] for k in ("world_size", "per_worker_batch", "batches", "images_per_s_steady")}}
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools bench-comm", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=int, default=2, help="processes (= workers) for ddp and horovod")
@@ -105,15 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fp16", action="store_true", help="also time Horovod with fp16 compression")
     p.add_argument("--out", help="keep the run folders here (default: a temporary folder)")
     p.add_argument("--json", help="write the figures to this file")
-    args = p.parse_args(argv)
+    return p
 
-    env = clean_env(args.threads)
-    py = [sys.executable]
-    n = args.nproc
+
+def measure(args) -> list[dict]:
+    """Every row's benchmark run: single, DDP, Horovod (and fp16), Horovod with batches_per_allreduce = K."""
+    env, py, n = clean_env(args.threads), [sys.executable], args.nproc
     hvd = [horovodrun(), "--gloo", "-np", str(n), "-H", f"localhost:{n}", sys.executable]
     torchrun = [*torchrun_command(sys.executable), "--nproc-per-node", str(n)]
     k_batches = max(2, math.ceil(args.batches / args.accumulate))
-
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out) if args.out else Path(tmp)
         cfg = Path(tmp)
@@ -130,7 +130,13 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_one("horovod-fp16", hvd, horovod, out, ["horovod.fp16_allreduce=true"], env))
         rows.append(run_one(f"horovod-acc{args.accumulate}", hvd, horovod_k, out,
                             [f"horovod.batches_per_allreduce={args.accumulate}"], env))
+    return rows
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments().parse_args(argv)
+    n = args.nproc
+    rows = measure(args)
     by = {r["run"]: r["images_per_s_steady"] for r in rows}
     compute_bound = by[f"horovod-acc{args.accumulate}"]
     summary = {
