@@ -175,9 +175,26 @@ def parse_pytorch_examples(raw: bytes, path: str = "<memory>") -> ParsedLog:
     cost that line only (counted in bad_lines), and the result does not depend on the pandas version.
     """
     lines = _split_lines(raw)
+    groups, row_ranks, rare, bad = _scan(lines)
+    train = _train_frame(groups, row_ranks)
+    ranks = sorted(int(r) for r in train["rank"].unique()) if len(train) else []
+    train = _one_rank(train, ranks)
+    fmt, base = _format_and_base(lines, rare, train)
+    train = train.assign(batch=train["idx"] - base)
+    train = train.assign(count=train["batch"] + 1).sort_values(["epoch", "batch"], kind="stable")
+    train = train[TRAIN_COLUMNS].reset_index(drop=True)
+    # -- rare lines: validation, summaries, learning rates; attach each to the epoch trained just before it
+    epochs = _pytorch_epochs(train, rare)
+    bad += sum(1 for _, _, body in rare if body.startswith(b"Test: [") and not _TEST_RE.match(body))
+    info = {"ranks": [r for r in ranks if r >= 0], "format": fmt}
+    return ParsedLog(path, "pytorch-examples", fmt, train, epochs, lines=len(lines), bad_lines=int(bad), info=info)
+
+
+def _scan(lines: list[bytes]) -> tuple[list[tuple], list[int], list[tuple[int | None, int, bytes]], int]:
+    """(training lines' fields, their ranks, the rare lines as (epoch trained just before, rank, line), bad lines)."""
     groups: list[tuple] = []
     row_ranks: list[int] = []
-    rare: list[tuple[int | None, int, bytes]] = []  # (epoch trained just before, rank, line)
+    rare: list[tuple[int | None, int, bytes]] = []
     bad, last_epoch = 0, None
     for line in lines:
         if _TRAIN_MARK not in line and b"Test: [" not in line and b"*" not in line and b"learning rate" not in line:
@@ -194,19 +211,24 @@ def parse_pytorch_examples(raw: bytes, path: str = "<memory>") -> ParsedLog:
             last_epoch = int(m.group(1))
         else:
             rare.append((last_epoch, rank, body))
-    train = _train_frame(groups, row_ranks)
-    ranks = sorted(int(r) for r in train["rank"].unique()) if len(train) else []
+    return groups, row_ranks, rare, bad
 
-    # -- one rank's view: rank 0 (or the lowest label); unlabelled interleaved ranks: first line per batch
-    if len(train):
-        labelled = [r for r in ranks if r >= 0]
-        if labelled:
-            train = train[train["rank"] == labelled[0]]
-        key = train["epoch"].to_numpy(dtype=np.int64) * 10**9 + train["idx"].to_numpy(dtype=np.int64)
-        if not (np.diff(key) > 0).all():  # interleaved ranks or repeated lines: keep the first of each batch
-            train = train.drop_duplicates(["epoch", "idx"], keep="first")
 
-    # -- format and index base
+def _one_rank(train: pd.DataFrame, ranks: list[int]) -> pd.DataFrame:
+    """One rank's view: rank 0 (or the lowest label); unlabelled interleaved ranks: the first line of each batch."""
+    if not len(train):
+        return train
+    labelled = [r for r in ranks if r >= 0]
+    if labelled:
+        train = train[train["rank"] == labelled[0]]
+    key = train["epoch"].to_numpy(dtype=np.int64) * 10**9 + train["idx"].to_numpy(dtype=np.int64)
+    if not (np.diff(key) > 0).all():  # interleaved ranks or repeated lines: keep the first of each batch
+        train = train.drop_duplicates(["epoch", "idx"], keep="first")
+    return train
+
+
+def _format_and_base(lines: list[bytes], rare: list, train: pd.DataFrame) -> tuple[str, int]:
+    """The log's historical format and whether it counts batches from 0 or 1."""
     sample = [ln for ln in lines[:400] if _TRAIN_MARK in ln][:50]
     summary_spaces = [len(m.group(1)) for _, _, body in rare if (m := _SUMMARY_RE.match(body))]
     progressmeter = any(_E_LOSS_RE.search(ln) or b"( " in ln for ln in sample)
@@ -220,17 +242,7 @@ def parse_pytorch_examples(raw: bytes, path: str = "<memory>") -> ParsedLog:
             base = 1 if (firsts == 1).all() else 0
     if summary_spaces and max(summary_spaces) >= 3 and not (len(train) and (train["idx"] == 0).any()):
         base = 1  # ' *   Acc@1' is today's display_summary
-    if base == 1:
-        fmt = "current"
-    train = train.assign(batch=train["idx"] - base)
-    train = train.assign(count=train["batch"] + 1).sort_values(["epoch", "batch"], kind="stable")
-    train = train[TRAIN_COLUMNS].reset_index(drop=True)
-
-    # -- rare lines: validation, summaries, learning rates; attach each to the epoch trained just before it
-    epochs = _pytorch_epochs(train, rare)
-    bad += sum(1 for _, _, body in rare if body.startswith(b"Test: [") and not _TEST_RE.match(body))
-    info = {"ranks": [r for r in ranks if r >= 0], "format": fmt}
-    return ParsedLog(path, "pytorch-examples", fmt, train, epochs, lines=len(lines), bad_lines=int(bad), info=info)
+    return ("current" if base == 1 else fmt), base
 
 
 def _pytorch_epochs(train: pd.DataFrame, rare: list) -> pd.DataFrame:
