@@ -226,6 +226,18 @@ def _kill(pid: int | None, timeout: float = 10.0) -> None:
         pass
 
 
+def processes_in_namespaces(inodes: set[int]) -> list[int]:
+    """The PIDs of the processes whose network namespace is one of `inodes`."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and os.stat(d / "ns" / "net").st_ino in inodes:
+                pids.append(int(d.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return pids
+
+
 def _other_slurm_daemons(ours: set[int]) -> list[int]:
     """PIDs of slurmctld/slurmd processes that are not this cluster's (another private or system cluster)."""
     found = []
@@ -414,6 +426,8 @@ class Cluster:
         if p["munged"] and not _other_slurm_daemons({v for v in p.values() if v}):
             _kill(p["munged"])
         if self.network:
+            for host in self.network.names:  # a step whose slurmd went first (a node lost, a hung srun) is orphaned
+                self.crash_node(host)
             self.network.destroy()
         state_file = self.workdir / "cluster.json"
         if state_file.exists():
@@ -460,14 +474,11 @@ class Cluster:
         host's network namespace, all started by this cluster). Returns their PIDs."""
         if not self.network:
             raise ClusterError("one node on localhost: crashing it would end the cluster")
-        target = os.stat(f"/run/netns/{self.network.netns(node)}").st_ino
-        pids = []
-        for d in Path("/proc").iterdir():
-            try:
-                if d.name.isdigit() and os.stat(d / "ns" / "net").st_ino == target:
-                    pids.append(int(d.name))
-            except OSError:  # gone meanwhile, or not ours to read
-                continue
+        try:
+            target = os.stat(f"/run/netns/{self.network.netns(node)}").st_ino
+        except FileNotFoundError:
+            return []
+        pids = processes_in_namespaces({target})
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

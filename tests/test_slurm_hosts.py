@@ -36,11 +36,13 @@ def hosts_cluster():
         pytest.skip(f"no multi-host cluster: {reason}")
     workdir = Path(tempfile.mkdtemp(prefix="slurm-hosts-"))
     cluster = local_cluster.start(workdir, nodes=3)
+    hosts = {os.stat(f"/run/netns/{cluster.network.netns(h)}").st_ino for h in cluster.network.names}
     try:
         yield cluster
     finally:
         cluster.stop()
         assert cluster.network.leftovers() == []
+        assert local_cluster.processes_in_namespaces(hosts) == []  # no daemon, step or task left on any host
         shutil.rmtree(workdir, ignore_errors=True)
 
 
