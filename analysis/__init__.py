@@ -5,13 +5,13 @@
     ref = an.load_reference()               # the thesis's Tables 1-15
     an.tables.quality_table(df, ref, 12)    # Table 12 with our runs beside it
 """
-from . import figures, findings, numbers, reference, tables  # noqa: F401
+from . import catalogue, figures, findings, numbers, reference, tables  # noqa: F401
 from .compare import comparison_text, made_from  # noqa: F401
 from .logs import ParsedLog, parse_log  # noqa: F401
 from .findings import orderings  # noqa: F401
 from .large_batch import differences_figure, large_batch_figure, noise_scales, rq4_reading, study_points  # noqa: F401
 from .numbers import numerics_label  # noqa: F401
-from .nbhelpers import (batch_size_wallclock, error_figure, error_figures, first_batch_penalty,  # noqa: F401
+from .nbhelpers import (batch_size_wallclock, error_figures, first_batch_penalty,  # noqa: F401
                         overview, pilot_summary, quality_overview, rq2_verdict, scaling_figure, schedules_figure,
                         show, show_utilisation, speedup_pivot, subplots)
 from .readings import baseline_rate_note, markdown, rq1_reading, rq3_reading, verdict_table  # noqa: F401

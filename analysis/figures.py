@@ -210,6 +210,51 @@ def _without_baseline(scaling: pd.DataFrame, framework=None, per_gpu_batch=None)
     return sorted(set(out))
 
 
+def scaling_rows(scaling: pd.DataFrame, framework, per_gpu_batch=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the thesis's points, ours at any other scale) that a scaling figure of `framework` draws."""
+    thesis = scaling[scaling["scale"] == "thesis"]
+    other = scaling[(scaling["scale"] != "thesis")
+                    & scaling["framework"].isin([framework] if isinstance(framework, str) else framework)]
+    other = other.dropna(subset=["images_per_s"])
+    if per_gpu_batch is not None:
+        other = other[other["per_gpu_batch"] == per_gpu_batch]
+    return thesis, other
+
+
+def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=None, cores: int | None = None):
+    """Throughput and speed-up (Figures 14-17): the thesis's scale on the top row; ours at any other scale (CPU
+    cores) on a row of its own below, since its images/s are not comparable with the P100 numbers. cores: the
+    measuring machine's, which a local-scale row's axis names and its ideal line stops at."""
+    kw = {"framework": framework, "per_gpu_batch": per_gpu_batch}
+    thesis, other = scaling_rows(scaling, framework, per_gpu_batch)
+    rows = [thesis] + ([other] if len(other) else [])
+    fig, axes = plt.subplots(len(rows), 2, figsize=(13, 4.4 * len(rows)), squeeze=False, layout="constrained")
+    plot_throughput(thesis, ax=axes[0][0], **kw)
+    plot_speedup(thesis, ax=axes[0][1], **kw)
+    if len(rows) > 1:
+        _our_row(axes, other, cores, kw)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def _our_row(axes, other: pd.DataFrame, cores: int | None, kw: dict) -> None:
+    """The lower row: ours at another scale. At the local scale the workers are CPU processes, not GPUs: the axis
+    says so and how many cores they shared, and the ideal line stops at that count."""
+    cpu = set(other["scale"]) == {"local scale"}
+    limit = cores if cpu else None
+    plot_throughput(other, ax=axes[1][0], ideal_max=limit, **kw)
+    plot_speedup(other, ax=axes[1][1], ideal_max=limit, **kw)
+    scales = ", ".join(sorted(other["scale"].unique()))
+    for ax, what in zip(axes[0], ("Throughput (dotted: ideal linear scaling)", "Speed-up")):
+        ax.set_title(f"{what}, the thesis (P100 GPUs)", fontsize=9)
+    for ax, what in zip(axes[1], ("Throughput", "Speed-up")):
+        ax.set_title(f"{what}, ours at the {scales} (not comparable with the P100 row above)", fontsize=9)
+        if cpu:
+            on = f" on {cores} core{'' if cores == 1 else 's'}" if cores else ""
+            ax.set_xlabel(ax.get_xlabel().replace("GPUs (workers)", f"CPU processes{on}")
+                          .replace("1-GPU run", "1-process run"))
+
+
 # ============================================================================================ error curves
 
 
@@ -360,6 +405,35 @@ def plot_error_grid(df: pd.DataFrame, axes=None, ncols: int = 2, reference: pd.D
     return axes
 
 
+def plot_train_val(df: pd.DataFrame, axes, titles=("top-1 training error", "top-1 validation error"),
+                   reference: pd.DataFrame | None = None):
+    """Training error (axes[0]) beside validation error (axes[1], with the thesis's marks from `reference`) on one
+    y-range, one legend for both beside the validation panel (off the data). Returns the axes."""
+    plot_error_curves(df, ax=axes[0], which="train", title=titles[0])
+    plot_error_curves(df, ax=axes[1], which="val", title=titles[1], reference=reference)
+    share_y(axes)
+    axes[0].get_legend().remove()
+    legend_beside(axes[1])
+    return axes
+
+
+def quality_figure(data: pd.DataFrame, title: str, reference: pd.DataFrame | None = None, layout: str = "pair"):
+    """The error curves of one quality figure (Figures 18-30). layout: 'pair' training and validation side by side,
+    'grid' a panel per configuration (plot_error_grid), 'train' or 'val' that one panel."""
+    if layout == "grid":
+        fig = plot_error_grid(data, reference=reference).flat[0].figure
+        fig.suptitle(title, fontsize=10)
+    elif layout == "pair":
+        fig, axes = plt.subplots(1, 2, figsize=(17, 5), layout="constrained")
+        plot_train_val(data, axes, reference=reference)
+        fig.suptitle(title, fontsize=10)
+    else:
+        fig, ax = plt.subplots(figsize=(11, 4.6), layout="constrained")
+        plot_error_curves(data, ax=ax, which=layout, title=title, reference=reference)
+        legend_beside(ax)
+    return fig
+
+
 # ============================================================================================ schedules, utilisation
 
 
@@ -373,13 +447,19 @@ def plot_lr_schedules(schedules: pd.DataFrame, ax=None, experiment: int | None =
     return _finish(ax, "epoch", "learning rate", legend_size=6)
 
 
-# The thesis's utilisation figures: (file name, title, experiment, framework). The thesis shows one GPU of a
-# 32-GPU run; ours show every device sampled in the experiment's runs at its largest worker count.
-UTILISATION_FIGURES = (
-    ("fig22_util_exp6_pytorch", "Figure 22. Utilisation, PyTorch, experiment 6", 6, "pytorch"),
-    ("fig23_util_exp6_horovod", "Figure 23. Utilisation, Horovod+PyTorch, experiment 6", 6, "horovod+pytorch"),
-    ("fig27_util_exp7_horovod", "Figure 27. Utilisation, Horovod+PyTorch, experiment 7", 7, "horovod+pytorch"),
-)
+def lr_schedules_figure(schedules: pd.DataFrame, experiments, titles: dict, figsize=(15, 7.5),
+                        title: str | None = None):
+    """A panel per experiment's learning-rate schedules (plot_lr_schedules), three a row; titles: experiment -> its
+    panel's title (wrapped: two lines at most at three panels a row)."""
+    fig, axes = plt.subplots(math.ceil(len(experiments) / 3), 3, figsize=figsize)
+    for ax, exp in zip(axes.flat, experiments):
+        plot_lr_schedules(schedules, ax=ax, experiment=exp)
+        ax.set_title("\n".join(textwrap.wrap(titles[exp], 64)), fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
 EMULATED_NOTE = "emulated workers: one computation for the DDP and the Horovod row"
 
 
@@ -433,24 +513,28 @@ def plot_utilisation(df: pd.DataFrame, ax=None, title: str | None = None):
     return ax
 
 
-def utilisation_panels(df: pd.DataFrame) -> tuple[list[tuple[str, str, pd.DataFrame]], list[str]]:
-    """(file name, title, util rows) of the thesis's Figures 22, 23 and 27 as these runs can draw them, and what is
-    not drawn with why. Where emulated workers stand for both frameworks (one process: the local scale), Figures 22
-    and 23 would be the same image under two names: it is drawn once, titled as both and as emulated."""
+def utilisation_panels(df: pd.DataFrame, figures) -> tuple[list[tuple[str, str, pd.DataFrame]], dict[str, str]]:
+    """(file name, title, util rows) of the thesis's utilisation figures (Figures 22, 23 and 27) as these runs can
+    draw them, and {file name: why not drawn} of the others. figures: (file name, title, experiment, framework) of
+    each (analysis/catalogue.py); the thesis shows one GPU of a 32-GPU run, ours every device sampled in the
+    experiment's runs at its largest worker count. Where emulated workers stand for both frameworks (one process:
+    the local scale), Figures 22 and 23 would be the same image under two names: it is drawn once, titled as both
+    and as emulated."""
+    figures = list(figures)
     drawn: list[tuple[str, str, pd.DataFrame]] = []
-    skipped: list[str] = []
+    skipped: dict[str, str] = {}
     emulated: dict[int, str] = {}  # experiment -> the figure its emulated runs were drawn in
-    for name, title, exp, framework in UTILISATION_FIGURES:
+    for name, title, exp, framework in figures:
         rows, note = utilisation_rows(df, exp, framework)
         if rows.empty:
-            skipped.append(f"{name}: no utilisation records (runs record them since trainers/telemetry.py)")
+            skipped[name] = "no utilisation records (runs record them since trainers/telemetry.py)"
             continue
         if note:
             if exp in emulated:
-                skipped.append(f"{name}: the same emulated runs as {emulated[exp]} (drawn once)")
+                skipped[name] = f"the same emulated runs as {emulated[exp]} (drawn once)"
                 continue
             emulated[exp] = name
-            numbers = [t.split(".")[0].split()[-1] for n, t, e, _ in UTILISATION_FIGURES if e == exp]
+            numbers = [t.split(".")[0].split()[-1] for n, t, e, _ in figures if e == exp]
             which = f"Figures {' and '.join(numbers)}" if len(numbers) > 1 else f"Figure {numbers[0]}"
             title = (f"{which}. Utilisation, experiment {exp}, {int(rows['gpus'].max())} emulated workers in one "
                      "process (standing for PyTorch and Horovod alike)")
@@ -458,9 +542,10 @@ def utilisation_panels(df: pd.DataFrame) -> tuple[list[tuple[str, str, pd.DataFr
     return drawn, skipped
 
 
-def other_utilisation_panels(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """(title, util rows) per experiment the thesis drew no utilisation for: its runs at its largest worker count."""
-    u = df[(df["kind"] == "util") & ~df["exp"].isin([e for _, _, e, _ in UTILISATION_FIGURES])]
+def other_utilisation_panels(df: pd.DataFrame, drawn_experiments) -> list[tuple[str, pd.DataFrame]]:
+    """(title, util rows) per experiment not in drawn_experiments (those the thesis drew utilisation for): its runs
+    at its largest worker count."""
+    u = df[(df["kind"] == "util") & ~df["exp"].isin(list(drawn_experiments))]
     panels = []
     for exp, g in u.groupby("exp", sort=True):
         g = g[g["gpus"] == g["gpus"].max()]
@@ -468,6 +553,16 @@ def other_utilisation_panels(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]
         panels.append((f"experiment {int(exp)}, {int(g['gpus'].max())} worker(s) ({backends}): "
                        f"{g['run'].nunique()} run(s)", g))
     return panels
+
+
+def utilisation_figure(panels, height: float, title: str | None = None):
+    """A utilisation panel (plot_utilisation) a row, each `height` inches; panels: (title, util rows) each."""
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, height * len(panels)), squeeze=False)
+    for ax, (panel_title, rows) in zip(axes[:, 0], panels):
+        plot_utilisation(rows, ax=ax, title=panel_title)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
 
 
 def plot_steady_state(rq2: pd.DataFrame, ax=None):

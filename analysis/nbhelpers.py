@@ -1,6 +1,7 @@
 """Small functions the notebooks call, so that each notebook cell stays one or two lines."""
 from __future__ import annotations
 
+import functools
 import io
 
 import matplotlib
@@ -9,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from . import catalogue as ct  # noqa: E402
 from . import figures as fg  # noqa: E402
 from . import numbers as nb  # noqa: E402
 from . import reference as rf  # noqa: E402
@@ -42,11 +44,17 @@ def overview(df: pd.DataFrame) -> pd.DataFrame:
     return (r.groupby(["experiment", "scale", "status"], dropna=False).size().rename("runs").reset_index())
 
 
-def scaling_figure(scaling: pd.DataFrame, title: str, framework, per_gpu_batch=None):
-    """Throughput and speed-up as in the report (the thesis's P100 row; ours at other scales on a row below)."""
-    from .report import scaling_figure as draw
+def shown(draw):
+    """A figure function as a notebook shows it: its figure rendered to a PNG image (show)."""
+    @functools.wraps(draw)
+    def view(*args, **kwargs):
+        return show(draw(*args, **kwargs))
+    return view
 
-    return show(draw(scaling, title, framework, per_gpu_batch))
+
+#: Figures 14-17 as the notebooks show them: the report's figure function (the thesis's P100 row; ours at other
+#: scales on a row below), as an image
+scaling_figure = shown(fg.scaling_figure)
 
 
 def speedup_pivot(scaling: pd.DataFrame, framework) -> pd.DataFrame:
@@ -78,13 +86,11 @@ def batch_size_wallclock(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
 def show_utilisation(df: pd.DataFrame):
     """The thesis's utilisation Figures 22, 23 and 27 from the runs' util records, one panel each (Figures 22 and
     23 once where emulated workers stand for both frameworks)."""
-    panels, _ = fg.utilisation_panels(df)
+    panels, _ = ct.thesis_utilisation(df)
     if not panels:
         return pd.DataFrame({"note": ["no run recorded utilisation (util records in metrics.jsonl: runs record "
                                       "them since trainers/telemetry.py; rerun experiments 6 and 7)"]})
-    fig, axes = subplots(len(panels), 1, width=10, height=3.6)
-    for ax, (_, title, rows) in zip((axes.flat if hasattr(axes, "flat") else [axes]), panels):
-        fg.plot_utilisation(rows, ax=ax, title=title)
+    fig = fg.utilisation_figure([(title, rows) for _, title, rows in panels], height=3.6)
     fig.set_layout_engine("constrained")
     return show(fig)
 
@@ -132,43 +138,24 @@ def quality_overview(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
 
 
 def schedules_figure(df: pd.DataFrame):
-    from .report import schedules_frame
-
-    sched = schedules_frame(df)
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
-    for ax, exp in zip(axes.flat, range(4, 10)):
-        fg.plot_lr_schedules(sched, ax=ax, experiment=exp)
-        ax.set_title(f"experiment {exp}", fontsize=8)
-    return fig
+    """The report's learning-rate schedules (its lr_schedules_exp4-9 entry), a panel per experiment, shorter."""
+    experiments = ct.figure("lr_schedules_exp4-9").experiments
+    return fg.lr_schedules_figure(ct.schedules_frame(df, experiments), experiments,
+                                  {exp: f"experiment {exp}" for exp in experiments}, figsize=(13, 6.5))
 
 
-def error_figures(df: pd.DataFrame, ref: pd.DataFrame | None = None, experiments=range(4, 10)):
+def error_figures(df: pd.DataFrame, ref: pd.DataFrame | None = None, experiments=ct.QUALITY_EXPERIMENTS):
     """Training and validation error of every quality experiment with runs, one row each, as one image (a notebook
     cell shows only its last value, so one figure rather than a loop of them); the thesis's best validation error
     beside each curve (ref), one legend a row beside its validation panel."""
-    have = [e for e in experiments if ((df["kind"] == "epoch") & (df["exp"] == e)).any()]
+    have = [e for e in experiments if len(ct.epoch_rows(df, e))]
     if not have:
         return pd.DataFrame({"note": ["no epoch records: no error curves to draw"]})
     fig, axes = plt.subplots(len(have), 2, figsize=(16, 3.6 * len(have)), squeeze=False, layout="constrained")
     for row, exp in zip(axes, have):
-        e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
-        fg.plot_error_curves(e, ax=row[0], which="train", title=f"experiment {exp}: training error")
-        fg.plot_error_curves(e, ax=row[1], which="val", title=f"experiment {exp}: validation error", reference=ref)
-        fg.share_y(row)
-        row[0].get_legend().remove()
-        fg.legend_beside(row[1])
+        fg.plot_train_val(ct.epoch_rows(df, exp), row, reference=ref,
+                          titles=(f"experiment {exp}: training error", f"experiment {exp}: validation error"))
     return show(fig)
-
-
-def error_figure(df: pd.DataFrame, exp: int):
-    e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
-    if e.empty:
-        return None
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    fg.plot_error_curves(e, ax=axes[0], which="train", title=f"experiment {exp}: training error")
-    fg.plot_error_curves(e, ax=axes[1], which="val", title=f"experiment {exp}: validation error")
-    return fig
-
 
 
 def pilot_summary(path: str = "reference/vm-2cpu/10_more_steps_pilot"):

@@ -1,0 +1,400 @@
+"""The report declared once: every table and figure, what draws it, from which experiments, beside which thesis
+values. `python -m analysis report` writes each entry (analysis/report.py); the notebooks' helpers
+(analysis/nbhelpers.py) draw with the same figure functions and read the same experiments from here.
+
+    TABLES, FIGURES   the entries, in the order the report writes them (its index, tables/README.md, lists them so)
+    Inputs            what every entry is made from: the runs' DataFrame, the thesis's values, the runs' line
+
+An entry is a name (the file: tables/<name>.csv|md, figures/<name>.png|pdf), the thesis's table or figure it stands
+beside ("" where the thesis has none), the experiments it reads, a title, and its maker: make(inputs, entry) returns
+a table (a DataFrame) or a figure (Drawn), a sentence saying why it is not drawn (listed under "Not drawn"), or None
+(nothing to write, nothing to say). The makers below only choose the rows; the drawing is a function of
+analysis/figures.py, analysis/large_batch.py or analysis/tables.py. Adding a table or figure is one entry.
+"""
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from . import cost  # noqa: E402
+from . import figures as fg  # noqa: E402
+from . import findings as fd  # noqa: E402
+from . import large_batch as lb  # noqa: E402
+from . import reference as rf  # noqa: E402
+from . import tables as tb  # noqa: E402
+from .compare import report_comparison, runs_label  # noqa: E402
+from .readings import finding_summary, verdict_table  # noqa: E402
+from .smoke import smoke_paths  # noqa: E402
+
+#: the line a figure carries when it draws the thesis's values only: never "Made from N runs (this machine)"
+THESIS_SOURCE = "Made from the thesis's values (no runs)."
+SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale (config.json \"scale\"): their "
+              "numbers are not comparable with the thesis's and are not placed beside them.")
+#: the quality experiments (Tables 10-15, Figures 18-30): their error curves and learning-rate schedules
+QUALITY_EXPERIMENTS = tuple(rf.QUALITY_SETTINGS)
+THROUGHPUT_NOTES = ("thesis_images_per_s: the thesis's value; ours_thesis_formula: per-GPU batch x GPUs / "
+                    "running-mean batch time at batch 199; ours_steady: the same without the first warm-up batches; "
+                    "the speed-ups divide each by our 1-GPU run's.", SCALE_NOTE)
+QUALITY_NOTES = ("ours_top1/ours_top5: best validation accuracy (percent), mean over the configuration's completed "
+                 "runs (seeds), ± sample std; n_runs: how many; diverged or half-written runs are counted in status, "
+                 "not averaged.", SCALE_NOTE)
+#: experiment -> the thesis's tables of it, turned round: table -> its experiment
+TABLE_EXPERIMENT = {t: e for e, tables in rf.EXPERIMENT_TABLES.items() for t in tables}
+
+
+@dataclass
+class Inputs:
+    """What the entries are made from; what several of them need is computed once."""
+    df: pd.DataFrame  # the runs (analysis.runs.load_study)
+    ref: pd.DataFrame  # the thesis's values (analysis.reference.load_reference)
+    source: str | None = None  # the line saying which runs: "Made from N runs in ... (this machine)."
+    cores: int | None = None  # the measuring machine's cores: a local-scale scaling row's ideal line stops there
+    runs: Path | None = None  # the runs folder (whether it is this machine's)
+
+    @cached_property
+    def scaling(self) -> pd.DataFrame:
+        return tb.scaling_table(self.df, self.ref)
+
+    @cached_property
+    def verdicts(self) -> pd.DataFrame:
+        return fd.orderings(self.df, self.ref)
+
+    @cached_property
+    def points(self) -> pd.DataFrame:
+        return lb.study_points(self.df)
+
+    @cached_property
+    def smoke(self) -> set:
+        return smoke_paths(self.df)
+
+    @cached_property
+    def utilisation(self) -> tuple[list, dict[str, str]]:
+        return thesis_utilisation(self.df)
+
+    def epochs(self, exp: int) -> pd.DataFrame:
+        return epoch_rows(self.df, exp)
+
+
+def epoch_rows(df: pd.DataFrame, exp: int, **where) -> pd.DataFrame:
+    """Experiment exp's epoch records, where each column named in `where` has the value given."""
+    e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
+    for k, v in where.items():
+        e = e[e[k] == v]
+    return e
+
+
+class Drawn(NamedTuple):
+    figure: object  # a matplotlib Figure
+    source: str | None  # the line it carries: which runs, or THESIS_SOURCE
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str  # tables/<name>.csv and .md
+    thesis: str  # the thesis's table it stands beside, "" for ours
+    experiments: tuple[int, ...]  # the experiments whose runs it reads
+    make: Callable  # make(inputs, entry) -> DataFrame, or None where there is nothing to write
+    title: str | None = None
+    notes: tuple | Callable = ()  # the lines under it, or notes(inputs, frame) -> those lines
+    shown: Callable | None = None  # shown(frame): a shorter table for the .md (the .csv keeps every column)
+    options: dict = field(default_factory=dict)  # the maker's own settings
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  # figures/<name>.png and .pdf
+    thesis: str  # the thesis's figure (or values) it redraws, "" for ours
+    experiments: tuple[int, ...]  # the experiments whose runs it draws
+    make: Callable  # make(inputs, entry) -> Drawn, a sentence why not drawn, or None
+    title: str = ""  # {warmupN}: experiment N's warm-up in words (warmup_phrase)
+    options: dict = field(default_factory=dict)  # the maker's own settings: layout, rows, framework ...
+
+
+# ============================================================================================ the rows drawn
+
+
+def warmup_phrase(data: pd.DataFrame, exp: int) -> str:
+    """'stepping warm-up 4 of 72 epochs (thesis: 5 of 90)': the runs' own warm-up beside the thesis's, so a title
+    never says the thesis's 5 epochs over curves that warmed up for 4 of 72."""
+    thesis_kind, thesis_n = rf.QUALITY_SETTINGS[exp]["warmup"].rsplit("-", 1)
+    e = data[data["exp"] == exp]
+    ours = {(w, ep) for w, ep in zip(e["warmup"], e["epochs"]) if isinstance(w, str) and w != "none"}
+    if len(ours) == 1:
+        (warmup, epochs), = ours
+        kind, n = warmup.rsplit("-", 1)
+        return f"{kind} warm-up {n} of {int(epochs)} epochs (thesis: {thesis_n} of {rf.THESIS_EPOCHS})"
+    return f"{thesis_kind} warm-up ({thesis_n} of {rf.THESIS_EPOCHS} epochs in the thesis)"
+
+
+def schedule_title(df: pd.DataFrame, exp: int) -> str:
+    """An experiment's schedule in words: the thesis's label, with the runs' own warm-up where they warmed up."""
+    label = rf.QUALITY_SETTINGS[exp]["label"]
+    if rf.QUALITY_SETTINGS[exp]["warmup"] == "none" or df[(df["kind"] == "schedule") & (df["exp"] == exp)].empty:
+        return label
+    return f"linear scaling, {warmup_phrase(df[df['kind'] == 'schedule'], exp)}" + (", per-GPU batch smaller"
+                                                                                    if exp == 7 else "")
+
+
+def titled(inputs: Inputs, entry: Figure) -> str:
+    """The entry's title with each {warmupN} filled in from experiment N's runs."""
+    fields = {f for _, f, _, _ in string.Formatter().parse(entry.title) if f}
+    return entry.title.format(**{f: warmup_phrase(inputs.epochs(int(f.removeprefix("warmup"))),
+                                                  int(f.removeprefix("warmup"))) for f in fields})
+
+
+def baseline_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """Experiment 5's 1-worker runs: the baseline experiments 6-9 are compared with (the thesis's 1-GPU curve)."""
+    return epoch_rows(df, 5, gpus=1)
+
+
+def exp7_peers(e6: pd.DataFrame, e7: pd.DataFrame) -> pd.DataFrame:
+    """Experiment 6's runs beside experiment 7's: same worker count, framework, scale and numerics (Figure 26)."""
+    on = ["gpus", "framework", "scale", "numerics"]
+    return e6.merge(e7[on].drop_duplicates(), on=on, how="inner")
+
+
+def every_run(inputs: Inputs, entry: Figure) -> pd.DataFrame:
+    return inputs.epochs(entry.experiments[0])
+
+
+def most_workers(inputs: Inputs, entry: Figure) -> pd.DataFrame:
+    """The experiment's runs at its largest worker count (Figure 21)."""
+    e = inputs.epochs(entry.experiments[0])
+    return e[e["gpus"] == e["gpus"].max()] if len(e) else e
+
+
+def beside_baseline(inputs: Inputs, entry: Figure) -> pd.DataFrame:
+    """The last experiment's runs with experiment 5's 1-worker baseline as their 1-worker curve (Figures 24, 28)."""
+    runs = inputs.epochs(entry.experiments[-1])
+    return pd.concat([baseline_runs(inputs.df), runs]) if len(runs) else runs
+
+
+def smaller_batch_beside(inputs: Inputs, entry: Figure) -> pd.DataFrame:
+    """Experiment 7's runs and experiment 6's at the same workers (Figure 26); none without experiment 7's."""
+    larger, smaller = (inputs.epochs(e) for e in entry.experiments)
+    return pd.concat([smaller, exp7_peers(larger, smaller)]) if len(smaller) else smaller
+
+
+def longer_warmup_beside(inputs: Inputs, entry: Figure) -> pd.DataFrame:
+    """Experiment 8's runs at experiment 9's worker counts, and 9's (Figure 30); none without experiment 9's."""
+    shorter, longer = (inputs.epochs(e) for e in entry.experiments)
+    if longer.empty:
+        return longer
+    return pd.concat([shorter.iloc[0:0], shorter[shorter["gpus"].isin(longer["gpus"].unique())], longer])
+
+
+def schedules_frame(df: pd.DataFrame, experiments=QUALITY_EXPERIMENTS) -> pd.DataFrame:
+    """Schedules of the experiments: from runs' config.json resolved.schedule, else the thesis's formulas."""
+    parts = []
+    s = df[(df["kind"] == "schedule") & df["exp"].isin(list(experiments))]
+    for exp in experiments:
+        mine = s[s["exp"] == exp]
+        if len(mine):
+            keys = ["framework", "gpus", "global_batch", "lr", "warmup", "epochs", "scale"]
+            for key, g in mine.groupby(keys, dropna=False):
+                g = g.drop_duplicates("epoch")
+                k = dict(zip(keys, key))  # the panel's title says the warm-up and scale: the label only the run
+                lab = f"{fg.curve_label({**k, 'warmup': None, 'scale': None}).split(' (')[0]}, lr={k['lr']:g}"
+                parts.append(pd.DataFrame({"experiment": exp, "label": lab, "epoch": g["epoch"],
+                                           "lr": g["planned_lr"], "source": "run config"}))
+        else:
+            th = rf.thesis_schedules()
+            th = th[th["experiment"] == exp]
+            for (fw, gp, b, lr), g in th.groupby(["framework", "gpus", "per_gpu_batch", "target_lr"]):
+                lab = f"exp {exp}: {fg.FRAMEWORK_NAME.get(fw, fw)} {gp} GPUs b={b} lr={lr:g} ({g['warmup'].iloc[0]})"
+                parts.append(pd.DataFrame({"experiment": exp, "label": lab, "epoch": g["epoch"], "lr": g["lr"],
+                                           "source": "thesis formula"}))
+    return pd.concat(parts, ignore_index=True)
+
+
+# ============================================================================================ figure makers
+
+
+def scaling(inputs: Inputs, entry: Figure) -> Drawn:
+    """Throughput and speed-up (fg.scaling_figure); a figure of the thesis's points alone says so, not 'N runs'."""
+    drawn = len(fg.scaling_rows(inputs.scaling, **entry.options)[1])
+    figure = fg.scaling_figure(inputs.scaling, entry.title, cores=inputs.cores, **entry.options)
+    return Drawn(figure, inputs.source if drawn else THESIS_SOURCE)
+
+
+def errors(inputs: Inputs, entry: Figure) -> Drawn | str:
+    """Error curves (fg.quality_figure) of the rows options["rows"] picks; beside a smoke run's 2 epochs, never the
+    thesis's 90-epoch marks."""
+    data = entry.options["rows"](inputs, entry)
+    if data.empty:
+        return "no epoch records"
+    marks = None if data["path"].isin(inputs.smoke).any() else inputs.ref
+    return Drawn(fg.quality_figure(data, titled(inputs, entry), marks, entry.options.get("layout", "pair")),
+                 inputs.source)
+
+
+def utilisation(inputs: Inputs, entry: Figure) -> Drawn | str:
+    """One of the thesis's utilisation figures from the runs' util records (fg.utilisation_panels)."""
+    panels, skipped = inputs.utilisation
+    for name, title, rows in panels:
+        if name == entry.name:
+            return Drawn(fg.utilisation_figure([(title, rows)], height=4), inputs.source)
+    return skipped[entry.name]
+
+
+def other_utilisation(inputs: Inputs, entry: Figure) -> Drawn | None:
+    """A panel per experiment without a thesis utilisation figure; nothing without such runs."""
+    panels = fg.other_utilisation_panels(inputs.df, {f.experiments[0] for f in THESIS_UTILISATION})
+    return Drawn(fg.utilisation_figure(panels, height=3.0, title=entry.title), inputs.source) if panels else None
+
+
+def schedules(inputs: Inputs, entry: Figure) -> Drawn:
+    """The learning-rate schedules: the runs' own, or the thesis's formula for an experiment without runs."""
+    sched = schedules_frame(inputs.df, entry.experiments)
+    titles = {}
+    for exp in entry.experiments:
+        src = sched.loc[sched["experiment"] == exp, "source"]
+        titles[exp] = f"Experiment {exp}: {schedule_title(inputs.df, exp)} ({src.iloc[0] if len(src) else ''})"
+    figure = fg.lr_schedules_figure(sched, entry.experiments, titles, title=entry.title)
+    from_runs = (sched["source"] == "run config").any()  # every panel the thesis's formula: no run drawn
+    source = inputs.source
+    if from_runs and (sched["source"] == "thesis formula").any() and source:
+        source += " Panels marked 'thesis formula': the thesis's schedules."
+    return Drawn(figure, source if from_runs else THESIS_SOURCE)
+
+
+def large_batch(inputs: Inputs, entry: Figure) -> Drawn | str:
+    figure = lb.large_batch_figure(inputs.df, fd.margins())
+    return "no experiment 12 study runs" if figure is None else Drawn(figure, inputs.source)
+
+
+def large_batch_differences(inputs: Inputs, entry: Figure) -> Drawn | None:
+    if inputs.points.empty:  # no study runs: large_batch says so
+        return None
+    figure = lb.differences_figure(inputs.verdicts, inputs.points, fd.margins())
+    return None if figure is None else Drawn(figure, inputs.source)
+
+
+def steady_state(inputs: Inputs, entry: Figure) -> Drawn:
+    """RQ2 from the thesis's values alone: the first batch left out of its throughput formula."""
+    figure, ax = plt.subplots(figsize=(7, 4.2))
+    fg.plot_steady_state(rf.rq2_steady_state(inputs.ref), ax=ax)
+    return Drawn(figure, f"Made from the thesis's {entry.thesis} (no runs).")
+
+
+# ============================================================================================ table makers
+
+
+def throughput(inputs: Inputs, entry: Table) -> pd.DataFrame:
+    return tb.throughput_table(inputs.df, inputs.ref, entry.options["table"])
+
+
+def quality(inputs: Inputs, entry: Table) -> pd.DataFrame:
+    return tb.quality_table(inputs.df, inputs.ref, entry.options["table"])
+
+
+def of_runs(summary: Callable) -> Callable:
+    """A maker of a table of the runs alone: summary(df)."""
+    return lambda inputs, entry: summary(inputs.df)
+
+
+def extra_experiments(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
+    extra = inputs.df[(inputs.df["kind"] == "run") & (inputs.df["exp"] > max(TABLE_EXPERIMENT.values()))]
+    return tb.run_summary(extra) if len(extra) else None
+
+
+def this_machine(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
+    """This machine's runs beside the committed reference's, by fingerprint; only in a report of this machine's."""
+    mine = inputs.runs is not None and runs_label(inputs.runs) == "this machine"
+    return report_comparison(inputs.df) if mine else None
+
+
+def ordering_notes(inputs: Inputs, frame: pd.DataFrame) -> list[str]:
+    return [f"What the rows say: {line}" for line in finding_summary(frame)] + fd.notes()
+
+
+# ============================================================================================ the declaration
+
+
+TABLES = (
+    *(Table(f"table{t:02d}", f"Table {t}", (TABLE_EXPERIMENT[t],), throughput, f"Table {t}. {rf.CAPTIONS[t]}",
+            THROUGHPUT_NOTES, options={"table": t}) for t in rf.THROUGHPUT_TABLES),
+    *(Table(f"table{t:02d}", f"Table {t}", (TABLE_EXPERIMENT[t],), quality, f"Table {t}. {rf.CAPTIONS[t]}",
+            (f"Numbered as its caption; the thesis's running text and list of tables call it Table "
+             f"{rf.TEXT_NUMBER[t]}.",) + QUALITY_NOTES, options={"table": t}) for t in rf.QUALITY_TABLES),
+    Table("scaling", "Tables 1-9", (1, 2, 3), lambda inputs, entry: inputs.scaling,
+          "Throughput, speed-up over 1 GPU, scaling efficiency and 90-epoch wall-clock estimate"),
+    Table("rq2_steady_state", "Tables 5/6 and 8/9, Figures 12-13", (), lambda inputs, entry: rf.rq2_steady_state(
+          inputs.ref), "RQ2: Tables 5/6 and 8/9 with the first training batch (Figures 12-13) left out",
+          ("steady_images_per_s = B*G / ((200 * B*G / thesis - first_batch_s) / 199); empty where the thesis "
+           "prints no first-batch time.",)),
+    Table("runs", "", (), of_runs(tb.run_summary), "Every run found",
+          ("status 'running' with no final record: a half-written run.",)),
+    Table("quality_summary", "", QUALITY_EXPERIMENTS, of_runs(tb.quality_summary),
+          "Best validation accuracy per configuration (all quality experiments)"),
+    Table("orderings", "Tables 10-15", QUALITY_EXPERIMENTS + (12,), lambda inputs, entry: inputs.verdicts,
+          "The thesis's three quality findings: 90 % intervals against a declared margin", ordering_notes,
+          verdict_table),
+    Table("throughput_summary", "", (1, 2, 3), of_runs(tb.throughput_summary), "Throughput per configuration"),
+    Table("study_times", "", QUALITY_EXPERIMENTS, of_runs(cost.local_study_times),
+          "Local quality studies: measured run times and the study's wall-clock at JOBS=2", cost.STUDY_TIME_NOTES),
+    Table("extra_experiments", "", (), extra_experiments, "Runs of experiments beyond the thesis's nine"),
+    Table("this_machine_vs_reference", "", (), this_machine,
+          "This machine's runs, the committed reference's (by machine) and the thesis's"),
+)
+
+FIGURES = (
+    *(Figure(f"fig{n}_scaling_horovod_tf_b{b}", f"Figure {n}", (1, 2, 3), scaling,
+             f"Figure {n}. Scaling of Horovod+TensorFlow, per-GPU batch {b}",
+             {"framework": "horovod+tensorflow", "per_gpu_batch": b}) for n, b in ((14, 32), (15, 64), (16, 128))),
+    Figure("fig17_scaling_pytorch_vs_horovod", "Figure 17", (1, 2, 3), scaling,
+           "Figure 17. Scaling of PyTorch and Horovod+PyTorch", {"framework": ["pytorch", "horovod+pytorch"]}),
+    Figure("fig18_exp4_error", "Figure 18", (4,), errors, "Figure 18. Naive scaling", {"rows": every_run}),
+    Figure("fig19_exp4_error_grid", "Figure 19", (4,), errors, "Figure 19. Naive scaling (grid)",
+           {"rows": every_run, "layout": "grid"}),
+    Figure("fig20_exp5_train_error", "Figure 20", (5,), errors,
+           "Figure 20. Linear scaling, no warm-up: training error", {"rows": every_run, "layout": "train"}),
+    Figure("fig21_exp5_error_max_gpus", "Figure 21", (5,), errors, "Figure 21. Linear scaling, no warm-up, most GPUs",
+           {"rows": most_workers, "layout": "grid"}),
+    Figure("fig24_exp6_error", "Figure 24", (5, 6), errors,
+           "Figure 24. Linear scaling + {warmup6}; 1 worker: exp 5's baseline", {"rows": beside_baseline}),
+    Figure("fig25_exp6_error_grid", "Figure 25", (6,), errors, "Figure 25. Linear scaling + {warmup6} (grid)",
+           {"rows": every_run, "layout": "grid"}),
+    Figure("fig26_exp7_vs_exp6_grid", "Figure 26", (6, 7), errors, "Figure 26. Smaller per-GPU batch (exp 7) vs the "
+           "larger one (exp 6), same workers; {warmup7}", {"rows": smaller_batch_beside, "layout": "grid"}),
+    Figure("fig28_exp8_error", "Figure 28", (5, 8), errors,
+           "Figure 28. Linear scaling + {warmup8}; 1 worker: exp 5's baseline", {"rows": beside_baseline}),
+    Figure("fig29_exp8_error_grid", "Figure 29", (8,), errors, "Figure 29. Linear scaling + {warmup8} (grid)",
+           {"rows": every_run, "layout": "grid"}),
+    Figure("fig30_exp9_vs_exp8_grid", "Figure 30", (8, 9), errors, "Figure 30. Exp 8's {warmup8} vs exp 9's "
+           "{warmup9}", {"rows": longer_warmup_beside, "layout": "grid"}),
+    Figure("fig22_util_exp6_pytorch", "Figure 22", (6,), utilisation,
+           "Figure 22. Utilisation, PyTorch, experiment 6", {"framework": "pytorch"}),
+    Figure("fig23_util_exp6_horovod", "Figure 23", (6,), utilisation,
+           "Figure 23. Utilisation, Horovod+PyTorch, experiment 6", {"framework": "horovod+pytorch"}),
+    Figure("fig27_util_exp7_horovod", "Figure 27", (7,), utilisation,
+           "Figure 27. Utilisation, Horovod+PyTorch, experiment 7", {"framework": "horovod+pytorch"}),
+    Figure("util_other_runs", "", (), other_utilisation,
+           "Utilisation of the other experiments' runs, each at its largest worker count"),
+    Figure("lr_schedules_exp4-9", "", QUALITY_EXPERIMENTS, schedules, "Learning-rate schedules of experiments 4-9"),
+    Figure("exp12_large_batch", "", (5, 12), large_batch),
+    Figure("exp12_differences", "", (5, 12), large_batch_differences),
+    Figure("rq2_steady_state", "Tables 5/6 and 8/9 and Figures 12-13", (), steady_state),
+)
+#: the thesis's utilisation figures (22, 23, 27): drawn together, since emulated runs stand for both frameworks
+THESIS_UTILISATION = tuple(f for f in FIGURES if f.make is utilisation)
+
+
+def thesis_utilisation(df: pd.DataFrame) -> tuple[list, dict[str, str]]:
+    """fg.utilisation_panels of the thesis's utilisation figures: (name, title, rows) drawn, {name: why} not."""
+    return fg.utilisation_panels(df, [(f.name, f.title, f.experiments[0], f.options["framework"])
+                                      for f in THESIS_UTILISATION])
+
+
+def figure(name: str) -> Figure:
+    """The entry of figures/<name>."""
+    return next(f for f in FIGURES if f.name == name)
