@@ -347,6 +347,16 @@ TABLES = (
           "This machine's runs, the committed reference's (by machine) and the thesis's"),
 )
 
+def warmup_figures(exp: int, n: int) -> tuple[Figure, Figure]:
+    """Figure n of a warm-up experiment (beside experiment 5's 1-worker baseline) and n+1 (a panel per
+    configuration), as the thesis draws experiments 6 and 8."""
+    return (Figure(f"fig{n}_exp{exp}_error", f"Figure {n}", (5, exp), errors,
+                   f"Figure {n}. Linear scaling + {{warmup{exp}}}; 1 worker: exp 5's baseline",
+                   {"rows": beside_baseline}),
+            Figure(f"fig{n + 1}_exp{exp}_error_grid", f"Figure {n + 1}", (exp,), errors,
+                   f"Figure {n + 1}. Linear scaling + {{warmup{exp}}} (grid)", {"rows": every_run, "layout": "grid"}))
+
+
 FIGURES = (
     *(Figure(f"fig{n}_scaling_horovod_tf_b{b}", f"Figure {n}", (1, 2, 3), scaling,
              f"Figure {n}. Scaling of Horovod+TensorFlow, per-GPU batch {b}",
@@ -360,16 +370,10 @@ FIGURES = (
            "Figure 20. Linear scaling, no warm-up: training error", {"rows": every_run, "layout": "train"}),
     Figure("fig21_exp5_error_max_gpus", "Figure 21", (5,), errors, "Figure 21. Linear scaling, no warm-up, most GPUs",
            {"rows": most_workers, "layout": "grid"}),
-    Figure("fig24_exp6_error", "Figure 24", (5, 6), errors,
-           "Figure 24. Linear scaling + {warmup6}; 1 worker: exp 5's baseline", {"rows": beside_baseline}),
-    Figure("fig25_exp6_error_grid", "Figure 25", (6,), errors, "Figure 25. Linear scaling + {warmup6} (grid)",
-           {"rows": every_run, "layout": "grid"}),
+    *warmup_figures(6, 24),
     Figure("fig26_exp7_vs_exp6_grid", "Figure 26", (6, 7), errors, "Figure 26. Smaller per-GPU batch (exp 7) vs the "
            "larger one (exp 6), same workers; {warmup7}", {"rows": smaller_batch_beside, "layout": "grid"}),
-    Figure("fig28_exp8_error", "Figure 28", (5, 8), errors,
-           "Figure 28. Linear scaling + {warmup8}; 1 worker: exp 5's baseline", {"rows": beside_baseline}),
-    Figure("fig29_exp8_error_grid", "Figure 29", (8,), errors, "Figure 29. Linear scaling + {warmup8} (grid)",
-           {"rows": every_run, "layout": "grid"}),
+    *warmup_figures(8, 28),
     Figure("fig30_exp9_vs_exp8_grid", "Figure 30", (8, 9), errors, "Figure 30. Exp 8's {warmup8} vs exp 9's "
            "{warmup9}", {"rows": longer_warmup_beside, "layout": "grid"}),
     Figure("fig22_util_exp6_pytorch", "Figure 22", (6,), utilisation,

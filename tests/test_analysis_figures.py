@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 
 from analysis import figures as fg  # noqa: E402
 from analysis import reference as rf  # noqa: E402
-from analysis import report as rp  # noqa: E402
+from analysis import catalogue as ct  # noqa: E402
 
 
 def epochs(exp, gpus, err0, framework="emulated", scale="local", per_gpu_batch=4, seeds=2, n=6, warmup="none",
@@ -97,8 +97,8 @@ def test_the_thesis_best_error_is_marked_beside_every_fp32_curve_it_has_a_row_fo
 
 def test_titles_name_the_runs_warm_up_beside_the_thesiss():
     six = epochs(6, 32, 90, warmup="stepping-4").assign(epochs=72)
-    assert rp.warmup_phrase(six, 6) == "stepping warm-up 4 of 72 epochs (thesis: 5 of 90)"
-    assert rp.warmup_phrase(six.iloc[0:0], 9) == "gradual warm-up (10 of 90 epochs in the thesis)"
+    assert ct.warmup_phrase(six, 6) == "stepping warm-up 4 of 72 epochs (thesis: 5 of 90)"
+    assert ct.warmup_phrase(six.iloc[0:0], 9) == "gradual warm-up (10 of 90 epochs in the thesis)"
 
 
 def test_utilisation_legend_sits_beside_the_axes_and_short_series_show():
@@ -139,7 +139,7 @@ def test_throughput_log_axis_has_plain_power_of_two_ticks():
 
 
 def test_figure17_puts_cpu_runs_on_their_own_row_and_legends_only_drawn_series():
-    fig = rp.scaling_figure(scaling_frame(), "Figure 17", framework=["pytorch", "horovod+pytorch"])
+    fig = fg.scaling_figure(scaling_frame(), "Figure 17", framework=["pytorch", "horovod+pytorch"])
     axes = np.array(fig.axes).reshape(2, 2)
     top, bottom = legend_texts(axes[0, 0]), legend_texts(axes[1, 0])
     assert top == ["Horovod+PyTorch b=128 — thesis", "PyTorch b=128 — thesis"]
@@ -156,7 +156,7 @@ def test_a_series_without_a_1_gpu_run_is_named_in_the_speed_up_panel():
     frame = scaling_frame()
     horovod = frame[frame["scale"] == "local scale"].assign(framework="horovod+pytorch", speedup=np.nan)
     horovod = horovod[horovod["gpus"] > 1]
-    fig = rp.scaling_figure(pd.concat([frame, horovod], ignore_index=True), "Figure 17",
+    fig = fg.scaling_figure(pd.concat([frame, horovod], ignore_index=True), "Figure 17",
                             framework=["pytorch", "horovod+pytorch"])
     ax = np.array(fig.axes).reshape(2, 2)[1, 1]
     assert ax.get_xlabel() == "CPU processes\nno speed-up (no 1-process run): Horovod+PyTorch b=128"
@@ -166,7 +166,7 @@ def test_each_numerics_is_a_line_of_its_own_named_unless_fp32():
     frame = scaling_frame()
     ours = frame[frame["scale"] == "local scale"]
     bf16 = ours.assign(numerics="bf16+cl", images_per_s=3 * ours["images_per_s"])
-    fig = rp.scaling_figure(pd.concat([frame, bf16], ignore_index=True), "Figure 17",
+    fig = fg.scaling_figure(pd.concat([frame, bf16], ignore_index=True), "Figure 17",
                             framework=["pytorch", "horovod+pytorch"])
     ax = np.array(fig.axes).reshape(2, 2)[1, 0]
     assert legend_texts(ax) == ["PyTorch b=128 bf16+cl — ours, local scale (steady state)",
@@ -183,7 +183,7 @@ def test_each_numerics_is_a_line_of_its_own_named_unless_fp32():
 
 
 def test_scaling_figure_without_other_scales_is_one_row():
-    fig = rp.scaling_figure(scaling_frame(), "Figure 14", framework="horovod+tensorflow", per_gpu_batch=32)
+    fig = fg.scaling_figure(scaling_frame(), "Figure 14", framework="horovod+tensorflow", per_gpu_batch=32)
     assert len(fig.axes) == 2
     assert legend_texts(fig.axes[0]) == ["Horovod+TF b=32 — thesis"]
 
@@ -207,7 +207,7 @@ def test_rq2_bars_are_absolute_per_gpu_from_zero():
 def test_figure26_draws_exp6_beside_exp7_at_the_same_workers():
     e6 = pd.concat([epochs(6, w, 90) for w in (8, 16, 32)])
     e7 = epochs(7, 32, 85, per_gpu_batch=2)
-    peers = rp.exp7_peers(e6, e7)
+    peers = ct.exp7_peers(e6, e7)
     assert set(peers["gpus"]) == {32} and set(peers["exp"]) == {6} and len(peers) == len(e6[e6["gpus"] == 32])
     axes = fg.plot_error_grid(pd.concat([e7, peers]))
     assert sum(ax.get_visible() for ax in axes.flat) == 2
@@ -215,9 +215,9 @@ def test_figure26_draws_exp6_beside_exp7_at_the_same_workers():
 
 def test_figures_24_and_28_get_the_one_worker_baseline():
     df = pd.concat([epochs(5, 1, 60), epochs(5, 32, 80), epochs(6, 8, 70)])
-    base = rp.baseline_runs(df)
+    base = ct.baseline_runs(df)
     assert set(base["exp"]) == {5} and set(base["gpus"]) == {1}
-    fig = rp._two_panel(pd.concat([base, df[df["exp"] == 6]]), "Figure 24")
+    fig = fg.quality_figure(pd.concat([base, df[df["exp"] == 6]]), "Figure 24")
     train, val = fig.axes[:2]
     # one legend for both panels, beside the validation panel (off the data)
     assert not legend_texts(train)
@@ -227,7 +227,7 @@ def test_figures_24_and_28_get_the_one_worker_baseline():
 
 
 def test_figure17_names_local_workers_cpu_processes_and_stops_the_ideal_line_at_the_core_count():
-    fig = rp.scaling_figure(scaling_frame(), "Figure 17", framework=["pytorch", "horovod+pytorch"], cores=2)
+    fig = fg.scaling_figure(scaling_frame(), "Figure 17", framework=["pytorch", "horovod+pytorch"], cores=2)
     axes = np.array(fig.axes).reshape(2, 2)
     assert all(ax.get_xlabel() == "CPU processes on 2 cores" for ax in axes[1])
     assert all("GPUs" in ax.get_xlabel() for ax in axes[0])  # the thesis's row: P100 GPUs

@@ -194,8 +194,8 @@ def test_a_quick_report_gives_no_verdict_and_no_thesis_value_beside_smoke_runs(t
     monkeypatch.setattr(rp.fg, "save", lambda fig, out, name, source=None: sources.setdefault(name, source)
                         and save(fig, out, name, source) or save(fig, out, name, source))
     marks = []
-    quality_figure = rp.quality_figure
-    monkeypatch.setattr(rp, "quality_figure", lambda data, title, ref, *a: marks.append(ref) or
+    quality_figure = rp.fg.quality_figure
+    monkeypatch.setattr(rp.fg, "quality_figure", lambda data, title, ref, *a: marks.append(ref) or
                         quality_figure(data, title, ref, *a))
     make_report(_quick_study(tmp_path / "quick"), tmp_path / "out", notebooks=False, quiet=True)
     tables = tmp_path / "out" / "tables"
@@ -212,13 +212,15 @@ def test_a_quick_report_gives_no_verdict_and_no_thesis_value_beside_smoke_runs(t
     assert "Panels marked 'thesis formula': the thesis's" in sources["lr_schedules_exp4-9"]  # 4 and 5 ran, 6-9 not
 
 
-def test_a_schedules_figure_of_the_thesis_alone_names_no_runs(tmp_path, monkeypatch):
-    from analysis import report as rp
+def test_a_schedules_figure_of_the_thesis_alone_names_no_runs():
+    import matplotlib.pyplot as plt
 
-    sources = {}
-    monkeypatch.setattr(rp.fg, "save", lambda fig, out, name, source=None: sources.update({name: source}))
-    rp.lr_schedules_figure(pd.DataFrame(columns=["kind", "exp"]), tmp_path, "Made from 3 runs in x (this machine).")
-    assert sources["lr_schedules_exp4-9"] == rp.THESIS_SOURCE
+    from analysis import catalogue as ct
+
+    inputs = ct.Inputs(pd.DataFrame(columns=["kind", "exp"]), None, "Made from 3 runs in x (this machine).")
+    drawn = ct.schedules(inputs, ct.figure("lr_schedules_exp4-9"))
+    plt.close(drawn.figure)
+    assert drawn.source == ct.THESIS_SOURCE
 
 
 def test_a_smoke_run_is_known_by_its_quick_settings_or_its_step_cap(tmp_path):

@@ -168,7 +168,7 @@ def test_plot_functions_take_frame_and_axis(study):
     ax = fg.plot_steady_state(rq2_steady_state())
     assert len(ax.patches) == 8
     plt.close(ax.figure)
-    from analysis.report import schedules_frame
+    from analysis.catalogue import schedules_frame
     sched = schedules_frame(study)
     assert set(sched.loc[sched["experiment"] == 6, "source"]) == {"run config"}
     assert set(sched.loc[sched["experiment"] == 9, "source"]) == {"thesis formula"}
