@@ -9,7 +9,10 @@ An entry is a name (the file: tables/<name>.csv|md, figures/<name>.png|pdf), the
 beside ("" where the thesis has none), the experiments it reads, a title, and its maker: make(inputs, entry) returns
 a table (a DataFrame) or a figure (Drawn), a sentence saying why it is not drawn (listed under "Not drawn"), or None
 (nothing to write, nothing to say). The makers below only choose the rows; the drawing is a function of
-analysis/figures.py, analysis/large_batch.py or analysis/tables.py. Adding a table or figure is one entry.
+analysis/figures.py, analysis/large_batch.py or analysis/tables.py. Adding a table or figure is one entry, e.g.
+experiment 13's error curves, training beside validation error, the thesis's best marked:
+
+    Figure("exp13_error", "", (13,), errors, "Experiment 13: linear scaling, LARS", {"rows": every_run}),
 """
 from __future__ import annotations
 
