@@ -223,3 +223,19 @@ def test_a_two_epoch_run_trains_and_a_preempted_one_resumes_bit_identically(tmp_
     monkeypatch.undo()
     assert train_in_process(cfg, tmp_path, "cut", "--resume", "auto") == 0
     assert max_difference(final_state(run_dir), final_state(tmp_path / "d" / "cut")) == 0.0
+
+
+def test_bench_data_times_torchvision_and_every_decoder_this_machine_runs(tmp_path):
+    from tools import data_bench
+
+    result = data_bench.bench(image_folder(tmp_path, per_class=2), rounds=1, batch=4, size=32)
+    cuda = torch.cuda.is_available()
+    assert set(result["loaders"]) == {"cpu", "pil"} | ({"dali"} if HAVE_DALI else set()) | ({"gpu"} if cuda else set())
+    assert result["images"] == 4 and result["torchvision_images_per_s"] > 0
+    assert all(r["images_per_s"] > 0 and r["cpu_images_per_s"] > 0 for r in result["loaders"].values())
+    if not HAVE_DALI:
+        assert "make setup-dali" in result["skipped"]["dali"]
+    if not cuda:
+        assert "CUDA" in result["skipped"]["gpu"]
+        with pytest.raises(DataError, match="--decoder gpu: needs a CUDA GPU"):
+            data_bench.bench(tmp_path, decoder="gpu")
