@@ -155,7 +155,7 @@ bench: setup bench-step bench-data ## Benchmark the trainer against a hand-writt
 
 # the shared real photos beside the project, when they are there (never needed: nothing else reads them)
 BENCH_PHOTOS ?= ../shared/data/hymenoptera_data
-bench-data: setup ## Our JPEG data path vs torchvision's ImageFolder + PIL, images/s per core (on BENCH_PHOTOS)
+bench-data: setup ## Each of our JPEG decoders (dali after make setup-dali) vs torchvision's ImageFolder + PIL, images/s per core (on BENCH_PHOTOS)
 	@if [ -d "$(BENCH_PHOTOS)" ]; then $(PY) -m trainers data bench $(BENCH_PHOTOS) --rounds 5 --json; \
 	else echo "make: no $(BENCH_PHOTOS) here; run: $(PY) -m trainers data bench <ImageFolder dir>"; fi
 

@@ -207,18 +207,21 @@ def test_unreadable_files_are_replaced_in_training_and_dropped_in_validation(tmp
 
 @pytest.mark.slow
 @needs_dali
-def test_a_two_epoch_run_trains_and_a_preempted_one_resumes_bit_identically(tmp_path, monkeypatch):
-    data = image_folder(tmp_path / "data", per_class=4)
+@pytest.mark.parametrize("photos", [False, pytest.param(True, marks=needs_photos)], ids=["own-jpegs", "shared-photos"])
+def test_a_two_epoch_run_trains_and_a_preempted_one_resumes_bit_identically(tmp_path, monkeypatch, photos):
+    data, batch = (PHOTOS, 16) if photos else (image_folder(tmp_path / "data", per_class=4), 2)
     cfg = write_config(tmp_path / "d.toml", {
         "data": {"kind": "imagefolder", "path": str(data), "image_size": 32, "decoder": "dali",
                  "loader_workers": 1},
-        "model": {"num_classes": 2}, "train": {"workers": 2, "per_worker_batch": 2}, "lr": {"base_batch": 4}})
+        "model": {"num_classes": 2}, "train": {"workers": 2, "per_worker_batch": batch}, "lr": {"base_batch": 4}})
     assert train_in_process(cfg, tmp_path, "whole") == 0
     run_dir = tmp_path / "d" / "whole"
     epochs = records(run_dir, "epoch")
-    assert [e["epoch"] for e in epochs] == [0, 1] and [e["images"] for e in epochs] == [8, 8]
+    images = 244 if photos else 8
+    assert [e["epoch"] for e in epochs] == [0, 1] and [e["images"] for e in epochs] == [images, images]
     assert all(0 < e["data_s"] and 0 <= e["data_share"] <= 1 for e in epochs)
-    preempt_at(monkeypatch, 3)  # mid-epoch 1 (2 steps an epoch)
+    steps = records(run_dir, "iter")[0]["iters"]
+    preempt_at(monkeypatch, steps + 1)  # at epoch 1's first step: a mid-epoch checkpoint
     assert train_in_process(cfg, tmp_path, "cut") == 4
     monkeypatch.undo()
     assert train_in_process(cfg, tmp_path, "cut", "--resume", "auto") == 0
