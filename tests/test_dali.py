@@ -242,3 +242,36 @@ def test_bench_data_times_torchvision_and_every_decoder_this_machine_runs(tmp_pa
         assert "CUDA" in result["skipped"]["gpu"]
         with pytest.raises(DataError, match="--decoder gpu: needs a CUDA GPU"):
             data_bench.bench(tmp_path, decoder="gpu")
+
+
+@needs_dali
+def test_the_loops_data_time_holds_the_wait_for_dalis_batches(tmp_path, monkeypatch):
+    """Every DALI call of a training epoch happens while the loop waits for its next batch: the epoch's data time is
+    at least the time spent in them (both read from the same clock, so whatever this machine's speed)."""
+    import time
+
+    from trainers import backends
+    from trainers.backends import detect_launch
+    from trainers.data import dali
+    from trainers.loop import Trainer
+
+    cfg = load_config(write_config(tmp_path / "t.toml", {
+        "data": {"kind": "imagefolder", "path": str(image_folder(tmp_path / "data", per_class=4)), "image_size": 32,
+                 "decoder": "dali", "loader_workers": 1},
+        "model": {"num_classes": 2}, "train": {"workers": 2, "per_worker_batch": 2}, "lr": {"base_batch": 4}}))
+    in_dali, original = [], dali.Pipe.run
+
+    def timed(self, items):
+        started = time.perf_counter()
+        try:
+            return original(self, items)
+        finally:
+            in_dali.append(time.perf_counter() - started)
+
+    monkeypatch.setattr(dali.Pipe, "run", timed)
+    launch = detect_launch()
+    trainer = Trainer(cfg, tmp_path / "run", backends.resolve(cfg, launch), launch, False, False)
+    in_dali.clear()  # the readability checks before training
+    trainer.train_epoch(0)
+    assert len(in_dali) == 2  # one pipeline run a step
+    assert trainer.time_split["data_s"] >= sum(in_dali) > 0

@@ -177,8 +177,9 @@ class Pipe:
         from nvidia.dali.plugin.pytorch import feed_ndarray
 
         out = torch.empty(n, self.size, self.size, 3, dtype=torch.uint8, device=self.device)
-        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
-        feed_ndarray(images.as_tensor(), out, cuda_stream=stream)  # a copy: DALI reuses its buffers
+        # A blocking copy (no stream given: DALI's own, waited for): the output's buffer is DALI's to reuse once we
+        # return, so no copy may still be queued then. It costs the host the copy, two batches ahead of training.
+        feed_ndarray(images.as_tensor(), out)
         return out
 
 
