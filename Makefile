@@ -47,7 +47,7 @@ endif
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-horovod horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
+.PHONY: help setup setup-horovod setup-dali horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -95,6 +95,12 @@ horovod-if-possible: setup
 	$(if $(AUTO_HOROVOD),bash trainers/horovod_build/setup.sh $(VENV) \
 	    || echo "make: Horovod could not be built (reason above); the study skips its Horovod rows")
 
+# data.decoder = "dali": pyproject's `dali` extra, pinned (pip leaves it as it is when it is there already)
+DALI_PINS = $(PY) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['dali']))"
+setup-dali: setup ## Install NVIDIA DALI 2.4.0 into .venv for data.decoder = "dali" (optional: a GPU's JPEG decoder; runs on CPU too)
+	$(PIP) $$($(DALI_PINS))
+	@$(PY) -c "import nvidia.dali; print('make: NVIDIA DALI', nvidia.dali.__version__, 'in $(VENV)')"
+
 setup-cluster: ## Install Slurm and Open MPI from Debian (root) for the Slurm and MPI tests
 	bash slurm/install.sh
 
@@ -115,8 +121,8 @@ cluster-stop: setup ## Stop the local Slurm cluster: its daemons, namespaces and
 cluster-check: setup ## Check a Slurm cluster (CLUSTER=P) layer by layer in minutes: nodes, hosts, staging, DDP, Horovod, training
 	$(PY) -m tools cluster-check --cluster $(CLUSTER) --scale $(SCALE) $(if $(filter command line,$(origin NODES)),--nodes $(NODES))
 
-# In CI (CI=true, root) the Slurm, MPI and Horovod tests must run, so their dependencies are installed first.
-test: setup $(if $(filter true,$(CI)),setup-cluster setup-horovod) ## Run the whole test suite (slow tests included)
+# In CI (CI=true, root) the Slurm, MPI, Horovod and DALI tests must run, so their dependencies are installed first.
+test: setup $(if $(filter true,$(CI)),setup-cluster setup-horovod setup-dali) ## Run the whole test suite (slow tests included)
 	$(PY) -m pytest
 
 test-fast: setup ## Run the fast tests only (under a minute)
@@ -149,7 +155,7 @@ bench: setup bench-step bench-data ## Benchmark the trainer against a hand-writt
 
 # the shared real photos beside the project, when they are there (never needed: nothing else reads them)
 BENCH_PHOTOS ?= ../shared/data/hymenoptera_data
-bench-data: setup ## Our JPEG data path vs torchvision's ImageFolder + PIL, images/s per core (on BENCH_PHOTOS)
+bench-data: setup ## Each of our JPEG decoders (dali after make setup-dali) vs torchvision's ImageFolder + PIL, images/s per core (on BENCH_PHOTOS)
 	@if [ -d "$(BENCH_PHOTOS)" ]; then $(PY) -m trainers data bench $(BENCH_PHOTOS) --rounds 5 --json; \
 	else echo "make: no $(BENCH_PHOTOS) here; run: $(PY) -m trainers data bench <ImageFolder dir>"; fi
 

@@ -83,7 +83,8 @@ class DataConfig:
     image_size: int = 224
     loader_workers: int = 4  # the thesis's 4 loader threads per GPU
     val_mode: str = "every_rank"  # the thesis's scripts validate the full set on every rank; or "sharded"
-    decoder: str = "cpu"  # imagefolder: "cpu" (decode only the crop, uint8), "gpu" (nvJPEG) or "pil" (torchvision's)
+    # imagefolder: "cpu" (decode only the crop, uint8), "gpu" (nvJPEG), "pil" (torchvision's) or "dali" (NVIDIA DALI)
+    decoder: str = "cpu"
     max_image_pixels: int = 89_478_485  # larger images (by their header) count as unreadable: Pillow's bomb limit
     # the generated dataset (made on first use into .cache/; see trainers/data/generate.py)
     classes: int = 100
@@ -170,7 +171,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "model.name": MODELS,
     "data.kind": ("imagefolder", "generated", "synthetic"),
     "data.val_mode": ("every_rank", "sharded"),
-    "data.decoder": ("cpu", "gpu", "pil"),
+    "data.decoder": ("cpu", "gpu", "pil", "dali"),
     "train.backend": BACKENDS,
     "train.device": ("auto", "cpu", "cuda"),
     "train.precision": PRECISIONS,

@@ -50,8 +50,36 @@ def test_writes_json_and_a_table_two_levels_deep_and_exits_1_when_a_check_fails(
 
 def test_jpeg_rows_without_a_data_folder_are_skipped_not_failed(tmp_path):
     checks = gpu_check.check_jpegs(tmp_path, None)
-    assert [(c.name, c.ok) for c in checks] == [("jpeg-cpu", None), ("jpeg-gpu", None)]
+    assert [(c.name, c.ok) for c in checks] == [("jpeg-cpu", None), ("jpeg-gpu", None), ("jpeg-dali", None)]
     assert "IMAGENET_DIR" in checks[0].detail
+
+
+@pytest.mark.parametrize("dali_installed", [True, False])
+def test_the_jpeg_rows_name_their_decoder_and_the_readme_the_loader_to_use(tmp_path, monkeypatch, dali_installed):
+    """The three real-JPEG rows against synthetic data (the trainer's bench runs faked: they need a GPU); without
+    DALI its row is skipped with the make target, not failed."""
+    rates = {"synthetic": 1000.0, "jpeg-cpu": 600.0, "jpeg-gpu": 500.0, "jpeg-dali": 950.0}
+    ran = []
+
+    def train_bench(out, runs, name, *settings, **kw):
+        ran.append(name)
+        return {"images_per_s_steady": rates[name], "data_share": 0.1}, ""
+
+    monkeypatch.setattr(gpu_check, "train_bench", train_bench)
+    monkeypatch.setattr(gpu_check, "dali_missing", lambda: None if dali_installed else "run `make setup-dali`")
+    checks = gpu_check.check_jpegs(tmp_path, tmp_path)
+    assert ran == ["synthetic", "jpeg-cpu", "jpeg-gpu"] + (["jpeg-dali"] if dali_installed else [])
+    by_name = {c.name: c for c in checks}
+    assert "8 loader processes" in by_name["jpeg-cpu"].detail and "SMs" in by_name["jpeg-gpu"].detail
+    if dali_installed:
+        assert by_name["jpeg-dali"].ok and "hardware JPEG decoder" in by_name["jpeg-dali"].detail
+        assert all(c.ok for c in checks)  # the best, 0.95, meets the goal: every row that ran passes
+    else:
+        assert by_name["jpeg-dali"].ok is None and "make setup-dali" in by_name["jpeg-dali"].detail
+        assert by_name["jpeg-cpu"].ok is False  # the best that ran, 0.6, misses it
+    gpu_check.write_folder(tmp_path, checks, {"gpu": "NVIDIA H100"})
+    best = "dali" if dali_installed else "cpu"
+    assert f'Loader to use on this GPU: `data.decoder = "{best}"`' in (tmp_path / "README.md").read_text()
 
 
 def test_the_jpeg_goal_is_the_better_decoders():

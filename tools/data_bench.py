@@ -1,11 +1,16 @@
-"""`python -m trainers data bench DIR`: images/s of torchvision's ImageFolder pipeline and ours, in one run.
+"""`python -m trainers data bench DIR`: images/s of torchvision's ImageFolder pipeline and each of our decoders.
 
-Both read DIR/train (or DIR itself) in the ImageFolder layout with RandomResizedCrop 224 + flip, through a
-DataLoader of the same batch size and worker count. The two alternate pass by pass (rounds), so a machine that
-others share slows both alike; each loader's first pass (start-up, page cache) is not timed. torchvision's
-figure includes ToTensor + Normalize (its loader's output is float); ours ends in uint8, normalised on the device
-by `to_device`, which is timed apart (`ours_normalise_s`): on a GPU it runs there, on a CPU-only run it costs the
-main process that much.
+All read DIR/train (or DIR itself) in the ImageFolder layout with RandomResizedCrop 224 + flip, through a DataLoader
+of the same batch size and worker count. They alternate pass by pass (rounds), so a machine that others share slows
+all alike; each loader's first pass (start-up, page cache, DALI's pipeline build) is not timed. torchvision's figure
+includes ToTensor + Normalize (its loader's output is float). Ours end where the loop's `to_device` takes over,
+which is timed apart: the "cpu" decoder's uint8 is normalised there (on a GPU by the GPU), the "gpu" and "dali"
+decoders decode there (nvJPEG / DALI; on a CPU-only machine DALI's CPU pipeline). Per loader: `images_per_s`, the
+loader's work without what a GPU would do; `cpu_images_per_s`, all of it on this machine's CPU (the per-core figure
+with --workers 0 and --threads 1, the default: DALI then gets one thread too).
+
+--decoder all (the default) benchmarks every decoder this machine can run: "gpu" only with a CUDA GPU, "dali" only
+with DALI installed (`make setup-dali`); each one left out is named with the reason.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ import torch
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
 
-from trainers.data.datasets import IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset, imagefolder_transforms
+from trainers.data.datasets import DECODERS, IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset, imagefolder_transforms
 from trainers.data.fast import to_device
 from trainers.data.generate import DataError
 from trainers.data.sampling import IndexBatches, make_loader
+
+ON_DEVICE = ("gpu", "dali")  # decoders whose decode happens in to_device
 
 
 def split_root(root: Path) -> Path:
@@ -41,7 +48,7 @@ def torchvision_loader(root: Path, size: int, batch: int, workers: int) -> DataL
 
 
 def our_loader(root: Path, size: int, batch: int, workers: int, decoder: str):
-    train_tf, _ = imagefolder_transforms(decoder, size)
+    train_tf, _ = imagefolder_transforms(decoder, size, threads=max(1, workers))
     ds = ImageFolderDataset(root, train_tf, seed=0)
     return make_loader(ds, IndexBatches(list(range(len(ds))), batch), workers), len(ds)
 
@@ -62,32 +69,59 @@ def _timed_pass(loader, device, normalise: bool) -> tuple[float, float, int]:
     return time.perf_counter() - start, spent_norm, images
 
 
-def bench(root: Path, workers: int = 0, decoder: str = "cpu", batch: int = 32, rounds: int = 3,
+def runnable(decoder: str) -> str | None:
+    """Why this machine cannot run the decoder, or None."""
+    if decoder == "gpu" and not torch.cuda.is_available():
+        return "needs a CUDA GPU; this machine has none"
+    if decoder == "dali":
+        from trainers.data.dali import require_dali
+        try:
+            require_dali()
+        except DataError as e:
+            return str(e)
+    return None
+
+
+def chosen(decoder: str) -> tuple[list[str], dict[str, str]]:
+    """The decoders to time and those left out (with why): "all", or one name (refused when it can't run)."""
+    if decoder != "all":
+        why = runnable(decoder)
+        if why:
+            raise DataError(f"--decoder {decoder}: {why}")
+        return [decoder], {}
+    skipped = {d: why for d in DECODERS if (why := runnable(d))}
+    return [d for d in DECODERS if d not in skipped], skipped
+
+
+def bench(root: Path, workers: int = 0, decoder: str = "all", batch: int = 32, rounds: int = 3,
           size: int = 224) -> dict:
     root = split_root(root)
-    device = torch.device("cuda" if decoder == "gpu" else "cpu")
-    if decoder == "gpu" and not torch.cuda.is_available():
-        raise DataError("--decoder gpu needs a CUDA GPU; this machine has none")
-    tv = torchvision_loader(root, size, batch, workers)
-    ours, n = our_loader(root, size, batch, workers, decoder)
-    _timed_pass(tv, device, False)  # warm-up: workers start, files enter the page cache
-    _timed_pass(ours, device, True)
-    t_tv = t_ours = t_norm = 0.0
+    decoders, skipped = chosen(decoder)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loaders = {"torchvision": torchvision_loader(root, size, batch, workers)}
+    for d in decoders:
+        loaders[d], _ = our_loader(root, size, batch, workers, d)
+    for name, loader in loaders.items():  # warm-up: workers start, files enter the page cache, pipelines build
+        _timed_pass(loader, device, name != "torchvision")
+    spent = {name: [0.0, 0.0] for name in loaders}  # seconds in all, of which in to_device
     images = 0
     for _ in range(rounds):
-        s, _, k = _timed_pass(tv, device, False)
-        t_tv += s
-        s, norm, _ = _timed_pass(ours, device, True)
-        t_ours, t_norm = t_ours + s, t_norm + norm
+        for name, loader in loaders.items():
+            s, on_device, k = _timed_pass(loader, device, name != "torchvision")
+            spent[name][0] += s
+            spent[name][1] += on_device
         images += k
-    tv_rate = images / t_tv
-    ours_rate = images / (t_ours - t_norm) if decoder != "gpu" else images / t_ours
-    return {
-        "dir": str(root), "images": n, "rounds": rounds, "batch": batch, "workers": workers, "decoder": decoder,
-        "torch_threads": torch.get_num_threads(), "torchvision_images_per_s": tv_rate,
-        "ours_images_per_s": ours_rate, "ratio": ours_rate / tv_rate, "ours_normalise_s": t_norm,
-        "ours_with_normalise_images_per_s": images / t_ours,
-    }
+    tv_rate = images / spent["torchvision"][0]
+    result = {"dir": str(root), "images": len(loaders["torchvision"].dataset), "rounds": rounds, "batch": batch,
+              "workers": workers, "torch_threads": torch.get_num_threads(), "device": str(device),
+              "torchvision_images_per_s": tv_rate, "loaders": {}, "skipped": skipped}
+    for d in decoders:
+        total, on_device = spent[d]
+        # a GPU decodes "gpu"/"dali" batches in to_device: count it, as their loader alone does not decode
+        loader_s = total if d in ON_DEVICE else total - on_device
+        result["loaders"][d] = {"images_per_s": images / loader_s, "cpu_images_per_s": images / total,
+                                "to_device_s": on_device, "ratio": images / loader_s / tv_rate}
+    return result
 
 
 def run(args) -> int:
@@ -95,20 +129,24 @@ def run(args) -> int:
     result = bench(Path(args.dir), args.workers, args.decoder, args.batch, args.rounds)
     if args.json:
         print(json.dumps(result, indent=2))
-    else:
-        print(f"{result['dir']}: {result['images']} images x {result['rounds']} rounds, {args.workers} loader "
-              f"workers, decoder {args.decoder}")
-        print(f"  torchvision ImageFolder + PIL: {result['torchvision_images_per_s']:8.1f} images/s")
-        print(f"  ours:                          {result['ours_images_per_s']:8.1f} images/s  "
-              f"(x{result['ratio']:.2f}; {result['ours_with_normalise_images_per_s']:.1f} with normalising "
-              f"on this {'GPU' if args.decoder == 'gpu' else 'CPU'})")
+        return 0
+    print(f"{result['dir']}: {result['images']} images x {result['rounds']} rounds, {args.workers} loader workers, "
+          f"{result['torch_threads']} torch thread(s), images/s")
+    print(f"  {'torchvision ImageFolder + PIL':32s} {result['torchvision_images_per_s']:8.1f}")
+    for d, r in result["loaders"].items():
+        print(f"  {'ours, data.decoder = ' + repr(d):32s} {r['images_per_s']:8.1f}  (x{r['ratio']:.2f}; "
+              f"{r['cpu_images_per_s']:.1f} with to_device on this {result['device']})")
+    for d, why in result["skipped"].items():
+        print(f"  {'ours, data.decoder = ' + repr(d):32s} not run: {why}")
     return 0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", help="an ImageFolder (DIR/train/<class>/*.jpg, or DIR/<class>/*.jpg)")
-    p.add_argument("--workers", type=int, default=0, help="loader worker processes (0: the main process only)")
-    p.add_argument("--decoder", choices=["cpu", "gpu", "pil"], default="cpu", help="our decoder (data.decoder)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="loader worker processes (0: the main process only); the dali decoder's threads (at least 1)")
+    p.add_argument("--decoder", choices=["all", *DECODERS], default="all",
+                   help="our decoder (data.decoder), or all that can run here")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--rounds", type=int, default=3, help="timed passes of each pipeline, alternating")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: images/s per core)")

@@ -25,6 +25,8 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import transforms
 
+from contract.config import ALLOWED
+
 from .generate import DataError, ensure_generated
 from .folder import GENERATED_MIN_SCALE, IMAGENET_MEAN, IMAGENET_STD, scan_imagefolder
 from .images import MAX_IMAGE_PIXELS, load_rgb
@@ -226,14 +228,20 @@ def synthetic_batch(batch: int, image_size: int, num_classes: int, seed: int, de
 # The one entry point
 # ---------------------------------------------------------------------------------------------------------
 
-DECODERS = ("cpu", "gpu", "pil")
+DECODERS = ALLOWED["data.decoder"]  # declared once, with the config
 
 
-def imagefolder_transforms(decoder: str, image_size: int, max_pixels: int = MAX_IMAGE_PIXELS):
+def imagefolder_transforms(decoder: str, image_size: int, max_pixels: int = MAX_IMAGE_PIXELS, threads: int = 1):
     """(train, val) transforms of an ImageFolder for data.decoder: "cpu" decodes only the crop, at a reduced DCT
     scale, in uint8 (fast.py); "gpu" reads the file and its crop box, nvJPEG decodes and crops the batch on the
-    device (gpu.py); "pil" is torchvision's pipeline (Pillow, full resolution, float)."""
+    device (gpu.py); "pil" is torchvision's pipeline (Pillow, full resolution, float); "dali" reads the file and
+    its crop box, NVIDIA DALI decodes and crops the batch with `threads` CPU threads (dali.py)."""
     resize = round(image_size * 256 / 224)
+    if decoder == "dali":
+        from .dali import DaliTrainPlan, DaliValPlan, require_dali
+        require_dali()
+        return (DaliTrainPlan(image_size, threads, max_pixels=max_pixels),
+                DaliValPlan(image_size, resize, threads, max_pixels=max_pixels))
     if decoder == "cpu":
         from .fast import FastTrainTransform, FastValTransform
         return (FastTrainTransform(image_size, max_pixels=max_pixels),
@@ -251,7 +259,7 @@ def build_datasets(d: DataConfig, num_classes: int, seed: int, decoded: bool = T
     seeds the augmentation. decoded=False reads the generated kind file by file (see open_datasets)."""
     return open_datasets(d.kind, d.path, d.image_size, num_classes, seed, generated_spec(d),
                          synthetic_size=d.synthetic_images, decoder=d.decoder, max_pixels=d.max_image_pixels,
-                         decoded=decoded)
+                         decoded=decoded, threads=max(1, d.loader_workers))
 
 
 def generated_spec(d: DataConfig) -> dict | None:
@@ -264,10 +272,11 @@ def generated_spec(d: DataConfig) -> dict | None:
 
 def open_datasets(kind: str, path: str | None, image_size: int, num_classes: int, seed: int,
                   generated: dict | None, synthetic_size: int = SYNTHETIC_TRAIN, decoder: str = "pil",
-                  max_pixels: int = MAX_IMAGE_PIXELS, decoded: bool = True):
+                  max_pixels: int = MAX_IMAGE_PIXELS, decoded: bool = True, threads: int = 1):
     """(train_ds, val_ds) for kind "imagefolder", "generated" (made from the `generated` spec) or "synthetic".
-    `decoder` applies to "imagefolder"; the generated kind (32-pixel JPEGs) is read from its decode cached in
-    memory (memory.py) unless decoded=False: then file by file with Pillow, as ImageFolder."""
+    `decoder` applies to "imagefolder" (`threads`: the "dali" decoder's, data.loader_workers); the generated kind
+    (32-pixel JPEGs) is read from its decode cached in memory (memory.py) unless decoded=False: then file by file
+    with Pillow, as ImageFolder."""
     if kind == "synthetic":
         return (SyntheticDataset(synthetic_size, image_size, num_classes, seed),
                 SyntheticDataset(max(1, synthetic_size // 25), image_size, num_classes, seed + 1))
@@ -277,7 +286,7 @@ def open_datasets(kind: str, path: str | None, image_size: int, num_classes: int
         root = Path(path).expanduser()
         if not root.is_dir():
             raise DataError(f"data.path {root} does not exist: point it at a folder with train/ and val/")
-        train_tf, val_tf = imagefolder_transforms(decoder, image_size, max_pixels)
+        train_tf, val_tf = imagefolder_transforms(decoder, image_size, max_pixels, threads)
     elif kind == "generated":
         if not generated:
             raise DataError("data.kind = \"generated\" needs a data.generated table "

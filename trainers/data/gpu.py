@@ -8,6 +8,11 @@ tensors (chunks of similar size, so one huge photo doesn't pad the batch to its 
 box to size x size in one torchvision.ops.roi_align call per chunk (bilinear, several samples per output pixel
 when shrinking: an antialiased resize like Pillow's); the flips are one torch.where. On a CPU device the same code
 runs with libjpeg (torchvision's CPU decode_jpeg): that is how the tests check it.
+
+Still torchvision.io, deprecated since torchvision 0.29 for TorchCodec (>= 0.16, `torchcodec.decoders.decode_jpeg`):
+not moved, because TorchCodec is not a pinned dependency and its CUDA decode (the only reason for this decoder)
+cannot be tested without a GPU; the maintained GPU decode path is data.decoder = "dali" (dali.py), which reads the
+same items. When torchvision drops decode_jpeg, this decoder goes (or moves to TorchCodec with a GPU to test on).
 """
 
 from __future__ import annotations
@@ -35,15 +40,15 @@ class EncodedImage:
         return EncodedBatch(items)
 
 
-def _encoded_item(path: str, box_of, max_pixels: int, draw_flip: bool) -> EncodedImage:
+def _encoded_item(path: str, box_of, max_pixels: int, draw_flip: bool, kind: type = EncodedImage) -> EncodedImage:
+    """The file as a `kind` item (EncodedImage, or dali.DaliImage: another batch, the same draws)."""
     f = JpegFile(path, max_pixels)
     box = box_of(f.width, f.height)
     flip = bool(torch.rand(1) < 0.5) if draw_flip else False
     if f.jpeg:
-        return EncodedImage(torch.frombuffer(bytearray(f.data), dtype=torch.uint8), True, f.width, f.height, box,
-                            flip)
+        return kind(torch.frombuffer(bytearray(f.data), dtype=torch.uint8), True, f.width, f.height, box, flip)
     pixels = torch.from_numpy(_array(load_rgb(path, max_pixels)))
-    return EncodedImage(pixels, False, f.width, f.height, box, flip)
+    return kind(pixels, False, f.width, f.height, box, flip)
 
 
 def _array(img):
@@ -55,6 +60,7 @@ class GpuTrainPlan:
     """RandomResizedCrop + flip, drawn in the worker, done on the device."""
 
     reads_files = True
+    item_kind = EncodedImage
 
     def __init__(self, size: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), max_pixels: int = MAX_IMAGE_PIXELS):
         self.size, self.scale, self.ratio, self.max_pixels = size, scale, ratio, max_pixels
@@ -64,7 +70,7 @@ class GpuTrainPlan:
         return left, top, left + w, top + h
 
     def __call__(self, path: str) -> EncodedImage:
-        item = _encoded_item(path, self._box, self.max_pixels, draw_flip=True)
+        item = _encoded_item(path, self._box, self.max_pixels, draw_flip=True, kind=self.item_kind)
         item.size = self.size
         return item
 
@@ -73,12 +79,14 @@ class GpuValPlan:
     """Resize(resize) + CenterCrop(size) done on the device."""
 
     reads_files = True
+    item_kind = EncodedImage
 
     def __init__(self, size: int, resize: int, max_pixels: int = MAX_IMAGE_PIXELS):
         self.size, self.resize, self.max_pixels = size, resize, max_pixels
 
     def __call__(self, path: str) -> EncodedImage:
-        item = _encoded_item(path, lambda w, h: centre_box(w, h, self.resize, self.size), self.max_pixels, False)
+        item = _encoded_item(path, lambda w, h: centre_box(w, h, self.resize, self.size), self.max_pixels, False,
+                             kind=self.item_kind)
         item.size = self.size
         return item
 
