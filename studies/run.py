@@ -1,4 +1,4 @@
-"""A study on a machine, from its front door (`python -m trainers study`): the plan's runs (contract/plan.py)
+"""A study on a machine, from its front door (`python -m suite study`): the plan's runs (contract/plan.py)
 launched as processes here (studies/launch.py), supervised (studies/supervise.py) with a line of progress each
 (studies/progress.py), or submitted as jobs to Slurm (studies/slurm.py).
 """

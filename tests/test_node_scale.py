@@ -11,7 +11,7 @@ from tests.helpers import REPO, trainer_env
 
 def study(*args: str, gpus_visible: bool = False) -> subprocess.CompletedProcess:
     env = trainer_env(IMAGENET_DIR="/data/ilsvrc2012", CUDA_VISIBLE_DEVICES="" if not gpus_visible else "0")
-    return subprocess.run([sys.executable, "-m", "trainers", "study", *args, "--scale", "node", "--dry-run"],
+    return subprocess.run([sys.executable, "-m", "suite", "study", *args, "--scale", "node", "--dry-run"],
                           capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
 
 
@@ -104,7 +104,7 @@ def test_the_declared_node_size_is_scales_toml_and_a_gpus_below_1_is_refused():
 
 
 def test_a_node_of_one_gpu_is_one_line_pointing_to_the_gpu_scale(tmp_path, capsys):
-    from trainers.__main__ import main
+    from suite.__main__ import main
 
     assert main(["study", "experiments/06_linear_scaling_stepping_warmup", "--scale", "node", "--dry-run",
                  "--gpus", "1", "--out", str(tmp_path)]) == 2
@@ -148,7 +148,7 @@ def test_experiment_2_node_slurm_dry_run_gives_dataparallel_its_w_gpus(tmp_path)
 
 @pytest.mark.parametrize("launcher", ["local", "slurm"])
 def test_experiment_3_at_the_node_scale_is_one_line_pointing_to_the_thesis_scale(tmp_path, capsys, launcher):
-    from trainers.__main__ import main
+    from suite.__main__ import main
 
     assert main(["study", "experiments/03_throughput_distributed_data_parallel", "--scale", "node", "--dry-run",
                  "--launcher", launcher, "--cluster", "node", "--out", str(tmp_path)]) == 2

@@ -1,4 +1,4 @@
-"""`python -m trainers data bench DIR`: images/s of torchvision's ImageFolder pipeline and ours, in one run.
+"""`python -m suite data bench DIR` (python -m tools data-bench): images/s of torchvision's ImageFolder pipeline and ours, in one run.
 
 Both read DIR/train (or DIR itself) in the ImageFolder layout with RandomResizedCrop 224 + flip, through a
 DataLoader of the same batch size and worker count. The two alternate pass by pass (rounds), so a machine that
