@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Callable
 
 from contract.config import ConfigError
@@ -30,3 +31,10 @@ def one_line_errors(command: Callable[[], int], mistakes: tuple[type[BaseExcepti
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly, as other command-line tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+def out_folder(text: str) -> Path:
+    """--out as a folder; empty would quietly mean the current folder (the repository's root)."""
+    if not text.strip():
+        raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
+    return Path(text)

@@ -1,4 +1,4 @@
-"""The study plan: an experiment's [study] table expanded into named runs, each a set of --set overrides.
+"""The study plan: an experiment's [study] table expanded into named runs, each with its resolved config, built once.
 
 An experiment's config.toml declares its varied factor once (the thesis's one-factor-at-a-time method):
 
@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract.config import DISTRIBUTED_BACKENDS, SCALES, ConfigError, find_scales_file, load_config, read_toml
+from contract.config import (DISTRIBUTED_BACKENDS, SCALES, Config, ConfigError, find_scales_file, load_config,
+                             read_toml)
 from contract.runfolder import check_run_name
 
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
@@ -39,7 +40,8 @@ KINDS = ("quality", "throughput")
 @dataclass(frozen=True)
 class Run:
     name: str
-    settings: dict[str, Any]  # section.key -> value, passed as --set
+    settings: dict[str, Any]  # section.key -> value: what [study] varies for this run (its name says them)
+    cfg: Config  # the run's resolved config, built here once: the study saves it as the run's config.json
     nodes: int = 1
 
     @property
@@ -55,7 +57,7 @@ class Study:
     runs: list[Run]
     baseline: str = ""
     kind: str = "quality"
-    overrides: list[str] = field(default_factory=list)  # --set for every run (QUICK, the user's own)
+    overrides: list[str] = field(default_factory=list)  # --set for every run (QUICK, the user's own), in each cfg
     time_limit: str = ""  # a Slurm job's -t (QUICK's short one); "" = the cluster profile's
 
 
@@ -123,7 +125,11 @@ def run_name(values: dict[str, Any], seed: int | None) -> str:
     return "-".join(parts) or "run"
 
 
-def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
+def expand(config: Path, scale: str, seeds: int | None = None, overrides: list[str] = (),
+           need_data: bool = True) -> list[Run]:
+    """The study's runs, each with its config resolved from the experiment's, `overrides` (--set for every run) and
+    its own settings; every config validated now, not after the first hour. need_data=False: a plan only priced or
+    printed (make cost) needs no data.path."""
     table = study_table(config, scale)
     vary: dict[str, list] = table.get("vary", {})
     extras = [dict(extra) for extra in table.get("extra", [])]
@@ -143,7 +149,8 @@ def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
             name = (f"{combo['run']}-s{base_seed + s}" if "run" in combo  # a named extra run
                     else run_name({k: v for k, v in combo.items() if k != "seeds"}, base_seed + s))
             # runs at another scale get their own folders
-            runs.append(Run(check_run_name(name if scale == "local" else f"{scale}-{name}"), settings, nodes))
+            cfg = load_config(config, scale, overrides, need_data, settings)
+            runs.append(Run(check_run_name(name if scale == "local" else f"{scale}-{name}"), settings, cfg, nodes))
     refuse_duplicate_names(runs, config)
     return runs
 
@@ -192,7 +199,7 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
         raise ConfigError(f"{experiment} has no config.toml; pass an experiments/NN_name folder")
     table = study_table(config, scale)
     extra = (quick_overrides(config, scale) if quick else []) + list(overrides)
-    runs = expand(config, scale, 1 if quick and not seeds else seeds)
+    runs = expand(config, scale, 1 if quick and not seeds else seeds, extra)
     refuse_multi_node(runs, experiment, scale)
     if only:
         chosen = [r for r in runs if any(fnmatch.fnmatchcase(r.name, pattern) for pattern in only)]
@@ -200,8 +207,6 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
             raise ConfigError(f"--only {' '.join(only)} matches none of {experiment.name}'s runs "
                               f"({', '.join(r.name for r in runs)})")
         runs = chosen
-    for run in runs:  # validate every run's config now, not after the first hour
-        load_config(config, scale, extra + [f"{k}={json.dumps(v)}" for k, v in run.settings.items()])
     return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
                  table.get("kind", "quality"), extra, quick_time_limit(config, scale) if quick else "")
 

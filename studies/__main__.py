@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from contract.cli import one_line_errors
+from contract.cli import one_line_errors, out_folder
 from contract.config import SCALES
 from studies.run import run_study
 from trainers.data import DataError
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     return one_line_errors(lambda: run_study(
         Path(args.experiment), scale=args.scale, launcher=args.launcher, cluster=args.cluster,
-        dry_run=args.dry_run, quick=args.quick, out=None if args.out is None else Path(args.out),
+        dry_run=args.dry_run, quick=args.quick, out=None if args.out is None else out_folder(args.out),
         seeds=args.seeds, overrides=args.set, jobs=args.jobs, only=args.only,
         **({"gpus": args.gpus} if args.gpus is not None else {}),
     ), (DataError,))

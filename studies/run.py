@@ -101,7 +101,7 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
         print(f"{experiment.name}: {study.question}")
     if study.baseline:
         print(f"baseline: the 1-worker runs of {study.baseline} (`make exp{int(study.baseline[:2])}`), not retrained")
-    warning = data_warning(study, scale)
+    warning = data_warning(study)
     if warning:
         print(warning, file=sys.stderr)
     if launcher == "slurm":

@@ -16,8 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from contract.cli import one_line_errors
-from contract.config import SCALES, ConfigError, cpu_isa_env, load_config
+from contract.cli import one_line_errors, out_folder
+from contract.config import SCALES, ConfigError, cpu_isa_env, load_config, load_planned
 from contract.runfolder import check_run_name
 from trainers.data import DataError
 
@@ -27,13 +27,6 @@ DEFAULT_OUT = Path("results/runs")
 def default_run_name(cfg) -> str:
     t = cfg.train
     return f"w{t.workers}-b{t.per_worker_batch}-{t.backend}-s{t.seed}"
-
-
-def out_folder(text: str) -> Path:
-    """--out as a folder; empty would quietly mean the current folder (the repository's root)."""
-    if not text.strip():
-        raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
-    return Path(text)
 
 
 def pin_cpu_isa(cpu_isa: str, may_reexec: bool) -> None:
@@ -48,14 +41,28 @@ def pin_cpu_isa(cpu_isa: str, may_reexec: bool) -> None:
         os.execve(sys.executable, [sys.executable, "-m", "trainers", *sys.argv[1:]], {**os.environ, **wanted})
 
 
+def planned_run(args):
+    """(config, run folder) of a run a study planned: its config.json, in the folder it names."""
+    given = [flag for flag, value in (("--scale", args.scale), ("--out", args.out), ("--run", args.run))
+             if value is not None]
+    if given:
+        raise ConfigError(f"{given[0]} with {args.config}: a run's config.json is already resolved and names its "
+                          "folder; leave it out (or train from the experiment's config.toml)")
+    path = Path(args.config)
+    return load_planned(path, args.set), path.parent
+
+
 def cmd_train(args) -> int:
     from trainers.loop import run_training
 
-    if args.run is not None:
-        check_run_name(args.run)  # a run folder stays inside the output folder
-    cfg = load_config(args.config, args.scale, args.set)
+    if args.config.endswith(".json"):
+        cfg, run_dir = planned_run(args)
+    else:
+        if args.run is not None:
+            check_run_name(args.run)  # a run folder stays inside the output folder
+        cfg = load_config(args.config, args.scale or "local", args.set)
+        run_dir = out_folder(str(DEFAULT_OUT) if args.out is None else args.out) / cfg.experiment / (args.run or default_run_name(cfg))
     pin_cpu_isa(cfg.train.cpu_isa, args.may_reexec)
-    run_dir = out_folder(args.out) / cfg.experiment / (args.run or default_run_name(cfg))
     return run_training(cfg, run_dir, resume=args.resume is not None, force=args.resume == "force")
 
 
@@ -106,10 +113,14 @@ def config_args(sp) -> None:
 
 def add_train(sub) -> None:
     t = sub.add_parser("train", help="one training run (any launcher: none, torchrun, srun, mpirun, horovodrun)")
-    config_args(t)
+    t.add_argument("config", help="experiments/NN_name/config.toml (or its folder), or a planned run's config.json "
+                                  "(a study writes one in each run's folder: the run exactly as planned, trained there)")
+    t.add_argument("--scale", choices=SCALES, help="local (CPU miniature, the default), gpu, node or thesis")
+    t.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a setting (with a config.json: only data.path, train.init_method)")
     # --run-name too: torchrun's own parser reads a bare --run as an abbreviation of its --run-path
     t.add_argument("--run", "--run-name", dest="run", help="run folder name (default: workers, batch, backend, seed)")
-    t.add_argument("--out", default=str(DEFAULT_OUT), help="runs root (default results/runs)")
+    t.add_argument("--out", help="runs root (default results/runs)")
     t.add_argument("--resume", choices=["auto", "force"],
                    help="auto: continue from the run folder's checkpoint if any, with the threads, device, passes and "
                         "CPU kernels it started with; force: also when this attempt's must differ")
