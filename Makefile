@@ -133,7 +133,7 @@ test-fast: setup ## Run the fast tests only (under a minute)
 exp%: setup
 	$(eval EXP_DIR := $(firstword $(wildcard experiments/$(shell printf '%02d' '$*' 2>/dev/null)_*)))
 	@test -n "$(EXP_DIR)" || { echo "make: no experiment $* (no experiments/NN_name folder for it)"; exit 2; }
-	$(PY) -m trainers study $(EXP_DIR) $(STUDY_ARGS)
+	$(PY) -m suite study $(EXP_DIR) $(STUDY_ARGS)
 exp1 exp2 exp3: horovod-if-possible
 
 # The report of results/runs (or OUT=) goes to results/report/<runs folder>/, cleared first; only the committed
@@ -156,8 +156,8 @@ bench: setup bench-step bench-data ## Benchmark the trainer against a hand-writt
 # the shared real photos beside the project, when they are there (never needed: nothing else reads them)
 BENCH_PHOTOS ?= ../shared/data/hymenoptera_data
 bench-data: setup ## Each of our JPEG decoders (dali after make setup-dali) vs torchvision's ImageFolder + PIL, images/s per core (on BENCH_PHOTOS)
-	@if [ -d "$(BENCH_PHOTOS)" ]; then $(PY) -m trainers data bench $(BENCH_PHOTOS) --rounds 5 --json; \
-	else echo "make: no $(BENCH_PHOTOS) here; run: $(PY) -m trainers data bench <ImageFolder dir>"; fi
+	@if [ -d "$(BENCH_PHOTOS)" ]; then $(PY) -m suite data bench $(BENCH_PHOTOS) --rounds 5 --json; \
+	else echo "make: no $(BENCH_PHOTOS) here; run: $(PY) -m suite data bench <ImageFolder dir>"; fi
 
 bench-step: setup ## The local step (1 x 4 and 32 x 4 workers) before/after the in-memory data -> results/bench_step.json
 	$(PY) -m tools bench-step --variants channels_last,compile,channels_last+compile --profile --json results/bench_step.json

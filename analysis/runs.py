@@ -211,6 +211,9 @@ def first_time(raw: pd.DataFrame) -> float | None:
     return None
 
 
+PLANNED = "planned"
+
+
 def run_status(manifest: dict, statuses: list[str], diverged: bool) -> tuple[str, bool]:
     """(status, diverged): the most final word of the manifest and the status records; non-finite losses mean
     diverged."""
@@ -321,6 +324,8 @@ def run_frame(raw: pd.DataFrame) -> pd.DataFrame:
         bool(len(iters) and not np.isfinite(iters["loss"].to_numpy(dtype=float)).all())
     statuses = [str(r["status"]) for r in records_of(raw, "status", ["status"])]
     status, diverged = run_status(manifest, statuses, diverged)
+    if status == "unknown" and folder["config"] is not None and folder["manifest"] is None and len(raw) == 1:
+        status = PLANNED  # its config.json alone: a study planned it (a queued job, a study stopped first)
     problems = manifest_problems(folder["manifest"]) + record_problems(
         epochs, any(r["kind"] == "bench" for r in rows), manifest, status, diverged)
     frame = pd.DataFrame([run_summary(epochs, (*folder["problems"], *problems))] + rows)

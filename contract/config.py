@@ -9,6 +9,7 @@ line that says what to fix, raised before any process group or data is touched.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import tempfile
@@ -349,9 +350,11 @@ def experiment_name(config_path: Path) -> str:
     return config_path.parent.name if config_path.name == "config.toml" else config_path.stem
 
 
-def load_config(path: str | Path, scale: str = "local", overrides: list[str] = (), need_data: bool = True) -> Config:
-    """Read an experiment's config at a scale, apply `--set` overrides, validate. need_data=False: for commands
-    that only print (schedule, config), an empty data.path is not an error."""
+def load_config(path: str | Path, scale: str = "local", overrides: list[str] = (), need_data: bool = True,
+                settings: dict[str, Any] | None = None) -> Config:
+    """Read an experiment's config at a scale, apply `--set` overrides, then a study run's own `settings`
+    ("section.key" -> value, as [study] declares them), validate. need_data=False: for commands that only print
+    (schedule, config, a plan priced by `make cost`), an empty data.path is not an error."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.toml"
@@ -368,14 +371,41 @@ def load_config(path: str | Path, scale: str = "local", overrides: list[str] = (
     for text in overrides:
         section, key, value = parse_override(text)
         merge(values, {section: {key: value}}, f"--set {text}")
+    for dotted, value in (settings or {}).items():
+        section, key = dotted.split(".", 1)
+        merge(values, {section: {key: value}}, f"the study's {dotted}")
     return build(values, experiment_name(path), scale, need_data)
 
 
-def from_dict(document: dict[str, Any]) -> Config:
-    """Rebuild a Config from a run folder's config.json (used by --resume and the analysis)."""
+# What a node may still say of a run resolved before it started (slurm/job.sh): where its copy of the data is, and
+# how its ranks meet. Neither enters the fingerprint (contract/fingerprint.py IGNORED): the run stays the plan's.
+WHERE_IT_RUNS = ("data.path", "train.init_method")
+
+
+def load_planned(path: Path, overrides: list[str] = ()) -> Config:
+    """A run's config.json, written by the study that planned it: the run exactly as planned, with `--set` only for
+    WHERE_IT_RUNS."""
+    try:
+        document = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist: a study writes a run's config.json as it starts the run "
+                          "(python -m suite study ...); to train from an experiment give its config.toml") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path} is not a readable config.json ({e}); re-plan the run with its study") from None
+    return from_dict(document, overrides, str(path))
+
+
+def from_dict(document: dict[str, Any], overrides: list[str] = (), origin: str = "the saved config.json") -> Config:
+    """Rebuild a Config from a run folder's config.json (a planned run, --resume, the analysis); `--set` overrides
+    only for WHERE_IT_RUNS."""
     values: dict[str, dict[str, Any]] = {}
-    # the origin in words: runfolder.CONFIG, the file's name, sits on top of this module
-    merge(values, {k: v for k, v in document.items() if k in SECTIONS}, "the saved config.json")
+    merge(values, {k: v for k, v in document.items() if k in SECTIONS}, origin)
+    for text in overrides:
+        section, key, value = parse_override(text)
+        if f"{section}.{key}" not in WHERE_IT_RUNS:
+            raise ConfigError(f"--set {text}: {origin} is a resolved run; only {' and '.join(WHERE_IT_RUNS)} may be "
+                              "set where it runs (change the experiment's config or the study's --set and re-plan)")
+        merge(values, {section: {key: value}}, f"--set {text}")
     return build(values, document.get("experiment", "run"), document.get("scale", "thesis"))
 
 

@@ -1,4 +1,4 @@
-"""The study plan: an experiment's [study] table expanded into named runs, each a set of --set overrides.
+"""The study plan: an experiment's [study] table expanded into named runs, each with its resolved config, built once.
 
 An experiment's config.toml declares its varied factor once (the thesis's one-factor-at-a-time method):
 
@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract.config import DISTRIBUTED_BACKENDS, SCALES, ConfigError, find_scales_file, load_config, read_toml
+from contract.config import (DISTRIBUTED_BACKENDS, SCALES, Config, ConfigError, find_scales_file, load_config,
+                             read_toml)
 from contract.runfolder import check_run_name
 
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
@@ -39,7 +40,8 @@ KINDS = ("quality", "throughput")
 @dataclass(frozen=True)
 class Run:
     name: str
-    settings: dict[str, Any]  # section.key -> value, passed as --set
+    settings: dict[str, Any]  # section.key -> value: what [study] varies for this run (its name says them)
+    cfg: Config  # the run's resolved config, built here once: the study saves it as the run's config.json
     nodes: int = 1
 
     @property
@@ -55,7 +57,7 @@ class Study:
     runs: list[Run]
     baseline: str = ""
     kind: str = "quality"
-    overrides: list[str] = field(default_factory=list)  # --set for every run (QUICK, the user's own)
+    overrides: list[str] = field(default_factory=list)  # --set for every run (QUICK, the user's own), in each cfg
     time_limit: str = ""  # a Slurm job's -t (QUICK's short one); "" = the cluster profile's
 
 
@@ -123,29 +125,61 @@ def run_name(values: dict[str, Any], seed: int | None) -> str:
     return "-".join(parts) or "run"
 
 
-def expand(config: Path, scale: str, seeds: int | None = None) -> list[Run]:
-    table = study_table(config, scale)
+@dataclass(frozen=True)
+class Shape:
+    """A run as [study] declares it, before its config: the settings it varies, its nodes, its number of seeds."""
+    combo: dict[str, Any]  # the [study] entry: varied settings and launch keys (LAUNCH_KEYS)
+    settings: dict[str, Any]  # the trainer's settings among them (the seed added per run)
+    nodes: int
+    seeds: int
+
+    @property
+    def stem(self) -> str:
+        """The run's name without its seed: a named extra run's `run`, else the varied values (run_name)."""
+        varied = {k: v for k, v in self.combo.items() if k != "seeds"}
+        return self.combo.get("run") or (run_name(varied, None) if varied else "")
+
+    def run_name(self, seed: int) -> str:
+        return f"{self.stem}-s{seed}" if self.stem else f"s{seed}"
+
+
+def shapes(table: dict[str, Any], seeds: int | None = None) -> list[Shape]:
+    """The [study] table's grid (every combination of `vary`) and its `extra` runs; `seeds` overrides each count."""
     vary: dict[str, list] = table.get("vary", {})
-    extras = [dict(extra) for extra in table.get("extra", [])]
     grid = [dict(zip(vary, values)) for values in itertools.product(*vary.values())] if vary else []
-    combos = grid + extras or [{}]
-    base_seed = load_config(config, scale).train.seed
-    runs = []
-    for combo in combos:
+    found = []
+    for combo in grid + [dict(extra) for extra in table.get("extra", [])] or [{}]:
         nodes = int(combo.get("nodes", table.get("nodes", 1)))
         per_node = combo.get("tasks_per_node", table.get("tasks_per_node"))
-        n_seeds = seeds if seeds is not None else combo.get("seeds", table.get("seeds", 1))
-        for s in range(n_seeds):
-            settings = {k: v for k, v in combo.items() if k not in LAUNCH_KEYS}
-            if per_node and "train.workers" not in settings:  # N nodes x M GPUs
-                settings["train.workers"] = nodes * int(per_node)
-            settings["train.seed"] = base_seed + s
-            name = (f"{combo['run']}-s{base_seed + s}" if "run" in combo  # a named extra run
-                    else run_name({k: v for k, v in combo.items() if k != "seeds"}, base_seed + s))
-            # runs at another scale get their own folders
-            runs.append(Run(check_run_name(name if scale == "local" else f"{scale}-{name}"), settings, nodes))
+        settings = {k: v for k, v in combo.items() if k not in LAUNCH_KEYS}
+        if per_node and "train.workers" not in settings:  # N nodes x M GPUs
+            settings["train.workers"] = nodes * int(per_node)
+        count = seeds if seeds is not None else combo.get("seeds", table.get("seeds", 1))
+        found.append(Shape(combo, settings, nodes, count))
+    return found
+
+
+def resolve(config: Path, scale: str, planned: list[Shape], overrides: list[str] = (),
+            need_data: bool = True) -> list[Run]:
+    """Each shape's runs, one a seed, each with its config resolved from the experiment's, `overrides` (--set for
+    every run) and its own settings: every config validated now, not after the first hour. need_data=False: a
+    plan only priced or printed (make cost) needs no data.path. Runs at another scale get their own folders."""
+    base_seed = load_config(config, scale).train.seed
+    prefix = "" if scale == "local" else f"{scale}-"
+    runs = []
+    for shape in planned:
+        for seed in range(base_seed, base_seed + shape.seeds):
+            settings = {**shape.settings, "train.seed": seed}
+            cfg = load_config(config, scale, overrides, need_data, settings)
+            runs.append(Run(check_run_name(prefix + shape.run_name(seed)), settings, cfg, shape.nodes))
     refuse_duplicate_names(runs, config)
     return runs
+
+
+def expand(config: Path, scale: str, seeds: int | None = None, overrides: list[str] = (),
+           need_data: bool = True) -> list[Run]:
+    """The study's runs, each with its resolved config (resolve)."""
+    return resolve(config, scale, shapes(study_table(config, scale), seeds), overrides, need_data)
 
 
 def refuse_duplicate_names(runs: list[Run], config: Path) -> None:
@@ -168,18 +202,18 @@ def quick_tables(config: Path, scale: str) -> dict[str, dict[str, Any]]:
     return tables
 
 
-def quick_overrides(config: Path, scale: str) -> list[str]:
-    """The `[quick]` tables as --set lines: the study shrunk to a smoke run."""
-    benchmark = load_config(config, scale).bench.batches > 0
-    return [f"{section}.{key}={json.dumps(value)}" for section, values in quick_tables(config, scale).items()
-            for key, value in values.items()
+def quick_overrides(quick: dict[str, dict[str, Any]], table: dict[str, Any]) -> list[str]:
+    """The `[quick]` tables as --set lines: the study shrunk to a smoke run. Only a throughput study's runs are
+    benchmarks: a quick quality study stays a training."""
+    benchmark = table.get("kind", "quality") == "throughput"
+    return [f"{section}.{key}={json.dumps(value)}" for section, values in quick.items() for key, value in values.items()
             if section != "slurm"  # the job's, not the trainer's (quick_time_limit)
-            and (section != "bench" or benchmark)]  # a quick quality study stays a training, not a benchmark
+            and (section != "bench" or benchmark)]
 
 
-def quick_time_limit(config: Path, scale: str) -> str:
-    """A quick run's Slurm time limit at `scale` (`[quick.<scale>.slurm] time_limit`); "" = the profile's."""
-    return str(quick_tables(config, scale).get("slurm", {}).get("time_limit", ""))
+def quick_time_limit(quick: dict[str, dict[str, Any]]) -> str:
+    """A quick run's Slurm time limit (`[quick.<scale>.slurm] time_limit`); "" = the profile's."""
+    return str(quick.get("slurm", {}).get("time_limit", ""))
 
 
 def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, overrides: list[str],
@@ -191,19 +225,19 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
     if not config.is_file():
         raise ConfigError(f"{experiment} has no config.toml; pass an experiments/NN_name folder")
     table = study_table(config, scale)
-    extra = (quick_overrides(config, scale) if quick else []) + list(overrides)
-    runs = expand(config, scale, 1 if quick and not seeds else seeds)
-    refuse_multi_node(runs, experiment, scale)
+    quick_tables_here = quick_tables(config, scale) if quick else {}
+    extra = quick_overrides(quick_tables_here, table) + list(overrides)
+    planned = shapes(table, 1 if quick and not seeds else seeds)
+    refuse_multi_node(planned, experiment, scale)
+    runs = resolve(config, scale, planned, extra)
     if only:
         chosen = [r for r in runs if any(fnmatch.fnmatchcase(r.name, pattern) for pattern in only)]
         if not chosen:
             raise ConfigError(f"--only {' '.join(only)} matches none of {experiment.name}'s runs "
                               f"({', '.join(r.name for r in runs)})")
         runs = chosen
-    for run in runs:  # validate every run's config now, not after the first hour
-        load_config(config, scale, extra + [f"{k}={json.dumps(v)}" for k, v in run.settings.items()])
     return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
-                 table.get("kind", "quality"), extra, quick_time_limit(config, scale) if quick else "")
+                 table.get("kind", "quality"), extra, quick_time_limit(quick_tables_here))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -246,10 +280,10 @@ def node_fits(workers: int, backend: str, gpus: int, throughput: bool) -> bool:
     return not (throughput or backend == "dp") or workers <= gpus
 
 
-def refuse_multi_node(runs: list[Run], experiment: Path, scale: str) -> None:
+def refuse_multi_node(planned: list[Shape], experiment: Path, scale: str) -> None:
     """The node scale is one machine: a study that launches several nodes (experiment 3) is one line."""
-    several = [r for r in runs if r.nodes > 1]
+    several = [shape for shape in planned if shape.nodes > 1]
     if scale == NODE_SCALE and several:
-        raise ConfigError(f"{Path(experiment).name} runs across several nodes ({several[0].name} on "
+        raise ConfigError(f"{Path(experiment).name} runs across several nodes ({scale}-{several[0].stem} on "
                           f"{several[0].nodes}); the node scale is one machine: its 1...N GPUs are experiment 2 "
                           "(make exp2 SCALE=node); across nodes use SCALE=thesis (LAUNCHER=slurm CLUSTER=<profile>)")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract.config import ConfigError
+from contract.config import Config, ConfigError
 
 # The run folder's file names, typed here only (tests/test_architecture.py checks): the trainer, the study runner,
 # the tools and the analysis find a run's files through these.
@@ -46,6 +46,21 @@ FILES = (CONFIG, MANIFEST, METRICS, LOG, CHECKPOINT, CONSOLE, LOCK, STUDY_LOCK)
 # Why writing a run's files can fail where no retry helps: a full disk, a quota, a read-only mount, a file over the
 # size limit. The trainer marks its run failed on these, and its command line says so in one line.
 WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+
+
+def config_document(cfg: Config, run: str, backend: str) -> dict[str, Any]:
+    """The run's config.json: every setting, its names, and what follows from them for `backend` ("resolved").
+    Written by the study that plans the run (the trainer starts from it) and again by the trainer as it starts."""
+    return {"experiment": cfg.experiment, "run": run, "scale": cfg.scale, **cfg.to_dict(),
+            "resolved": cfg.resolved(backend)}
+
+
+def write_planned_config(cfg: Config, run_dir: Path, backend: str) -> Path:
+    """A planned run's folder begins as its config.json; the trainer started from it fills in the rest."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / CONFIG
+    write_json_atomic(path, config_document(cfg, run_dir.name, backend))
+    return path
 
 
 def rank_lock(rank: int) -> str:

@@ -9,7 +9,6 @@ results/reference/ is never counted as done. A folder counts as done only when i
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import shutil
 import signal
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import reader, runfolder
-from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, cpu_isa_env, load_config
+from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, cpu_isa_env
 from contract.fingerprint import config_fingerprint
 from contract.reader import folder_fingerprint
 from contract.plan import NODE_SCALE, Run, Study, node_fits, node_processes
@@ -46,7 +45,7 @@ class Plan:
     backend: str
     run_dir: Path
     status: str
-    trainer_args: list[str]
+    trainer_args: list[str]  # the trainer's arguments: the run's config.json, which the study writes as it starts it
     fingerprint: str = ""
     processes: int = 0  # the node scale: P = min(W, the node's GPUs) for DDP/Horovod (studies/node.py); 0 = W
 
@@ -73,12 +72,9 @@ def planned_runs(study: Study, scale: str, out: Path, gpus: int | None = None) -
         print(f"node: {gpus} GPU(s) ({source})")
     plans = []
     for run in study.runs:
-        sets = study.overrides + [f"{k}={json.dumps(v)}" for k, v in run.settings.items()]
-        cfg = load_config(study.config, scale, sets)
+        cfg = run.cfg
         run_dir = out / cfg.experiment / run.name
-        args = [str(study.config), "--scale", scale, "--out", str(out), "--run-name", run.name]
-        for s in sets:
-            args += ["--set", s]
+        args = [str(run_dir / runfolder.CONFIG)]  # the run as planned, saved there as it starts (write_planned)
         fingerprint = config_fingerprint(cfg)
         backend = choose_backend(cfg, Launch())
         processes = 0
@@ -212,8 +208,13 @@ def terminate_with_parent(parent: int):
     return arm if sys.platform.startswith("linux") else None
 
 
+def write_planned(plan: Plan) -> None:
+    """The run's config.json, from which its trainer starts: the config resolved once, by the plan."""
+    runfolder.write_planned_config(plan.cfg, plan.run_dir, plan.backend)
+
+
 def start_local(plan: Plan, index: int, jobs: int) -> Active:
-    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    write_planned(plan)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.setdefault("OMP_NUM_THREADS", str(threads_per_process(plan, jobs)))  # a user's own setting wins
     before = last_epoch(plan.run_dir)
@@ -262,9 +263,9 @@ def space_warning(plans: list[Plan], out: Path) -> str | None:
             f"{len(todo)} run(s) {per_run * len(todo) / 1e6:.1f} MB: free space or pick another --out")
 
 
-def data_warning(study: Study, scale: str) -> str | None:
+def data_warning(study: Study) -> str | None:
     """One line when the runs would read ILSVRC-2012 from an unset $IMAGENET_DIR (the gpu and thesis scales)."""
-    cfg = load_config(study.config, scale, study.overrides, need_data=False)
+    cfg = study.runs[0].cfg  # the data section is the study's, whichever run
     if cfg.data.kind != "imagefolder" or (cfg.data.path and "$" not in cfg.data.path):
         return None
     unset = "IMAGENET_DIR is not set" if "IMAGENET_DIR" in cfg.data.path else "data.path is not set"

@@ -1,4 +1,4 @@
-"""A study on a machine, from its front door (`python -m trainers study`): the plan's runs (contract/plan.py)
+"""A study on a machine, from its front door (`python -m suite study`): the plan's runs (contract/plan.py)
 launched as processes here (studies/launch.py), supervised (studies/supervise.py) with a line of progress each
 (studies/progress.py), or submitted as jobs to Slurm (studies/slurm.py).
 """
@@ -101,7 +101,7 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
         print(f"{experiment.name}: {study.question}")
     if study.baseline:
         print(f"baseline: the 1-worker runs of {study.baseline} (`make exp{int(study.baseline[:2])}`), not retrained")
-    warning = data_warning(study, scale)
+    warning = data_warning(study)
     if warning:
         print(warning, file=sys.stderr)
     if launcher == "slurm":

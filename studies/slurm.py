@@ -9,7 +9,7 @@ import sys
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError
 from contract.plan import Study, node_gpus_used
 from slurm.profiles import ProfileError, load_profile, sbatch_argv
-from studies.launch import REPO, planned_runs, refuse_other_configs, threads_per_process
+from studies.launch import REPO, planned_runs, refuse_other_configs, threads_per_process, write_planned
 
 
 def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tuple[int, int, int]:
@@ -68,7 +68,7 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
         if dry_run:
             previous_job = "<the previous job>"
         else:
-            plan.run_dir.mkdir(parents=True, exist_ok=True)  # sbatch -o writes into it
+            write_planned(plan)  # the job's trainer starts from it (and sbatch -o writes into its folder)
             result = subprocess.run(argv, capture_output=True, text=True)
             print(f"#   {result.stdout.strip() or result.stderr.strip()}")
             failures += result.returncode != 0

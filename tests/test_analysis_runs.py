@@ -496,3 +496,13 @@ def test_the_report_lists_every_malformed_folder_and_still_writes(tmp_path, caps
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  problem: ")]
     for _, _, words in MALFORMED.values():
         assert sum(words in line for line in lines) == 1, (words, lines)
+
+
+def test_a_run_its_study_planned_but_nothing_started_reads_as_planned(tmp_path):
+    from contract.config import load_config
+    from contract.runfolder import write_planned_config
+
+    cfg = load_config(REPO / "experiments" / "05_linear_scaling", "local")
+    write_planned_config(cfg, tmp_path / "05_linear_scaling" / "w1-s0", "single")  # e.g. a Slurm job still queued
+    row = load_study(tmp_path).query("kind == 'run'").iloc[0]
+    assert (row["run"], row["status"], row["epochs_done"]) == ("w1-s0", "planned", 0)

@@ -11,7 +11,7 @@ from tests.helpers import REPO, trainer_env
 
 def study(*args: str, gpus_visible: bool = False) -> subprocess.CompletedProcess:
     env = trainer_env(IMAGENET_DIR="/data/ilsvrc2012", CUDA_VISIBLE_DEVICES="" if not gpus_visible else "0")
-    return subprocess.run([sys.executable, "-m", "trainers", "study", *args, "--scale", "node", "--dry-run"],
+    return subprocess.run([sys.executable, "-m", "suite", "study", *args, "--scale", "node", "--dry-run"],
                           capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
 
 
@@ -24,8 +24,7 @@ def test_experiment_6_node_dry_run_prints_torchrun_over_the_8_gpus(tmp_path):
         assert re.search(rf"node-w{workers}-s0: pytorch \(ddp\), 1 node\(s\) x 8 process\(es\), {workers} worker\(s\), "
                          rf"per-GPU batch 128, global batch {128 * workers}, lr {lr}, warm-up stepping 5 epochs", out)
         assert re.search(rf"torch\.distributed\.run --standalone --nproc-per-node 8 -m trainers train "
-                         rf"\S*06_linear_scaling_stepping_warmup/config\.toml --scale node .*--run-name node-w{workers}-s0 "
-                         rf"--set train\.workers={workers}", out)
+                         rf"\S*06_linear_scaling_stepping_warmup/node-w{workers}-s0/config\.json\n", out)
     assert not list(tmp_path.iterdir())  # a dry run creates nothing
 
 
@@ -33,18 +32,18 @@ def test_gpus_sets_the_node_size_and_fewer_workers_than_gpus_take_one_gpu_each(t
     result = study("experiments/04_naive_scaling", "--gpus", "4", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "--nproc-per-node 1 -m trainers train" in result.stdout  # w1: one process
-    assert re.search(r"--nproc-per-node 2 .*--run-name node-w2-s0", result.stdout)
-    assert re.search(r"--nproc-per-node 4 .*--run-name node-w32-s0", result.stdout)
+    assert re.search(r"--nproc-per-node 2 .*node-w2-s0/config\.json", result.stdout)
+    assert re.search(r"--nproc-per-node 4 .*node-w32-s0/config\.json", result.stdout)
 
 
 def test_experiment_2_node_dry_run_measures_1_to_n_gpus_and_leaves_out_what_the_node_lacks(tmp_path):
     result = study("experiments/02_throughput_local_data_parallel", "--gpus", "4", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert re.search(r"horovodrun -np 4 -H localhost:4 --gloo .*--run-name node-w4-horovod-s0", out)
-    assert re.search(r"--nproc-per-node 2 .*--run-name node-w2-ddp-s0", out)
+    assert re.search(r"horovodrun -np 4 -H localhost:4 --gloo .*node-w4-horovod-s0/config\.json", out)
+    assert re.search(r"--nproc-per-node 2 .*node-w2-ddp-s0/config\.json", out)
     assert "node-w8-ddp-s0" in out and "needs 8 GPUs" in out  # said, not launched
-    assert not re.search(r"--run-name node-w8-ddp-s0", out)
+    assert not re.search(r"node-w8-ddp-s0/config\.json", out)
 
 
 def test_experiment_6_node_slurm_dry_run_prints_one_exclusive_node(tmp_path):
@@ -54,7 +53,7 @@ def test_experiment_6_node_slurm_dry_run_prints_one_exclusive_node(tmp_path):
     out = result.stdout
     for workers in (8, 16, 24, 32):
         assert re.search(rf"sbatch -N 1 --ntasks-per-node 8 -p gpu --cpus-per-task 8 --gpus-per-node=8 --exclusive "
-                         rf"--mem=0 .*-J 06-node-w{workers}-s0 .*--scale node .*--set train\.workers={workers}", out)
+                         rf"--mem=0 .*-J 06-node-w{workers}-s0 .*node-w{workers}-s0/config\.json\n", out)
     assert not list(tmp_path.iterdir())
 
 
@@ -104,7 +103,7 @@ def test_the_declared_node_size_is_scales_toml_and_a_gpus_below_1_is_refused():
 
 
 def test_a_node_of_one_gpu_is_one_line_pointing_to_the_gpu_scale(tmp_path, capsys):
-    from trainers.__main__ import main
+    from suite.__main__ import main
 
     assert main(["study", "experiments/06_linear_scaling_stepping_warmup", "--scale", "node", "--dry-run",
                  "--gpus", "1", "--out", str(tmp_path)]) == 2
@@ -118,9 +117,9 @@ def test_experiment_1_node_dry_run_measures_one_gpu_of_the_node_with_ddp_and_hor
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for b in (32, 64, 128):
-        assert re.search(rf"torch\.distributed\.run --standalone --nproc-per-node 1 .*--scale node .*"
-                         rf"--run-name node-b{b}-ddp-s0 ", out)
-        assert re.search(rf"horovodrun -np 1 -H localhost:1 .*--run-name node-b{b}-horovod-s0 ", out)
+        assert re.search(rf"torch\.distributed\.run --standalone --nproc-per-node 1 .*node-b{b}-ddp-s0/config\.json",
+                         out)
+        assert re.search(rf"horovodrun -np 1 -H localhost:1 .*node-b{b}-horovod-s0/config\.json", out)
     assert out.count("torch.distributed.run") == 3 and out.count("horovodrun -np") == 3
 
 
@@ -129,9 +128,9 @@ def test_experiment_2_node_dry_run_runs_ddp_and_horovod_on_1_2_4_8_gpus_and_data
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for w in (1, 2, 4, 8):
-        assert re.search(rf"--nproc-per-node {w} -m trainers train .*--run-name node-w{w}-ddp-s0 ", out)
-        assert re.search(rf"horovodrun -np {w} -H localhost:{w} --gloo .*--run-name node-w{w}-horovod-s0 ", out)
-        assert re.search(rf"\n\S*python\S* -m trainers train .*--run-name node-w{w}-dp-s0 ", out)  # one process
+        assert re.search(rf"--nproc-per-node {w} -m trainers train .*node-w{w}-ddp-s0/config\.json", out)
+        assert re.search(rf"horovodrun -np {w} -H localhost:{w} --gloo .*node-w{w}-horovod-s0/config\.json", out)
+        assert re.search(rf"\n\S*python\S* -m trainers train .*node-w{w}-dp-s0/config\.json", out)  # one process
     assert "left out" not in out  # an 8-GPU node holds every run
 
 
@@ -148,7 +147,7 @@ def test_experiment_2_node_slurm_dry_run_gives_dataparallel_its_w_gpus(tmp_path)
 
 @pytest.mark.parametrize("launcher", ["local", "slurm"])
 def test_experiment_3_at_the_node_scale_is_one_line_pointing_to_the_thesis_scale(tmp_path, capsys, launcher):
-    from trainers.__main__ import main
+    from suite.__main__ import main
 
     assert main(["study", "experiments/03_throughput_distributed_data_parallel", "--scale", "node", "--dry-run",
                  "--launcher", launcher, "--cluster", "node", "--out", str(tmp_path)]) == 2

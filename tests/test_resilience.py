@@ -267,7 +267,7 @@ def test_a_full_disk_marks_the_run_failed_with_the_reason_in_one_line(tmp_path, 
 
 
 def test_a_study_refuses_a_read_only_out_in_one_line(tmp_path, capsys, small_disk):
-    from trainers.__main__ import main
+    from suite.__main__ import main
 
     out = small_disk("100k", ",ro")
     folder = tmp_path / "99_tiny"
@@ -299,7 +299,7 @@ def test_a_study_on_a_full_disk_reports_each_run_and_leaves_no_running_manifest(
     folder.mkdir()
     write_config(folder / "config.toml", {"train": {"epochs": 6}})
     (folder / "config.toml").write_text((folder / "config.toml").read_text() + "[study]\nseeds = 2\n")
-    result = subprocess.run([sys.executable, "-m", "trainers", "study", str(folder), "--out", str(out), "--jobs", "1"],
+    result = subprocess.run([sys.executable, "-m", "suite", "study", str(folder), "--out", str(out), "--jobs", "1"],
                             cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 1 and "Traceback" not in result.stdout + result.stderr, result.stderr[-2000:]
     assert "warning: 0.4 MB free in" in result.stderr

@@ -66,7 +66,7 @@ def test_experiment_3_runs_its_ranks_on_distinct_hosts_and_is_reported(hosts_clu
     out = tmp_path / "runs"
     # three of the six runs (CI's time): DDP's 4 ranks over 2 hosts, Horovod's 2, and DDP's 1-process baseline
     only = ["n2-ddp-t2-s0", "n1-t1-ddp-s0"] + ([] if horovod_missing() else ["n2-horovod-t1-s0"])
-    study = subprocess.run([sys.executable, "-m", "trainers", "study", EXP3, "--launcher", "slurm", "--cluster",
+    study = subprocess.run([sys.executable, "-m", "suite", "study", EXP3, "--launcher", "slurm", "--cluster",
                             "local", "--out", str(out), "--only", *only], cwd=REPO, env=cluster_env(hosts_cluster),
                            capture_output=True, text=True, timeout=120)
     assert study.returncode == 0, study.stdout + study.stderr

@@ -16,7 +16,7 @@ SHAPE_FILES = {"config.json", "manifest.json", "metrics.jsonl", "train.log"}
 
 def submit_study(cluster, experiment: str, out, *extra) -> list[int]:
     env = trainer_env(**cluster.env)
-    result = run([sys.executable, "-m", "trainers", "study", f"experiments/{experiment}", "--launcher", "slurm",
+    result = run([sys.executable, "-m", "suite", "study", f"experiments/{experiment}", "--launcher", "slurm",
                   "--cluster", "local", "--quick", "--out", str(out), *extra], env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     jobs = [int(j) for j in re.findall(r"Submitted batch job (\d+)", result.stdout)]
@@ -25,7 +25,7 @@ def submit_study(cluster, experiment: str, out, *extra) -> list[int]:
 
 
 def run_local_study(experiment: str, out) -> None:
-    result = run([sys.executable, "-m", "trainers", "study", f"experiments/{experiment}", "--quick", "--out", str(out)],
+    result = run([sys.executable, "-m", "suite", "study", f"experiments/{experiment}", "--quick", "--out", str(out)],
                  timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -64,7 +64,8 @@ def test_quick_at_the_thesis_scale_is_a_capped_run_in_a_short_job(capsys, monkey
                      out=tmp_path) == 0
     out = capsys.readouterr().out
     jobs = [line for line in out.splitlines() if line.startswith("sbatch ")]
-    assert jobs and all(" -t 15 " in job and "--set train.max_steps=20" in job for job in jobs)
+    assert jobs and all(" -t 15 " in job and job.endswith("/config.json") for job in jobs)  # the cap is in the config
+    assert len(re.findall(r", capped at 20 steps\n", out)) == len(jobs)
     assert all("--signal=B:USR1@225 " in job for job in jobs)  # taito's 600 s warning, a quarter of 15 minutes
     assert re.search(r"thesis-w32-s0: .*, capped at 20 steps", out)
     assert "24:00:00" not in out

@@ -235,7 +235,7 @@ def test_a_fresh_clones_throughput_study_runs_every_run_and_prints_images_per_s(
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "trainers", "study", "experiments/01_throughput_single_gpu", "--quick",
+    out = subprocess.run([sys.executable, "-m", "suite", "study", "experiments/01_throughput_single_gpu", "--quick",
                           "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=1200).stdout
     assert "already" not in out
     ran = [line for line in out.splitlines() if re.match(r"\[\d/6\] .*: completed: [\d.]+ images/s", line)]
@@ -338,7 +338,7 @@ def tiny_experiment(tmp_path, study: str, text: bytes | None = None, overrides: 
 
 
 def refuse_study(capsys, folder, *extra) -> str:
-    from trainers.__main__ import main
+    from suite.__main__ import main
 
     assert main(["study", str(folder), "--dry-run", *extra]) == 2
     err = capsys.readouterr().err
@@ -367,7 +367,7 @@ def test_study_mistakes_are_one_line_and_exit_2(tmp_path, capsys, study, extra, 
 
 
 def test_a_config_that_is_not_utf8_is_one_line(tmp_path, capsys):
-    from trainers.__main__ import main
+    from suite.__main__ import main
 
     folder = tiny_experiment(tmp_path, "", text=b"[train]\nepochs = 2 # \xff\n")
     err = refuse_study(capsys, folder)
@@ -378,7 +378,7 @@ def test_a_config_that_is_not_utf8_is_one_line(tmp_path, capsys):
 
 def test_train_refuses_an_empty_out_and_an_overlong_run_name(tmp_path, capsys):
     from tests.helpers import write_config
-    from trainers.__main__ import main
+    from suite.__main__ import main
 
     config = write_config(tmp_path / "c.toml")
     assert main(["train", str(config), "--out", ""]) == 2
@@ -473,7 +473,7 @@ def test_sigkill_of_a_study_takes_its_trainer_with_it(tmp_path):
 
     folder = tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }',
                              overrides={"data": {"synthetic_images": 4000}, "train": {"epochs": 50}})  # never ends first
-    study = subprocess.Popen([sys.executable, "-m", "trainers", "study", str(folder), "--out", str(tmp_path / "runs")],
+    study = subprocess.Popen([sys.executable, "-m", "suite", "study", str(folder), "--out", str(tmp_path / "runs")],
                              cwd=REPO, env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
     deadline = time.time() + 180
@@ -504,7 +504,7 @@ def test_a_study_that_make_started_stops_when_make_is_killed(tmp_path):
 
     folder = tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }',
                              overrides={"data": {"synthetic_images": 4000}, "train": {"epochs": 50}})  # never ends first
-    study = [sys.executable, "-m", "trainers", "study", str(folder), "--out", str(tmp_path / "runs")]
+    study = [sys.executable, "-m", "suite", "study", str(folder), "--out", str(tmp_path / "runs")]
     make = subprocess.Popen(["bash", "-c", f"{' '.join(study)} & wait"], cwd=REPO,  # make's place: the parent
                             env=trainer_env(MAKELEVEL="1"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
@@ -594,7 +594,7 @@ def test_options_a_study_would_ignore_or_that_are_out_of_range_are_one_line(tmp_
 
 
 def test_the_default_cluster_and_the_largest_seed_count_are_accepted(tmp_path, capsys):
-    from trainers.__main__ import main
+    from suite.__main__ import main
 
     folder = tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }')
     assert main(["study", str(folder), "--dry-run", "--cluster", "local", "--seeds", "100"]) == 0

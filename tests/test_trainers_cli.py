@@ -99,6 +99,8 @@ def test_make_cost_for_another_node_never_rewrites_the_committed_tables():
 
 
 def test_study_dry_run_warns_when_imagenet_dir_is_unset(capsys, monkeypatch):
+    from suite.__main__ import main
+
     monkeypatch.delenv("IMAGENET_DIR", raising=False)
     assert main(["study", str(EXP6), "--scale", "gpu", "--dry-run"]) == 0
     assert "IMAGENET_DIR is not set" in capsys.readouterr().err

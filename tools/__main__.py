@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from contract.config import ConfigError
+from contract.cli import one_line_errors
 from tools import (bench, bench_comm, bench_step, cluster_check, cluster_probe, data_bench, gpu_check, link_sweep,
                    noise_scale, telemetry_overhead)
 from trainers.data import DataError
@@ -35,14 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no tool {argv[0]!r}; the tools: {', '.join(TOOLS)}", file=sys.stderr)
         return 2
     module, _ = TOOLS[argv[0]]
-    try:
-        return module.main(argv[1:])
-    except (ConfigError, DataError) as e:  # a user's mistake: one line, as the trainers' front door says it
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return one_line_errors(lambda: module.main(argv[1:]), (DataError,))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""`python -m trainers data bench DIR`: images/s of torchvision's ImageFolder pipeline and each of our decoders.
+"""`python -m suite data bench DIR` (python -m tools data-bench): images/s of torchvision's ImageFolder pipeline
+and each of our decoders.
 
 All read DIR/train (or DIR itself) in the ImageFolder layout with RandomResizedCrop 224 + flip, through a DataLoader
 of the same batch size and worker count. They alternate pass by pass (rounds), so a machine that others share slows

@@ -1,23 +1,25 @@
-"""The front door: python -m trainers {train, study, schedule, config, data} ...
+"""The trainer's command line: python -m trainers {train, schedule, config, data} ...
 
-It stands outside the floors (docs/architecture.md): each command belongs to the room that owns it -- training and
-data here, the study to studies/, `data bench` to tools/ (the other tools: python -m tools).
+What a launcher starts on every rank (torchrun, srun, mpirun, horovodrun). The suite's front door is python -m suite
+(suite/), which hands these commands here; `study` and `data bench`, which DESIGN.md also names under
+`python -m trainers`, belong to rooms above this one, so typed here they are handed to the front door by exec, not
+imported (docs/architecture.md).
 """
 from __future__ import annotations
 
 # what a user reads (--help); the docstring above is for whoever maintains this file
-USER_HELP = ("Train one run, run a study of an experiment, print a run's learning-rate schedule or resolved config, "
-             "or prepare data. `make help` lists the make targets; measurements of the suite itself: python -m tools.")
+USER_HELP = ("Train one run, print a run's learning-rate schedule or resolved config, or prepare data. Studies, the "
+             "report and the tools: python -m suite; `make help` lists the make targets.")
 
 import argparse
 import os
 import sys
 from pathlib import Path
 
-from contract.config import SCALES, ConfigError, cpu_isa_env, load_config
+from contract.cli import one_line_errors, out_folder
+from contract.config import SCALES, ConfigError, cpu_isa_env, load_config, load_planned
+from contract.runfolder import check_run_name
 from trainers.data import DataError
-from contract.runfolder import WRITE_FAILURES, check_run_name
-from tools import data_bench
 
 DEFAULT_OUT = Path("results/runs")
 
@@ -25,13 +27,6 @@ DEFAULT_OUT = Path("results/runs")
 def default_run_name(cfg) -> str:
     t = cfg.train
     return f"w{t.workers}-b{t.per_worker_batch}-{t.backend}-s{t.seed}"
-
-
-def out_folder(text: str) -> Path:
-    """--out as a folder; empty would quietly mean the current folder (the repository's root)."""
-    if not text.strip():
-        raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
-    return Path(text)
 
 
 def pin_cpu_isa(cpu_isa: str, may_reexec: bool) -> None:
@@ -46,14 +41,28 @@ def pin_cpu_isa(cpu_isa: str, may_reexec: bool) -> None:
         os.execve(sys.executable, [sys.executable, "-m", "trainers", *sys.argv[1:]], {**os.environ, **wanted})
 
 
+def planned_run(args):
+    """(config, run folder) of a run a study planned: its config.json, in the folder it names."""
+    given = [flag for flag, value in (("--scale", args.scale), ("--out", args.out), ("--run", args.run))
+             if value is not None]
+    if given:
+        raise ConfigError(f"{given[0]} with {args.config}: a run's config.json is already resolved and names its "
+                          "folder; leave it out (or train from the experiment's config.toml)")
+    path = Path(args.config)
+    return load_planned(path, args.set), path.parent
+
+
 def cmd_train(args) -> int:
     from trainers.loop import run_training
 
-    if args.run is not None:
-        check_run_name(args.run)  # a run folder stays inside the output folder
-    cfg = load_config(args.config, args.scale, args.set)
+    if args.config.endswith(".json"):
+        cfg, run_dir = planned_run(args)
+    else:
+        if args.run is not None:
+            check_run_name(args.run)  # a run folder stays inside the output folder
+        cfg = load_config(args.config, args.scale or "local", args.set)
+        run_dir = out_folder(str(DEFAULT_OUT) if args.out is None else args.out) / cfg.experiment / (args.run or default_run_name(cfg))
     pin_cpu_isa(cfg.train.cpu_isa, args.may_reexec)
-    run_dir = out_folder(args.out) / cfg.experiment / (args.run or default_run_name(cfg))
     return run_training(cfg, run_dir, resume=args.resume is not None, force=args.resume == "force")
 
 
@@ -95,18 +104,6 @@ def cmd_data_imagenet(args) -> int:
     return prepare_imagenet(args)
 
 
-def cmd_study(args) -> int:
-    from studies.run import run_study
-
-    return run_study(
-        Path(args.experiment), scale=args.scale, launcher=args.launcher, cluster=args.cluster,
-        dry_run=args.dry_run, quick=args.quick, out=None if args.out is None else out_folder(args.out),
-        seeds=args.seeds,
-        overrides=args.set,
-        jobs=args.jobs, only=args.only, **({"gpus": args.gpus} if args.gpus is not None else {}),
-    )
-
-
 def config_args(sp) -> None:
     """The arguments every command that reads one experiment's config takes."""
     sp.add_argument("config", help="experiments/NN_name/config.toml (or its folder)")
@@ -116,35 +113,18 @@ def config_args(sp) -> None:
 
 def add_train(sub) -> None:
     t = sub.add_parser("train", help="one training run (any launcher: none, torchrun, srun, mpirun, horovodrun)")
-    config_args(t)
+    t.add_argument("config", help="experiments/NN_name/config.toml (or its folder), or a planned run's config.json "
+                                  "(a study writes one in each run's folder: the run exactly as planned, trained there)")
+    t.add_argument("--scale", choices=SCALES, help="local (CPU miniature, the default), gpu, node or thesis")
+    t.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a setting (with a config.json: only data.path, train.init_method)")
     # --run-name too: torchrun's own parser reads a bare --run as an abbreviation of its --run-path
     t.add_argument("--run", "--run-name", dest="run", help="run folder name (default: workers, batch, backend, seed)")
-    t.add_argument("--out", default=str(DEFAULT_OUT), help="runs root (default results/runs)")
+    t.add_argument("--out", help="runs root (default results/runs)")
     t.add_argument("--resume", choices=["auto", "force"],
                    help="auto: continue from the run folder's checkpoint if any, with the threads, device, passes and "
                         "CPU kernels it started with; force: also when this attempt's must differ")
     t.set_defaults(func=cmd_train)
-
-
-def add_study(sub) -> None:
-    st = sub.add_parser("study", help="expand an experiment into its runs and launch them")
-    st.add_argument("experiment", help="experiments/NN_name")
-    st.add_argument("--scale", choices=SCALES, default="local")
-    st.add_argument("--launcher", choices=["local", "slurm"], default="local")
-    st.add_argument("--cluster", default="local", help="Slurm profile in slurm/clusters/ (with --launcher slurm)")
-    st.add_argument("--dry-run", action="store_true", help="print the exact commands / sbatch lines and stop")
-    st.add_argument("--quick", action="store_true", help="a smoke run of the study (minutes)")
-    st.add_argument("--seeds", type=int, help="number of seeds (default: the study's own)")
-    st.add_argument("--jobs", type=int, help="quality runs side by side, the cores split between them (default: on "
-                    "the CPU one run per core; on a GPU and for throughput runs 1)")
-    st.add_argument("--gpus", type=int, help="--scale node: the node's GPUs (default: those visible here, else "
-                    "experiments/scales.toml [node.study] gpus, 8)")
-    st.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    st.add_argument("--only", nargs="+", default=[], metavar="RUN",
-                    help="only the runs of these names or patterns (e.g. 'w32-*' w1-s0); the rest are left alone")
-    st.add_argument("--out", help="runs root (default results/runs; with --quick results/quick, so smoke runs never "
-                    "share folders with full ones)")
-    st.set_defaults(func=cmd_study)
 
 
 def add_data(sub) -> None:
@@ -158,9 +138,7 @@ def add_data(sub) -> None:
     g.add_argument("--image-size", type=int, default=32)
     g.add_argument("--seed", type=int, default=0)
     g.set_defaults(func=cmd_data)
-    db = dsub.add_parser("bench", help="images/s of torchvision's ImageFolder pipeline and ours on DIR, interleaved")
-    data_bench.add_arguments(db)
-    db.set_defaults(func=data_bench.run)
+    dsub.add_parser("bench", help="the data path's images/s on DIR: python -m suite data bench DIR --help")
     im = dsub.add_parser("imagenet", help="ILSVRC-2012 tarballs -> DIR/train/<wnid>/, DIR/val/<wnid>/ (+ a tar)")
     im.add_argument("--train-tar", required=True, help="ILSVRC2012_img_train.tar")
     im.add_argument("--val-tar", required=True, help="ILSVRC2012_img_val.tar")
@@ -183,32 +161,31 @@ def parser() -> argparse.ArgumentParser:
     config_args(c)
     c.add_argument("--json", action="store_true", help="the config.json a run saves, `resolved` included")
     c.set_defaults(func=cmd_config)
-    add_study(sub)
+    sub.add_parser("study", help="expand an experiment into its runs: python -m suite study --help")
     add_data(sub)
     return p
 
 
+ABOVE = (["study"], ["data", "bench"])  # commands of rooms above the trainer, handed to the front door
+
+
+def hand_to_front_door(argv: list[str], from_command_line: bool) -> int:
+    """`python -m suite study ...` becomes `python -m suite study ...` (same pid, same arguments): the trainer
+    never imports a room above it. Called from Python, where an exec would end the caller, it says where to go."""
+    if not from_command_line:
+        command = "data bench" if argv[0] == "data" else argv[0]
+        raise ConfigError(f"{command} is the front door's command: call suite.__main__.main")
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "suite", *argv])
+
+
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if any(words[:len(command)] == command for command in ABOVE):
+        return one_line_errors(lambda: hand_to_front_door(words, argv is None))
     args = parser().parse_args(argv)
     args.may_reexec = argv is None  # the command line itself, not a call from Python
-    try:
-        return args.func(args)
-    except (ConfigError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        if e.errno not in WRITE_FAILURES:
-            raise
-        # a full or read-only disk before a run could say so itself (a run that started marks itself failed)
-        print(f"error: cannot write {e.filename or 'the output'}: {e.strerror}; free space or pick another --out",
-              file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # output piped into `head` and the like: stop quietly, as other command-line tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+    return one_line_errors(lambda: args.func(args), (DataError,))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from trainers.optimizers import build_optimizer
 from contract.locks import RankLock, dead_ranks, mark_failed
 from contract.reader import read_manifest
 from contract.runfolder import (CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS, WRITE_FAILURES, RunFolder,
-                                now_iso)
+                                config_document, now_iso)
 from contract.versions import git_commit, versions
 from trainers.runlog import DeviceTotals, LogEvery, Readout, Sums, summary_line, test_line, train_line
 
@@ -518,8 +518,7 @@ def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: b
         pinned = pin_arithmetic(cfg, run_dir / CHECKPOINT, force, launch.world_size)
     trainer = Trainer(cfg, run_dir, name, launch, resume, echo, pinned)
     run, b = trainer.run, trainer.backend
-    run.write_config({"experiment": cfg.experiment, "run": run_dir.name, "scale": cfg.scale, **cfg.to_dict(),
-                      "resolved": cfg.resolved(name)})
+    run.write_config(config_document(cfg, run_dir.name, name))
     if (run_dir / MANIFEST).exists() and trainer.resuming:
         run.manifest = read_manifest(run_dir) or {}
     attempt = {"start": now_iso(), "epoch": trainer.start_epoch, "iteration": trainer.start_step,

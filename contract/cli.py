@@ -1,0 +1,40 @@
+"""How every command line of the suite ends: a user's mistake is one line and exit 2, never a traceback."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from contract.config import ConfigError
+from contract.runfolder import WRITE_FAILURES
+
+
+def one_line_errors(command: Callable[[], int], mistakes: tuple[type[BaseException], ...] = ()) -> int:
+    """Run `command`; a ConfigError (or one of `mistakes`, a room's own kinds of user error) prints `error: ...`
+    and exits 2; a full or read-only disk exits 1 with what to fix; Ctrl-C 130; output piped into `head` 141."""
+    try:
+        return command()
+    except (ConfigError, *mistakes) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno not in WRITE_FAILURES:
+            raise
+        # a full or read-only disk before a run could say so itself (a run that started marks itself failed)
+        print(f"error: cannot write {e.filename or 'the output'}: {e.strerror}; free space or pick another --out",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly, as other command-line tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def out_folder(text: str) -> Path:
+    """--out as a folder; empty would quietly mean the current folder (the repository's root)."""
+    if not text.strip():
+        raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
+    return Path(text)

@@ -1,0 +1,55 @@
+"""The front door: python -m suite COMMAND [ARGS...] (installed as `scaling-study` too).
+
+It stands on the top floor (docs/architecture.md) and owns no work of its own: each command is handed whole to the
+room that owns it, so every room below keeps its own command line and imports nothing above it.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command -> (the module whose main(argv) takes it, what it does). Train, schedule, config and data are the trainer's
+# own commands: the front door hands them on with the command word, as `python -m trainers` takes them.
+ROUTES: dict[str, tuple[str, str]] = {
+    "study": ("studies.__main__", "expand an experiment into its runs and launch them (here or with Slurm)"),
+    "train": ("trainers.__main__", "one training run (any launcher: none, torchrun, srun, mpirun, horovodrun)"),
+    "schedule": ("trainers.__main__", "print the learning rate at the start of each epoch as CSV"),
+    "config": ("trainers.__main__", "print the merged, resolved config a run would get"),
+    "data": ("trainers.__main__", "the generated dataset, ILSVRC-2012 preparation; `data bench`: the data path's speed"),
+    "analysis": ("analysis.__main__", "the report, throughput of logs, cost, the headline (analysis --help)"),
+    "tools": ("tools.__main__", "measurements of the suite itself: benches, noise scale, cluster-check (tools --help)"),
+    "cluster": ("slurm.local_cluster", "a Slurm cluster of namespace hosts on this machine: start, stop, status, link"),
+}
+WITH_WORD = {"train", "schedule", "config", "data"}  # the room's own parser reads the command word too
+DATA_BENCH = ("tools.__main__", ["data-bench"])  # `data bench` measures the data path: a tool, not the trainer
+
+
+def usage() -> str:
+    return ("usage: python -m suite COMMAND [ARGS...]   (COMMAND --help for each; `make help` lists the make targets)\n"
+            + "".join(f"  {word:9} {text}\n" for word, (_, text) in ROUTES.items()))
+
+
+def route(argv: list[str]) -> tuple[str, list[str]]:
+    """(the module to hand the command to, the arguments its main takes)."""
+    word = argv[0]
+    if argv[:2] == ["data", "bench"]:
+        module, head = DATA_BENCH
+        return module, head + argv[2:]
+    module, _ = ROUTES[word]
+    return module, argv if word in WITH_WORD else argv[1:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(usage())
+        return 0 if argv else 2
+    if argv[0] not in ROUTES:
+        print(f"error: no command {argv[0]!r}; the commands: {', '.join(ROUTES)}", file=sys.stderr)
+        return 2
+    module, args = route(argv)
+    return importlib.import_module(module).main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
