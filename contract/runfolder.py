@@ -43,9 +43,11 @@ LOCK = ".lock"  # rank 0's; every other rank's is rank_lock(r) (contract/locks.p
 RANK_LOCKS = ".rank*.lock"  # a glob for the other ranks' lock files
 STUDY_LOCK = ".study.lock"  # held by the study that launches the run, so two studies never both start it
 FILES = (CONFIG, MANIFEST, METRICS, LOG, CHECKPOINT, CONSOLE, LOCK, STUDY_LOCK)
-# Why writing a run's files can fail where no retry helps: a full disk, a quota, a read-only mount, a file over the
-# size limit. The trainer marks its run failed on these, and its command line says so in one line.
-WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+# Why writing a run's files can fail where no retry helps: a full disk, a quota (DISK_FULL: no room; the data cache
+# says so too), a read-only mount, a file over the size limit. The trainer marks its run failed on these, and its
+# command line says so in one line.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+WRITE_FAILURES = (*DISK_FULL, errno.EROFS, errno.EFBIG)
 
 
 def config_document(cfg: Config, run: str, backend: str) -> dict[str, Any]:

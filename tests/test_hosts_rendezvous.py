@@ -8,7 +8,7 @@ import re
 import pytest
 
 from contract.config import ConfigError
-from trainers import backends
+from trainers.backends import launch as launch_module
 from trainers.backends import Launch, bind_gloo_towards
 from trainers.backends.launch import Route, interface_towards
 
@@ -26,14 +26,14 @@ def test_loopback_is_its_own_interface():
 
 
 def test_one_host_leaves_gloo_alone(monkeypatch, no_gloo_ifname):
-    monkeypatch.setattr(backends, "interface_towards", lambda addr: pytest.fail("no lookup on one host"))
+    monkeypatch.setattr(launch_module, "interface_towards", lambda addr: pytest.fail("no lookup on one host"))
     bind_gloo_towards("127.0.0.1", TWO_HOSTS)  # torchrun "nodes" on localhost
     bind_gloo_towards("n1", Launch("slurm", 0, 2, 0, "n1", 1, local_world_size=2))  # every rank on this node
     assert "GLOO_SOCKET_IFNAME" not in os.environ
 
 
 def test_across_hosts_gloo_binds_the_interface_that_reaches_the_rendezvous(monkeypatch, no_gloo_ifname):
-    monkeypatch.setattr(backends, "interface_towards", lambda addr: Route("10.213.0.2", "10.213.0.3", "eth0"))
+    monkeypatch.setattr(launch_module, "interface_towards", lambda addr: Route("10.213.0.2", "10.213.0.3", "eth0"))
     bind_gloo_towards("n1", TWO_HOSTS)
     assert os.environ["GLOO_SOCKET_IFNAME"] == "eth0"
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "ib0")  # the user's own choice wins
@@ -42,11 +42,11 @@ def test_across_hosts_gloo_binds_the_interface_that_reaches_the_rendezvous(monke
 
 
 def test_a_rendezvous_name_on_loopback_or_unresolved_is_one_line(monkeypatch, no_gloo_ifname):
-    monkeypatch.setattr(backends, "interface_towards", lambda addr: Route("127.0.1.1", "127.0.0.1", "lo"))
+    monkeypatch.setattr(launch_module, "interface_towards", lambda addr: Route("127.0.1.1", "127.0.0.1", "lo"))
     with pytest.raises(ConfigError, match=r"rank 1: the rendezvous host 'n1' resolves to loopback \(127.0.1.1\)") as e:
         bind_gloo_towards("n1", TWO_HOSTS)
     assert "\n" not in str(e.value) and "/etc/hosts" in str(e.value)
-    monkeypatch.setattr(backends, "interface_towards", lambda addr: None)
+    monkeypatch.setattr(launch_module, "interface_towards", lambda addr: None)
     with pytest.raises(ConfigError, match="rank 1: the rendezvous host 'n1' does not resolve on"):
         bind_gloo_towards("n1", TWO_HOSTS)
 

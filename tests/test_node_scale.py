@@ -161,6 +161,8 @@ def test_the_manifest_names_every_ranks_gpu_in_rank_order(monkeypatch):
     # On a node every rank drives its own GPU: the manifest lists all of them, not rank 0's alone.
     import torch
 
+    from contract.config import Config, TrainConfig
+    from trainers.backends import Launch
     from trainers.backends.base import Backend
 
     class TwoRanks(Backend):
@@ -168,6 +170,7 @@ def test_the_manifest_names_every_ranks_gpu_in_rank_order(monkeypatch):
             return [obj, [name.replace("cuda:0", "cuda:1") for name in obj]]
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "NVIDIA H100 80GB HBM3")
-    ranks = TwoRanks(torch.device("cuda", 0), rank=0, world_size=2, workers=8)
+    cfg, launch = Config(train=TrainConfig(workers=8, backend="ddp")), Launch("torchrun", rank=0, world_size=2)
+    ranks = TwoRanks(cfg, launch, torch.device("cuda", 0))
     assert ranks.devices() == ["cuda:0 NVIDIA H100 80GB HBM3", "cuda:1 NVIDIA H100 80GB HBM3"]
-    assert TwoRanks(torch.device("cpu"), world_size=2).devices() == ["cpu"]
+    assert TwoRanks(cfg, launch, torch.device("cpu")).devices() == ["cpu"]

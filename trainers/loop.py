@@ -1,13 +1,19 @@
 """The one training loop: every experiment, scale and backend runs this.
 
-Per epoch: set the learning rate from the policy, train, validate, checkpoint. A step cap (train.max_steps, a
-smoke run) ends the run early: the epoch it ends in is validated on as many batches as the cap and recorded as the
-last. The loop talks to a `Backend` (trainers/backends) for everything distributed, to trainers.data for batches
-and to RunFolder for its records.
+    trainer = Trainer(cfg, run_dir, backend_name, launch, resume)   # model, optimizer, data on the backend
+    trainer.fit()   # per epoch: train_epoch (step after step), validate, the epoch record, the checkpoint
+
+Read top to bottom: `Trainer.fit` (the epochs), `train_epoch` (the steps, and the checks that stop a run: a NaN
+loss, a stop signal, agreed by all ranks where the meters are read), `step`, `validate`, the step cap, the
+checkpoint; then `run_training`, one process's run from its lock to its final status. A step cap
+(train.max_steps, a smoke run) ends the run early: the epoch it ends in is validated on as many batches as the cap
+and recorded as the last. Beside the loop, each an object or module it calls: a `Backend` (trainers/backends) for
+everything distributed, trainers.data for batches, LogEvery (runlog.py) for train.log's cadence, what it counts
+(tallies.py: the step time's split, fp16's skipped steps, unreadable files), the util records (telemetry.py),
+the benchmark mode (bench.py) and RunFolder for its records.
 """
 from __future__ import annotations
 
-import datetime
 import itertools
 import math
 import os
@@ -20,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from trainers import backends, checkpoint, compute, data, telemetry
+from trainers import backends, bench, checkpoint, compute, data, telemetry
 from contract.config import Config, ConfigError, check_paths, check_writable
 from contract.lr import lr_at
 from trainers.models import build_model
@@ -30,9 +36,8 @@ from contract.reader import read_manifest
 from contract.runfolder import (CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS, WRITE_FAILURES, RunFolder,
                                 config_document, now_iso)
 from contract.versions import git_commit, versions
-from trainers.runlog import DeviceTotals, LogEvery, Readout, Sums, summary_line, test_line, train_line
-
-THESIS_BATCH_INDEX = 199  # the thesis read the running mean batch time at training batch 199
+from trainers.runlog import DeviceTotals, LogEvery, Sums, summary_line, test_line, train_line
+from trainers.tallies import SkippedSteps, StepTimes, UnreadableFiles, unreadable_lines
 EXIT_COMPLETED, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_PREEMPTED = 0, 1, 2, 3, 4
 
 
@@ -66,6 +71,8 @@ class StopSignal:
 # The trainer: one process's part of a run
 # ----------------------------------------------------------------------------------------------------------------
 class Trainer:
+    """The model, its optimizer and its data on this process's backend; `fit` trains them epoch by epoch."""
+
     def __init__(self, cfg: Config, run_dir: Path, backend_name: str, launch: backends.Launch, resume: bool,
                  echo: bool = True, pinned: dict | None = None):
         self.cfg = cfg
@@ -77,8 +84,7 @@ class Trainer:
         self.policy = cfg.lr_policy()
         # Data first: generating the miniature dataset may take a minute, and no peer should be waiting on us.
         self.train_ds, self.val_ds = data.build_datasets(cfg.data, cfg.model.num_classes, t.seed)
-        self.backend = backends.create(cfg, launch, backend_name)
-        b = self.backend
+        self.backend = b = backends.create(cfg, launch, backend_name)
         self.ckpt_path = run_dir / CHECKPOINT
         self.resuming = resume and self.ckpt_path.exists()
         self.run = RunFolder(run_dir, writes=b.is_main(), echo=echo, fresh=not self.resuming)
@@ -87,14 +93,13 @@ class Trainer:
         self.compute = compute.Compute(t, b.device)
         self.model = compute.compile_model(b.wrap_model(compute.prepare_model(build_model(cfg.model), t)), t)
         self.criterion = nn.CrossEntropyLoss().to(b.device)
-        optimizer = build_optimizer(self.model, cfg.optim, self.policy.target)
-        self.optimizer = b.wrap_optimizer(optimizer, self.model)
+        self.optimizer = b.wrap_optimizer(build_optimizer(self.model, cfg.optim, self.policy.target), self.model)
         self.per_shard_batch = t.per_worker_batch * b.batch_multiplier
         self.train_sampler = data.StepBatchSampler(len(self.train_ds), b.shards(), self.per_shard_batch,
                                                    seed=t.seed, shuffle=True)  # before restore: its steps bound it
         self.start_epoch, self.start_step, self.partial, self.best_top1 = 0, 0, Sums(), 0.0
         self.lr = 0.0  # the learning rate last set (set_lr)
-        self.skipped_total = 0  # optimizer steps fp16's scaler skipped in the epochs done (the epoch's: compute)
+        self.skipped = SkippedSteps(self.compute, self.run.log)
         if self.resuming:
             self.restore()
         else:
@@ -103,30 +108,179 @@ class Trainer:
         if passes:
             self.run.log(passes)
         self.stop = StopSignal()
-        self.time_split = {"data_s": 0.0, "compute_s": 0.0, "comm_s": 0.0}
-        self.unreadable = {"train": set(), "val": set()}  # this epoch's unreadable files (sample indices)
-        self.data_s = self.step_s = self.epoch_data_share = 0.0  # waiting for batches / whole steps
-        # The loaders are built once: each epoch only moves the sampler on (persistent workers keep running)
+        self.times, self.unreadable = StepTimes(), UnreadableFiles(b, self.run, cfg.data.val_mode)
+        self.make_loaders()
+        self.telemetry = telemetry.UtilRecords(cfg.telemetry.interval_s, b, self.run)
+
+    def make_loaders(self) -> None:
+        """The loaders, built once: each epoch only moves the sampler on (persistent workers keep running)."""
+        b, workers = self.backend, self.cfg.data.loader_workers
         pin = b.device.type == "cuda"
-        self.train_loader = data.make_loader(self.train_ds, self.train_sampler, cfg.data.loader_workers, pin)
+        self.train_loader = data.make_loader(self.train_ds, self.train_sampler, workers, pin)
         # on a GPU the next batches are moved (and decoded) on a stream of their own while this one trains
         self.train_batches = data.DeviceBatches(self.train_loader, b.device)
-        val = data.IndexBatches(data.val_indices(len(self.val_ds), b.world_size, b.rank, cfg.data.val_mode),
+        val = data.IndexBatches(data.val_indices(len(self.val_ds), b.world_size, b.rank, self.cfg.data.val_mode),
                                 self.per_shard_batch * len(b.shards()))
-        self.val_loader = data.DeviceBatches(data.make_loader(self.val_ds, val, cfg.data.loader_workers, pin), b.device)
-        self.started = time.time()
-        self.sampler = telemetry.start_sampler(cfg.telemetry.interval_s, b.rank, b.local_rank, self.run.log)
+        self.val_loader = data.DeviceBatches(data.make_loader(self.val_ds, val, workers, pin), b.device)
 
-    def try_pass(self, workers: int) -> None:
-        """Forward and backward of `workers` workers' batches of zeros: the backend's measure of what one pass holds
-        (fit_passes). Zeros draw no random numbers; the backend keeps the running statistics out of it."""
-        t, size, device = self.cfg.train, self.cfg.data.image_size, self.backend.device
-        images = self.compute.layout(torch.zeros(workers * t.per_worker_batch, 3, size, size, device=device))
-        target = torch.zeros(workers * t.per_worker_batch, dtype=torch.long, device=device)
+    # ---- the run: epochs ----------------------------------------------------------------------------------
+    def fit(self) -> None:
+        """Each epoch from the start (or the checkpoint): train, validate, record, checkpoint; a stop signal that
+        reached any rank ends the run after the epoch."""
+        last_epoch = self.last_epoch()
+        for epoch in range(self.start_epoch, last_epoch):
+            started = time.time()
+            train = self.train_epoch(epoch).reduced(self.backend)
+            capped = self.cut_by_cap() and epoch + 1 == last_epoch
+            val = self.validate(self.cfg.train.max_steps if capped else None)
+            train_loss, train_top1, train_top5 = train.means()
+            val_loss, val_top1, val_top5 = val.means()
+            self.run.log(summary_line(val_top1, val_top5))
+            skipped = self.skipped.end_epoch(len(self.train_sampler))
+            self.best_top1 = max(self.best_top1, val_top1)
+            unreadable = self.unreadable.end_epoch(epoch)
+            self.run.record(
+                "epoch", epoch=epoch, lr=lr_at(epoch, 0, 1, self.policy), train_loss=train_loss,
+                train_top1=train_top1, train_top5=train_top5, val_loss=val_loss, val_top1=val_top1,
+                val_top5=val_top5, epoch_time=time.time() - started, images=train.images,
+                skipped_images=unreadable["train"], skipped_val_images=unreadable["val"], skipped_steps=skipped,
+                data_share=self.times.epoch_data_share, **self.times.split,
+            )
+            self.telemetry.write(gather=True)
+            self.save(epoch + 1, 0, Sums())
+            self.run.update_manifest(epochs_done=epoch + 1, best_val_top1=self.best_top1,
+                                     unreadable_images=self.run.manifest.get("unreadable_images", {}),
+                                     data_wait_share=self.times.data_wait_share(), skipped_steps=self.skipped.total)
+            # every rank agrees (a collective): a signal that reached one rank before this point and another after
+            # it would otherwise stop one and leave the other waiting in the next epoch's first allreduce
+            if self.backend.any_rank(self.stop.received is not None) and epoch + 1 < last_epoch:
+                raise Preempted(f"stopped by a signal after epoch {epoch}; checkpoint written")
+
+    # ---- one epoch of training ----------------------------------------------------------------------------
+    def train_epoch(self, epoch: int) -> Sums:
+        """The epoch's steps from self.start_step (a resume mid-epoch) to its end or the step cap: this process's
+        sums. Where the meters are read, all ranks agree, at the same iteration, on whether to stop: a NaN loss on
+        any rank ends the run as diverged; a stop signal on any rank, with a checkpoint of this very step."""
+        b = self.backend
+        loader, n = self.batches(epoch, self.start_step)
+        last = self.capped_steps(epoch)  # n, unless the step cap ends the run in this epoch
+        totals, self.partial = DeviceTotals(b.device, self.partial), Sums()
+        every = LogEvery(totals, self.cfg.train.print_freq, lambda i, meters: self.log_iteration(epoch, i, n, meters),
+                         also={last - 1})  # the epoch's last step: its reading is the epoch's sums
         self.model.train()
-        with self.compute.autocast():
-            loss = self.criterion(self.model(images), target)
-        self.compute.backward(loss)
+        self.run.log(f"Setting learning rate for epoch {epoch} to {lr_at(epoch, self.start_step, n, self.policy)}")
+        comm_start = b.comm_seconds()
+        steps = enumerate(loader, start=self.start_step)
+        if last < n:  # capped: the loader is left unfinished (the run ends with this epoch)
+            steps = itertools.islice(steps, max(0, last - self.start_step))
+        for i, (images, target, skipped) in every(steps):
+            self.unreadable.add("train", skipped)
+            self.set_lr(lr_at(epoch, i, n, self.policy))
+            output, loss = self.step(images, target)
+            totals.add(loss, output, target)
+            # a lone process looks at a stop signal every step; several agree on one where they all read anyway
+            reading = every.end_step(i, read=b.world_size == 1 and self.stop.received is not None)
+            if reading is None:
+                continue
+            # a NaN anywhere since the last reading has made the summed loss NaN (losses are >= 0)
+            read_loss = reading.loss if math.isfinite(reading.sums.loss) else reading.sums.loss
+            if not b.any_rank(not math.isfinite(read_loss) or self.stop.received is not None):
+                continue
+            if b.any_rank(not math.isfinite(read_loss)):
+                raise Diverged(f"loss is {read_loss} at epoch {epoch}, iteration {i}")
+            if i + 1 < last:  # a signal at the epoch's last step: the epoch ends first (validated, checkpointed)
+                self.save(epoch, i + 1, reading.sums)
+                raise Preempted(f"stopped by a signal at epoch {epoch}, iteration {i + 1}; checkpoint written")
+        self.start_step = 0
+        data_s = every.data_time.sum + loader.gpu_wait_s()  # plus the GPU's idle wait for a batch still being decoded
+        self.times.add_epoch(data_s, every.batch_time.sum, b.comm_seconds() - comm_start)
+        return every.sums
+
+    def step(self, images: torch.Tensor, target: torch.Tensor):
+        """Forward, backward, update: the batch's logits and mean loss, on the device (nothing waits for the GPU).
+
+        The backend may split the batch into passes (Horovod's local accumulation; emulated workers that don't
+        fit in one pass); each pass's loss is weighted by its share of the images, so the accumulated gradient is
+        the whole batch's mean loss gradient.
+        """
+        c = self.compute
+        images = c.layout(images)
+        self.optimizer.zero_grad()
+        outputs, losses, total = [], [], len(target)
+        for x, y in self.backend.micro_batches(images, target):
+            with c.autocast():
+                output = self.model(x)
+                loss = self.criterion(output, y)
+            c.backward(loss if len(y) == total else loss * (len(y) / total))
+            outputs.append(output.detach())
+            losses.append(loss.detach() if len(y) == total else loss.detach().double() * len(y))
+        c.optimizer_step(self.backend, self.optimizer)
+        if len(outputs) == 1:
+            return outputs[0], losses[0]
+        return torch.cat(outputs), torch.stack(losses).sum() / total
+
+    def batches(self, epoch: int, start_step: int):
+        self.train_sampler.set_epoch(epoch, start_step)
+        return self.train_batches, len(self.train_sampler)  # the full epoch's steps, also when resuming mid-epoch
+
+    def set_lr(self, lr: float) -> None:
+        self.lr = lr  # the rate the iter records show
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def log_iteration(self, epoch: int, i: int, n: int, every: LogEvery) -> None:
+        """train.log's line and the iter record of a training or benchmark step (LogEvery's write)."""
+        batch_time, data_time, r = every.batch_time, every.data_time, every.reading
+        self.run.log(train_line(epoch, i, n, batch_time, data_time, r.losses, r.top1, r.top5), progress=True)
+        if self.backend.is_main():
+            self.telemetry.write(gather=False)
+        self.run.record(
+            "iter", epoch=epoch, iter=i, iters=n, lr=self.lr, images=every.totals.last_images * self.backend.world_size,
+            batch_time=batch_time.val, batch_time_avg=batch_time.avg, data_time=data_time.val,
+            data_time_avg=data_time.avg, loss=r.losses.val, loss_avg=r.losses.avg, top1=r.top1.val,
+            top1_avg=r.top1.avg, top5=r.top5.val, top5_avg=r.top5.avg,
+        )
+
+    # ---- validation ---------------------------------------------------------------------------------------
+    def validate(self, batches: int | None = None) -> Sums:
+        """The validation sums (all ranks'); batches: the first this many batches only (a capped run's last epoch)."""
+        n = len(self.val_loader)
+        every = LogEvery(DeviceTotals(self.backend.device), self.cfg.train.print_freq, lambda i, meters: self.run.log(
+            test_line(i, n, meters.batch_time, meters.reading.losses, meters.reading.top1, meters.reading.top5),
+            progress=True))
+        self.model.eval()
+        with torch.no_grad():
+            for i, (images, target) in every(itertools.islice(self.val_batches(), batches)):
+                with self.compute.autocast():
+                    output = self.model(self.compute.layout(images))
+                    loss = self.criterion(output, target)
+                every.totals.add(loss, output, target)
+                every.end_step(i)
+        sums = every.final_sums()
+        # "every_rank" (the thesis): each rank saw the whole set, so rank 0's sums are exact already
+        return sums.reduced(self.backend) if self.cfg.data.val_mode == "sharded" else sums
+
+    def val_batches(self):
+        """The validation batches with their numbers; a batch all of whose files were unreadable is left out."""
+        for i, (images, target, skipped) in enumerate(self.val_loader):
+            self.unreadable.add("val", skipped)  # excluded from the batch, never replaced
+            if len(target):
+                yield i, (images, target)
+
+    # ---- the step cap (train.max_steps): a smoke run of the real model, data and launch ------------------------
+    def capped_steps(self, epoch: int) -> int:
+        """The steps epoch `epoch` trains: all of them, or those left under the cap (0 once it is reached)."""
+        n, cap = len(self.train_sampler), self.cfg.train.max_steps
+        return n if not cap else max(0, min(n, cap - epoch * n))
+
+    def last_epoch(self) -> int:
+        """The epochs the run trains: train.epochs, or fewer when the cap ends it sooner."""
+        cap, n = self.cfg.train.max_steps, len(self.train_sampler)
+        return self.cfg.train.epochs if not cap else min(self.cfg.train.epochs, math.ceil(cap / n))
+
+    def cut_by_cap(self) -> bool:
+        """The cap ends the run before the schedule does."""
+        return 0 < self.cfg.train.max_steps < self.cfg.train.epochs * len(self.train_sampler)
 
     # ---- checkpoints ------------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -143,9 +297,7 @@ class Trainer:
                 raise ValueError(problem)
             self.best_top1 = float(state["best_top1"])
             self.compute.load_state_dict(state.get("scaler", {}))
-            skipped = state.get("skipped_steps", {})  # absent in checkpoints from before it was counted
-            self.compute.skipped.fill_(skipped.get("epoch", 0))
-            self.skipped_total = int(skipped.get("run", 0))
+            self.skipped.restore(state.get("skipped_steps", {}))  # absent in checkpoints from before it was counted
             checkpoint.restore_rng(state["rng"])
         # what was written after this checkpoint will be written again: cut it, or the files would hold it twice
         dropped = self.run.cut_back(state.get("run_files", {}))
@@ -174,8 +326,7 @@ class Trainer:
             "best_top1": self.best_top1,
             "rng": checkpoint.rng_state(),
             "scaler": self.compute.state_dict(),  # fp16's loss scale: resume takes the same steps
-            # steps the scaler skipped: this epoch's so far (a mid-epoch checkpoint) and the epochs done
-            "skipped_steps": {"epoch": int(self.compute.skipped), "run": self.skipped_total},
+            "skipped_steps": self.skipped.state(),  # steps the scaler skipped: this epoch's so far, the epochs done
             "config": self.cfg.to_dict(),
             "arithmetic": self.arithmetic(),  # what a resume must reuse to continue the same run
             "run_files": self.run.sizes(),  # bytes of metrics.jsonl and train.log this checkpoint covers
@@ -190,272 +341,17 @@ class Trainer:
                 "onednn_isa": compute.cpu_description()["onednn_isa"],
                 "precision": self.cfg.train.precision, "deterministic": self.cfg.train.deterministic}
 
-    # ---- one epoch of training --------------------------------------------------------------------------------
-    def batches(self, epoch: int, start_step: int):
-        self.train_sampler.set_epoch(epoch, start_step)
-        return self.train_batches, len(self.train_sampler)  # the full epoch's steps, also when resuming mid-epoch
-
-    def set_lr(self, lr: float) -> None:
-        self.lr = lr  # the rate the iter records show
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-
-    def step(self, images: torch.Tensor, target: torch.Tensor):
-        """Forward, backward, update: the batch's logits and mean loss, on the device (nothing waits for the GPU).
-
-        The backend may split the batch into passes (Horovod's local accumulation; emulated workers that don't
-        fit in one pass); each pass's loss is weighted by its share of the images, so the accumulated gradient is
-        the whole batch's mean loss gradient.
-        """
-        c = self.compute
-        images = c.layout(images)
-        self.optimizer.zero_grad()
-        outputs, losses, total = [], [], len(target)
-        for x, y in self.backend.micro_batches(images, target):
-            with c.autocast():
-                output = self.model(x)
-                loss = self.criterion(output, y)
-            c.backward(loss if len(y) == total else loss * (len(y) / total))
-            outputs.append(output.detach())
-            losses.append(loss.detach() if len(y) == total else loss.detach().double() * len(y))
-        c.optimizer_step(self.backend, self.optimizer)
-        if len(outputs) == 1:
-            return outputs[0], losses[0]
-        return torch.cat(outputs), torch.stack(losses).sum() / total
-
-    # ---- the step cap (train.max_steps): a smoke run of the real model, data and launch ------------------------
-    def capped_steps(self, epoch: int) -> int:
-        """The steps epoch `epoch` trains: all of them, or those left under the cap (0 once it is reached)."""
-        n, cap = len(self.train_sampler), self.cfg.train.max_steps
-        return n if not cap else max(0, min(n, cap - epoch * n))
-
-    def last_epoch(self) -> int:
-        """The epochs the run trains: train.epochs, or fewer when the cap ends it sooner."""
-        cap, n = self.cfg.train.max_steps, len(self.train_sampler)
-        return self.cfg.train.epochs if not cap else min(self.cfg.train.epochs, math.ceil(cap / n))
-
-    def cut_by_cap(self) -> bool:
-        """The cap ends the run before the schedule does."""
-        return 0 < self.cfg.train.max_steps < self.cfg.train.epochs * len(self.train_sampler)
-
-    def train_epoch(self, epoch: int) -> Sums:
-        b = self.backend
-        loader, n = self.batches(epoch, self.start_step)
-        last = self.capped_steps(epoch)  # n, unless the step cap ends the run in this epoch
-        totals, self.partial = DeviceTotals(b.device, self.partial), Sums()
-        every = LogEvery(
-            totals, self.cfg.train.print_freq, lambda i, meters: self.log_iteration(epoch, i, n, meters),
-            also={last - 1},  # the epoch's last step: its reading is the epoch's sums
-            # a signal in a lone process is checked at every step; several processes agree on it where they read
-            read_also=lambda i: b.world_size == 1 and self.stop.received is not None,
-            after_read=lambda i, meters: self.check_stop(epoch, i + 1, last, meters.reading))
+    # ---- what one forward/backward pass holds --------------------------------------------------------------
+    def try_pass(self, workers: int) -> None:
+        """Forward and backward of `workers` workers' batches of zeros: the backend's measure of what one pass holds
+        (fit_passes). Zeros draw no random numbers; the backend keeps the running statistics out of it."""
+        t, size, device = self.cfg.train, self.cfg.data.image_size, self.backend.device
+        images = self.compute.layout(torch.zeros(workers * t.per_worker_batch, 3, size, size, device=device))
+        target = torch.zeros(workers * t.per_worker_batch, dtype=torch.long, device=device)
         self.model.train()
-        self.run.log(f"Setting learning rate for epoch {epoch} to {lr_at(epoch, self.start_step, n, self.policy)}")
-        comm_start = b.comm_seconds()
-        steps = enumerate(loader, start=self.start_step)
-        if last < n:  # capped: the loader is left unfinished (the run ends with this epoch)
-            steps = itertools.islice(steps, max(0, last - self.start_step))
-        for i, (images, target, skipped) in every(steps):
-            self.unreadable["train"].update(skipped)
-            self.set_lr(lr_at(epoch, i, n, self.policy))
-            output, loss = self.step(images, target)
-            totals.add(loss, output, target)
-        self.start_step = 0
-        batch_s = every.batch_time.sum
-        data_s = every.data_time.sum + loader.gpu_wait_s()  # plus the GPU's idle wait for a batch still being decoded
-        self.time_split = time_split(data_s, batch_s, b.comm_seconds() - comm_start)
-        self.data_s, self.step_s = self.data_s + data_s, self.step_s + batch_s
-        self.epoch_data_share = data_s / batch_s if batch_s else 0.0
-        return every.sums
-
-    def log_iteration(self, epoch: int, i: int, n: int, every: LogEvery) -> None:
-        """train.log's line and the iter record of a training or benchmark step (LogEvery's write)."""
-        batch_time, data_time, r = every.batch_time, every.data_time, every.reading
-        self.run.log(train_line(epoch, i, n, batch_time, data_time, r.losses, r.top1, r.top5), progress=True)
-        if self.backend.is_main():
-            self.write_util(gather=False)
-        self.run.record(
-            "iter", epoch=epoch, iter=i, iters=n, lr=self.lr, images=every.totals.last_images * self.backend.world_size,
-            batch_time=batch_time.val, batch_time_avg=batch_time.avg, data_time=data_time.val,
-            data_time_avg=data_time.avg, loss=r.losses.val, loss_avg=r.losses.avg, top1=r.top1.val,
-            top1_avg=r.top1.avg, top5=r.top5.val, top5_avg=r.top5.avg,
-        )
-
-    def check_stop(self, epoch: int, next_step: int, n: int, reading: Readout) -> None:
-        """All ranks agree, at the same iteration, on whether to stop (a NaN here, a signal there)."""
-        # a NaN anywhere since the last reading has made the summed loss NaN (losses are >= 0)
-        loss = reading.loss if math.isfinite(reading.sums.loss) else reading.sums.loss
-        local = not math.isfinite(loss) or self.stop.received is not None
-        if not self.backend.any_rank(local):
-            return
-        if self.backend.any_rank(not math.isfinite(loss)):
-            raise Diverged(f"loss is {loss} at epoch {epoch}, iteration {next_step - 1}")
-        if next_step == n:  # the epoch's last step: finish it (validate, checkpoint) before stopping
-            return
-        self.save(epoch, next_step, reading.sums)
-        raise Preempted(f"stopped by a signal at epoch {epoch}, iteration {next_step}; checkpoint written")
-
-    def write_util(self, gather: bool) -> None:
-        """Telemetry samples as util records: rank 0's own node's as it logs; with gather (a collective, so every
-        rank calls it at the same point: an epoch's end) every node's, through the backend."""
-        samples = self.sampler.drain() if self.sampler else []
-        if gather:
-            samples = [s for node in self.backend.gather_objects(samples) for s in node]
-        start = self.run.manifest.get("start")
-        origin = datetime.datetime.fromisoformat(start).timestamp() if start else self.started
-        for sample in samples:
-            self.run.record("util", **telemetry.as_record(sample, origin))
-
-    # ---- validation ---------------------------------------------------------------------------------------
-    def validate(self, batches: int | None = None) -> Sums:
-        """batches: validate on the first this many batches only (a capped smoke run's last epoch)."""
-        n = len(self.val_loader)
-        every = LogEvery(DeviceTotals(self.backend.device), self.cfg.train.print_freq, lambda i, meters: self.run.log(
-            test_line(i, n, meters.batch_time, meters.reading.losses, meters.reading.top1, meters.reading.top5),
-            progress=True))
-        self.model.eval()
-        with torch.no_grad():
-            for _, (images, target) in every(itertools.islice(self.val_batches(), batches)):
-                with self.compute.autocast():
-                    output = self.model(self.compute.layout(images))
-                    loss = self.criterion(output, target)
-                every.totals.add(loss, output, target)
-        sums = every.final_sums()
-        # "every_rank" (the thesis): each rank saw the whole set, so rank 0's sums are exact already
-        return sums.reduced(self.backend) if self.cfg.data.val_mode == "sharded" else sums
-
-    def val_batches(self):
-        """The validation batches with their numbers; a batch all of whose files were unreadable is left out."""
-        for i, (images, target, skipped) in enumerate(self.val_loader):
-            self.unreadable["val"].update(skipped)  # excluded from the batch, never replaced
-            if len(target):
-                yield i, (images, target)
-
-    # ---- the run ------------------------------------------------------------------------------------------
-    def fit(self) -> None:
-        last_epoch = self.last_epoch()
-        for epoch in range(self.start_epoch, last_epoch):
-            started = time.time()
-            train = self.train_epoch(epoch).reduced(self.backend)
-            capped = self.cut_by_cap() and epoch + 1 == last_epoch
-            val = self.validate(self.cfg.train.max_steps if capped else None)
-            train_loss, train_top1, train_top5 = train.means()
-            val_loss, val_top1, val_top5 = val.means()
-            self.run.log(summary_line(val_top1, val_top5))
-            skipped = self.count_skipped()
-            self.best_top1 = max(self.best_top1, val_top1)
-            unreadable = self.count_unreadable(epoch)
-            self.run.record(
-                "epoch", epoch=epoch, lr=lr_at(epoch, 0, 1, self.policy), train_loss=train_loss,
-                train_top1=train_top1, train_top5=train_top5, val_loss=val_loss, val_top1=val_top1,
-                val_top5=val_top5, epoch_time=time.time() - started, images=train.images,
-                skipped_images=unreadable["train"], skipped_val_images=unreadable["val"], skipped_steps=skipped,
-                data_share=self.epoch_data_share, **self.time_split,
-            )
-            self.write_util(gather=True)
-            self.save(epoch + 1, 0, Sums())
-            self.run.update_manifest(epochs_done=epoch + 1, best_val_top1=self.best_top1,
-                                     unreadable_images=self.run.manifest.get("unreadable_images", {}),
-                                     data_wait_share=self.data_s / self.step_s if self.step_s else None,
-                                     skipped_steps=self.skipped_total)
-            # every rank agrees (a collective): a signal that reached one rank before this point and another after
-            # it would otherwise stop one and leave the other waiting in the next epoch's first allreduce
-            if self.backend.any_rank(self.stop.received is not None) and epoch + 1 < last_epoch:
-                raise Preempted(f"stopped by a signal after epoch {epoch}; checkpoint written")
-
-    def count_skipped(self) -> int:
-        """This epoch's optimizer steps that fp16's scaler skipped, into the run's total; a line when there were."""
-        skipped = self.compute.take_skipped()
-        self.skipped_total += skipped
-        if skipped:
-            self.run.log(f"=> skipped {skipped} of {len(self.train_sampler)} optimizer steps for inf/NaN gradients "
-                         f"(fp16); loss scale now {self.compute.scaler.get_scale():g}")
-        return skipped
-
-    def count_unreadable(self, epoch: int) -> dict[str, int]:
-        """This epoch's distinct unreadable files per split, summed over ranks (each sample index has one owner;
-        every_rank validation counts on rank 0 alone), into the manifest's unreadable_images[split][epoch]."""
-        b = self.backend
-        local = [float(len(self.unreadable["train"])), float(len(self.unreadable["val"]))]
-        counts = b.all_reduce_sum(torch.tensor(local, dtype=torch.float64, device=b.device)).tolist()
-        result = {"train": int(counts[0]), "val": int(counts[1]) if self.cfg.data.val_mode == "sharded"
-                  else len(self.unreadable["val"])}
-        per_epoch = self.run.manifest.setdefault("unreadable_images", {})
-        for split, n in result.items():
-            per_epoch.setdefault(split, {})[str(epoch)] = n
-        self.unreadable = {"train": set(), "val": set()}
-        return result
-
-    def benchmark(self) -> None:
-        """Time `bench.batches` training steps after `bench.warmup_batches` untimed ones, on the configured data."""
-        cfg, b = self.cfg, self.backend
-        warm, timed = cfg.bench.warmup_batches, cfg.bench.batches
-        per_process = self.per_shard_batch * len(b.shards())
-        source, comm_start = self.bench_batches(per_process), 0.0
-
-        def numbered():  # the warm-up's waits for data and communication are left out, as its step times are
-            nonlocal comm_start
-            for i in range(warm + timed):
-                if i == warm:
-                    comm_start = b.comm_seconds()
-                    self.train_batches.gpu_wait_s()
-                yield i, next(source)
-
-        totals = DeviceTotals(b.device)
-        # the GPU is waited for only where LogEvery reads, so the sums of step times up to each of these are exact
-        every = LogEvery(totals, cfg.train.print_freq, lambda i, meters: self.log_iteration(0, i, warm + timed, meters),
-                         also={warm - 1, THESIS_BATCH_INDEX, warm + timed - 1}, keep_times=True)
-        self.model.train()
-        lr = lr_at(0, 0, 1, self.policy)  # the rate of the first step: the warm-up's start where there is one
-        self.set_lr(lr)
-        for _, (images, target, _) in every(numbered()):
-            output, loss = self.step(images, target)
-            totals.add(loss, output, target)
-        times, images_per_step = every.batch_times, per_process * b.world_size  # all ranks' images in one step
-        steady, data_s = times[warm:], sum(every.data_times[warm:]) + self.train_batches.gpu_wait_s()
-        self.run.record(
-            "bench", per_worker_batch=cfg.train.per_worker_batch, world_size=b.workers, batches=timed,
-            warmup_batches=warm, lr=lr, images_per_s_steady=images_per_step * len(steady) / sum(steady),
-            images_per_s_thesis=images_per_step / (sum(times[:200]) / 200) if len(times) >= 200 else None,
-            batch_time_avg_at_199=sum(times[:200]) / 200 if len(times) >= 200 else None,
-            data_share=data_s / sum(steady), **time_split(data_s, sum(steady), b.comm_seconds() - comm_start),
-        )
-        self.data_s, self.step_s = data_s, sum(steady)
-        self.run.update_manifest(data_wait_share=self.data_s / self.step_s)
-        self.write_util(gather=True)
-
-    def bench_batches(self, per_process: int):
-        """The benchmark's endless batches: in synthetic mode tf_cnn_benchmarks' one batch, already on the device;
-        else the configured data's, epoch 0 over and over (on the device already: DeviceBatches)."""
-        cfg = self.cfg
-        if cfg.data.kind != "synthetic":
-            loader, _ = self.batches(0, 0)
-            return forever(loader)
-        images, target = data.synthetic_batch(per_process, cfg.data.image_size, cfg.model.num_classes,
-                                              cfg.train.seed, self.backend.device)
-        return itertools.repeat((self.compute.layout(images), target, 0))  # channels_last once, as by hand
-
-
-def data_wait_line(share: float) -> str:
-    """The run summary's answer to "was data the bottleneck?"."""
-    hint = "; more data.loader_workers or data.decoder = \"gpu\" would help" if share > 0.1 else ""
-    return f"=> waiting for data: {100 * share:.1f} % of step time{hint}"
-
-
-def time_split(data_s: float, steps_s: float, comm_s: float) -> dict[str, float]:
-    """Where the training steps' time went: waiting for data, communicating, and the rest (computing)."""
-    return {"data_s": data_s, "compute_s": max(0.0, steps_s - data_s - comm_s), "comm_s": comm_s}
-
-
-def thread_settings() -> dict:
-    """What decides this process's CPU parallelism, so a rerun can match it (results drift with the thread count)."""
-    return {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
-            **{k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
-
-
-def forever(loader):
-    while True:
-        yield from loader
+        with self.compute.autocast():
+            loss = self.criterion(self.model(images), target)
+        self.compute.backward(loss)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -545,7 +441,7 @@ def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: b
 def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
     cfg, run, b = trainer.cfg, trainer.run, trainer.backend
     try:
-        trainer.benchmark() if cfg.bench.batches > 0 else trainer.fit()
+        bench.benchmark(trainer) if cfg.bench.batches > 0 else trainer.fit()
     except Diverged as e:
         run.log(f"=> diverged: {e}")
         run.status("diverged", trainer.start_epoch, str(e), EXIT_DIVERGED)
@@ -562,25 +458,20 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
         return EXIT_FAILED
     finally:
         trainer.stop.restore()
-        if trainer.sampler:  # what rank 0's node sampled since the last epoch (other nodes' last samples are lost)
-            trainer.sampler.stop()
-            if b.is_main():
-                try:
-                    trainer.write_util(gather=False)
-                except OSError:  # the disk that failed the run takes no more samples either
-                    pass
+        trainer.telemetry.finish()
         b.close()
     done = trainer.last_epoch() if cfg.bench.batches == 0 else 0
-    for split, per_epoch in run.manifest.get("unreadable_images", {}).items():
-        if any(per_epoch.values()):
-            run.log(f"=> unreadable {split} images per epoch: {max(per_epoch.values())} (manifest unreadable_images)")
-    if trainer.skipped_total:
-        run.log(f"=> skipped optimizer steps for inf/NaN gradients (fp16): {trainer.skipped_total} in all "
-                "(manifest skipped_steps)")
-    if trainer.step_s:
-        run.log(data_wait_line(trainer.data_s / trainer.step_s))
+    for line in [*unreadable_lines(run.manifest), trainer.skipped.summary_line(), trainer.times.summary_line()]:
+        if line:
+            run.log(line)
     run.status("completed", done, exit_code=EXIT_COMPLETED, **capped(trainer))
     return EXIT_COMPLETED
+
+
+def thread_settings() -> dict:
+    """What decides this process's CPU parallelism, so a rerun can match it (results drift with the thread count)."""
+    return {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
+            **{k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
 
 
 def capped(trainer: Trainer) -> dict:

@@ -9,6 +9,7 @@ thesis's way of reading logs (throughput = per-GPU batch x GPUs / running-mean b
     for i, (images, target, skipped) in every(enumerate(batches)):
         ...                                                           # one step
         totals.add(loss, output, target)
+        reading = every.end_step(i)            # read (and write) where the cadence says: the reading, else None
     sums = every.final_sums()
 """
 from __future__ import annotations
@@ -160,47 +161,54 @@ class LogEvery:
     """A loop's batches with its read-and-log cadence, as MetricLogger.log_every of torchvision's references.
 
     `every(numbered)` yields the (i, batch) pairs of `numbered` (enumerate(batches, start), or a filtered one that
-    keeps the batches' own numbers). Around each, it times the wait for the batch (`data_time`) and the whole
-    iteration (`batch_time`), pytorch/examples' Time and Data. After the loop's step of iteration i:
+    keeps the batches' own numbers), timing the wait for each batch (`data_time`) and the whole iteration
+    (`batch_time`), pytorch/examples' Data and Time. The loop ends each iteration's step with `end_step(i)`:
 
     - at every `print_freq`-th iteration and those in `also`, it reads the totals (the one place the host waits
       for the device), then calls write(i, self), which writes train.log's line and the iter record;
-    - where `read_also(i)` (a stop signal in a lone process), it reads without a line;
-    - after any reading, after_read(i, self) (the stop and divergence check).
+    - with read=True (the loop's own reason: a stop signal in a lone process) it reads without a line;
+    - it returns the reading where it read, else None: what the loop checks (a NaN, a stop) comes after it.
 
-    The reading's wait counts in its iteration's batch_time; writing, and the after_read check, count in none.
-    keep_times=True keeps every iteration's times (`batch_times`, `data_times`: the benchmark's).
+    The reading's wait counts in its iteration's batch_time; writing, and what the loop does after end_step, count
+    in none. keep_times=True keeps every iteration's times (`batch_times`, `data_times`: the benchmark's).
     """
 
     def __init__(self, totals: DeviceTotals, print_freq: int, write: Callable[[int, LogEvery], None],
-                 also: Collection[int] = (), read_also: Callable[[int], bool] | None = None,
-                 after_read: Callable[[int, LogEvery], None] | None = None, keep_times: bool = False):
+                 also: Collection[int] = (), keep_times: bool = False):
         self.totals, self.print_freq, self.write, self.also = totals, print_freq, write, also
-        self.read_also, self.after_read, self.keep_times = read_also, after_read, keep_times
+        self.keep_times = keep_times
         self.batch_time, self.data_time = AverageMeter(), AverageMeter()
         self.batch_times: list[float] = []
         self.data_times: list[float] = []
         self.reading: Readout | None = None  # the latest
         self.read_images = 0  # the totals' images at the latest reading
+        self.started = 0.0  # when the iteration under way began waiting for its batch
+        self.open: int | None = None  # the iteration yielded and not yet ended
 
     def __call__(self, numbered: Iterable[tuple[int, object]]) -> Iterator[tuple[int, object]]:
-        end = time.time()
+        self.started = time.time()
         for i, batch in numbered:
-            self.data_time.update(time.time() - end)  # the loader, and moving (decoding) the batch onto the device
+            self.data_time.update(time.time() - self.started)  # the loader, and moving (decoding) it onto the device
+            self.open = i
             yield i, batch
-            logged = i % self.print_freq == 0 or i in self.also
-            read = logged or (self.read_also is not None and self.read_also(i))
-            if read:
-                self.read()
-            self.batch_time.update(time.time() - end)
-            if self.keep_times:
-                self.batch_times.append(self.batch_time.val)
-                self.data_times.append(self.data_time.val)
-            if logged:
-                self.write(i, self)
-            if read and self.after_read:
-                self.after_read(i, self)
-            end = time.time()
+            if self.open is not None:
+                raise RuntimeError(f"iteration {i} not ended: a loop over LogEvery calls end_step(i) after its step")
+            self.started = time.time()
+
+    def end_step(self, i: int, read: bool = False) -> Readout | None:
+        """After iteration i's step: read and write where the cadence says (or `read`); the reading, else None."""
+        logged = i % self.print_freq == 0 or i in self.also
+        read = logged or read
+        if read:
+            self.read()
+        self.batch_time.update(time.time() - self.started)
+        if self.keep_times:
+            self.batch_times.append(self.batch_time.val)
+            self.data_times.append(self.data_time.val)
+        if logged:
+            self.write(i, self)
+        self.open = None
+        return self.reading if read else None
 
     def read(self) -> Readout:
         self.reading, self.read_images = self.totals.read(), self.totals.images

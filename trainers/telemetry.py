@@ -9,12 +9,14 @@ One daemon thread on the process with local rank 0 of each node samples every `t
   gpus             per GPU this job sees (CUDA_VISIBLE_DEVICES): {"index" as CUDA numbers it, "nvml_index" as the
                    node numbers it, "util_pct", "mem_used_gb", "power_w"}; empty without one
 NVML (the nvidia-ml-py package) is optional: when it is missing or fails, the sampler says so in one line and
-carries on with the CPU fields. The thread only appends samples to a buffer; the training loop drains it (rank 0
-writes its own node's samples as it logs, and gathers the other nodes' through the backend at each epoch's end,
-as only rank 0 writes metrics.jsonl). No torch import: the sampler costs one psutil call per process a sample.
+carries on with the CPU fields. The thread only appends samples to a buffer; UtilRecords, which the training loop
+calls, drains it (rank 0 writes its own node's samples as the loop logs, and gathers the other nodes' through the
+backend at each epoch's end, as only rank 0 writes metrics.jsonl). No torch import: the sampler costs one psutil
+call per process a sample.
 """
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import sys
@@ -221,3 +223,38 @@ def start_sampler(interval_s: float, rank: int, local_rank: int, warn=print) -> 
 def as_record(sample: dict, run_start: float) -> dict:
     """A sample as the fields of a `util` record: `t` in seconds since the run started, `time` when sampled."""
     return {"t": sample["time"] - run_start, **sample}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The run's util records
+# ----------------------------------------------------------------------------------------------------------------
+class UtilRecords:
+    """This node's sampler (on its local rank 0) and the `util` records its samples become in the run folder."""
+
+    def __init__(self, interval_s: float, backend, run):
+        self.backend, self.run = backend, run
+        self.started = time.time()  # the samples' origin until the manifest has the run's start
+        self.sampler = start_sampler(interval_s, backend.rank, backend.local_rank, run.log)
+
+    def write(self, gather: bool) -> None:
+        """The samples so far as util records: rank 0's own node's as it logs; with gather (a collective, so every
+        rank calls it at the same point: an epoch's end) every node's, through the backend."""
+        samples = self.sampler.drain() if self.sampler else []
+        if gather:
+            samples = [s for node in self.backend.gather_objects(samples) for s in node]
+        start = self.run.manifest.get("start")
+        origin = datetime.datetime.fromisoformat(start).timestamp() if start else self.started
+        for sample in samples:
+            self.run.record("util", **as_record(sample, origin))
+
+    def finish(self) -> None:
+        """Stop the sampler; rank 0 writes what its node sampled since the last epoch (other nodes' last samples
+        are lost)."""
+        if not self.sampler:
+            return
+        self.sampler.stop()
+        if self.backend.is_main():
+            try:
+                self.write(gather=False)
+            except OSError:  # the disk that failed the run takes no more samples either
+                pass

@@ -1,31 +1,36 @@
-"""All distributed setup lives here: launcher detection (launch.py), the backend registry, and `create`.
+"""All distributed setup lives here: launcher detection (launch.py), the backend registry, its checks, and `create`.
 
-The training loop sees only a `Backend` (base.py); it never imports torch.distributed or horovod.
+The training loop sees only a `Backend` (base.py); it never imports torch.distributed or horovod. Every backend is
+built one way, `cls(cfg, launch, device)`, after `resolve` ran every check of it against the config and the launch
+(`check_world`: the one place those live).
 """
 from __future__ import annotations
 
 import os
-import socket
 from typing import Callable
 
 import torch
 
 from trainers.backends.base import Backend
-from trainers.backends.launch import Launch, detect_launch, interface_towards
+from trainers.backends.launch import Launch, bind_gloo_towards, detect_launch, free_port, is_loopback
 from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError
 from trainers.backends.rank_workers import workers_per_rank
 
 __all__ = ["Backend", "Launch", "detect_launch", "register", "create", "BACKENDS", "horovod_available",
-           "torchrun_command", "free_port"]
+           "torchrun_command", "free_port", "bind_gloo_towards"]
 
+# the launchers Horovod forms a world under (its world is checked against the detected launch after hvd.init)
+HOROVOD_LAUNCHERS = ("none", "horovodrun", "mpi", "slurm")
 
-BACKENDS: dict[str, Callable[[Config, Launch, torch.device], Backend]] = {}
+# name -> its Backend class, imported only when chosen (the horovod module fails to import without Horovod)
+BACKENDS: dict[str, Callable[[], type[Backend]]] = {}
 
 
 def register(name: str):
-    def add(factory):
-        BACKENDS[name] = factory
-        return factory
+    """A backend under `name`: decorates the function that imports and returns its class."""
+    def add(load: Callable[[], type[Backend]]):
+        BACKENDS[name] = load
+        return load
 
     return add
 
@@ -50,10 +55,6 @@ def pick_device(cfg: Config, launch: Launch) -> torch.device:
     return torch.device("cpu")
 
 
-def is_loopback(addr: str | None) -> bool:
-    return addr is not None and (addr == "localhost" or addr.startswith("127.") or addr == "::1")
-
-
 def choose_backend(cfg: Config, launch: Launch) -> str:
     if cfg.train.backend != "auto":
         return cfg.train.backend
@@ -65,7 +66,20 @@ def choose_backend(cfg: Config, launch: Launch) -> str:
 
 
 def check_world(cfg: Config, launch: Launch, name: str) -> None:
-    """Refuse a launch that disagrees with the config, before any process group exists."""
+    """Every check of backend `name` against the config and the launch: refused here, before any process group
+    exists (the backends' constructors check nothing of the config)."""
+    check_processes(cfg, launch, name)
+    if cfg.train.device == "cuda" and not torch.cuda.is_available():  # here, not after the data set is made
+        raise ConfigError("train.device = 'cuda' but no GPU is visible; use --set train.device=cpu")
+    if name == "horovod":
+        check_horovod_launch(launch)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if name == "dp" and cfg.train.device != "cpu" and 0 < gpus < cfg.train.workers:  # dp on the GPUs: one a worker
+        raise ConfigError(f"backend dp with {cfg.train.workers} workers needs as many GPUs; {gpus} visible")
+
+
+def check_processes(cfg: Config, launch: Launch, name: str) -> None:
+    """The launch's processes against the backend and train.workers."""
     workers = cfg.train.workers
     if name in DISTRIBUTED_BACKENDS:
         if launch.world_size > 1:  # W workers over P processes: W/P emulated workers a process, W a multiple of P
@@ -85,77 +99,51 @@ def check_world(cfg: Config, launch: Launch, name: str) -> None:
                           "use ddp or horovod")
 
 
+def check_horovod_launch(launch: Launch) -> None:
+    if launch.launcher not in HOROVOD_LAUNCHERS:
+        raise ConfigError(
+            f"backend horovod cannot run under {launch.launcher}; start it with `horovodrun -np N` or "
+            f"`mpirun -np N` (or use backend = 'ddp' under {launch.launcher})"
+        )
+    if launch.launcher == "slurm" and "PMIX_RANK" not in os.environ:
+        # Open MPI aborts (or hangs) in MPI_Init when srun starts it without a PMI plugin
+        raise ConfigError(
+            "backend horovod under srun needs `srun --mpi=pmix`; or run `mpirun -np N` inside the allocation "
+            "as the thesis did"
+        )
+
+
 @register("single")
-def _single(cfg: Config, launch: Launch, device: torch.device) -> Backend:
-    return Backend(device)
+def _single() -> type[Backend]:
+    return Backend
 
 
 @register("emulated")
-def _emulated(cfg: Config, launch: Launch, device: torch.device) -> Backend:
+def _emulated() -> type[Backend]:
     from trainers.backends.emulated import EmulatedBackend
 
-    return EmulatedBackend(device, workers=cfg.train.workers, workers_per_pass=cfg.train.workers_per_pass)
+    return EmulatedBackend
 
 
 @register("ddp")
-def _ddp(cfg: Config, launch: Launch, device: torch.device) -> Backend:
+def _ddp() -> type[Backend]:
     from trainers.backends.torch_dist import DDPBackend
 
-    init = cfg.train.init_method or "env://"
-    if init == "env://":
-        os.environ.setdefault("MASTER_ADDR", launch.master_addr or "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(launch.master_port or free_port()))
-    if device.type == "cpu":
-        bind_gloo_towards(os.environ.get("MASTER_ADDR") or launch.master_addr, launch)
-    # rank 0's buffers are the ones saved and evaluated; other ranks' only matter when they validate a shard
-    broadcast = cfg.data.val_mode == "sharded"
-    return DDPBackend(device, launch.rank, launch.world_size, launch.local_rank, cfg.train.workers, init, broadcast,
-                      cfg.train.workers_per_pass)
+    return DDPBackend
 
 
 @register("dp")
-def _dp(cfg: Config, launch: Launch, device: torch.device) -> Backend:
+def _dp() -> type[Backend]:
     from trainers.backends.torch_dist import DataParallelBackend
 
-    if device.type == "cuda" and torch.cuda.device_count() < cfg.train.workers:
-        raise ConfigError(f"backend dp with {cfg.train.workers} workers needs as many GPUs; "
-                          f"{torch.cuda.device_count()} visible")
-    return DataParallelBackend(device, cfg.train.workers)
+    return DataParallelBackend
 
 
 @register("horovod")
-def _horovod(cfg: Config, launch: Launch, device: torch.device) -> Backend:
-    from trainers.backends.horovod import create_horovod
+def _horovod() -> type[Backend]:
+    from trainers.backends.horovod import HorovodBackend
 
-    return create_horovod(cfg, launch, device)
-
-
-def bind_gloo_towards(master: str | None, launch: Launch) -> None:
-    """Across hosts, gloo binds the interface that reaches the rendezvous host (GLOO_SOCKET_IFNAME, unless the user
-    set it), derived here on each node: otherwise it binds what this host's *name* resolves to, which is 127.0.1.1
-    on many machines, and ranks on other hosts are told to connect there. A rendezvous name that resolves to
-    loopback on a job of several hosts is the same mistake one step earlier: one line, before any rank waits."""
-    if not master or is_loopback(master) or launch.world_size <= launch.local_world_size:
-        return  # one host: loopback is right
-    found = interface_towards(master)
-    if found is None:
-        raise ConfigError(f"rank {launch.rank}: the rendezvous host {master!r} does not resolve on "
-                          f"{socket.gethostname()}: add it to this node's /etc/hosts or DNS, or set MASTER_ADDR "
-                          f"to an address")
-    if is_loopback(found.source):
-        raise ConfigError(f"rank {launch.rank}: the rendezvous host {master!r} resolves to loopback "
-                          f"({found.resolved}) on {socket.gethostname()}, so ranks on the job's other hosts cannot "
-                          f"reach it: make the name resolve to the node's network address (/etc/hosts), or set "
-                          f"MASTER_ADDR to that address")
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", found.interface)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return HorovodBackend
 
 
 def resolve(cfg: Config, launch: Launch) -> str:
@@ -170,8 +158,6 @@ def resolve(cfg: Config, launch: Launch) -> str:
     if name not in BACKENDS:
         raise ConfigError(f"backend {name!r} is not available; known: {', '.join(sorted(BACKENDS))}")
     check_world(cfg, launch, name)
-    if cfg.train.device == "cuda" and not torch.cuda.is_available():  # here, not after the data set is made
-        raise ConfigError("train.device = 'cuda' but no GPU is visible; use --set train.device=cpu")
     return name
 
 
@@ -190,4 +176,5 @@ def torchrun_command(python: str) -> list[str]:
 
 
 def create(cfg: Config, launch: Launch, name: str) -> Backend:
-    return BACKENDS[name](cfg, launch, pick_device(cfg, launch))
+    """Backend `name` (resolved: its checks passed) on this process's device."""
+    return BACKENDS[name]()(cfg, launch, pick_device(cfg, launch))

@@ -8,6 +8,9 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
+from contract.config import Config
+from trainers.backends.launch import Launch
+
 
 class CommClock:
     """Seconds this process spent communicating (the `comm_s` of epoch and bench records), as its backend measures
@@ -26,19 +29,23 @@ class CommClock:
 
 
 class Backend:
-    """One process's view of data-parallel training. Subclasses override what differs from one worker."""
+    """One process's view of data-parallel training. Subclasses override what differs from one worker.
+
+    Every backend is built the same way, `Backend(cfg, launch, device)` (trainers.backends.create), and holds all
+    its state from then on; its checks against the config and the launch ran before, in trainers.backends.check_world.
+    """
 
     name = "single"
     backward_passes_per_step = 1  # > 1: local gradient accumulation before one allreduce (Horovod)
     batch_multiplier = 1  # images a shard reads per step, in per-worker batches (DataParallel splits k of them)
     workers_per_pass: int | None = None  # emulated workers per forward/backward pass (EmulatedBackend only)
 
-    def __init__(self, device: torch.device, rank: int = 0, world_size: int = 1, local_rank: int = 0, workers: int = 1):
+    def __init__(self, cfg: Config, launch: Launch, device: torch.device):
         self.device = device
-        self.rank = rank
-        self.world_size = world_size
-        self.local_rank = local_rank
-        self.workers = workers  # logical data-parallel workers; an emulating process holds several
+        self.rank = launch.rank
+        self.world_size = launch.world_size
+        self.local_rank = launch.local_rank
+        self.workers = cfg.train.workers  # logical data-parallel workers; an emulating process holds several
         self.comm = CommClock()  # single and emulated never communicate: 0
 
     def comm_seconds(self) -> float:

@@ -15,7 +15,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from contract.config import Config
 from trainers.backends.base import Backend
+from trainers.backends.launch import Launch
 from trainers.compute import MEMORY_HEADROOM, largest_fitting_pass
 
 
@@ -105,19 +107,17 @@ def use_worker_batchnorm(model: nn.Module, workers: int) -> nn.Module:
     return model
 
 
-class EmulatedBackend(Backend):
-    name = "emulated"
+class EmulatedWorkers:
+    """k workers in one process: their own BatchNorms (WorkerInterleaved) and the passes a step runs them in. The
+    emulated backend's whole work, and the W/P workers inside each rank of a DDP or Horovod run (rank_workers.py)."""
 
     def __init__(self, device: torch.device, workers: int, workers_per_pass: int = 0):
-        super().__init__(device, workers=workers)
+        self.device, self.workers = device, workers
         # 0 = auto: one pass on CPU (memory is rarely the limit there); on a GPU the trainer measures what fits
         self.workers_per_pass = min(workers_per_pass, workers) if workers_per_pass else 0
         if not self.workers_per_pass and device.type != "cuda":
             self.workers_per_pass = workers
-        self.interleaved: WorkerInterleaved | None = None
-
-    def shards(self) -> list[tuple[int, int]]:
-        return [(worker, self.workers) for worker in range(self.workers)]
+        self.interleaved: WorkerInterleaved | None = None  # the model's wrapper, from wrap_model on
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         self.interleaved = WorkerInterleaved(use_worker_batchnorm(model, self.workers), self.workers).to(self.device)
@@ -165,6 +165,32 @@ class EmulatedBackend(Backend):
             self.interleaved.set_pass(self.workers, first=True)
             torch.cuda.empty_cache()
         return f"=> {self.workers_per_pass} of {self.workers} emulated workers per forward/backward pass"
+
+
+class EmulatedBackend(Backend):
+    """train.workers workers emulated in this one process (EmulatedWorkers)."""
+
+    name = "emulated"
+
+    def __init__(self, cfg: Config, launch: Launch, device: torch.device):
+        super().__init__(cfg, launch, device)
+        self.local = EmulatedWorkers(device, self.workers, cfg.train.workers_per_pass)
+
+    @property
+    def workers_per_pass(self) -> int:
+        return self.local.workers_per_pass  # 0 until fit_passes measured it (auto on a GPU)
+
+    def shards(self) -> list[tuple[int, int]]:
+        return [(worker, self.workers) for worker in range(self.workers)]
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        return self.local.wrap_model(model)
+
+    def micro_batches(self, images: torch.Tensor, target: torch.Tensor):
+        return self.local.micro_batches(images, target)
+
+    def fit_passes(self, optimizer: torch.optim.Optimizer, try_pass, pinned: int | None = None) -> str | None:
+        return self.local.fit_passes(optimizer, try_pass, pinned)
 
     def describe(self) -> dict:
         return {**super().describe(), "workers_per_pass": self.workers_per_pass or self.workers}

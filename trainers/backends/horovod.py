@@ -15,6 +15,7 @@ Launchers. Horovod forms its world itself, from its launcher's environment:
     Gloo or MPI collectives on CPU, NCCL on GPUs when Horovod was built with it;
   - `srun --mpi=pmix ...` (Open MPI with PMIx); a plain srun is refused before MPI_Init, which would abort or hang;
   - torchrun cannot start Horovod: refused with a line that says what to use.
+These launchers are checked before anything starts (trainers.backends.check_world).
 The world Horovod sees is checked against the launch the trainer detected, so a wrong launch is one clear line.
 
 Timeline (`horovod.timeline = true`): Horovod only records a timeline when HOROVOD_TIMELINE is set before hvd.init().
@@ -44,34 +45,24 @@ except ImportError as error:  # one line: trainers.backends.resolve turns it int
     raise ImportError(first[:200]) from None
 
 TIMELINE_FILE = "horovod_timeline.json"
-# Launchers Horovod can form a world under. Its world is checked against the detected launch after init.
-LAUNCHERS = ("none", "horovodrun", "mpi", "slurm")
 
 
 class HorovodBackend(Backend):
     name = "horovod"
 
     def __init__(self, cfg: Config, launch: Launch, device: torch.device):
-        if launch.launcher not in LAUNCHERS:
-            raise ConfigError(
-                f"backend horovod cannot run under {launch.launcher}; start it with `horovodrun -np N` or "
-                f"`mpirun -np N` (or use backend = 'ddp' under {launch.launcher})"
-            )
-        if launch.launcher == "slurm" and "PMIX_RANK" not in os.environ:
-            # Open MPI aborts (or hangs) in MPI_Init when srun starts it without a PMI plugin
-            raise ConfigError(
-                "backend horovod under srun needs `srun --mpi=pmix`; or run `mpirun -np N` inside the allocation "
-                "as the thesis did"
-            )
+        super().__init__(cfg, launch, device)
         options = cfg.horovod
+        self.timeline = options.timeline
         self.timeline_file: str | None = None
         self._timeline_started = False
         if options.timeline:
             # Horovod: the timeline machinery is only switched on by the environment at init; DYNAMIC = start later
             os.environ.setdefault("HOROVOD_TIMELINE", "DYNAMIC")
         hvd.init()  # Horovod: initialize (MPI under mpirun, Gloo under horovodrun's Gloo mode)
-        workers = cfg.train.workers if launch.world_size > 1 else hvd.size()  # W logical workers over P ranks
-        super().__init__(device, hvd.rank(), hvd.size(), hvd.local_rank(), workers)
+        self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()  # Horovod's world
+        if launch.world_size == 1:
+            self.workers = hvd.size()  # else W logical workers over P ranks
         if launch.world_size > 1 and hvd.size() != launch.world_size:
             size = hvd.size()
             hvd.shutdown()
@@ -94,7 +85,6 @@ class HorovodBackend(Backend):
         # many backward passes of batch_size each: global batch = size * per_worker_batch * batches_per_allreduce.
         self.backward_passes_per_step = self.local.passes() if self.local else options.batches_per_allreduce
         self.batch_multiplier = options.batches_per_allreduce
-        self.timeline = options.timeline
         launcher_timeline = os.environ.get("HOROVOD_TIMELINE", "")
         if launcher_timeline and launcher_timeline != "DYNAMIC":
             self.timeline_file = launcher_timeline  # given by the launcher; Horovod records it from init
@@ -201,7 +191,3 @@ def time_synchronize(optimizer: torch.optim.Optimizer, clock: CommClock) -> None
             synchronize()  # Horovod: wait for every outstanding allreduce of this step
 
     optimizer.synchronize = timed_synchronize  # step() calls self.synchronize()
-
-
-def create_horovod(cfg: Config, launch: Launch, device: torch.device) -> Backend:
-    return HorovodBackend(cfg, launch, device)

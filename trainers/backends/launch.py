@@ -1,5 +1,5 @@
 """Who started this process and where its peers are: the launcher (none, torchrun, srun, mpirun, horovodrun) read
-from its environment."""
+from its environment, and the interface gloo reaches them through."""
 from __future__ import annotations
 
 import os
@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple
 
+from contract.config import ConfigError
 from trainers.rendezvous import job_port
 
 
@@ -99,6 +100,31 @@ def detect_launch(env: Mapping[str, str] = os.environ) -> Launch:
     return Launch()
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The registry
-# ----------------------------------------------------------------------------------------------------------------
+def is_loopback(addr: str | None) -> bool:
+    return addr is not None and (addr == "localhost" or addr.startswith("127.") or addr == "::1")
+
+
+def bind_gloo_towards(master: str | None, launch: Launch) -> None:
+    """Across hosts, gloo binds the interface that reaches the rendezvous host (GLOO_SOCKET_IFNAME, unless the user
+    set it), derived here on each node: otherwise it binds what this host's *name* resolves to, which is 127.0.1.1
+    on many machines, and ranks on other hosts are told to connect there. A rendezvous name that resolves to
+    loopback on a job of several hosts is the same mistake one step earlier: one line, before any rank waits."""
+    if not master or is_loopback(master) or launch.world_size <= launch.local_world_size:
+        return  # one host: loopback is right
+    found = interface_towards(master)
+    if found is None:
+        raise ConfigError(f"rank {launch.rank}: the rendezvous host {master!r} does not resolve on "
+                          f"{socket.gethostname()}: add it to this node's /etc/hosts or DNS, or set MASTER_ADDR "
+                          f"to an address")
+    if is_loopback(found.source):
+        raise ConfigError(f"rank {launch.rank}: the rendezvous host {master!r} resolves to loopback "
+                          f"({found.resolved}) on {socket.gethostname()}, so ranks on the job's other hosts cannot "
+                          f"reach it: make the name resolve to the node's network address (/etc/hosts), or set "
+                          f"MASTER_ADDR to that address")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", found.interface)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

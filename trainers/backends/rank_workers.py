@@ -3,7 +3,7 @@
 A launch of P processes (torchrun, srun, mpirun, horovodrun) with train.workers = W, W a multiple of P, trains the
 W-worker synchronous SGD step exactly: rank r holds logical workers r*W/P ... (r+1)*W/P - 1, reads their batches
 (trainers.data.sampling.logical_shards: the slice of the one-process W-worker step batch those workers hold),
-normalises each with its own BatchNorm statistics (the emulated backend's WorkerBatchNorm2d, in passes of
+normalises each with its own BatchNorm statistics (emulated.py's EmulatedWorkers, in passes of
 `train.workers_per_pass` whole workers), accumulates their gradients locally and averages them over the ranks with
 the run's backend once per step. Rank 0's local worker 0 is logical worker 0: its running statistics are the ones
 kept (DDP broadcasts rank 0's buffers, Horovod broadcasts at the start and rank 0 saves).
@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 from contract.config import ConfigError
-from trainers.backends.emulated import EmulatedBackend
+from trainers.backends.emulated import EmulatedWorkers
 
 
 def workers_per_rank(workers: int, world_size: int) -> int:
@@ -48,7 +48,7 @@ class RankWorkers:
         # Measuring what fits, as one process does, would run trial backward passes through the gradient allreduce.
         if not workers_per_pass and device.type == "cuda":
             workers_per_pass = 1
-        self.emulated = EmulatedBackend(device, self.per_rank, workers_per_pass)
+        self.emulated = EmulatedWorkers(device, self.per_rank, workers_per_pass)
 
     @property
     def workers_per_pass(self) -> int:

@@ -11,7 +11,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from contract.config import Config
 from trainers.backends.base import Backend, CommClock
+from trainers.backends.launch import Launch, bind_gloo_towards, free_port
 from trainers.backends.rank_workers import RankWorkers
 
 # How long a collective may wait on a slow peer. A peer that dies closes its sockets and is noticed at once.
@@ -69,20 +71,24 @@ def timed_allreduce_hook(state: ExposedAllreduce, bucket):
 class DDPBackend(Backend):
     name = "ddp"
 
-    def __init__(self, device, rank, world_size, local_rank, workers, init_method: str,
-                 broadcast_buffers: bool = True, workers_per_pass: int = 0):
-        super().__init__(device, rank, world_size, local_rank, workers)
-        self.broadcast_buffers = broadcast_buffers
+    def __init__(self, cfg: Config, launch: Launch, device: torch.device):
+        super().__init__(cfg, launch, device)
+        init_method = rendezvous(cfg.train.init_method, launch, device)
+        # rank 0's buffers are the ones saved and evaluated; other ranks' only matter when they validate a shard
+        self.broadcast_buffers = cfg.data.val_mode == "sharded"
         # W logical workers over P ranks (W > P): W/P emulated workers in this rank (rank_workers.py)
-        self.local = RankWorkers(device, rank, world_size, workers, workers_per_pass) if workers > world_size else None
-        if self.local:
+        self.local = None
+        if self.workers > self.world_size:
+            self.local = RankWorkers(device, self.rank, self.world_size, self.workers, cfg.train.workers_per_pass)
             self.workers_per_pass = self.local.workers_per_pass
+        self.allreduce_wait = ExposedAllreduce(self.comm, device)  # the gradient allreduce's exposed time
+        self.ddp: nn.parallel.DistributedDataParallel | None = None  # the model's wrapper, from wrap_model on
         # PyTorch: NCCL between GPUs, gloo on CPU; the thesis's shared-file init when init_method is file://
         dist.init_process_group(
             backend="nccl" if device.type == "cuda" else "gloo",
             init_method=init_method,
-            rank=rank,
-            world_size=world_size,
+            rank=self.rank,
+            world_size=self.world_size,
             timeout=COLLECTIVE_TIMEOUT,
         )
 
@@ -100,7 +106,6 @@ class DDPBackend(Backend):
         ids = [self.device.index] if self.device.type == "cuda" else None
         ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
                                                   **buffer_sync(self.broadcast_buffers))
-        self.allreduce_wait = ExposedAllreduce(self.comm, self.device)
         ddp.register_comm_hook(self.allreduce_wait, timed_allreduce_hook)  # PyTorch: the default allreduce, timed
         self.ddp = ddp
         return ddp
@@ -116,8 +121,7 @@ class DDPBackend(Backend):
         return self.local.micro_batches(images, target, self.ddp.no_sync)
 
     def comm_seconds(self) -> float:
-        if hasattr(self, "allreduce_wait"):
-            self.allreduce_wait.settle()
+        self.allreduce_wait.settle()
         return self.comm.seconds
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -153,6 +157,18 @@ class DDPBackend(Backend):
         return {**info, **self.local.describe()} if self.local else info
 
 
+def rendezvous(init_method: str, launch: Launch, device: torch.device) -> str:
+    """The process group's init method (train.init_method, else env://, whose address and port default to the
+    launch's); on CPU, gloo bound to the interface that reaches the rendezvous host."""
+    init = init_method or "env://"
+    if init == "env://":
+        os.environ.setdefault("MASTER_ADDR", launch.master_addr or "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(launch.master_port or free_port()))
+    if device.type == "cpu":
+        bind_gloo_towards(os.environ.get("MASTER_ADDR") or launch.master_addr, launch)
+    return init
+
+
 def buffer_sync(every_forward: bool) -> dict:
     """DDP's option for broadcasting rank 0's buffers before each forward (renamed in torch 2.14; both keep the
     broadcast at construction)."""
@@ -166,9 +182,9 @@ class DataParallelBackend(Backend):
 
     name = "dp"
 
-    def __init__(self, device, workers):
-        super().__init__(device, workers=workers)
-        self.batch_multiplier = workers
+    def __init__(self, cfg: Config, launch: Launch, device: torch.device):
+        super().__init__(cfg, launch, device)
+        self.batch_multiplier = self.workers
 
     def shards(self) -> list[tuple[int, int]]:
         return [(0, 1)]

@@ -22,7 +22,6 @@ here changes the pixels.
 from __future__ import annotations
 
 import colorsys
-import errno
 import fcntl
 import hashlib
 import io
@@ -38,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from contract.runfolder import DISK_FULL
 
 GENERATOR_VERSION = 2
 MARKER = "dataset.json"  # written last: its presence (with matching args) means "complete"
@@ -385,6 +386,6 @@ def generate_cached(path: Path, spec: dict, progress: bool) -> None:
         generate_dataset(path, **{k: spec[k] for k in SPEC_KEYS}, progress=progress)
     except BaseException as e:
         shutil.rmtree(path, ignore_errors=True)
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if isinstance(e, OSError) and e.errno in DISK_FULL:
             raise DataError(no_room(path.parent, f"{e.strerror} writing {e.filename or path}")) from None
         raise
