@@ -38,3 +38,15 @@ def out_folder(text: str) -> Path:
     if not text.strip():
         raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
     return Path(text)
+
+
+def command_word(argv: list[str], known: dict, usage: str, noun: str = "command") -> str | int:
+    """The command word `argv` starts with, or the exit code where there is none to run: --help prints `usage`
+    (0), no word prints it too (2), an unknown word is one line naming the known ones (2)."""
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(usage)
+        return 0 if argv else 2
+    if argv[0] not in known:
+        print(f"error: no {noun} {argv[0]!r}; the {noun}s: {', '.join(known)}", file=sys.stderr)
+        return 2
+    return argv[0]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from contract.cli import command_word
+
 # command -> (the module whose main(argv) takes it, what it does). Train, schedule, config and data are the trainer's
 # own commands: the front door hands them on with the command word, as `python -m trainers` takes them.
 ROUTES: dict[str, tuple[str, str]] = {
@@ -41,15 +43,11 @@ def route(argv: list[str]) -> tuple[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        sys.stdout.write(usage())
-        return 0 if argv else 2
-    if argv[0] not in ROUTES:
-        print(f"error: no command {argv[0]!r}; the commands: {', '.join(ROUTES)}", file=sys.stderr)
-        return 2
+    word = command_word(argv, ROUTES, usage())
+    if isinstance(word, int):
+        return word
     module, args = route(argv)
     return importlib.import_module(module).main(args)
-
 
 if __name__ == "__main__":
     sys.exit(main())

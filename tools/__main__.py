@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from contract.cli import one_line_errors
+from contract.cli import command_word, one_line_errors
 from tools import (bench, bench_comm, bench_step, cluster_check, cluster_probe, data_bench, gpu_check, link_sweep,
                    noise_scale, telemetry_overhead)
 from trainers.data import DataError
@@ -28,15 +28,11 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        sys.stdout.write(usage())
-        return 0 if argv else 2
-    if argv[0] not in TOOLS:
-        print(f"error: no tool {argv[0]!r}; the tools: {', '.join(TOOLS)}", file=sys.stderr)
-        return 2
-    module, _ = TOOLS[argv[0]]
+    word = command_word(argv, TOOLS, usage(), "tool")
+    if isinstance(word, int):
+        return word
+    module, _ = TOOLS[word]
     return one_line_errors(lambda: module.main(argv[1:]), (DataError,))
-
 
 if __name__ == "__main__":
     sys.exit(main())
