@@ -327,7 +327,10 @@ def check_type(section: str, key: str, value: Any, default: Any) -> Any:
     return value
 
 
-def build(values: dict[str, dict[str, Any]], experiment: str, scale: str, need_data: bool = True) -> Config:
+def build(values: dict[str, dict[str, Any]], experiment: str, scale: str, need_data: bool = True,
+          expand: bool = True) -> Config:
+    """The sections' values as a validated Config. expand: $VARIABLES in data.path read here; a study's plan keeps
+    them as written, so each run reads them where it starts (a node-local path)."""
     sections = {}
     for name, cls in SECTIONS.items():
         defaults = cls()
@@ -337,7 +340,7 @@ def build(values: dict[str, dict[str, Any]], experiment: str, scale: str, need_d
             if key not in known:
                 raise ConfigError(f"unknown key {name}.{key}; known keys of [{name}]: {', '.join(sorted(known))}")
         typed = {k: check_type(name, k, v, getattr(defaults, k)) for k, v in given.items()}
-        if name == "data" and "path" in typed:  # "$IMAGENET_DIR" or "${TMPDIR}/ilsvrc2012": read where it runs
+        if expand and name == "data" and "path" in typed:  # "$IMAGENET_DIR", "${TMPDIR}/ilsvrc2012"
             typed["path"] = os.path.expandvars(typed["path"])
         sections[name] = dataclasses.replace(defaults, **typed)
     cfg = Config(**sections, experiment=experiment, scale=scale)
@@ -351,7 +354,7 @@ def experiment_name(config_path: Path) -> str:
 
 
 def load_config(path: str | Path, scale: str = "local", overrides: list[str] = (), need_data: bool = True,
-                settings: dict[str, Any] | None = None) -> Config:
+                settings: dict[str, Any] | None = None, expand: bool = True) -> Config:
     """Read an experiment's config at a scale, apply `--set` overrides, then a study run's own `settings`
     ("section.key" -> value, as [study] declares them), validate. need_data=False: for commands that only print
     (schedule, config, a plan priced by `make cost`), an empty data.path is not an error."""
@@ -374,7 +377,7 @@ def load_config(path: str | Path, scale: str = "local", overrides: list[str] = (
     for dotted, value in (settings or {}).items():
         section, key = dotted.split(".", 1)
         merge(values, {section: {key: value}}, f"the study's {dotted}")
-    return build(values, experiment_name(path), scale, need_data)
+    return build(values, experiment_name(path), scale, need_data, expand)
 
 
 # What a node may still say of a run resolved before it started (slurm/job.sh): where its copy of the data is, and

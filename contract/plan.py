@@ -170,7 +170,7 @@ def resolve(config: Path, scale: str, planned: list[Shape], overrides: list[str]
     for shape in planned:
         for seed in range(base_seed, base_seed + shape.seeds):
             settings = {**shape.settings, "train.seed": seed}
-            cfg = load_config(config, scale, overrides, need_data, settings)
+            cfg = load_config(config, scale, overrides, need_data, settings, expand=False)  # read where it runs
             runs.append(Run(check_run_name(prefix + shape.run_name(seed)), settings, cfg, shape.nodes))
     refuse_duplicate_names(runs, config)
     return runs

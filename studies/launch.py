@@ -265,9 +265,9 @@ def space_warning(plans: list[Plan], out: Path) -> str | None:
 
 def data_warning(study: Study) -> str | None:
     """One line when the runs would read ILSVRC-2012 from an unset $IMAGENET_DIR (the gpu and thesis scales)."""
-    cfg = study.runs[0].cfg  # the data section is the study's, whichever run
-    if cfg.data.kind != "imagefolder" or (cfg.data.path and "$" not in cfg.data.path):
+    data = study.runs[0].cfg.data  # the study's data section, whichever run; its $VARIABLES as written
+    if data.kind != "imagefolder" or (data.path and "$" not in os.path.expandvars(data.path)):
         return None
-    unset = "IMAGENET_DIR is not set" if "IMAGENET_DIR" in cfg.data.path else "data.path is not set"
-    return (f"warning: {unset} (data.path = {cfg.data.path or 'empty'}): the runs need the ILSVRC-2012 root "
+    unset = "IMAGENET_DIR is not set" if "IMAGENET_DIR" in data.path else "data.path is not set"
+    return (f"warning: {unset} (data.path = {data.path or 'empty'}): the runs need the ILSVRC-2012 root "
             "(train/ and val/) where they start; export IMAGENET_DIR=..., or let a Slurm profile stage a tar")
