@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from trainers import backends, checkpoint, compute, data, telemetry
+from trainers import backends, checkpoint, compute, data, rendezvous, telemetry
 from contract.config import Config, ConfigError, check_paths, check_writable
 from contract.lr import lr_at
 from trainers.models import build_model
@@ -470,13 +470,21 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
     name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
     # Before anything in the folder is touched: a second process training this run is refused here (exit 2).
     made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # the folders this run will create
-    lock = RankLock(run_dir, launch.rank)
+    lock = RankLock(run_dir, launch.rank, wait_s=earlier_attempt_wait())
     try:
         return train_locked(cfg, run_dir, resume, echo, launch, name, force)
     finally:
         if made and not (run_dir / MANIFEST).exists():  # refused before it started (a data or config mistake)
             lock.discard(made)
         lock.release()
+
+
+def earlier_attempt_wait() -> float:
+    """Seconds a rank of a requeued (or successor) Slurm job waits for its run lock. The same rank of the attempt
+    before may still hold it: on a node whose link went down Slurm cannot end its processes, and they stay cut off
+    in a collective until its timeout (a shared file system's lock outlives the node's network). Anywhere else a
+    held lock is a second launch of the run, refused at once."""
+    return backends.COLLECTIVE_TIMEOUT.total_seconds() + 10 if rendezvous.restarts(os.environ) > 0 else 0.0
 
 
 def check_run_files(run_dir: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 
 from trainers.backends.base import Backend
-from trainers.backends.launch import Launch, detect_launch, interface_towards
+from trainers.backends.launch import COLLECTIVE_TIMEOUT, Launch, detect_launch, interface_towards
 from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError
 from trainers.backends.rank_workers import workers_per_rank
 

@@ -1,9 +1,7 @@
 """PyTorch's own data parallelism: DistributedDataParallel (one process per GPU) and DataParallel (one process)."""
 from __future__ import annotations
 
-import datetime
 import inspect
-import os
 import time
 
 import torch
@@ -12,10 +10,8 @@ import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from trainers.backends.base import Backend, CommClock
+from trainers.backends.launch import COLLECTIVE_TIMEOUT
 from trainers.backends.rank_workers import RankWorkers
-
-# How long a collective may wait on a slow peer. A peer that dies closes its sockets and is noticed at once.
-COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=int(os.environ.get("TRAINERS_COLLECTIVE_TIMEOUT_S", "300")))
 
 
 class ExposedAllreduce:
