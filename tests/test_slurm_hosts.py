@@ -170,6 +170,10 @@ def test_cluster_check_passes_every_layer_on_the_local_cluster(hosts_cluster, tm
     assert table(result) == expected, result.stdout + result.stderr
     assert result.returncode == (1 if horovod_missing() else 0)
     assert "over eth0" in result.stdout and "Gbit/s" in result.stdout  # gloo bound the nodes' link, measured
+    # the train layer's rehearsed preemption: checkpointed half-way, requeued, resumed where it stopped
+    assert "preempted after 3, requeued, resumed at epoch 0, iteration 3" in result.stdout, result.stdout
+    run = next(tmp_path.glob("local-*/train/05_linear_scaling/check"))
+    assert len(manifest(run)["attempts"]) == 2 and "preempted" in [r["status"] for r in records(run, "status")]
     assert len(list(tmp_path.glob("local-*/cluster_check.md"))) == 1
 
 

@@ -103,6 +103,7 @@ class Trainer:
         if passes:
             self.run.log(passes)
         self.stop = StopSignal()
+        self.rehearsed = False  # rehearse_preemption: once per attempt
         self.time_split = {"data_s": 0.0, "compute_s": 0.0, "comm_s": 0.0}
         self.unreadable = {"train": set(), "val": set()}  # this epoch's unreadable files (sample indices)
         self.data_s = self.step_s = self.epoch_data_share = 0.0  # waiting for batches / whole steps
@@ -285,6 +286,7 @@ class Trainer:
         """All ranks agree, at the same iteration, on whether to stop (a NaN here, a signal there)."""
         # a NaN anywhere since the last reading has made the summed loss NaN (losses are >= 0)
         loss = reading.loss if math.isfinite(reading.sums.loss) else reading.sums.loss
+        self.rehearse_preemption(epoch * len(self.train_sampler) + next_step)
         local = not math.isfinite(loss) or self.stop.received is not None
         if not self.backend.any_rank(local):
             return
@@ -294,6 +296,26 @@ class Trainer:
             return
         self.save(epoch, next_step, reading.sums)
         raise Preempted(f"stopped by a signal at epoch {epoch}, iteration {next_step}; checkpoint written")
+
+    def rehearse_preemption(self, step: int) -> None:
+        """TRAINERS_REHEARSE_PREEMPTION=S (make cluster-check's train layer): once a Slurm job's first attempt has
+        done S optimizer steps, rank 0 has Slurm send its batch shell the time limit's warning (`scancel --batch
+        --signal=USR1`, as `--signal=B:USR1@N` would) and waits until the launcher has forwarded it here. So the whole
+        path (job.sh's trap, srun's forwarding, the checkpoint, the requeue, the resume) is rehearsed at a step
+        chosen in advance, on any machine; a signal that never arrives is said, and the run goes on."""
+        at = int(os.environ.get("TRAINERS_REHEARSE_PREEMPTION") or 0)
+        if not at or step < at or not self.backend.is_main() or self.stop.received is not None \
+                or rendezvous.restarts(os.environ) > 0 or "SLURM_JOB_ID" not in os.environ or self.rehearsed:
+            return
+        self.rehearsed = True
+        import subprocess
+
+        subprocess.run(["scancel", "--batch", "--signal=USR1", os.environ["SLURM_JOB_ID"]], timeout=60)
+        deadline = time.monotonic() + 120
+        while self.stop.received is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.stop.received is None:
+            self.run.log("=> rehearsed preemption: the signal sent to the batch shell did not reach this rank")
 
     def write_util(self, gather: bool) -> None:
         """Telemetry samples as util records: rank 0's own node's as it logs; with gather (a collective, so every
