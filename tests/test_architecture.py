@@ -14,7 +14,7 @@ MAY_IMPORT = {
     "trainers": {"contract"},
     "analysis": {"contract"},
     "studies": {"contract", "trainers", "analysis", "slurm"},
-    "tools": {"contract", "trainers", "analysis", "studies"},
+    "tools": {"contract", "trainers", "analysis", "studies", "slurm"},  # everything below, as docs/architecture.md says
 }
 FRONT_DOORS = {"trainers.__main__"}  # `python -m trainers` dispatches each command to the room that owns it
 MAX_FUNCTION_LINES = 60  # issue 36: every function reads on one screen

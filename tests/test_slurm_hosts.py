@@ -235,6 +235,33 @@ def test_the_link_sweep_runs_experiment_3_at_each_rate_into_its_own_folder(hosts
     assert hosts_cluster.link is None and (tmp_path / "link_sweep.png").stat().st_size > 0
 
 
+def test_bench_comm_runs_its_rows_across_hosts_and_names_the_link(hosts_cluster, tmp_path):
+    """`make bench-comm CLUSTER=local NODES=2`: every row a Slurm job, DDP's and Horovod's ranks on two hosts, the
+    link's rate in the output and the JSON (the figures are the machine's: the test checks where they came from)."""
+    from tests.test_horovod import horovod_missing
+
+    if horovod_missing():
+        pytest.skip("Horovod is not built (make setup-horovod): bench-comm's Horovod rows need it")
+    hosts_cluster.limit_links("100mbit")
+    try:
+        result = subprocess.run([sys.executable, "-m", "tools", "bench-comm", "--cluster", "local", "--nodes", "2",
+                                 "--model", "cifar_resnet20", "--classes", "10", "--image-size", "32", "--batch", "4",
+                                 "--batches", "4", "--warmup", "1", "--accumulate", "2", "--out", str(tmp_path),
+                                 "--json", str(tmp_path / "bench.json")], cwd=REPO, env=cluster_env(hosts_cluster),
+                                capture_output=True, text=True, timeout=900)
+    finally:
+        hosts_cluster.limit_links(None)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "2 processes x 1 thread(s), across 2 hosts (n1, n2), link 100mbit" in result.stdout
+    summary = json.loads((tmp_path / "bench.json").read_text())
+    assert summary["where"].endswith("link 100mbit")
+    rows = {r["run"]: r for r in summary["rows"]}
+    assert [rows[r]["world_size"] for r in ("single", "ddp", "horovod", "horovod-acc2")] == [1, 2, 2, 2]
+    for row, config in (("ddp", "bench_ddp"), ("horovod", "bench_horovod"), ("horovod-acc2", "bench_horovod_acc")):
+        hosts = manifest(tmp_path / config / row)["hosts"]
+        assert len(set(hosts)) == 2 and rows[row]["images_per_s_steady"] > 0, (row, hosts)
+
+
 def two_host_run(cluster, tmp_path, name: str, epochs: int = 30) -> tuple[int, Path]:
     """The same 8-worker run on one host (tmp_path/p/one-host, the reference), then submitted as a 2-node job with
     --requeue (the local profile's): (its job id, its run folder)."""
