@@ -165,8 +165,13 @@ bench-step: setup ## The local step (1 x 4 and 32 x 4 workers) before/after the 
 gpu-check: setup ## On a new GPU machine (~10 min): GPU tests, bench, JPEGs vs synthetic, exp 1 -> results/gpu_checks/
 	$(PY) -m tools gpu-check $(if $(GPU_CHECK_DATA),--data $(GPU_CHECK_DATA))
 
-bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and the communication share (seed 002)
-	$(PY) -m tools bench-comm --fp16 --json results/bench_comm.json
+# CLUSTER=P or LAUNCHER=slurm on the command line: each row a Slurm job across NODES nodes (default 2), one rank a
+# node, into results/bench_comm/<P>-n<N>.json beside its run folders (gitignored: the cluster's numbers; the
+# committed results/bench_comm.json is this machine's 2 processes).
+BENCH_NODES = $(if $(filter command line,$(origin NODES)),$(NODES),2)
+BENCH_ACROSS = $(or $(filter command line,$(origin CLUSTER)),$(filter slurm,$(LAUNCHER)))
+bench-comm: setup-horovod ## DDP vs Horovod throughput on 2 CPU processes, and the communication share (seed 002); CLUSTER=local NODES=2: across the cluster's nodes, at its link's rate
+	$(PY) -m tools bench-comm --fp16 $(if $(BENCH_ACROSS),--cluster $(CLUSTER) --nodes $(BENCH_NODES) --json results/bench_comm/$(CLUSTER)-n$(BENCH_NODES).json,--json results/bench_comm.json)
 
 # the runs share seed 0, hence their initial weights: those are measured once
 NOISE_RUN_GLOB = 05_linear_scaling/w*-s0 06_linear_scaling_stepping_warmup/w32-s0

@@ -83,16 +83,27 @@ class RankLock:
     The holder's pid is written into the lock file (`.lock` for rank 0), for the message a second process gets.
     """
 
-    def __init__(self, run_dir: Path, rank: int):
+    def __init__(self, run_dir: Path, rank: int, wait_s: float = 0.0):
+        """wait_s: how long a lock held by another process may take to be let go before this is refused (a rank of
+        an earlier attempt still ending); 0 = refused at once (a second launch of the run)."""
         self.path = _lock_path(run_dir, rank)
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = _open_lock_target(run_dir, rank)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise RunInUse(f"run folder {run_dir} {IN_USE.format(pid=lock_holder(run_dir, rank))}; "
-                           "wait for it to end or pick another --run") from None
+        deadline, told = time.monotonic() + wait_s, False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise RunInUse(f"run folder {run_dir} {IN_USE.format(pid=lock_holder(run_dir, rank))}; "
+                                   "wait for it to end or pick another --run") from None
+                if not told:
+                    told = True
+                    print(f"=> rank {rank}: run folder {run_dir} is held by pid {lock_holder(run_dir, rank)} (this "
+                          f"rank of an earlier attempt?); waiting up to {wait_s:.0f} s for it to end", flush=True)
+                time.sleep(0.5)
         self.fd: int | None = fd
         self.path.write_text(f"{os.getpid()}\n")
 

@@ -469,6 +469,18 @@ class Cluster:
         if _pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
 
+    def set_link(self, node: str, up: bool) -> None:
+        """Take a node's link down (the node lost to the network: its processes run on, unreachable, and Slurm marks
+        it DOWN once SlurmdTimeout passes) or up again (ReturnToService=2: it comes back by itself)."""
+        if not self.network:
+            raise ClusterError("one node on localhost has no link to take down (start it with --nodes 2 or more)")
+        if node not in self.nodes:
+            raise ClusterError(f"no node {node!r}; the nodes: {', '.join(self.nodes)}")
+        try:
+            self.network.set_link(node, up)
+        except netns.NetnsError as e:
+            raise ClusterError(str(e)) from None
+
     def crash_node(self, node: str) -> list[int]:
         """A node crashes: SIGKILL every process on it (its slurmd, its jobs' steps and tasks: every process in the
         host's network namespace, all started by this cluster). Returns their PIDs."""

@@ -14,7 +14,10 @@ stop the others, so one run names every broken layer:
   ddp       a torch.distributed all_reduce across the nodes (gloo on CPU, NCCL on GPUs) and its bus bandwidth
   horovod   a Horovod allreduce across the nodes, started as the profile starts Horovod (mpirun or srun --mpi)
   train     a few steps of the scale's real model (experiment 5's config, train.max_steps) across the nodes,
-            ending completed with its checkpoint and every rank's host in its manifest
+            ending completed with its checkpoint and every rank's host in its manifest; half-way the run rehearses
+            a preemption (the time limit's warning to the batch shell, at a step chosen in advance), so it
+            checkpoints, the job requeues itself and the second attempt resumes from that checkpoint (where the
+            profile requeues; `requeue = false` checks the steps alone)
 
 Each rank writes what it saw (tools/cluster_probe.py); this module reads it and decides. The table goes to
 DIR/<profile>-<time>/cluster_check.md beside every job's log.
@@ -31,13 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.config import ConfigError
-from contract.runfolder import CHECKPOINT, MANIFEST
+from contract.reader import read_metrics
+from contract.runfolder import CHECKPOINT, LOG, MANIFEST, METRICS
 from slurm.profiles import Profile, ProfileError, load_profile, sbatch_argv
 from studies.launch import REPO
 
 LAYERS = ("nodes", "hosts", "staging", "ddp", "horovod", "train")
 JOB_MINUTES = 5  # each layer's time limit: a layer that needs longer is itself a finding
-TRAIN_STEPS = 3
+TRAIN_STEPS = 6  # the train layer's steps; the preemption is rehearsed after half of them
 STAGED_MARKER = "cluster-check.txt"  # the one file in the tar the staging layer stages
 CHECK_OUT = Path("results/cluster_check")
 
@@ -70,7 +74,8 @@ def run_check(cluster: str, scale: str = "local", nodes: int = 2, out: Path = CH
     if findings[0].ok:
         jobs = submit_layers(profile, scale, nodes, folder, jobs_layers)
         states = wait(jobs, timeout)
-        findings += [judge(layer, states.get(layer, "NOT SUBMITTED"), folder, nodes) for layer in jobs_layers]
+        findings += [judge(layer, states.get(layer, "NOT SUBMITTED"), folder, nodes, profile.requeue)
+                     for layer in jobs_layers]
     else:
         findings += [Finding(layer, None, "not run: too few nodes answer") for layer in jobs_layers]
     table = render(findings)
@@ -107,11 +112,14 @@ def layer_job(layer: str, profile: Profile, scale: str, nodes: int, folder: Path
     elif layer == "horovod":
         env["BACKEND"] = "horovod"
     elif layer == "train":
-        env.pop("TRAIN_CMD")
-        env.pop("DATA_TAR")  # the profile's own staging, as a study's run gets it
+        for key in ("TRAIN_CMD", "DATA_TAR", "RESUME"):  # the profile's staging and job.sh's resume, as a study's
+            env.pop(key)
+        if profile.requeue:
+            env["TRAINERS_REHEARSE_PREEMPTION"] = str(TRAIN_STEPS // 2)
         args = [str(REPO / "experiments" / "05_linear_scaling" / "config.toml"), "--scale", scale,
                 "--out", str(folder / "train"), "--run-name", "check", "--set", f"train.workers={nodes}",
-                "--set", 'train.backend="ddp"', "--set", f"train.max_steps={TRAIN_STEPS}"]
+                "--set", 'train.backend="ddp"', "--set", f"train.max_steps={TRAIN_STEPS}",
+                "--set", "train.print_freq=1"]  # every step a point where the ranks agree to stop
     return env, args
 
 
@@ -162,10 +170,13 @@ FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 
 def wait(jobs: dict[str, int], timeout: float) -> dict[str, str]:
     """Every layer's final job state; a line as each ends. Jobs still unfinished at `timeout` are cancelled."""
-    deadline, states = time.monotonic() + timeout, {}
+    deadline, states, pending = time.monotonic() + timeout, {}, {}
     while len(states) < len(jobs) and time.monotonic() < deadline:
         for layer, job in jobs.items():
             state = None if layer in states else job_state(job)
+            pending[job] = (pending.get(job) or time.monotonic()) if state == "PENDING" else None
+            if pending[job] and time.monotonic() - pending[job] > 5:
+                start_requeued(job)
             if state and state.split()[0] in FINAL:
                 states[layer] = state.split()[0]
                 print(f"  {layer}: job {job} {states[layer]}", flush=True)
@@ -177,14 +188,25 @@ def wait(jobs: dict[str, int], timeout: float) -> dict[str, str]:
     return states
 
 
+def start_requeued(job: int) -> None:
+    """Slurm holds a requeued job back 120 s (Reason=BeginTime); the check has minutes, so it is let start now
+    (wait() calls this 5 s after the job went back to pending: slurmd refuses a restart whose credential is not
+    newer than the last attempt's, to the second)."""
+    r = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True, text=True, timeout=60)
+    info = dict(token.split("=", 1) for token in r.stdout.split() if "=" in token)
+    if info.get("Reason") != "BeginTime" or int(info.get("Restarts", "0")) == 0:
+        return
+    subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], capture_output=True, timeout=60)
+
+
 def rank_results(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))]
 
 
-def judge(layer: str, state: str, folder: Path, nodes: int) -> Finding:
+def judge(layer: str, state: str, folder: Path, nodes: int, requeues: bool = True) -> Finding:
     """Pass or fail, and the one detail a user needs, from the job's state and what each rank wrote."""
     if layer == "train":
-        return judge_train(state, folder / "train" / "05_linear_scaling" / "check", nodes)
+        return judge_train(state, folder / "train" / "05_linear_scaling" / "check", nodes, requeues)
     ranks = rank_results(folder / layer)
     failed = [r for r in ranks if not r.get("ok")]
     if failed:
@@ -229,7 +251,7 @@ def judge_collective(layer: str, ranks: list[dict], nodes: int) -> Finding:
     return Finding(layer, True, f"{len(ranks)} ranks on {len({r['host'] for r in ranks})} hosts{via}{extra}")
 
 
-def judge_train(state: str, run_dir: Path, nodes: int) -> Finding:
+def judge_train(state: str, run_dir: Path, nodes: int, requeues: bool = True) -> Finding:
     try:
         manifest = json.loads((run_dir / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -241,7 +263,28 @@ def judge_train(state: str, run_dir: Path, nodes: int) -> Finding:
         return Finding("train", False, message[:300])
     if len(set(hosts)) < nodes:
         return Finding("train", False, f"ranks on {len(set(hosts))} host(s), {nodes} asked for: {hosts}")
-    return Finding("train", True, f"{TRAIN_STEPS} steps on {', '.join(hosts)}, checkpoint written")
+    steps = f"{TRAIN_STEPS} steps on {', '.join(hosts)}, checkpoint written"
+    if not requeues:
+        return Finding("train", True, steps + "; requeue-resume not checked (the profile does not requeue)")
+    return judge_resume(run_dir, manifest, steps)
+
+
+def judge_resume(run_dir: Path, manifest: dict, steps: str) -> Finding:
+    """The rehearsed preemption: the first attempt checkpointed and stopped, the job requeued itself, the second
+    attempt resumed from that checkpoint and ended the run."""
+    statuses = [r["status"] for r in read_metrics(run_dir / METRICS).of("status")]
+    attempts = len(manifest.get("attempts") or [])
+    log = (run_dir / LOG).read_text(errors="replace") if (run_dir / LOG).exists() else ""
+    resumed = [line for line in log.splitlines() if line.startswith("=> resumed from the checkpoint")]
+    if "preempted" not in statuses:
+        return Finding("train", False, f"{steps}, but never preempted: the warning signal did not reach the ranks "
+                                       "(job.sh's trap, the launcher's forwarding); see train.out")
+    if attempts != 2 or not resumed:
+        return Finding("train", False, f"{steps}; preempted, but {attempts} attempt(s) and "
+                                       f"{'no resume' if not resumed else resumed[0]}: the job did not requeue "
+                                       "itself or its restart did not resume (see train.out)")
+    where = resumed[0].removeprefix("=> resumed from the checkpoint ").split(";")[0]
+    return Finding("train", True, f"{steps}; preempted after {TRAIN_STEPS // 2}, requeued, resumed {where}")
 
 
 def link_bits_per_s(rate: str) -> float:

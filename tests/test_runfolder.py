@@ -341,6 +341,37 @@ def test_deleting_the_lock_file_does_not_let_a_second_writer_in(tmp_path, capsys
     assert [r["status"] for r in records(run_dir, "status")] == ["running", "completed"]
 
 
+def test_a_requeued_rank_waits_for_the_lock_its_cut_off_predecessor_holds(tmp_path, monkeypatch, capsys):
+    """A rank of the attempt before, cut off on a node whose link went down, still holds its lock: the requeued
+    attempt's rank waits for it to be let go (up to wait_s) instead of failing the job; a plain second launch
+    (wait_s 0) is refused at once, and a holder that never lets go is refused after wait_s."""
+    held = RankLock(tmp_path, 1)  # the cut-off rank (another open file: flock conflicts within a process too)
+    with pytest.raises(locks.RunInUse):
+        RankLock(tmp_path, 1)
+    monkeypatch.setattr(locks.time, "sleep", lambda s: held.release())  # it ends while the new rank waits
+    waited = RankLock(tmp_path, 1, wait_s=300)
+    assert held.fd is None and "waiting up to 300 s" in capsys.readouterr().out
+    monkeypatch.setattr(locks.time, "monotonic", iter(range(0, 1000, 100)).__next__)  # 100 s a look: never let go
+    with pytest.raises(locks.RunInUse, match="in use by another process"):
+        RankLock(tmp_path, 1, wait_s=250)
+    waited.release()
+
+
+def test_only_a_requeued_or_successor_job_waits_for_its_run_lock(monkeypatch):
+    from trainers import backends
+    from trainers.loop import earlier_attempt_wait
+
+    for name in ("SLURM_RESTART_COUNT", "CHAIN_DEPTH"):
+        monkeypatch.delenv(name, raising=False)
+    assert earlier_attempt_wait() == 0.0
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    assert earlier_attempt_wait() == 0.0
+    for name in ("SLURM_RESTART_COUNT", "CHAIN_DEPTH"):
+        monkeypatch.setenv(name, "1")
+        assert earlier_attempt_wait() == backends.COLLECTIVE_TIMEOUT.total_seconds() + 10
+        monkeypatch.setenv(name, "0")
+
+
 def test_the_study_reads_the_pid_a_refused_trainer_named():
     message = str(locks.RunInUse(f"run folder x {locks.IN_USE.format(pid=4321)}; wait"))
     assert locks.in_use_by(f"some output\nerror: {message}\n") == "4321"

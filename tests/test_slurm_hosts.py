@@ -170,6 +170,10 @@ def test_cluster_check_passes_every_layer_on_the_local_cluster(hosts_cluster, tm
     assert table(result) == expected, result.stdout + result.stderr
     assert result.returncode == (1 if horovod_missing() else 0)
     assert "over eth0" in result.stdout and "Gbit/s" in result.stdout  # gloo bound the nodes' link, measured
+    # the train layer's rehearsed preemption: checkpointed half-way, requeued, resumed where it stopped
+    assert "preempted after 3, requeued, resumed at epoch 0, iteration 3" in result.stdout, result.stdout
+    run = next(tmp_path.glob("local-*/train/05_linear_scaling/check"))
+    assert len(manifest(run)["attempts"]) == 2 and "preempted" in [r["status"] for r in records(run, "status")]
     assert len(list(tmp_path.glob("local-*/cluster_check.md"))) == 1
 
 
@@ -231,23 +235,128 @@ def test_the_link_sweep_runs_experiment_3_at_each_rate_into_its_own_folder(hosts
     assert hosts_cluster.link is None and (tmp_path / "link_sweep.png").stat().st_size > 0
 
 
-def test_a_node_lost_mid_run_is_requeued_and_the_run_ends_as_on_one_host(hosts_cluster, tmp_path):
-    """A node crashes mid-run (every process on it killed): the surviving rank names the lost rank and its host,
-    srun waits until Slurm declares the node down, Slurm requeues the job (--requeue), and it resumes from its
-    checkpoint on the nodes left, ending bit-identical to the same run on one host (the world size is unchanged)."""
+def test_bench_comm_runs_its_rows_across_hosts_and_names_the_link(hosts_cluster, tmp_path):
+    """`make bench-comm CLUSTER=local NODES=2`: every row a Slurm job, DDP's and Horovod's ranks on two hosts, the
+    link's rate in the output and the JSON (the figures are the machine's: the test checks where they came from)."""
+    from tests.test_horovod import horovod_missing
+
+    if horovod_missing():
+        pytest.skip("Horovod is not built (make setup-horovod): bench-comm's Horovod rows need it")
+    hosts_cluster.limit_links("100mbit")
+    try:
+        result = subprocess.run([sys.executable, "-m", "tools", "bench-comm", "--cluster", "local", "--nodes", "2",
+                                 "--model", "cifar_resnet20", "--classes", "10", "--image-size", "32", "--batch", "4",
+                                 "--batches", "4", "--warmup", "1", "--accumulate", "2", "--out", str(tmp_path),
+                                 "--json", str(tmp_path / "bench.json")], cwd=REPO, env=cluster_env(hosts_cluster),
+                                capture_output=True, text=True, timeout=900)
+    finally:
+        hosts_cluster.limit_links(None)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "2 processes x 1 thread(s), across 2 hosts (n1, n2), link 100mbit" in result.stdout
+    summary = json.loads((tmp_path / "bench.json").read_text())
+    assert summary["where"].endswith("link 100mbit")
+    rows = {r["run"]: r for r in summary["rows"]}
+    assert [rows[r]["world_size"] for r in ("single", "ddp", "horovod", "horovod-acc2")] == [1, 2, 2, 2]
+    for row, config in (("ddp", "bench_ddp"), ("horovod", "bench_horovod"), ("horovod-acc2", "bench_horovod_acc")):
+        hosts = manifest(tmp_path / config / row)["hosts"]
+        assert len(set(hosts)) == 2 and rows[row]["images_per_s_steady"] > 0, (row, hosts)
+
+
+def two_host_run(cluster, tmp_path, name: str, epochs: int = 30) -> tuple[int, Path]:
+    """The same 8-worker run on one host (tmp_path/p/one-host, the reference), then submitted as a 2-node job with
+    --requeue (the local profile's): (its job id, its run folder)."""
     from slurm.profiles import load_profile, sbatch_argv
 
     cfg = write_config(tmp_path / "p.toml", {"data": {"synthetic_images": 320},
-                                             "train": {**EIGHT, "backend": "ddp", "epochs": 30, "print_freq": 5}})
+                                             "train": {**EIGHT, "backend": "ddp", "epochs": epochs, "print_freq": 5}})
     assert finish(start_ranks(cfg, tmp_path, "one-host", port=str(free_port()))) == [0, 0]
     script = tmp_path / "job.sbatch"
     script.write_text(f'#!/bin/bash\nsource "{REPO}/slurm/job.sh" || exit 2\nrun_job "$@"\n')
-    argv = sbatch_argv(load_profile("local"), script, nodes=2, tasks_per_node=1, gpus_per_node=0, job_name="lost",
-                       time_limit="10", output=tmp_path / "lost-%j.out",
+    argv = sbatch_argv(load_profile("local"), script, nodes=2, tasks_per_node=1, gpus_per_node=0, job_name=name,
+                       time_limit="10", output=tmp_path / f"{name}-%j.out",
                        env={"BACKEND": "ddp", "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"},
-                       train_args=[str(cfg), "--out", str(tmp_path), "--run-name", "lost"])
-    job = hosts_cluster.submit(argv, env=cluster_env(hosts_cluster), cwd=REPO)
-    run_dir = tmp_path / "p" / "lost"
+                       train_args=[str(cfg), "--out", str(tmp_path), "--run-name", name])
+    assert "--requeue" in argv
+    return cluster.submit(argv, env=cluster_env(cluster), cwd=REPO), tmp_path / "p" / name
+
+
+def assert_resumed_as_on_one_host(run_dir: Path, lost: str, epochs: int = 30) -> None:
+    """Two attempts, the second without the lost host, and the parameters of the uninterrupted run, bit for bit."""
+    m = manifest(run_dir)
+    assert m["status"] == "completed" and len(m["attempts"]) == 2 and lost not in m["hosts"], m
+    assert len(set(m["hosts"])) == 2
+    assert max_difference(final_state(run_dir.parent / "one-host"), final_state(run_dir)) == 0.0
+    assert sorted({r["epoch"] for r in records(run_dir, "epoch")}) == list(range(epochs))
+
+
+def wait_for_node(cluster, node: str, states: tuple[str, ...], timeout: float) -> str:
+    """Until sinfo shows `node` in one of `states` (e.g. "down*", "idle"); its state then."""
+    import time
+
+    deadline, state = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        r = cluster.run(["sinfo", "-h", "-n", node, "-o", "%T"], check=False)
+        state = r.stdout.strip()
+        if state in states:
+            return state
+        time.sleep(0.5)
+    raise AssertionError(f"{node} still {state!r} after {timeout:.0f} s, waiting for {states}")
+
+
+def test_a_node_whose_link_goes_down_mid_run_is_declared_down_and_the_run_resumes_on_the_others(hosts_cluster,
+                                                                                                 tmp_path):
+    """A node's link goes down mid-run: the run stalls in its all_reduce, Slurm marks the node DOWN once SlurmdTimeout
+    passes and requeues the job (--requeue) onto the nodes left. The cut-off rank runs on there, unreachable, holding
+    its lock on the shared file system, so the new attempt's rank waits for it; once the link is up again Slurm ends
+    the stale rank, the node returns (idle), and the run resumes from its checkpoint, ending bit-identical to the same
+    run on one host. Every wait is on a state, never on a guessed time."""
+    job, run_dir = two_host_run(hosts_cluster, tmp_path, "unlinked")
+    wait_for_epoch(hosts_cluster, job, run_dir)
+    lost = manifest(run_dir)["hosts"][1]  # not the batch host: the job's shell survives to be requeued
+    log = lambda: "".join(p.read_text() for p in tmp_path.glob("unlinked-*.out"))  # noqa: E731
+    hosts_cluster.set_link(lost, up=False)
+    try:
+        # slurmctld pings every SlurmdTimeout/3 and gives up after SlurmdTimeout (30 s), whatever the machine's speed
+        wait_for_node(hosts_cluster, lost, ("down*",), timeout=120)
+        wait_until(lambda: restarted(hosts_cluster, job), timeout=120, what=f"job {job} running again")
+        wait_until(lambda: "is held by pid" in log(), timeout=120, what="the new rank waiting for the cut-off one")
+    finally:
+        hosts_cluster.set_link(lost, up=True)
+    assert hosts_cluster.wait(job, timeout=600, fast_requeue=True) == "COMPLETED", log()[-3000:]
+    assert "DUE TO NODE FAILURE" in log()
+    assert_resumed_as_on_one_host(run_dir, lost)
+    wait_for_node(hosts_cluster, lost, ("idle",), timeout=120)  # ReturnToService=2, once slurmctld reaches it again
+    from slurm.local_cluster import processes_in_namespaces
+
+    host = {os.stat(f"/run/netns/{hosts_cluster.network.netns(lost)}").st_ino}
+    assert processes_in_namespaces(host) == [hosts_cluster.pids()[f"slurmd {lost}"]]  # the cut-off rank ended
+
+
+def restarted(cluster, job: int) -> bool:
+    """Whether a requeued job runs again; one pending after its requeue is let start at once (not after 120 s)."""
+    info = cluster.job_info(job)
+    if info.get("JobState") == "PENDING" and info.get("Reason") == "BeginTime":
+        cluster.requeue_now(job)
+    return info.get("JobState") == "RUNNING" and int(info.get("Restarts", "0")) > 0
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"not {what} after {timeout:.0f} s")
+
+
+def test_a_node_lost_mid_run_is_requeued_and_the_run_ends_as_on_one_host(hosts_cluster, tmp_path):
+    """A node crashes mid-run (every process on it killed): the surviving rank names the lost rank and its host,
+    srun waits until Slurm declares the node down, Slurm requeues the job (--requeue), and it resumes from its
+    checkpoint on the nodes left, ending bit-identical to the same run on one host (the world size is unchanged).
+    (The crashed node stays lost: after this test, two nodes are left.)"""
+    job, run_dir = two_host_run(hosts_cluster, tmp_path, "lost")
     wait_for_epoch(hosts_cluster, job, run_dir)
     lost = manifest(run_dir)["hosts"][1]
     assert hosts_cluster.crash_node(lost)
@@ -255,10 +364,7 @@ def test_a_node_lost_mid_run_is_requeued_and_the_run_ends_as_on_one_host(hosts_c
     log = next(tmp_path.glob("lost-*.out")).read_text()
     assert f"rank 1 of 2 (logical workers 4-7 of 8) on {lost} died" in log
     assert "DUE TO NODE FAILURE" in log
-    m = manifest(run_dir)
-    assert m["status"] == "completed" and len(m["attempts"]) == 2 and lost not in m["hosts"]
-    assert max_difference(final_state(tmp_path / "p" / "one-host"), final_state(run_dir)) == 0.0
-    assert sorted({r["epoch"] for r in records(run_dir, "epoch")}) == list(range(30))
+    assert_resumed_as_on_one_host(run_dir, lost)
 
 
 def test_cluster_check_names_a_dead_node_before_any_job_waits_for_it(hosts_cluster, tmp_path):

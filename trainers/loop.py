@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from trainers import backends, bench, checkpoint, compute, data, telemetry
+from trainers import backends, bench, checkpoint, compute, data, rendezvous, telemetry
 from contract.config import Config, ConfigError, check_paths, check_writable
 from contract.lr import lr_at
 from trainers.models import build_model
@@ -57,6 +57,7 @@ class StopSignal:
 
     def __init__(self):
         self.received: int | None = None
+        self.rehearsed = False  # rehearse: once an attempt
         self.previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
 
     def _handle(self, signum, frame):
@@ -65,6 +66,26 @@ class StopSignal:
     def restore(self) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+
+    def rehearse(self, step: int, is_main: bool, log) -> None:
+        """TRAINERS_REHEARSE_PREEMPTION=S (make cluster-check's train layer): once a Slurm job's first attempt has
+        done S optimizer steps, rank 0 has Slurm send its batch shell the time limit's warning (`scancel --batch
+        --signal=USR1`, as `--signal=B:USR1@N` would) and waits until the launcher has forwarded it here. So the whole
+        path (job.sh's trap, srun's forwarding, the checkpoint, the requeue, the resume) is rehearsed at a step
+        chosen in advance, on any machine; a signal that never arrives is said, and the run goes on."""
+        at = int(os.environ.get("TRAINERS_REHEARSE_PREEMPTION") or 0)
+        if not at or step < at or not is_main or self.received is not None or self.rehearsed \
+                or rendezvous.restarts(os.environ) > 0 or "SLURM_JOB_ID" not in os.environ:
+            return
+        self.rehearsed = True  # once an attempt
+        import subprocess
+
+        subprocess.run(["scancel", "--batch", "--signal=USR1", os.environ["SLURM_JOB_ID"]], timeout=60)
+        deadline = time.monotonic() + 120
+        while self.received is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.received is None:
+            log("=> rehearsed preemption: the signal sent to the batch shell did not reach this rank")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -182,6 +203,7 @@ class Trainer:
             reading = every.end_step(i, read=b.world_size == 1 and self.stop.received is not None)
             if reading is None:
                 continue
+            self.stop.rehearse(epoch * len(self.train_sampler) + i + 1, b.is_main(), self.run.log)
             # a NaN anywhere since the last reading has made the summed loss NaN (losses are >= 0)
             read_loss = reading.loss if math.isfinite(reading.sums.loss) else reading.sums.loss
             if not b.any_rank(not math.isfinite(read_loss) or self.stop.received is not None):
@@ -366,13 +388,21 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
     name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
     # Before anything in the folder is touched: a second process training this run is refused here (exit 2).
     made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # the folders this run will create
-    lock = RankLock(run_dir, launch.rank)
+    lock = RankLock(run_dir, launch.rank, wait_s=earlier_attempt_wait())
     try:
         return train_locked(cfg, run_dir, resume, echo, launch, name, force)
     finally:
         if made and not (run_dir / MANIFEST).exists():  # refused before it started (a data or config mistake)
             lock.discard(made)
         lock.release()
+
+
+def earlier_attempt_wait() -> float:
+    """Seconds a rank of a requeued (or successor) Slurm job waits for its run lock. The same rank of the attempt
+    before may still hold it: on a node whose link went down Slurm cannot end its processes, and they stay cut off
+    in a collective until its timeout (a shared file system's lock outlives the node's network). Anywhere else a
+    held lock is a second launch of the run, refused at once."""
+    return backends.COLLECTIVE_TIMEOUT.total_seconds() + 10 if rendezvous.restarts(os.environ) > 0 else 0.0
 
 
 def check_run_files(run_dir: Path) -> None:

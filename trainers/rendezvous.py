@@ -19,8 +19,13 @@ def job_port(env: Mapping[str, str]) -> int:
     if env.get("MASTER_PORT"):
         return int(env["MASTER_PORT"])
     job = int(env.get("SLURM_JOB_ID") or 0)
-    restarts = int(env.get("SLURM_RESTART_COUNT") or 0) + int(env.get("CHAIN_DEPTH") or 0)
-    return 10000 + (job % 4000) * 10 + restarts % 10
+    return 10000 + (job % 4000) * 10 + restarts(env) % 10
+
+
+def restarts(env: Mapping[str, str]) -> int:
+    """How many attempts of this Slurm job came before this one: Slurm's requeues (SLURM_RESTART_COUNT) and
+    job.sh's successor jobs (CHAIN_DEPTH); 0 outside Slurm."""
+    return int(env.get("SLURM_RESTART_COUNT") or 0) + int(env.get("CHAIN_DEPTH") or 0)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from typing import Callable
 import torch
 
 from trainers.backends.base import Backend
-from trainers.backends.launch import Launch, bind_gloo_towards, detect_launch, free_port, is_loopback
+from trainers.backends.launch import (COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards, detect_launch, free_port,
+                                       interface_towards, is_loopback)
 from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError
 from trainers.backends.rank_workers import workers_per_rank
 

@@ -2,6 +2,7 @@
 from its environment, and the interface gloo reaches them through."""
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import socket
@@ -12,6 +13,9 @@ from typing import Mapping, NamedTuple
 from contract.config import ConfigError
 from trainers.rendezvous import job_port
 
+# How long a collective may wait on a slow peer (TRAINERS_COLLECTIVE_TIMEOUT_S). A peer that dies closes its sockets
+# and is noticed at once; one cut off (its node's link down) is given up on after this.
+COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=int(os.environ.get("TRAINERS_COLLECTIVE_TIMEOUT_S", "300")))
 
 @dataclass(frozen=True)
 class Launch:

@@ -1,9 +1,7 @@
 """PyTorch's own data parallelism: DistributedDataParallel (one process per GPU) and DataParallel (one process)."""
 from __future__ import annotations
 
-import datetime
 import inspect
-import os
 import time
 
 import torch
@@ -13,11 +11,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from contract.config import Config
 from trainers.backends.base import Backend, CommClock
-from trainers.backends.launch import Launch, bind_gloo_towards, free_port
+from trainers.backends.launch import COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards, free_port
 from trainers.backends.rank_workers import RankWorkers
-
-# How long a collective may wait on a slow peer. A peer that dies closes its sockets and is noticed at once.
-COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=int(os.environ.get("TRAINERS_COLLECTIVE_TIMEOUT_S", "300")))
 
 
 class ExposedAllreduce:
