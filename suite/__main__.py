@@ -5,8 +5,8 @@ room that owns it, so every room below keeps its own command line and imports no
 """
 from __future__ import annotations
 
-import importlib
 import sys
+from typing import Callable
 
 from contract.cli import command_word
 
@@ -41,13 +41,28 @@ def route(argv: list[str]) -> tuple[str, list[str]]:
     return module, argv if word in WITH_WORD else argv[1:]
 
 
+def main_of(module: str) -> Callable[[list[str]], int]:
+    """The room's main, imported when its command runs (a study need not load the analysis, nor `--help` torch)."""
+    if module == "studies.__main__":
+        from studies.__main__ import main as room_main
+    elif module == "trainers.__main__":
+        from trainers.__main__ import main as room_main
+    elif module == "analysis.__main__":
+        from analysis.__main__ import main as room_main
+    elif module == "tools.__main__":
+        from tools.__main__ import main as room_main
+    else:
+        from slurm.local_cluster import main as room_main
+    return room_main
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     word = command_word(argv, ROUTES, usage())
     if isinstance(word, int):
         return word
     module, args = route(argv)
-    return importlib.import_module(module).main(args)
+    return main_of(module)(args)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -54,3 +54,11 @@ def test_the_trainer_called_from_python_names_the_front_door_instead_of_importin
 def test_data_bench_under_its_old_name_reaches_the_tool():
     result = front_door("data", "bench", "--help", module="trainers")
     assert result.returncode == 0 and "python -m tools data-bench" in result.stdout
+
+
+def test_every_route_reaches_a_main_of_its_room():
+    from suite.__main__ import main_of
+
+    for module, _ in ROUTES.values():
+        handed = main_of(module)
+        assert callable(handed) and handed.__module__ == module
