@@ -380,6 +380,19 @@ def load_config(path: str | Path, scale: str = "local", overrides: list[str] = (
     return build(values, experiment_name(path), scale, need_data, expand)
 
 
+def chosen_backend(cfg: Config, launcher: str = "none", world_size: int = 1) -> str:
+    """train.backend, or for "auto" what the launch implies: Horovod under horovodrun, DDP for several processes,
+    emulated workers for W > 1 in one process, else one worker alone. A study plans with no launch yet (the
+    defaults); the trainer asks again under its launcher."""
+    if cfg.train.backend != "auto":
+        return cfg.train.backend
+    if launcher == "horovodrun":
+        return "horovod"
+    if world_size > 1:
+        return "ddp"
+    return "emulated" if cfg.train.workers > 1 else "single"
+
+
 # What a node may still say of a run resolved before it started (slurm/job.sh): where its copy of the data is, and
 # how its ranks meet. Neither enters the fingerprint (contract/fingerprint.py IGNORED): the run stays the plan's.
 WHERE_IT_RUNS = ("data.path", "train.init_method")

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract.config import (DISTRIBUTED_BACKENDS, SCALES, Config, ConfigError, find_scales_file, load_config,
-                             read_toml)
+from contract.config import (DISTRIBUTED_BACKENDS, SCALES, Config, ConfigError, chosen_backend, find_scales_file,
+                             load_config, read_toml)
 from contract.runfolder import check_run_name
 
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
@@ -47,6 +47,11 @@ class Run:
     @property
     def workers(self) -> int:
         return int(self.settings.get("train.workers", 1))
+
+    @property
+    def backend(self) -> str:
+        """The backend the run is planned with (train.backend, "auto" read without a launcher yet)."""
+        return chosen_backend(self.cfg)
 
 
 @dataclass(frozen=True)

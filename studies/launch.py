@@ -25,7 +25,7 @@ from contract.fingerprint import config_fingerprint
 from contract.reader import folder_fingerprint
 from contract.plan import NODE_SCALE, Run, Study, node_fits, node_processes
 from studies import node
-from trainers.backends import Launch, choose_backend, free_port, torchrun_command
+from trainers.backends import free_port, torchrun_command
 
 REPO = Path(__file__).resolve().parents[1]
 FINISHED = ("completed", "diverged")
@@ -76,7 +76,7 @@ def planned_runs(study: Study, scale: str, out: Path, gpus: int | None = None) -
         run_dir = out / cfg.experiment / run.name
         args = [str(run_dir / runfolder.CONFIG)]  # the run as planned, saved there as it starts (write_planned)
         fingerprint = config_fingerprint(cfg)
-        backend = choose_backend(cfg, Launch())
+        backend = run.backend
         processes = 0
         if scale == NODE_SCALE:
             if not node_fits(run.workers, backend, gpus, cfg.bench.batches > 0):

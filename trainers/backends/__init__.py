@@ -14,7 +14,7 @@ import torch
 from trainers.backends.base import Backend
 from trainers.backends.launch import (COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards, detect_launch, free_port,
                                        interface_towards, is_loopback)
-from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError
+from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, chosen_backend
 from trainers.backends.rank_workers import workers_per_rank
 
 __all__ = ["Backend", "Launch", "detect_launch", "register", "create", "BACKENDS", "horovod_available",
@@ -57,13 +57,7 @@ def pick_device(cfg: Config, launch: Launch) -> torch.device:
 
 
 def choose_backend(cfg: Config, launch: Launch) -> str:
-    if cfg.train.backend != "auto":
-        return cfg.train.backend
-    if launch.launcher == "horovodrun":
-        return "horovod"
-    if launch.world_size > 1:
-        return "ddp"
-    return "emulated" if cfg.train.workers > 1 else "single"
+    return chosen_backend(cfg, launch.launcher, launch.world_size)
 
 
 def check_world(cfg: Config, launch: Launch, name: str) -> None:
