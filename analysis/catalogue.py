@@ -32,6 +32,7 @@ from . import cost  # noqa: E402
 from . import figures as fg  # noqa: E402
 from . import findings as fd  # noqa: E402
 from . import large_batch as lb  # noqa: E402
+from . import link as lk  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
 from .compare import report_comparison, runs_label  # noqa: E402
@@ -74,6 +75,10 @@ class Inputs:
     @cached_property
     def points(self) -> pd.DataFrame:
         return lb.study_points(self.df)
+
+    @cached_property
+    def links(self) -> pd.DataFrame:
+        return lk.link_table(self.df)
 
     @cached_property
     def smoke(self) -> set:
@@ -289,6 +294,16 @@ def steady_state(inputs: Inputs, entry: Figure) -> Drawn:
     return Drawn(figure, f"Made from the thesis's {entry.thesis} (no runs).")
 
 
+def link_rates(inputs: Inputs, entry: Figure) -> Drawn | str | None:
+    """Throughput against the link's rate (make link-sweep's runs); where runs crossed hosts but none under a
+    limited link, why not; nothing to say of runs on one host."""
+    if len(inputs.links):
+        return Drawn(lk.link_figure(inputs.links, entry.title), inputs.source)
+    hosts = inputs.df["hosts"] if "hosts" in inputs.df else pd.Series(dtype=float)
+    across = (inputs.df["kind"] == "run") & (hosts > 1)
+    return "no link-sweep runs (make link-sweep, then make report OUT=results/link_sweep)" if across.any() else None
+
+
 # ============================================================================================ table makers
 
 
@@ -348,6 +363,8 @@ TABLES = (
     Table("extra_experiments", "", (), extra_experiments, "Runs of experiments beyond the thesis's nine"),
     Table("this_machine_vs_reference", "", (), this_machine,
           "This machine's runs, the committed reference's (by machine) and the thesis's"),
+    Table("link_rates", "", (3,), lambda inputs, entry: inputs.links if len(inputs.links) else None,
+          "Experiment 3 across hosts: throughput against each host's link rate", lk.NOTES, lk.shown),
 )
 
 def warmup_figures(exp: int, n: int) -> tuple[Figure, Figure]:
@@ -391,6 +408,7 @@ FIGURES = (
     Figure("exp12_large_batch", "", (5, 12), large_batch),
     Figure("exp12_differences", "", (5, 12), large_batch_differences),
     Figure("rq2_steady_state", "Tables 5/6 and 8/9 and Figures 12-13", (), steady_state),
+    Figure("link_rates", "", (3,), link_rates, "Experiment 3 across hosts: throughput against each host's link"),
 )
 #: the thesis's utilisation figures (22, 23, 27): drawn together, since emulated runs stand for both frameworks
 THESIS_UTILISATION = tuple(f for f in FIGURES if f.make is utilisation)

@@ -10,7 +10,9 @@ One row per (run, record): ``kind`` says which record --
   util      utilisation samples (trainers/telemetry.py), one row per sample and device: t (seconds since the
             run started), device ("cpu process", "cpu system", "gpu0", ...; "rank8 gpu0" for another node),
             util_pct, mem_gb, power_w;
-  schedule  the planned learning rate of each epoch (config.json resolved.schedule).
+  schedule  the planned learning rate of each epoch (config.json resolved.schedule);
+  link bench  a bench row of a run under a limited link (manifest `link`, make link-sweep): throughput at that link,
+            which analysis/link.py tabulates and the tables that average a configuration's bench rows never see.
 Every row carries the run's identity and configuration columns (RUN_COLUMNS), so any table or figure is a
 filter and a group-by away; ``gpus`` is the run's workers W (the thesis's GPUs, what every comparison with the thesis
 counts), ``processes`` its real ranks P (manifest.json world_size: W/P emulated workers in each, the node scale's
@@ -470,7 +472,8 @@ def load_study(runs: str | Path = "results/runs", logs=None) -> pd.DataFrame:
         problems += [f"{r.path}: {int(r.bad_lines)} bad line(s) skipped" for r in counted.itertuples()]
         a = _finish([x for x in (a, b) if len(x)])
     a.attrs["problems"] = problems
-    return refuse_mixed_configs(count_runs_once(add_fingerprints(a, fingerprints(raw))))
+    df = refuse_mixed_configs(count_runs_once(add_links(add_fingerprints(a, fingerprints(raw)), raw)))
+    return set_link_runs_apart(df)
 
 
 # ============================================================================================ config fingerprints
@@ -504,6 +507,37 @@ def add_fingerprints(df: pd.DataFrame, found: dict[str, str | None]) -> pd.DataF
     df = df.copy()
     df["fingerprint"] = df["path"].map(found) if len(df) else pd.Series(dtype=object)
     df.attrs = dict(df.attrs)
+    return df
+
+
+# ============================================================================================ the link a run ran under
+# make link-sweep runs experiment 3 across the local cluster's hosts with each host's link limited by tc (manifest
+# `link`). Such a run's throughput is a point on a curve against the link's rate (analysis/link.py), not one more
+# measurement of its configuration: its bench rows become LINK_BENCH rows, which the throughput tables, the cost and
+# the verdicts (all reading kind "bench") never average. Its run row stays: every run is listed.
+LINK_BENCH = "link bench"
+
+
+def add_links(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
+    """Columns `link` (the manifest's link, None where not limited) and `hosts` (how many distinct hosts its ranks
+    ran on; NaN where the manifest does not say), from the reader's frame."""
+    folders = raw[raw["kind"] == "run"]
+    facts = {path: (m.get("link") if isinstance(m.get("link"), str) and m.get("link") else None,
+                    len(set(m["hosts"])) if isinstance(m.get("hosts"), list) and m["hosts"] else math.nan)
+             for path, m in zip(folders["path"], (m if isinstance(m, dict) else {} for m in folders["manifest"]))}
+    attrs = dict(df.attrs)
+    df = df.assign(link=[facts.get(p, (None, math.nan))[0] for p in df["path"]],
+                   hosts=[facts.get(p, (None, math.nan))[1] for p in df["path"]])
+    df["hosts"] = pd.to_numeric(df["hosts"], errors="coerce")
+    df.attrs = attrs
+    return df
+
+
+def set_link_runs_apart(df: pd.DataFrame) -> pd.DataFrame:
+    """The bench rows of runs under a limited link, as LINK_BENCH rows."""
+    limited = (df["kind"] == "bench") & df["link"].notna()
+    if limited.any():
+        df.loc[limited, "kind"] = LINK_BENCH
     return df
 
 
@@ -544,8 +578,8 @@ def mixed_groups(df: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
     # throughput tables keep backends apart (DDP and DataParallel are both "pytorch"); quality tables do not
     benched = set(df.loc[df["kind"] == "bench", "path"])
     runs["pool_backend"] = [b if p in benched else "" for p, b in zip(runs["path"], runs["backend"])]
-    out = []
-    for key, g in runs.groupby(POOL_KEYS + ["pool_backend"], dropna=False, sort=True):
+    out = []  # another link is another measurement (its fingerprint says so), never a mix
+    for key, g in runs.groupby(POOL_KEYS + ["pool_backend", "link"], dropna=False, sort=True):
         if g["fingerprint"].nunique() > 1:
             out.append((dict(zip(POOL_KEYS, key)), g))
     return out

@@ -140,10 +140,13 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
               iters_per_epoch: int = 20, print_freq: int = 5, images_per_epoch: int = 2000,
               final_acc: float = 70.0, start: float = 1_700_000_000.0, batch_s: float = 0.05,
               first_batch_s: float = 0.5, bench_record: bool = True, truncate_tail: bool = False,
-              train_extra: dict | None = None, processes: int | None = None) -> Path:
+              train_extra: dict | None = None, processes: int | None = None, backend: str | None = None,
+              comm_share: float = 0.0, manifest_extra: dict | None = None) -> Path:
     """One run folder written by the trainer's own writer (contract.runfolder), with made-up numbers.
     train_extra: more [train] keys, e.g. {"precision": "bf16", "channels_last": True}; processes: the launch's P for
-    `gpus` = W workers over P processes (default: one process a worker)."""
+    `gpus` = W workers over P processes (default: one process a worker); backend: ddp, horovod... (default: emulated
+    or single); comm_share: the bench record's share of its timed steps spent communicating; manifest_extra: more
+    manifest fields, e.g. {"link": "100mbit", "hosts": ["n1", "n2"]}."""
     d = Path(root) / experiment / run
     if bench_batches:
         epochs = 1  # a throughput benchmark trains part of one epoch
@@ -151,7 +154,7 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
     target, sched = planned_schedule(gpus=gpus, per_gpu_batch=per_gpu_batch, epochs=epochs, warmup=warmup,
                                      warmup_epochs=warmup_epochs, scaling=scaling, base_lr=base_lr,
                                      base_batch=base_batch, decay=decay, milestones=milestones, step_every=step_every)
-    backend = "emulated" if scale == "local" and gpus > 1 else "single"
+    backend = backend or ("emulated" if scale == "local" and gpus > 1 else "single")
     config = {
         "experiment": experiment, "run": run, "scale": scale,
         "model": {"name": "resnet8" if scale == "local" else "resnet50", "num_classes": 12 if scale == "local" else 1000},
@@ -170,13 +173,14 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
     clock = _Clock(start)
     out = runfolder.RunFolder(d, writes=True, echo=False, clock=clock)
     out.write_config(config)
-    out.update_manifest(start=_iso(start), end=None, hosts=["localhost"], backend=backend, launcher="none",
-                        devices=["cpu"], seed=seed, world_size=processes or gpus, workers=gpus,
-                        versions={"python": "3.11", "torch": "2.14.1", "torchvision": "0.29.1", "horovod": None},
-                        git_commit=None)
+    out.update_manifest(**{"start": _iso(start), "end": None, "hosts": ["localhost"], "backend": backend,
+                           "launcher": "none", "devices": ["cpu"], "seed": seed, "world_size": processes or gpus,
+                           "workers": gpus, "versions": {"python": "3.11", "torch": "2.14.1", "torchvision": "0.29.1",
+                                                         "horovod": None}, "git_commit": None, **(manifest_extra or {})})
     done = epochs if epochs_done is None else epochs_done
     out.status("running", 0, "started")
     train = _Training(out, clock, rng, per_gpu_batch * gpus, epochs, done, status, print_freq, batch_s, first_batch_s)
+    train.comm_share = comm_share
     if bench_batches:
         avg199 = train.iterations(0, bench_batches, sched[0] if sched else target)
         if bench_record:
@@ -197,6 +201,7 @@ class _Training:
                  done: int, status: str, print_freq: int, batch_s: float, first_batch_s: float):
         self.out, self.clock, self.rng, self.gb, self.epochs, self.done = out, clock, rng, global_batch, epochs, done
         self.status, self.print_freq, self.batch_s, self.first_batch_s = status, print_freq, batch_s, first_batch_s
+        self.comm_share = 0.0  # of a bench record's timed steps
 
     def iterations(self, e: int, n_iter: int, rate: float) -> float | None:
         """One epoch's iterations (an iter record and a train.log line every print_freq-th); returns the running
@@ -222,12 +227,12 @@ class _Training:
 
     def bench(self, per_gpu_batch: int, gpus: int, n_iter: int, warmup_batches: int, rate: float,
               avg199: float | None) -> None:
-        steps = n_iter - warmup_batches
+        steps, c = n_iter - warmup_batches, self.comm_share
         self.out.record("bench", per_worker_batch=per_gpu_batch, world_size=gpus, batches=n_iter,
                         warmup_batches=warmup_batches, lr=rate, images_per_s_steady=self.gb / self.batch_s,
                         images_per_s_thesis=self.gb / avg199 if avg199 else None, batch_time_avg_at_199=avg199,
-                        data_share=0.3, data_s=0.3 * self.batch_s * steps, compute_s=0.7 * self.batch_s * steps,
-                        comm_s=0.0)
+                        data_share=0.3, data_s=0.3 * (1 - c) * self.batch_s * steps,
+                        compute_s=0.7 * (1 - c) * self.batch_s * steps, comm_s=c * self.batch_s * steps)
 
     def epoch(self, e: int, rate: float, final_acc: float, images_per_epoch: int, ep_start: float) -> None:
         """The epoch's record (validation takes 2 s) and its summary line."""

@@ -4,7 +4,8 @@ A run is a folder `<out>/<experiment>/<run>/` holding
   config.json    the resolved config;
   manifest.json  versions, hosts (each rank's, in rank order), backend, threads, start/end, status
                  (running/completed/diverged/failed/preempted); capped_at_steps where train.max_steps cut the run
-                 short (a smoke run: complete, but no result);
+                 short (a smoke run: complete, but no result); link, the rate tc limited each host's link to where
+                 the local cluster limited one (tc's units, `link_bits_per_s`; absent: not limited);
   metrics.jsonl  one JSON object a line, the source of truth: each line one of the record kinds declared below;
   train.log      human lines in pytorch/examples' format (trainers/runlog.py formats them);
   checkpoint.pt  the trainer's checkpoint, which also stores how many bytes of metrics.jsonl and train.log it covers;
@@ -38,6 +39,16 @@ from contract.config import Config, ConfigError
 # the tools and the analysis find a run's files through these.
 METRICS, LOG, MANIFEST, CONFIG = "metrics.jsonl", "train.log", "manifest.json", "config.json"
 CHECKPOINT = "checkpoint.pt"
+
+
+def link_bits_per_s(rate: str) -> float:
+    """A link's rate as tc writes it ("100mbit", "1gbit", "500kbit": the manifest's `link`) in bits a second."""
+    import re
+
+    m = re.fullmatch(r"([\d.]+)\s*([kmgt]?)bit", rate.strip().lower())
+    if not m:
+        raise ConfigError(f"link rate {rate!r}: give it as tc does, e.g. 100mbit or 1gbit")
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
 CONSOLE = "console.log"  # the study runner's capture of a child's stdout and stderr, every attempt appended
 LOCK = ".lock"  # rank 0's; every other rank's is rank_lock(r) (contract/locks.py)
 RANK_LOCKS = ".rank*.lock"  # a glob for the other ranks' lock files

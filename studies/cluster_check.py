@@ -35,7 +35,7 @@ from pathlib import Path
 
 from contract.config import ConfigError
 from contract.reader import read_metrics
-from contract.runfolder import CHECKPOINT, LOG, MANIFEST, METRICS
+from contract.runfolder import CHECKPOINT, LOG, MANIFEST, METRICS, link_bits_per_s
 from slurm.profiles import Profile, ProfileError, load_profile, sbatch_argv
 from studies.launch import REPO
 
@@ -285,16 +285,6 @@ def judge_resume(run_dir: Path, manifest: dict, steps: str) -> Finding:
                                        "itself or its restart did not resume (see train.out)")
     where = resumed[0].removeprefix("=> resumed from the checkpoint ").split(";")[0]
     return Finding("train", True, f"{steps}; preempted after {TRAIN_STEPS // 2}, requeued, resumed {where}")
-
-
-def link_bits_per_s(rate: str) -> float:
-    """tc's rate ("100mbit", "1gbit", "500kbit") in bits a second."""
-    import re
-
-    m = re.fullmatch(r"([\d.]+)\s*([kmgt]?)bit", rate.strip().lower())
-    if not m:
-        raise ConfigError(f"link rate {rate!r}: give it as tc does, e.g. 100mbit or 1gbit")
-    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
 
 
 def log_tail(folder: Path, layer: str) -> str:

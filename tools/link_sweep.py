@@ -7,9 +7,11 @@ one figure of throughput against the link's rate per backend.
 For each rate in turn: every node's link is limited to it (`python -m slurm.local_cluster link`, tc's token bucket;
 `none` = unlimited), experiment 3's study is submitted to the cluster into DIR/<rate>/ (its jobs one at a time: the
 hosts share this machine's cores), and the sweep waits for its jobs. The links are unlimited again at the end, also
-after an interrupt. Each rate has a runs folder of its own, so runs at different rates are never pooled. Then
-DIR/link_sweep.{csv,md,png}: each run's steady-state images/s and the share of its timed steps spent communicating
-(the `comm_s` its benchmark measured), by backend, processes and rate, from the run folders alone.
+after an interrupt. Each rate has a runs folder of its own; each run's manifest names its link, so runs at different
+rates are never pooled. Then DIR/link_sweep.{csv,md,png}: the report's link-rate table and figure (analysis/link.py:
+steady-state images/s, the speed-up over the 1-process run at the same link and the share of the timed steps spent
+communicating, by backend, processes and rate), from the run folders alone; `make report OUT=DIR` writes the same
+table and figure into the whole report of these runs.
 """
 from __future__ import annotations
 
@@ -19,11 +21,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import pandas as pd
-
-from contract.reader import read_manifest, read_metrics
-from contract.runfolder import METRICS
 
 REPO = Path(__file__).resolve().parents[1]
 EXP3 = REPO / "experiments" / "03_throughput_distributed_data_parallel"
@@ -57,52 +54,21 @@ def wait_for(jobs: list[str], env: dict, timeout: float) -> None:
         raise SystemExit(f"error: jobs {', '.join(jobs)} not finished after {timeout:.0f} s")
 
 
-def sweep_table(out: Path, rates: list[str]) -> pd.DataFrame:
-    """One row per run: rate, backend, processes, steady images/s, communication share, hosts."""
-    rows = []
-    for rate in rates:
-        for metrics in sorted((out / rate).glob(f"*/*/{METRICS}")):
-            run_dir = metrics.parent
-            bench = [r for r in read_metrics(metrics).records if r.get("kind") == "bench"]
-            manifest = read_manifest(run_dir) or {}
-            if not bench or manifest.get("status") != "completed":
-                continue
-            b = bench[-1]
-            timed = b["data_s"] + b["compute_s"] + b["comm_s"]
-            rows.append({"link": rate, "backend": manifest.get("backend"), "processes": manifest.get("world_size"),
-                         "hosts": len(set(manifest.get("hosts") or [])), "images_per_s": b["images_per_s_steady"],
-                         "comm_share": b["comm_s"] / timed if timed else float("nan"), "run": run_dir.name})
-    return pd.DataFrame(rows, columns=["link", "backend", "processes", "hosts", "images_per_s", "comm_share", "run"])
+def tabulate(runs: Path, out: Path) -> list[Path]:
+    """out/link_sweep.{csv,md,png,pdf}: the report's link-rate table and figure (analysis/link.py) of the runs under
+    `runs`, every rate's folder read together."""
+    from analysis import catalogue as ct
+    from analysis import figures as fg
+    from analysis import link as lk
+    from analysis import tables as tb
+    from analysis.compare import made_from
+    from analysis.runs import load_study
 
-
-def write_outputs(table: pd.DataFrame, out: Path, rates: list[str]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    table.to_csv(out / "link_sweep.csv", index=False)
-    lines = ["# Experiment 3 across the local cluster's hosts at each link rate", "",
-             f"Made from {len(table)} runs in {out}/<rate>/ (this machine's hosts in network namespaces; `none`: "
-             "unlimited). comm_share: the share of the timed steps spent communicating.", "",
-             "| link | backend | processes | hosts | images/s | comm_share |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.link} | {r.backend} | {r.processes} | {r.hosts} | {r.images_per_s:.1f} | {r.comm_share:.2f} |"
-              for r in table.itertuples()]
-    (out / "link_sweep.md").write_text("\n".join(lines) + "\n")
-    fig, ax = plt.subplots(figsize=(6, 4))
-    position = {rate: i for i, rate in enumerate(rates)}
-    for (backend, processes), g in table.groupby(["backend", "processes"]):
-        g = g.sort_values("link", key=lambda s: s.map(position))
-        ax.plot([position[x] for x in g["link"]], g["images_per_s"], marker="o",
-                label=f"{backend}, {processes} processes")
-    ax.set_xticks(range(len(rates)), ["unlimited" if r == "none" else r for r in rates])
-    ax.set_xlabel("each host's link rate")
-    ax.set_ylabel("images/s (steady state)")
-    ax.set_title("Experiment 3 across hosts: throughput against the link", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "link_sweep.png", dpi=100, metadata={"Software": None})
-    plt.close(fig)
+    df = load_study(runs)
+    table, source = lk.link_table(df), made_from(df, runs)
+    title = next(t.title for t in ct.TABLES if t.name == "link_rates")
+    written = tb.write_table(table, out, "link_sweep", title, list(lk.NOTES), source, lk.shown(table))
+    return written + (fg.save(lk.link_figure(table, title), out, "link_sweep", source) if len(table) else [])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:  # the links are never left limited
         subprocess.run([sys.executable, "-m", "slurm.local_cluster", "link", "--dir", str(args.cluster_dir),
                         "--rate", "none"], env=env, cwd=REPO, capture_output=True)
-    table = sweep_table(args.out, args.rates)
-    write_outputs(table, args.out, args.rates)
+    tabulate(args.out, args.out)
     print((args.out / "link_sweep.md").read_text(), end="")
-    print(f"link-sweep: {len(table)} runs at {len(args.rates)} rates -> {args.out}/link_sweep.{{md,csv,png}}")
+    print(f"link-sweep: {len(args.rates)} rates -> {args.out}/link_sweep.{{md,csv,png}}; the whole report of these "
+          f"runs: make report OUT={args.out}")
     return 0
