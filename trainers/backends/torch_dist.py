@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import time
 
 import torch
