@@ -11,10 +11,10 @@ from typing import Sequence
 
 import numpy as np
 
+from contract.config import THESIS_BATCH_INDEX
+
 #: Training images in ILSVRC-2012 (the thesis's dataset); one epoch at thesis scale.
 IMAGENET_TRAIN_IMAGES = 1_281_167
-#: The thesis reads the running-mean batch time printed at training batch 199 (0-based).
-THESIS_BATCH_INDEX = 199
 #: Batches left out of the steady-state estimate of an upstream log unless told otherwise.
 DEFAULT_WARMUP_BATCHES = 10
 

@@ -148,6 +148,11 @@ class LrConfig:
     power: float = 2.0  # decay = "poly": target x (1 - progress) ** power after warm-up (the LARS papers' 2)
 
 
+# The thesis read the running-mean batch time printed at training batch 199 (0-based): the benchmark mode reads its
+# rate there (trainers/bench.py), the analysis reads upstream logs and runs there (analysis/numbers.py).
+THESIS_BATCH_INDEX = 199
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     batches: int = 0  # > 0: benchmark mode, time this many training batches instead of training

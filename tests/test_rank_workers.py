@@ -183,7 +183,7 @@ def test_a_preempted_two_rank_run_of_eight_workers_resumes_bit_identically(tmp_p
 
 # ---- the node scale's resume and failing-rank message (issue #27) ------------------------------------------------
 def test_a_failed_rank_of_w_workers_over_p_processes_is_named_with_the_workers_it_held():
-    from trainers.loop import failure_message
+    from trainers.run import failure_message
 
     assert failure_message([1], 0, 2, 2, "RuntimeError: x") == "rank 1 of 2 died (rank 0 noticed: RuntimeError: x)"
     assert failure_message([1], 0, 2, 8, "E") == "rank 1 of 2 (logical workers 4-7 of 8) died (rank 0 noticed: E)"

@@ -128,16 +128,16 @@ def test_config_prints_only_the_settings_the_data_kind_and_model_read(tmp_path, 
             load_config(EXP6, scale, need_data=False).to_dict()
 
 
-# ---- issue 36: one set of disk-full errnos, read by the trainer's loop and its command line alike -------------------
+# ---- issue 36: one set of disk-full errnos, read by the trainer's run and its command line alike --------------------
 @pytest.mark.parametrize("code", ["ENOSPC", "EDQUOT", "EROFS", "EFBIG"])
 def test_a_full_disk_is_one_line_and_exit_1_whichever_errno_says_so(monkeypatch, capsys, code):
     import errno
 
     import trainers.__main__ as cli
     from contract.runfolder import WRITE_FAILURES
-    from trainers import loop
+    from trainers import run
 
-    assert loop.WRITE_FAILURES is WRITE_FAILURES and getattr(errno, code) in WRITE_FAILURES
+    assert run.WRITE_FAILURES is WRITE_FAILURES and getattr(errno, code) in WRITE_FAILURES
 
     def full(_args):
         raise OSError(getattr(errno, code), "disk says no", "out/r/metrics.jsonl")

@@ -58,7 +58,7 @@ def hand_written_loop(model_name: str, batch: int, image_size: int, steps: int, 
 def trainer_images_per_s(model_name: str, workers: int, per_worker: int, image_size: int, steps: int,
                          warmup: int, device: str = "cpu", backend: str = "", **settings) -> float:
     """The real training loop in benchmark mode (synthetic data; the single, emulated or ddp backend)."""
-    from trainers.loop import run_training
+    from trainers.run import run_training
 
     if settings.get("compile"):
         torch._dynamo.reset()  # a fresh model each time: no stale graphs, no recompile limit reached

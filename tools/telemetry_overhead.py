@@ -16,7 +16,7 @@ from pathlib import Path
 from contract.config import ConfigError, TelemetryConfig, load_config
 from contract.runfolder import LOG
 from trainers.data import ensure_generated, generated_spec
-from trainers.loop import run_training
+from trainers.run import run_training
 from trainers.telemetry import Sampler
 
 

@@ -53,7 +53,7 @@ def planned_run(args):
 
 
 def cmd_train(args) -> int:
-    from trainers.loop import run_training
+    from trainers.run import run_training
 
     if args.config.endswith(".json"):
         cfg, run_dir = planned_run(args)

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import itertools
 
+from contract.config import THESIS_BATCH_INDEX
 from contract.lr import lr_at
 from trainers import data
 from trainers.runlog import DeviceTotals, LogEvery
-
-THESIS_BATCH_INDEX = 199  # the thesis read the running mean batch time at training batch 199
 
 
 def benchmark(trainer) -> None:

@@ -2,6 +2,8 @@
 
 torch >= 2.6 loads with weights_only=True by default and refuses pickled objects such as the argparse namespaces
 pytorch/examples used to save; everything here is tensors, numbers, strings, lists and dicts.
+Below the file's format and its checks: what a Trainer saves (`save_trainer`) and what a resume puts back into it
+(`restore_trainer`), with the arithmetic a resume must reuse (`arithmetic`).
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from typing import Any
 import torch
 
 from contract.config import SECTIONS, ConfigError
+from trainers import compute
+from trainers.runlog import Sums
 
 # Settings that may change between a run and its resumption: where the data is staged, how it is loaded, printed.
 MAY_DIFFER_ON_RESUME = {
@@ -198,3 +202,73 @@ def check_same_arithmetic(path: Path, saved: dict[str, Any], would_be: dict[str,
             + "; resume with the run's own settings (where it started), or --resume force to continue with "
             "different arithmetic (the manifest's attempts record it)"
         )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A trainer's checkpoint: what it saves, what a resume puts back (`trainer`: a trainers.loop.Trainer)
+# ----------------------------------------------------------------------------------------------------------------
+def save_trainer(trainer, epoch: int, step: int, partial: Sums) -> None:
+    """Rank 0 writes the run's state at `epoch`, `step` (partial: the epoch's sums so far); train.checkpoint off
+    writes nothing."""
+    if not (trainer.backend.is_main() and trainer.cfg.train.checkpoint):
+        return
+    save(trainer.ckpt_path, {
+        "model": trainer.backend.unwrap(trainer.model).state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "epoch": epoch,
+        "step": step,
+        "partial": [partial.loss, partial.top1, partial.top5, partial.images],
+        "best_top1": trainer.best_top1,
+        "rng": rng_state(),
+        "scaler": trainer.compute.state_dict(),  # fp16's loss scale: resume takes the same steps
+        "skipped_steps": trainer.skipped.state(),  # steps the scaler skipped: this epoch's so far, the epochs done
+        "config": trainer.cfg.to_dict(),
+        "arithmetic": arithmetic(trainer),  # what a resume must reuse to continue the same run
+        "run_files": trainer.run.sizes(),  # bytes of metrics.jsonl and train.log this checkpoint covers
+    })
+
+
+def restore_trainer(trainer) -> None:
+    """The checkpoint's model, optimizer, scaler, counts and generators into `trainer`, and its position (epoch,
+    iteration, the epoch's sums so far); what the run folder holds beyond it is cut."""
+    path = trainer.ckpt_path
+    state = load(path)
+    trainer.start_epoch, trainer.start_step = state["epoch"], state["step"]
+    check_position(path, trainer.start_epoch, trainer.start_step, trainer.cfg.train.epochs,
+                   len(trainer.train_sampler))
+    with applying(path):
+        trainer.backend.unwrap(trainer.model).load_state_dict(state["model"])
+        trainer.optimizer.load_state_dict(state["optimizer"])
+        problem = optimizer_state_problem(trainer.optimizer)
+        if problem:
+            raise ValueError(problem)
+        trainer.best_top1 = float(state["best_top1"])
+        trainer.compute.load_state_dict(state.get("scaler", {}))
+        trainer.skipped.restore(state.get("skipped_steps", {}))  # absent in checkpoints from before it was counted
+        restore_rng(state["rng"])
+    # what was written after this checkpoint will be written again: cut it, or the files would hold it twice
+    dropped = trainer.run.cut_back(state.get("run_files", {}))
+    trainer.run.log(f"=> resumed from the checkpoint at epoch {trainer.start_epoch}, iteration {trainer.start_step}"
+                    + (f"; {dropped} record(s) written after it dropped" if dropped else ""))
+    trainer.partial = running_sums(trainer, state)  # after the cut: its line stays in train.log
+
+
+def running_sums(trainer, state: dict) -> Sums:
+    """The epoch's sums up to the checkpoint: what its iter records' running averages go on from."""
+    if "partial" in state:
+        return Sums(*state["partial"])
+    if trainer.start_step:  # a checkpoint written without them: the averages and the epoch's train sums restart
+        trainer.run.log(f"=> the checkpoint holds no running sums: the running averages of epoch "
+                        f"{trainer.start_epoch} restart at iteration {trainer.start_step} (so do its "
+                        f"train_loss/top1/top5)")
+    return Sums()
+
+
+def arithmetic(trainer) -> dict:
+    """The settings of this attempt that decide the numbers beyond the config (stored with each checkpoint)."""
+    return {"threads": torch.get_num_threads(), "device": trainer.backend.device.type,
+            "processes": trainer.backend.world_size,  # W workers over P: another P sums in another order
+            "workers_per_pass": trainer.backend.workers_per_pass or None,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "onednn_isa": compute.cpu_description()["onednn_isa"],
+            "precision": trainer.cfg.train.precision, "deterministic": trainer.cfg.train.deterministic}

@@ -1,0 +1,215 @@
+"""One run, whatever launched it: from its lock to its final status and exit code.
+
+    exit_code = run_training(cfg, run_dir, resume, echo, force)   # what `python -m trainers train` runs on each rank
+
+Read top to bottom: `run_training` (the checks before anything is touched, the folder's lock), `train_locked` (a
+resume's pinned arithmetic, the Trainer, the manifest's running status and this attempt), `train_to_the_end` (the
+loop, trainers/loop.py, or the benchmark, trainers/bench.py, and how each way out ends: completed, diverged,
+preempted, failed), then the failure's one line: which rank, which host, which disk.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+from trainers import backends, bench, checkpoint, compute, rendezvous
+from contract.config import Config, ConfigError, check_paths, check_writable
+from contract.locks import RankLock, dead_ranks, mark_failed
+from contract.reader import read_manifest
+from contract.runfolder import (CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS, WRITE_FAILURES, RunFolder,
+                                config_document, now_iso)
+from contract.versions import git_commit, versions
+from trainers.loop import Diverged, Preempted, Trainer
+from trainers.tallies import unreadable_lines
+
+EXIT_COMPLETED, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_PREEMPTED = 0, 1, 2, 3, 4
+
+
+def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = True, force: bool = False) -> int:
+    check_paths(cfg)
+    compute.check_cpu_isa(cfg.train)
+    check_writable(run_dir)
+    check_run_files(run_dir)
+    launch = backends.detect_launch()
+    name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
+    # Before anything in the folder is touched: a second process training this run is refused here (exit 2).
+    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # the folders this run will create
+    lock = RankLock(run_dir, launch.rank, wait_s=earlier_attempt_wait())
+    try:
+        return train_locked(cfg, run_dir, resume, echo, launch, name, force)
+    finally:
+        if made and not (run_dir / MANIFEST).exists():  # refused before it started (a data or config mistake)
+            lock.discard(made)
+        lock.release()
+
+
+def earlier_attempt_wait() -> float:
+    """Seconds a rank of a requeued (or successor) Slurm job waits for its run lock. The same rank of the attempt
+    before may still hold it: on a node whose link went down Slurm cannot end its processes, and they stay cut off
+    in a collective until its timeout (a shared file system's lock outlives the node's network). Anywhere else a
+    held lock is a second launch of the run, refused at once."""
+    return backends.COLLECTIVE_TIMEOUT.total_seconds() + 10 if rendezvous.restarts(os.environ) > 0 else 0.0
+
+
+def check_run_files(run_dir: Path) -> None:
+    """The run's files are files: one that became a folder (a copy or a script gone wrong) would fail where it is
+    first opened, as a traceback, after the run had been marked running."""
+    names = (MANIFEST, METRICS, LOG, CONFIG, CHECKPOINT, LOCK, *(p.name for p in run_dir.glob(RANK_LOCKS)))
+    for path in (run_dir / name for name in names):
+        if path.is_dir():
+            raise ConfigError(f"{path} is a folder, not the run's file; move it aside (mv {path} {path}.bad) "
+                              "or pick another --run")
+
+
+def pin_arithmetic(cfg: Config, path: Path, force: bool, processes: int = 1) -> dict:
+    """A resumed run keeps the arithmetic it started with, whatever this attempt's defaults (a study's JOBS sets
+    OMP_NUM_THREADS): what the config leaves open is taken from the checkpoint; what it sets otherwise is refused
+    unless forced, as is another number of processes (this launch's `processes`). Checkpoints from before this was
+    stored pin nothing."""
+    state = checkpoint.load(path)
+    checkpoint.check_same_config(path, state["config"], cfg.to_dict())  # before any process group exists
+    saved = state.get("arithmetic")
+    if not saved:
+        return {}
+    t = cfg.train
+    wants_cuda = t.device == "cuda" or (t.device == "auto" and torch.cuda.is_available())
+    would_be = {"threads": t.threads or None, "device": "cuda" if wants_cuda else "cpu", "processes": processes,
+                "workers_per_pass": t.workers_per_pass or None,
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "onednn_isa": compute.cpu_description()["onednn_isa"]}
+    checkpoint.check_same_arithmetic(path, saved, would_be, force)
+    return {key: saved.get(key) for key in ("threads", "workers_per_pass") if not force or would_be[key] is None}
+
+
+def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: backends.Launch, name: str,
+                 force: bool = False) -> int:
+    if launch.rank == 0 and not resume and (run_dir / MANIFEST).exists():  # no manifest: nothing started, restart
+        raise ConfigError(f"run folder {run_dir} exists; continue it with --resume auto or pick another --run")
+    pinned = {}
+    if resume and (run_dir / CHECKPOINT).exists():
+        pinned = pin_arithmetic(cfg, run_dir / CHECKPOINT, force, launch.world_size)
+    trainer = Trainer(cfg, run_dir, name, launch, resume, echo, pinned)
+    run, b = trainer.run, trainer.backend
+    run.write_config(config_document(cfg, run_dir.name, name))
+    if (run_dir / MANIFEST).exists() and trainer.resuming:
+        run.manifest = read_manifest(run_dir) or {}
+    attempt = {"start": now_iso(), "epoch": trainer.start_epoch, "iteration": trainer.start_step,
+               **checkpoint.arithmetic(trainer), "threads_env": thread_settings(), "forced": force and trainer.resuming}
+    attempts = run.manifest.get("attempts", []) if trainer.resuming else []
+    # the status goes into this first write: a manifest without one, left by a kill before the next, strands a study
+    run.update_manifest(
+        status="running", epochs_done=trainer.start_epoch, start=run.manifest.get("start", now_iso()), end=None,
+        launcher=launch.launcher, seed=cfg.train.seed,
+        link=os.environ.get("CLUSTER_LINK"),  # the local cluster's link rate where one was set (make cluster LINK=)
+        attempts=[*attempts, attempt],  # every attempt's arithmetic: a mix would show here
+        versions={**versions(), "cuda": torch.version.cuda}, git_commit=git_commit(), threads=thread_settings(),
+        cpu=compute.cpu_description(),  # the kernels' ISA: what a bit-identical rerun elsewhere must pin
+        resumed_at=now_iso() if trainer.start_epoch or trainer.start_step else None, failed_ranks=None, message=None,
+        **b.describe(),
+    )
+    run.status("running", trainer.start_epoch)
+    try:
+        return train_to_the_end(trainer, run_dir)
+    finally:
+        run.close()
+
+
+def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
+    cfg, run, b = trainer.cfg, trainer.run, trainer.backend
+    try:
+        bench.benchmark(trainer) if cfg.bench.batches > 0 else trainer.fit()
+    except Diverged as e:
+        run.log(f"=> diverged: {e}")
+        run.status("diverged", trainer.start_epoch, str(e), EXIT_DIVERGED)
+        return EXIT_DIVERGED
+    except Preempted as e:
+        b.barrier()  # rank 0's checkpoint is on disk before any rank exits: srun and mpirun kill the rest at once
+        run.log(f"=> preempted: {e}")
+        run.status("preempted", run.manifest.get("epochs_done", 0), str(e), EXIT_PREEMPTED)
+        return EXIT_PREEMPTED
+    except Exception as e:  # a lost peer, an I/O error...: one line that names the failed rank, after the traceback
+        if not write_failure(e):  # a full or read-only disk needs no traceback: the line says what to fix
+            traceback.print_exc()
+        report_failure(run_dir, run, b, e)
+        return EXIT_FAILED
+    finally:
+        trainer.stop.restore()
+        trainer.telemetry.finish()
+        b.close()
+    done = trainer.last_epoch() if cfg.bench.batches == 0 else 0
+    for line in [*unreadable_lines(run.manifest), trainer.skipped.summary_line(), trainer.times.summary_line()]:
+        if line:
+            run.log(line)
+    run.status("completed", done, exit_code=EXIT_COMPLETED, **capped(trainer))
+    return EXIT_COMPLETED
+
+
+def thread_settings() -> dict:
+    """What decides this process's CPU parallelism, so a rerun can match it (results drift with the thread count)."""
+    return {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
+            **{k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+
+
+def capped(trainer: Trainer) -> dict:
+    """The completed status's message and manifest field of a run the step cap cut short: a smoke run, whose
+    numbers are no result of the study."""
+    cap = trainer.cfg.train.max_steps
+    if trainer.cfg.bench.batches or not trainer.cut_by_cap():
+        return {}
+    return {"message": f"capped at {cap} optimizer steps (train.max_steps): a smoke run", "capped_at_steps": cap}
+
+
+def write_failure(error: BaseException | None) -> OSError | None:
+    """The full or read-only disk behind an error, if that is what it is (torch.save wraps it in a RuntimeError)."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in WRITE_FAILURES:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def failure_message(dead: list[int], rank: int, world_size: int, workers: int, noticed: str,
+                    hosts: list[str] | None = None) -> str:
+    """The line naming the ranks that died (else the one that failed); with W workers over P processes (the node
+    scale), with the logical workers each held; across hosts (`hosts`: each rank's, in rank order), with theirs."""
+    failed = dead or [rank]
+    held = ""
+    if world_size > 1 and workers > world_size:
+        k = workers // world_size
+        held = f" (logical workers {', '.join(f'{r * k}-{(r + 1) * k - 1}' for r in failed)} of {workers})"
+    where = ""
+    if hosts and len(hosts) == world_size and len(set(hosts)) > 1:
+        where = f" on {', '.join(dict.fromkeys(hosts[r] for r in failed))}"
+    who = f"rank {', '.join(map(str, failed))} of {world_size}{held}{where}"
+    return f"{who} died (rank {rank} noticed: {noticed})" if dead else f"{who}: {noticed}"
+
+
+def report_failure(run_dir: Path, run: RunFolder, b: backends.Backend, error: Exception) -> None:
+    """Name the rank that failed and set the manifest to failed, whichever rank it was.
+
+    A rank that dies (a signal, the OOM killer) drops its lock, so the others can tell it from the one that merely
+    noticed. Rank 0 writes the manifest; if rank 0 is the one gone, the lowest live rank does.
+    """
+    dead = dead_ranks(run_dir, b.world_size, b.rank) if b.world_size > 1 else []
+    # DDP wraps a collective's error once per callback it passes through: keep the innermost words
+    noticed = f"{type(error).__name__}: {error}".splitlines()[0]
+    noticed = noticed.split("Got the following error when running the callback: ")[-1][:300]
+    disk = write_failure(error)
+    if disk:
+        noticed = (f"{disk.strerror} writing {disk.filename or run_dir}: free space or pick another --out, "
+                   "then --resume auto")
+    hosts = run.manifest.get("hosts") or (read_manifest(run_dir) or {}).get("hosts")  # rank 0's, or from disk
+    message = failure_message(dead, b.rank, b.world_size, b.workers, noticed, hosts)
+    print(f"error: training failed: {message}", file=sys.stderr, flush=True)
+    failed = dead or [b.rank]
+    if run.writes:
+        run.status("failed", run.manifest.get("epochs_done", 0), message, EXIT_FAILED, failed_ranks=failed)
+        return
+    survivors = sorted(set(range(b.world_size)) - set(dead))
+    if 0 not in dead or b.rank != survivors[0]:
+        return
+    mark_failed(run_dir, message, EXIT_FAILED, failed_ranks=failed)  # unless rank 0 got to say anything itself
