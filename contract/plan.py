@@ -8,6 +8,8 @@ An experiment's config.toml declares its varied factor once (the thesis's one-fa
     extra = [{ "train.workers" = 32, "train.backend" = "ddp" }]   # single runs outside the grid
     # an extra run may carry its own name: { run = "baseline-w1", "train.workers" = 1 } -> baseline-w1-s0, -s1...
     # and its own number of seeds: { run = "pilot", seeds = 1 }; --seeds N on the command line overrides every count
+    # and its first seed: { run = "sgd-w8", seeds = 3, first_seed = 1 } -> sgd-w8-s1, -s2, -s3 (seeds that a
+    # tuning run at seed 0 never drew)
     seeds = 1
     nodes = 1                      # or a varied "nodes": real multi-node launches (torchrun nodes, Slurm -N)
 
@@ -31,7 +33,7 @@ from contract.runfolder import check_run_name
 
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
          "train.precision": "", "train.channels_last": "cl", "train.compile": "compiled"}
-LAUNCH_KEYS = ("nodes", "tasks_per_node", "run", "seeds")  # how runs are launched, named or repeated, not
+LAUNCH_KEYS = ("nodes", "tasks_per_node", "run", "seeds", "first_seed")  # how runs are launched, named or repeated, not
 # trainer settings
 STUDY_KEYS = ("question", "vary", "extra", "seeds", "nodes", "tasks_per_node", "baseline", "kind")
 KINDS = ("quality", "throughput")
@@ -113,6 +115,8 @@ def check_study_table(table: dict[str, Any], config: Path) -> None:
         for key in ("nodes", "tasks_per_node", "seeds"):
             if key in combo:
                 (seed_count if key == "seeds" else whole_number)(f"study {key}", combo[key])
+        if "first_seed" in combo:
+            whole_number("study first_seed", combo["first_seed"], at_least=0)
 
 
 def run_name(values: dict[str, Any], seed: int | None) -> str:
@@ -132,11 +136,12 @@ class Shape:
     settings: dict[str, Any]  # the trainer's settings among them (the seed added per run)
     nodes: int
     seeds: int
+    first_seed: int | None = None  # None: the config's train.seed
 
     @property
     def stem(self) -> str:
         """The run's name without its seed: a named extra run's `run`, else the varied values (run_name)."""
-        varied = {k: v for k, v in self.combo.items() if k != "seeds"}
+        varied = {k: v for k, v in self.combo.items() if k not in ("seeds", "first_seed")}
         return self.combo.get("run") or (run_name(varied, None) if varied else "")
 
     def run_name(self, seed: int) -> str:
@@ -155,7 +160,7 @@ def shapes(table: dict[str, Any], seeds: int | None = None) -> list[Shape]:
         if per_node and "train.workers" not in settings:  # N nodes x M GPUs
             settings["train.workers"] = nodes * int(per_node)
         count = seeds if seeds is not None else combo.get("seeds", table.get("seeds", 1))
-        found.append(Shape(combo, settings, nodes, count))
+        found.append(Shape(combo, settings, nodes, count, combo.get("first_seed")))
     return found
 
 
@@ -168,7 +173,8 @@ def resolve(config: Path, scale: str, planned: list[Shape], overrides: list[str]
     prefix = "" if scale == "local" else f"{scale}-"
     runs = []
     for shape in planned:
-        for seed in range(base_seed, base_seed + shape.seeds):
+        first = base_seed if shape.first_seed is None else shape.first_seed
+        for seed in range(first, first + shape.seeds):
             settings = {**shape.settings, "train.seed": seed}
             cfg = load_config(config, scale, overrides, need_data, settings, expand=False)  # read where it runs
             runs.append(Run(check_run_name(prefix + shape.run_name(seed)), settings, cfg, shape.nodes))

@@ -129,6 +129,8 @@ class Trainer:
         reached any rank ends the run after the epoch."""
         last_epoch = self.last_epoch()
         for epoch in range(self.start_epoch, last_epoch):
+            if self.reached_target():  # the epoch before reached it (or did, before a resume)
+                break
             started = time.time()
             train = self.train_epoch(epoch).reduced(self.backend)
             capped = self.cut_by_cap() and epoch + 1 == last_epoch
@@ -281,6 +283,11 @@ class Trainer:
     def cut_by_cap(self) -> bool:
         """The cap ends the run before the schedule does."""
         return 0 < self.cfg.train.max_steps < self.cfg.train.epochs * len(self.train_sampler)
+
+    def reached_target(self) -> bool:
+        """train.stop_at_top1 is set and an epoch's validation top-1 has reached it: the run ends there."""
+        target = self.cfg.train.stop_at_top1
+        return 0 < target <= self.best_top1
 
     # ---- checkpoints ------------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -461,10 +468,12 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
         trainer.telemetry.finish()
         b.close()
     done = trainer.last_epoch() if cfg.bench.batches == 0 else 0
+    if trainer.reached_target():  # it ended sooner
+        done = run.manifest.get("epochs_done", done)
     for line in [*unreadable_lines(run.manifest), trainer.skipped.summary_line(), trainer.times.summary_line()]:
         if line:
             run.log(line)
-    run.status("completed", done, exit_code=EXIT_COMPLETED, **capped(trainer))
+    run.status("completed", done, exit_code=EXIT_COMPLETED, **{**capped(trainer), **stopped_at_target(trainer, done)})
     return EXIT_COMPLETED
 
 
@@ -481,6 +490,15 @@ def capped(trainer: Trainer) -> dict:
     if trainer.cfg.bench.batches or not trainer.cut_by_cap():
         return {}
     return {"message": f"capped at {cap} optimizer steps (train.max_steps): a smoke run", "capped_at_steps": cap}
+
+
+def stopped_at_target(trainer: Trainer, epochs: int) -> dict:
+    """The completed status's message of a run that train.stop_at_top1 ended at its target (a result: the epochs
+    before it are the schedule's, and none after is wanted)."""
+    if trainer.cfg.bench.batches or not trainer.reached_target():
+        return {}
+    return {"message": f"stopped at the target: validation top-1 {trainer.best_top1:.2f} >= "
+                       f"{trainer.cfg.train.stop_at_top1:g} after {epochs} epochs (train.stop_at_top1)"}
 
 
 def write_failure(error: BaseException | None) -> OSError | None:
