@@ -130,6 +130,7 @@ def fit_noise_model(batches, steps) -> tuple[float, float]:
     B_noise the best log S_min is the mean residual, so only B_noise is searched (in log space, between 1/1000 of
     the smallest batch and 1000 x the largest: a fit at a bound means the data do not place it)."""
     b, log_s = np.asarray(batches, float), np.log(np.asarray(steps, float))
+    # (a fit at the top bound returns (nan, inf): no flattening in the batches measured)
     if len(np.unique(b)) < 2:
         return math.nan, math.nan
 
@@ -142,6 +143,8 @@ def fit_noise_model(batches, steps) -> tuple[float, float]:
     start = grid[int(np.argmin([residual(x) for x in grid]))]
     found = optimize.minimize_scalar(residual, bounds=(max(low, start - 0.2), min(high, start + 0.2)),
                                      method="bounded", options={"xatol": 1e-6})
+    if found.x > high - 0.01:  # steps fall in proportion throughout: B_noise lies above every batch, unplaced
+        return math.nan, math.inf
     noise = math.exp(found.x)
     return float(np.exp(np.mean(log_s - np.log1p(noise / b)))), noise
 
@@ -210,6 +213,9 @@ def noise_sentence(b_noise: float, interval: tuple[float, float], noise: pd.Data
     """One sentence per the declared rule: "predicted" when every value of B_simple's range lies within
     AGREEMENT_FACTOR of every value of the fit's interval, "did not" when none does, else the intervals cannot
     tell. B_simple's range is make noise-scale's (2 standard errors of |G|^2; its top infinite where unresolved)."""
+    if b_noise == math.inf:
+        return ("The fit does not place B_noise: the steps fell in proportion up to the largest batch where every "
+                "seed reached the target, so B_crit lies above it; no comparison with B_simple is made.")
     if not np.isfinite(b_noise) or noise.empty:
         return ("No comparison with the noise scale: " + ("no fitted B_noise (fewer than two batches where every "
                 "seed reached the target)." if not np.isfinite(b_noise) else "no `make noise-scale` measurement."))
@@ -217,17 +223,19 @@ def noise_sentence(b_noise: float, interval: tuple[float, float], noise: pd.Data
     parts = []
     for r in noise.itertuples():
         s_low, s_high = float(r.b_simple_low), float(r.b_simple_high)
+        s_high = s_high if np.isfinite(s_high) else math.inf  # |G|^2 not resolved from 0: no upper end
         if not (np.isfinite(low) and np.isfinite(high)):
             verdict = "the fit's interval is not defined, so cannot tell"
-        elif max(high / s_low, s_high / low) <= AGREEMENT_FACTOR:  # every value of each within F of the other's
+        elif max(high / s_low, s_high / low) <= AGREEMENT_FACTOR and np.isfinite(high):  # every value of each within F of the other's
             verdict = f"predicted B_crit within a factor of {AGREEMENT_FACTOR:g}"
         elif s_high * AGREEMENT_FACTOR < low or s_low > high * AGREEMENT_FACTOR:
             verdict = f"did not predict it within a factor of {AGREEMENT_FACTOR:g}"
         else:
             verdict = f"cannot be told from it within a factor of {AGREEMENT_FACTOR:g} by these intervals"
-        parts.append(f"B_simple at the {r.weights} weights ({s_low:,.0f}-{s_high:,.0f}) {verdict}")
-    return (f"Fitted B_noise {b_noise:,.0f} images (90 % interval {low:,.0f}-{high:,.0f}); " + "; ".join(parts)
-            + ".")
+        top = f"{s_high:,.0f}" if np.isfinite(s_high) else "unbounded"
+        parts.append(f"B_simple at the {r.weights} weights ({s_low:,.0f}-{top}) {verdict}")
+    upper = f"{high:,.0f}" if np.isfinite(high) else "unplaced"
+    return (f"Fitted B_noise {b_noise:,.0f} images (90 % interval {low:,.0f}-{upper}); " + "; ".join(parts) + ".")
 
 
 # ============================================================================================ what the report shows

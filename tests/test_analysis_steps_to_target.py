@@ -38,6 +38,9 @@ def test_the_fit_recovers_a_known_curve():
     s_min, b_noise = st.fit_noise_model(batches, [300 * (1 + 700 / b) for b in batches])
     assert s_min == pytest.approx(300, rel=1e-4) and b_noise == pytest.approx(700, rel=1e-4)
     assert all(math.isnan(x) for x in st.fit_noise_model([64, 64], [10, 11]))  # one batch places nothing
+    s_min, b_noise = st.fit_noise_model(batches, [1e6 / b for b in batches])  # perfect scaling throughout
+    assert math.isnan(s_min) and b_noise == math.inf
+    assert st.noise_sentence(b_noise, (math.inf, math.inf), pd.DataFrame()).startswith("The fit does not place")
 
 
 def study_frame(noise: float = 0.0, seeds: int = 3, missing: int | None = None) -> pd.DataFrame:
