@@ -34,6 +34,7 @@ from . import findings as fd  # noqa: E402
 from . import large_batch as lb  # noqa: E402
 from . import link as lk  # noqa: E402
 from . import reference as rf  # noqa: E402
+from . import steps_to_target as stt  # noqa: E402
 from . import tables as tb  # noqa: E402
 from .compare import report_comparison, runs_label  # noqa: E402
 from .readings import finding_summary, verdict_table  # noqa: E402
@@ -287,6 +288,20 @@ def large_batch_differences(inputs: Inputs, entry: Figure) -> Drawn | None:
     return None if figure is None else Drawn(figure, inputs.source)
 
 
+def steps_to_target(inputs: Inputs, entry: Figure) -> Drawn | str | None:
+    """Experiment 13's curve; nothing at all without its runs (the committed report stays as it was), a line when
+    only its rate selection has run."""
+    if not (inputs.df["exp"] == 13).any():
+        return None
+    figure = stt.steps_figure(inputs.df)
+    return "no experiment 13 study runs yet (step 1 only)" if figure is None else Drawn(figure, inputs.source)
+
+
+def steps_to_target_table(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
+    table = stt.steps_table(inputs.df)
+    return None if table.empty else table
+
+
 def steady_state(inputs: Inputs, entry: Figure) -> Drawn:
     """RQ2 from the thesis's values alone: the first batch left out of its throughput formula."""
     figure, ax = plt.subplots(figsize=(7, 4.2))
@@ -361,6 +376,12 @@ TABLES = (
     Table("study_times", "", QUALITY_EXPERIMENTS, of_runs(cost.local_study_times),
           "Local quality studies: measured run times and the study's wall-clock at JOBS=2", cost.STUDY_TIME_NOTES),
     Table("extra_experiments", "", (), extra_experiments, "Runs of experiments beyond the thesis's nine"),
+    Table("exp13_steps_to_target", "", (12, 13), steps_to_target_table,
+          "Experiment 13: steps to the target top-1 per global batch, each batch at its tuned rate",
+          ("steps: geometric mean over the seeds that reached the target (NaN where any did not), steps_low/high "
+           "their range; epoch_steps: one epoch's steps, the count's resolution (no interpolation); ratio_next: "
+           "S(2B)/S(B) with its 90 % seed-bootstrap interval; experiment 12's rows: its fixed 72-epoch recipes "
+           "read at the same target.",)),
     Table("this_machine_vs_reference", "", (), this_machine,
           "This machine's runs, the committed reference's (by machine) and the thesis's"),
     Table("link_rates", "", (3,), lambda inputs, entry: inputs.links if len(inputs.links) else None,
@@ -407,6 +428,7 @@ FIGURES = (
     Figure("lr_schedules_exp4-9", "", QUALITY_EXPERIMENTS, schedules, "Learning-rate schedules of experiments 4-9"),
     Figure("exp12_large_batch", "", (5, 12), large_batch),
     Figure("exp12_differences", "", (5, 12), large_batch_differences),
+    Figure("exp13_steps_to_target", "", (13,), steps_to_target),
     Figure("rq2_steady_state", "Tables 5/6 and 8/9 and Figures 12-13", (), steady_state),
     Figure("link_rates", "", (3,), link_rates, "Experiment 3 across hosts: throughput against each host's link"),
 )

@@ -335,8 +335,9 @@ def list_schedule_s(durations: list[float], slots: int) -> float:
 
 
 def local_study_times(df: pd.DataFrame, experiments: Path = EXPERIMENTS, jobs: int = 2) -> pd.DataFrame:
-    """Per local quality study, its default plan (`make expN`): the planned runs the frame holds (same name and
-    config fingerprint, completed), their measured wall-clock, and the study's at JOBS=jobs from those times."""
+    """Per local quality study with a measured run, its default plan (`make expN`): the planned runs the frame holds
+    (same name and config fingerprint, completed), their measured wall-clock, and the study's at JOBS=jobs from
+    those times."""
     from contract.config import load_config
     from contract.fingerprint import config_fingerprint
     from contract.plan import expand
@@ -356,6 +357,8 @@ def local_study_times(df: pd.DataFrame, experiments: Path = EXPERIMENTS, jobs: i
                        & (done["fingerprint"] == config_fingerprint(cfg))] if len(done) else done
             walls.append(float(hit["wallclock_s"].iloc[0]) if len(hit) else math.nan)
         measured = [w for w in walls if w == w]
+        if not measured:  # a declared study none of whose runs has run (experiment 13 today): nothing to time
+            continue
         rows.append({"experiment": folder.name, "runs_planned": len(walls), "runs_measured": len(measured),
                      "run_minutes": sum(measured) / 60.0,
                      f"study_minutes_jobs{jobs}": (list_schedule_s(walls, jobs) / 60.0 if len(measured) == len(walls)

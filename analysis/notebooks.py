@@ -1,4 +1,4 @@
-"""The three research-question notebooks: written from cell lists here, executed with nbclient.
+"""The research-question notebooks: written from cell lists here, executed with nbclient.
 
 Same inputs -> same outputs: fixed cell ids and metadata, no execution timestamps (record_timing=False),
 figures embedded as PNGs rendered with fixed metadata, paths relative to the notebook, execution counts
@@ -137,9 +137,29 @@ RQ4 = [
     ("code", "an.markdown(an.rq4_reading(verdicts, points, noise))"),
 ]
 
+RQ5 = [
+    ("md", "# RQ5 — where linear scaling really stops: steps to a target accuracy per batch, each batch tuned\n\n"
+           "The thesis takes RQ3's upper bound on the global batch from the literature (8,192 for ILSVRC-2012, "
+           "Goyal et al.). Experiment 13 (`experiments/13_steps_to_target`, declared before any run) measures the "
+           "miniature's: the optimizer steps until the validation top-1 first reaches the declared target, for "
+           "global batches from the 1-worker batch to 16x the thesis's 4k stand-in, SGD with momentum and LAMB, "
+           "each batch at the rate chosen for it on a held-out split of the training set, 3 new seeds at that "
+           "rate; McCandlish et al.'s S = S_min (1 + B_noise / B) is fitted to the curve and its B_noise set "
+           "beside `make noise-scale`'s B_simple. Experiment 12's runs are read at the same target beside it."),
+    ("code", None),
+    ("md", "## Steps to the target per optimizer and global batch"),
+    ("code", "table = an.steps_table(df)\n"
+             "an.markdown('Not drawn: no experiment 13 runs (`make exp13` runs the declared plan).') if table.empty "
+             "else table"),
+    ("code", "fig = an.steps_figure(df)\n"
+             "an.show(fig) if fig is not None else an.markdown('Not drawn: no experiment 13 study runs.')"),
+    ("md", "## Reading"),
+    ("code", "an.markdown(an.rq5_reading(df))"),
+]
+
 
 NOTEBOOKS = {"rq1_batch_size.ipynb": RQ1, "rq2_horovod_speedup.ipynb": RQ2, "rq3_model_quality.ipynb": RQ3,
-             "rq4_large_batch.ipynb": RQ4}
+             "rq4_large_batch.ipynb": RQ4, "rq5_critical_batch.ipynb": RQ5}
 
 
 def build_notebook(cells, runs_rel: str, logs_rel) -> nbformat.NotebookNode:

@@ -93,6 +93,10 @@ class DataConfig:
     val_per_class: int = 50
     data_seed: int = 0
     synthetic_images: int = 2560  # images per epoch of the synthetic kind
+    # > 0: this share of each class's training images (its last ones, at least one) is held out of training and
+    # validated on instead of the validation set: a tuning run's selection set, so rates chosen on it never see the
+    # validation set (a share, not a count: the same row holds at every scale and in QUICK's small set)
+    holdout_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,9 @@ class TrainConfig:
     # A smoke run (QUICK=1 at the ImageNet scales): stop after this many optimizer steps in all, the epoch they end in
     # validated on as many batches and recorded as the last; 0 = the whole schedule. The schedule is the full run's.
     max_steps: int = 0
+    # > 0: the run ends, completed, after the first epoch whose validation top-1 (percent) reaches this: a steps-to-
+    # target study needs nothing later, and with no decay tied to the run's length the epochs before are unchanged
+    stop_at_top1: float = 0.0
 
 
 OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # sgd as the thesis ran; the large-batch ones of experiment 12
@@ -141,7 +148,7 @@ class LrConfig:
     scaling: str = "none"  # "none" (naive) | "linear" (Goyal et al.) | "sqrt"
     warmup: str = "none"  # "none" | "stepping" (app. 9) | "gradual" (app. 13, 15) | "goyal" (per iteration)
     warmup_epochs: int = 5
-    decay: str = "step"  # "step" (/10 every step_every epochs) | "milestones" | "poly" (to 0 over the run)
+    decay: str = "step"  # "step" (/10 every step_every epochs) | "milestones" | "poly" (to 0 over the run) | "none"
     step_every: int = 30
     milestones: tuple[int, ...] = (30, 60, 80)
     gamma: float = 0.1
@@ -557,6 +564,8 @@ def check_train_choices(t: TrainConfig) -> None:
         one_of(where, getattr(t, where.split(".")[1]))
     if t.max_steps < 0:
         raise ConfigError(f"train.max_steps = {t.max_steps} must be >= 0 (0 = no cap: the whole schedule)")
+    if not 0 <= t.stop_at_top1 <= 100:
+        raise ConfigError(f"train.stop_at_top1 = {t.stop_at_top1} must be a top-1 in percent, 0-100 (0 = never stop)")
     if t.workers_per_pass < 0:
         raise ConfigError(f"train.workers_per_pass = {t.workers_per_pass} must be >= 0 (0 = as many as fit)")
     if t.workers_per_pass and t.backend in ("single", "dp"):  # ddp/horovod: emulated workers when W > processes
@@ -612,14 +621,34 @@ def check_data_sizes(cfg: Config) -> None:
                               f"the model must have an output for every class (raise model.num_classes)")
     if d.kind == "synthetic":
         positive("data.synthetic_images", d.synthetic_images)
+    check_holdout(d)
     check_batch_fits(cfg)
+
+
+def held_out_count(share: float, images: int) -> int:
+    """How many of a class's `images` a held-out split of `share` takes: its floor, at least one (0 for no split)."""
+    return max(1, int(share * images)) if share > 0 else 0
+
+
+def check_holdout(d: DataConfig) -> None:
+    """A held-out split needs labelled training images to hold out, and some left to train on."""
+    share = d.holdout_share
+    if not 0 <= share < 1:
+        raise ConfigError(f"data.holdout_share = {share} must be a share of each class's images in [0, 1) "
+                          "(0 = no held-out split)")
+    if share and d.kind == "synthetic":
+        raise ConfigError("data.holdout_share needs labelled images (data.kind generated or imagefolder); "
+                          "synthetic data has nothing to hold out")
+    if share and d.kind == "generated" and held_out_count(share, d.per_class) >= d.per_class:
+        raise ConfigError(f"data.holdout_share = {share} leaves no training image of the {d.per_class} a class "
+                          "(data.per_class); hold out a smaller share")
 
 
 def check_batch_fits(cfg: Config) -> None:
     """A global batch larger than the generated training set is one step an epoch at a huge rate: a mistake, not a
     run. (Synthetic data is for timing, where any size will do.)"""
     d = cfg.data
-    images = d.classes * d.per_class
+    images = d.classes * (d.per_class - held_out_count(d.holdout_share, d.per_class))
     benchmark = cfg.bench.batches > 0  # timed steps on a repeated loader
     if d.kind == "generated" and not benchmark and cfg.global_batch > images:
         raise ConfigError(f"the global batch ({cfg.global_batch} = train.workers x train.per_worker_batch) is larger "

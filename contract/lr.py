@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 SCALINGS = ("none", "linear", "sqrt")
 WARMUPS = ("none", "stepping", "gradual", "goyal")
-DECAYS = ("step", "milestones", "poly")
+DECAYS = ("step", "milestones", "poly", "none")
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,10 @@ def single_worker_lr(base: float, base_batch: int, per_worker_batch: int) -> flo
 def decayed(policy: Policy, epoch: int, iteration: int = 0, iters_per_epoch: int = 1) -> float:
     """The target rate after decay: /10 every 30 epochs (exp. 4), /10 at 30, 60, 80 (exp. 5-9), or "poly":
     target x (1 - t / T) ** power, t counting iterations since the warm-up ended and T the iterations left then
-    (You et al.'s LARS schedule; power 2), so the last iteration's rate is just above 0."""
+    (You et al.'s LARS schedule; power 2), so the last iteration's rate is just above 0; or "none": the target all
+    run long (experiment 13: a step count to a target must not depend on how long the run was planned to be)."""
+    if policy.decay == "none":
+        return policy.target
     if policy.decay == "poly":
         begin = policy.warmup_epochs if policy.warmup != "none" else 0
         done = (epoch - begin) * iters_per_epoch + iteration

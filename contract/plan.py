@@ -8,6 +8,8 @@ An experiment's config.toml declares its varied factor once (the thesis's one-fa
     extra = [{ "train.workers" = 32, "train.backend" = "ddp" }]   # single runs outside the grid
     # an extra run may carry its own name: { run = "baseline-w1", "train.workers" = 1 } -> baseline-w1-s0, -s1...
     # and its own number of seeds: { run = "pilot", seeds = 1 }; --seeds N on the command line overrides every count
+    # and its first seed: { run = "sgd-w8", seeds = 3, first_seed = 1 } -> sgd-w8-s1, -s2, -s3 (seeds that a
+    # tuning run at seed 0 never drew)
     seeds = 1
     nodes = 1                      # or a varied "nodes": real multi-node launches (torchrun nodes, Slurm -N)
 
@@ -18,6 +20,7 @@ Slurm jobs) is the studies' business (studies/); how the `node` scale places a r
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import itertools
 import json
@@ -26,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from contract.config import (DISTRIBUTED_BACKENDS, SCALES, Config, ConfigError, chosen_backend, find_scales_file,
-                             load_config, read_toml)
+                             load_config, parse_override, read_toml)
 from contract.runfolder import check_run_name
 
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
          "train.precision": "", "train.channels_last": "cl", "train.compile": "compiled"}
-LAUNCH_KEYS = ("nodes", "tasks_per_node", "run", "seeds")  # how runs are launched, named or repeated, not
+LAUNCH_KEYS = ("nodes", "tasks_per_node", "run", "seeds", "first_seed")  # how runs are launched, named or repeated, not
 # trainer settings
 STUDY_KEYS = ("question", "vary", "extra", "seeds", "nodes", "tasks_per_node", "baseline", "kind")
 KINDS = ("quality", "throughput")
@@ -118,6 +121,8 @@ def check_study_table(table: dict[str, Any], config: Path) -> None:
         for key in ("nodes", "tasks_per_node", "seeds"):
             if key in combo:
                 (seed_count if key == "seeds" else whole_number)(f"study {key}", combo[key])
+        if "first_seed" in combo:
+            whole_number("study first_seed", combo["first_seed"], at_least=0)
 
 
 def run_name(values: dict[str, Any], seed: int | None) -> str:
@@ -137,11 +142,12 @@ class Shape:
     settings: dict[str, Any]  # the trainer's settings among them (the seed added per run)
     nodes: int
     seeds: int
+    first_seed: int | None = None  # None: the config's train.seed
 
     @property
     def stem(self) -> str:
         """The run's name without its seed: a named extra run's `run`, else the varied values (run_name)."""
-        varied = {k: v for k, v in self.combo.items() if k != "seeds"}
+        varied = {k: v for k, v in self.combo.items() if k not in ("seeds", "first_seed")}
         return self.combo.get("run") or (run_name(varied, None) if varied else "")
 
     def run_name(self, seed: int) -> str:
@@ -160,23 +166,28 @@ def shapes(table: dict[str, Any], seeds: int | None = None) -> list[Shape]:
         if per_node and "train.workers" not in settings:  # N nodes x M GPUs
             settings["train.workers"] = nodes * int(per_node)
         count = seeds if seeds is not None else combo.get("seeds", table.get("seeds", 1))
-        found.append(Shape(combo, settings, nodes, count))
+        found.append(Shape(combo, settings, nodes, count, combo.get("first_seed")))
     return found
 
 
 def resolve(config: Path, scale: str, planned: list[Shape], overrides: list[str] = (),
-            need_data: bool = True) -> list[Run]:
+            need_data: bool = True, only: list[str] = ()) -> list[Run]:
     """Each shape's runs, one a seed, each with its config resolved from the experiment's, `overrides` (--set for
     every run) and its own settings: every config validated now, not after the first hour. need_data=False: a
-    plan only priced or printed (make cost) needs no data.path. Runs at another scale get their own folders."""
+    plan only priced or printed (make cost) needs no data.path. Runs at another scale get their own folders.
+    only: run-name patterns; the other runs are neither resolved nor validated (a smoke run of a few of them)."""
     base_seed = load_config(config, scale).train.seed
     prefix = "" if scale == "local" else f"{scale}-"
     runs = []
     for shape in planned:
-        for seed in range(base_seed, base_seed + shape.seeds):
+        first = base_seed if shape.first_seed is None else shape.first_seed
+        for seed in range(first, first + shape.seeds):
+            name = prefix + shape.run_name(seed)
+            if only and not any(fnmatch.fnmatchcase(name, pattern) for pattern in only):
+                continue
             settings = {**shape.settings, "train.seed": seed}
             cfg = load_config(config, scale, overrides, need_data, settings, expand=False)  # read where it runs
-            runs.append(Run(check_run_name(prefix + shape.run_name(seed)), settings, cfg, shape.nodes))
+            runs.append(Run(check_run_name(name), settings, cfg, shape.nodes))
     refuse_duplicate_names(runs, config)
     return runs
 
@@ -223,7 +234,8 @@ def quick_time_limit(quick: dict[str, dict[str, Any]]) -> str:
 
 def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, overrides: list[str],
                only: list[str] = ()) -> Study:
-    """only: run-name patterns (fnmatch, e.g. "w32-*"): the study's runs of those names alone."""
+    """only: run-name patterns (fnmatch, e.g. "w32-*"): the study's runs of those names alone. A quick study's
+    settings win over a run's own (a smoke run stays one where an [study] entry sets its epochs or data)."""
     config = experiment / "config.toml"
     if seeds is not None:
         seed_count("--seeds", seeds)
@@ -231,18 +243,23 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
         raise ConfigError(f"{experiment} has no config.toml; pass an experiments/NN_name folder")
     table = study_table(config, scale)
     quick_tables_here = quick_tables(config, scale) if quick else {}
-    extra = quick_overrides(quick_tables_here, table) + list(overrides)
-    planned = shapes(table, 1 if quick and not seeds else seeds)
+    quick_lines = quick_overrides(quick_tables_here, table)
+    extra = quick_lines + list(overrides)
+    planned = [dataclasses.replace(shape, settings={**shape.settings, **dict(quick_settings(quick_lines))})
+               for shape in shapes(table, 1 if quick and not seeds else seeds)]
     refuse_multi_node(planned, experiment, scale)
-    runs = resolve(config, scale, planned, extra)
-    if only:
-        chosen = [r for r in runs if any(fnmatch.fnmatchcase(r.name, pattern) for pattern in only)]
-        if not chosen:
-            raise ConfigError(f"--only {' '.join(only)} matches none of {experiment.name}'s runs "
-                              f"({', '.join(r.name for r in runs)})")
-        runs = chosen
+    runs = resolve(config, scale, planned, extra, only=only)
+    if only and not runs:
+        names = [("" if scale == "local" else f"{scale}-") + shape.run_name(0)[:-1] + "*" for shape in planned]
+        raise ConfigError(f"--only {' '.join(only)} matches none of {experiment.name}'s runs "
+                          f"({', '.join(names)})")
     return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
                  table.get("kind", "quality"), extra, quick_time_limit(quick_tables_here))
+
+
+def quick_settings(lines: list[str]) -> list[tuple[str, Any]]:
+    """quick_overrides' --set lines as a run's settings ("section.key", value)."""
+    return [(f"{section}.{key}", value) for section, key, value in map(parse_override, lines)]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -144,6 +144,8 @@ class Trainer:
         reached any rank ends the run after the epoch."""
         last_epoch = self.last_epoch()
         for epoch in range(self.start_epoch, last_epoch):
+            if self.reached_target():  # the epoch before reached it (or did, before a resume)
+                break
             started = time.time()
             train = self.train_epoch(epoch).reduced(self.backend)
             capped = self.cut_by_cap() and epoch + 1 == last_epoch
@@ -297,6 +299,11 @@ class Trainer:
     def cut_by_cap(self) -> bool:
         """The cap ends the run before the schedule does."""
         return 0 < self.cfg.train.max_steps < self.cfg.train.epochs * len(self.train_sampler)
+
+    def reached_target(self) -> bool:
+        """train.stop_at_top1 is set and an epoch's validation top-1 has reached it: the run ends there."""
+        target = self.cfg.train.stop_at_top1
+        return 0 < target <= self.best_top1
 
     # ---- what one forward/backward pass holds --------------------------------------------------------------
     def try_pass(self, workers: int) -> None:

@@ -141,10 +141,12 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
         trainer.telemetry.finish()
         b.close()
     done = trainer.last_epoch() if cfg.bench.batches == 0 else 0
+    if trainer.reached_target():  # it ended sooner
+        done = run.manifest.get("epochs_done", done)
     for line in [*unreadable_lines(run.manifest), trainer.skipped.summary_line(), trainer.times.summary_line()]:
         if line:
             run.log(line)
-    run.status("completed", done, exit_code=EXIT_COMPLETED, **capped(trainer))
+    run.status("completed", done, exit_code=EXIT_COMPLETED, **{**capped(trainer), **stopped_at_target(trainer, done)})
     return EXIT_COMPLETED
 
 
@@ -161,6 +163,15 @@ def capped(trainer: Trainer) -> dict:
     if trainer.cfg.bench.batches or not trainer.cut_by_cap():
         return {}
     return {"message": f"capped at {cap} optimizer steps (train.max_steps): a smoke run", "capped_at_steps": cap}
+
+
+def stopped_at_target(trainer: Trainer, epochs: int) -> dict:
+    """The completed status's message of a run that train.stop_at_top1 ended at its target (a result: the epochs
+    before it are the schedule's, and none after is wanted)."""
+    if trainer.cfg.bench.batches or not trainer.reached_target():
+        return {}
+    return {"message": f"stopped at the target: validation top-1 {trainer.best_top1:.2f} >= "
+                       f"{trainer.cfg.train.stop_at_top1:g} after {epochs} epochs (train.stop_at_top1)"}
 
 
 def write_failure(error: BaseException | None) -> OSError | None:

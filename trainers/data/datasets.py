@@ -28,7 +28,7 @@ from torchvision import transforms
 from contract.config import ALLOWED
 
 from .generate import DataError, ensure_generated
-from .folder import GENERATED_MIN_SCALE, IMAGENET_MEAN, IMAGENET_STD, scan_imagefolder
+from .folder import GENERATED_MIN_SCALE, IMAGENET_MEAN, IMAGENET_STD, held_out_split, scan_imagefolder
 from .images import MAX_IMAGE_PIXELS, load_rgb
 
 if TYPE_CHECKING:
@@ -133,6 +133,12 @@ class ImageFolderDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    def keep(self, indices) -> ImageFolderDataset:
+        """Only these samples (a held-out split's side), in this order."""
+        self.samples = [self.samples[i] for i in indices]
+        self.targets = [t for _, t in self.samples]
+        return self
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -259,7 +265,7 @@ def build_datasets(d: DataConfig, num_classes: int, seed: int, decoded: bool = T
     seeds the augmentation. decoded=False reads the generated kind file by file (see open_datasets)."""
     return open_datasets(d.kind, d.path, d.image_size, num_classes, seed, generated_spec(d),
                          synthetic_size=d.synthetic_images, decoder=d.decoder, max_pixels=d.max_image_pixels,
-                         decoded=decoded, threads=max(1, d.loader_workers))
+                         decoded=decoded, threads=max(1, d.loader_workers), holdout_share=d.holdout_share)
 
 
 def generated_spec(d: DataConfig) -> dict | None:
@@ -272,8 +278,11 @@ def generated_spec(d: DataConfig) -> dict | None:
 
 def open_datasets(kind: str, path: str | None, image_size: int, num_classes: int, seed: int,
                   generated: dict | None, synthetic_size: int = SYNTHETIC_TRAIN, decoder: str = "pil",
-                  max_pixels: int = MAX_IMAGE_PIXELS, decoded: bool = True, threads: int = 1):
+                  max_pixels: int = MAX_IMAGE_PIXELS, decoded: bool = True, threads: int = 1,
+                  holdout_share: float = 0.0):
     """(train_ds, val_ds) for kind "imagefolder", "generated" (made from the `generated` spec) or "synthetic".
+    holdout_share > 0: val_ds is that share of the training images held out (held_out_split), seen as validation
+    images are, and train_ds the rest.
     `decoder` applies to "imagefolder" (`threads`: the "dali" decoder's, data.loader_workers); the generated kind
     (32-pixel JPEGs) is read from its decode cached in memory (memory.py) unless decoded=False: then file by file
     with Pillow, as ImageFolder."""
@@ -295,13 +304,18 @@ def open_datasets(kind: str, path: str | None, image_size: int, num_classes: int
         if decoded:
             from .memory import decoded_datasets  # imports this module
 
-            return _check_classes(root, *decoded_datasets(root, image_size, seed), num_classes)
+            return _check_classes(root, *decoded_datasets(root, image_size, seed, holdout_share=holdout_share),
+                                  num_classes)
         train_tf, val_tf = imagenet_transforms(image_size, min_scale=GENERATED_MIN_SCALE)
     else:
         raise DataError(f"data.kind must be imagefolder, generated or synthetic, not {kind!r}")
     train = ImageFolderDataset(root / "train", train_tf, seed, max_pixels=max_pixels)
-    val = ImageFolderDataset(root / "val", val_tf, seed, class_to_idx=train.class_to_idx, random_transform=False,
+    split = root / ("train" if holdout_share else "val")
+    val = ImageFolderDataset(split, val_tf, seed, class_to_idx=train.class_to_idx, random_transform=False,
                              replace_unreadable=False, max_pixels=max_pixels)
+    if holdout_share:
+        kept, held = held_out_split(train.targets, holdout_share)
+        train.keep(kept), val.keep(held)
     return _check_classes(root, train, val, num_classes)
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
+from contract.config import held_out_count
+
 from .generate import DataError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -36,3 +38,20 @@ def scan_imagefolder(root: Path, class_to_idx: dict[str, int] | None) -> tuple[l
     if not samples:
         raise DataError(f"{root} holds no image files ({', '.join(IMG_EXTENSIONS[:4])}, ...)")
     return classes, samples
+
+
+def held_out_split(targets, share: float) -> tuple[list[int], list[int]]:
+    """(training indices, held-out indices) of a training split: of each class, its last held_out_count(share, n)
+    samples in sample order (the folders' sorted file order) are held out, the rest trained on."""
+    by_class: dict[int, list[int]] = {}
+    for i, t in enumerate(targets):
+        by_class.setdefault(int(t), []).append(i)
+    train, held = [], []
+    for members in by_class.values():
+        k = held_out_count(share, len(members))
+        if k >= len(members):
+            raise DataError(f"a held-out share of {share} takes all {len(members)} training images of a class; "
+                            "lower data.holdout_share")
+        train += members[:len(members) - k]
+        held += members[len(members) - k:]
+    return sorted(train), sorted(held)

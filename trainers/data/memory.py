@@ -33,7 +33,7 @@ import PIL.features
 import torch
 from torch.utils.data import Dataset
 
-from .folder import GENERATED_MIN_SCALE, IMAGENET_MEAN, IMAGENET_STD, scan_imagefolder
+from .folder import GENERATED_MIN_SCALE, IMAGENET_MEAN, IMAGENET_STD, held_out_split, scan_imagefolder
 from .generate import DataError
 from .images import load_rgb
 from .sampling import Batch
@@ -356,12 +356,17 @@ def val_resize_crop(images: torch.Tensor, image_size: int) -> torch.Tensor:
     return out[:, c:c + image_size, c:c + image_size].to(torch.uint8)
 
 
-def decoded_datasets(root: Path, image_size: int, seed: int, min_scale: float = GENERATED_MIN_SCALE):
-    """(train, val) DecodedDatasets of a generated dataset folder."""
+def decoded_datasets(root: Path, image_size: int, seed: int, min_scale: float = GENERATED_MIN_SCALE,
+                     holdout_share: float = 0.0):
+    """(train, val) DecodedDatasets of a generated dataset folder; holdout_share > 0: val is that share of the
+    training images held out (folder.held_out_split), resized and centre-cropped as validation images are."""
     z = load_decoded(root)
     classes = [str(c) for c in z["classes"]]
-    train = DecodedDataset(torch.from_numpy(z["train_images"]), torch.from_numpy(z["train_targets"]), classes,
-                           image_size, seed, random=True, min_scale=min_scale)
-    val_images = val_resize_crop(torch.from_numpy(z["val_images"]), image_size)
-    val = DecodedDataset(val_images, torch.from_numpy(z["val_targets"]), classes, image_size, seed, random=False)
+    train_x, train_y = torch.from_numpy(z["train_images"]), torch.from_numpy(z["train_targets"])
+    val_x, val_y = torch.from_numpy(z["val_images"]), torch.from_numpy(z["val_targets"])
+    if holdout_share:
+        kept, held = (torch.tensor(i, dtype=torch.long) for i in held_out_split(train_y.tolist(), holdout_share))
+        train_x, train_y, val_x, val_y = train_x[kept], train_y[kept], train_x[held], train_y[held]
+    train = DecodedDataset(train_x, train_y, classes, image_size, seed, random=True, min_scale=min_scale)
+    val = DecodedDataset(val_resize_crop(val_x, image_size), val_y, classes, image_size, seed, random=False)
     return train, val

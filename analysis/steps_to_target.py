@@ -1,0 +1,388 @@
+"""Experiment 13 (beyond the thesis): optimizer steps to a target validation accuracy per global batch, each batch
+at its own tuned rate (Shallue et al. 2019), and McCandlish et al.'s (2018) model S = S_min (1 + B_noise / B) fitted
+to them. The rules are declared in experiments/13_steps_to_target/README.md before any run; this module computes
+exactly those:
+
+    first_reach       the first epoch whose val_top1 >= target: steps (and examples) to it, no interpolation
+    run_steps         one row per run of experiment 13 (tuning runs `tune-<opt>-w<W>-base<b>-s0`, study runs
+                      `<opt>-w<W>-s<seed>`) or of experiment 12 (read at experiment 13's target, beside it)
+    selection         step 1's choice per (optimizer, workers): fewest steps on the held-out split, the edge rule
+    fit_noise_model   least squares on log S over every seed of the batches where all seeds reached the target
+    bootstrap         seeds resampled within each batch: 90 % percentile intervals of B_noise, S_min, the ratios
+    regimes           the end of perfect scaling (S(2B)/S(B) > 0.6) and of data parallelism (> 0.9)
+    noise_sentence    the fitted B_noise against make noise-scale's B_simple: the factor-10 rule
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from scipy import optimize  # noqa: E402
+
+from contract.config import ConfigError, load_config  # noqa: E402
+
+from . import figures as fg  # noqa: E402
+from .large_batch import NOISE_FILES, THESIS_WORKERS, noise_scales  # noqa: E402
+
+EXPERIMENT = 13
+CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "13_steps_to_target" / "config.toml"
+TUNE_RUN = re.compile(r"^tune-(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-base(?P<base>[0-9.e-]+)-s(?P<seed>\d+)$")
+STUDY_RUN = re.compile(r"^(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-s(?P<seed>\d+)$")
+PERFECT_RATIO, FLAT_RATIO = 0.6, 0.9  # declared: a doubling that saves < 40 % ends perfect scaling, < 10 % ends it all
+AGREEMENT_FACTOR = 10.0  # declared: B_simple "predicted" B_crit when the intervals lie within this factor
+BOOTSTRAPS, CONFIDENCE = 2000, 0.90
+GOYAL_FACTOR = 2  # Goyal et al.'s 8k against the thesis's 4k: the stand-in doubled
+STEP_COLUMNS = ["exp", "scale", "optimizer", "workers", "global_batch", "seed", "base", "tuning", "status",
+                "reached", "epoch", "steps", "examples", "best_top1", "epoch_steps", "path"]
+
+
+# ============================================================================================ one run
+
+
+def first_reach(epochs: pd.DataFrame, global_batch: int, target: float) -> dict:
+    """Steps and examples until the first epoch whose val_top1 >= target. An epoch's steps are its images over the
+    global batch, rounded up (the sampler's last step is a short one); no interpolation inside an epoch, so the
+    count's resolution is one epoch (`epoch_steps`). reached False: no epoch did (the steps are then NaN)."""
+    e = epochs.sort_values("epoch")
+    steps = np.ceil(e["images"].astype(float) / global_batch).cumsum()
+    hit = e["val_top1"].astype(float) >= target
+    epoch_steps = float(steps.iloc[0]) if len(steps) else math.nan
+    if not hit.any():
+        return {"reached": False, "epoch": math.nan, "steps": math.nan, "examples": math.nan,
+                "epoch_steps": epoch_steps}
+    at = int(np.argmax(hit.to_numpy()))
+    done = float(steps.iloc[at])
+    return {"reached": True, "epoch": int(e["epoch"].iloc[at]), "steps": done, "examples": done * global_batch,
+            "epoch_steps": epoch_steps}
+
+
+def declared_target(scale: str) -> float:
+    """Experiment 13's target at a scale: its config's train.stop_at_top1 (the declared value, read, not typed)."""
+    try:
+        return float(load_config(CONFIG, scale, need_data=False).train.stop_at_top1)
+    except ConfigError:
+        return math.nan
+
+
+def run_steps(df: pd.DataFrame, exp: int = EXPERIMENT) -> pd.DataFrame:
+    """One row per finished run of experiment `exp` (13, or 12 read at 13's target): its steps to the target.
+    A run still running, or failed, is left out; a diverged run counts as not reaching it."""
+    if df.empty or not (df["exp"] == exp).any():
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    runs = df[(df["kind"] == "run") & (df["exp"] == exp) & df["status"].isin(["completed", "diverged"])]
+    epochs = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
+    rows = []
+    for r in runs.itertuples():
+        name = TUNE_RUN.match(r.run) or STUDY_RUN.match(r.run)
+        if name is None:
+            continue
+        target = declared_target(r.scale)
+        reach = first_reach(epochs[epochs["path"] == r.path], int(r.global_batch), target)
+        base = name.groupdict().get("base")
+        rows.append(dict(exp=exp, scale=r.scale, optimizer=name["optimizer"], workers=int(name["workers"]),
+                         global_batch=int(r.global_batch), seed=int(name["seed"]),
+                         base=float(base) if base else math.nan, tuning=base is not None, status=r.status,
+                         best_top1=float(r.best_val_top1) if pd.notna(r.best_val_top1) else math.nan,
+                         path=r.path, **reach))
+    return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+# ============================================================================================ step 1: the choice
+
+
+def selection(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per scale, optimizer and workers, the tuning runs' choice: fewest steps to the target on the held-out split
+    (a tie: the lower rate); none reaching: the highest best top-1. at_edge: the choice is the grid's lowest or
+    highest rate run so far (the edge rule then asks for one more rate a factor 2 beyond)."""
+    rows = []
+    tuned = steps[steps["tuning"].astype(bool)]
+    for (scale, optimizer, workers), g in tuned.groupby(["scale", "optimizer", "workers"], sort=True):
+        reached = g[g["reached"]]
+        if len(reached):
+            best = reached.sort_values(["steps", "base"]).iloc[0]
+        else:
+            best = g.sort_values(["best_top1", "base"], ascending=[False, True]).iloc[0]
+        edge = "low" if best["base"] == g["base"].min() else "high" if best["base"] == g["base"].max() else ""
+        rows.append(dict(scale=scale, optimizer=optimizer, workers=workers, global_batch=int(best["global_batch"]),
+                         rates=len(g), chosen_base=float(best["base"]), reached=bool(best["reached"]),
+                         steps=float(best["steps"]), at_edge=edge))
+    return pd.DataFrame(rows, columns=["scale", "optimizer", "workers", "global_batch", "rates", "chosen_base",
+                                       "reached", "steps", "at_edge"])
+
+
+# ============================================================================================ step 2: the curve
+
+
+def study_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """The study's runs (seeds at the chosen rates), never the tuning runs."""
+    return steps[~steps["tuning"].astype(bool)]
+
+
+def fit_noise_model(batches, steps) -> tuple[float, float]:
+    """(S_min, B_noise) of S = S_min (1 + B_noise / B), least squares on log S over the points given. For a given
+    B_noise the best log S_min is the mean residual, so only B_noise is searched (in log space, between 1/1000 of
+    the smallest batch and 1000 x the largest: a fit at a bound means the data do not place it)."""
+    b, log_s = np.asarray(batches, float), np.log(np.asarray(steps, float))
+    # (a fit at the top bound returns (nan, inf): no flattening in the batches measured)
+    if len(np.unique(b)) < 2:
+        return math.nan, math.nan
+
+    def residual(log_noise: float) -> float:
+        shape = np.log1p(np.exp(log_noise) / b)
+        return float(np.sum((log_s - shape - np.mean(log_s - shape)) ** 2))
+
+    low, high = math.log(b.min() / 1000), math.log(b.max() * 1000)
+    grid = np.linspace(low, high, 121)
+    start = grid[int(np.argmin([residual(x) for x in grid]))]
+    found = optimize.minimize_scalar(residual, bounds=(max(low, start - 0.2), min(high, start + 0.2)),
+                                     method="bounded", options={"xatol": 1e-6})
+    if found.x > high - 0.01:  # steps fall in proportion throughout: B_noise lies above every batch, unplaced
+        return math.nan, math.inf
+    noise = math.exp(found.x)
+    return float(np.exp(np.mean(log_s - np.log1p(noise / b)))), noise
+
+
+def curve_points(study: pd.DataFrame) -> pd.DataFrame:
+    """Per scale, optimizer and batch: seeds run, how many reached the target, the geometric mean of their steps
+    (and examples), the smallest and largest, and the epoch resolution."""
+    rows = []
+    for (scale, optimizer, batch), g in study.groupby(["scale", "optimizer", "global_batch"], sort=True):
+        hit = g[g["reached"]]
+        mean = float(np.exp(np.log(hit["steps"]).mean())) if len(hit) == len(g) else math.nan
+        rows.append(dict(scale=scale, optimizer=optimizer, global_batch=int(batch), workers=int(g["workers"].iloc[0]),
+                         seeds=len(g), reached=len(hit), steps=mean, examples=mean * batch,
+                         steps_low=float(hit["steps"].min()) if len(hit) else math.nan,
+                         steps_high=float(hit["steps"].max()) if len(hit) else math.nan,
+                         epoch_steps=float(g["epoch_steps"].iloc[0])))
+    return pd.DataFrame(rows, columns=["scale", "optimizer", "global_batch", "workers", "seeds", "reached", "steps",
+                                       "examples", "steps_low", "steps_high", "epoch_steps"])
+
+
+def fitted_points(study: pd.DataFrame) -> pd.DataFrame:
+    """The seeds the fit uses: those of batches where every seed reached the target."""
+    complete = study.groupby("global_batch")["reached"].transform("all")
+    return study[complete & study["reached"]]
+
+
+def doubling_ratios(points: pd.DataFrame) -> dict[int, float]:
+    """S(2B) / S(B) on the geometric means, keyed by B, where both were measured (all seeds reached)."""
+    steps = dict(zip(points["global_batch"], points["steps"]))
+    return {b: steps[2 * b] / steps[b] for b in sorted(steps)
+            if 2 * b in steps and np.isfinite(steps[b]) and np.isfinite(steps[2 * b])}
+
+
+def bootstrap(study: pd.DataFrame, draws: int = BOOTSTRAPS, seed: int = 0) -> dict:
+    """90 % percentile intervals, seeds resampled with replacement within each batch: of the fit's S_min and
+    B_noise, and of each doubling ratio. The random draws are seeded: the same runs give the same intervals."""
+    rng = np.random.default_rng(seed)
+    used = fitted_points(study)
+    groups = [g["steps"].to_numpy() for _, g in used.groupby("global_batch", sort=True)]
+    batches = sorted(used["global_batch"].unique())
+    fits, ratios = [], {b: [] for b in batches}
+    for _ in range(draws if len(groups) >= 2 else 0):
+        sample = [rng.choice(s, size=len(s), replace=True) for s in groups]
+        fits.append(fit_noise_model(np.repeat(batches, [len(s) for s in sample]), np.concatenate(sample)))
+        means = {b: float(np.exp(np.log(s).mean())) for b, s in zip(batches, sample)}
+        for b in batches:
+            if 2 * b in means:
+                ratios[b].append(means[2 * b] / means[b])
+    tail = 100 * (1 - CONFIDENCE) / 2
+    interval = (lambda xs: (float(np.percentile(xs, tail)), float(np.percentile(xs, 100 - tail))) if len(xs) else
+                (math.nan, math.nan))
+    return {"s_min": interval([f[0] for f in fits]), "b_noise": interval([f[1] for f in fits]),
+            "ratios": {b: interval(v) for b, v in ratios.items() if v}}
+
+
+def regimes(ratios: dict[int, float]) -> dict:
+    """The declared reading of the curve: perfect scaling ends at the first batch B whose doubling saves less than
+    40 % of the steps (ratio > PERFECT_RATIO); data parallelism is maximal from the first B whose doubling saves
+    less than 10 % (> FLAT_RATIO). None: no doubling measured did."""
+    ends = [b for b in sorted(ratios) if ratios[b] > PERFECT_RATIO]
+    flat = [b for b in sorted(ratios) if ratios[b] > FLAT_RATIO]
+    return {"perfect_until": ends[0] if ends else None, "flat_from": flat[0] if flat else None}
+
+
+def noise_sentence(b_noise: float, interval: tuple[float, float], noise: pd.DataFrame) -> str:
+    """One sentence per the declared rule: "predicted" when every value of B_simple's range lies within
+    AGREEMENT_FACTOR of every value of the fit's interval, "did not" when none does, else the intervals cannot
+    tell. B_simple's range is make noise-scale's (2 standard errors of |G|^2; its top infinite where unresolved)."""
+    if b_noise == math.inf:
+        return ("The fit does not place B_noise: the steps fell in proportion up to the largest batch where every "
+                "seed reached the target, so B_crit lies above it; no comparison with B_simple is made.")
+    if not np.isfinite(b_noise) or noise.empty:
+        return ("No comparison with the noise scale: " + ("no fitted B_noise (fewer than two batches where every "
+                "seed reached the target)." if not np.isfinite(b_noise) else "no `make noise-scale` measurement."))
+    low, high = interval
+    parts = []
+    for r in noise.itertuples():
+        s_low, s_high = float(r.b_simple_low), float(r.b_simple_high)
+        s_high = s_high if np.isfinite(s_high) else math.inf  # |G|^2 not resolved from 0: no upper end
+        if not (np.isfinite(low) and np.isfinite(high)):
+            verdict = "the fit's interval is not defined, so cannot tell"
+        elif max(high / s_low, s_high / low) <= AGREEMENT_FACTOR and np.isfinite(high):  # every value of each within F of the other's
+            verdict = f"predicted B_crit within a factor of {AGREEMENT_FACTOR:g}"
+        elif s_high * AGREEMENT_FACTOR < low or s_low > high * AGREEMENT_FACTOR:
+            verdict = f"did not predict it within a factor of {AGREEMENT_FACTOR:g}"
+        else:
+            verdict = f"cannot be told from it within a factor of {AGREEMENT_FACTOR:g} by these intervals"
+        top = f"{s_high:,.0f}" if np.isfinite(s_high) else "unbounded"
+        parts.append(f"B_simple at the {r.weights} weights ({s_low:,.0f}-{top}) {verdict}")
+    upper = f"{high:,.0f}" if np.isfinite(high) else "unplaced"
+    return (f"Fitted B_noise {b_noise:,.0f} images (90 % interval {low:,.0f}-{upper}); " + "; ".join(parts) + ".")
+
+
+# ============================================================================================ what the report shows
+
+
+def stand_ins(per_gpu_batch: int) -> dict[str, int]:
+    """The thesis's 4k (32 workers) and Goyal et al.'s 8k, as global batches at a scale's per-worker batch."""
+    return {"thesis's 4k stand-in": THESIS_WORKERS * per_gpu_batch,
+            "Goyal's 8k analogue": GOYAL_FACTOR * THESIS_WORKERS * per_gpu_batch}
+
+
+def steps_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Experiment 13's curve per optimizer and batch (chosen rate, seeds reaching the target, steps: geometric mean
+    and range, examples, the doubling ratio and its interval), with experiment 12's runs read at the same target
+    beside it (their fixed 72-epoch recipes)."""
+    steps = run_steps(df)
+    if steps.empty:
+        return pd.DataFrame()
+    chosen = selection(steps)
+    frames = []
+    for scale, study in study_steps(steps).groupby("scale", sort=True):
+        for optimizer, s in study.groupby("optimizer", sort=True):
+            points = curve_points(s)
+            ratios, boot = doubling_ratios(points), bootstrap(s)
+            pick = chosen[(chosen["scale"] == scale) & (chosen["optimizer"] == optimizer)]
+            base = dict(zip(pick["global_batch"], pick["chosen_base"]))
+            frames.append(points.assign(
+                source="exp 13 (tuned per batch, no decay)", chosen_base=points["global_batch"].map(base),
+                ratio_next=points["global_batch"].map(ratios),
+                ratio_low=points["global_batch"].map(lambda b: boot["ratios"].get(b, (math.nan,))[0]),
+                ratio_high=points["global_batch"].map(lambda b: boot["ratios"].get(b, (math.nan, math.nan))[1])))
+    beside = run_steps(df, exp=12)
+    if len(frames) and len(beside):
+        for (scale, optimizer), s in beside.groupby(["scale", "optimizer"], sort=True):
+            frames.append(curve_points(s).assign(source="exp 12 (its 72-epoch recipe, read at exp 13's target)"))
+    if not frames:
+        return pd.DataFrame()
+    columns = ["source", "scale", "optimizer", "global_batch", "workers", "chosen_base", "seeds", "reached", "steps",
+               "steps_low", "steps_high", "examples", "epoch_steps", "ratio_next", "ratio_low", "ratio_high"]
+    return pd.concat(frames, ignore_index=True).reindex(columns=columns)
+
+
+def plot_steps_to_target(points: pd.DataFrame, seeds: pd.DataFrame, fit: tuple[float, float], marks: dict,
+                         ax=None, title: str = ""):
+    """Steps to the target against the global batch, log-log (Shallue et al.'s Fig. 1): each seed a dot, the
+    geometric mean a line, perfect scaling (slope -1 through the smallest batch's mean) dashed, the fitted
+    S_min (1 + B_noise / B) dotted, B_noise and the stand-in batches as vertical lines."""
+    ax = ax or plt.subplots(figsize=(7, 4.5))[1]
+    done = points[np.isfinite(points["steps"])]
+    ax.scatter(seeds["global_batch"], seeds["steps"], s=14, alpha=0.6, color=fg.PALETTE[0], label="a seed")
+    ax.plot(done["global_batch"], done["steps"], "o-", color=fg.PALETTE[1], label="geometric mean of the seeds")
+    if len(done):
+        b0, s0 = float(done["global_batch"].iloc[0]), float(done["steps"].iloc[0])
+        xs = np.array([b0, float(points["global_batch"].max())])
+        ax.plot(xs, s0 * b0 / xs, "--", color="grey", label="perfect scaling (slope -1)")
+    s_min, b_noise = fit
+    if np.isfinite(b_noise):
+        xs = np.geomspace(float(points["global_batch"].min()), float(points["global_batch"].max()), 100)
+        ax.plot(xs, s_min * (1 + b_noise / xs), ":", color=fg.PALETTE[2],
+                label=f"fit: S_min {s_min:,.0f} x (1 + {b_noise:,.0f} / B)")
+        ax.axvline(b_noise, color=fg.PALETTE[2], lw=0.8)
+    for (label, batch), style in zip(marks.items(), (":", "-.")):
+        ax.axvline(batch, color="black", ls=style, lw=0.8, label=f"{label} ({batch:,})")
+    missed = points[points["reached"] < points["seeds"]]
+    for r in missed.itertuples():
+        ax.annotate("did not reach", (r.global_batch, ax.get_ylim()[1]), rotation=90, va="top", fontsize=7)
+    ax.set(xscale="log", yscale="log", xlabel="global batch (images a step)", ylabel="steps to the target",
+           title=title)
+    ax.legend(fontsize=7)
+    return ax
+
+
+def steps_figure(df: pd.DataFrame):
+    """A panel per scale and optimizer with experiment 13 study runs; None without any."""
+    study = study_steps(run_steps(df))
+    if study.empty:
+        return None
+    groups = list(study.groupby(["scale", "optimizer"], sort=True))
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 4.6 * len(groups)), squeeze=False, layout="constrained")
+    for ax, ((scale, optimizer), s) in zip(axes[:, 0], groups):
+        used = fitted_points(s)
+        fit = fit_noise_model(used["global_batch"], used["steps"]) if len(used) else (math.nan, math.nan)
+        per_worker = int(s["global_batch"].iloc[0] // s["workers"].iloc[0])
+        plot_steps_to_target(curve_points(s), s[s["reached"]], fit, stand_ins(per_worker), ax=ax,
+                             title=f"Experiment 13, {optimizer.upper()} at the {scale} scale: steps to "
+                                   f"{declared_target(scale):g} % top-1, each batch at its tuned rate")
+    return fig
+
+
+def rq5_reading(df: pd.DataFrame, noise: pd.DataFrame | None = None) -> str:
+    """The declared reading, per scale and optimizer, from the runs; says so when there are none."""
+    steps = run_steps(df)
+    if steps.empty:
+        return "No experiment 13 runs: nothing to read yet (`make exp13` runs the declared plan)."
+    noise = noise_scales() if noise is None else noise
+    lines = [_selection_line(selection(steps))]
+    study = study_steps(steps)
+    if study.empty:
+        lines.append("- No study runs yet (step 2): only the rate selection has run.")
+    for (scale, optimizer), s in study.groupby(["scale", "optimizer"], sort=True):
+        lines += _curve_lines(scale, optimizer, s, noise if scale == "local" else noise.iloc[0:0])
+    return "\n".join(lines)
+
+
+def _selection_line(chosen: pd.DataFrame) -> str:
+    edge = chosen[chosen["at_edge"] != ""]
+    text = f"- Step 1 (rates chosen on the held-out split): {len(chosen)} (optimizer, batch) pairs tuned"
+    if len(edge):
+        text += "; at a grid edge (the edge rule asks for a rate beyond it): " + ", ".join(
+            f"{r.optimizer} at {r.global_batch:,} ({r.at_edge}, {r.rates} rates)" for r in edge.itertuples())
+    return text + "."
+
+
+def _curve_lines(scale: str, optimizer: str, s: pd.DataFrame, noise: pd.DataFrame) -> list[str]:
+    points = curve_points(s)
+    used = fitted_points(s)
+    fit = fit_noise_model(used["global_batch"], used["steps"]) if len(used) else (math.nan, math.nan)
+    boot = bootstrap(s)
+    found = regimes(doubling_ratios(points))
+    missed = points[points["reached"] < points["seeds"]]
+    head = f"- {optimizer.upper()} ({scale} scale, target {declared_target(scale):g} % top-1): "
+    head += (f"perfect scaling holds up to {found['perfect_until']:,} images (its doubling saves < 40 % of the "
+             "steps)" if found["perfect_until"] else "no measured doubling saved < 40 % of the steps")
+    head += (f"; steps stop falling from {found['flat_from']:,} (a doubling saves < 10 %)." if found["flat_from"]
+             else "; no measured doubling saved < 10 % (steps still fall at the largest batch measured).")
+    lines = [head]
+    if len(missed):
+        lines.append("  Did not reach the target (left out of the fit): " + ", ".join(
+            f"{r.global_batch:,} ({r.seeds - r.reached} of {r.seeds} seeds)" for r in missed.itertuples()) + ".")
+    lines.append("  " + noise_sentence(fit[1], boot["b_noise"], noise))
+    return lines
+
+
+# ============================================================================================ declared before run
+
+
+def started_before(run_dirs, declared_at: str) -> list[str]:
+    """The runs (their folders) whose first attempt started before `declared_at` (ISO 8601): a run the
+    declaration cannot have preceded. A folder without a readable manifest start counts as such too."""
+    from contract.reader import read_manifest
+
+    when = pd.Timestamp(declared_at)
+    early = []
+    for run_dir in run_dirs:
+        manifest = read_manifest(run_dir) or {}
+        starts = [a.get("start") for a in manifest.get("attempts", [])] + [manifest.get("start")]
+        starts = [pd.Timestamp(s) for s in starts if s]
+        if not starts or min(starts) < when:
+            early.append(str(run_dir))
+    return early

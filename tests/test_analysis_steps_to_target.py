@@ -1,0 +1,156 @@
+"""Experiment 13's reading (analysis/steps_to_target.py): steps to a target from epoch records, the choice of
+rate, the fit of S = S_min (1 + B_noise / B) and its seed bootstrap, the regimes, the noise-scale sentence, the
+report's entries with and without runs, and the declaration committed before every run."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import steps_to_target as st
+from tests.helpers import REPO
+
+DECLARED = "results/reference/vm-2cpu/declared_2026-11-25-exp13.txt"
+
+
+def epochs(values, images=8000):
+    return pd.DataFrame({"epoch": range(len(values)), "val_top1": values, "images": [images] * len(values)})
+
+
+def test_steps_to_target_are_the_first_epoch_reaching_it_in_whole_epochs_without_interpolation():
+    reach = st.first_reach(epochs([10.0, 40.0, 50.0, 60.0]), 512, 50.0)  # ceil(8000 / 512) = 16 steps an epoch
+    assert reach == {"reached": True, "epoch": 2, "steps": 48.0, "examples": 48.0 * 512, "epoch_steps": 16.0}
+    missed = st.first_reach(epochs([10.0, 49.99]), 512, 50.0)
+    assert missed["reached"] is False and math.isnan(missed["steps"]) and missed["epoch_steps"] == 16.0
+
+
+def test_the_target_is_read_from_the_declared_config():
+    assert st.declared_target("local") == 50.0 and st.declared_target("thesis") == 60.0
+
+
+def test_the_fit_recovers_a_known_curve():
+    batches = [4 * 2 ** k for k in range(10)]
+    s_min, b_noise = st.fit_noise_model(batches, [300 * (1 + 700 / b) for b in batches])
+    assert s_min == pytest.approx(300, rel=1e-4) and b_noise == pytest.approx(700, rel=1e-4)
+    assert all(math.isnan(x) for x in st.fit_noise_model([64, 64], [10, 11]))  # one batch places nothing
+    s_min, b_noise = st.fit_noise_model(batches, [1e6 / b for b in batches])  # perfect scaling throughout
+    assert math.isnan(s_min) and b_noise == math.inf
+    assert st.noise_sentence(b_noise, (math.inf, math.inf), pd.DataFrame()).startswith("The fit does not place")
+
+
+def study_frame(noise: float = 0.0, seeds: int = 3, missing: int | None = None) -> pd.DataFrame:
+    rng = np.random.default_rng(1)
+    rows = []
+    for k in range(8):
+        b = 4 * 2 ** k
+        for seed in range(1, seeds + 1):
+            steps = 300 * (1 + 700 / b) * math.exp(noise * rng.standard_normal())
+            reached = not (missing == b and seed == 1)
+            rows.append(dict(scale="local", optimizer="sgd", workers=b // 4, global_batch=b, seed=seed,
+                             tuning=False, reached=reached, steps=steps if reached else math.nan, epoch_steps=1.0))
+    return pd.DataFrame(rows)
+
+
+def test_the_bootstrap_interval_holds_the_truth_is_seeded_and_collapses_without_noise():
+    noisy = st.bootstrap(study_frame(0.1), draws=200)
+    assert noisy["b_noise"][0] < 700 < noisy["b_noise"][1] and noisy == st.bootstrap(study_frame(0.1), draws=200)
+    exact = st.bootstrap(study_frame(0.0), draws=20)
+    assert exact["b_noise"] == pytest.approx((700, 700), rel=1e-3)
+    assert exact["ratios"][4] == pytest.approx(((1 + 700 / 8) / (1 + 700 / 4),) * 2)
+
+
+def test_a_batch_where_a_seed_did_not_reach_the_target_is_left_out_of_the_fit():
+    study = study_frame(0.0, missing=64)
+    assert 64 not in set(st.fitted_points(study)["global_batch"])
+    points = st.curve_points(study)
+    row = points[points["global_batch"] == 64].iloc[0]
+    assert (row["seeds"], row["reached"]) == (3, 2) and math.isnan(row["steps"])
+
+
+def test_the_regimes_follow_the_declared_ratios():
+    assert st.regimes({4: 0.5, 8: 0.55, 16: 0.7, 32: 0.95, 64: 1.0}) == {"perfect_until": 16, "flat_from": 32}
+    assert st.regimes({4: 0.5, 8: 0.52}) == {"perfect_until": None, "flat_from": None}
+
+
+def test_selection_takes_the_fewest_steps_then_the_lower_rate_and_flags_an_edge():
+    rows = [dict(scale="local", optimizer="sgd", workers=8, global_batch=32, base=b, tuning=True, reached=r,
+                 steps=s, best_top1=t) for b, r, s, t in
+            [(0.025, True, 900.0, 55.0), (0.05, True, 600.0, 56.0), (0.1, True, 600.0, 58.0)]]
+    rows += [dict(scale="local", optimizer="lamb", workers=8, global_batch=32, base=b, tuning=True, reached=False,
+                  steps=math.nan, best_top1=t) for b, t in [(0.0025, 30.0), (0.005, 45.0), (0.01, 20.0)]]
+    chosen = st.selection(pd.DataFrame(rows)).set_index("optimizer")
+    assert chosen.loc["sgd", "chosen_base"] == 0.05 and chosen.loc["sgd", "at_edge"] == ""
+    assert chosen.loc["lamb", "chosen_base"] == 0.005 and not chosen.loc["lamb", "reached"]
+    rows[0]["steps"] = 500.0
+    assert st.selection(pd.DataFrame(rows)).set_index("optimizer").loc["sgd", "at_edge"] == "low"
+
+
+def test_the_noise_sentence_says_only_what_the_intervals_support():
+    noise = pd.DataFrame({"weights": ["initial"], "b_simple_low": [676.0], "b_simple_high": [2005.0]})
+    assert "predicted B_crit within a factor of 10" in st.noise_sentence(1000, (500, 3000), noise)
+    assert "did not predict it" in st.noise_sentence(50, (20, 60), noise)
+    assert "cannot be told" in st.noise_sentence(150, (60, 400), noise)
+    unresolved = pd.DataFrame({"weights": ["final"], "b_simple_low": [1793.0], "b_simple_high": [math.inf]})
+    assert "cannot be told" in st.noise_sentence(1000, (500, 3000), unresolved)
+    assert "no fitted B_noise" in st.noise_sentence(math.nan, (math.nan, math.nan), noise)
+
+
+# ---- the report's entries -----------------------------------------------------------------------------------------
+def run_rows(exp: int, name: str, batch: int, values) -> list[dict]:
+    path = f"runs/{exp}/{name}"
+    run = dict(kind="run", exp=exp, run=name, path=path, scale="local", status="completed", global_batch=batch,
+               gpus=batch // 4, best_val_top1=max(values))
+    return [run] + [dict(kind="epoch", exp=exp, run=name, path=path, epoch=e, val_top1=v, images=8000)
+                    for e, v in enumerate(values)]
+
+
+def synthetic_runs() -> pd.DataFrame:
+    rows = []
+    for b in (4, 8, 16, 32):
+        hit = max(1, int(8 * 4 / b * 8000 / 8000 * 4))  # epochs before the target: fewer as the batch grows
+        for seed in (1, 2, 3):
+            rows += run_rows(13, f"sgd-w{b // 4}-s{seed}", b, [10.0] * (hit + seed % 2) + [55.0])
+        rows += run_rows(13, f"tune-sgd-w{b // 4}-base0.05-s0", b, [10.0] * hit + [52.0])
+    rows += run_rows(12, "sgd-w8-s0", 32, [10.0, 20.0, 51.0])
+    return pd.DataFrame(rows)
+
+
+def test_the_report_draws_experiment_13_from_its_runs_and_says_nothing_without_them():
+    from analysis import catalogue as ct
+
+    empty = ct.Inputs(df=pd.DataFrame(columns=["kind", "exp"]), ref=pd.DataFrame())
+    for entry in [e for e in (*ct.FIGURES, *ct.TABLES) if e.name.startswith("exp13")]:
+        assert entry.make(empty, entry) is None  # the committed report without exp 13 runs stays as it was
+    assert st.rq5_reading(pd.DataFrame(columns=["kind", "exp"])).startswith("No experiment 13 runs")
+    inputs = ct.Inputs(df=synthetic_runs(), ref=pd.DataFrame(), source="Made from test runs.")
+    drawn = ct.figure("exp13_steps_to_target").make(inputs, ct.figure("exp13_steps_to_target"))
+    assert isinstance(drawn, ct.Drawn)
+    table = next(t for t in ct.TABLES if t.name == "exp13_steps_to_target").make(inputs, None)
+    assert set(table["source"].str[:6]) == {"exp 13", "exp 12"} and len(table) == 5
+    reading = st.rq5_reading(synthetic_runs(), noise=pd.DataFrame())
+    assert "SGD (local scale, target 50 % top-1)" in reading and "Step 1" in reading
+
+
+# ---- the declaration precedes every run ---------------------------------------------------------------------------
+def test_a_run_that_started_before_the_declaration_is_caught(tmp_path):
+    for name, start in (("early", "2026-11-25T01:00:00+00:00"), ("late", "2026-11-26T01:00:00+00:00")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"start": start, "attempts": [{"start": start}]}))
+    (tmp_path / "unreadable").mkdir()
+    early = st.started_before(sorted(tmp_path.iterdir()), "2026-11-25T22:00:00+00:00")
+    assert [p.rsplit("/", 1)[1] for p in early] == ["early", "unreadable"]
+
+
+def test_the_declaration_was_committed_before_every_committed_experiment_13_run_started():
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("no git history here to date the declaration by")
+    added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%cI", "--", DECLARED], cwd=REPO,
+                           capture_output=True, text=True, timeout=60).stdout.split()
+    assert added, f"{DECLARED} is not in the git history"
+    runs = sorted(p for p in (REPO / "results" / "reference").glob("*/13_steps_to_target/*") if p.is_dir())
+    assert st.started_before(runs, added[-1]) == []
