@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from tests.helpers import (REPO, final_state, free_port, max_difference, needs_photos, records, run, torchrun, train,
                            train_in_process, trainer_env, write_config)
@@ -137,10 +138,28 @@ def test_two_horovod_ranks_of_four_workers_match_one_process_of_eight(tmp_path):
         assert manifest["workers_per_rank"] == 4
 
 
-def start_ranks(config, out, name, *extra, port: str) -> list[subprocess.Popen]:
-    """Two ranks started as a launcher would (RANK/WORLD_SIZE/...), each its own process group, as under srun."""
+# a rank that sends itself SIGUSR1 (as Slurm does) at its N-th training step, N the first argument
+SIGNAL_AT_STEP = """
+import os, signal, sys
+from trainers.loop import Trainer
+from trainers.__main__ import main
+at, original, calls = int(sys.argv.pop(1)), Trainer.step, []
+def step(self, images, target):
+    calls.append(1)
+    if len(calls) == at:
+        os.kill(os.getpid(), signal.SIGUSR1)
+    return original(self, images, target)
+Trainer.step = step
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def start_ranks(config, out, name, *extra, port: str, signal_at: int = 0) -> list[subprocess.Popen]:
+    """Two ranks started as a launcher would (RANK/WORLD_SIZE/...), each its own process group, as under srun;
+    signal_at: each sends itself the preemption signal at that training step."""
+    python = [sys.executable, "-c", SIGNAL_AT_STEP, str(signal_at)] if signal_at else [sys.executable, "-m", "trainers"]
     return [subprocess.Popen(
-        [sys.executable, "-m", "trainers", "train", str(config), "--out", str(out), "--run", name, *extra],
+        [*python, "train", str(config), "--out", str(out), "--run", name, *extra],
         env=trainer_env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                         MASTER_PORT=port),
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -179,6 +198,20 @@ def test_a_preempted_two_rank_run_of_eight_workers_resumes_bit_identically(tmp_p
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "completed" and manifest["workers_per_rank"] == 4
     assert len(manifest["attempts"]) == 2
+
+
+@pytest.mark.slow
+def test_a_mid_epoch_resume_of_two_ranks_gives_each_rank_its_own_sums_of_the_epoch(tmp_path):
+    cfg = write_config(tmp_path / "p.toml", {"data": {"synthetic_images": 320},  # 10 steps an epoch
+                                             "train": {**EIGHT, "backend": "ddp", "epochs": 2, "print_freq": 2}})
+    assert finish(start_ranks(cfg, tmp_path, "whole", port=str(free_port()))) == [0, 0]
+    assert finish(start_ranks(cfg, tmp_path, "cut", port=str(free_port()), signal_at=10 + 3)) == [4, 4]
+    run_dir = tmp_path / "p" / "cut"
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["step"] == 3  # mid-epoch 1, at a reading
+    assert finish(start_ranks(cfg, tmp_path, "cut", "--resume", "auto", port=str(free_port()))) == [0, 0]
+    epochs = [[(r["epoch"], r["train_loss"], r["train_top1"], r["images"]) for r in records(d, "epoch")]
+              for d in (tmp_path / "p" / "whole", run_dir)]
+    assert epochs[0] == epochs[1]  # rank 1's sums before the cut are counted once, not replaced by rank 0's
 
 
 # ---- the node scale's resume and failing-rank message (issue #27) ------------------------------------------------

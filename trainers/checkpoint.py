@@ -89,7 +89,7 @@ def load(path: Path) -> dict[str, Any]:
 # fail deep inside a resume (a traceback) or, worse, be trained on.
 KINDS = {"model": dict, "optimizer": dict, "epoch": int, "step": int, "config": dict, "rng": dict,
          "best_top1": (int, float)}
-LATER_KINDS = {"partial": list, "scaler": dict, "skipped_steps": dict, "arithmetic": dict, "run_files": dict}
+LATER_KINDS = {"partial": list, "partials": list, "scaler": dict, "skipped_steps": dict, "arithmetic": dict, "run_files": dict}
 
 
 def contents_problem(state: dict[str, Any]) -> str | None:
@@ -107,9 +107,9 @@ def contents_problem(state: dict[str, Any]) -> str | None:
         for key, value in entries.items():
             if not isinstance(value, kind):
                 return f"{where} {key!r} is a {type(value).__name__}"
-    if "partial" in state and (len(state["partial"]) != 4 or not all(isinstance(v, (int, float))
-                                                                      for v in state["partial"])):
-        return "'partial' is not 4 numbers (loss, top-1, top-5, images)"
+    for row in ([state["partial"]] if "partial" in state else []) + state.get("partials", []):
+        if not isinstance(row, list) or len(row) != 4 or not all(isinstance(v, (int, float)) for v in row):
+            return "'partial' is not 4 numbers (loss, top-1, top-5, images)"
     return None
 
 
@@ -208,8 +208,10 @@ def check_same_arithmetic(path: Path, saved: dict[str, Any], would_be: dict[str,
 # A trainer's checkpoint: what it saves, what a resume puts back (`trainer`: a trainers.loop.Trainer)
 # ----------------------------------------------------------------------------------------------------------------
 def save_trainer(trainer, epoch: int, step: int, partial: Sums) -> None:
-    """Rank 0 writes the run's state at `epoch`, `step` (partial: the epoch's sums so far); train.checkpoint off
-    writes nothing."""
+    """Rank 0 writes the run's state at `epoch`, `step` (partial: this rank's sums of the epoch so far; every rank
+    calls it, and mid-epoch every rank's sums are gathered, so each resumes its own); train.checkpoint off writes
+    nothing."""
+    partials = partial.gathered(trainer.backend) if step and trainer.backend.world_size > 1 else [partial]
     if not (trainer.backend.is_main() and trainer.cfg.train.checkpoint):
         return
     save(trainer.ckpt_path, {
@@ -217,7 +219,8 @@ def save_trainer(trainer, epoch: int, step: int, partial: Sums) -> None:
         "optimizer": trainer.optimizer.state_dict(),
         "epoch": epoch,
         "step": step,
-        "partial": [partial.loss, partial.top1, partial.top5, partial.images],
+        "partial": [partial.loss, partial.top1, partial.top5, partial.images],  # rank 0's (read before partials)
+        "partials": [[p.loss, p.top1, p.top5, p.images] for p in partials],  # every rank's, in rank order
         "best_top1": trainer.best_top1,
         "rng": rng_state(),
         "scaler": trainer.compute.state_dict(),  # fp16's loss scale: resume takes the same steps
@@ -255,7 +258,10 @@ def restore_trainer(trainer) -> None:
 
 def running_sums(trainer, state: dict) -> Sums:
     """The epoch's sums up to the checkpoint: what its iter records' running averages go on from."""
-    if "partial" in state:
+    rank, partials = trainer.backend.rank, state.get("partials", [])
+    if len(partials) == trainer.backend.world_size:  # this rank's own (a resume keeps the number of processes)
+        return Sums(*partials[rank])
+    if "partial" in state:  # rank 0's alone (a checkpoint from before partials): right for one process
         return Sums(*state["partial"])
     if trainer.start_step:  # a checkpoint written without them: the averages and the epoch's train sums restart
         trainer.run.log(f"=> the checkpoint holds no running sums: the running averages of epoch "

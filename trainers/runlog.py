@@ -78,6 +78,13 @@ class Sums:
         loss, c1, c5, n = t.tolist()
         return Sums(loss, c1, c5, int(n))
 
+    def gathered(self, backend) -> list["Sums"]:
+        """Every rank's sums, in rank order (a collective: all ranks call it): each fills its own row of zeros, and
+        the rows' sum is every row exactly."""
+        rows = torch.zeros(backend.world_size, 4, dtype=torch.float64, device=backend.device)
+        rows[backend.rank] = torch.tensor([self.loss, self.top1, self.top5, float(self.images)], dtype=torch.float64)
+        return [Sums(loss, c1, c5, int(n)) for loss, c1, c5, n in backend.all_reduce_sum(rows).tolist()]
+
     def means(self) -> tuple[float, float, float]:
         n = max(self.images, 1)
         return self.loss / n, 100.0 * self.top1 / n, 100.0 * self.top5 / n
