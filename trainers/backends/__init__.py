@@ -6,8 +6,8 @@ built one way, `cls(cfg, launch, device)`, after `resolve` ran every check of it
 """
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Callable
 
 import torch
 
@@ -17,23 +17,26 @@ from trainers.backends.launch import (COLLECTIVE_TIMEOUT, Launch, bind_gloo_towa
 from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, chosen_backend
 from trainers.backends.rank_workers import workers_per_rank
 
-__all__ = ["Backend", "Launch", "detect_launch", "register", "create", "BACKENDS", "horovod_available",
+__all__ = ["Backend", "Launch", "detect_launch", "create", "BACKENDS", "horovod_available",
            "torchrun_command", "free_port", "bind_gloo_towards"]
 
 # the launchers Horovod forms a world under (its world is checked against the detected launch after hvd.init)
 HOROVOD_LAUNCHERS = ("none", "horovodrun", "mpi", "slurm")
 
-# name -> its Backend class, imported only when chosen (the horovod module fails to import without Horovod)
-BACKENDS: dict[str, Callable[[], type[Backend]]] = {}
+# name -> where its Backend class lives, imported only when chosen (the horovod module fails to import without
+# Horovod). A new backend: one line here, and its checks in check_world.
+BACKENDS: dict[str, str] = {  # as entry points are written: "module:class"
+    "single": "trainers.backends.base:Backend",
+    "emulated": "trainers.backends.emulated:EmulatedBackend",
+    "ddp": "trainers.backends.torch_dist:DDPBackend",
+    "dp": "trainers.backends.torch_dist:DataParallelBackend",
+    "horovod": "trainers.backends.horovod:HorovodBackend",
+}
 
 
-def register(name: str):
-    """A backend under `name`: decorates the function that imports and returns its class."""
-    def add(load: Callable[[], type[Backend]]):
-        BACKENDS[name] = load
-        return load
-
-    return add
+def backend_class(name: str) -> type[Backend]:
+    module, cls = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def pick_device(cfg: Config, launch: Launch) -> torch.device:
@@ -108,39 +111,6 @@ def check_horovod_launch(launch: Launch) -> None:
         )
 
 
-@register("single")
-def _single() -> type[Backend]:
-    return Backend
-
-
-@register("emulated")
-def _emulated() -> type[Backend]:
-    from trainers.backends.emulated import EmulatedBackend
-
-    return EmulatedBackend
-
-
-@register("ddp")
-def _ddp() -> type[Backend]:
-    from trainers.backends.torch_dist import DDPBackend
-
-    return DDPBackend
-
-
-@register("dp")
-def _dp() -> type[Backend]:
-    from trainers.backends.torch_dist import DataParallelBackend
-
-    return DataParallelBackend
-
-
-@register("horovod")
-def _horovod() -> type[Backend]:
-    from trainers.backends.horovod import HorovodBackend
-
-    return HorovodBackend
-
-
 def resolve(cfg: Config, launch: Launch) -> str:
     """The backend's name, checked against the launch; raises ConfigError before anything starts."""
     name = choose_backend(cfg, launch)
@@ -172,4 +142,4 @@ def torchrun_command(python: str) -> list[str]:
 
 def create(cfg: Config, launch: Launch, name: str) -> Backend:
     """Backend `name` (resolved: its checks passed) on this process's device."""
-    return BACKENDS[name]()(cfg, launch, pick_device(cfg, launch))
+    return backend_class(name)(cfg, launch, pick_device(cfg, launch))
