@@ -27,7 +27,8 @@ IGNORED: dict[str, tuple[str, ...]] = {
 # section -> keys added since runs were committed, left out at the value that reproduces those runs (their default),
 # so a committed run keeps the fingerprint it had; any other value is another condition
 OMITTED_AT: dict[str, dict[str, Any]] = {
-    "train": {"max_steps": 0},  # 0: the whole schedule; a capped (smoke) run is another condition
+    "train": {"max_steps": 0,  # 0: the whole schedule; a capped (smoke) run is another condition
+              "framework": "pytorch"},  # every run before TensorFlow's was PyTorch's
 }
 
 

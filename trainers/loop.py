@@ -28,7 +28,7 @@ from trainers.optimizers import build_optimizer
 from contract.locks import RankLock, dead_ranks, mark_failed
 from contract.reader import read_manifest
 from contract.runfolder import (CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS, WRITE_FAILURES, RunFolder,
-                                now_iso)
+                                bench_throughput, now_iso)
 from contract.versions import git_commit, versions
 from trainers.runlog import DeviceTotals, LogEvery, Readout, Sums, summary_line, test_line, train_line
 
@@ -415,9 +415,7 @@ class Trainer:
         steady, data_s = times[warm:], sum(every.data_times[warm:]) + self.train_batches.gpu_wait_s()
         self.run.record(
             "bench", per_worker_batch=cfg.train.per_worker_batch, world_size=b.workers, batches=timed,
-            warmup_batches=warm, lr=lr, images_per_s_steady=images_per_step * len(steady) / sum(steady),
-            images_per_s_thesis=images_per_step / (sum(times[:200]) / 200) if len(times) >= 200 else None,
-            batch_time_avg_at_199=sum(times[:200]) / 200 if len(times) >= 200 else None,
+            warmup_batches=warm, lr=lr, **bench_throughput(times, images_per_step, warm),
             data_share=data_s / sum(steady), **time_split(data_s, sum(steady), b.comm_seconds() - comm_start),
         )
         self.data_s, self.step_s = data_s, sum(steady)

@@ -1,0 +1,56 @@
+"""The Keras models of the TensorFlow trainer, built alike to trainers/models.py's (the same layer shapes): the
+thesis's ResNet-50 (Keras's own, random initialisation, no downloaded weights) and the local scale's CIFAR-style
+ResNets. tf-keras (Keras 2), on which Horovod's and MultiWorkerMirroredStrategy's variable handling both work.
+
+BatchNorm as PyTorch's (momentum 0.1 there is 0.9 here, epsilon 1e-5); convolutions He-initialised on their fan-out
+as trainers/models.py does. NHWC: TensorFlow's CPU convolutions take no other layout.
+"""
+from __future__ import annotations
+
+import tf_keras as keras
+
+from contract.config import CIFAR_RESNET_DEPTHS, TF_MODELS, ConfigError, ModelConfig
+
+layers = keras.layers
+
+
+def batch_norm() -> layers.Layer:
+    return layers.BatchNormalization(momentum=0.9, epsilon=1e-5)
+
+
+def conv(filters: int, size: int, stride: int) -> layers.Layer:
+    # an initializer a layer: one instance shared would give every layer of a shape the same values
+    he_fan_out = keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
+    return layers.Conv2D(filters, size, stride, padding="same", use_bias=False, kernel_initializer=he_fan_out)
+
+
+def basic_block(x, cout: int, stride: int):
+    """trainers/models.py's BasicBlock: two 3x3 convolutions, a 1x1 projection where the shape changes."""
+    shortcut = x
+    if stride != 1 or x.shape[-1] != cout:
+        shortcut = batch_norm()(conv(cout, 1, stride)(x))
+    out = layers.ReLU()(batch_norm()(conv(cout, 3, stride)(x)))
+    out = batch_norm()(conv(cout, 3, 1)(out))
+    return layers.ReLU()(layers.Add()([out, shortcut]))
+
+
+def cifar_resnet(depth: int, num_classes: int, width: int, image_size: int) -> keras.Model:
+    """He et al.'s (2016) CIFAR ResNet: 3 stages of (depth-2)/6 basic blocks, widths w, 2w, 4w."""
+    inputs = keras.Input((image_size, image_size, 3))
+    x = layers.ReLU()(batch_norm()(conv(width, 3, 1)(inputs)))
+    for stage, cout in enumerate((width, 2 * width, 4 * width)):
+        for b in range((depth - 2) // 6):
+            x = basic_block(x, cout, 2 if stage > 0 and b == 0 else 1)
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, layers.Dense(num_classes)(x), name=f"cifar_resnet{depth}")
+
+
+def build_keras_model(cfg: ModelConfig, image_size: int) -> keras.Model:
+    """The model that outputs logits (the loss applies the softmax, as PyTorch's cross-entropy does); its initial
+    weights follow TensorFlow's global seed (bench.py sets train.seed)."""
+    if cfg.name == "resnet50":
+        return keras.applications.ResNet50(weights=None, classes=cfg.num_classes, classifier_activation=None,
+                                           input_shape=(image_size, image_size, 3))
+    if cfg.name in CIFAR_RESNET_DEPTHS:
+        return cifar_resnet(CIFAR_RESNET_DEPTHS[cfg.name], cfg.num_classes, cfg.width, image_size)
+    raise ConfigError(f"model.name = {cfg.name!r}: the TensorFlow trainer builds {', '.join(TF_MODELS)}")
