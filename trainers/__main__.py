@@ -52,6 +52,11 @@ def cmd_train(args) -> int:
     if args.run is not None:
         check_run_name(args.run)  # a run folder stays inside the output folder
     cfg = load_config(args.config, args.scale, args.set)
+    if cfg.train.framework == "tensorflow":  # its own trainer, in a process without torch: this one becomes it
+        if not args.may_reexec:  # called from Python (a test): never TensorFlow in this process
+            raise ConfigError("train.framework = 'tensorflow' trains in a process of its own: python -m trainers.tf")
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "trainers.tf", *sys.argv[1:]])
     pin_cpu_isa(cfg.train.cpu_isa, args.may_reexec)
     run_dir = out_folder(args.out) / cfg.experiment / (args.run or default_run_name(cfg))
     return run_training(cfg, run_dir, resume=args.resume is not None, force=args.resume == "force")

@@ -1,6 +1,6 @@
-"""The Keras models of the TensorFlow trainer, built alike to trainers/models.py's (the same layer shapes): the
-thesis's ResNet-50 (Keras's own, random initialisation, no downloaded weights) and the local scale's CIFAR-style
-ResNets. tf-keras (Keras 2), on which Horovod's and MultiWorkerMirroredStrategy's variable handling both work.
+"""The Keras models of the TensorFlow trainer, built alike to trainers/models.py's (the same layer shapes and
+parameter count): the thesis's ResNet-50 as torchvision builds it (the stride in the bottleneck's 3x3 convolution,
+no convolution biases; Keras's own ResNet50 differs in both) and the local scale's CIFAR-style ResNets. tf-keras (Keras 2), on which Horovod's and MultiWorkerMirroredStrategy's variable handling both work.
 
 BatchNorm as PyTorch's (momentum 0.1 there is 0.9 here, epsilon 1e-5); convolutions He-initialised on their fan-out
 as trainers/models.py does. NHWC: TensorFlow's CPU convolutions take no other layout.
@@ -45,12 +45,33 @@ def cifar_resnet(depth: int, num_classes: int, width: int, image_size: int) -> k
     return keras.Model(inputs, layers.Dense(num_classes)(x), name=f"cifar_resnet{depth}")
 
 
+def bottleneck(x, width: int, stride: int):
+    """torchvision's Bottleneck: 1x1, 3x3 (the stride), 1x1 to 4 x width; a 1x1 projection where the shape changes."""
+    shortcut = x
+    if stride != 1 or x.shape[-1] != 4 * width:
+        shortcut = batch_norm()(conv(4 * width, 1, stride)(x))
+    out = layers.ReLU()(batch_norm()(conv(width, 1, 1)(x)))
+    out = layers.ReLU()(batch_norm()(conv(width, 3, stride)(out)))
+    out = batch_norm()(conv(4 * width, 1, 1)(out))
+    return layers.ReLU()(layers.Add()([out, shortcut]))
+
+
+def resnet50(num_classes: int, image_size: int) -> keras.Model:
+    inputs = keras.Input((image_size, image_size, 3))
+    x = layers.ReLU()(batch_norm()(conv(64, 7, 2)(inputs)))
+    x = layers.MaxPooling2D(3, 2, padding="same")(x)
+    for stage, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+        for b in range(blocks):
+            x = bottleneck(x, width, 2 if stage > 0 and b == 0 else 1)
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, layers.Dense(num_classes)(x), name="resnet50")
+
+
 def build_keras_model(cfg: ModelConfig, image_size: int) -> keras.Model:
     """The model that outputs logits (the loss applies the softmax, as PyTorch's cross-entropy does); its initial
     weights follow TensorFlow's global seed (bench.py sets train.seed)."""
     if cfg.name == "resnet50":
-        return keras.applications.ResNet50(weights=None, classes=cfg.num_classes, classifier_activation=None,
-                                           input_shape=(image_size, image_size, 3))
+        return resnet50(cfg.num_classes, image_size)
     if cfg.name in CIFAR_RESNET_DEPTHS:
         return cifar_resnet(CIFAR_RESNET_DEPTHS[cfg.name], cfg.num_classes, cfg.width, image_size)
     raise ConfigError(f"model.name = {cfg.name!r}: the TensorFlow trainer builds {', '.join(TF_MODELS)}")
