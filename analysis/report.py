@@ -256,7 +256,7 @@ def scaling_figures(df: pd.DataFrame, ref: pd.DataFrame, out: Path, source: str 
 
     for n, b in ((14, 32), (15, 64), (16, 128)):
         two(f"fig{n}_scaling_horovod_tf_b{b}", f"Figure {n}. Scaling of Horovod+TensorFlow, per-GPU batch {b}",
-            framework="horovod+tensorflow", per_gpu_batch=b)
+            framework=tb.TENSORFLOW, per_gpu_batch=b)  # ours: MultiWorkerMirroredStrategy beside it
     two("fig17_scaling_pytorch_vs_horovod", "Figure 17. Scaling of PyTorch and Horovod+PyTorch",
         framework=["pytorch", "horovod+pytorch"])
     return written

@@ -493,8 +493,8 @@ def check_tensorflow(cfg: Config) -> None:
                               "train.framework = 'tensorflow' too")
         return
     if t.backend not in TF_BACKENDS:
-        raise ConfigError(f"train.framework = 'tensorflow' trains with train.backend = {' or '.join(map(repr, TF_BACKENDS))}, "
-                          f"not {t.backend!r}")
+        choices = " or ".join(map(repr, TF_BACKENDS))
+        raise ConfigError(f"train.framework = 'tensorflow' trains with train.backend = {choices}, not {t.backend!r}")
     unsupported = [(cfg.bench.batches > 0, "bench.batches > 0 (it runs the throughput benchmark only)"),
                    (cfg.data.kind == "synthetic", "data.kind = 'synthetic'"),
                    (cfg.model.name in TF_MODELS, f"model.name one of {', '.join(TF_MODELS)}"),

@@ -138,5 +138,6 @@ def test_the_keras_models_have_the_pytorch_models_layer_shapes(name, classes, si
     def keras_layout(shape):  # PyTorch's (out, in, k, k) kernels and (out, in) dense weights as Keras stores them
         return [*shape[2:], shape[1], shape[0]] if len(shape) == 4 else shape[::-1] if len(shape) == 2 else shape
 
-    torch_shapes = sorted(keras_layout(list(p.shape)) for p in build_model(ModelConfig(name=name, num_classes=classes)).parameters())
+    model = build_model(ModelConfig(name=name, num_classes=classes))
+    torch_shapes = sorted(keras_layout(list(p.shape)) for p in model.parameters())
     assert keras_shapes(name, classes, size) == torch_shapes

@@ -131,7 +131,8 @@ def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, threads:
         status="running", epochs_done=0, start=now_iso(), end=None, launcher=launcher_name(), seed=cfg.train.seed,
         link=os.environ.get("CLUSTER_LINK"),
         versions={**versions(), "tensorflow": tf.__version__, "tf_keras": package_version("tf-keras")},
-        git_commit=git_commit(), threads=threads, cpu={"machine": platform.machine(), "processor": platform.processor()},
+        git_commit=git_commit(), threads=threads,
+        cpu={"machine": platform.machine(), "processor": platform.processor()},
         failed_ranks=None, message=None, backend=backend.name, world_size=backend.world_size,
         workers=backend.world_size, devices=["cpu"] if not tf.config.list_physical_devices("GPU") else
         [d.name for d in tf.config.list_physical_devices("GPU")], hosts=backend.hosts(), framework="tensorflow")

@@ -1,6 +1,8 @@
 """The Keras models of the TensorFlow trainer, built alike to trainers/models.py's (the same layer shapes and
 parameter count): the thesis's ResNet-50 as torchvision builds it (the stride in the bottleneck's 3x3 convolution,
-no convolution biases; Keras's own ResNet50 differs in both) and the local scale's CIFAR-style ResNets. tf-keras (Keras 2), on which Horovod's and MultiWorkerMirroredStrategy's variable handling both work.
+no convolution biases; Keras's own ResNet50 differs in both) and the local scale's CIFAR-style ResNets. In tf-keras
+(Keras 2): Horovod's gradient tape and MultiWorkerMirroredStrategy both handle its variables (Keras 3's need
+workarounds, and Horovod's Keras 3 optimizer silently does not average).
 
 BatchNorm as PyTorch's (momentum 0.1 there is 0.9 here, epsilon 1e-5); convolutions He-initialised on their fan-out
 as trainers/models.py does. NHWC: TensorFlow's CPU convolutions take no other layout.
