@@ -95,6 +95,11 @@ AUTO_HOROVOD = $(if $(or $(filter 0,$(HOROVOD)),$(DRY_RUN),$(REAL_CLUSTER),$(NOD
 setup-tf: setup ## Install TensorFlow 2.21 + tf-keras (pinned) into .venv and rebuild Horovod with TF and PyTorch (~10 min)
 	bash trainers/tf/setup.sh $(VENV)
 
+# Opt-in, never in CI: third-party code from GitHub (needs internet), fetched into a gitignored folder.
+## TF_CNN_NP=N TF_CNN_BATCH=B TF_CNN_DATA=DIR   make tf-cnn-benchmarks: processes (default 1), per-device batch (32), TFRecords (default synthetic)
+tf-cnn-benchmarks: setup-tf ## Opt-in: fetch tf_cnn_benchmarks (pinned commit) into .tf_cnn_benchmarks/ and run its ResNet-50 as the thesis did
+	bash trainers/tf/tf_cnn_benchmarks.sh $(VENV)
+
 horovod-if-possible: setup
 	$(if $(AUTO_HOROVOD),bash trainers/horovod_build/setup.sh $(VENV) \
 	    || echo "make: Horovod could not be built (reason above); the study skips its Horovod rows")
