@@ -23,6 +23,7 @@ import tf_keras as keras
 
 from contract.config import Config, ConfigError
 from contract.lr import lr_at
+from trainers.tf import cluster
 from trainers.tf.cluster import tf_config
 from trainers.tf.models import build_keras_model
 
@@ -141,7 +142,9 @@ class MultiWorkerMirrored:
         return self.strategy.experimental_local_results(all_gather())[0].numpy()
 
     def hosts(self) -> list[str]:
-        return [w.rsplit(":", 1)[0] for w in self.workers]
+        """Each worker's host in rank order (a loopback address: this machine, by its name, as the other runs')."""
+        hosts = [w.rsplit(":", 1)[0] for w in self.workers]
+        return [os.uname().nodename if h in ("localhost", cluster.LOCAL_HOST) else h for h in hosts]
 
 
 def create_strategy(cfg: Config):
