@@ -47,7 +47,7 @@ endif
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-horovod setup-dali horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
+.PHONY: help setup setup-horovod setup-dali setup-tf tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -91,6 +91,15 @@ REAL_CLUSTER = $(and $(filter slurm,$(LAUNCHER)),$(filter-out local,$(CLUSTER)))
 # this file: make keeps the spaces before it, and a value of spaces is not empty.)
 NODE_EXP3 = $(and $(filter node,$(SCALE)),$(filter exp3,$(MAKECMDGOALS)))
 AUTO_HOROVOD = $(if $(or $(filter 0,$(HOROVOD)),$(DRY_RUN),$(REAL_CLUSTER),$(NODE_EXP3)),,yes)
+# TensorFlow is optional (about 2.2 GB): experiments 1-3 skip their TensorFlow rows with a line without it.
+setup-tf: setup ## Install TensorFlow 2.21 + tf-keras (pinned) into .venv and rebuild Horovod with TF and PyTorch (~10 min)
+	bash trainers/tf/setup.sh $(VENV)
+
+# Opt-in, never in CI: third-party code from GitHub (needs internet), fetched into a gitignored folder.
+## TF_CNN_NP=N TF_CNN_BATCH=B TF_CNN_DATA=DIR   make tf-cnn-benchmarks: processes (default 1), per-device batch (32), TFRecords (default synthetic)
+tf-cnn-benchmarks: setup-tf ## Opt-in: fetch tf_cnn_benchmarks (pinned commit) into .tf_cnn_benchmarks/ and run its ResNet-50 as the thesis did
+	bash trainers/tf/tf_cnn_benchmarks.sh $(VENV)
+
 horovod-if-possible: setup
 	$(if $(AUTO_HOROVOD),bash trainers/horovod_build/setup.sh $(VENV) \
 	    || echo "make: Horovod could not be built (reason above); the study skips its Horovod rows")
@@ -121,8 +130,9 @@ cluster-stop: setup ## Stop the local Slurm cluster: its daemons, namespaces and
 cluster-check: setup ## Check a Slurm cluster (CLUSTER=P) layer by layer in minutes: nodes, hosts, staging, DDP, Horovod, training
 	$(PY) -m tools cluster-check --cluster $(CLUSTER) --scale $(SCALE) $(if $(filter command line,$(origin NODES)),--nodes $(NODES))
 
-# In CI (CI=true, root) the Slurm, MPI, Horovod and DALI tests must run, so their dependencies are installed first.
-test: setup $(if $(filter true,$(CI)),setup-cluster setup-horovod setup-dali) ## Run the whole test suite (slow tests included)
+# In CI (CI=true, root) the Slurm, MPI, Horovod, TensorFlow and DALI tests must run, so their dependencies are
+# installed first. setup-tf builds Horovod too (TensorFlow and PyTorch in one build): no setup-horovod of its own.
+test: setup $(if $(filter true,$(CI)),setup-cluster setup-tf setup-dali) ## Run the whole test suite (slow tests included)
 	$(PY) -m pytest
 
 test-fast: setup ## Run the fast tests only (under a minute)

@@ -5,7 +5,7 @@
     ref = an.load_reference()               # the thesis's Tables 1-15
     an.tables.quality_table(df, ref, 12)    # Table 12 with our runs beside it
 """
-from . import catalogue, figures, findings, numbers, reference, tables  # noqa: F401
+from . import catalogue, figures, findings, frameworks, numbers, reference, tables  # noqa: F401
 from .compare import comparison_text, made_from  # noqa: F401
 from .logs import ParsedLog, parse_log  # noqa: F401
 from .findings import orderings  # noqa: F401

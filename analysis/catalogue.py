@@ -401,7 +401,8 @@ def warmup_figures(exp: int, n: int) -> tuple[Figure, Figure]:
 FIGURES = (
     *(Figure(f"fig{n}_scaling_horovod_tf_b{b}", f"Figure {n}", (1, 2, 3), scaling,
              f"Figure {n}. Scaling of Horovod+TensorFlow, per-GPU batch {b}",
-             {"framework": "horovod+tensorflow", "per_gpu_batch": b}) for n, b in ((14, 32), (15, 64), (16, 128))),
+             {"framework": tb.TENSORFLOW, "per_gpu_batch": b})  # ours: MultiWorkerMirroredStrategy beside it
+      for n, b in ((14, 32), (15, 64), (16, 128))),
     Figure("fig17_scaling_pytorch_vs_horovod", "Figure 17", (1, 2, 3), scaling,
            "Figure 17. Scaling of PyTorch and Horovod+PyTorch", {"framework": ["pytorch", "horovod+pytorch"]}),
     Figure("fig18_exp4_error", "Figure 18", (4,), errors, "Figure 18. Naive scaling", {"rows": every_run}),

@@ -26,7 +26,7 @@ from . import numbers as nb  # noqa: E402
 #: Okabe & Ito (2008), colour-blind safe
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 FRAMEWORK_NAME = {"pytorch": "PyTorch", "horovod+pytorch": "Horovod+PyTorch", "horovod+tensorflow": "Horovod+TF",
-                  "emulated": "emulated"}
+                  "tensorflow": "TF (MWMS)", "emulated": "emulated"}
 CURVE_KEYS = ["exp", "framework", "gpus", "per_gpu_batch", "global_batch", "lr", "warmup", "epochs", "scale",
               "numerics"]
 

@@ -34,15 +34,16 @@ RQ1 = [
            "*What are the implications of using smaller per GPU worker batch sizes vs. larger ones in terms of "
            "scaling performance, training time (wall clock) and efficient resource utilisation?* (thesis, 6.1)\n\n"
            "Evidence: Horovod+TensorFlow throughput at per-GPU batch 32/64/128 (Tables 1, 4, 7; Figures 14-16: the "
-           "thesis's values only, this suite runs no TensorFlow), "
+           "thesis's values, and ours where TensorFlow ran: Horovod+TensorFlow and TensorFlow's "
+           "MultiWorkerMirroredStrategy, `make setup-tf`), "
            "experiment 7 (batch 32) against experiment 6 (batch 128) on 32 GPUs (Tables 12-13, Figure 27). "
            "This notebook is executed by `make report`; it only calls `analysis`."),
     ("code", None),
     ("md", "## Throughput and speed-up by per-GPU batch size (thesis data, and ours where present)"),
     ("code", "scaling = an.tables.scaling_table(df, ref)\n"
-             "an.speedup_pivot(scaling, 'horovod+tensorflow')"),
+             "an.speedup_pivot(scaling, an.tables.TENSORFLOW)"),
     ("code", "an.scaling_figure(scaling, 'Horovod+TensorFlow by per-GPU batch (Figures 14-16)', "
-             "'horovod+tensorflow')"),
+             "an.tables.TENSORFLOW)"),
     ("md", "## Our throughput runs by per-GPU batch size"),
     ("code", "an.tables.throughput_summary(df)"),
     ("md", "## Wall-clock: per-GPU batch 32 (experiment 7) vs 128 (experiment 6), 32 GPUs"),
@@ -84,6 +85,10 @@ RQ2 = [
     ("code", "an.first_batch_penalty(ref)"),
     ("md", "## Our runs (same formula and the steady-state estimate from per-iteration records)"),
     ("code", "an.tables.throughput_summary(df)"),
+    ("md", "## The three frameworks in our runs: PyTorch, Horovod+PyTorch, Horovod+TensorFlow (and TensorFlow's "
+           "MultiWorkerMirroredStrategy)"),
+    ("code", "an.frameworks.framework_table(df)"),
+    ("code", "an.markdown(an.frameworks.frameworks_reading(df))"),
 ]
 
 RQ3 = [

@@ -104,6 +104,11 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
 # ============================================================================================ thesis tables
 
 
+# TensorFlow's frameworks: the thesis's Horovod+TensorFlow (tf_cnn_benchmarks) and, in our runs, also TensorFlow's
+# own MultiWorkerMirroredStrategy (config.py's framework names)
+TENSORFLOW = ["horovod+tensorflow", "tensorflow"]
+
+
 def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFrame:
     """Thesis Table 1-9 with our thesis-formula and steady-state images/s, speed-up over our 1-GPU run of the same
     numerics; only our fp32 runs at the thesis scale sit beside the thesis's rows."""
@@ -118,7 +123,10 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
     for o in ones.itertuples(index=False):
         base.setdefault((o.framework, o.numerics, o.per_gpu_batch, o.scale),
                         (o.thesis_images_per_s, o.steady_images_per_s))
-    ours = summary[(summary["exp"] == exp) & summary["framework"].isin(set(thesis["framework"]))]
+    # beside the thesis's Horovod+TensorFlow rows (Tables 1, 4, 7), also TensorFlow's own MultiWorkerMirroredStrategy
+    frameworks = set(thesis["framework"])
+    frameworks |= set(TENSORFLOW) if "horovod+tensorflow" in frameworks else set()
+    ours = summary[(summary["exp"] == exp) & summary["framework"].isin(frameworks)]
 
     def row_from(o, row):
         base_thesis, base_steady = base.get((o.framework, o.numerics, o.per_gpu_batch, o.scale),

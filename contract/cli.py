@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from contract.config import ConfigError
+from contract.config import Config, ConfigError, load_config, load_planned
+from contract.runfolder import check_run_name
 from contract.runfolder import WRITE_FAILURES
 
 
@@ -50,3 +51,22 @@ def command_word(argv: list[str], known: dict, usage: str, noun: str = "command"
         print(f"error: no {noun} {argv[0]!r}; the {noun}s: {', '.join(known)}", file=sys.stderr)
         return 2
     return argv[0]
+
+
+DEFAULT_OUT = "results/runs"
+
+
+def run_to_train(config: str, scale: str | None, sets: list[str], out: str | None, run: str | None,
+                 default_name: Callable[[Config], str]) -> tuple[Config, Path]:
+    """A trainer's (config, run folder): from a run's config.json, as its study planned it (the folder it is in),
+    or from an experiment's config at `scale` with `--set` overrides, in <out>/<experiment>/<run>."""
+    if config.endswith(".json"):
+        given = [flag for flag, value in (("--scale", scale), ("--out", out), ("--run", run)) if value is not None]
+        if given:
+            raise ConfigError(f"{given[0]} with {config}: a run's config.json is already resolved and names its "
+                              "folder; leave it out (or train from the experiment's config.toml)")
+        return load_planned(Path(config), sets), Path(config).parent
+    if run is not None:
+        check_run_name(run)  # a run folder stays inside the output folder
+    cfg = load_config(config, scale or "local", sets)
+    return cfg, out_folder(DEFAULT_OUT if out is None else out) / cfg.experiment / (run or default_name(cfg))

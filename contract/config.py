@@ -21,9 +21,14 @@ from typing import Any
 from contract import lr as lr_policy
 
 SCALES = ("local", "gpu", "node", "thesis")
-BACKENDS = ("auto", "single", "emulated", "ddp", "horovod", "dp")
+BACKENDS = ("auto", "single", "emulated", "ddp", "horovod", "dp", "mwms")
 # The backends that start a process a rank (torchrun, horovodrun, srun); the others train in one process.
-DISTRIBUTED_BACKENDS = ("ddp", "horovod")
+DISTRIBUTED_BACKENDS = ("ddp", "horovod", "mwms")
+# What trains: PyTorch (trainers/loop.py) or TensorFlow (trainers/tf/, its own processes: the thesis's third
+# framework). TensorFlow runs the throughput benchmark only, with Horovod's gradient tape or TF's own
+# MultiWorkerMirroredStrategy ("mwms"), on synthetic data, ResNet-50 or the local scale's CIFAR ResNets.
+FRAMEWORKS = ("pytorch", "tensorflow")
+TF_BACKENDS = ("horovod", "mwms")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # Tables in an experiment's config.toml that are not trainer settings.
 NON_TRAINER_TABLES = ("study", "scale")
@@ -31,6 +36,7 @@ NON_TRAINER_TABLES = ("study", "scale")
 IMAGENET_RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
 CIFAR_RESNET_DEPTHS = {"cifar_resnet8": 8, "cifar_resnet14": 14, "cifar_resnet20": 20}
 MODELS = (*IMAGENET_RESNETS, *CIFAR_RESNET_DEPTHS)
+TF_MODELS = ("resnet50", *CIFAR_RESNET_DEPTHS)  # the Keras models trainers/tf/models.py builds alike
 MAX_GENERATED_SIZE = 512  # px: the generated data set is a miniature (32 px at the local scale)
 # Upper bounds of sizes and counts: far above anything the thesis or the miniature runs, far below what fills a disk
 # or memory before the first epoch (10^9 images a class wrote 2 GB of cache; 2^63 epochs exhausted memory).
@@ -125,6 +131,7 @@ class TrainConfig:
     # > 0: the run ends, completed, after the first epoch whose validation top-1 (percent) reaches this: a steps-to-
     # target study needs nothing later, and with no decay tied to the run's length the epochs before are unchanged
     stop_at_top1: float = 0.0
+    framework: str = "pytorch"  # one of FRAMEWORKS: "tensorflow" is trainers/tf/'s benchmark (TF_BACKENDS)
 
 
 OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # sgd as the thesis ran; the large-batch ones of experiment 12
@@ -186,6 +193,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "data.val_mode": ("every_rank", "sharded"),
     "data.decoder": ("cpu", "gpu", "pil", "dali"),
     "train.backend": BACKENDS,
+    "train.framework": FRAMEWORKS,
     "train.device": ("auto", "cpu", "cuda"),
     "train.precision": PRECISIONS,
     "train.cpu_isa": ("", *CPU_ISAS),
@@ -242,8 +250,11 @@ class Config:
         )
 
     def framework(self, backend: str | None = None) -> str:
-        """What the run measures: Horovod+PyTorch, PyTorch (DDP, DP, one process) or emulated workers."""
+        """What the run measures: Horovod+PyTorch, PyTorch (DDP, DP, one process) or emulated workers; or
+        Horovod+TensorFlow and TensorFlow (its MultiWorkerMirroredStrategy)."""
         backend = backend or self.train.backend
+        if self.train.framework == "tensorflow":
+            return "horovod+tensorflow" if backend == "horovod" else "tensorflow"
         return {"horovod": "horovod+pytorch", "emulated": "emulated"}.get(backend, "pytorch")
 
     def to_dict(self) -> dict[str, Any]:
@@ -528,6 +539,31 @@ def validate(cfg: Config, need_data: bool = True) -> None:
         raise ConfigError("data.loader_workers and train.threads must be >= 0")
     check_schedule(cfg.lr, cfg.train.epochs)
     check_launch(cfg, need_data)
+    check_tensorflow(cfg)
+
+
+def check_tensorflow(cfg: Config) -> None:
+    """What the TensorFlow trainer (trainers/tf/) can run, and the one backend only it has."""
+    t = cfg.train
+    one_of("train.framework", t.framework)
+    if t.framework != "tensorflow":
+        if t.backend == "mwms":
+            raise ConfigError("train.backend = 'mwms' is TensorFlow's MultiWorkerMirroredStrategy: set "
+                              "train.framework = 'tensorflow' too")
+        return
+    if t.backend not in TF_BACKENDS:
+        choices = " or ".join(map(repr, TF_BACKENDS))
+        raise ConfigError(f"train.framework = 'tensorflow' trains with train.backend = {choices}, not {t.backend!r}")
+    unsupported = [(cfg.bench.batches > 0, "bench.batches > 0 (it runs the throughput benchmark only)"),
+                   (cfg.data.kind == "synthetic", "data.kind = 'synthetic'"),
+                   (cfg.model.name in TF_MODELS, f"model.name one of {', '.join(TF_MODELS)}"),
+                   (t.precision == "fp32", "train.precision = 'fp32'"),
+                   (not (t.compile or t.channels_last), "train.compile and train.channels_last off"),
+                   (t.workers_per_pass == 0, "train.workers_per_pass = 0 (a process a worker, none emulated)"),
+                   (t.max_steps == 0, "train.max_steps = 0")]
+    for ok, needed in unsupported:
+        if not ok:
+            raise ConfigError(f"train.framework = 'tensorflow' needs {needed}")
 
 
 def check_ranges(cfg: Config) -> None:

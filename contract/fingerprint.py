@@ -28,7 +28,8 @@ IGNORED: dict[str, tuple[str, ...]] = {
 # so a committed run keeps the fingerprint it had; any other value is another condition
 OMITTED_AT: dict[str, dict[str, Any]] = {
     "train": {"max_steps": 0,  # 0: the whole schedule; a capped (smoke) run is another condition
-              "stop_at_top1": 0.0},  # 0: never stopped at a target
+              "stop_at_top1": 0.0,  # 0: never stopped at a target
+              "framework": "pytorch"},  # every run before TensorFlow's was PyTorch's
     "data": {"holdout_share": 0.0},  # 0: trained on every training image, validated on the validation set
 }
 

@@ -33,6 +33,7 @@ from contract.config import (DISTRIBUTED_BACKENDS, SCALES, Config, ConfigError, 
 from contract.runfolder import check_run_name
 
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
+         "train.framework": "", "data.kind": "",
          "train.precision": "", "train.channels_last": "cl", "train.compile": "compiled"}
 LAUNCH_KEYS = ("nodes", "tasks_per_node", "run", "seeds", "first_seed")  # how runs are launched, named or repeated, not
 # trainer settings

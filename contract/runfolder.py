@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract.config import Config, ConfigError
+from contract.config import THESIS_BATCH_INDEX, Config, ConfigError
 
 # The run folder's file names, typed here only (tests/test_architecture.py checks): the trainer, the study runner,
 # the tools and the analysis find a run's files through these.
@@ -145,6 +145,22 @@ class Bench:
     data_s: float  # as in Epoch, over the timed steps
     compute_s: float
     comm_s: float
+
+
+THESIS_BATCHES = THESIS_BATCH_INDEX + 1  # the thesis's running mean batch time at batch 199: the first 200 steps
+
+
+def bench_throughput(times: list[float], images_per_step: int, warmup: int) -> dict[str, float | None]:
+    """A Bench record's images/s from every step's time (warm-up steps first), for any trainer: the steady state
+    (the steps after the warm-up) and the thesis's formula, images a step / the running mean batch time at batch
+    199, which keeps the warm-up in (None with fewer than 200 steps)."""
+    steady = times[warmup:]
+    if not steady or sum(steady) <= 0:
+        raise ValueError(f"no timed steps after {warmup} warm-up steps")
+    at_199 = sum(times[:THESIS_BATCHES]) / THESIS_BATCHES if len(times) >= THESIS_BATCHES else None
+    return {"images_per_s_steady": images_per_step * len(steady) / sum(steady),
+            "images_per_s_thesis": images_per_step / at_199 if at_199 else None,
+            "batch_time_avg_at_199": at_199}
 
 
 @dataclass(frozen=True)

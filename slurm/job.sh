@@ -22,7 +22,7 @@
 #   TRAIN_CMD      command that trains (default: "$PYTHON -m trainers train"); word-split
 #   PYTHON         interpreter (default: python3)
 #   OMP_NUM_THREADS each rank's threads (default: $SLURM_CPUS_PER_TASK when the job has it, else torch's own)
-#   BACKEND        ddp | horovod | single | emulated | dp | auto (default: ddp); horovod => MPI launch
+#   BACKEND        ddp | horovod | mwms | single | emulated | dp | auto (default: ddp); horovod => MPI launch
 #   MPI_LAUNCHER   mpirun (default) | srun          how Horovod ranks start
 #   SRUN_MPI       MPI plugin for `srun --mpi=` when MPI_LAUNCHER=srun (default: pmix)
 #   MPI_ARGS       extra mpirun arguments, e.g. "--oversubscribe"

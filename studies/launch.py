@@ -24,7 +24,7 @@ from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, cpu_isa_e
 from contract.fingerprint import config_fingerprint
 from contract.reader import folder_fingerprint
 from contract.plan import NODE_SCALE, Run, Study, node_fits, node_processes
-from studies import node
+from studies import node, tf_launch
 from trainers.backends import free_port, torchrun_command
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,6 +113,8 @@ def local_commands(plan: Plan) -> list[list[str]]:
     run, args, py = plan.run, plan.trainer_args, sys.executable
     if plan.status != MISSING:
         args = args + ["--resume", "auto"]
+    if tf_launch.is_tensorflow(plan):  # its own trainer and launch (studies/tf_launch.py)
+        return tf_launch.tf_commands(plan, args, py)
     if plan.backend == "ddp":
         per_node = plan.ranks() // run.nodes
         if run.nodes == 1:

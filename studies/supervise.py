@@ -11,6 +11,7 @@ from contract import locks, reader
 from studies.clock import Clock, duration
 from studies.launch import FINISHED, Active, last_epoch, start_local
 from studies.progress import Progress, run_time, study_time, summary
+from studies.tf_launch import tf_skip_line
 
 
 def mark_failed_if_silent(run_dir: Path, code: int) -> str | None:
@@ -37,6 +38,10 @@ def start_waiting(waiting: list, active: list[Active], jobs: int, progress: Prog
         label = f"{plan.cfg.experiment}/{plan.run.name}"
         if plan.status in FINISHED:
             progress.show(index, label, f"skipped, already {plan.status}", final=True)
+            continue
+        tf_skip = tf_skip_line(plan)  # a TensorFlow row where TensorFlow (or Horovod's TF part) is missing
+        if tf_skip:
+            progress.show(index, label, tf_skip, final=True)
             continue
         if plan.backend == "horovod" and not have_horovod:
             progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)

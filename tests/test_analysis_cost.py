@@ -202,7 +202,8 @@ def test_node_rows_of_experiment_6_are_node_hours_of_w_workers_over_min_w_n_gpus
 def test_node_rows_of_experiments_2_and_3_hold_what_the_node_runs():
     rows = {r["configuration"]: r for r in cost.study_rows(EXPERIMENTS / "02_throughput_local_data_parallel", "node",
                                                            NO_RUNS, REF, NODE_BENCH, node_gpus=4)}
-    assert set(rows) == {f"node-w{w}-{b}" for w in (1, 2, 4) for b in ("ddp", "horovod", "dp")}  # no w8 on 4 GPUs
+    tf_rows = {f"node-w{w}-b{b}-tensorflow-{be}" for w in (2, 4) for b in (32, 64, 128) for be in ("horovod", "mwms")}
+    assert set(rows) == {f"node-w{w}-{b}" for w in (1, 2, 4) for b in ("ddp", "horovod", "dp")} | tf_rows  # no w8
     assert rows["node-w1-ddp"]["images_per_s"] == 900.0  # experiment 2 keeps the thesis's fp32
     assert rows["node-w2-ddp"]["run_wallclock_s"] == pytest.approx((200 + 10) * 256 / (2 * 900.0))
     assert rows["node-w4-dp"]["gpus_per_run"] == 4 and rows["node-w4-dp"]["rate_source"] == "no measurement"

@@ -120,7 +120,9 @@ def test_experiment_1_node_dry_run_measures_one_gpu_of_the_node_with_ddp_and_hor
         assert re.search(rf"torch\.distributed\.run --standalone --nproc-per-node 1 .*node-b{b}-ddp-s0/config\.json",
                          out)
         assert re.search(rf"horovodrun -np 1 -H localhost:1 .*node-b{b}-horovod-s0/config\.json", out)
-    assert out.count("torch.distributed.run") == 3 and out.count("horovodrun -np") == 3
+        for backend in ("horovod", "mwms"):  # TensorFlow's rows (issue 37), in processes of their own
+            assert re.search(rf" -m trainers\.tf train .*node-b{b}-tensorflow-{backend}-s0/config\.json", out)
+    assert out.count("torch.distributed.run") == 3 and out.count("horovodrun -np") == 3 + 3
 
 
 def test_experiment_2_node_dry_run_runs_ddp_and_horovod_on_1_2_4_8_gpus_and_dataparallel_in_one_process(tmp_path):

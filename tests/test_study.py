@@ -137,10 +137,13 @@ def test_committed_reference_runs_are_never_this_machines_results(tmp_path):
     reference = REPO / "results/reference/vm-2cpu/03_throughput_distributed_data_parallel"
     # the committed runs are these plans (same config fingerprints), but for the 1-process Horovod run, added to the
     # study after the reference machine was measured (machine.toml says so; no other machine's run stands in) ...
+    # (and the TensorFlow rows, issue 37)
     plans = planned_runs(study, "local", reference.parent)
+    added = {"n1-t1-horovod-s0"} | {p.run.name for p in plans if p.cfg.train.framework == "tensorflow"}
+    assert len(added) == 7
     assert sorted(folder_fingerprint(p) for p in reference.iterdir()) == \
-        sorted(p.fingerprint for p in plans if p.run.name != "n1-t1-horovod-s0")
-    assert {p.run.name: p.status for p in plans if p.status != "completed"} == {"n1-t1-horovod-s0": "missing"}
+        sorted(p.fingerprint for p in plans if p.run.name not in added)
+    assert {p.run.name: p.status for p in plans if p.status != "completed"} == dict.fromkeys(added, "missing")
     # ... but a clone's study writes to results/runs, which the reference is not, so all its runs run
     assert FULL_OUT == Path("results/runs") and "results/runs/" in (REPO / ".gitignore").read_text().splitlines()
     assert {p.status for p in planned_runs(study, "local", tmp_path)} == {"missing"}
@@ -238,9 +241,11 @@ def test_a_fresh_clones_throughput_study_runs_every_run_and_prints_images_per_s(
     out = subprocess.run([sys.executable, "-m", "suite", "study", "experiments/01_throughput_single_gpu", "--quick",
                           "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=1200).stdout
     assert "already" not in out
-    ran = [line for line in out.splitlines() if re.match(r"\[\d/6\] .*: completed: [\d.]+ images/s", line)]
-    horovod_skipped = out.count("Horovod is not built here")
-    assert len(ran) + horovod_skipped == 6, out
+    ran = [line for line in out.splitlines() if re.match(r"\[\d+/12\] .*: completed: [\d.]+ images/s", line)]
+    # 6 PyTorch rows and 6 TensorFlow rows (issue 37), each run or skipped with its line where its framework is missing
+    skipped = sum(out.count(why) for why in ("Horovod is not built here", "TensorFlow is not installed here",
+                                             "Horovod is not built with TensorFlow here"))
+    assert len(ran) + skipped == 12, out
     assert "this machine" in out and "reference: vm-2cpu" in out and "thesis" in out
     # the last line says where the runs went and what to run next (not the reference's description)
     assert "run folders in" in out.splitlines()[-1] and "make report" in out.splitlines()[-1]

@@ -16,12 +16,9 @@ import os
 import sys
 from pathlib import Path
 
-from contract.cli import one_line_errors, out_folder
-from contract.config import SCALES, ConfigError, cpu_isa_env, load_config, load_planned
-from contract.runfolder import check_run_name
+from contract.cli import one_line_errors, run_to_train
+from contract.config import SCALES, ConfigError, cpu_isa_env, load_config
 from trainers.data import DataError
-
-DEFAULT_OUT = Path("results/runs")
 
 
 def default_run_name(cfg) -> str:
@@ -41,27 +38,15 @@ def pin_cpu_isa(cpu_isa: str, may_reexec: bool) -> None:
         os.execve(sys.executable, [sys.executable, "-m", "trainers", *sys.argv[1:]], {**os.environ, **wanted})
 
 
-def planned_run(args):
-    """(config, run folder) of a run a study planned: its config.json, in the folder it names."""
-    given = [flag for flag, value in (("--scale", args.scale), ("--out", args.out), ("--run", args.run))
-             if value is not None]
-    if given:
-        raise ConfigError(f"{given[0]} with {args.config}: a run's config.json is already resolved and names its "
-                          "folder; leave it out (or train from the experiment's config.toml)")
-    path = Path(args.config)
-    return load_planned(path, args.set), path.parent
-
-
 def cmd_train(args) -> int:
     from trainers.run import run_training
 
-    if args.config.endswith(".json"):
-        cfg, run_dir = planned_run(args)
-    else:
-        if args.run is not None:
-            check_run_name(args.run)  # a run folder stays inside the output folder
-        cfg = load_config(args.config, args.scale or "local", args.set)
-        run_dir = out_folder(str(DEFAULT_OUT) if args.out is None else args.out) / cfg.experiment / (args.run or default_run_name(cfg))
+    cfg, run_dir = run_to_train(args.config, args.scale, args.set, args.out, args.run, default_run_name)
+    if cfg.train.framework == "tensorflow":  # its own trainer, in a process without torch: this one becomes it
+        if not args.may_reexec:  # called from Python (a test): never TensorFlow in this process
+            raise ConfigError("train.framework = 'tensorflow' trains in a process of its own: python -m trainers.tf")
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "trainers.tf", *sys.argv[1:]])
     pin_cpu_isa(cfg.train.cpu_isa, args.may_reexec)
     return run_training(cfg, run_dir, resume=args.resume is not None, force=args.resume == "force")
 

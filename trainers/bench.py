@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 
 from contract.config import THESIS_BATCH_INDEX
+from contract.runfolder import bench_throughput
 from contract.lr import lr_at
 from trainers import data
 from trainers.runlog import DeviceTotals, LogEvery
@@ -44,12 +45,10 @@ def benchmark(trainer) -> None:
     steady = times[warm:]
     data_s = sum(every.data_times[warm:]) + trainer.train_batches.gpu_wait_s()
     trainer.times.add_epoch(data_s, sum(steady), b.comm_seconds() - comm_start)
-    at_199 = sum(times[:200]) / 200 if len(times) >= 200 else None
     trainer.run.record(
         "bench", per_worker_batch=cfg.train.per_worker_batch, world_size=b.workers, batches=timed,
-        warmup_batches=warm, lr=lr, images_per_s_steady=images_per_step * len(steady) / sum(steady),
-        images_per_s_thesis=images_per_step / at_199 if at_199 is not None else None,
-        batch_time_avg_at_199=at_199, data_share=trainer.times.epoch_data_share, **trainer.times.split,
+        warmup_batches=warm, lr=lr, **bench_throughput(times, images_per_step, warm),
+        data_share=trainer.times.epoch_data_share, **trainer.times.split,
     )
     trainer.run.update_manifest(data_wait_share=trainer.times.data_wait_share())
     trainer.telemetry.write(gather=True)

@@ -1,0 +1,178 @@
+"""The TensorFlow throughput benchmark: the thesis's protocol on synthetic data, into a run folder like any run's.
+
+`bench.warmup_batches` untimed steps, then `bench.batches` timed ones, each step timed to its end (its loss read
+back); the Bench record's images/s come from contract/runfolder.py's bench_throughput (the steady state after the
+warm-up, and the thesis's formula at batch 199), and train.log gets tf_cnn_benchmarks' lines, `total images/sec`
+last. Every rank's synthetic batch is its own (seeded by the rank), so ranks that stepped on their own gradients
+would end with different weights: at the end every rank's weights are gathered and must agree, else the run
+failed (the averaging did not happen).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from contract.config import Config, ConfigError
+from contract.runfolder import MANIFEST, RunFolder, bench_throughput, now_iso
+from contract.versions import git_commit, package_version, versions
+from trainers.tf import strategies
+
+EXIT_COMPLETED, EXIT_FAILED = 0, 1
+AGREE_RTOL = 1e-5  # averaged ranks apply the same update bit for bit; a rank's own gradients differ at 1e-3 and more
+
+
+class WeightsDisagree(RuntimeError):
+    """The ranks' weights differ at the end: their gradients were not averaged."""
+
+
+def set_threads(cfg: Config) -> dict:
+    """TensorFlow's CPU pools: train.threads, else the study's OMP_NUM_THREADS (the cores shared by the ranks)."""
+    threads = cfg.train.threads or int(os.environ.get("OMP_NUM_THREADS") or 0)
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    return {"tensorflow_intra_op": threads or None, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+
+
+def synthetic_batch(cfg: Config, rank: int):
+    """This rank's one fixed batch (tf_cnn_benchmarks' synthetic mode): NHWC images and labels."""
+    rng = np.random.default_rng(cfg.train.seed * 1_000_003 + rank)
+    size, batch = cfg.data.image_size, cfg.train.per_worker_batch
+    images = tf.constant(rng.standard_normal((batch, size, size, 3), dtype=np.float32))
+    labels = tf.constant(rng.integers(0, cfg.model.num_classes, batch), dtype=tf.int64)
+    return images, labels
+
+
+def time_steps(step, images, labels, count: int) -> tuple[list[float], list[float]]:
+    """Each step's seconds and loss, the loss read back so that the step has ended when its clock stops."""
+    times, losses = [], []
+    for _ in range(count):
+        start = time.perf_counter()
+        loss = float(step(images, labels))
+        times.append(time.perf_counter() - start)
+        losses.append(loss)
+    return times, losses
+
+
+def step_lines(times: list[float], losses: list[float], warm: int, per_process: int, every: int) -> list[str]:
+    """tf_cnn_benchmarks' lines over the timed steps: the running mean of this process's images/s, its
+    uncertainty (standard error) and jitter (scaled median absolute deviation), and the step's loss."""
+    lines, rates = ["Step\tImg/sec\ttotal_loss"], []
+    timed = times[warm:]
+    for i, (t, loss) in enumerate(zip(timed, losses[warm:]), start=1):
+        rates.append(per_process / t)
+        if i % every == 0 or i == 1 or i == len(timed):
+            mean = per_process * i / sum(timed[:i])
+            error = statistics.stdev(rates) / len(rates) ** 0.5 if len(rates) > 1 else 0.0
+            median = statistics.median(rates)
+            jitter = 1.4826 * statistics.median(abs(r - median) for r in rates)
+            lines.append(f"{i}\timages/sec: {mean:.1f} +/- {error:.1f} (jitter = {jitter:.1f})\t{loss:.3f}")
+    return lines
+
+
+def weights_vector(model) -> np.ndarray:
+    """Each trainable variable's sum and sum of squares (float64): equal on every rank iff they stepped alike."""
+    parts = [(float(np.sum(v.numpy(), dtype=np.float64)), float(np.sum(np.square(v.numpy(), dtype=np.float64))))
+             for v in model.trainable_variables]
+    return np.array(parts, dtype=np.float64).ravel()
+
+
+def check_agree(gathered: np.ndarray) -> float:
+    """The largest difference of any rank's weights from rank 0's, relative to their size; raises WeightsDisagree
+    above AGREE_RTOL."""
+    scale = np.maximum(np.abs(gathered[0]), 1e-3)  # a sum near 0 (a BatchNorm shift) is compared absolutely
+    worst = float(np.max(np.abs(gathered - gathered[0]) / scale)) if len(gathered) > 1 else 0.0
+    if worst > AGREE_RTOL:
+        ranks = [r for r in range(len(gathered)) if not np.allclose(gathered[r], gathered[0], rtol=AGREE_RTOL, atol=0)]
+        raise WeightsDisagree(f"the ranks' weights differ at the end (rank(s) {', '.join(map(str, ranks))} from "
+                              f"rank 0 by up to {worst:.3g} relative): their gradients were not averaged")
+    return worst
+
+
+def measure(cfg: Config, backend, run: RunFolder) -> dict:
+    """Build, warm up, time; the Bench record, train.log's lines; the check that the ranks' weights agree."""
+    model, optimizer, lr = strategies.build(cfg, backend)
+    backend.start_equal(model)
+    images, labels = synthetic_batch(cfg, backend.rank)
+    step = backend.make_step(model, optimizer, cfg.optim.weight_decay, cfg.global_batch)
+    warm, timed = cfg.bench.warmup_batches, cfg.bench.batches
+    run.log(f"Model: {cfg.model.name} ({model.count_params():,} parameters), {backend.world_size} process(es), "
+            f"backend {backend.name}")
+    run.log(f"Batch size: {cfg.global_batch} global")
+    run.log(f"{float(cfg.train.per_worker_batch):.1f} per device")
+    run.log(f"Running warm up: {warm} steps, then {timed} timed")
+    times, losses = time_steps(step, images, labels, warm + timed)
+    for line in step_lines(times, losses, warm, cfg.train.per_worker_batch, cfg.train.print_freq):
+        run.log(line)
+    figures = bench_throughput(times, cfg.global_batch, warm)
+    steady = sum(times[warm:])
+    run.record("bench", per_worker_batch=cfg.train.per_worker_batch, world_size=backend.world_size, batches=timed,
+               warmup_batches=warm, lr=lr, **figures, data_share=0.0, data_s=0.0, compute_s=steady, comm_s=0.0)
+    run.log("-" * 64)
+    run.log(f"total images/sec: {figures['images_per_s_steady']:.2f}")
+    run.log("-" * 64)
+    worst = check_agree(backend.gather(weights_vector(model)))
+    run.log(f"=> the {backend.world_size} rank(s)' weights agree at the end (largest relative difference {worst:.3g})")
+    return {"weights_agree": {"ranks": backend.world_size, "max_relative_difference": worst, "rtol": AGREE_RTOL}}
+
+
+def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, threads: dict) -> None:
+    run.write_config({"experiment": cfg.experiment, "run": run_dir.name, "scale": cfg.scale, **cfg.to_dict(),
+                      "resolved": cfg.resolved(backend.name)})
+    run.update_manifest(
+        status="running", epochs_done=0, start=now_iso(), end=None, launcher=launcher_name(), seed=cfg.train.seed,
+        link=os.environ.get("CLUSTER_LINK"),
+        versions={**versions(), "tensorflow": tf.__version__, "tf_keras": package_version("tf-keras")},
+        git_commit=git_commit(), threads=threads,
+        cpu={"machine": platform.machine(), "processor": platform.processor()},
+        failed_ranks=None, message=None, backend=backend.name, world_size=backend.world_size,
+        workers=backend.world_size, devices=["cpu"] if not tf.config.list_physical_devices("GPU") else
+        [d.name for d in tf.config.list_physical_devices("GPU")], hosts=backend.hosts(), framework="tensorflow")
+    run.status("running", 0)
+
+
+def launcher_name() -> str:
+    env = os.environ
+    for key, name in (("HOROVOD_RANK", "horovodrun"), ("OMPI_COMM_WORLD_RANK", "mpi"), ("SLURM_PROCID", "slurm"),
+                      ("RANK", "study")):
+        if key in env:
+            return name
+    return "none"
+
+
+def run_benchmark(cfg: Config, run_dir: Path, resume: bool) -> int:
+    """One TensorFlow benchmark run on whatever launched it; the exit code of a PyTorch run's."""
+    if not cfg.bench.batches:
+        raise ConfigError("the TensorFlow trainer runs the throughput benchmark only: set bench.batches > 0")
+    threads = set_threads(cfg)
+    backend = strategies.create_strategy(cfg)  # first: MWMS must exist before any other TensorFlow op
+    if backend.world_size != cfg.train.workers:  # a process a worker: none emulated in TensorFlow
+        raise ConfigError(f"train.workers = {cfg.train.workers} but {backend.world_size} process(es) were launched; "
+                          f"start {cfg.train.workers} (horovodrun -np, srun -n) or set train.workers")
+    main = backend.rank == 0
+    if main and not resume and (run_dir / MANIFEST).exists():
+        raise ConfigError(f"run folder {run_dir} exists; run it again with --resume auto or pick another --run")
+    run = RunFolder(run_dir, writes=main)  # a benchmark has no checkpoint: a rerun starts afresh
+    try:
+        start_manifest(cfg, run_dir, backend, run, threads)
+        checks = measure(cfg, backend, run)
+    except Exception as e:  # one line for the study's console and the manifest, after the traceback
+        if not isinstance(e, WeightsDisagree):
+            traceback.print_exc()
+        message = f"rank {backend.rank} of {backend.world_size}: {type(e).__name__}: {e}".splitlines()[0][:400]
+        print(f"error: training failed: {message}", file=sys.stderr, flush=True)
+        run.log(f"=> failed: {message}")
+        run.status("failed", 0, message, EXIT_FAILED, failed_ranks=[backend.rank])
+        run.close()
+        return EXIT_FAILED
+    run.status("completed", 0, exit_code=EXIT_COMPLETED, **checks)
+    run.close()
+    return EXIT_COMPLETED
