@@ -59,7 +59,7 @@ def test_table_1_sets_our_tensorflow_runs_beside_the_thesiss_rows_at_their_own_s
 
 def test_figures_14_to_16_draw_our_tensorflow_rows_in_their_own_row(runs):
     from analysis import tables
-    from analysis.report import scaling_rows
+    from analysis.figures import scaling_rows
 
     df, ref = runs
     thesis, ours = scaling_rows(tables.scaling_table(df, ref), tables.TENSORFLOW, 32)
