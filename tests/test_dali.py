@@ -274,4 +274,4 @@ def test_the_loops_data_time_holds_the_wait_for_dalis_batches(tmp_path, monkeypa
     in_dali.clear()  # the readability checks before training
     trainer.train_epoch(0)
     assert len(in_dali) == 2  # one pipeline run a step
-    assert trainer.time_split["data_s"] >= sum(in_dali) > 0
+    assert trainer.times.split["data_s"] >= sum(in_dali) > 0
