@@ -21,7 +21,7 @@ import sys
 import tarfile
 import time
 from contextlib import contextmanager
-from multiprocessing import Pool
+import multiprocessing
 from pathlib import Path
 from unittest import mock
 
@@ -196,7 +196,9 @@ def resize_copy(src_root: Path, dst_root: Path, size: int, processes: int | None
             jobs += [(str(f), str(dst_root / split / cls.name / f.name), size)
                      for f in sorted(cls.iterdir()) if f.is_file() and not f.name.startswith(".")]
     start = time.time()
-    with Pool(processes or os.cpu_count()) as pool:
+    # spawned, not forked: a child forked from a process with threads (torch's, a data pipeline's) can inherit a lock
+    # some thread held, and wait on it forever (seen: a test's pool stuck in futex_wait for 7 minutes)
+    with multiprocessing.get_context("spawn").Pool(processes or os.cpu_count()) as pool:
         for k, _ in enumerate(pool.imap_unordered(_resize_one, jobs, chunksize=64), 1):
             if k % 20000 == 0 or k == len(jobs):
                 progress(f"resize {size}: {k}/{len(jobs)} images, {time.time() - start:.0f} s")
