@@ -47,7 +47,7 @@ endif
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-horovod setup-dali setup-tf tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale clean
+.PHONY: help setup setup-horovod setup-dali setup-tf tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale exp13-next clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -145,6 +145,9 @@ exp%: setup
 	@test -n "$(EXP_DIR)" || { echo "make: no experiment $* (no experiments/NN_name folder for it)"; exit 2; }
 	$(PY) -m suite study $(EXP_DIR) $(STUDY_ARGS)
 exp1 exp2 exp3: horovod-if-possible
+
+exp13-next: setup ## Experiment 13's next rows (edge rates, then the study) from its finished tuning runs (OUT=runs; WRITE=1 adds them)
+	$(PY) -m tools exp13-next $(if $(OUT),--runs $(OUT)) $(if $(filter 1,$(WRITE)),--write)
 
 # The report of results/runs (or OUT=) goes to results/report/<runs folder>/, cleared first; only the committed
 # reference's runs (OUT=results/reference/vm-2cpu) redraw the committed report in results/.

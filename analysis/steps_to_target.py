@@ -38,6 +38,8 @@ STUDY_RUN = re.compile(r"^(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-s(?P<seed>\d+)
 PERFECT_RATIO, FLAT_RATIO = 0.6, 0.9  # declared: a doubling that saves < 40 % ends perfect scaling, < 10 % ends it all
 AGREEMENT_FACTOR = 10.0  # declared: B_simple "predicted" B_crit when the intervals lie within this factor
 BOOTSTRAPS, CONFIDENCE = 2000, 0.90
+GRID_RATES, EDGE_EXTENSIONS = 3, 2  # declared: three rates per (optimizer, batch), at most two more by the edge rule
+STUDY_SEEDS, FIRST_STUDY_SEED = 3, 1  # declared: the study's seeds 1-3, never the tuning seed 0
 GOYAL_FACTOR = 2  # Goyal et al.'s 8k against the thesis's 4k: the stand-in doubled
 STEP_COLUMNS = ["exp", "scale", "optimizer", "workers", "global_batch", "seed", "base", "tuning", "status",
                 "reached", "epoch", "steps", "examples", "best_top1", "epoch_steps", "path"]
