@@ -6,7 +6,7 @@
     an.tables.quality_table(df, ref, 12)    # Table 12 with our runs beside it
 """
 from . import catalogue, figures, findings, frameworks, numbers, reference, tables  # noqa: F401
-from .compare import comparison_text, made_from  # noqa: F401
+from .compare import comparison_text, load_report_study, made_from  # noqa: F401
 from .logs import ParsedLog, parse_log  # noqa: F401
 from .findings import orderings  # noqa: F401
 from .large_batch import differences_figure, large_batch_figure, noise_scales, rq4_reading, study_points  # noqa: F401

@@ -18,12 +18,13 @@ import pandas as pd
 from contract import reader
 
 from . import numbers as nb
-from .runs import experiment_number, run_frame
+from .runs import experiment_number, load_study, run_frame
 from .smoke import SMOKE, is_smoke_run, smoke_paths
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_ROOT = REPO / "results" / "reference"
 SEED_SUFFIX = re.compile(r"-s\d+$")
+EXPERIMENT_DIR = re.compile(r"^\d\d_")  # an experiment's folder in a runs root: 13_steps_to_target
 
 
 # ============================================================================================ reference machines
@@ -190,19 +191,57 @@ def _hosts(df: pd.DataFrame) -> list[str]:
     return sorted(hosts)
 
 
-def made_from(df: pd.DataFrame, runs: Path, root: Path = REFERENCE_ROOT) -> str:
-    """One line a table, figure or notebook carries so it says which runs it shows: folder, machine, count."""
-    shown = Path(runs).resolve()
+def complements(runs: Path, root: Path = REFERENCE_ROOT) -> list[tuple[str, Path]]:
+    """When `runs` is the committed reference (the first machine's folder): every experiment folder another
+    reference machine holds and the first does not, as (that machine's label, the folder, found beside `runs` as
+    it was written). The committed report shows such an experiment from that machine, and says so: an experiment
+    comes from one machine, never pooled across machines, and no machine's runs stand in for another's."""
+    machines = reference_machines(root)
+    if not machines or Path(runs).resolve() != machines[0][1].resolve():
+        return []
+    held = {p.name for p in machines[0][1].iterdir() if p.is_dir()}
+    found = []
+    for label, folder, _ in machines[1:]:
+        for experiment in sorted(p.name for p in folder.iterdir() if p.is_dir() and EXPERIMENT_DIR.match(p.name)):
+            if experiment not in held:
+                found.append((label, Path(runs).parent / folder.name / experiment))
+                held.add(experiment)
+    return found
+
+
+def load_report_study(runs, logs=None, root: Path = REFERENCE_ROOT) -> pd.DataFrame:
+    """The report's frame: load_study of `runs`, with the committed reference's complements (see complements)."""
+    return load_study(runs, logs, also=[folder for _, folder in complements(runs, root)])
+
+
+def _repo_relative(path: Path) -> Path:
     try:  # as a user would type it, from the repository's root
-        shown = shown.relative_to(REPO)
+        return Path(path).resolve().relative_to(REPO)
     except ValueError:
-        pass
+        return Path(path).resolve()
+
+
+def _count(df: pd.DataFrame, under: Path | None = None) -> int:
+    runs = df[df["kind"] == "run"] if len(df) else df
+    if under is not None and len(runs):
+        runs = runs[runs["path"].map(lambda p: Path(p).resolve().is_relative_to(Path(under).resolve()))]
+    return int(len(runs))
+
+
+def made_from(df: pd.DataFrame, runs: Path, root: Path = REFERENCE_ROOT) -> str:
+    """One line a table, figure or notebook carries so it says which runs it shows: folder, machine, count (and an
+    experiment another reference machine contributed: its folder, machine and count)."""
     machine = runs_label(runs, root)
     hosts = _hosts(df) if machine == "this machine" else []
     if hosts:
         machine += f" (host {', '.join(hosts)})"
-    n = int((df["kind"] == "run").sum()) if len(df) else 0
-    return f"Made from {n} run{'' if n == 1 else 's'} in {shown} ({machine})."
+    extra = complements(runs, root)
+    counted = [(label, folder, _count(df, folder)) for label, folder in extra]
+    n = _count(df) - sum(k for _, _, k in counted)
+    text = f"Made from {n} run{'' if n == 1 else 's'} in {_repo_relative(runs)} ({machine})"
+    for label, folder, k in counted:
+        text += f"; {folder.name}: {k} run{'' if k == 1 else 's'} in {_repo_relative(folder)} (reference machine {label})"
+    return text + "."
 
 
 def without_thesis_beside_smoke(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

@@ -24,7 +24,7 @@ KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language":
 def _setup(runs_rel: str, logs_rel) -> str:
     return (f"RUNS, LOGS = {runs_rel!r}, {logs_rel!r}  # relative to this notebook\n"
             "import analysis as an\n"
-            "df = an.load_study(RUNS, LOGS)\nref = an.load_reference()\n"
+            "df = an.load_report_study(RUNS, LOGS)\nref = an.load_reference()\n"
             "print(an.made_from(df, RUNS))\n"
             "an.overview(df)")
 

@@ -19,8 +19,8 @@ from . import catalogue as ct  # noqa: E402
 from . import figures as fg  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
-from .compare import REPO, default_runs_root, machine_cores, made_from, reference_machines, runs_label  # noqa: E402
-from .runs import load_study  # noqa: E402
+from .compare import (REPO, default_runs_root, load_report_study, machine_cores, made_from,  # noqa: E402
+                      reference_machines, runs_label)
 
 COMMITTED_REPORT = REPO / "results"  # the committed report: the reference's tables/, figures/ and rq*.ipynb
 REPORT_ROOT = COMMITTED_REPORT / "report"  # gitignored: the report of any other runs, a folder each
@@ -120,7 +120,7 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
     out = Path(out) if out else report_folder(runs)
     refuse_committed_place(runs, out)
     clear_report(out)
-    df = load_study(runs, logs)
+    df = load_report_study(runs, logs)
     source = made_from(df, runs)
     inputs = ct.Inputs(df, rf.load_reference(), source, machine_cores(runs), runs)
     tables = build_tables(inputs, out / "tables")

@@ -461,11 +461,13 @@ def load_logs(paths) -> pd.DataFrame:
     return _finish([load_log(f) for f in files])
 
 
-def load_study(runs: str | Path = "results/runs", logs=None) -> pd.DataFrame:
-    """Run folders plus any upstream logs: the one frame everything else is made from."""
-    raw = reader.read_runs(runs)
+def load_study(runs: str | Path = "results/runs", logs=None, also=()) -> pd.DataFrame:
+    """Run folders plus any upstream logs: the one frame everything else is made from. also: more folders of run
+    folders (compare.complements: an experiment another reference machine holds), read into the same frame."""
+    roots = [runs, *also]
+    raw = pd.concat([reader.read_runs(root) for root in roots], ignore_index=True) if also else reader.read_runs(runs)
     a = runs_frame(raw)
-    problems = list(a.attrs.get("problems", [])) + empty_run_folders(runs)
+    problems = list(a.attrs.get("problems", [])) + [p for root in roots for p in empty_run_folders(root)]
     if logs:
         b = load_logs(logs)
         counted = b[(b["kind"] == "run") & (b["bad_lines"] > 0)]

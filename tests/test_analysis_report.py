@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -256,3 +257,25 @@ def test_the_studys_closing_table_never_places_a_smoke_run_beside_the_thesis(tmp
     assert comparison_frame([entry(full)], "quality", root=tmp_path / "none")["thesis"].tolist() == ["73.29"]
     assert comparison_frame([entry(smoke)], "quality", root=tmp_path / "none")["thesis"].tolist() == \
         ["smoke run: not compared"]
+
+
+def test_the_committed_report_takes_an_experiment_only_another_reference_machine_holds_from_it_alone(tmp_path):
+    from analysis.compare import complements, load_report_study, made_from
+
+    ref = Path("results/reference/vm-2cpu")
+    first, second = tmp_path / "a-machine", tmp_path / "b-machine"
+    for machine, experiments in ((first, ["05_linear_scaling"]), (second, ["05_linear_scaling", "12_large_batch"])):
+        (machine / "machine.toml").parent.mkdir(parents=True)
+        (machine / "machine.toml").write_text(f'label = "{machine.name}"\n')
+        for experiment in experiments:
+            run = next(p for p in sorted((ref / experiment).iterdir()) if (p / "metrics.jsonl").is_file())
+            shutil.copytree(run, machine / experiment / run.name)
+    assert complements(first, tmp_path) == [("b-machine", first.parent / "b-machine" / "12_large_batch")]
+    assert complements(second, tmp_path) == []  # only the first machine's report is complemented
+    df = load_report_study(first, root=tmp_path)
+    runs = df[df["kind"] == "run"]
+    assert sorted(runs["exp"]) == [5, 12]  # experiment 5 from the first machine alone: never pooled with the second's
+    assert all(Path(p).is_relative_to(first) for p in runs.loc[runs["exp"] == 5, "path"])
+    said = made_from(df, first, tmp_path)
+    assert said.startswith("Made from 1 run in ") and "12_large_batch: 1 run in " in said
+    assert said.endswith("(reference machine b-machine).")
