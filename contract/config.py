@@ -73,6 +73,11 @@ class ConfigError(ValueError):
     """A user's mistake in a config, an override or the launch; its message is one line that says what to fix."""
 
 
+class BatchTooLarge(ConfigError):
+    """A global batch larger than the generated training set (check_batch_fits): a QUICK study leaves such a run
+    out with a line (its 800 images hold no batch of 1,024); a full study refuses it."""
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The schema
 # ----------------------------------------------------------------------------------------------------------------
@@ -687,5 +692,5 @@ def check_batch_fits(cfg: Config) -> None:
     images = d.classes * (d.per_class - held_out_count(d.holdout_share, d.per_class))
     benchmark = cfg.bench.batches > 0  # timed steps on a repeated loader
     if d.kind == "generated" and not benchmark and cfg.global_batch > images:
-        raise ConfigError(f"the global batch ({cfg.global_batch} = train.workers x train.per_worker_batch) is larger "
+        raise BatchTooLarge(f"the global batch ({cfg.global_batch} = train.workers x train.per_worker_batch) is larger "
                           f"than the {images:,} training images; lower train.per_worker_batch or train.workers")

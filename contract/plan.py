@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract.config import (DISTRIBUTED_BACKENDS, SCALES, Config, ConfigError, chosen_backend, find_scales_file,
-                             load_config, parse_override, read_toml)
+from contract.config import (DISTRIBUTED_BACKENDS, SCALES, BatchTooLarge, Config, ConfigError, chosen_backend,
+                             find_scales_file, load_config, parse_override, read_toml)
 from contract.runfolder import check_run_name
 
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
@@ -68,6 +68,7 @@ class Study:
     kind: str = "quality"
     overrides: list[str] = field(default_factory=list)  # --set for every run (QUICK, the user's own), in each cfg
     time_limit: str = ""  # a Slurm job's -t (QUICK's short one); "" = the cluster profile's
+    left_out: list[str] = field(default_factory=list)  # QUICK: runs whose global batch its small set cannot hold
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -172,11 +173,13 @@ def shapes(table: dict[str, Any], seeds: int | None = None) -> list[Shape]:
 
 
 def resolve(config: Path, scale: str, planned: list[Shape], overrides: list[str] = (),
-            need_data: bool = True, only: list[str] = ()) -> list[Run]:
+            need_data: bool = True, only: list[str] = (), left_out: list[str] | None = None) -> list[Run]:
     """Each shape's runs, one a seed, each with its config resolved from the experiment's, `overrides` (--set for
     every run) and its own settings: every config validated now, not after the first hour. need_data=False: a
     plan only priced or printed (make cost) needs no data.path. Runs at another scale get their own folders.
-    only: run-name patterns; the other runs are neither resolved nor validated (a smoke run of a few of them)."""
+    only: run-name patterns; the other runs are neither resolved nor validated (a smoke run of a few of them).
+    left_out: a list (QUICK's) that takes the name of a run whose global batch the data cannot hold, instead of
+    refusing the study."""
     base_seed = load_config(config, scale).train.seed
     prefix = "" if scale == "local" else f"{scale}-"
     runs = []
@@ -187,7 +190,13 @@ def resolve(config: Path, scale: str, planned: list[Shape], overrides: list[str]
             if only and not any(fnmatch.fnmatchcase(name, pattern) for pattern in only):
                 continue
             settings = {**shape.settings, "train.seed": seed}
-            cfg = load_config(config, scale, overrides, need_data, settings, expand=False)  # read where it runs
+            try:
+                cfg = load_config(config, scale, overrides, need_data, settings, expand=False)  # read where it runs
+            except BatchTooLarge:
+                if left_out is None:
+                    raise
+                left_out.append(name)
+                continue
             runs.append(Run(check_run_name(name), settings, cfg, shape.nodes))
     refuse_duplicate_names(runs, config)
     return runs
@@ -249,13 +258,14 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
     planned = [dataclasses.replace(shape, settings={**shape.settings, **dict(quick_settings(quick_lines))})
                for shape in shapes(table, 1 if quick and not seeds else seeds)]
     refuse_multi_node(planned, experiment, scale)
-    runs = resolve(config, scale, planned, extra, only=only)
-    if only and not runs:
+    left_out: list[str] | None = [] if quick else None
+    runs = resolve(config, scale, planned, extra, only=only, left_out=left_out)
+    if only and not runs and not left_out:
         names = [("" if scale == "local" else f"{scale}-") + shape.run_name(0)[:-1] + "*" for shape in planned]
         raise ConfigError(f"--only {' '.join(only)} matches none of {experiment.name}'s runs "
                           f"({', '.join(names)})")
     return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
-                 table.get("kind", "quality"), extra, quick_time_limit(quick_tables_here))
+                 table.get("kind", "quality"), extra, quick_time_limit(quick_tables_here), left_out or [])
 
 
 def quick_settings(lines: list[str]) -> list[tuple[str, Any]]:

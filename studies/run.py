@@ -101,6 +101,11 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
         print(f"{experiment.name}: {study.question}")
     if study.baseline:
         print(f"baseline: the 1-worker runs of {study.baseline} (`make exp{int(study.baseline[:2])}`), not retrained")
+    if study.left_out:
+        print(f"QUICK: {len(study.left_out)} run(s) left out, their global batch larger than QUICK's training set "
+              f"(run them without QUICK): {', '.join(study.left_out)}")
+    if not study.runs:
+        raise ConfigError(f"{experiment.name}: no run of this study fits QUICK's training set; run it without QUICK")
     warning = data_warning(study)
     if warning:
         print(warning, file=sys.stderr)

@@ -86,6 +86,20 @@ def test_quick_shrinks_a_quality_study_without_turning_it_into_a_benchmark():
     assert cfg.train.epochs == 2 and cfg.bench.batches == 0 and len(study.runs) == 5
 
 
+def test_quick_leaves_out_a_run_whose_batch_its_small_set_cannot_hold_and_says_so(capsys):
+    quick = load_study(REPO / "experiments/12_large_batch", "local", quick=True, seeds=None, overrides=[])
+    assert quick.left_out == ["sgd-w256-s0", "lars-w256-s0", "lamb-w256-s0", "radam-w256-s0"]  # 1,024 > 800 images
+    assert not {r.name for r in quick.runs} & set(quick.left_out) and len(quick.runs) > 0
+    full = load_study(REPO / "experiments/12_large_batch", "local", quick=False, seeds=None, overrides=[])
+    assert full.left_out == [] and {"sgd-w256-s0", "lamb-w256-s2"} <= {r.name for r in full.runs}
+    with pytest.raises(ConfigError, match="no run of this study fits QUICK's training set"):
+        run_study(REPO / "experiments/12_large_batch", quick=True, dry_run=True, only=["sgd-w256-*"])
+    assert "QUICK: 1 run(s) left out" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="larger than the 800 training images"):  # a full study still refuses one
+        load_study(REPO / "experiments/12_large_batch", "local", quick=False, seeds=None,
+                   overrides=["data.per_class=16"], only=["sgd-w256-s0"])
+
+
 def test_experiment_3_local_uses_several_torchrun_nodes():
     runs = expand(REPO / "experiments/03_throughput_distributed_data_parallel/config.toml", "local")
     by_name = {r.name: r for r in runs}
