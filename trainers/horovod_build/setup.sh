@@ -33,7 +33,8 @@ set -euo pipefail
 HOROVOD_VERSION=0.28.1
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="${1:-.venv}"
-log="${HOROVOD_BUILD_LOG:-${TMPDIR:-/tmp}/horovod-build.log}"
+# the log beside the venv it builds into: two clones building at once never write one log
+log="${HOROVOD_BUILD_LOG:-$venv/horovod-build.log}"
 
 say() { echo "[setup-horovod] $*"; }
 die() { echo "[setup-horovod] ERROR: $*" >&2; exit 1; }
