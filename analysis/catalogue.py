@@ -302,6 +302,11 @@ def steps_to_target_table(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
     return None if table.empty else table
 
 
+def rate_selection_table(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
+    table = stt.selection_table(inputs.df)
+    return None if table.empty else table
+
+
 def steady_state(inputs: Inputs, entry: Figure) -> Drawn:
     """RQ2 from the thesis's values alone: the first batch left out of its throughput formula."""
     figure, ax = plt.subplots(figsize=(7, 4.2))
@@ -382,6 +387,11 @@ TABLES = (
            "their range; epoch_steps: one epoch's steps, the count's resolution (no interpolation); ratio_next: "
            "S(2B)/S(B) with its 90 % seed-bootstrap interval; experiment 12's rows: its fixed 72-epoch recipes "
            "read at the same target.",)),
+    Table("exp13_rate_selection", "", (13,), rate_selection_table,
+          "Experiment 13, step 1: every tuning run on the held-out split and the rate the declared rule chose",
+          ("steps: to the target on the held-out 20 % of the training set (NaN: not reached within the budget); "
+           "best_top1: its best held-out top-1; choice: the rule's pick per (optimizer, batch), fewest steps, a tie "
+           "the lower rate, none reaching: the highest best_top1; named only once every planned rate has finished.",)),
     Table("this_machine_vs_reference", "", (), this_machine,
           "This machine's runs, the committed reference's (by machine) and the thesis's"),
     Table("link_rates", "", (3,), lambda inputs, entry: inputs.links if len(inputs.links) else None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import tomllib
 from pathlib import Path
 
 import matplotlib
@@ -97,6 +98,48 @@ def run_steps(df: pd.DataFrame, exp: int = EXPERIMENT) -> pd.DataFrame:
 
 
 # ============================================================================================ step 1: the choice
+
+
+def planned_rows(config: Path = CONFIG) -> list[dict]:
+    """The [study] extra rows of experiment 13's config, as written (step 1's grid, its edge rows, step 2's rows)."""
+    with open(config, "rb") as f:
+        return list(tomllib.load(f)["study"].get("extra", []))
+
+
+def tuning_pairs(rows: list[dict]) -> dict[tuple[str, int], list[dict]]:
+    """The planned tuning rows grouped by (optimizer, workers), in the config's order."""
+    pairs: dict[tuple[str, int], list[dict]] = {}
+    for row in rows:
+        if row["run"].startswith("tune-"):
+            pairs.setdefault((row["optim.name"], int(row["train.workers"])), []).append(row)
+    return pairs
+
+
+def selection_table(df: pd.DataFrame, config: Path = CONFIG) -> pd.DataFrame:
+    """Step 1 in full: every finished tuning run (held-out split) with its steps to the target or best top-1, and
+    per (optimizer, batch) the rate the rule chose, marked only once every rate its config plans has finished."""
+    steps = run_steps(df)
+    tuned = steps[steps["tuning"].astype(bool)] if len(steps) else steps
+    if tuned.empty:
+        return pd.DataFrame()
+    pairs = tuning_pairs(planned_rows(config))
+    finished = tuned.groupby(["scale", "optimizer", "workers"])["base"].agg(set)
+    chosen = selection(tuned)
+    marks = {}
+    for r in chosen.itertuples():
+        planned = {float(row["lr.base"]) for row in pairs.get((r.optimizer, r.workers), [])}
+        done = finished.get((r.scale, r.optimizer, r.workers), set())
+        marks[(r.scale, r.optimizer, r.workers)] = (
+            (r.chosen_base, "chosen" + (f" (at the {r.at_edge} edge)" if r.at_edge else ""))
+            if planned <= done else (math.nan, f"waiting: {len(planned - done)} of {len(planned)} rates unfinished"))
+    def choice(r) -> str:
+        base, said = marks[(r.scale, r.optimizer, r.workers)]
+        return said if said.startswith("waiting") or r.base == base else ""
+
+    rows = tuned.sort_values(["scale", "optimizer", "workers", "base"])
+    return rows.assign(choice=[choice(r) for r in rows.itertuples()]).reindex(columns=[
+        "scale", "optimizer", "workers", "global_batch", "base", "status", "reached", "epoch", "steps",
+        "best_top1", "epoch_steps", "choice"])
 
 
 def selection(steps: pd.DataFrame) -> pd.DataFrame:

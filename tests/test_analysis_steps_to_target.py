@@ -154,3 +154,19 @@ def test_the_declaration_was_committed_before_every_committed_experiment_13_run_
     assert added, f"{DECLARED} is not in the git history"
     runs = sorted(p for p in (REPO / "results" / "reference").glob("*/13_steps_to_target/*") if p.is_dir())
     assert st.started_before(runs, added[-1]) == []
+
+
+def test_the_selection_table_marks_the_rules_choice_only_once_every_planned_rate_has_finished(tmp_path):
+    grid = [0.025, 0.05, 0.1]
+    rows = [f'{{ run = "tune-sgd-w{w}-base{b:g}", "optim.name" = "sgd", "lr.base" = {b}, "train.workers" = {w} }}'
+            for w in (1, 2) for b in grid]
+    config = tmp_path / "config.toml"
+    config.write_text("[study]\nextra = [\n" + ",\n".join(rows) + "\n]\n")
+    runs = []
+    for w, hits in ((1, {0.025: 4, 0.05: 2, 0.1: 3}), (2, {0.025: 3, 0.05: 1})):  # w2: base 0.1 still running
+        for base, hit in hits.items():
+            runs += run_rows(13, f"tune-sgd-w{w}-base{base:g}-s0", 4 * w, [10.0] * hit + [52.0])
+    table = st.selection_table(pd.DataFrame(runs), config).set_index(["workers", "base"])
+    assert table.loc[(1, 0.05), "choice"] == "chosen" and table.loc[(1, 0.025), "choice"] == ""
+    assert (table.loc[2, "choice"] == "waiting: 1 of 3 rates unfinished").all()
+    assert table.loc[(1, 0.05), "steps"] == 3 * 2000  # reached at epoch 2: 3 epochs of 8000 / 4

@@ -69,10 +69,10 @@ def test_write_adds_rows_the_study_plans_and_a_dated_line_to_the_declared_file(t
     config, declared = exp / "config.toml", tmp_path / "declared.txt"
     declared.write_text("declared before any run\n")
     runs = finished(8, {0.025: 5, 0.05: 3, 0.1: 4})
-    due = [s for s in nx.next_steps(pd.DataFrame(runs), nx.planned_rows(config)) if s.action != "wait"]
+    due = [s for s in nx.next_steps(pd.DataFrame(runs), nx.st.planned_rows(config)) if s.action != "wait"]
     line = nx.write_due(due, config, declared, tmp_path / "runs")
     assert "sgd at 8 workers: study sgd-w8" in line and declared.read_text().endswith(line)
     names = {run.name for run in expand(exp / "config.toml", "local")}
     assert {"sgd-w8-s1", "sgd-w8-s2", "sgd-w8-s3"} <= names and "sgd-w8-s0" not in names
-    again = nx.next_steps(pd.DataFrame(runs), nx.planned_rows(config))
+    again = nx.next_steps(pd.DataFrame(runs), nx.st.planned_rows(config))
     assert [s.action for s in again if s.workers == 8 and s.optimizer == "sgd"] == ["written"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import subprocess
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,21 +33,6 @@ class Step:
     action: str             # "wait", "edge", "study" (rows due), "written" (its study rows are in the config)
     rows: tuple[dict, ...]  # config rows to add (edge: one tuning row; study: one row of seeds)
     why: str
-
-
-def planned_rows(config: Path) -> list[dict]:
-    """The [study] extra rows of experiment 13's config, as written."""
-    with open(config, "rb") as f:
-        return list(tomllib.load(f)["study"].get("extra", []))
-
-
-def tuning_pairs(rows: list[dict]) -> dict[tuple[str, int], list[dict]]:
-    """The planned tuning rows grouped by (optimizer, workers), in the config's order."""
-    pairs: dict[tuple[str, int], list[dict]] = {}
-    for row in rows:
-        if row["run"].startswith("tune-"):
-            pairs.setdefault((row["optim.name"], int(row["train.workers"])), []).append(row)
-    return pairs
 
 
 def tuning_name(optimizer: str, workers: int, base: float) -> str:
@@ -103,7 +87,7 @@ def next_steps(runs: pd.DataFrame, rows: list[dict], scale: str = "local") -> li
     written = {r["run"] for r in rows if not r["run"].startswith("tune-")}
     steps = st.run_steps(runs)
     finished = steps[steps["tuning"].astype(bool) & (steps["scale"] == scale)] if len(steps) else steps
-    return [next_step(pair, pair_rows, finished, written) for pair, pair_rows in tuning_pairs(rows).items()]
+    return [next_step(pair, pair_rows, finished, written) for pair, pair_rows in st.tuning_pairs(rows).items()]
 
 
 def toml_value(value) -> str:
@@ -160,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--declared", type=Path, default=DECLARED, help="the declared file a --write line goes to")
     p.add_argument("--write", action="store_true", help="add the due rows to the config and a line to the declared file")
     args = p.parse_args(argv)
-    steps = next_steps(load_runs(args.runs), planned_rows(args.config))
+    steps = next_steps(load_runs(args.runs), st.planned_rows(args.config))
     print(show(steps))
     due = [s for s in steps if s.action in ("edge", "study")]
     if args.write and due:
