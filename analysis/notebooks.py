@@ -152,6 +152,9 @@ RQ5 = [
            "rate; McCandlish et al.'s S = S_min (1 + B_noise / B) is fitted to the curve and its B_noise set "
            "beside `make noise-scale`'s B_simple. Experiment 12's runs are read at the same target beside it."),
     ("code", None),
+    ("md", "## Step 1: the rate chosen for each batch on the held-out split (never the validation set)"),
+    ("code", "chosen = an.selection_table(df)\n"
+             "an.markdown('No tuning run has finished yet.') if chosen.empty else chosen"),
     ("md", "## Steps to the target per optimizer and global batch"),
     ("code", "table = an.steps_table(df)\n"
              "an.markdown('Not drawn: no experiment 13 runs (`make exp13` runs the declared plan).') if table.empty "
