@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 
@@ -154,6 +155,19 @@ def test_the_declaration_was_committed_before_every_committed_experiment_13_run_
     assert added, f"{DECLARED} is not in the git history"
     runs = sorted(p for p in (REPO / "results" / "reference").glob("*/13_steps_to_target/*") if p.is_dir())
     assert st.started_before(runs, added[-1]) == []
+
+
+def test_every_committed_experiment_13_run_started_after_the_commit_that_planned_its_row():
+    """Edge rows and step 2's rows are added after the declaration: each run must start after its own row landed."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("no git history here to date the rows by")
+    config = "experiments/13_steps_to_target/config.toml"
+    runs = sorted(p for p in (REPO / "results" / "reference").glob("*/13_steps_to_target/*") if p.is_dir())
+    for row in sorted({re.sub(r"-s\d+$", "", run.name) for run in runs}):
+        added = subprocess.run(["git", "log", "--format=%cI", "-S", f'run = "{row}"', "--", config], cwd=REPO,
+                               capture_output=True, text=True, timeout=60).stdout.split()
+        assert added, f"no commit of {config} adds the row of {row}"
+        assert st.started_before([r for r in runs if re.sub(r"-s\d+$", "", r.name) == row], added[-1]) == []
 
 
 def test_the_selection_table_marks_the_rules_choice_only_once_every_planned_rate_has_finished(tmp_path):
