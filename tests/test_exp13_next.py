@@ -4,6 +4,7 @@ grid's edge gets a rate a factor 2 beyond (at most twice), a settled pair gets i
 from __future__ import annotations
 
 import shutil
+import tomllib
 
 import pandas as pd
 
@@ -49,6 +50,7 @@ def test_a_winner_at_an_edge_gets_one_rate_beyond_it_at_most_twice():
     low = step_of(tuning_rows(8), finished(8, {0.025: 2, 0.05: 3, 0.1: 4}))
     assert low.action == "edge" and low.rows[0]["run"] == "tune-sgd-w8-base0.0125"
     assert low.rows[0]["lr.base"] == 0.0125 and low.rows[0]["data.holdout_share"] == 0.2
+    assert tomllib.loads("extra = [\n" + nx.toml_row(low.rows[0]) + "\n]")["extra"] == [low.rows[0]]  # plain TOML
     high = step_of(tuning_rows(8), finished(8, {0.025: None, 0.05: None, 0.1: None}))  # none reach: best top-1
     assert high.action == "edge" and high.rows[0]["lr.base"] == 0.025 / 2  # a tie in best top-1: the lower rate
     grid = GRID + [0.2, 0.4]  # two extensions already: the winner stays, flagged
@@ -71,7 +73,7 @@ def test_write_adds_rows_the_study_plans_and_a_dated_line_to_the_declared_file(t
     runs = finished(8, {0.025: 5, 0.05: 3, 0.1: 4})
     due = [s for s in nx.next_steps(pd.DataFrame(runs), nx.st.planned_rows(config)) if s.action != "wait"]
     line = nx.write_due(due, config, declared, tmp_path / "runs")
-    assert "sgd at 8 workers: study sgd-w8" in line and declared.read_text().endswith(line)
+    assert "sgd w8: study row sgd-w8, base 0.05 of 3 rates" in line and declared.read_text().endswith(line)
     names = {run.name for run in expand(exp / "config.toml", "local")}
     assert {"sgd-w8-s1", "sgd-w8-s2", "sgd-w8-s3"} <= names and "sgd-w8-s0" not in names
     again = nx.next_steps(pd.DataFrame(runs), nx.st.planned_rows(config))

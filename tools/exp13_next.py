@@ -45,7 +45,7 @@ def study_name(optimizer: str, workers: int) -> str:
 
 def edge_row(template: dict, chosen: pd.Series) -> dict:
     """One more tuning rate a factor 2 beyond the edge the winner sits on (the declared edge rule)."""
-    base = chosen["chosen_base"] / 2 if chosen["at_edge"] == "low" else chosen["chosen_base"] * 2
+    base = float(chosen["chosen_base"]) / 2 if chosen["at_edge"] == "low" else float(chosen["chosen_base"]) * 2
     row = {key: template[key] for key in TUNING_KEYS if key in template}
     row["lr.base"] = base
     return {"run": tuning_name(template["optim.name"], int(template["train.workers"]), base), **row}
@@ -91,7 +91,9 @@ def next_steps(runs: pd.DataFrame, rows: list[dict], scale: str = "local") -> li
 
 
 def toml_value(value) -> str:
-    return f'"{value}"' if isinstance(value, str) else repr(value)
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(float(value)) if isinstance(value, float) else repr(int(value))
 
 
 def toml_row(row: dict) -> str:
@@ -120,8 +122,8 @@ def write_due(due: list[Step], config: Path, declared: Path, runs: Path) -> str:
     rows = [row for step in due for row in step.rows]
     heading = f"added {now} by `python -m tools exp13-next --write` from step 1's finished runs (declared file)"
     config.write_text(insert_rows(config.read_text(), rows, heading))
-    said = "; ".join(f"{s.optimizer} at {s.workers} workers: {s.action} {', '.join(r['run'] for r in s.rows)} "
-                     f"({s.why})" for s in due)
+    said = "; ".join(f"{s.optimizer} w{s.workers}: {s.action} row {', '.join(r['run'] for r in s.rows)}, {s.why}"
+                     for s in due)
     line = (f"{now}, step 1 read by `python -m tools exp13-next --write` (tree at {commit_of_tree()}, runs in "
             f"{runs}): {said}. Written into config.toml before any of these runs started.\n")
     with open(declared, "a") as f:
