@@ -115,6 +115,20 @@ def tuning_pairs(rows: list[dict]) -> dict[tuple[str, int], list[dict]]:
     return pairs
 
 
+def settled_choices(tuned: pd.DataFrame, config: Path = CONFIG) -> pd.DataFrame:
+    """selection() per (optimizer, batch), with `settled`: every rate the config plans for that pair (its grid and
+    any edge rows) has finished. An unsettled pair's choice is only the best so far, never the rule's."""
+    chosen = selection(tuned)
+    pairs = tuning_pairs(planned_rows(config))
+    finished = tuned.groupby(["scale", "optimizer", "workers"])["base"].agg(set)
+    settled, planned_rates = [], []
+    for r in chosen.itertuples():
+        planned = {float(row["lr.base"]) for row in pairs.get((r.optimizer, r.workers), [])}
+        settled.append(planned <= finished.get((r.scale, r.optimizer, r.workers), set()))
+        planned_rates.append(len(planned))
+    return chosen.assign(settled=settled, planned=planned_rates)
+
+
 def selection_table(df: pd.DataFrame, config: Path = CONFIG) -> pd.DataFrame:
     """Step 1 in full: every finished tuning run (held-out split) with its steps to the target or best top-1, and
     per (optimizer, batch) the rate the rule chose, marked only once every rate its config plans has finished."""
@@ -122,19 +136,15 @@ def selection_table(df: pd.DataFrame, config: Path = CONFIG) -> pd.DataFrame:
     tuned = steps[steps["tuning"].astype(bool)] if len(steps) else steps
     if tuned.empty:
         return pd.DataFrame()
-    pairs = tuning_pairs(planned_rows(config))
-    finished = tuned.groupby(["scale", "optimizer", "workers"])["base"].agg(set)
-    chosen = selection(tuned)
-    marks = {}
-    for r in chosen.itertuples():
-        planned = {float(row["lr.base"]) for row in pairs.get((r.optimizer, r.workers), [])}
-        done = finished.get((r.scale, r.optimizer, r.workers), set())
-        marks[(r.scale, r.optimizer, r.workers)] = (
-            (r.chosen_base, "chosen" + (f" (at the {r.at_edge} edge)" if r.at_edge else ""))
-            if planned <= done else (math.nan, f"waiting: {len(planned - done)} of {len(planned)} rates unfinished"))
-    def choice(r) -> str:
-        base, said = marks[(r.scale, r.optimizer, r.workers)]
-        return said if said.startswith("waiting") or r.base == base else ""
+    marks = {(r.scale, r.optimizer, r.workers): r for r in settled_choices(tuned, config).itertuples()}
+
+    def choice(run) -> str:
+        pair = marks[(run.scale, run.optimizer, run.workers)]
+        if not pair.settled:
+            return f"waiting: {pair.planned - pair.rates} of {pair.planned} rates unfinished"
+        if run.base != pair.chosen_base:
+            return ""
+        return "chosen" + (f" (at the {pair.at_edge} edge)" if pair.at_edge else "")
 
     rows = tuned.sort_values(["scale", "optimizer", "workers", "base"])
     return rows.assign(choice=[choice(r) for r in rows.itertuples()]).reindex(columns=[
@@ -376,7 +386,8 @@ def rq5_reading(df: pd.DataFrame, noise: pd.DataFrame | None = None) -> str:
     if steps.empty:
         return "No experiment 13 runs: nothing to read yet (`make exp13` runs the declared plan)."
     noise = noise_scales() if noise is None else noise
-    lines = [_selection_line(selection(steps))]
+    tuned = steps[steps["tuning"].astype(bool)]
+    lines = [_selection_line(settled_choices(tuned))] if len(tuned) else []
     study = study_steps(steps)
     if study.empty:
         lines.append("- No study runs yet (step 2): only the rate selection has run.")
@@ -386,11 +397,16 @@ def rq5_reading(df: pd.DataFrame, noise: pd.DataFrame | None = None) -> str:
 
 
 def _selection_line(chosen: pd.DataFrame) -> str:
-    edge = chosen[chosen["at_edge"] != ""]
-    text = f"- Step 1 (rates chosen on the held-out split): {len(chosen)} (optimizer, batch) pairs tuned"
+    """Step 1 in one line: pairs settled (every planned rate finished) and waiting; a settled winner at an edge."""
+    settled = chosen[chosen["settled"]]
+    text = (f"- Step 1 (rates chosen on the held-out split): {len(settled)} (optimizer, batch) pairs settled, "
+            f"{len(chosen) - len(settled)} begun with tuning runs still unfinished")
+    edge = settled[settled["at_edge"] != ""]
     if len(edge):
-        text += "; at a grid edge (the edge rule asks for a rate beyond it): " + ", ".join(
-            f"{r.optimizer} at {r.global_batch:,} ({r.at_edge}, {r.rates} rates)" for r in edge.itertuples())
+        text += "; settled at a grid edge: " + ", ".join(
+            f"{r.optimizer} at {r.global_batch:,} ({r.at_edge}, {r.rates} rates: "
+            + ("the edge rule owes it a rate beyond" if r.rates - GRID_RATES < EDGE_EXTENSIONS
+               else "after both extensions, possibly under-tuned") + ")" for r in edge.itertuples())
     return text + "."
 
 
