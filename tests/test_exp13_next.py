@@ -69,9 +69,13 @@ def test_write_adds_rows_the_study_plans_and_a_dated_line_to_the_declared_file(t
     shutil.copytree(nx.st.CONFIG.parent, exp)
     shutil.copy(nx.st.CONFIG.parents[1] / "scales.toml", exp.parent)
     config, declared = exp / "config.toml", tmp_path / "declared.txt"
+    text = config.read_text()  # the real config with its extra rows cut to the 8-worker SGD grid, as first declared
+    start, end = text.index("extra = ["), text.index("\n]\n", text.index("extra = ["))
+    config.write_text(text[:start] + "extra = [\n" + "\n".join(nx.toml_row(r) for r in tuning_rows(8)) + text[end:])
     declared.write_text("declared before any run\n")
     runs = finished(8, {0.025: 5, 0.05: 3, 0.1: 4})
-    due = [s for s in nx.next_steps(pd.DataFrame(runs), nx.st.planned_rows(config)) if s.action != "wait"]
+    due = [s for s in nx.next_steps(pd.DataFrame(runs), nx.st.planned_rows(config)) if s.action == "study"]
+    assert len(due) == 1
     line = nx.write_due(due, config, declared, tmp_path / "runs")
     assert "sgd w8: study row sgd-w8, base 0.05 of 3 rates" in line and declared.read_text().endswith(line)
     names = {run.name for run in expand(exp / "config.toml", "local")}
