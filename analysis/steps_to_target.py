@@ -288,7 +288,8 @@ def noise_sentence(b_noise: float, interval: tuple[float, float], noise: pd.Data
         else:
             verdict = f"cannot be told from it within a factor of {AGREEMENT_FACTOR:g} by these intervals"
         top = f"{s_high:,.0f}" if np.isfinite(s_high) else "unbounded"
-        parts.append(f"B_simple at the {r.weights} weights ({s_low:,.0f}-{top}) {verdict}")
+        of = f" of {Path(r.run).parent.name}/{Path(r.run).name}" if isinstance(getattr(r, "run", None), str) else ""
+        parts.append(f"B_simple at the {r.weights} weights{of} ({s_low:,.0f}-{top}) {verdict}")
     upper = f"{high:,.0f}" if np.isfinite(high) else "unplaced"
     return (f"Fitted B_noise {b_noise:,.0f} images (90 % interval {low:,.0f}-{upper}); " + "; ".join(parts) + ".")
 
@@ -410,18 +411,42 @@ def _selection_line(chosen: pd.DataFrame) -> str:
     return text + "."
 
 
+def regime_words(at: int | None, threshold: float, what: str, ratios: dict[int, float],
+                 intervals: dict[int, tuple[float, float]]) -> str:
+    """The declared regime read on the seeds' geometric means, then what the bootstrap intervals allow: a doubling
+    before it whose interval reaches above the threshold (it could end earlier), or its own interval reaching below
+    (it could end later). The words stay within the intervals."""
+    saves = f"{(1 - threshold) * 100:.0f} %"
+    if at is None:
+        text = f"no measured doubling saved less than {saves} of the steps"
+        unsure = [b for b in sorted(ratios) if intervals.get(b, (math.nan, math.nan))[1] > threshold]
+        return text + (f" (by the intervals the doublings from {_batches(unsure)} might)" if unsure else "")
+    low, high = intervals.get(at, (math.nan, math.nan))
+    text = (f"{what} at {at:,} images: the doubling to {2 * at:,} takes {ratios[at]:.2f} of the steps "
+            f"(90 % interval {low:.2f}-{high:.2f}; the declared line {threshold:g})")
+    earlier = [b for b in sorted(ratios) if b < at and intervals.get(b, (math.nan, math.nan))[1] > threshold]
+    if earlier:
+        text += f"; by the intervals it could be earlier: the doublings from {_batches(earlier)} reach above it"
+    if low <= threshold:
+        text += "; by its own interval it could be later"
+    return text
+
+
+def _batches(batches: list[int]) -> str:
+    return ", ".join(f"{b:,}" for b in batches)
+
+
 def _curve_lines(scale: str, optimizer: str, s: pd.DataFrame, noise: pd.DataFrame) -> list[str]:
     points = curve_points(s)
     used = fitted_points(s)
     fit = fit_noise_model(used["global_batch"], used["steps"]) if len(used) else (math.nan, math.nan)
     boot = bootstrap(s)
-    found = regimes(doubling_ratios(points))
+    ratios = doubling_ratios(points)
+    found = regimes(ratios)
     missed = points[points["reached"] < points["seeds"]]
     head = f"- {optimizer.upper()} ({scale} scale, target {declared_target(scale):g} % top-1): "
-    head += (f"perfect scaling holds up to {found['perfect_until']:,} images (its doubling saves < 40 % of the "
-             "steps)" if found["perfect_until"] else "no measured doubling saved < 40 % of the steps")
-    head += (f"; steps stop falling from {found['flat_from']:,} (a doubling saves < 10 %)." if found["flat_from"]
-             else "; no measured doubling saved < 10 % (steps still fall at the largest batch measured).")
+    head += regime_words(found["perfect_until"], PERFECT_RATIO, "perfect scaling ends", ratios, boot["ratios"])
+    head += "; " + regime_words(found["flat_from"], FLAT_RATIO, "steps stop falling", ratios, boot["ratios"]) + "."
     lines = [head]
     if len(missed):
         lines.append("  Did not reach the target (left out of the fit): " + ", ".join(

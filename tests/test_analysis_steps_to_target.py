@@ -91,6 +91,19 @@ def test_selection_takes_the_fewest_steps_then_the_lower_rate_and_flags_an_edge(
     assert st.selection(pd.DataFrame(rows)).set_index("optimizer").loc["sgd", "at_edge"] == "low"
 
 
+def test_the_regime_words_stay_within_the_intervals():
+    ratios = {4: 0.5, 8: 0.55, 16: 0.7, 32: 0.95}
+    tight = {4: (0.45, 0.55), 8: (0.5, 0.58), 16: (0.65, 0.75), 32: (0.92, 0.97)}
+    said = st.regime_words(16, 0.6, "perfect scaling ends", ratios, tight)
+    assert said.startswith("perfect scaling ends at 16 images: the doubling to 32 takes 0.70 of the steps")
+    assert "could be earlier" not in said and "could be later" not in said
+    loose = {**tight, 8: (0.5, 0.66), 16: (0.58, 0.8)}
+    said = st.regime_words(16, 0.6, "perfect scaling ends", ratios, loose)
+    assert "could be earlier: the doublings from 8 reach above it" in said and "could be later" in said
+    assert st.regime_words(None, 0.9, "steps stop falling", {4: 0.5, 8: 0.8}, {4: (0.4, 0.6), 8: (0.7, 0.95)}) == (
+        "no measured doubling saved less than 10 % of the steps (by the intervals the doublings from 8 might)")
+
+
 def test_the_noise_sentence_says_only_what_the_intervals_support():
     noise = pd.DataFrame({"weights": ["initial"], "b_simple_low": [676.0], "b_simple_high": [2005.0]})
     assert "predicted B_crit within a factor of 10" in st.noise_sentence(1000, (500, 3000), noise)
