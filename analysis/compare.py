@@ -191,6 +191,15 @@ def _hosts(df: pd.DataFrame) -> list[str]:
     return sorted(hosts)
 
 
+def machine_of(path, root: Path = REFERENCE_ROOT) -> str:
+    """The reference machine whose folder holds a run folder (its label), else "this machine"."""
+    where = Path(path).resolve()
+    for label, folder, _ in reference_machines(root):
+        if where.is_relative_to(folder.resolve()):
+            return label
+    return "this machine"
+
+
 def complements(runs: Path, root: Path = REFERENCE_ROOT) -> list[tuple[str, Path]]:
     """When `runs` is the committed reference (the first machine's folder): every experiment folder another
     reference machine holds and the first does not, as (that machine's label, the folder, found beside `runs` as

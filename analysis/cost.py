@@ -33,6 +33,7 @@ import pandas as pd
 
 from . import numbers as nb
 from . import tables as tb
+from .compare import machine_of
 
 IMAGENET_TRAIN = 1_281_167
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -349,17 +350,20 @@ def local_study_times(df: pd.DataFrame, experiments: Path = EXPERIMENTS, jobs: i
         config = folder / "config.toml"
         if load_config(config, "local", need_data=False).bench.batches > 0:
             continue  # a throughput study runs one job at a time and times it
-        walls = []
+        walls, machines = [], set()
         for run in expand(config, "local"):
             cfg = load_config(config, "local", [f"{k}={json.dumps(v)}" for k, v in run.settings.items()],
                               need_data=False)
             hit = done[(done["experiment"] == folder.name) & (done["run"] == run.name)
                        & (done["fingerprint"] == config_fingerprint(cfg))] if len(done) else done
             walls.append(float(hit["wallclock_s"].iloc[0]) if len(hit) else math.nan)
+            if len(hit):
+                machines.update(machine_of(path) for path in hit["path"])
         measured = [w for w in walls if w == w]
-        if not measured:  # a declared study none of whose runs has run (experiment 13 today): nothing to time
+        if not measured:  # a declared study none of whose runs has run: nothing to time
             continue
-        rows.append({"experiment": folder.name, "runs_planned": len(walls), "runs_measured": len(measured),
+        rows.append({"experiment": folder.name, "measured_on": ", ".join(sorted(machines)),
+                     "runs_planned": len(walls), "runs_measured": len(measured),
                      "run_minutes": sum(measured) / 60.0,
                      f"study_minutes_jobs{jobs}": (list_schedule_s(walls, jobs) / 60.0 if len(measured) == len(walls)
                                                   else math.nan)})
@@ -369,7 +373,8 @@ def local_study_times(df: pd.DataFrame, experiments: Path = EXPERIMENTS, jobs: i
 STUDY_TIME_NOTES = [
     "The local scale's default plan of each quality study (`make expN`: its worker counts x its seeds). runs_measured: "
     "the planned runs found completed with the plan's config fingerprint; run_minutes: their wall-clocks summed, each "
-    "measured as the run went (the committed reference's runs ran two side by side, one thread each).",
+    "measured as the run went (the committed reference's runs ran two side by side, one thread each); measured_on: "
+    "the machine whose runs they are (a reference machine's label): each time is that machine's alone.",
     "study_minutes_jobs2: those runs started in plan order, two at a time, each as one ends (`make expN JOBS=2` on "
     "2 cores): a study's wall-clock from its runs' measured times, empty until every planned run is measured. "
     "Experiments 6-9 compare with experiment 5's runs, which they do not include.",

@@ -122,6 +122,7 @@ def _planned_rows(experiment: str, walls: dict[str, float], wrong_config: tuple[
             overrides = [f"{k}={v}" for k, v in run.settings.items()]
             fp = config_fingerprint(load_config(config, "local", overrides, need_data=False))
             rows.append({"kind": "run", "experiment": experiment, "run": run.name, "scale": "local",
+                         "path": f"results/runs/{experiment}/{run.name}",
                          "status": "completed", "wallclock_s": walls[run.name],
                          "fingerprint": "0" * 12 if run.name in wrong_config else fp})
     return pd.DataFrame(rows)
@@ -132,7 +133,7 @@ def test_local_study_times_count_only_the_default_plans_runs_and_schedule_them_t
     df = _planned_rows("09_gradual_warmup_10", walls)
     t = cost.local_study_times(df, EXPERIMENTS).set_index("experiment")
     row = t.loc["09_gradual_warmup_10"]
-    assert (row["runs_planned"], row["runs_measured"]) == (6, 6)
+    assert (row["runs_planned"], row["runs_measured"], row["measured_on"]) == (6, 6, "this machine")
     assert row["run_minutes"] == pytest.approx(2700 / 60)
     # plan order w24-s0..2, w32-s0..2 on 2 slots: 600 | 600; then w24-s2 to 1200 | w32-s0, -s1 to 1200; w32-s2
     assert row["study_minutes_jobs2"] == pytest.approx(1500 / 60)
