@@ -36,7 +36,7 @@ from . import link as lk  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import steps_to_target as stt  # noqa: E402
 from . import tables as tb  # noqa: E402
-from .compare import report_comparison, runs_label  # noqa: E402
+from .compare import machine_of, report_comparison, runs_label  # noqa: E402
 from .readings import finding_summary, verdict_table  # noqa: E402
 from .smoke import smoke_paths  # noqa: E402
 
@@ -342,7 +342,14 @@ def of_runs(summary: Callable) -> Callable:
 
 def extra_experiments(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
     extra = inputs.df[(inputs.df["kind"] == "run") & (inputs.df["exp"] > max(TABLE_EXPERIMENT.values()))]
-    return tb.run_summary(extra) if len(extra) else None
+    if extra.empty:
+        return None
+    # a wall-clock is its machine's alone: each row names it
+    measured_on = {(r.experiment, r.run): machine_of(r.path) for r in extra.itertuples()}
+    table = tb.run_summary(extra)
+    table.insert(table.columns.get_loc("wallclock_s"), "measured_on",
+                 [measured_on[(e, r)] for e, r in zip(table["experiment"], table["run"])])
+    return table
 
 
 def this_machine(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
