@@ -385,7 +385,7 @@ TABLES = (
           "The thesis's three quality findings: 90 % intervals against a declared margin", ordering_notes,
           verdict_table),
     Table("throughput_summary", "", (1, 2, 3), of_runs(tb.throughput_summary), "Throughput per configuration"),
-    Table("study_times", "", QUALITY_EXPERIMENTS, of_runs(cost.local_study_times),
+    Table("study_times", "", QUALITY_EXPERIMENTS + (10, 11, 12, 13), of_runs(cost.local_study_times),
           "Local quality studies: measured run times and the study's wall-clock at JOBS=2", cost.STUDY_TIME_NOTES),
     Table("extra_experiments", "", (), extra_experiments, "Runs of experiments beyond the thesis's nine"),
     Table("exp13_steps_to_target", "", (12, 13), steps_to_target_table,

@@ -237,9 +237,10 @@ def _count(df: pd.DataFrame, under: Path | None = None) -> int:
     return int(len(runs))
 
 
-def made_from(df: pd.DataFrame, runs: Path, root: Path = REFERENCE_ROOT) -> str:
+def made_from(df: pd.DataFrame, runs: Path, root: Path = REFERENCE_ROOT, experiments=()) -> str:
     """One line a table, figure or notebook carries so it says which runs it shows: folder, machine, count (and an
-    experiment another reference machine contributed: its folder, machine and count)."""
+    experiment another reference machine contributed: its folder, machine and count; with `experiments`, only
+    when it is one of them, so an entry that never reads it does not name it)."""
     machine = runs_label(runs, root)
     hosts = _hosts(df) if machine == "this machine" else []
     if hosts:
@@ -249,6 +250,8 @@ def made_from(df: pd.DataFrame, runs: Path, root: Path = REFERENCE_ROOT) -> str:
     n = _count(df) - sum(k for _, _, k in counted)
     text = f"Made from {n} run{'' if n == 1 else 's'} in {_repo_relative(runs)} ({machine})"
     for label, folder, k in counted:
+        if experiments and experiment_number(folder.name) not in experiments:
+            continue
         text += f"; {folder.name}: {k} run{'' if k == 1 else 's'} in {_repo_relative(folder)} (reference machine {label})"
     return text + "."
 

@@ -31,6 +31,14 @@ OTHER_WRITERS = frozenset({"cost.csv", "cost.md", "cost_totals.csv", "cost_total
 # ============================================================================================ tables and figures
 
 
+def entry_source(inputs: ct.Inputs, entry, source: str | None) -> str | None:
+    """The runs line an entry carries: the report's, naming another reference machine's experiment only on the
+    entries that read it (made_from's `experiments`); a maker's own line (the thesis's) is kept."""
+    if not source or not inputs.source or not source.startswith(inputs.source) or inputs.runs is None:
+        return source
+    return made_from(inputs.df, inputs.runs, experiments=entry.experiments) + source[len(inputs.source):]
+
+
 def build_tables(inputs: ct.Inputs, out: Path, entries=ct.TABLES) -> list[Path]:
     """Every table the catalogue declares that these inputs make; each says which runs it was made from."""
     written: list[Path] = []
@@ -40,7 +48,8 @@ def build_tables(inputs: ct.Inputs, out: Path, entries=ct.TABLES) -> list[Path]:
             continue
         notes = entry.notes(inputs, frame) if callable(entry.notes) else list(entry.notes)
         shown = entry.shown(frame) if entry.shown else None
-        written += tb.write_table(frame, out, entry.name, entry.title, notes or None, inputs.source, shown)
+        written += tb.write_table(frame, out, entry.name, entry.title, notes or None,
+                                   entry_source(inputs, entry, inputs.source), shown)
     return written
 
 
@@ -54,7 +63,7 @@ def build_figures(inputs: ct.Inputs, out: Path, entries=ct.FIGURES) -> tuple[lis
         if isinstance(drawn, str):
             skipped.append(f"{entry.name}: {drawn}")
         elif drawn is not None:
-            written.extend(fg.save(drawn.figure, out, entry.name, drawn.source))
+            written.extend(fg.save(drawn.figure, out, entry.name, entry_source(inputs, entry, drawn.source)))
     return written, skipped
 
 
