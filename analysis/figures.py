@@ -107,9 +107,11 @@ def save(fig, out_dir: str | Path, name: str, source: str | None = None) -> list
     if not isinstance(fig.get_layout_engine(), matplotlib.layout_engine.ConstrainedLayoutEngine):
         fig.set_layout_engine("constrained")
     if source:
-        strip = SOURCE_STRIP_PX / (fig.get_figheight() * 100)
+        # wrapped to the figure's width (a 7-point character takes up to about 5.2 px at 100 dpi), a strip line each
+        lines = textwrap.wrap(source, width=max(40, int(fig.get_figwidth() * 100 / 5.2)))
+        strip = SOURCE_STRIP_PX * len(lines) / (fig.get_figheight() * 100)
         fig.get_layout_engine().set(rect=(0, strip, 1, 1 - strip))
-        fig.text(0.005, strip / 2, source, fontsize=7, color="dimgray", ha="left", va="center")
+        fig.text(0.005, strip / 2, "\n".join(lines), fontsize=7, color="dimgray", ha="left", va="center")
     fig.savefig(paths[0], dpi=100, metadata={"Software": None})
     fig.set_layout_engine("none")  # the layout is done: the PDF reuses it instead of solving it again
     fig.savefig(paths[1], metadata={"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None})

@@ -42,8 +42,8 @@ from . import logs as lg
 from . import numbers as nb
 
 RUN_COLUMNS = ["experiment", "exp", "run", "path", "source", "scale", "framework", "backend", "numerics", "gpus",
-               "processes", "per_gpu_batch", "global_batch", "lr", "warmup", "optimizer", "seed", "epochs", "epochs_done",
-               "status", "diverged", "wallclock_s", "bad_lines"]
+               "processes", "per_gpu_batch", "global_batch", "lr", "warmup", "optimizer", "holdout", "seed", "epochs",
+               "epochs_done", "status", "diverged", "wallclock_s", "bad_lines"]
 RECORD_COLUMNS = ["kind", "epoch", "train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5",
                   "epoch_lr", "epoch_time", "images", "skipped_steps", "thesis_images_per_s", "steady_images_per_s",
                   "batch_time_avg_at_199", "warmup_batches", "data_share", "data_s", "compute_s", "comm_s",
@@ -147,6 +147,8 @@ def run_identity(folder: pd.Series) -> dict:
         # a config from before [optim] had a name ran SGD, the thesis's optimizer
         "optimizer": (cfg.get("optim") or {}).get("name", "sgd") if cfg else None,
         "seed": train.get("seed"), "epochs": train.get("epochs"),
+        # the share of the training set held out to validate on (experiment 13's tuning runs); 0: the validation set
+        "holdout": float((cfg.get("data") or {}).get("holdout_share") or 0.0),
     }
 
 
@@ -483,9 +485,10 @@ def load_study(runs: str | Path = "results/runs", logs=None, also=()) -> pd.Data
 # names, paths and launcher details). A group the tables would average (POOL_KEYS) that holds runs of more than one
 # fingerprint -- a smoke run beside full ones, runs from before and after a config change -- is refused: its runs get
 # status MIXED and a line in the report's problem list, and no table or verdict averages them. Numerics (fp32, bf16 +
-# channels_last, compiled...) are a key, not a mix: a study that varies them on purpose gets a row for each.
+# channels_last, compiled...) are a key, not a mix: a study that varies them on purpose gets a row for each; so is the
+# share held out to validate on (experiment 13's tuning run and its study runs share every other key).
 POOL_KEYS = ["exp", "framework", "numerics", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "optimizer",
-             "scale"]
+             "holdout", "scale"]
 MIXED = "mixed-config"
 
 

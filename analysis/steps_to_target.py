@@ -352,7 +352,7 @@ def plot_steps_to_target(points: pd.DataFrame, seeds: pd.DataFrame, fit: tuple[f
         xs = np.geomspace(float(points["global_batch"].min()), float(points["global_batch"].max()), 100)
         ax.plot(xs, s_min * (1 + b_noise / xs), ":", color=fg.PALETTE[2],
                 label=f"fit: S_min {s_min:,.0f} x (1 + {b_noise:,.0f} / B)")
-        ax.axvline(b_noise, color=fg.PALETTE[2], lw=0.8)
+        ax.axvline(b_noise, color=fg.PALETTE[2], lw=0.8, label=f"fitted B_noise = B_crit ({b_noise:,.0f})")
     for (label, batch), style in zip(marks.items(), (":", "-.")):
         ax.axvline(batch, color="black", ls=style, lw=0.8, label=f"{label} ({batch:,})")
     missed = points[points["reached"] < points["seeds"]]
