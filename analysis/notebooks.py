@@ -140,6 +140,10 @@ RQ4 = [
              "an.show(fig) if fig is not None else print('no experiment 12 study runs')"),
     ("md", "## Reading"),
     ("code", "an.markdown(an.rq4_reading(verdicts, points, noise))"),
+    ("md", "## Once SGD is tuned: experiment 13's SGD, each batch at its own rate, beside these recipes\n\n"
+           "Steps to experiment 13's target (50 % top-1), the measure of `rq5_critical_batch.ipynb`: experiment 12's "
+           "runs read at that target, beside SGD tuned per batch (no decay)."),
+    ("code", "an.markdown(an.tuned_beside_recipes(df))"),
 ]
 
 RQ5 = [

@@ -394,7 +394,46 @@ def rq5_reading(df: pd.DataFrame, noise: pd.DataFrame | None = None) -> str:
         lines.append("- No study runs yet (step 2): only the rate selection has run.")
     for (scale, optimizer), s in study.groupby(["scale", "optimizer"], sort=True):
         lines += _curve_lines(scale, optimizer, s, noise if scale == "local" else noise.iloc[0:0])
+    if len(study):
+        lines.append(tuned_beside_recipes(df))
     return "\n".join(lines)
+
+
+def tuned_beside_recipes(df: pd.DataFrame) -> str:
+    """RQ4's question once SGD is tuned: experiment 13's SGD curve beside experiment 12's recipes (a line)."""
+    study = study_steps(run_steps(df))
+    sgd = study[(study["optimizer"] == "sgd") & (study["scale"] == "local")] if len(study) else study
+    beside = run_steps(df, exp=12)
+    if sgd.empty or beside.empty:
+        return "- No tuned-SGD curve (experiment 13's study runs) and experiment 12 runs to set beside each other."
+    return beside_recipes_line(curve_points(sgd), beside[beside["scale"] == "local"])
+
+
+def beside_recipes_line(tuned: pd.DataFrame, recipes: pd.DataFrame) -> str:
+    """Tuned SGD (experiment 13's curve points) beside each of experiment 12's recipes at the batches both ran:
+    "fewer" only where every seed of one took fewer steps than every seed of the other (their ranges apart)."""
+    said = []
+    tuned = tuned.set_index("global_batch")
+    for optimizer, g in recipes.groupby("optimizer", sort=True):
+        counts = {"fewer": [], "more": [], "overlapping": [], "recipe did not reach": []}
+        for r in curve_points(g).itertuples():
+            if r.global_batch not in tuned.index or np.isnan(tuned.loc[r.global_batch, "steps"]):
+                continue
+            mine = tuned.loc[r.global_batch]
+            if np.isnan(r.steps):
+                counts["recipe did not reach"].append(r.global_batch)
+            elif mine["steps_high"] < r.steps_low:
+                counts["fewer"].append(r.global_batch)
+            elif mine["steps_low"] > r.steps_high:
+                counts["more"].append(r.global_batch)
+            else:
+                counts["overlapping"].append(r.global_batch)
+        parts = [f"{k} at {_batches(v)}" for k, v in counts.items() if v]
+        if parts:
+            said.append(f"{optimizer.upper()}: " + ", ".join(parts))
+    return ("- Tuned SGD (no decay) beside experiment 12's recipes (72 epochs with their decays, read at the same "
+            "target; `fewer`: every tuned-SGD seed took fewer steps than every seed of the recipe): "
+            + ("; ".join(said) if said else "no batch in common") + ".")
 
 
 def _selection_line(chosen: pd.DataFrame) -> str:

@@ -197,3 +197,17 @@ def test_the_selection_table_marks_the_rules_choice_only_once_every_planned_rate
     assert table.loc[(1, 0.05), "choice"] == "chosen" and table.loc[(1, 0.025), "choice"] == ""
     assert (table.loc[2, "choice"] == "waiting: 1 of 3 rates unfinished").all()
     assert table.loc[(1, 0.05), "steps"] == 3 * 2000  # reached at epoch 2: 3 epochs of 8000 / 4
+
+
+def test_tuned_sgd_is_fewer_than_a_recipe_only_where_the_seed_ranges_lie_apart():
+    tuned = pd.DataFrame({"global_batch": [128, 256, 512], "steps": [600.0, 400.0, 300.0],
+                          "steps_low": [550.0, 380.0, 250.0], "steps_high": [650.0, 420.0, 350.0]})
+    recipe = pd.DataFrame([dict(scale="local", optimizer="lars", workers=b // 4, global_batch=b, seed=s,
+                                tuning=False, reached=steps is not None, steps=steps if steps else math.nan,
+                                epoch_steps=1.0)
+                           for b, per_seed in ((128, [700, 720, 800]), (256, [410, 450, 500]), (512, [None] * 3),
+                                               (1024, [100, 110, 120]))
+                           for s, steps in enumerate(per_seed)])
+    line = st.beside_recipes_line(tuned, recipe)
+    assert "LARS: fewer at 128, overlapping at 256, recipe did not reach at 512" in line
+    assert "1,024" not in line  # no tuned-SGD point there: not compared
