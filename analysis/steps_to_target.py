@@ -373,16 +373,33 @@ def steps_figure(df: pd.DataFrame):
     fig, axes = plt.subplots(len(groups), 1, figsize=(9, 4.6 * len(groups)), squeeze=False, layout="constrained")
     for ax, ((scale, optimizer), s) in zip(axes[:, 0], groups):
         used = fitted_points(s)
-        fit = fit_noise_model(used["global_batch"], used["steps"]) if len(used) else (math.nan, math.nan)
+        whole = not unfinished_curve(s, optimizer)  # no fit is drawn through part of a curve
+        fit = fit_noise_model(used["global_batch"], used["steps"]) if len(used) and whole else (math.nan, math.nan)
         per_worker = int(s["global_batch"].iloc[0] // s["workers"].iloc[0])
         plot_steps_to_target(curve_points(s), s[s["reached"]], fit, stand_ins(per_worker), ax=ax,
                              title=f"Experiment 13, {optimizer.upper()} at the {scale} scale: steps to "
-                                   f"{declared_target(scale):g} % top-1, each batch at its tuned rate")
+                                   f"{declared_target(scale):g} % top-1, "
+                                   + ("each batch at its tuned rate" if whole else "incomplete, no fit yet"))
     return fig
 
 
-def rq5_reading(df: pd.DataFrame, noise: pd.DataFrame | None = None) -> str:
-    """The declared reading, per scale and optimizer, from the runs; says so when there are none."""
+def unfinished_curve(s: pd.DataFrame, optimizer: str, config: Path = CONFIG) -> str:
+    """'' when every batch the config tunes for this optimizer has all its study seeds finished; else a sentence
+    saying how much of the curve has run (the declared reading, its fit and regimes, waits for the whole curve)."""
+    batches = sorted({workers for opt, workers in tuning_pairs(planned_rows(config)) if opt == optimizer})
+    done = s.groupby("workers")["seed"].nunique()
+    missing = [w for w in batches if done.get(w, 0) < STUDY_SEEDS]
+    if not missing:
+        return ""
+    per_worker = int(s["global_batch"].iloc[0] // s["workers"].iloc[0])
+    return (f"incomplete: {len(s)} of {STUDY_SEEDS * len(batches)} planned study runs finished; batches "
+            f"{_batches([w * per_worker for w in missing])} still lack seeds, so the declared reading (regimes, fit, "
+            "noise scale) waits for the whole curve")
+
+
+def rq5_reading(df: pd.DataFrame, noise: pd.DataFrame | None = None, config: Path = CONFIG) -> str:
+    """The declared reading, per scale and optimizer, from the runs; says so when there are none, and only says
+    how far a curve has got until all of it has run."""
     steps = run_steps(df)
     if steps.empty:
         return "No experiment 13 runs: nothing to read yet (`make exp13` runs the declared plan)."
@@ -393,6 +410,10 @@ def rq5_reading(df: pd.DataFrame, noise: pd.DataFrame | None = None) -> str:
     if study.empty:
         lines.append("- No study runs yet (step 2): only the rate selection has run.")
     for (scale, optimizer), s in study.groupby(["scale", "optimizer"], sort=True):
+        waiting = unfinished_curve(s, optimizer, config)
+        if waiting:
+            lines.append(f"- {optimizer.upper()} ({scale} scale): {waiting}.")
+            continue
         lines += _curve_lines(scale, optimizer, s, noise if scale == "local" else noise.iloc[0:0])
     if len(study):
         lines.append(tuned_beside_recipes(df))

@@ -134,7 +134,7 @@ def synthetic_runs() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_the_report_draws_experiment_13_from_its_runs_and_says_nothing_without_them():
+def test_the_report_draws_experiment_13_from_its_runs_and_says_nothing_without_them(tmp_path):
     from analysis import catalogue as ct
 
     empty = ct.Inputs(df=pd.DataFrame(columns=["kind", "exp"]), ref=pd.DataFrame())
@@ -146,8 +146,17 @@ def test_the_report_draws_experiment_13_from_its_runs_and_says_nothing_without_t
     assert isinstance(drawn, ct.Drawn)
     table = next(t for t in ct.TABLES if t.name == "exp13_steps_to_target").make(inputs, None)
     assert set(table["source"].str[:6]) == {"exp 13", "exp 12"} and len(table) == 5
-    reading = st.rq5_reading(synthetic_runs(), noise=pd.DataFrame())
+    planned = tmp_path / "config.toml"  # the plan of these runs: SGD at 1-8 workers
+    planned.write_text("[study]\nextra = [\n" + ",\n".join(
+        f'{{ run = "tune-sgd-w{w}-base0.05", "optim.name" = "sgd", "lr.base" = 0.05, "train.workers" = {w} }}'
+        for w in (1, 2, 4, 8)) + "\n]\n")
+    reading = st.rq5_reading(synthetic_runs(), noise=pd.DataFrame(), config=planned)
     assert "SGD (local scale, target 50 % top-1)" in reading and "Step 1" in reading
+    one_seed_short = synthetic_runs()
+    one_seed_short = one_seed_short[one_seed_short["run"] != "sgd-w8-s3"]
+    reading = st.rq5_reading(one_seed_short, noise=pd.DataFrame(), config=planned)
+    assert "SGD (local scale): incomplete: 11 of 12 planned study runs finished; batches 32 still lack seeds" in reading
+    assert "Fitted B_noise" not in reading
 
 
 # ---- the declaration precedes every run ---------------------------------------------------------------------------
