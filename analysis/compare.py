@@ -252,7 +252,8 @@ def made_from(df: pd.DataFrame, runs: Path, root: Path = REFERENCE_ROOT, experim
     for label, folder, k in counted:
         if experiments and experiment_number(folder.name) not in experiments:
             continue
-        text += f"; {folder.name}: {k} run{'' if k == 1 else 's'} in {_repo_relative(folder)} (reference machine {label})"
+        runs_there = f"{k} run{'' if k == 1 else 's'} in {_repo_relative(folder)}"
+        text += f"; {folder.name}: {runs_there} (reference machine {label})"
     return text + "."
 
 
