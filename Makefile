@@ -47,7 +47,7 @@ endif
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-horovod setup-dali setup-tf tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report cost bench bench-data bench-step bench-comm gpu-check noise-scale exp13-next clean
+.PHONY: help setup setup-horovod setup-dali setup-tf tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report reference-add cost bench bench-data bench-step bench-comm gpu-check noise-scale exp13-next clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -157,6 +157,11 @@ report: setup ## Tables, figures, notebooks of results/runs (or OUT=DIR) -> resu
 reference-report: setup ## Redraw the committed report (results/tables, figures, rq*.ipynb) from the committed reference
 	$(PY) -m analysis report --runs results/reference/vm-2cpu
 	$(PY) -m analysis headline --write
+
+# e.g. make reference-add RUNS=results/runs/13_steps_to_target MACHINE=xeon-2cpu: the runs measured on that machine
+reference-add: setup ## Copy a study's finished runs (RUNS=results/runs/NN_name) into results/reference/MACHINE/, without checkpoints
+	@test -n "$(RUNS)" -a -n "$(MACHINE)" || { echo "make: give RUNS=results/runs/NN_name MACHINE=label (results/reference/LABEL)"; exit 2; }
+	$(PY) -m tools reference-add $(RUNS) --machine $(MACHINE)
 
 # The committed results/tables/cost* price the node scale's default 8-GPU node; another node (GPUS=N) is priced into
 # results/report/cost-gpusN/ (gitignored), so pricing your node never rewrites the committed tables.

@@ -1,0 +1,91 @@
+"""Add a study's finished runs to a committed reference machine's folder, the way its runs were committed: each
+run folder whose manifest says completed or diverged, copied without its checkpoint and lock files (a reference
+keeps the records, never the trainer's state), and only where the run was measured on that machine (its hosts and
+CPU instruction set as machine.toml declares them), so that no other machine's run is ever pooled into it.
+
+    python -m tools reference-add results/runs/13_steps_to_target --machine xeon-2cpu
+        (make reference-add RUNS=results/runs/13_steps_to_target MACHINE=xeon-2cpu)
+
+Running, failed or preempted runs are left out with a count; a finished run already there is copied again (its
+records are final, so the copy is the same unless the run was resumed past its end, which the trainer never does).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+from contract.config import ConfigError
+from contract.runfolder import CONFIG, CONSOLE, LOG, MANIFEST, METRICS
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "results" / "reference"
+FINISHED = ("completed", "diverged")
+KEPT = (CONFIG, MANIFEST, METRICS, LOG, CONSOLE)  # everything but checkpoint.pt and the lock files
+
+
+def machine_of(reference: Path, label: str) -> dict:
+    """The reference machine's machine.toml; one line naming what to do when it has none."""
+    path = reference / label / "machine.toml"
+    if not path.is_file():
+        known = sorted(p.parent.name for p in reference.glob("*/machine.toml"))
+        raise ConfigError(f"no reference machine {label!r} ({path} missing): describe it in a machine.toml first, "
+                          f"or name one of {', '.join(known) or 'none'}")
+    return tomllib.loads(path.read_text())
+
+
+def foreign(manifest: dict, machine: dict) -> str:
+    """Why a run was not measured on the machine ('' when it was): its hosts and its CPU kernels' instruction set."""
+    hosts = set(manifest.get("hosts") or [])
+    if machine.get("hosts") and not hosts <= set(machine["hosts"]):
+        return f"hosts {sorted(hosts)} are not the machine's {machine['hosts']}"
+    isa = (manifest.get("cpu") or {}).get("torch_capability")
+    if machine.get("isa") and isa != machine["isa"]:
+        return f"its CPU instruction set {isa} is not the machine's {machine['isa']}"
+    return ""
+
+
+def finished_runs(study: Path) -> tuple[list[Path], list[str]]:
+    """The finished run folders of a study's runs folder, and one line per run left out (unfinished)."""
+    runs, left_out = [], []
+    for folder in sorted(p for p in study.iterdir() if (p / MANIFEST).is_file()):
+        status = json.loads((folder / MANIFEST).read_text()).get("status")
+        if status in FINISHED:
+            runs.append(folder)
+        else:
+            left_out.append(f"{folder.name}: {status}")
+    return runs, left_out
+
+
+def add(study: Path, label: str, reference: Path = REFERENCE) -> tuple[list[str], list[str]]:
+    """Copy the study's finished runs measured on the machine into its reference folder: (added, left out)."""
+    machine = machine_of(reference, label)
+    if not study.is_dir():
+        raise ConfigError(f"{study} is no folder: give a study's runs folder, e.g. results/runs/13_steps_to_target")
+    runs, left_out = finished_runs(study)
+    for folder in runs:
+        why = foreign(json.loads((folder / MANIFEST).read_text()), machine)
+        if why:
+            raise ConfigError(f"{folder.name} was not measured on {label}: {why}; commit it under its own machine")
+    target = reference / label / study.name
+    for folder in runs:
+        shutil.rmtree(target / folder.name, ignore_errors=True)
+        (target / folder.name).mkdir(parents=True)
+        for name in KEPT:
+            if (folder / name).is_file():
+                shutil.copy2(folder / name, target / folder.name / name)
+    return [f.name for f in runs], left_out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools reference-add", description=__doc__.split("\n\n")[0])
+    p.add_argument("study", type=Path, help="a study's runs folder, e.g. results/runs/13_steps_to_target")
+    p.add_argument("--machine", required=True, help="the reference machine's label (results/reference/LABEL)")
+    args = p.parse_args(argv)
+    added, left_out = add(args.study, args.machine)
+    target = REFERENCE / args.machine / args.study.name
+    print(f"reference-add: {len(added)} finished run(s) of {args.study} in {target.relative_to(REPO)}; "
+          f"{len(left_out)} unfinished left out" + (f" ({', '.join(left_out)})" if left_out else ""))
+    return 0
