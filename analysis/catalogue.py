@@ -42,6 +42,11 @@ from .smoke import smoke_paths  # noqa: E402
 
 #: the line a figure carries when it draws the thesis's values only: never "Made from N runs (this machine)"
 THESIS_SOURCE = "Made from the thesis's values (no runs)."
+
+
+def thesis_source(entry) -> str:
+    """The line of an entry made from the thesis's own tables alone, naming them."""
+    return f"Made from the thesis's {entry.thesis} (no runs)."
 SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale (config.json \"scale\"): their "
               "numbers are not comparable with the thesis's and are not placed beside them.")
 #: the quality experiments (Tables 10-15, Figures 18-30): their error curves and learning-rate schedules
@@ -116,6 +121,7 @@ class Table:
     notes: tuple | Callable = ()  # the lines under it, or notes(inputs, frame) -> those lines
     shown: Callable | None = None  # shown(frame): a shorter table for the .md (the .csv keeps every column)
     options: dict = field(default_factory=dict)  # the maker's own settings
+    thesis_only: bool = False  # made from the thesis's values alone: its line names them, never the runs
 
 
 @dataclass(frozen=True)
@@ -311,7 +317,7 @@ def steady_state(inputs: Inputs, entry: Figure) -> Drawn:
     """RQ2 from the thesis's values alone: the first batch left out of its throughput formula."""
     figure, ax = plt.subplots(figsize=(7, 4.2))
     fg.plot_steady_state(rf.rq2_steady_state(inputs.ref), ax=ax)
-    return Drawn(figure, f"Made from the thesis's {entry.thesis} (no runs).")
+    return Drawn(figure, thesis_source(entry))
 
 
 def link_rates(inputs: Inputs, entry: Figure) -> Drawn | str | None:
@@ -376,7 +382,7 @@ TABLES = (
     Table("rq2_steady_state", "Tables 5/6 and 8/9, Figures 12-13", (), lambda inputs, entry: rf.rq2_steady_state(
           inputs.ref), "RQ2: Tables 5/6 and 8/9 with the first training batch (Figures 12-13) left out",
           ("steady_images_per_s = B*G / ((200 * B*G / thesis - first_batch_s) / 199); empty where the thesis "
-           "prints no first-batch time.",)),
+           "prints no first-batch time.",), thesis_only=True),
     Table("runs", "", (), of_runs(tb.run_summary), "Every run found",
           ("status 'running' with no final record: a half-written run.",)),
     Table("quality_summary", "", QUALITY_EXPERIMENTS, of_runs(tb.quality_summary),

@@ -49,7 +49,8 @@ def build_tables(inputs: ct.Inputs, out: Path, entries=ct.TABLES) -> list[Path]:
         notes = entry.notes(inputs, frame) if callable(entry.notes) else list(entry.notes)
         shown = entry.shown(frame) if entry.shown else None
         written += tb.write_table(frame, out, entry.name, entry.title, notes or None,
-                                   entry_source(inputs, entry, inputs.source), shown)
+                                   ct.thesis_source(entry) if entry.thesis_only
+                                   else entry_source(inputs, entry, inputs.source), shown)
     return written
 
 

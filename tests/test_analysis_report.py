@@ -279,3 +279,14 @@ def test_the_committed_report_takes_an_experiment_only_another_reference_machine
     said = made_from(df, first, tmp_path)
     assert said.startswith("Made from 1 run in ") and "12_large_batch: 1 run in " in said
     assert said.endswith("(reference machine b-machine).")
+
+
+def test_a_table_of_the_thesis_alone_names_no_runs(tmp_path):
+    from analysis import catalogue as ct
+    from analysis import report as rp
+
+    inputs = ct.Inputs(pd.DataFrame(columns=["kind", "exp"]), rf.load_reference(), "Made from 3 runs in x (this machine).")
+    entries = [t for t in ct.TABLES if t.name == "rq2_steady_state"]
+    [md] = [p for p in rp.build_tables(inputs, tmp_path, entries) if p.suffix == ".md"]
+    assert "Made from the thesis's Tables 5/6 and 8/9, Figures 12-13 (no runs)." in md.read_text()
+    assert "this machine" not in md.read_text()
