@@ -18,4 +18,4 @@ from .readings import baseline_rate_note, markdown, rq1_reading, rq3_reading, ve
 from .reference import load_reference  # noqa: F401
 from .runs import load_log, load_logs, load_runs, load_study  # noqa: F401
 from .steps_to_target import (rq5_reading, selection_table, steps_figure, steps_table,  # noqa: F401
-                              tuned_beside_recipes)
+                              tuned_beside_recipes, tuned_optimizers)

@@ -144,6 +144,8 @@ RQ4 = [
            "Steps to experiment 13's target (50 % top-1), the measure of `rq5_critical_batch.ipynb`: experiment 12's "
            "runs read at that target, beside SGD tuned per batch (no decay)."),
     ("code", "an.markdown(an.tuned_beside_recipes(df))"),
+    ("md", "## Once both are tuned: experiment 13's LAMB beside its SGD, each batch at its own rate (Nado et al.)"),
+    ("code", "an.markdown(an.tuned_optimizers(df))"),
 ]
 
 RQ5 = [

@@ -417,7 +417,17 @@ def rq5_reading(df: pd.DataFrame, noise: pd.DataFrame | None = None, config: Pat
         lines += _curve_lines(scale, optimizer, s, noise if scale == "local" else noise.iloc[0:0])
     if len(study):
         lines.append(tuned_beside_recipes(df))
+    if study["optimizer"].nunique() > 1:
+        lines.append(tuned_optimizers_line(study))
     return "\n".join(lines)
+
+
+def tuned_optimizers(df: pd.DataFrame) -> str:
+    """RQ4's question once both optimizers are tuned: experiment 13's LAMB beside its SGD, batch by batch (a line)."""
+    study = study_steps(run_steps(df))
+    if study.empty or study["optimizer"].nunique() < 2:
+        return "- No two tuned optimizers' study runs (experiment 13's step 2) to set beside each other yet."
+    return tuned_optimizers_line(study)
 
 
 def tuned_beside_recipes(df: pd.DataFrame) -> str:
@@ -455,6 +465,36 @@ def beside_recipes_line(tuned: pd.DataFrame, recipes: pd.DataFrame) -> str:
     return ("- Tuned SGD (no decay) beside experiment 12's recipes (72 epochs with their decays, read at the same "
             "target; `fewer`: every tuned-SGD seed took fewer steps than every seed of the recipe): "
             + ("; ".join(said) if said else "no batch in common") + ".")
+
+
+def tuned_optimizers_line(study: pd.DataFrame, first: str = "lamb", second: str = "sgd") -> str:
+    """Nado et al.'s question on the miniature: two optimizers, each batch at its own chosen rate, per batch where
+    both have every study seed: "fewer" only where every seed of one took fewer steps than every seed of the other
+    (the seeds' ranges apart, as beside experiment 12's recipes); a batch still running its seeds waits."""
+    local = study[study["scale"] == "local"]
+    points = {o: curve_points(local[local["optimizer"] == o]).set_index("global_batch") for o in (first, second)}
+    batches = sorted(set(points[first].index) | set(points[second].index))
+    whole = [b for b in batches if all(b in p.index and p.loc[b, "seeds"] >= STUDY_SEEDS for p in points.values())]
+    a, b, said = first.upper(), second.upper(), {}
+    for batch in whole:
+        mine, other = points[first].loc[batch], points[second].loc[batch]
+        if np.isnan(mine["steps"]) or np.isnan(other["steps"]):
+            missed = [name for name, p in ((a, mine), (b, other)) if np.isnan(p["steps"])]
+            key = ("neither reached the target" if len(missed) == 2
+                   else f"not every {missed[0]} seed reached the target")
+        elif mine["steps_high"] < other["steps_low"]:
+            key = f"{a} fewer"
+        elif mine["steps_low"] > other["steps_high"]:
+            key = f"{a} more"
+        else:
+            key = "overlapping"
+        said.setdefault(key, []).append(batch)
+    order = [f"{a} fewer", f"{a} more", "overlapping"]
+    parts = [f"{k} at {_batches(said[k])}" for k in order + sorted(set(said) - set(order)) if k in said]
+    head = (f"- Tuned {a} beside tuned {b}, each batch at its own chosen rate (no decay; `{a} fewer`: every {a} "
+            f"seed took fewer steps than every {b} seed), compared at {len(whole)} of {len(batches)} batches (those "
+            f"where both have all {STUDY_SEEDS} seeds)")
+    return head + (": " + "; ".join(parts) if parts else ": no batch to compare yet") + "."
 
 
 def _selection_line(chosen: pd.DataFrame) -> str:

@@ -220,3 +220,20 @@ def test_tuned_sgd_is_fewer_than_a_recipe_only_where_the_seed_ranges_lie_apart()
     line = st.beside_recipes_line(tuned, recipe)
     assert "LARS: fewer at 128, overlapping at 256, recipe did not reach at 512" in line
     assert "1,024" not in line  # no tuned-SGD point there: not compared
+
+
+def test_tuned_lamb_beside_tuned_sgd_only_at_batches_where_both_have_every_seed():
+    def seeds(optimizer, batch, per_seed):
+        return [dict(scale="local", optimizer=optimizer, workers=batch // 4, global_batch=batch, seed=s + 1,
+                     tuning=False, reached=steps is not None, steps=float(steps) if steps else math.nan,
+                     epoch_steps=1.0) for s, steps in enumerate(per_seed)]
+    study = pd.DataFrame(seeds("sgd", 4, [1000, 1100, 1200]) + seeds("lamb", 4, [700, 800, 900])
+                         + seeds("sgd", 8, [600, 650, 700]) + seeds("lamb", 8, [640, 700, 760])
+                         + seeds("sgd", 16, [300, 320, 340]) + seeds("lamb", 16, [100, 110])  # a seed to come
+                         + seeds("sgd", 32, [150, 160, 170]) + seeds("lamb", 32, [200, None, 210])
+                         + seeds("sgd", 64, [80, 90, 100]) + seeds("lamb", 64, [120, 130, 140]))
+    line = st.tuned_optimizers_line(study)
+    assert ("LAMB fewer at 4; LAMB more at 64; overlapping at 8; not every LAMB seed reached the target at 32"
+            in line), line
+    assert "compared at 4 of 5 batches" in line and " 16" not in line  # batch 16 waits for its third LAMB seed
+    assert "no batch" in st.tuned_optimizers_line(pd.DataFrame(seeds("sgd", 4, [1, 2, 3])))
