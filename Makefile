@@ -146,8 +146,8 @@ exp%: setup
 	$(PY) -m suite study $(EXP_DIR) $(STUDY_ARGS)
 exp1 exp2 exp3: horovod-if-possible
 
-exp13-next: setup ## Experiment 13's next rows (edge rates, then the study) from its finished tuning runs (OUT=runs; WRITE=1 adds them)
-	$(PY) -m tools exp13-next $(if $(OUT),--runs $(OUT)) $(if $(filter 1,$(WRITE)),--write)
+exp13-next: setup ## Experiment 13's next rows (edge rates, then the study) from SCALE's finished tuning runs (OUT=runs; WRITE=1 adds them)
+	$(PY) -m tools exp13-next --scale $(SCALE) $(if $(OUT),--runs $(OUT)) $(if $(filter 1,$(WRITE)),--write)
 
 # The report of results/runs (or OUT=) goes to results/report/<runs folder>/, cleared first; only the committed
 # reference's runs (OUT=results/reference/vm-2cpu) redraw the committed report in results/.

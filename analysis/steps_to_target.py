@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from pathlib import Path
 
 import matplotlib
@@ -28,6 +27,7 @@ import pandas as pd  # noqa: E402
 from scipy import optimize  # noqa: E402
 
 from contract.config import ConfigError, load_config  # noqa: E402
+from contract.plan import study_table  # noqa: E402
 
 from . import figures as fg  # noqa: E402
 from .large_batch import NOISE_FILES, THESIS_WORKERS, noise_scales  # noqa: E402
@@ -83,7 +83,8 @@ def run_steps(df: pd.DataFrame, exp: int = EXPERIMENT) -> pd.DataFrame:
     epochs = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
     rows = []
     for r in runs.itertuples():
-        name = TUNE_RUN.match(r.run) or STUDY_RUN.match(r.run)
+        row = r.run[len(r.scale) + 1:] if r.scale != "local" and r.run.startswith(f"{r.scale}-") else r.run
+        name = TUNE_RUN.match(row) or STUDY_RUN.match(row)  # another scale's runs are named <scale>-<row>
         if name is None:
             continue
         target = declared_target(r.scale)
@@ -100,10 +101,10 @@ def run_steps(df: pd.DataFrame, exp: int = EXPERIMENT) -> pd.DataFrame:
 # ============================================================================================ step 1: the choice
 
 
-def planned_rows(config: Path = CONFIG) -> list[dict]:
-    """The [study] extra rows of experiment 13's config, as written (step 1's grid, its edge rows, step 2's rows)."""
-    with open(config, "rb") as f:
-        return list(tomllib.load(f)["study"].get("extra", []))
+def planned_rows(config: Path = CONFIG, scale: str = "local") -> list[dict]:
+    """The [study] extra rows of experiment 13's config planned at `scale`, as written: step 1's grid (every scale),
+    and the edge rows and step 2's rows that scale's own step 1 chose (each carries its `scale`)."""
+    return list(study_table(config, scale).get("extra", []))
 
 
 def tuning_pairs(rows: list[dict]) -> dict[tuple[str, int], list[dict]]:
@@ -119,11 +120,11 @@ def settled_choices(tuned: pd.DataFrame, config: Path = CONFIG) -> pd.DataFrame:
     """selection() per (optimizer, batch), with `settled`: every rate the config plans for that pair (its grid and
     any edge rows) has finished. An unsettled pair's choice is only the best so far, never the rule's."""
     chosen = selection(tuned)
-    pairs = tuning_pairs(planned_rows(config))
+    pairs = {scale: tuning_pairs(planned_rows(config, scale)) for scale in chosen["scale"].unique()}
     finished = tuned.groupby(["scale", "optimizer", "workers"])["base"].agg(set)
     settled, planned_rates = [], []
     for r in chosen.itertuples():
-        planned = {float(row["lr.base"]) for row in pairs.get((r.optimizer, r.workers), [])}
+        planned = {float(row["lr.base"]) for row in pairs[r.scale].get((r.optimizer, r.workers), [])}
         settled.append(planned <= finished.get((r.scale, r.optimizer, r.workers), set()))
         planned_rates.append(len(planned))
     return chosen.assign(settled=settled, planned=planned_rates)
@@ -386,7 +387,8 @@ def steps_figure(df: pd.DataFrame):
 def unfinished_curve(s: pd.DataFrame, optimizer: str, config: Path = CONFIG) -> str:
     """'' when every batch the config tunes for this optimizer has all its study seeds finished; else a sentence
     saying how much of the curve has run (the declared reading, its fit and regimes, waits for the whole curve)."""
-    batches = sorted({workers for opt, workers in tuning_pairs(planned_rows(config)) if opt == optimizer})
+    planned = planned_rows(config, s["scale"].iloc[0])
+    batches = sorted({workers for opt, workers in tuning_pairs(planned) if opt == optimizer})
     done = s.groupby("workers")["seed"].nunique()
     missing = [w for w in batches if done.get(w, 0) < STUDY_SEEDS]
     if not missing:

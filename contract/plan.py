@@ -9,7 +9,8 @@ An experiment's config.toml declares its varied factor once (the thesis's one-fa
     # an extra run may carry its own name: { run = "baseline-w1", "train.workers" = 1 } -> baseline-w1-s0, -s1...
     # and its own number of seeds: { run = "pilot", seeds = 1 }; --seeds N on the command line overrides every count
     # and its first seed: { run = "sgd-w8", seeds = 3, first_seed = 1 } -> sgd-w8-s1, -s2, -s3 (seeds that a
-    # tuning run at seed 0 never drew)
+    # tuning run at seed 0 never drew), and the one scale it is planned at: { run = "sgd-w8", scale = "local", ... }
+    # (a row that scale's own results chose, as experiment 13's rates: another scale runs its own choice)
     seeds = 1
     nodes = 1                      # or a varied "nodes": real multi-node launches (torchrun nodes, Slurm -N)
 
@@ -35,8 +36,8 @@ from contract.runfolder import check_run_name
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
          "train.framework": "", "data.kind": "",
          "train.precision": "", "train.channels_last": "cl", "train.compile": "compiled"}
-LAUNCH_KEYS = ("nodes", "tasks_per_node", "run", "seeds", "first_seed")  # how runs are launched, named or repeated, not
-# trainer settings
+LAUNCH_KEYS = ("nodes", "tasks_per_node", "run", "seeds", "first_seed", "scale")  # how runs are launched, named,
+# repeated or placed at a scale, not trainer settings
 STUDY_KEYS = ("question", "vary", "extra", "seeds", "nodes", "tasks_per_node", "baseline", "kind")
 KINDS = ("quality", "throughput")
 
@@ -79,6 +80,8 @@ def study_table(config: Path, scale: str) -> dict[str, Any]:
     table = dict(document.get("study", {}))
     table.update(document.get("scale", {}).get(scale, {}).get("study", {}))
     check_study_table(table, config)
+    if "extra" in table:  # a row that names its scale is planned there alone
+        table["extra"] = [row for row in table["extra"] if row.get("scale", scale) == scale]
     return table
 
 
@@ -125,6 +128,8 @@ def check_study_table(table: dict[str, Any], config: Path) -> None:
                 (seed_count if key == "seeds" else whole_number)(f"study {key}", combo[key])
         if "first_seed" in combo:
             whole_number("study first_seed", combo["first_seed"], at_least=0)
+        if "scale" in combo and combo["scale"] not in SCALES:
+            raise ConfigError(f"study scale = {combo['scale']!r} is not a scale: {', '.join(SCALES)}")
 
 
 def run_name(values: dict[str, Any], seed: int | None) -> str:
@@ -149,7 +154,7 @@ class Shape:
     @property
     def stem(self) -> str:
         """The run's name without its seed: a named extra run's `run`, else the varied values (run_name)."""
-        varied = {k: v for k, v in self.combo.items() if k not in ("seeds", "first_seed")}
+        varied = {k: v for k, v in self.combo.items() if k not in ("seeds", "first_seed", "scale")}
         return self.combo.get("run") or (run_name(varied, None) if varied else "")
 
     def run_name(self, seed: int) -> str:

@@ -115,9 +115,9 @@ def test_the_noise_sentence_says_only_what_the_intervals_support():
 
 
 # ---- the report's entries -----------------------------------------------------------------------------------------
-def run_rows(exp: int, name: str, batch: int, values) -> list[dict]:
+def run_rows(exp: int, name: str, batch: int, values, scale: str = "local") -> list[dict]:
     path = f"runs/{exp}/{name}"
-    run = dict(kind="run", exp=exp, run=name, path=path, scale="local", status="completed", global_batch=batch,
+    run = dict(kind="run", exp=exp, run=name, path=path, scale=scale, status="completed", global_batch=batch,
                gpus=batch // 4, best_val_top1=max(values))
     return [run] + [dict(kind="epoch", exp=exp, run=name, path=path, epoch=e, val_top1=v, images=8000)
                     for e, v in enumerate(values)]
@@ -237,3 +237,20 @@ def test_tuned_lamb_beside_tuned_sgd_only_at_batches_where_both_have_every_seed(
             in line), line
     assert "compared at 4 of 5 batches" in line and " 16" not in line  # batch 16 waits for its third LAMB seed
     assert "no batch" in st.tuned_optimizers_line(pd.DataFrame(seeds("sgd", 4, [1, 2, 3])))
+
+
+def test_another_scales_runs_are_read_and_judged_by_that_scales_own_rows(tmp_path):
+    """A gpu-scale run is named gpu-<row>; its choice is settled by the rows planned at the gpu scale, never by the
+    local scale's edge rows."""
+    runs = pd.DataFrame(run_rows(13, "gpu-tune-sgd-w1-base0.05-s0", 4, [10.0, 65.0], scale="gpu"))
+    [row] = st.run_steps(runs).itertuples()
+    assert (row.scale, row.optimizer, row.workers, row.base, row.tuning, row.steps) == ("gpu", "sgd", 1, 0.05, True,
+                                                                                        2 * 2000)
+    config = tmp_path / "config.toml"
+    config.write_text('[study]\nextra = [\n{ run = "tune-sgd-w1-base0.05", "optim.name" = "sgd", "lr.base" = 0.05, '
+                      '"train.workers" = 1 },\n{ run = "tune-sgd-w1-base0.1", scale = "local", "optim.name" = "sgd", '
+                      '"lr.base" = 0.1, "train.workers" = 1 }]\n')
+    assert [r["run"] for r in st.planned_rows(config, "gpu")] == ["tune-sgd-w1-base0.05"]
+    assert len(st.planned_rows(config, "local")) == 2
+    [pair] = st.settled_choices(st.run_steps(runs), config).itertuples()
+    assert pair.settled and pair.planned == 1  # the local edge row is not the gpu scale's to wait for

@@ -42,7 +42,7 @@ def test_a_pair_waits_while_any_of_its_tuning_runs_is_unfinished():
 def test_a_settled_pair_gets_its_study_row_at_the_chosen_rate_with_seeds_one_to_three():
     step = step_of(tuning_rows(8), finished(8, {0.025: 5, 0.05: 3, 0.1: 4}))
     assert step.action == "study"
-    assert step.rows == ({"run": "sgd-w8", "optim.name": "sgd", "lr.base": 0.05, "train.workers": 8,
+    assert step.rows == ({"run": "sgd-w8", "scale": "local", "optim.name": "sgd", "lr.base": 0.05, "train.workers": 8,
                           "train.epochs": 30, "seeds": 3, "first_seed": 1},)
 
 
@@ -82,3 +82,29 @@ def test_write_adds_rows_the_study_plans_and_a_dated_line_to_the_declared_file(t
     assert {"sgd-w8-s1", "sgd-w8-s2", "sgd-w8-s3"} <= names and "sgd-w8-s0" not in names
     again = nx.next_steps(pd.DataFrame(runs), nx.st.planned_rows(config))
     assert [s.action for s in again if s.workers == 8 and s.optimizer == "sgd"] == ["written"]
+
+
+def test_rows_are_written_for_the_scale_whose_runs_chose_them_and_only_count_there(tmp_path):
+    local_study = {"run": "sgd-w8", "scale": "local", "optim.name": "sgd", "lr.base": 0.05, "train.workers": 8,
+                   "train.epochs": 30, "seeds": 3, "first_seed": 1}
+    gpu_runs = [{**r, "scale": "gpu", "run": "gpu-" + r["run"], "path": r["path"].replace("/tune", "/gpu-tune")}
+                | ({"val_top1": 65.0} if r.get("val_top1") == 55.0 else {})  # above the gpu scale's target, 60 %
+                for r in finished(8, {0.025: 5, 0.05: 3, 0.1: 4})]
+    [step] = nx.next_steps(pd.DataFrame(gpu_runs), tuning_rows(8), scale="gpu")  # the local row is not planned there
+    assert step.action == "study" and step.rows[0]["scale"] == "gpu" and step.rows[0]["lr.base"] == 0.05
+    [step] = nx.next_steps(pd.DataFrame(finished(8, {0.025: 5})), tuning_rows(8) + [local_study])
+    assert step.action == "written"
+
+
+def test_the_committed_configs_chosen_rows_are_the_local_scales_alone():
+    """Every edge and study row exp13-next wrote came from the local scale's runs: another scale plans only the
+    declared grid and chooses its own rates."""
+    from contract.plan import study_table
+
+    rows = study_table(nx.st.CONFIG, "local")["extra"]
+    written = [r for r in rows if r["run"] not in {g["run"] for g in study_table(nx.st.CONFIG, "gpu")["extra"]}]
+    assert written and all(r.get("scale") == "local" for r in written)
+    for scale in ("gpu", "node", "thesis"):
+        planned = study_table(nx.st.CONFIG, scale)["extra"]
+        assert all("scale" not in r for r in planned)
+        assert len(planned) == 2 * 10 * 3  # 2 optimizers x 10 batches x the grid's 3 rates

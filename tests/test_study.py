@@ -228,6 +228,18 @@ def test_an_extra_run_may_carry_its_own_seeds_and_the_command_line_overrides_eve
     assert len(expand(folder / "config.toml", "local", seeds=1)) == 3  # one each
 
 
+def test_an_extra_run_chosen_at_one_scale_is_planned_at_that_scale_alone(tmp_path):
+    """A row a scale's own step 1 chose (experiment 13's rates) must never run at another scale's batches."""
+    from contract.plan import expand
+
+    folder = tiny_experiment(tmp_path, 'extra = [{ run = "grid", "train.workers" = 2 }, '
+                                       '{ run = "chosen", scale = "local", "train.workers" = 4, seeds = 2 }]')
+    local = expand(folder / "config.toml", "local", need_data=False)
+    assert [r.name.rsplit("-s", 1)[0] for r in local] == ["grid", "chosen", "chosen"]
+    assert all("scale" not in r.settings for r in local)  # a launch key, never a trainer setting
+    assert [r.name.rsplit("-s", 1)[0] for r in expand(folder / "config.toml", "gpu", need_data=False)] == ["gpu-grid"]
+
+
 def test_the_default_references_quality_runs_are_the_local_scales_own_plans():
     """The findings' evidence is made by today's default config: every committed run of experiments 4-9 in the
     default reference is, by config fingerprint, a run its study plans at the local scale (seeds as committed)."""
@@ -379,6 +391,7 @@ def refuse_study(capsys, folder, *extra) -> str:
      "two runs of "),
     ('sede = 3', [], "unknown key sede in [study]"),
     ('extra = [{ run = "a", seeds = 0 }]', [], "study seeds = 0 must be a whole number >= 1"),
+    ('extra = [{ run = "a", scale = "laptop" }]', [], "study scale = 'laptop' is not a scale: local, gpu, node, "),
 ])
 def test_study_mistakes_are_one_line_and_exit_2(tmp_path, capsys, study, extra, message):
     err = refuse_study(capsys, tiny_experiment(tmp_path, study), *extra)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import steps_to_target as st
+from contract.config import SCALES
 from analysis.runs import load_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,29 +44,32 @@ def study_name(optimizer: str, workers: int) -> str:
     return f"{optimizer}-w{workers}"
 
 
-def edge_row(template: dict, chosen: pd.Series) -> dict:
-    """One more tuning rate a factor 2 beyond the edge the winner sits on (the declared edge rule)."""
+def edge_row(template: dict, chosen: pd.Series, scale: str) -> dict:
+    """One more tuning rate a factor 2 beyond the edge the winner sits on (the declared edge rule), planned at the
+    scale whose runs asked for it."""
     base = float(chosen["chosen_base"]) / 2 if chosen["at_edge"] == "low" else float(chosen["chosen_base"]) * 2
     row = {key: template[key] for key in TUNING_KEYS if key in template}
     row["lr.base"] = base
-    return {"run": tuning_name(template["optim.name"], int(template["train.workers"]), base), **row}
+    return {"run": tuning_name(template["optim.name"], int(template["train.workers"]), base), "scale": scale, **row}
 
 
-def study_row(template: dict, chosen: pd.Series) -> dict:
-    """The pair's study: its chosen rate on the whole training set, seeds 1-3 (never the tuning seed 0)."""
+def study_row(template: dict, chosen: pd.Series, scale: str) -> dict:
+    """The pair's study: its chosen rate on the whole training set, seeds 1-3 (never the tuning seed 0), planned
+    at the scale whose step 1 chose that rate alone."""
     row = {key: template[key] for key in STUDY_KEYS}
     row["lr.base"] = float(chosen["chosen_base"])
-    return {"run": study_name(template["optim.name"], int(template["train.workers"])), **row,
+    return {"run": study_name(template["optim.name"], int(template["train.workers"])), "scale": scale, **row,
             "seeds": st.STUDY_SEEDS, "first_seed": st.FIRST_STUDY_SEED}
 
 
-def next_step(pair: tuple[str, int], rows: list[dict], finished: pd.DataFrame, written: set[str]) -> Step:
-    """The declared rule for one pair, read over its finished tuning runs."""
+def next_step(pair: tuple[str, int], rows: list[dict], finished: pd.DataFrame, written: set[str],
+              scale: str) -> Step:
+    """The declared rule for one pair, read over its finished tuning runs at `scale`."""
     optimizer, workers = pair
     if study_name(optimizer, workers) in written:
         return Step(optimizer, workers, "written", (), "its study rows are in config.toml")
     done = finished[(finished["optimizer"] == optimizer) & (finished["workers"] == workers)]
-    waiting = sorted({r["run"] for r in rows} - {Path(p).name.rsplit("-s", 1)[0] for p in done["path"]})
+    waiting = [r["run"] for r in rows if float(r["lr.base"]) not in set(done["base"])]
     if waiting:
         return Step(optimizer, workers, "wait", (), f"{len(waiting)} of {len(rows)} tuning runs unfinished")
     chosen = st.selection(done).iloc[0]
@@ -74,20 +78,23 @@ def next_step(pair: tuple[str, int], rows: list[dict], finished: pd.DataFrame, w
     why = f"base {chosen['chosen_base']:g} of {len(rows)} rates ({reached})"
     extensions = len(rows) - st.GRID_RATES
     if chosen["at_edge"] and extensions < st.EDGE_EXTENSIONS:
-        return Step(optimizer, workers, "edge", (edge_row(rows[0], chosen),),
+        return Step(optimizer, workers, "edge", (edge_row(rows[0], chosen, scale),),
                     f"{why}: at the grid's {chosen['at_edge']} edge, extension {extensions + 1} of "
                     f"{st.EDGE_EXTENSIONS}")
     if chosen["at_edge"]:
         why += f", still at the {chosen['at_edge']} edge after {extensions} extensions (possibly under-tuned)"
-    return Step(optimizer, workers, "study", (study_row(rows[0], chosen),), why)
+    return Step(optimizer, workers, "study", (study_row(rows[0], chosen, scale),), why)
 
 
 def next_steps(runs: pd.DataFrame, rows: list[dict], scale: str = "local") -> list[Step]:
-    """Every planned pair's next step, from the runs' frame (analysis.runs) and the config's extra rows."""
+    """Every planned pair's next step at `scale`, from the runs' frame (analysis.runs) and the config's extra rows
+    (those another scale's step 1 wrote are not this scale's)."""
+    rows = [r for r in rows if r.get("scale", scale) == scale]
     written = {r["run"] for r in rows if not r["run"].startswith("tune-")}
     steps = st.run_steps(runs)
     finished = steps[steps["tuning"].astype(bool) & (steps["scale"] == scale)] if len(steps) else steps
-    return [next_step(pair, pair_rows, finished, written) for pair, pair_rows in st.tuning_pairs(rows).items()]
+    return [next_step(pair, pair_rows, finished, written, scale)
+            for pair, pair_rows in st.tuning_pairs(rows).items()]
 
 
 def toml_value(value) -> str:
@@ -145,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", type=Path, default=st.CONFIG, help="experiment 13's config.toml")
     p.add_argument("--declared", type=Path, default=DECLARED, help="the declared file a --write line goes to")
     p.add_argument("--write", action="store_true", help="add the due rows to the config and a line to the declared file")
+    p.add_argument("--scale", default="local", choices=SCALES, help="the scale whose step 1 is read (its rows carry it)")
     args = p.parse_args(argv)
-    steps = next_steps(load_runs(args.runs), st.planned_rows(args.config))
+    steps = next_steps(load_runs(args.runs), st.planned_rows(args.config, args.scale), args.scale)
     print(show(steps))
     due = [s for s in steps if s.action in ("edge", "study")]
     if args.write and due:
