@@ -13,6 +13,7 @@ An experiment's config.toml declares its varied factor once (the thesis's one-fa
     # (a row that scale's own results chose, as experiment 13's rates: another scale runs its own choice)
     seeds = 1
     nodes = 1                      # or a varied "nodes": real multi-node launches (torchrun nodes, Slurm -N)
+    next = "`make expN-next OUT={out}` ..."    # a study run in steps: the command its last line names after its runs
 
 `[scale.<scale>.study]` changes any of these at a scale. What the plan becomes on a machine (processes, folders,
 Slurm jobs) is the studies' business (studies/); how the `node` scale places a run on its one machine of N GPUs
@@ -25,6 +26,7 @@ import dataclasses
 import fnmatch
 import itertools
 import json
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,8 @@ SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tas
          "train.precision": "", "train.channels_last": "cl", "train.compile": "compiled"}
 LAUNCH_KEYS = ("nodes", "tasks_per_node", "run", "seeds", "first_seed", "scale")  # how runs are launched, named,
 # repeated or placed at a scale, not trainer settings
-STUDY_KEYS = ("question", "vary", "extra", "seeds", "nodes", "tasks_per_node", "baseline", "kind")
+STUDY_KEYS = ("question", "vary", "extra", "seeds", "nodes", "tasks_per_node", "baseline", "kind", "next")
+NEXT_FIELDS = ("out", "scale")  # what a study's `next` command may name: {out} its runs folder, {scale} its scale
 KINDS = ("quality", "throughput")
 
 
@@ -70,6 +73,7 @@ class Study:
     overrides: list[str] = field(default_factory=list)  # --set for every run (QUICK, the user's own), in each cfg
     time_limit: str = ""  # a Slurm job's -t (QUICK's short one); "" = the cluster profile's
     left_out: list[str] = field(default_factory=list)  # QUICK: runs whose global batch its small set cannot hold
+    next_step: str = ""  # [study] next: the command after these runs (a study run in steps), {out} and {scale} in it
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -108,6 +112,10 @@ def check_study_table(table: dict[str, Any], config: Path) -> None:
     unknown = sorted(set(table) - set(STUDY_KEYS))
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]} in {where}; known: {', '.join(STUDY_KEYS)}")
+    named = {name for _, name, _, _ in string.Formatter().parse(str(table.get("next", ""))) if name is not None}
+    if named - set(NEXT_FIELDS):
+        raise ConfigError(f"study.next names {{{sorted(named - set(NEXT_FIELDS))[0]}}} in {config}; it may name only "
+                          "{out} and {scale}")
     if table.get("kind", "quality") not in KINDS:
         raise ConfigError(f"study.kind = {table['kind']!r} in {config} is not one of {', '.join(KINDS)}")
     for key in ("seeds", "nodes", "tasks_per_node"):
@@ -270,7 +278,8 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
         raise ConfigError(f"--only {' '.join(only)} matches none of {experiment.name}'s runs "
                           f"({', '.join(names)})")
     return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
-                 table.get("kind", "quality"), extra, quick_time_limit(quick_tables_here), left_out or [])
+                 table.get("kind", "quality"), extra, quick_time_limit(quick_tables_here), left_out or [],
+                 table.get("next", ""))
 
 
 def quick_settings(lines: list[str]) -> list[tuple[str, Any]]:

@@ -100,6 +100,11 @@ def report_hint(out: Path) -> str:
     return f"`{command}` turns them into tables and figures"
 
 
+def next_hint(template: str, out: Path, scale: str) -> str:
+    """A study run in steps ([study] next): the command after its runs, with its runs folder and scale filled in."""
+    return f"; next, {template.format(out=out, scale=scale)}" if template else ""
+
+
 def interrupted_line(experiment: str, stopped: list[Path]) -> str:
     """What a stopped study left: only a run with a checkpoint resumes; one stopped in start-up starts afresh."""
     saved = sum((run_dir / CHECKPOINT).exists() for run_dir in stopped)

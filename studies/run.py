@@ -16,7 +16,7 @@ from contract.plan import NODE_SCALE, Study, check_node_gpus, load_study, whole_
 from studies.clock import Clock, duration, reference_seconds
 from studies.launch import (FULL_OUT, OTHER_CONFIG, QUICK_OUT, Active, data_warning, default_jobs, local_commands,
                             planned_runs, refuse_other_configs, space_warning, terminate_with_parent)
-from studies.progress import Progress, interrupted_line, print_comparison, report_hint
+from studies.progress import Progress, interrupted_line, next_hint, print_comparison, report_hint
 from studies.slurm import submit_all
 from studies.supervise import drive, stop_active
 from trainers.backends import horovod_available
@@ -60,7 +60,8 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
     # last, so the line that says where the runs went and the next command is not lost above the comparison
     elsewhere = f", {progress.elsewhere} left to the process training them" if progress.elsewhere else ""
     print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed{elsewhere}, "
-          f"{duration(time.time() - started)}; run folders in {out / study.experiment.name}; {report_hint(out)}")
+          f"{duration(time.time() - started)}; run folders in {out / study.experiment.name}; {report_hint(out)}"
+          f"{next_hint(study.next_step, out, scale)}")
     return 1 if failures else 0
 
 

@@ -286,6 +286,19 @@ def test_the_closing_hint_names_the_runs_folder_the_report_must_read():
     assert "`make report OUT=/tmp/x`" in report_hint(Path("/tmp/x"))
 
 
+
+def test_a_study_that_declares_its_next_step_names_it_with_its_folder_and_scale(tmp_path, capsys):
+    """Experiment 13 runs in steps: a `make exp13` that finished step 1 must say what writes step 2, not just stop."""
+    from studies.progress import next_hint
+
+    study = load_study(REPO / "experiments" / "13_steps_to_target", "gpu", False, None, [], ["gpu-tune-sgd-w1-*"])
+    hint = next_hint(study.next_step, Path("/data/runs"), "gpu")
+    assert "`make exp13-next SCALE=gpu OUT=/data/runs WRITE=1`" in hint
+    assert next_hint("", Path("/x"), "local") == ""
+    err = refuse_study(capsys, tiny_experiment(tmp_path, 'next = "make it {outt}"'))
+    assert "study.next names {outt}" in err and "{out} and {scale}" in err
+
+
 # ---- time on every progress line ------------------------------------------------------------------------------
 def test_a_runs_time_left_comes_from_its_epochs_then_this_studys_runs_then_the_reference():
     from studies.clock import Clock, duration
