@@ -31,6 +31,7 @@ from contract.plan import study_table  # noqa: E402
 
 from . import figures as fg  # noqa: E402
 from .large_batch import NOISE_FILES, THESIS_WORKERS, noise_scales  # noqa: E402
+from .smoke import smoke_paths  # noqa: E402
 
 EXPERIMENT = 13
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "13_steps_to_target" / "config.toml"
@@ -76,10 +77,12 @@ def declared_target(scale: str) -> float:
 
 def run_steps(df: pd.DataFrame, exp: int = EXPERIMENT) -> pd.DataFrame:
     """One row per finished run of experiment `exp` (13, or 12 read at 13's target): its steps to the target.
-    A run still running, or failed, is left out; a diverged run counts as not reaching it."""
+    A run still running, or failed, is left out, and so is a smoke run (QUICK: a few epochs of 800 images, never a
+    step count); a diverged run counts as not reaching it."""
     if df.empty or not (df["exp"] == exp).any():
         return pd.DataFrame(columns=STEP_COLUMNS)
     runs = df[(df["kind"] == "run") & (df["exp"] == exp) & df["status"].isin(["completed", "diverged"])]
+    runs = runs[~runs["path"].isin(smoke_paths(runs))]
     epochs = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
     rows = []
     for r in runs.itertuples():
@@ -403,6 +406,9 @@ def rq5_reading(df: pd.DataFrame, noise: pd.DataFrame | None = None, config: Pat
     """The declared reading, per scale and optimizer, from the runs; says so when there are none, and only says
     how far a curve has got until all of it has run."""
     steps = run_steps(df)
+    if steps.empty and len(df) and (df["exp"] == EXPERIMENT).any():
+        return ("Only smoke runs (QUICK=1) or unfinished runs of experiment 13 here: a smoke run is never read as a "
+                "step count (`make exp13` runs the declared plan).")
     if steps.empty:
         return "No experiment 13 runs: nothing to read yet (`make exp13` runs the declared plan)."
     noise = noise_scales() if noise is None else noise

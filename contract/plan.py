@@ -279,7 +279,7 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
                           f"({', '.join(names)})")
     return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
                  table.get("kind", "quality"), extra, quick_time_limit(quick_tables_here), left_out or [],
-                 table.get("next", ""))
+                 "" if quick else table.get("next", ""))  # a smoke run's results choose nothing
 
 
 def quick_settings(lines: list[str]) -> list[tuple[str, Any]]:

@@ -254,3 +254,12 @@ def test_another_scales_runs_are_read_and_judged_by_that_scales_own_rows(tmp_pat
     assert len(st.planned_rows(config, "local")) == 2
     [pair] = st.settled_choices(st.run_steps(runs), config).itertuples()
     assert pair.settled and pair.planned == 1  # the local edge row is not the gpu scale's to wait for
+
+
+def test_a_smoke_run_is_never_read_as_a_step_count_nor_chooses_a_rate():
+    """QUICK's runs (results/quick) train on 800 images for a few epochs: never a point of the curve, never a choice."""
+    rows = run_rows(13, "tune-sgd-w1-base0.05-s0", 4, [10.0, 55.0]) + run_rows(13, "sgd-w1-s1", 4, [10.0, 55.0])
+    quick = pd.DataFrame([{**r, "path": "results/quick/13_steps_to_target/" + r["run"]} for r in rows])
+    assert st.run_steps(quick).empty
+    assert "smoke" in st.rq5_reading(quick) and "perfect scaling" not in st.rq5_reading(quick)
+    assert len(st.run_steps(pd.DataFrame(rows))) == 2  # the same runs elsewhere are read

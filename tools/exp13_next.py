@@ -19,6 +19,7 @@ import pandas as pd
 from analysis import steps_to_target as st
 from contract.config import SCALES
 from analysis.runs import load_runs
+from analysis.smoke import smoke_paths
 
 REPO = Path(__file__).resolve().parents[1]
 DECLARED = REPO / "results" / "reference" / "vm-2cpu" / "declared_2026-11-25-exp13.txt"
@@ -154,8 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help="add the due rows to the config and a line to the declared file")
     p.add_argument("--scale", default="local", choices=SCALES, help="the scale whose step 1 is read (its rows carry it)")
     args = p.parse_args(argv)
-    steps = next_steps(load_runs(args.runs), st.planned_rows(args.config, args.scale), args.scale)
+    runs = load_runs(args.runs)
+    steps = next_steps(runs, st.planned_rows(args.config, args.scale), args.scale)
     print(show(steps))
+    smoke = smoke_paths(runs[runs["exp"] == st.EXPERIMENT]) if len(runs) else set()
+    if smoke:
+        print(f"exp13-next: {len(smoke)} smoke run(s) (QUICK=1) left out: a smoke run never chooses a rate")
     due = [s for s in steps if s.action in ("edge", "study")]
     if args.write and due:
         print(write_due(due, args.config, args.declared, args.runs), end="")
