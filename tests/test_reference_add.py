@@ -31,8 +31,9 @@ def reference(tmp_path):
 def test_finished_runs_are_copied_without_checkpoint_or_locks_and_unfinished_ones_left_out(tmp_path, reference):
     study = tmp_path / "runs" / "13_steps"
     run(study, "a-s1", "completed"), run(study, "b-s1", "diverged"), run(study, "c-s1", "running")
+    (run(study, "d-s1", "completed") / "manifest.json").write_text('{"status": "compl')  # cut short mid-write
     added, left_out = ra.add(study, "xeon", reference)
-    assert added == ["a-s1", "b-s1"] and left_out == ["c-s1: running"]
+    assert added == ["a-s1", "b-s1"] and left_out == ["c-s1: running", "d-s1: unreadable manifest"]
     copied = reference / "xeon" / "13_steps" / "a-s1"
     assert sorted(p.name for p in copied.iterdir()) == ["config.json", "manifest.json", "metrics.jsonl", "train.log"]
     assert not (reference / "xeon" / "13_steps" / "c-s1").exists()

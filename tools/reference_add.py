@@ -12,12 +12,12 @@ records are final, so the copy is the same unless the run was resumed past its e
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tomllib
 from pathlib import Path
 
 from contract.config import ConfigError
+from contract.reader import read_manifest
 from contract.runfolder import CONFIG, CONSOLE, LOG, MANIFEST, METRICS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ def finished_runs(study: Path) -> tuple[list[Path], list[str]]:
     """The finished run folders of a study's runs folder, and one line per run left out (unfinished)."""
     runs, left_out = [], []
     for folder in sorted(p for p in study.iterdir() if (p / MANIFEST).is_file()):
-        status = json.loads((folder / MANIFEST).read_text()).get("status")
+        status = (read_manifest(folder) or {}).get("status", "unreadable manifest")
         if status in FINISHED:
             runs.append(folder)
         else:
@@ -66,7 +66,7 @@ def add(study: Path, label: str, reference: Path = REFERENCE) -> tuple[list[str]
         raise ConfigError(f"{study} is no folder: give a study's runs folder, e.g. results/runs/13_steps_to_target")
     runs, left_out = finished_runs(study)
     for folder in runs:
-        why = foreign(json.loads((folder / MANIFEST).read_text()), machine)
+        why = foreign(read_manifest(folder), machine)
         if why:
             raise ConfigError(f"{folder.name} was not measured on {label}: {why}; commit it under its own machine")
     target = reference / label / study.name
