@@ -33,6 +33,19 @@ def failing(out, data):
     return [Check("failing", False, "0.50 x | below the goal"), Check("skipped", None, "no data")]
 
 
+def test_each_finished_check_is_written_before_the_next_starts(tmp_path):
+    """A device lease can end mid-way: the checks done by then are in the folder."""
+    out = tmp_path / "h200-2026-11-26"
+
+    def interrupted(out, data):
+        assert [c["name"] for c in json.loads((out / "checks.json").read_text())["checks"]] == ["passing"]
+        assert "| passing | pass |" in (out / "README.md").read_text()
+        raise KeyboardInterrupt  # the lease's timeout
+
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.run_checks([passing, interrupted], out, None, {"gpu": "NVIDIA H200", "date": "2026-11-26"})
+
+
 def test_writes_json_and_a_table_two_levels_deep_and_exits_1_when_a_check_fails(tmp_path, capsys):
     out = tmp_path / "gpu_checks" / "h100-2026-11-24"
     machine = {"gpu": "NVIDIA H100", "date": "2026-11-24"}
@@ -87,3 +100,13 @@ def test_the_jpeg_goal_is_the_better_decoders():
     slow = gpu_check.jpeg_check("cpu", {"images_per_s_steady": 500.0, "data_share": 0.5}, synthetic, "")
     assert slow.figures["ratio"] == 0.5 and "0.50 x synthetic" in slow.detail
     assert gpu_check.jpeg_check("gpu", None, synthetic, "Traceback: boom").ok is False
+
+
+def test_a_short_lease_runs_only_the_checks_named_and_a_misspelt_one_is_one_line(capsys):
+    from tools.__main__ import main
+
+    assert gpu_check.selected_checks("jpegs, tests") == [gpu_check.check_jpegs, gpu_check.check_tests]  # as named
+    assert gpu_check.selected_checks(None) == gpu_check.CHECKS
+    assert main(["gpu-check", "--checks", "tests,jepgs"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--checks 'tests,jepgs': name some of tests, bench, jpegs, exp1" in err[0]

@@ -8,6 +8,7 @@
               README names as the one to use here. Without a data folder these rows are skipped, not failed; the
               dali row is skipped without DALI (`make setup-dali`).
 4. exp1       experiment 1's thesis rows: strict fp32, DDP, per-GPU batch 32 / 64 / 128 (the P100 gave 207 at 128)
+`--checks tests,jpegs` runs only those (a device lease shorter than all four).
 
 It writes results/gpu_checks/<gpu>-<date>/ (two levels, nothing deeper): checks.json (every check's figures, pass
 or fail, seconds), README.md (the table) and one <check>.log of its console each. Exit 0 when every check passed,
@@ -28,6 +29,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from contract.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 EXP1 = REPO / "experiments" / "01_throughput_single_gpu"
@@ -226,7 +229,7 @@ def run_checks(checks: list[Callable], out: Path, data: Path | None, machine: di
             c.seconds = round(time.time() - started, 1)
             results.append(c)
             print(f"    {c.name}: {verdict(c)}: {c.detail}", flush=True)
-    write_folder(out, results, machine)
+        write_folder(out, results, machine)  # after each check: a lease that ends mid-way keeps those done
     failed = [c.name for c in results if c.ok is False]
     print(f"=> {out}: " + (f"failed: {', '.join(failed)}" if failed else "every check passed (or was skipped)"))
     return 1 if failed else 0
@@ -259,7 +262,20 @@ def machine_facts() -> dict:
             "cpu_cores": os.cpu_count()}
 
 
-def check_machine(data: str | None, out_root: str) -> int:
+def selected_checks(names: str | None) -> list[Callable]:
+    """The checks named (comma-separated: tests, bench, jpegs, exp1), in the order named; all of them for None. A
+    short device lease runs the ones it has time for, the most wanted first."""
+    known = {check.__name__.removeprefix("check_"): check for check in CHECKS}
+    if names is None:
+        return list(CHECKS)
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in known]
+    if unknown or not wanted:
+        raise ConfigError(f"--checks {names!r}: name some of {', '.join(known)}, comma-separated")
+    return [known[name] for name in dict.fromkeys(wanted)]
+
+
+def check_machine(data: str | None, out_root: str, checks: list[Callable] = CHECKS) -> int:
     import torch
 
     if not torch.cuda.is_available():
@@ -271,12 +287,14 @@ def check_machine(data: str | None, out_root: str) -> int:
         return 2
     machine = machine_facts()
     out = Path(out_root) / f"{gpu_slug(machine['gpu'])}-{machine['date']}"
-    return run_checks(CHECKS, out, Path(folder).resolve() if folder else None, machine)
+    return run_checks(checks, out, Path(folder).resolve() if folder else None, machine)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools gpu-check", description=__doc__.split("\n")[0])
     p.add_argument("--data", help="an ImageFolder root (train/, val/) for the real-JPEG rows (default $IMAGENET_DIR)")
     p.add_argument("--out", default="results/gpu_checks", help="where the <gpu>-<date> folder goes")
+    p.add_argument("--checks", help="only these checks, comma-separated (tests, bench, jpegs, exp1; default all)")
     args = p.parse_args(argv)
-    return check_machine(args.data, args.out)
+    checks = selected_checks(args.checks)  # a misspelt name: one line before the GPU is asked anything
+    return check_machine(args.data, args.out, checks)
