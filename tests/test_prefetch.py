@@ -56,3 +56,15 @@ def test_a_slow_loader_shows_as_data_time_in_the_epoch_record(tmp_path):
     assert epoch["data_s"] >= steps * delay
     step_s = epoch["data_s"] + epoch["compute_s"] + epoch["comm_s"]
     assert epoch["data_share"] == pytest.approx(epoch["data_s"] / step_s)
+
+
+def test_the_waiting_for_data_hint_never_suggests_the_decoder_already_in_use():
+    """The H200's gpu-decoder row (results/gpu_checks/h200-2026-11-26) waited 58.6 % and was told to use the gpu
+    decoder; the hint names only what the run does not already do."""
+    from trainers.tallies import data_wait_line
+
+    assert data_wait_line(0.05, "cpu") == "=> waiting for data: 5.0 % of step time"
+    assert data_wait_line(0.3, "cpu").endswith('more data.loader_workers or data.decoder = "gpu" or "dali" would help')
+    assert data_wait_line(0.586, "gpu").endswith('more data.loader_workers or data.decoder = "dali" would help')
+    assert data_wait_line(0.3, "dali").endswith("; more data.loader_workers would help")
+    assert data_wait_line(0.3, None).endswith("; more data.loader_workers would help")  # no files decoded

@@ -123,7 +123,8 @@ class Trainer:
         if passes:
             self.run.log(passes)
         self.stop = StopSignal()
-        self.times, self.unreadable = StepTimes(), UnreadableFiles(b, self.run, cfg.data.val_mode)
+        decoder = cfg.data.decoder if cfg.data.kind == "imagefolder" else None  # only JPEG folders are decoded
+        self.times, self.unreadable = StepTimes(decoder), UnreadableFiles(b, self.run, cfg.data.val_mode)
         self.make_loaders()
         self.telemetry = telemetry.UtilRecords(cfg.telemetry.interval_s, b, self.run)
 

@@ -14,16 +14,21 @@ def time_split(data_s: float, steps_s: float, comm_s: float) -> dict[str, float]
     return {"data_s": data_s, "compute_s": max(0.0, steps_s - data_s - comm_s), "comm_s": comm_s}
 
 
-def data_wait_line(share: float) -> str:
-    """The run summary's answer to "was data the bottleneck?"."""
-    hint = "; more data.loader_workers or data.decoder = \"gpu\" would help" if share > 0.1 else ""
-    return f"=> waiting for data: {100 * share:.1f} % of step time{hint}"
+def data_wait_line(share: float, decoder: str | None = None) -> str:
+    """The run summary's answer to "was data the bottleneck?", with what might help that the run does not already
+    do: a decoder other than its own (`decoder`: None when it decodes no files)."""
+    if share <= 0.1:
+        return f"=> waiting for data: {100 * share:.1f} % of step time"
+    others = [] if decoder in (None, "dali") else [f'"{d}"' for d in ("gpu", "dali") if d != decoder]
+    helps = "more data.loader_workers" + (f" or data.decoder = {' or '.join(others)}" if others else "")
+    return f"=> waiting for data: {100 * share:.1f} % of step time; {helps} would help"
 
 
 class StepTimes:
     """The last epoch's time split and data share (its epoch record's), and the run's waiting for data in all."""
 
-    def __init__(self):
+    def __init__(self, decoder: str | None = None):
+        self.decoder = decoder  # the JPEG decoder of its data (None: no files decoded), for the summary's hint
         self.split = time_split(0.0, 0.0, 0.0)  # the last epoch's data_s, compute_s, comm_s
         self.epoch_data_share = 0.0
         self.data_s = self.step_s = 0.0  # this attempt's: waiting for batches / whole steps
@@ -38,7 +43,7 @@ class StepTimes:
         return self.data_s / self.step_s if self.step_s else None
 
     def summary_line(self) -> str | None:
-        return data_wait_line(self.data_s / self.step_s) if self.step_s else None
+        return data_wait_line(self.data_s / self.step_s, self.decoder) if self.step_s else None
 
 
 class SkippedSteps:
