@@ -239,14 +239,15 @@ def doubling_ratios(points: pd.DataFrame) -> dict[int, float]:
 
 def bootstrap(study: pd.DataFrame, draws: int = BOOTSTRAPS, seed: int = 0) -> dict:
     """90 % percentile intervals, seeds resampled with replacement within each batch: of the fit's S_min and
-    B_noise, and of each doubling ratio. The random draws are seeded: the same runs give the same intervals."""
-    rng = np.random.default_rng(seed)
+    B_noise, and of each doubling ratio. The random draws are seeded, one stream per batch: the same runs give the
+    same intervals, and a doubling's interval moves only when its own two batches' runs do."""
     used = fitted_points(study)
     groups = [g["steps"].to_numpy() for _, g in used.groupby("global_batch", sort=True)]
     batches = sorted(used["global_batch"].unique())
+    streams = [np.random.default_rng([seed, int(b)]) for b in batches]
     fits, ratios = [], {b: [] for b in batches}
     for _ in range(draws if len(groups) >= 2 else 0):
-        sample = [rng.choice(s, size=len(s), replace=True) for s in groups]
+        sample = [rng.choice(s, size=len(s), replace=True) for rng, s in zip(streams, groups)]
         fits.append(fit_noise_model(np.repeat(batches, [len(s) for s in sample]), np.concatenate(sample)))
         means = {b: float(np.exp(np.log(s).mean())) for b, s in zip(batches, sample)}
         for b in batches:

@@ -65,6 +65,14 @@ def test_the_bootstrap_interval_holds_the_truth_is_seeded_and_collapses_without_
     assert exact["ratios"][4] == pytest.approx(((1 + 700 / 8) / (1 + 700 / 4),) * 2)
 
 
+def test_a_doublings_interval_depends_only_on_its_two_batches_seeds():
+    """Adding a run at another batch must not move an interval it takes no part in (each batch's resamples are
+    drawn from a stream of its own), so a redraw after new runs changes only what the new runs touch."""
+    study = study_frame(0.1)
+    fewer = study[study["global_batch"] <= 64]
+    assert st.bootstrap(study, draws=200)["ratios"][16] == st.bootstrap(fewer, draws=200)["ratios"][16]
+
+
 def test_a_batch_where_a_seed_did_not_reach_the_target_is_left_out_of_the_fit():
     study = study_frame(0.0, missing=64)
     assert 64 not in set(st.fitted_points(study)["global_batch"])

@@ -95,6 +95,27 @@ def test_the_jpeg_rows_name_their_decoder_and_the_readme_the_loader_to_use(tmp_p
     assert f'Loader to use on this GPU: `data.decoder = "{best}"`' in (tmp_path / "README.md").read_text()
 
 
+def test_each_jpeg_row_reports_its_own_runs_seconds_and_the_synthetic_baselines_in_its_figures(tmp_path,
+                                                                                                  monkeypatch):
+    """The table's seconds column: each decoder's run, not the whole check's time repeated on every row."""
+    clock = {"now": 0.0}
+    took = {"synthetic": 30.0, "jpeg-cpu": 100.0, "jpeg-gpu": 60.0}
+
+    def train_bench(out, runs, name, *settings, **kw):
+        clock["now"] += took[name]
+        return {"images_per_s_steady": 500.0, "data_share": 0.1}, ""
+
+    monkeypatch.setattr(gpu_check, "train_bench", train_bench)
+    monkeypatch.setattr(gpu_check, "dali_missing", lambda: "run `make setup-dali`")
+    monkeypatch.setattr(gpu_check.time, "time", lambda: clock["now"])
+    gpu_check.run_checks([gpu_check.check_jpegs], tmp_path, tmp_path, {"gpu": "NVIDIA H100"})
+    rows = {c["name"]: c for c in json.loads((tmp_path / "checks.json").read_text())["checks"]}
+    assert (rows["jpeg-cpu"]["seconds"], rows["jpeg-gpu"]["seconds"], rows["jpeg-dali"]["seconds"]) == (100, 60, 0)
+    assert rows["jpeg-cpu"]["figures"]["synthetic_seconds"] == 30
+    assert "| jpeg-cpu | pass |" in (tmp_path / "README.md").read_text()
+    assert "| 100 |" in (tmp_path / "README.md").read_text() and "| 190 |" not in (tmp_path / "README.md").read_text()
+
+
 def test_the_jpeg_goal_is_the_better_decoders():
     synthetic = {"images_per_s_steady": 1000.0}
     slow = gpu_check.jpeg_check("cpu", {"images_per_s_steady": 500.0, "data_share": 0.5}, synthetic, "")
