@@ -253,11 +253,26 @@ def bootstrap(study: pd.DataFrame, draws: int = BOOTSTRAPS, seed: int = 0) -> di
         for b in batches:
             if 2 * b in means:
                 ratios[b].append(means[2 * b] / means[b])
+    return {"s_min": percentile_interval([f[0] for f in fits]), "b_noise": percentile_interval([f[1] for f in fits]),
+            "ratios": {b: percentile_interval(v) for b, v in ratios.items() if v}}
+
+
+def percentile_interval(draws: list[float]) -> tuple[float, float]:
+    """The 90 % percentile interval (numpy's linear percentiles) of bootstrap draws, where a draw may be inf (a fit
+    that found no bend): an end whose interpolation touches an inf draw is inf, where numpy would give NaN."""
+    if not len(draws):
+        return math.nan, math.nan
+    ordered = np.sort(np.asarray(draws, dtype=float))
     tail = 100 * (1 - CONFIDENCE) / 2
-    interval = (lambda xs: (float(np.percentile(xs, tail)), float(np.percentile(xs, 100 - tail))) if len(xs) else
-                (math.nan, math.nan))
-    return {"s_min": interval([f[0] for f in fits]), "b_noise": interval([f[1] for f in fits]),
-            "ratios": {b: interval(v) for b, v in ratios.items() if v}}
+
+    def end(q: float) -> float:
+        rank = q / 100 * (len(ordered) - 1)
+        below, above = ordered[math.floor(rank)], ordered[math.ceil(rank)]
+        if np.isinf(above) and rank > math.floor(rank):
+            return float(above)
+        return float(below) if np.isinf(below) else float(np.percentile(ordered, q))
+
+    return end(tail), end(100 - tail)
 
 
 def regimes(ratios: dict[int, float]) -> dict:

@@ -65,6 +65,16 @@ def test_the_bootstrap_interval_holds_the_truth_is_seeded_and_collapses_without_
     assert exact["ratios"][4] == pytest.approx(((1 + 700 / 8) / (1 + 700 / 4),) * 2)
 
 
+def test_an_interval_end_among_unbounded_draws_is_unbounded_not_nan():
+    """Draws whose fit found no bend have B_noise = inf; an end that falls among them is inf (the report's
+    "unbounded"), never NaN; ends among finite draws are numpy's linear percentiles."""
+    draws = [100.0, 200.0, 300.0, math.inf, math.inf]
+    assert st.percentile_interval(draws) == (pytest.approx(120.0), math.inf)  # 5 %: 100 + 0.2 x (200 - 100)
+    assert st.percentile_interval([100.0, math.inf]) == (math.inf, math.inf)  # 5 %: 0.05 of the way to inf
+    assert st.percentile_interval([1.0, 2.0, 3.0]) == (pytest.approx(1.1), pytest.approx(2.9))
+    assert all(math.isnan(x) for x in st.percentile_interval([]))
+
+
 def test_a_doublings_interval_depends_only_on_its_two_batches_seeds():
     """Adding a run at another batch must not move an interval it takes no part in (each batch's resamples are
     drawn from a stream of its own), so a redraw after new runs changes only what the new runs touch."""
