@@ -413,9 +413,10 @@ def unfinished_curve(s: pd.DataFrame, optimizer: str, config: Path = CONFIG) -> 
     if not missing:
         return ""
     per_worker = int(s["global_batch"].iloc[0] // s["workers"].iloc[0])
-    return (f"incomplete: {len(s)} of {STUDY_SEEDS * len(batches)} planned study runs finished; batches "
-            f"{_batches([w * per_worker for w in missing])} still lack seeds, so the declared reading (regimes, fit, "
-            "noise scale) waits for the whole curve")
+    which = "batch" + (f"es {_batches([w * per_worker for w in missing])} still lack" if len(missing) > 1 else
+                       f" {missing[0] * per_worker:,} still lacks")
+    return (f"incomplete: {len(s)} of {STUDY_SEEDS * len(batches)} planned study runs finished; {which} seeds, so "
+            "the declared reading (regimes, fit, noise scale) waits for the whole curve")
 
 
 def rq5_reading(df: pd.DataFrame, noise: pd.DataFrame | None = None, config: Path = CONFIG) -> str:

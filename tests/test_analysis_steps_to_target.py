@@ -173,8 +173,10 @@ def test_the_report_draws_experiment_13_from_its_runs_and_says_nothing_without_t
     one_seed_short = synthetic_runs()
     one_seed_short = one_seed_short[one_seed_short["run"] != "sgd-w8-s3"]
     reading = st.rq5_reading(one_seed_short, noise=pd.DataFrame(), config=planned)
-    assert "SGD (local scale): incomplete: 11 of 12 planned study runs finished; batches 32 still lack seeds" in reading
+    assert "SGD (local scale): incomplete: 11 of 12 planned study runs finished; batch 32 still lacks seeds" in reading
     assert "Fitted B_noise" not in reading
+    two_short = one_seed_short[one_seed_short["run"] != "sgd-w4-s2"]
+    assert "batches 16, 32 still lack seeds" in st.rq5_reading(two_short, noise=pd.DataFrame(), config=planned)
 
 
 # ---- the declaration precedes every run ---------------------------------------------------------------------------
