@@ -80,6 +80,7 @@ def cmd_cost(args) -> int:
     from contract.plan import check_node_gpus
 
     from . import cost
+    from .headline import COST_TOTALS, write_all
     from .reference import load_reference
     from .runs import load_study
 
@@ -93,6 +94,8 @@ def cmd_cost(args) -> int:
     for line in cost.summary_lines(sums, sums.attrs.get("node_gpus")):
         print(line)
     print("written: " + ", ".join(str(p) for p in written if p.suffix == ".md"))
+    if Path(args.out).resolve() / "tables" == COST_TOTALS.table.parent:  # the committed tables: their guide too
+        write_all([COST_TOTALS])
     return 0
 
 

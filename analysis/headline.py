@@ -1,61 +1,88 @@
-"""The README's headline of what the local runs show, copied from the verdict table, never typed.
+"""Blocks of the guides copied from the tables the report and `make cost` write, never typed.
 
-    python -m analysis headline [--write]     # print the block; --write puts it into README.md
+    python -m analysis headline [--write]     # print the blocks; --write puts each into its guide
 
-The block between the README's markers is the summary lines of results/tables/orderings.md (what the rows say per
-finding, and the family-wise lines beside them), as `make reference-report` computed them from the committed runs;
-`make reference-report` rewrites it, and tests/test_analysis_report.py checks that the two agree.
+Each block sits between two markers in its guide and is the summary lines of one generated table:
+- README.md's headline: results/tables/orderings.md's (what the rows say per finding, and the family-wise lines);
+  `make reference-report` rewrites it.
+- docs/cost.md's totals: results/tables/cost_totals.md's (GPU- and node-hours per scale); `make cost` rewrites it.
+tests/test_readme.py checks that every block agrees with its table.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-ORDERINGS = REPO / "results" / "tables" / "orderings.md"
-BEGIN = "<!-- headline: copied from results/tables/orderings.md by `make reference-report`; do not edit -->"
-END = "<!-- headline end -->"
-SUMMARY_PREFIXES = ("- What the rows say:", "- Family-wise")  # the orderings notes a headline carries
+TABLES = REPO / "results" / "tables"
+ORDERINGS = TABLES / "orderings.md"
 
 
-def summary_lines(orderings_md: str) -> list[str]:
-    """The per-finding summary notes of orderings.md, in its order."""
-    return [line for line in orderings_md.splitlines() if line.startswith(SUMMARY_PREFIXES)]
+@dataclass(frozen=True)
+class Copy:
+    """A guide's block of a table's summary lines (those starting with one of `prefixes`)."""
+    name: str
+    doc: Path
+    table: Path
+    prefixes: tuple[str, ...]
+    command: str  # the command that rewrites it
+
+    @property
+    def begin(self) -> str:
+        return (f"<!-- {self.name}: copied from {self.table.relative_to(self.table.parents[2])} by "
+                f"`{self.command}`; do not edit -->")
+
+    @property
+    def end(self) -> str:
+        return f"<!-- {self.name} end -->"
+
+    def summary(self, table_md: str) -> list[str]:
+        return [line for line in table_md.splitlines() if line.startswith(self.prefixes)]
+
+    def block(self, table_md: str) -> str:
+        return "\n".join([self.begin, *self.summary(table_md), self.end])
+
+    def current(self, doc: str) -> str | None:
+        """The guide's block as it stands, or None when it has no markers."""
+        if self.begin not in doc or self.end not in doc:
+            return None
+        start = doc.index(self.begin)
+        return doc[start:doc.index(self.end, start) + len(self.end)]
+
+    def write(self) -> bool:
+        """Put the current block into the guide; True when it changed."""
+        doc = self.doc.read_text()
+        old = self.current(doc)
+        if old is None:
+            raise SystemExit(f"error: {self.doc} has no {self.name} markers ({self.begin} ... {self.end})")
+        new = self.block(self.table.read_text())
+        if new == old:
+            return False
+        self.doc.write_text(doc.replace(old, new))
+        return True
 
 
-def block(orderings_md: str) -> str:
-    return "\n".join([BEGIN, *summary_lines(orderings_md), END])
+HEADLINE = Copy("headline", README, ORDERINGS, ("- What the rows say:", "- Family-wise"), "make reference-report")
+COST_TOTALS = Copy("cost totals", REPO / "docs" / "cost.md", TABLES / "cost_totals.md",
+                   ("- gpu,", "- node ", "- thesis,"), "make cost")
+COPIES = (HEADLINE, COST_TOTALS)
 
 
-def readme_block(readme: str) -> str | None:
-    """The README's headline block as it stands, or None when it has no markers."""
-    if BEGIN not in readme or END not in readme:
-        return None
-    start = readme.index(BEGIN)
-    return readme[start:readme.index(END, start) + len(END)]
-
-
-def write(readme_path: Path = README, orderings_path: Path = ORDERINGS) -> bool:
-    """Put the current block into the README; True when it changed."""
-    readme = readme_path.read_text()
-    old = readme_block(readme)
-    if old is None:
-        raise SystemExit(f"error: {readme_path} has no headline markers ({BEGIN} ... {END})")
-    new = block(orderings_path.read_text())
-    if new == old:
-        return False
-    readme_path.write_text(readme.replace(old, new))
-    return True
+def write_all(copies=COPIES) -> None:
+    for copy in copies:
+        print(f"{copy.doc.relative_to(REPO)} {copy.name} " + ("rewritten" if copy.write() else "already current"))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis headline", description=__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true", help="put the block into README.md")
+    ap.add_argument("--write", action="store_true", help="put each block into its guide")
     args = ap.parse_args(argv)
     if args.write:
-        print("README.md headline " + ("rewritten" if write() else "already current"))
+        write_all()
     else:
-        sys.stdout.write(block(ORDERINGS.read_text()) + "\n")
+        for copy in COPIES:
+            sys.stdout.write(copy.block(copy.table.read_text()) + "\n")
     return 0
