@@ -376,8 +376,9 @@ def plot_steps_to_target(points: pd.DataFrame, seeds: pd.DataFrame, fit: tuple[f
     for (label, batch), style in zip(marks.items(), (":", "-.")):
         ax.axvline(batch, color="black", ls=style, lw=0.8, label=f"{label} ({batch:,})")
     missed = points[points["reached"] < points["seeds"]]
-    for r in missed.itertuples():
-        ax.annotate("did not reach", (r.global_batch, ax.get_ylim()[1]), rotation=90, va="top", fontsize=7)
+    for r in missed.itertuples():  # at the top of the axes whatever their limits end up
+        ax.annotate("did not reach", (r.global_batch, 1.0), xycoords=("data", "axes fraction"), rotation=90,
+                    va="top", fontsize=7)
     ax.set(xscale="log", yscale="log", xlabel="global batch (images a step)", ylabel="steps to the target",
            title=title)
     ax.legend(fontsize=7)
@@ -391,7 +392,12 @@ def steps_figure(df: pd.DataFrame):
         return None
     groups = list(study.groupby(["scale", "optimizer"], sort=True))
     fig, axes = plt.subplots(len(groups), 1, figsize=(9, 4.6 * len(groups)), squeeze=False, layout="constrained")
+    first_of_scale = {}
     for ax, ((scale, optimizer), s) in zip(axes[:, 0], groups):
+        if scale in first_of_scale:  # one scale's optimizers on the same axes, so the eye compares their curves
+            ax.sharex(first_of_scale[scale])
+            ax.sharey(first_of_scale[scale])
+        first_of_scale.setdefault(scale, ax)
         used = fitted_points(s)
         whole = not unfinished_curve(s, optimizer)  # no fit is drawn through part of a curve
         fit = fit_noise_model(used["global_batch"], used["steps"]) if len(used) and whole else (math.nan, math.nan)
