@@ -108,3 +108,13 @@ def test_the_committed_configs_chosen_rows_are_the_local_scales_alone():
         planned = study_table(nx.st.CONFIG, scale)["extra"]
         assert all("scale" not in r for r in planned)
         assert len(planned) == 2 * 10 * 3  # 2 optimizers x 10 batches x the grid's 3 rates
+
+
+def test_a_runs_folder_that_is_not_there_is_one_line_and_an_empty_one_says_what_writes_it(tmp_path, capsys):
+    """A typo in OUT= would otherwise print every pair as waiting, as if nothing had run."""
+    assert nx.main(["--runs", str(tmp_path / "nosuch")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {tmp_path / 'nosuch'} is no folder: give the runs folder `make exp13` wrote (OUT=, default "
+        "results/runs)"]
+    assert nx.main(["--runs", str(tmp_path)]) == 0
+    assert f"exp13-next: no experiment-13 runs under {tmp_path} yet: `make exp13` writes them" in capsys.readouterr().out

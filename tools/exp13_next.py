@@ -9,6 +9,7 @@ are committed before any of those runs starts; rows already in config.toml are n
 from __future__ import annotations
 
 import argparse
+import sys
 import datetime as dt
 import subprocess
 from dataclasses import dataclass
@@ -155,7 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help="add the due rows to the config and a line to the declared file")
     p.add_argument("--scale", default="local", choices=SCALES, help="the scale whose step 1 is read (its rows carry it)")
     args = p.parse_args(argv)
+    if not args.runs.is_dir():
+        print(f"error: {args.runs} is no folder: give the runs folder `make exp13` wrote (OUT=, default results/runs)",
+              file=sys.stderr)
+        return 2
     runs = load_runs(args.runs)
+    if not len(runs) or not (runs["exp"] == st.EXPERIMENT).any():
+        print(f"exp13-next: no experiment-13 runs under {args.runs} yet: `make exp13` writes them")
     steps = next_steps(runs, st.planned_rows(args.config, args.scale), args.scale)
     print(show(steps))
     smoke = smoke_paths(runs[runs["exp"] == st.EXPERIMENT]) if len(runs) else set()
