@@ -255,6 +255,9 @@ def quick_time_limit(quick: dict[str, dict[str, Any]]) -> str:
     return str(quick.get("slurm", {}).get("time_limit", ""))
 
 
+ONLY_NAMES_SHOWN = 8  # an --only that matches nothing names this many of the runs, so its line stays one line
+
+
 def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, overrides: list[str],
                only: list[str] = ()) -> Study:
     """only: run-name patterns (fnmatch, e.g. "w32-*"): the study's runs of those names alone. A quick study's
@@ -275,8 +278,9 @@ def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
     runs = resolve(config, scale, planned, extra, only=only, left_out=left_out)
     if only and not runs and not left_out:
         names = [("" if scale == "local" else f"{scale}-") + shape.run_name(0)[:-1] + "*" for shape in planned]
-        raise ConfigError(f"--only {' '.join(only)} matches none of {experiment.name}'s runs "
-                          f"({', '.join(names)})")
+        shown = ", ".join(names[:ONLY_NAMES_SHOWN]) + (f", and {len(names) - ONLY_NAMES_SHOWN} more: DRY_RUN=1 "
+                                                        "lists them all" if len(names) > ONLY_NAMES_SHOWN else "")
+        raise ConfigError(f"--only {' '.join(only)} matches none of {experiment.name}'s runs ({shown})")
     return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
                  table.get("kind", "quality"), extra, quick_time_limit(quick_tables_here), left_out or [],
                  "" if quick else table.get("next", ""))  # a smoke run's results choose nothing

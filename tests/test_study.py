@@ -78,6 +78,10 @@ def test_only_keeps_the_runs_named_and_refuses_a_pattern_that_names_none():
     with pytest.raises(ConfigError, match="matches none of 05_linear_scaling's runs"):
         load_study(REPO / "experiments/05_linear_scaling", "local", quick=False, seeds=None, overrides=[],
                    only=["w7-*"])
+    with pytest.raises(ConfigError, match="and [0-9]+ more: DRY_RUN=1 lists them all") as refused:
+        load_study(REPO / "experiments/13_steps_to_target", "local", quick=False, seeds=None, overrides=[],
+                   only=["nomatch*"])
+    assert len(str(refused.value)) < 400  # a study of a hundred runs still refuses in one readable line
 
 
 def test_quick_shrinks_a_quality_study_without_turning_it_into_a_benchmark():
