@@ -546,7 +546,8 @@ def regime_words(at: int | None, threshold: float, what: str, ratios: dict[int, 
                  intervals: dict[int, tuple[float, float]]) -> str:
     """The declared regime read on the seeds' geometric means, then what the bootstrap intervals allow: a doubling
     before it whose interval reaches above the threshold (it could end earlier), or its own interval reaching below
-    (it could end later). The words stay within the intervals."""
+    (it could end later), and the later doublings whose whole interval lies back below the line (the curve falls in
+    proportion again after the first crossing). The words stay within the intervals."""
     saves = f"{(1 - threshold) * 100:.0f} %"
     if at is None:
         text = f"no measured doubling saved less than {saves} of the steps"
@@ -560,6 +561,10 @@ def regime_words(at: int | None, threshold: float, what: str, ratios: dict[int, 
         text += f"; by the intervals it could be earlier: the doublings from {_batches(earlier)} reach above it"
     if low <= threshold:
         text += "; by its own interval it could be later"
+    again = [b for b in sorted(ratios) if b > at and intervals.get(b, (math.nan, math.nan))[1] < threshold]
+    if again:  # the rule reads the first crossing: say where the curve falls in proportion again after it
+        text += f"; after it, doublings save more than {saves} again, their whole intervals below the line: from " \
+                f"{_batches(again)}"
     return text
 
 

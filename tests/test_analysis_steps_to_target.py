@@ -122,6 +122,18 @@ def test_the_regime_words_stay_within_the_intervals():
         "no measured doubling saved less than 10 % of the steps (by the intervals the doublings from 8 might)")
 
 
+def test_a_curve_that_falls_in_proportion_again_after_the_regime_says_where():
+    """The first-crossing rule reads a regime where a doubling first crosses its line; a later doubling whose whole
+    interval lies back below the line is named, so the words do not imply the curve stayed flat after it."""
+    ratios = {4: 0.55, 8: 0.64, 16: 0.45, 32: 0.65, 64: 0.49}
+    intervals = {4: (0.52, 0.57), 8: (0.61, 0.69), 16: (0.39, 0.53), 32: (0.56, 0.74), 64: (0.43, 0.55)}
+    said = st.regime_words(8, 0.6, "perfect scaling ends", ratios, intervals)
+    assert said.endswith("; after it, doublings save more than 40 % again, their whole intervals below the line: "
+                         "from 16, 64"), said
+    tight = {b: (r - 0.01, r + 0.01) for b, r in {4: 0.5, 8: 0.7, 16: 0.8}.items()}
+    assert "again" not in st.regime_words(8, 0.6, "perfect scaling ends", {4: 0.5, 8: 0.7, 16: 0.8}, tight)
+
+
 def test_the_noise_sentence_says_only_what_the_intervals_support():
     noise = pd.DataFrame({"weights": ["initial"], "b_simple_low": [676.0], "b_simple_high": [2005.0]})
     assert "predicted B_crit within a factor of 10" in st.noise_sentence(1000, (500, 3000), noise)
