@@ -237,6 +237,21 @@ def doubling_ratios(points: pd.DataFrame) -> dict[int, float]:
             if 2 * b in steps and np.isfinite(steps[b]) and np.isfinite(steps[2 * b])}
 
 
+def epoch_resolution(study: pd.DataFrame) -> dict[int, tuple[float, float]]:
+    """Per doubling B -> 2B (both with every seed at the target), the range its ratio of geometric means could take
+    within the count's resolution: a seed that first showed the target at S steps crossed it after more than S - (one
+    epoch's steps), so each mean lies between that of S - epoch and that of S. inf: a seed reached it in its first
+    epoch, so the ratio is unbounded above."""
+    used = fitted_points(study)
+    means = {}
+    for batch, g in used.groupby("global_batch", sort=True):
+        before = (g["steps"] - g["epoch_steps"]).to_numpy()
+        low = float(np.exp(np.log(before).mean())) if (before > 0).all() else 0.0
+        means[int(batch)] = (low, float(np.exp(np.log(g["steps"]).mean())))
+    return {b: (means[2 * b][0] / means[b][1], means[2 * b][1] / means[b][0] if means[b][0] > 0 else math.inf)
+            for b in means if 2 * b in means}
+
+
 def bootstrap(study: pd.DataFrame, draws: int = BOOTSTRAPS, seed: int = 0) -> dict:
     """90 % percentile intervals, seeds resampled with replacement within each batch: of the fit's S_min and
     B_noise, and of each doubling ratio. The random draws are seeded, one stream per batch: the same runs give the
@@ -543,11 +558,14 @@ def _selection_line(chosen: pd.DataFrame) -> str:
 
 
 def regime_words(at: int | None, threshold: float, what: str, ratios: dict[int, float],
-                 intervals: dict[int, tuple[float, float]]) -> str:
+                 intervals: dict[int, tuple[float, float]], resolution: dict[int, tuple[float, float]] | None = None
+                 ) -> str:
     """The declared regime read on the seeds' geometric means, then what the bootstrap intervals allow: a doubling
     before it whose interval reaches above the threshold (it could end earlier), or its own interval reaching below
     (it could end later), and the later doublings whose whole interval lies back below the line (the curve falls in
-    proportion again after the first crossing). The words stay within the intervals."""
+    proportion again after the first crossing), and, where one epoch's resolution of the step counts lets the
+    ratio lie on either side of the line (`resolution`, from epoch_resolution), that too. The words stay within the
+    intervals."""
     saves = f"{(1 - threshold) * 100:.0f} %"
     if at is None:
         text = f"no measured doubling saved less than {saves} of the steps"
@@ -555,17 +573,26 @@ def regime_words(at: int | None, threshold: float, what: str, ratios: dict[int, 
         return text + (f" (by the intervals the doublings from {_batches(unsure)} might)" if unsure else "")
     low, high = intervals.get(at, (math.nan, math.nan))
     text = (f"{what} at {at:,} images: the doubling to {2 * at:,} takes {ratios[at]:.2f} of the steps "
-            f"(90 % interval {low:.2f}-{high:.2f}; the declared line {threshold:g})")
+            f"(90 % interval {_ratio(low, threshold)}-{_ratio(high, threshold)}; the declared line {threshold:g})")
     earlier = [b for b in sorted(ratios) if b < at and intervals.get(b, (math.nan, math.nan))[1] > threshold]
     if earlier:
         text += f"; by the intervals it could be earlier: the doublings from {_batches(earlier)} reach above it"
     if low <= threshold:
         text += "; by its own interval it could be later"
+    coarse_low, coarse_high = (resolution or {}).get(at, (math.nan, math.nan))
+    if coarse_low <= threshold < coarse_high:  # within one epoch's resolution the crossing itself is not certain
+        text += (f"; counted in whole epochs, the ratio could lie anywhere in {coarse_low:.2f}-"
+                 f"{'unbounded' if coarse_high == math.inf else f'{coarse_high:.2f}'}, across the line")
     again = [b for b in sorted(ratios) if b > at and intervals.get(b, (math.nan, math.nan))[1] < threshold]
     if again:  # the rule reads the first crossing: say where the curve falls in proportion again after it
         text += f"; after it, doublings save more than {saves} again, their whole intervals below the line: from " \
                 f"{_batches(again)}"
     return text
+
+
+def _ratio(x: float, line: float) -> str:
+    """A ratio to 2 decimals, or 3 where 2 would print it as the line it differs from."""
+    return f"{x:.3f}" if round(x, 2) == round(line, 2) and x != line else f"{x:.2f}"
 
 
 def _batches(batches: list[int]) -> str:
@@ -581,8 +608,11 @@ def _curve_lines(scale: str, optimizer: str, s: pd.DataFrame, noise: pd.DataFram
     found = regimes(ratios)
     missed = points[points["reached"] < points["seeds"]]
     head = f"- {optimizer.upper()} ({scale} scale, target {declared_target(scale):g} % top-1): "
-    head += regime_words(found["perfect_until"], PERFECT_RATIO, "perfect scaling ends", ratios, boot["ratios"])
-    head += "; " + regime_words(found["flat_from"], FLAT_RATIO, "steps stop falling", ratios, boot["ratios"]) + "."
+    coarse = epoch_resolution(s)
+    head += regime_words(found["perfect_until"], PERFECT_RATIO, "perfect scaling ends", ratios, boot["ratios"],
+                         coarse)
+    head += "; " + regime_words(found["flat_from"], FLAT_RATIO, "steps stop falling", ratios, boot["ratios"],
+                                coarse) + "."
     lines = [head]
     if len(missed):
         lines.append("  Did not reach the target (left out of the fit): " + ", ".join(

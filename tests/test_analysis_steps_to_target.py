@@ -134,6 +134,26 @@ def test_a_curve_that_falls_in_proportion_again_after_the_regime_says_where():
     assert "again" not in st.regime_words(8, 0.6, "perfect scaling ends", {4: 0.5, 8: 0.7, 16: 0.8}, tight)
 
 
+def test_a_regime_whose_crossing_lies_within_the_epoch_resolution_says_so():
+    """Steps are counted in whole epochs: a seed that reached the target at S steps crossed it after S - (one
+    epoch's steps). Where that range of the doubling's ratio straddles the line, the words say so; a low interval
+    end that rounds to the line is printed with a third decimal, so '0.60' never reads as the line itself."""
+    seeds = pd.DataFrame([dict(scale="local", optimizer="lamb", workers=b // 4, global_batch=b, seed=k + 1,
+                               tuning=False, reached=True, steps=float(steps), epoch_steps=float(epoch))
+                          for b, epoch, per_seed in ((8, 1000, [8000] * 3), (16, 500, [4500, 5500, 5500]))
+                          for k, steps in enumerate(per_seed)])
+    [(b, (low, high))] = st.epoch_resolution(seeds).items()
+    gm16 = math.exp(np.mean(np.log([4500, 5500, 5500])))
+    gm16_low = math.exp(np.mean(np.log([4000, 5000, 5000])))
+    assert b == 8 and low == pytest.approx(gm16_low / 8000) and high == pytest.approx(gm16 / 7000)
+    ratios, intervals = {8: gm16 / 8000}, {8: (0.6014, 0.6875)}
+    said = st.regime_words(8, 0.6, "perfect scaling ends", ratios, intervals, st.epoch_resolution(seeds))
+    assert "(90 % interval 0.601-0.69;" in said
+    assert f"counted in whole epochs, the ratio could lie anywhere in {low:.2f}-{high:.2f}, across the line" in said
+    far = {8: (0.70, 0.80)}
+    assert "whole epochs" not in st.regime_words(8, 0.6, "perfect scaling ends", ratios, intervals, far)
+
+
 def test_the_noise_sentence_says_only_what_the_intervals_support():
     noise = pd.DataFrame({"weights": ["initial"], "b_simple_low": [676.0], "b_simple_high": [2005.0]})
     assert "predicted B_crit within a factor of 10" in st.noise_sentence(1000, (500, 3000), noise)
