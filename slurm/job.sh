@@ -223,9 +223,13 @@ requeue_self() {
         _log "not requeueing: already restarted $n times (MAX_RESTARTS=${MAX_RESTARTS:-50})"
         return 1
     fi
-    if [[ "${REQUEUE:-1}" != chain && -z "${CHAIN_DEPTH:-}" ]] && scontrol requeue "$SLURM_JOB_ID"; then
-        _log "requeued job $SLURM_JOB_ID (restart $((n + 1)))"
-        return 0
+    if [[ "${REQUEUE:-1}" != chain && -z "${CHAIN_DEPTH:-}" ]]; then
+        # Logged before the call: Slurm ends this attempt, this shell included, as it requeues the job, so a
+        # line after a successful `scontrol requeue` may never be written.
+        _log "requeueing job $SLURM_JOB_ID (restart $((n + 1)))"
+        if scontrol requeue "$SLURM_JOB_ID"; then
+            return 0
+        fi
     fi
     _log "scontrol requeue refused or chained job; submitting a successor instead"
     local script="${JOB_SCRIPT:-}"
