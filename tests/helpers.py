@@ -116,6 +116,35 @@ def max_difference(a: dict, b: dict) -> float:
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].numel())
 
 
+# Two runs that differ only in the order of a sum (workers grouped in other passes or ranks, another memory layout)
+# are compared after ONE step: training amplifies a rounding step after step at a rate set by the CPU's kernels
+# (issue #53: 5.3e-5 on an Intel Xeon, 1.5e-3 on an AMD EPYC for the same 2-epoch run), so a bound on a many-step
+# difference holds only on the CPU it was tuned on. After one step the difference is one rounding of the update:
+# recursive summation of n float32 terms errs by at most (n - 1) 2^-24 of their absolute sum, about 4e-7 for 8
+# workers, so 1e-4 of the largest update leaves room for 250x cancellation between the terms (the update is their
+# mean, the error scales with their magnitudes), while a real mistake (a worker's images dropped or counted twice, a
+# weight of 1/4 for 1/8) moves the update by 1/8 or more.
+ROUNDING = 1e-4
+
+
+def initial_parameters(config) -> dict[str, torch.Tensor]:
+    """The parameters every run of this config starts from: the trainer seeds torch with train.seed, then builds
+    the model (rank 0's, broadcast to the others)."""
+    from contract.config import load_config
+    from trainers.models import build_model
+
+    cfg = load_config(config)
+    torch.manual_seed(cfg.train.seed)
+    return {name: p.detach().clone() for name, p in build_model(cfg.model).named_parameters()}
+
+
+def one_step_bound(config, after_one_step: dict[str, torch.Tensor]) -> float:
+    """ROUNDING times the step's largest change of a parameter. (The running statistics come from the forward
+    pass alone, the same arithmetic on both sides: they are held to the same bound, though they move further.)"""
+    before = initial_parameters(config)
+    return ROUNDING * max_difference({k: after_one_step[k] for k in before}, before)
+
+
 def records(run_dir: Path, kind: str) -> list[dict]:
     import json
 

@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from tests.helpers import (REPO, final_state, free_port, max_difference, needs_photos, records, run, torchrun, train,
-                           train_in_process, trainer_env, write_config)
+from tests.helpers import (REPO, final_state, free_port, max_difference, needs_photos, one_step_bound, records, run,
+                           torchrun, train, train_in_process, trainer_env, write_config)
 from tests.test_precision import REAL_DATA
 
 EIGHT = {"workers": 8}
@@ -65,32 +65,39 @@ def test_batches_per_allreduce_with_emulated_workers_in_a_rank_is_refused(tmp_pa
 
 
 # ---- slow: real ranks over gloo ---------------------------------------------------------------------------------
-# (kind, the ranks' workers_per_pass, the one process's, the bound). The per-worker gradients are the same on both
-# sides when the passes group the same workers; what differs is only the order of the sums: one pass of 4 a rank
-# against the one process's passes of 4 is the same two-term sum (rank 0's + rank 1's): bit-identical (measured 0
-# on all three data kinds); one worker a pass sums
-# ((g0 + g1) + g2) + g3 on each rank and the two ranks' sums, where one process sums the eight in a row: a
-# difference of rounding (1.2e-7 after 2 epochs on generated data). Real photos amplify it step after step (see the
-# README's workers_per_pass): measured 5.3e-5 after 2 epochs (16 steps), hence its own bound.
-CASES = [("synthetic", 0, 4, 0.0), ("generated", 0, 4, 0.0), ("photos", 0, 4, 0.0),
-         ("synthetic", 1, 1, 1e-5), ("generated", 1, 1, 1e-5), ("photos", 1, 1, 2e-4)]
-
-
+# What the two sides compute is the same per-worker gradients; what may differ is only the order of their sum, and
+# each case's check follows from that:
+# - 4 a pass on each rank against the one process's passes of 4: the same two-term sum (rank 0's + rank 1's), so
+#   the runs are bit-identical, whatever the CPU: 2 epochs, difference 0.
+# - 1 a pass: each rank sums ((g0 + g1) + g2) + g3 and the ranks' sums are added, where one process adds the eight
+#   in a row: one rounding of the step's update. Training amplifies that step after step at a rate set by the CPU's
+#   kernels, not by the code under test (photos after 2 epochs: 5.3e-5 on an Intel Xeon with oneDNN AVX512_CORE_AMX,
+#   1.5e-3 on an AMD EPYC with AVX512_CORE_BF16; issue #53), so no bound on a many-step difference holds on every
+#   CPU. These cases compare after ONE step instead (train.max_steps = 1), where the difference is that one rounding
+#   (recursive summation of n terms: |error| <= (n - 1) eps sum |g_i|, eps = 2^-24 in float32) and is held to
+#   1e-4 of the step's largest update (tests/helpers.py, one_step_bound).
+EXACT, ONE_STEP = "2 epochs, exact", "1 step, one rounding"
+CASES = [("synthetic", 0, 4, EXACT), ("generated", 0, 4, EXACT), ("photos", 0, 4, EXACT),
+         ("synthetic", 1, 1, ONE_STEP), ("generated", 1, 1, ONE_STEP), ("photos", 1, 1, ONE_STEP)]
 @pytest.mark.slow
-@pytest.mark.parametrize("kind, per_pass, reference_per_pass, bound", [
+@pytest.mark.parametrize("kind, per_pass, reference_per_pass, check", [
     pytest.param(*case, marks=needs_photos) if case[0] == "photos" else case for case in CASES])
-def test_two_ranks_of_four_workers_match_one_process_of_eight(tmp_path, kind, per_pass, reference_per_pass, bound):
+def test_two_ranks_of_four_workers_match_one_process_of_eight(tmp_path, kind, per_pass, reference_per_pass, check):
     data = {} if kind == "synthetic" else REAL_DATA[kind]
-    ranks_cfg, _ = configs(tmp_path, data, per_pass)
-    _, one_cfg = configs(tmp_path, data, reference_per_pass)
+    length = {"max_steps": 1} if check == ONE_STEP else {}  # 2 epochs otherwise (the test config's default)
+    ranks_cfg, _ = configs(tmp_path, data, per_pass, **length)
+    _, one_cfg = configs(tmp_path, data, reference_per_pass, **length)
     ranks = torchrun(2, ranks_cfg, tmp_path, "r")
     assert ranks.returncode == 0, ranks.stderr[-3000:]
     one = train(one_cfg, tmp_path, "o")
     assert one.returncode == 0, one.stderr[-3000:]
-    # 2 epochs: parameters and worker 0's BatchNorm running statistics
-    difference = max_difference(final_state(tmp_path / "ranks" / "r"), final_state(tmp_path / "one" / "o"))
-    print(f"2 ranks x 4 ({per_pass or 'all'} a pass) vs 1 x 8 ({reference_per_pass} a pass), {kind}: "
-          f"max |difference| {difference:.3g}")
+    # parameters and worker 0's BatchNorm running statistics
+    ranks_state, one_state = final_state(tmp_path / "ranks" / "r"), final_state(tmp_path / "one" / "o")
+    difference = max_difference(ranks_state, one_state)
+    bound = 0.0 if check == EXACT else one_step_bound(one_cfg, one_state)
+    print(f"2 ranks x 4 ({per_pass or 'all'} a pass) vs 1 x 8 ({reference_per_pass} a pass), {kind}, {check}: "
+          f"max |difference| {difference:.3g}, bound {bound:.3g}")
+    assert bound < 1e-4  # a rounding's bound, never a loose one (one step moves a parameter by 0.01-0.03 here)
     assert difference <= bound
     manifest = json.loads((tmp_path / "ranks" / "r" / "manifest.json").read_text())
     assert (manifest["backend"], manifest["world_size"], manifest["workers"]) == ("ddp", 2, 8)
@@ -104,14 +111,17 @@ def test_two_ranks_of_four_workers_match_one_process_of_eight(tmp_path, kind, pe
 
 @pytest.mark.slow
 def test_two_ranks_of_four_workers_in_two_passes_match_one_process_of_eight_in_passes_of_two(tmp_path):
-    # the passes group the same workers on both sides ({0,1} {2,3} on rank 0, {4,5} {6,7} on rank 1)
-    ranks_cfg, one_cfg = configs(tmp_path, REAL_DATA["generated"], per_pass=2)
+    # the passes group the same workers on both sides ({0,1} {2,3} on rank 0, {4,5} {6,7} on rank 1); the sum of
+    # the four passes' gradients is ordered differently: one step, one rounding (tests/helpers.py, one_step_bound)
+    ranks_cfg, one_cfg = configs(tmp_path, REAL_DATA["generated"], per_pass=2, max_steps=1)
     ranks = torchrun(2, ranks_cfg, tmp_path, "r")
     assert ranks.returncode == 0, ranks.stderr[-3000:]
     assert train(one_cfg, tmp_path, "o").returncode == 0
-    difference = max_difference(final_state(tmp_path / "ranks" / "r"), final_state(tmp_path / "one" / "o"))
-    print(f"2 ranks x 4 in 2 passes vs 1 x 8 in passes of 2: max |difference| {difference:.3g}")
-    assert difference <= 1e-5
+    one = final_state(tmp_path / "one" / "o")
+    difference, bound = max_difference(final_state(tmp_path / "ranks" / "r"), one), one_step_bound(one_cfg, one)
+    print(f"2 ranks x 4 in 2 passes vs 1 x 8 in passes of 2, one step: max |difference| {difference:.3g}, "
+          f"bound {bound:.3g}")
+    assert difference <= bound
     assert json.loads((tmp_path / "ranks" / "r" / "manifest.json").read_text())["workers_per_pass"] == 2
 
 
@@ -120,19 +130,23 @@ def test_two_horovod_ranks_of_four_workers_match_one_process_of_eight(tmp_path):
     from tests.test_horovod import horovod_missing, horovodrun, need, trainer_args
 
     need(horovod_missing())
-    for per_pass in (1, 2):
+    # 4 a pass: the same two-term sum on both sides, exact over 2 epochs; 1 and 2 a pass: the sum in another
+    # order, one step, one rounding (tests/helpers.py, one_step_bound)
+    for per_pass, length in ((4, {}), (1, {"max_steps": 1}), (2, {"max_steps": 1})):
         data = REAL_DATA["generated"]
         hvd_cfg = write_config(tmp_path / f"hvd{per_pass}.toml", {"data": data, "train": {
-            **EIGHT, "backend": "horovod", "workers_per_pass": per_pass}})
+            **EIGHT, "backend": "horovod", "workers_per_pass": per_pass, **length}})
         one_cfg = write_config(tmp_path / f"one{per_pass}.toml", {"data": data, "train": {
-            **EIGHT, "backend": "emulated", "workers_per_pass": per_pass}})
+            **EIGHT, "backend": "emulated", "workers_per_pass": per_pass, **length}})
         result = run([horovodrun(), "--gloo", "-np", "2", "-H", "localhost:2", *trainer_args(hvd_cfg, tmp_path, "h")])
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
         assert train(one_cfg, tmp_path, "o").returncode == 0
         run_dir = tmp_path / f"hvd{per_pass}" / "h"
-        difference = max_difference(final_state(run_dir), final_state(tmp_path / f"one{per_pass}" / "o"))
-        print(f"horovod 2 ranks x 4, {per_pass} a pass, vs 1 x 8: max |difference| {difference:.3g}")
-        assert difference <= 1e-5
+        one = final_state(tmp_path / f"one{per_pass}" / "o")
+        difference = max_difference(final_state(run_dir), one)
+        bound = one_step_bound(one_cfg, one) if length else 0.0
+        print(f"horovod 2 ranks x 4, {per_pass} a pass, vs 1 x 8: max |difference| {difference:.3g}, bound {bound:.3g}")
+        assert difference <= bound
         manifest = json.loads((run_dir / "manifest.json").read_text())
         assert (manifest["backend"], manifest["world_size"], manifest["workers"]) == ("horovod", 2, 8)
         assert manifest["workers_per_rank"] == 4
