@@ -47,7 +47,7 @@ endif
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-horovod setup-dali setup-tf tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report reference-add cost bench bench-data bench-step bench-comm gpu-check noise-scale exp13-next clean
+.PHONY: advise help setup setup-horovod setup-dali setup-tf tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report reference-add cost bench bench-data bench-step bench-comm gpu-check noise-scale exp13-next clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -203,6 +203,13 @@ noise-scale: setup ## Gradient noise scale of the local exp5/exp6 (and exp12) mo
 	$(if $(NOISE_RUNS),$(PY) -m tools noise-scale $(NOISE_RUNS) --groups 64 --json results/noise_scale/final.json)
 	$(if $(NOISE_EXP12_RUN),$(PY) -m tools noise-scale $(patsubst %/,%,$(dir $(NOISE_EXP12_RUN))) --init --groups 32 --json results/noise_scale/large_batch_initial.json)
 	$(if $(NOISE_EXP12_RUN),$(PY) -m tools noise-scale $(patsubst %/,%,$(dir $(NOISE_EXP12_RUN))) --groups 64 --json results/noise_scale/large_batch_final.json)
+
+# The advisor (analysis/advisor.py): its validation against the thesis's Tables 8-9 into the committed table, and with
+# STEP=file.json (from `python -m tools step-split` on a GPU) the predicted images/s of 1...N GPUs of that step.
+## STEP=file.json            make advise: a step measured by `python -m tools step-split`; GPUS_PER_NODE, INTRA, INTER: the machine to predict
+advise: setup ## The scaling advisor: validation against the thesis -> results/tables/advisor_validation.md; STEP=file.json: predicted images/s for 1...N GPUs
+	$(PY) -m analysis advise --validate
+	$(if $(STEP),$(PY) -m analysis advise --step $(STEP) $(if $(GPUS_PER_NODE),--gpus-per-node $(GPUS_PER_NODE)) $(if $(INTRA),--intra $(INTRA)) $(if $(INTER),--inter $(INTER)))
 
 clean: ## Remove caches (generated datasets) but not results
 	rm -rf .cache .pytest_cache

@@ -119,6 +119,33 @@ def cmd_headline(args) -> int:
     return headline_main(["--write"] if args.write else [])
 
 
+def cmd_advise(args) -> int:
+    from . import advisor
+
+    if args.validate:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(advisor.validation_markdown(advisor.thesis_validation()))
+        print(out.read_text(), end="")
+        print(f"written: {out}")
+        return 0
+    if not args.step:
+        print("error: analysis advise needs --validate or --step STEP.json (from python -m tools step-split)",
+              file=sys.stderr)
+        return 2
+    try:
+        step, record = advisor.load_step(Path(args.step))
+        intra, inter = advisor.nominal_link(args.intra), advisor.nominal_link(args.inter)
+    except (OSError, KeyError, ValueError) as e:
+        print(f"error: analysis advise: {e}", file=sys.stderr)
+        return 2
+    rows = advisor.scaling_table(step, args.gpus_per_node, args.nodes, intra, inter)
+    print(advisor.scaling_markdown(rows, f"Predicted from {args.step} ({record.get('device', 'a measured step')}, "
+                                         f"batch {step.batch}), nominal links {args.intra} within a node, "
+                                         f"{args.inter} across"), end="")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -159,6 +186,17 @@ def main(argv=None) -> int:
     h = sub.add_parser("headline", help="the README's headline, copied from results/tables/orderings.md")
     h.add_argument("--write", action="store_true", help="put it into README.md (make reference-report does)")
     h.set_defaults(fn=cmd_headline)
+    a = sub.add_parser("advise", help="predicted images/s for 1...N GPUs from a measured step (--step), or the "
+                       "advisor against the thesis's Tables 8-9 (--validate)")
+    a.add_argument("--validate", action="store_true", help="write the validation table (--out)")
+    a.add_argument("--out", default="results/tables/advisor_validation.md")
+    a.add_argument("--step", help="a step measured by python -m tools step-split (JSON)")
+    a.add_argument("--gpus-per-node", type=int, default=8)
+    a.add_argument("--nodes", type=lambda v: [int(n) for n in v.split(",")], default=[1, 2, 4],
+                   help="node counts, comma-separated (default 1,2,4)")
+    a.add_argument("--intra", default="nvlink4", help="a link of analysis/reference/links.toml within a node")
+    a.add_argument("--inter", default="ndr-ib", help="a link of analysis/reference/links.toml across nodes")
+    a.set_defaults(fn=cmd_advise)
     args = ap.parse_args(argv)
     return args.fn(args)
 

@@ -25,7 +25,8 @@ from .compare import (REPO, default_runs_root, load_report_study, machine_cores,
 COMMITTED_REPORT = REPO / "results"  # the committed report: the reference's tables/, figures/ and rq*.ipynb
 REPORT_ROOT = COMMITTED_REPORT / "report"  # gitignored: the report of any other runs, a folder each
 #: tables/ files another command writes beside the report's (make cost): a report keeps them when it clears
-OTHER_WRITERS = frozenset({"cost.csv", "cost.md", "cost_totals.csv", "cost_totals.md"})
+OTHER_WRITERS = frozenset({"cost.csv", "cost.md", "cost_totals.csv", "cost_totals.md",
+                           "advisor_validation.md"})  # make advise
 
 
 # ============================================================================================ tables and figures

@@ -1,0 +1,259 @@
+"""Predict a data-parallel run's images/s from measured parts, before a cluster is spent on it (issue #51).
+
+The model, one worker's step and one collective, each part measured or published:
+
+- A message over a link costs latency + bytes / bandwidth (Hockney's alpha-beta model); `fit_link` fits both from
+  messages timed at several sizes.
+- The gradients are averaged by a ring allreduce (reduce-scatter then all-gather: Patarasuk & Yuan 2009; Thakur et
+  al. 2005), 2 (p - 1) messages of n / p bytes each over the ring's slowest link: within one node the node's link,
+  across nodes the network's.
+- The backend reduces the gradients in buckets (DDP: 25 MB; Horovod: its fusion buffer, 64 MB) that become ready
+  evenly through the backward pass and are reduced one at a time as soon as each is ready; what outlasts the
+  backward is the exposed communication (`exposed_communication_s`).
+- A worker's step is forward + backward + optimizer + exposed communication, unless its input pipeline delivers
+  fewer images a second than that step eats: then the input bounds it.
+
+What the model leaves out is named where a validation row misses (analysis/reference/advisor.toml declares the
+tolerance): contention for a node's PCIe or network port among its GPUs, stragglers, the input pipeline at scale.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+REFERENCE = Path(__file__).resolve().parent / "reference"
+DECLARATION = REFERENCE / "advisor.toml"
+MB = 1024 * 1024
+# the share of a step that exposed communication must reach before it, not the compute, is named the bound
+COMMUNICATION_BOUND_SHARE = 0.05
+# a node added "pays" while it raises the cluster's images/s by at least this share of what one node does alone
+NODE_PAYS_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Link:
+    """One point-to-point message of n bytes costs latency_s + n / bytes_per_s."""
+    latency_s: float
+    bytes_per_s: float
+
+    def message_s(self, nbytes: float) -> float:
+        return self.latency_s + nbytes / self.bytes_per_s
+
+
+@dataclass(frozen=True)
+class Step:
+    """One worker's training step at its per-GPU batch, measured on one GPU (or one CPU process)."""
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    batch: int
+    gradient_bytes: int
+    input_images_per_s: float | None = None  # the input pipeline's rate for one worker; None: not a bound
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s + self.optimizer_s
+
+
+@dataclass(frozen=True)
+class Prediction:
+    ranks: int
+    nodes: int
+    images_per_s: float
+    efficiency: float  # images/s over ranks x the one-rank step's images/s
+    bound: str  # "compute", "communication" or "input"
+    step_s: float
+    exposed_communication_s: float
+    backend: str = ""
+
+
+def fit_link(sizes_bytes: list[float], seconds: list[float]) -> Link:
+    """Least squares of seconds = latency + bytes / bandwidth over messages timed at several sizes."""
+    if len(set(sizes_bytes)) < 2:
+        raise ValueError("fitting a link needs messages of at least two message sizes")
+    mean_x, mean_y = statistics.fmean(sizes_bytes), statistics.fmean(seconds)
+    sxx = sum((x - mean_x) ** 2 for x in sizes_bytes)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes_bytes, seconds)) / sxx
+    if slope <= 0:
+        raise ValueError("the timed messages do not grow with their size: no bandwidth to fit")
+    return Link(latency_s=max(0.0, mean_y - slope * mean_x), bytes_per_s=1 / slope)
+
+
+def ring_link(ranks_per_node: int, nodes: int, intra: Link, inter: Link) -> Link:
+    """The link a ring over these ranks waits on: every step of a ring waits for its slowest hop."""
+    if nodes <= 1:
+        return intra
+    return Link(latency_s=max(intra.latency_s, inter.latency_s),
+                bytes_per_s=min(intra.bytes_per_s, inter.bytes_per_s) if ranks_per_node > 1 else inter.bytes_per_s)
+
+
+def ring_allreduce_s(nbytes: float, ranks: int, link: Link) -> float:
+    """A ring allreduce of nbytes over `ranks`: 2 (p - 1) messages of nbytes / p."""
+    if ranks <= 1:
+        return 0.0
+    return 2 * (ranks - 1) * link.message_s(nbytes / ranks)
+
+
+def exposed_communication_s(comm_s: float, backward_s: float, buckets: int) -> float:
+    """The reduction time that outlasts the backward pass: bucket k (of b) is ready at k / b of the backward and is
+    reduced, one at a time, in comm_s / b; the last reduction ends at max(backward + comm_s / b, backward / b +
+    comm_s)."""
+    if comm_s <= 0:
+        return 0.0
+    per_bucket = comm_s / buckets
+    end = max(backward_s + per_bucket, backward_s / buckets + comm_s)
+    return end - backward_s
+
+
+def buckets_of(backend: str, gradient_bytes: int, bucket_mb: float | None = None) -> int:
+    """How many reductions the backend splits the gradients into: DDP's buckets (25 MB by default), Horovod's
+    fusion buffer (64 MB)."""
+    size = (bucket_mb or {"ddp": 25, "horovod": 64}[backend]) * MB
+    return max(1, math.ceil(gradient_bytes / size))
+
+
+def predict(step: Step, backend: str, ranks: int, ranks_per_node: int, intra: Link, inter: Link,
+            bucket_mb: float | None = None) -> Prediction:
+    """Images/s of `ranks` workers, `ranks_per_node` a node, each running `step`, reduced by `backend`."""
+    nodes = math.ceil(ranks / ranks_per_node)
+    link = ring_link(min(ranks, ranks_per_node), nodes, intra, inter)
+    comm = ring_allreduce_s(step.gradient_bytes, ranks, link)
+    exposed = exposed_communication_s(comm, step.backward_s, buckets_of(backend, step.gradient_bytes, bucket_mb))
+    step_s = step.compute_s + exposed
+    input_s = step.batch / step.input_images_per_s if step.input_images_per_s else 0.0
+    if input_s > step_s:
+        bound, step_s = "input", input_s
+    else:
+        bound = "communication" if exposed >= COMMUNICATION_BOUND_SHARE * step_s else "compute"
+    one_rank_s = max(step.compute_s, input_s)
+    return Prediction(ranks=ranks, nodes=nodes, images_per_s=ranks * step.batch / step_s,
+                      efficiency=one_rank_s / step_s, bound=bound, step_s=step_s, exposed_communication_s=exposed,
+                      backend=backend)
+
+
+def break_even_nodes(rows: list[Prediction]) -> int | None:
+    """The last node count worth paying for: the first node whose addition raises images/s by less than
+    NODE_PAYS_SHARE of one node's own rate is not (None: every node in `rows` still pays)."""
+    by_nodes = {r.nodes: r.images_per_s for r in rows}
+    one_node = by_nodes.get(1)
+    for nodes in sorted(by_nodes)[1:]:
+        if nodes - 1 in by_nodes and one_node and by_nodes[nodes] - by_nodes[nodes - 1] < NODE_PAYS_SHARE * one_node:
+            return nodes - 1
+    return None
+
+
+# ---- the thesis's Tables 8-9 ------------------------------------------------------------------------------------
+def declaration() -> dict:
+    with open(DECLARATION, "rb") as f:
+        return tomllib.load(f)
+
+
+@functools.cache
+def resnet50_gradient_bytes() -> int:
+    """float32 gradients of torchvision's ResNet-50: one per parameter."""
+    from torchvision.models import resnet50
+
+    return 4 * sum(p.numel() for p in resnet50().parameters())
+
+
+def thesis_step(one_gpu_images_per_s: float, batch: int, backward_over_forward: float) -> Step:
+    """The thesis's 1-GPU step, split forward : backward as declared (it publishes no split)."""
+    step_s = batch / one_gpu_images_per_s
+    forward = step_s / (1 + backward_over_forward)
+    return Step(forward_s=forward, backward_s=step_s - forward, optimizer_s=0.0, batch=batch,
+                gradient_bytes=resnet50_gradient_bytes())
+
+
+# (table, framework in analysis/reference/thesis.csv, its 1-GPU table, backend)
+THESIS_ROWS = ((8, "pytorch", 2, "ddp"), (9, "horovod+pytorch", 3, "horovod"))
+
+
+def thesis_validation() -> list[dict]:
+    """Each row of Tables 8-9 predicted from the thesis's 1-GPU figure and the declared published link rates."""
+    import csv
+
+    d, t = declaration(), declaration()["thesis"]
+    rows = list(csv.DictReader(open(REFERENCE / "thesis.csv")))
+    intra, inter = (Link(t[k]["latency_s"], t[k]["bytes_per_s"]) for k in ("intra", "inter"))
+    out = []
+    for table, framework, one_table, backend in THESIS_ROWS:
+        one = next(r for r in rows if r["table"] == str(one_table) and r["framework"] == framework)
+        step = thesis_step(float(one["throughput"]), int(one["per_gpu_batch"]), t["backward_over_forward"])
+        bucket = t["ddp_bucket_mb"] if backend == "ddp" else t["horovod_fusion_mb"]
+        for r in (r for r in rows if r["table"] == str(table)):
+            p = predict(step, backend, int(r["gpus"]), t["gpus_per_node"], intra, inter, bucket)
+            measured = float(r["throughput"])
+            error = p.images_per_s / measured - 1
+            out.append({"table": table, "framework": framework, "gpus": int(r["gpus"]), "nodes": p.nodes,
+                        "one_gpu": float(one["throughput"]), "predicted": p.images_per_s, "measured": measured,
+                        "error": error, "holds": abs(error) <= d["tolerance"], "bound": p.bound,
+                        "exposed_ms": 1000 * p.exposed_communication_s})
+    return out
+
+
+def validation_markdown(rows: list[dict]) -> str:
+    d = declaration()
+    errors = [abs(r["error"]) for r in rows]
+    lines = [f"# The advisor against measurements (tolerance {100 * d['tolerance']:.0f} % a row, declared "
+             f"{d['declared']} in analysis/reference/advisor.toml)", "",
+             "Made by `python -m suite analysis advise --validate` from analysis/advisor.py; thesis rows: Tables 8-9 "
+             "predicted from the thesis's 1-GPU figure (Tables 2-3), a backward of two forwards (assumed: the thesis "
+             "publishes no split), PCIe 3.0 x16 within a node and FDR InfiniBand 4x across, nominal rates.", "",
+             "| source | framework | GPUs | nodes | predicted img/s | measured img/s | error | holds | bound | "
+             "exposed communication |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| thesis Table {r['table']} | {r['framework']} | {r['gpus']} | {r['nodes']} | "
+                     f"{r['predicted']:,.0f} | {r['measured']:,.2f} | {100 * r['error']:+.1f} % | "
+                     f"{'yes' if r['holds'] else 'no'} | {r['bound']} | {r['exposed_ms']:.1f} ms |")
+    held = sum(r["holds"] for r in rows)
+    lines += ["", f"{len(rows)} rows: median |error| {100 * statistics.median(errors):.1f} %, worst |error| "
+                  f"{100 * max(errors):.1f} %; {held} of {len(rows)} within the tolerance."]
+    return "\n".join(lines) + "\n"
+
+
+# ---- a machine's prediction from its measured step -----------------------------------------------------------
+def nominal_link(name: str) -> Link:
+    """A published link rate from analysis/reference/links.toml."""
+    with open(REFERENCE / "links.toml", "rb") as f:
+        links = tomllib.load(f)
+    if name not in links:
+        raise ValueError(f"no link named {name!r}: one of {', '.join(links)} (analysis/reference/links.toml)")
+    return Link(links[name]["latency_s"], links[name]["bytes_per_s"])
+
+
+def load_step(path: Path) -> tuple[Step, dict]:
+    """A step measured by `python -m tools step-split` (its JSON), and the rest of what it recorded. The phases
+    are timed between synchronisations, which cost time of their own: their proportions are kept and scaled to
+    the whole step timed unsynchronised, which is what a run pays."""
+    import json
+
+    record = json.loads(Path(path).read_text())
+    phases = [record[k] for k in ("forward_s", "backward_s", "optimizer_s")]
+    scale = record["whole_step_s"] / sum(phases)
+    forward, backward, optimizer = (scale * t for t in phases)
+    return Step(forward, backward, optimizer, record["batch"], record["gradient_bytes"],
+                record.get("input_images_per_s")), record
+
+
+def scaling_table(step: Step, gpus_per_node: int, nodes: list[int], intra: Link, inter: Link) -> list[Prediction]:
+    """DDP's and Horovod's predictions for 1 GPU, one whole node and each node count."""
+    counts = sorted({1, *(gpus_per_node * n for n in nodes)})
+    return [predict(step, backend, ranks, gpus_per_node, intra, inter)
+            for backend in ("ddp", "horovod") for ranks in counts]
+
+
+def scaling_markdown(rows: list[Prediction], title: str) -> str:
+    lines = [f"# {title}", "",
+             "| backend | GPUs | nodes | predicted img/s | efficiency | bound | exposed communication |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.backend} | {r.ranks} | {r.nodes} | {r.images_per_s:,.0f} | {100 * r.efficiency:.1f} % | "
+              f"{r.bound} | {1000 * r.exposed_communication_s:.1f} ms |" for r in rows]
+    for backend in ("ddp", "horovod"):
+        even = break_even_nodes([r for r in rows if r.backend == backend])
+        lines += ["", f"{backend}: " + (f"adding nodes stops paying after {even}" if even else
+                                        "every node in the table still pays (each adds at least half a node's rate)")]
+    return "\n".join(lines) + "\n"
