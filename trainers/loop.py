@@ -102,7 +102,7 @@ class Trainer:
         self.backend = b = backends.create(cfg, launch, backend_name)
         self.ckpt_path = run_dir / CHECKPOINT
         self.resuming = resume and self.ckpt_path.exists()
-        self.run = RunFolder(run_dir, writes=b.is_main(), echo=echo, fresh=not self.resuming)
+        self.run = RunFolder(run_dir, writes=b.is_main(), echo=echo, fresh=not self.resuming, events=True)
         b.start_run(run_dir)
         torch.manual_seed(t.seed)
         self.compute = compute.Compute(t, b.device)

@@ -160,7 +160,7 @@ def run_benchmark(cfg: Config, run_dir: Path, resume: bool) -> int:
     main = backend.rank == 0
     if main and not resume and (run_dir / MANIFEST).exists():
         raise ConfigError(f"run folder {run_dir} exists; run it again with --resume auto or pick another --run")
-    run = RunFolder(run_dir, writes=main)  # a benchmark has no checkpoint: a rerun starts afresh
+    run = RunFolder(run_dir, writes=main, events=True)  # a benchmark has no checkpoint: a rerun starts afresh
     try:
         start_manifest(cfg, run_dir, backend, run, threads)
         checks = measure(cfg, backend, run)
