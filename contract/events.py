@@ -1,7 +1,7 @@
 """TensorBoard event files of a run folder: its metrics.jsonl records as scalars, live and after the fact.
 
 One mapping (`Scalars`) turns records into (step, scalars) and serves both the trainer's live writer (RunFolder
-with events=True) and `python -m analysis tensorboard`, which writes them for finished run folders: so what a run
+with events=live(...)) and `python -m analysis tensorboard`, which writes them for finished run folders: so what a run
 showed while it trained is what a conversion of its folder shows. The tags:
 
   train/loss, train/top1, train/top5, train/lr   an iter record's values (the step's, not the running means)
@@ -190,6 +190,11 @@ class RunEvents:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+
+def live(run_dir: Path, writes: bool) -> RunEvents | None:
+    """The trainer's writer for RunFolder(events=...): rank 0's (`writes`), where TensorBoard is installed."""
+    return RunEvents(run_dir) if writes and available() else None
 
 
 def write_run_events(run_dir: Path) -> int:

@@ -366,12 +366,12 @@ class RunFolder:
     """Rank 0's writer of a run folder; other ranks get one that writes nothing (writes=False)."""
 
     def __init__(self, path: Path, writes: bool, echo: bool = True, fresh: bool = True, clock=time.time,
-                 events: bool = False):
+                 events=None):
         """fresh: the run starts from scratch, so records of an earlier attempt (one killed before its first
         checkpoint) are dropped rather than read twice; a resumed run appends after `cut_back`.
         clock: what stamps each record's `time` (test fixtures pass a simulated one).
-        events: also keep TensorBoard event files of the records (the trainers; nothing where TensorBoard is not
-        installed), rebuilt from metrics.jsonl at the first scalar and after a cut (contract/events.py says why)."""
+        events: the trainers' TensorBoard writer (contract/events.py `live`: None where TensorBoard is not
+        installed), told each record written and each cut (it rebuilds from metrics.jsonl then: events.py says why)."""
         self.path = path
         self.clock = clock
         self._write_lock = threading.Lock()  # the telemetry sampler writes from its own thread
@@ -386,16 +386,7 @@ class RunFolder:
             self._log = open(path / LOG, mode, buffering=1)
             if not fresh:
                 self._end_last_line()
-        self._events = self._event_writer(events)
-
-    def _event_writer(self, wanted: bool):
-        """The live TensorBoard writer, when wanted, written and installed (imported here: contract/events.py
-        imports this module)."""
-        if not (wanted and self.writes):
-            return None
-        from contract import events
-
-        return events.RunEvents(self.path) if events.available() else None
+        self._events = events if writes else None
 
     @classmethod
     def take_over(cls, path: Path, manifest: dict[str, Any]) -> "RunFolder":

@@ -48,13 +48,21 @@ def links_of(page: Path) -> Links:
     return parsed
 
 
+def off_disk(target: str) -> bool:
+    """A target a browser would fetch from a network (an image embedded as a data: URI is not one)."""
+    url = urlparse(target)
+    return bool(url.netloc) or url.scheme not in ("", "data")
+
+
 def unresolved(page: Path) -> list[str]:
     """The page's targets that are not a file beside it (or an anchor of it), and any that leaves the disk."""
     parsed, bad = links_of(page), []
     for target in parsed.targets:
         url = urlparse(target)
-        if url.scheme or url.netloc:
+        if off_disk(target):
             bad.append(target)  # a network fetch, or a link off the report
+        elif url.scheme == "data":
+            continue
         elif url.path and not (page.parent / unquote(url.path)).exists():
             bad.append(target)
         elif not url.path and url.fragment and url.fragment not in parsed.ids:
@@ -109,14 +117,14 @@ def test_a_notebook_page_fetches_nothing_from_a_network(tmp_path):
     nbformat.write(nb, str(tmp_path / "rq9_x.ipynb"))
     [page] = pg.notebook_pages([tmp_path / "rq9_x.ipynb"])
     assert page == tmp_path / "rq9_x.html" and 'id="RQ"' in page.read_text()
-    assert links_of(page).scripts == 0 and [t for t in links_of(page).targets if urlparse(t).scheme] == []
+    assert links_of(page).scripts == 0 and [t for t in links_of(page).targets if off_disk(t)] == []
 
 
 def test_the_committed_page_links_only_files_beside_it():
     assert unresolved(COMMITTED_PAGE) == []
     for notebook in sorted(COMMITTED_REPORT.glob("rq*.ipynb")):
         assert notebook.with_suffix(".html").is_file(), notebook.name
-        assert [t for t in links_of(notebook.with_suffix(".html")).targets if urlparse(t).scheme] == []
+        assert [t for t in links_of(notebook.with_suffix(".html")).targets if off_disk(t)] == []
 
 
 @pytest.mark.slow
@@ -184,4 +192,5 @@ def test_the_committed_notebook_pages_in_a_browser(browser):
     for notebook in sorted(COMMITTED_REPORT.glob("rq*.html")):
         browser.get(notebook.as_uri())
         assert [src for src, ok in browser.execute_script(IMAGES) if not ok] == [], notebook.name
+        assert [url for url in browser.execute_script(LINKS) if not resolves(url, browser, notebook)] == []
         assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == [], notebook.name
