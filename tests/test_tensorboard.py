@@ -1,9 +1,6 @@
 """TensorBoard event files (issue 52): written live by rank 0, rebuilt across resumes so each step is there once and
 equal to metrics.jsonl, the same after the fact (`python -m analysis tensorboard`), and nothing without TensorBoard."""
-import json
 import signal
-import struct
-import subprocess
 import sys
 import textwrap
 
@@ -11,33 +8,10 @@ import pytest
 
 from contract import events
 from contract.runfolder import CHECKPOINT, CONFIG, EVENTS_GLOB, LOG, MANIFEST, METRICS
-from tests.helpers import REPO, records, run, train_in_process, trainer_env, write_config
+from tests.helpers import REPO, f32, read_back, records, run, train_in_process, trainer_env, write_config
 from tests.test_precision import preempt_at  # SIGUSR1 at a given training step: a mid-epoch checkpoint
 
 pytest.importorskip("tensorboard", reason="TensorBoard is not installed (pip install -e '.[tensorboard]')")
-
-# EventAccumulator in a process of its own: its tf.io.gfile would import TensorFlow where it is installed, and
-# TensorFlow beside this process's torch can crash. Purging off, so a step written twice would be read twice.
-READ_BACK = textwrap.dedent("""
-    import json, sys
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    acc = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0}, purge_orphaned_data=False)
-    acc.Reload()
-    print(json.dumps({tag: [(e.step, e.wall_time, e.value) for e in acc.Scalars(tag)]
-                      for tag in acc.Tags()["scalars"]}))
-""")
-
-
-def read_back(run_dir) -> dict[str, list[tuple[int, float, float]]]:
-    """Every scalar of a run folder's event files, as TensorBoard reads them: {tag: [(step, wall time, value)]}."""
-    done = subprocess.run([sys.executable, "-c", READ_BACK, str(run_dir)], capture_output=True, text=True,
-                          check=True, timeout=120)
-    return {tag: [tuple(point) for point in points] for tag, points in json.loads(done.stdout).items()}
-
-
-def f32(value: float) -> float:
-    """A value as an event file stores it (a scalar's simple_value is a 32-bit float)."""
-    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 def expected_from_records(run_dir) -> dict[str, list[tuple[int, float, float]]]:
@@ -179,3 +153,16 @@ def test_the_project_pins_tensorboard_in_an_extra():
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert any(pin.startswith("tensorboard==") for pin in extras["tensorboard"])
+
+
+@pytest.mark.slow
+def test_the_committed_reference_converts_every_run(tmp_path):
+    """make tensorboard OUT=results/reference/vm-2cpu, on a copy (the committed folders stay as they are)."""
+    import shutil
+
+    from analysis.events import convert, run_folders
+
+    copy = shutil.copytree(REPO / "results" / "reference" / "vm-2cpu", tmp_path / "vm-2cpu")
+    done = convert(copy)
+    assert done["runs"] == len(run_folders(copy)) == 150 and done["training"] == []
+    assert [d for d in run_folders(copy) if len(list(d.glob(EVENTS_GLOB))) != 1] == []
