@@ -22,7 +22,7 @@ ONLY ?=
 GPUS ?=
 ## DRY_RUN=1                print the exact commands / sbatch lines and stop
 DRY_RUN ?=
-## OUT=DIR                  the runs' folder (default results/runs, QUICK=1 results/quick); make report OUT=DIR reads it
+## OUT=DIR                  the runs' folder (default results/runs, QUICK=1 results/quick); make report OUT=DIR and make tensorboard OUT=DIR read it
 OUT ?=
 ## HOROVOD=0                experiments 1-3: don't build Horovod first (its rows are skipped)
 HOROVOD ?= auto
@@ -47,7 +47,7 @@ endif
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: advise help setup setup-horovod setup-dali setup-tf tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report reference-add cost bench bench-data bench-step bench-comm gpu-check noise-scale exp13-next clean
+.PHONY: advise help setup setup-horovod setup-dali setup-tf setup-tensorboard setup-browser tensorboard tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report reference-add cost bench bench-data bench-step bench-comm gpu-check noise-scale exp13-next clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -104,11 +104,22 @@ horovod-if-possible: setup
 	$(if $(AUTO_HOROVOD),bash trainers/horovod_build/setup.sh $(VENV) \
 	    || echo "make: Horovod could not be built (reason above); the study skips its Horovod rows")
 
-# data.decoder = "dali": pyproject's `dali` extra, pinned (pip leaves it as it is when it is there already)
-DALI_PINS = $(PY) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['dali']))"
+# an extra of pyproject.toml, its pins (pip leaves a package as it is when it is there already): $(call EXTRA_PINS,dali)
+EXTRA_PINS = $(PY) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['$(1)']))"
+# data.decoder = "dali": pyproject's `dali` extra
 setup-dali: setup ## Install NVIDIA DALI 2.4.0 into .venv for data.decoder = "dali" (optional: a GPU's JPEG decoder; runs on CPU too)
-	$(PIP) $$($(DALI_PINS))
+	$(PIP) $$($(call EXTRA_PINS,dali))
 	@$(PY) -c "import nvidia.dali; print('make: NVIDIA DALI', nvidia.dali.__version__, 'in $(VENV)')"
+
+setup-tensorboard: setup ## Install TensorBoard 2.21.0 (pinned) into .venv: the trainers then write event files beside each run's records
+	$(PIP) $$($(call EXTRA_PINS,tensorboard))
+
+# The browser test of the report's page needs a browser and a driver of the same version: Debian's chromium and
+# chromedriver (root), driven by Selenium (the `test` extra). Without them that test skips with one line.
+setup-browser: setup ## Install Debian's chromium and chromedriver (root) and Selenium (pinned) for the report page's browser test
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+	$(PIP) $$($(call EXTRA_PINS,test))
 
 setup-cluster: ## Install Slurm and Open MPI from Debian (root) for the Slurm and MPI tests
 	bash slurm/install.sh
@@ -130,9 +141,10 @@ cluster-stop: setup ## Stop the local Slurm cluster: its daemons, namespaces and
 cluster-check: setup ## Check a Slurm cluster (CLUSTER=P) layer by layer in minutes: nodes, hosts, staging, DDP, Horovod, training
 	$(PY) -m tools cluster-check --cluster $(CLUSTER) --scale $(SCALE) $(if $(filter command line,$(origin NODES)),--nodes $(NODES))
 
-# In CI (CI=true, root) the Slurm, MPI, Horovod, TensorFlow and DALI tests must run, so their dependencies are
-# installed first. setup-tf builds Horovod too (TensorFlow and PyTorch in one build): no setup-horovod of its own.
-test: setup $(if $(filter true,$(CI)),setup-cluster setup-tf setup-dali) ## Run the whole test suite (slow tests included)
+# In CI (CI=true, root) the Slurm, MPI, Horovod, TensorFlow, DALI, TensorBoard and browser tests must run, so their
+# dependencies are installed first. setup-tf builds Horovod too (TensorFlow and PyTorch in one build): no
+# setup-horovod of its own; setup-tensorboard after it, so its pin is the one installed.
+test: setup $(if $(filter true,$(CI)),setup-cluster setup-tf setup-dali setup-tensorboard setup-browser) ## Run the whole test suite (slow tests included)
 	$(PY) -m pytest
 
 test-fast: setup ## Run the fast tests only (under a minute)
@@ -153,6 +165,10 @@ exp13-next: setup ## Experiment 13's next rows (edge rates, then the study) from
 # reference's runs (OUT=results/reference/vm-2cpu) redraw the committed report in results/.
 report: setup ## Tables, figures, notebooks of results/runs (or OUT=DIR) -> results/report/<DIR>/ (printed at the end)
 	$(PY) -m analysis report $(if $(OUT),--runs $(OUT))
+
+# Any runs folder, the committed reference's too (event files are gitignored: rebuilt from metrics.jsonl at will).
+tensorboard: setup-tensorboard ## TensorBoard event files for every run in results/runs (or OUT=DIR) from its records; prints the tensorboard --logdir line
+	$(PY) -m analysis tensorboard $(if $(OUT),--runs $(OUT))
 
 reference-report: setup ## Redraw the committed report (results/tables, figures, rq*.ipynb) from the committed reference
 	$(PY) -m analysis report --runs results/reference/vm-2cpu

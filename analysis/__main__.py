@@ -1,4 +1,4 @@
-"""Command line: python -m analysis {report, throughput, cost, bench-parse, bench-report}."""
+"""Command line: python -m analysis {report, tensorboard, throughput, cost, bench-parse, bench-report, headline}."""
 from __future__ import annotations
 
 import argparse
@@ -73,6 +73,12 @@ def cmd_report(args) -> int:
         print(exc, file=sys.stderr)
         return 2
     return 0
+
+
+def cmd_tensorboard(args) -> int:
+    from .events import write_events
+
+    return write_events(Path(args.runs))
 
 
 def cmd_cost(args) -> int:
@@ -159,6 +165,10 @@ def main(argv=None) -> int:
                                                          "gives experiment, framework, gpus, per_gpu_batch, scale)")
     r.add_argument("--no-notebooks", action="store_true")
     r.set_defaults(fn=cmd_report)
+    e = sub.add_parser("tensorboard", help="TensorBoard event files for every run folder under --runs "
+                       "(default results/runs), and the tensorboard --logdir line")
+    e.add_argument("--runs", default="results/runs", help="any folder of run folders, e.g. results/reference/vm-2cpu")
+    e.set_defaults(fn=cmd_tensorboard)
     t = sub.add_parser("throughput", help="thesis-formula and steady-state images/s of logs or run folders")
     t.add_argument("logs", nargs="+", metavar="LOG")
     t.add_argument("--per-gpu-batch", type=int, default=None)

@@ -1,6 +1,7 @@
 """`python -m analysis report`: every thesis table and figure from the run folders and the reference data.
 
-Writes <out>/tables/*.csv|md, <out>/figures/*.png|pdf and executes the notebooks <out>/rq*.ipynb.
+Writes <out>/tables/*.csv|md, <out>/figures/*.png|pdf, executes the notebooks <out>/rq*.ipynb (each also as
+<out>/rq*.html), and puts it all on one web page, <out>/index.html (analysis/page.py).
 Works on an empty runs folder too: the tables then hold the thesis's values only, and the figures that the
 reference data can draw (scaling, schedules, RQ2) are drawn from it.
 """
@@ -17,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from . import catalogue as ct  # noqa: E402
 from . import figures as fg  # noqa: E402
+from . import page as pg  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
 from .compare import (REPO, default_runs_root, load_report_study, machine_cores, made_from,  # noqa: E402
@@ -55,9 +57,11 @@ def build_tables(inputs: ct.Inputs, out: Path, entries=ct.TABLES) -> list[Path]:
     return written
 
 
-def build_figures(inputs: ct.Inputs, out: Path, entries=ct.FIGURES) -> tuple[list[Path], list[str]]:
+def build_figures(inputs: ct.Inputs, out: Path, entries=ct.FIGURES,
+                  captions: dict | None = None) -> tuple[list[Path], list[str]]:
     """Every figure the catalogue declares, each with the line saying which runs (or thesis values) it was made
-    from; and those not drawn, with why."""
+    from; and those not drawn, with why. captions: filled with each drawn figure's (title, runs line), which the web
+    page shows as text (the PNG carries them as pixels)."""
     written: list[Path] = []
     skipped: list[str] = []
     for entry in entries:
@@ -65,8 +69,17 @@ def build_figures(inputs: ct.Inputs, out: Path, entries=ct.FIGURES) -> tuple[lis
         if isinstance(drawn, str):
             skipped.append(f"{entry.name}: {drawn}")
         elif drawn is not None:
-            written.extend(fg.save(drawn.figure, out, entry.name, entry_source(inputs, entry, drawn.source)))
+            source = entry_source(inputs, entry, drawn.source)
+            written.extend(fg.save(drawn.figure, out, entry.name, source))
+            if captions is not None:
+                captions[entry.name] = (figure_caption(inputs, entry), source)
     return written, skipped
+
+
+def figure_caption(inputs: ct.Inputs, entry) -> str:
+    """A figure's heading on the web page: its title, and the thesis's figure it stands beside."""
+    title = ct.titled(inputs, entry) if entry.title else entry.name
+    return f"{title} ({entry.thesis})" if entry.thesis else title
 
 
 # ============================================================================================ entry point
@@ -108,14 +121,14 @@ def refuse_committed_place(runs: Path, out: Path) -> None:
 
 
 def clear_report(out: Path) -> None:
-    """Remove what an earlier report wrote into `out` (tables, figures, notebooks), so nothing stale survives a new
+    """Remove what an earlier report wrote into `out` (tables, figures, notebooks, the page), so nothing stale survives a new
     one: figures a run set can no longer draw, a comparison table of runs since removed. Files another command
     writes there (make cost's tables) are kept."""
     for folder in (out / "tables", out / "figures"):
         for path in sorted(folder.glob("*")) if folder.is_dir() else []:
             if path.is_file() and path.name not in OTHER_WRITERS:
                 path.unlink()
-    for path in sorted(out.glob("rq*.ipynb")):
+    for path in sorted([*out.glob("rq*.ipynb"), *out.glob("rq*.html"), *out.glob(pg.PAGE)]):
         path.unlink()
 
 
@@ -136,7 +149,8 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
     inputs = ct.Inputs(df, rf.load_reference(), source, machine_cores(runs), runs)
     tables = build_tables(inputs, out / "tables")
     worker, nb_result = _start_notebooks(out, runs, logs) if notebooks else (None, {})
-    figs, skipped = build_figures(inputs, out / "figures")
+    captions: dict = {}
+    figs, skipped = build_figures(inputs, out / "figures", captions=captions)
     problems = list(df.attrs.get("problems", []))
     write_index(out, source, tables, figs, skipped, problems)
     nbs: list[Path] = []
@@ -145,15 +159,17 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
         if "error" in nb_result:
             raise nb_result["error"]
         nbs = nb_result["paths"]
+    page = pg.write_page(pg.PageInputs(out, source, df, tables, figs, captions, skipped, problems,
+                                       pg.notebook_pages(nbs)))
     info = {"runs": int((df["kind"] == "run").sum()), "tables": len(tables), "figures": len(figs),
             "skipped": skipped, "problems": problems, "notebooks": [str(p) for p in nbs],
-            "seconds": round(time.perf_counter() - t0, 2), "out": str(out)}
+            "page": str(page), "seconds": round(time.perf_counter() - t0, 2), "out": str(out)}
     if not quiet:
         print(f"report: {info['runs']} runs from {runs} ({origin}), {len(tables)} table files, {len(figs)} figure files, "
               f"{len(nbs)} notebooks in {info['seconds']} s")
         for p in problems:
             print(f"  problem: {p}")
-        print(f"report written to {_shown(out)}/ (tables/README.md lists it)")
+        print(f"report written to {_shown(out)}/ (tables/README.md lists it); in a browser: {_shown(page)}")
     return info
 
 

@@ -8,6 +8,8 @@ A run is a folder `<out>/<experiment>/<run>/` holding
                  the local cluster limited one (tc's units, `link_bits_per_s`; absent: not limited);
   metrics.jsonl  one JSON object a line, the source of truth: each line one of the record kinds declared below;
   train.log      human lines in pytorch/examples' format (trainers/runlog.py formats them);
+  events.out.tfevents.*  TensorBoard's event files: the records as scalars (contract/events.py), where TensorBoard
+                 is installed (the trainer's rank 0 writes them live; `python -m analysis tensorboard` after the fact);
   checkpoint.pt  the trainer's checkpoint, which also stores how many bytes of metrics.jsonl and train.log it covers;
   console.log    the trainer's stdout and stderr as a study started it (studies/launch.py; none by hand);
   .lock          the pid of rank 0 while the run trains; `.rank<r>.lock` each other rank's (contract/locks.py).
@@ -39,6 +41,10 @@ from contract.config import THESIS_BATCH_INDEX, Config, ConfigError
 # the tools and the analysis find a run's files through these.
 METRICS, LOG, MANIFEST, CONFIG = "metrics.jsonl", "train.log", "manifest.json", "config.json"
 CHECKPOINT = "checkpoint.pt"
+# TensorBoard's event files beside the records (contract/events.py writes them): TensorBoard finds a file by the
+# "tfevents" in its name, so `tensorboard --logdir results/runs` shows each run as <experiment>/<run>
+EVENTS_PREFIX = "events.out.tfevents."
+EVENTS_GLOB = EVENTS_PREFIX + "*"
 
 
 def link_bits_per_s(rate: str) -> float:
@@ -359,10 +365,13 @@ def nearest_line_end(data: bytes, offset: int) -> int:
 class RunFolder:
     """Rank 0's writer of a run folder; other ranks get one that writes nothing (writes=False)."""
 
-    def __init__(self, path: Path, writes: bool, echo: bool = True, fresh: bool = True, clock=time.time):
+    def __init__(self, path: Path, writes: bool, echo: bool = True, fresh: bool = True, clock=time.time,
+                 events=None):
         """fresh: the run starts from scratch, so records of an earlier attempt (one killed before its first
         checkpoint) are dropped rather than read twice; a resumed run appends after `cut_back`.
-        clock: what stamps each record's `time` (test fixtures pass a simulated one)."""
+        clock: what stamps each record's `time` (test fixtures pass a simulated one).
+        events: the trainers' TensorBoard writer (contract/events.py `live`: None where TensorBoard is not
+        installed), told each record written and each cut (it rebuilds from metrics.jsonl then: events.py says why)."""
         self.path = path
         self.clock = clock
         self._write_lock = threading.Lock()  # the telemetry sampler writes from its own thread
@@ -377,6 +386,7 @@ class RunFolder:
             self._log = open(path / LOG, mode, buffering=1)
             if not fresh:
                 self._end_last_line()
+        self._events = events if writes else None
 
     @classmethod
     def take_over(cls, path: Path, manifest: dict[str, Any]) -> "RunFolder":
@@ -407,6 +417,8 @@ class RunFolder:
             with self._write_lock:
                 if not self._metrics.closed:  # a sampler thread's last sample may come after the run closed
                     self._metrics.write(line)
+                    if self._events is not None:
+                        self._events.add(rec)
 
     def status(self, status: str, epoch: int, message: str = "", exit_code: int | None = None, **manifest) -> None:
         """The status record, then the manifest. Ending a run, the manifest is written even when the record cannot
@@ -458,6 +470,8 @@ class RunFolder:
             with self._write_lock:
                 os.ftruncate(f.fileno(), size)  # the file is opened for appending: the next write lands at `size`
             if name == METRICS:
+                if self._events is not None:  # its steps past the checkpoint will be written again
+                    self._events.stale()
                 records, _ = parse_lines(tail.split(b"\n"))
                 dropped = sum(r["kind"] != "status" for r in records)
                 for rec in records:
@@ -484,6 +498,8 @@ class RunFolder:
     def close(self) -> None:
         if self.writes and not self._metrics.closed:
             with self._write_lock:
+                if self._events is not None:
+                    self._events.close()
                 for f in (self._metrics, self._log):
                     try:
                         f.close()

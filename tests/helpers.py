@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
+import struct
+import textwrap
 import shutil
 import subprocess
 import sys
@@ -156,3 +159,27 @@ def train_in_process(config: Path, out: Path, run_name: str, *extra: str) -> int
     from trainers.__main__ import main
 
     return main(["train", str(config), "--out", str(out), "--run", run_name, *extra])
+
+
+# EventAccumulator in a process of its own: its tf.io.gfile would import TensorFlow where it is installed, and
+# TensorFlow beside this process's torch can crash. Purging off, so a step written twice would be read twice.
+READ_BACK = textwrap.dedent("""
+    import json, sys
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0}, purge_orphaned_data=False)
+    acc.Reload()
+    print(json.dumps({tag: [(e.step, e.wall_time, e.value) for e in acc.Scalars(tag)]
+                      for tag in acc.Tags()["scalars"]}))
+""")
+
+
+def read_back(run_dir) -> dict[str, list[tuple[int, float, float]]]:
+    """Every scalar of a run folder's event files, as TensorBoard reads them: {tag: [(step, wall time, value)]}."""
+    done = subprocess.run([sys.executable, "-c", READ_BACK, str(run_dir)], capture_output=True, text=True,
+                          check=True, timeout=120)
+    return {tag: [tuple(point) for point in points] for tag, points in json.loads(done.stdout).items()}
+
+
+def f32(value: float) -> float:
+    """A value as an event file stores it (a scalar's simple_value is a 32-bit float)."""
+    return struct.unpack("f", struct.pack("f", value))[0]

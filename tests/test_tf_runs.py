@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, free_port, records, run, trainer_env, write_config
+from contract import events
+from tests.helpers import REPO, f32, free_port, read_back, records, run, trainer_env, write_config
 from trainers.tf.available import horovod_has_tensorflow, tensorflow_installed
 
 pytestmark = pytest.mark.slow
@@ -76,6 +77,11 @@ def test_a_tensorflow_run_keeps_the_run_folder_contract(tmp_path):
     parsed = log_throughput(parse_tf_cnn_benchmarks((run_dir / "train.log").read_bytes()), gpus=1)
     assert parsed["thesis_images_per_s"] == round(bench["images_per_s_steady"], 2)  # its `total images/sec`
     assert parsed["per_gpu_batch"] == 4 and parsed["bad_lines"] == 0
+    if events.available():  # TensorBoard installed (in CI: make setup-tensorboard): the PyTorch trainer's tags
+        scalars = read_back(run_dir)
+        assert scalars["bench/images_per_s_steady"] == [(5, bench["time"], f32(bench["images_per_s_steady"]))]
+        assert set(scalars) == {"bench/images_per_s_steady", "time/data_share", "time/compute_share",
+                                "time/comm_share"}
 
 
 def test_mwms_two_workers_end_with_the_same_weights_and_a_broken_average_is_caught(tmp_path):

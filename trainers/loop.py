@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 
 from trainers import backends, checkpoint, compute, data, rendezvous, telemetry
+from contract import events
 from contract.config import Config
 from contract.lr import lr_at
 from trainers.models import build_model
@@ -102,7 +103,8 @@ class Trainer:
         self.backend = b = backends.create(cfg, launch, backend_name)
         self.ckpt_path = run_dir / CHECKPOINT
         self.resuming = resume and self.ckpt_path.exists()
-        self.run = RunFolder(run_dir, writes=b.is_main(), echo=echo, fresh=not self.resuming)
+        self.run = RunFolder(run_dir, writes=b.is_main(), echo=echo, fresh=not self.resuming,
+                             events=events.live(run_dir, b.is_main()))
         b.start_run(run_dir)
         torch.manual_seed(t.seed)
         self.compute = compute.Compute(t, b.device)

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from contract import events
 from contract.config import Config, ConfigError
 from contract.runfolder import MANIFEST, RunFolder, bench_throughput, now_iso
 from contract.versions import git_commit, package_version, versions
@@ -160,7 +161,8 @@ def run_benchmark(cfg: Config, run_dir: Path, resume: bool) -> int:
     main = backend.rank == 0
     if main and not resume and (run_dir / MANIFEST).exists():
         raise ConfigError(f"run folder {run_dir} exists; run it again with --resume auto or pick another --run")
-    run = RunFolder(run_dir, writes=main)  # a benchmark has no checkpoint: a rerun starts afresh
+    # a benchmark has no checkpoint: a rerun starts afresh; TensorBoard's tags are the PyTorch trainer's
+    run = RunFolder(run_dir, writes=main, events=events.live(run_dir, main))
     try:
         start_manifest(cfg, run_dir, backend, run, threads)
         checks = measure(cfg, backend, run)

@@ -1,0 +1,196 @@
+"""The report's web page (issue 52): index.html with the verdicts first, every table and figure with its runs line,
+the notebooks as HTML; self-contained (nothing from a network); and in a real browser (Debian's chromium driven by
+Selenium): every image loads, every local link resolves, no console error, readable at a phone's width."""
+from __future__ import annotations
+
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import matplotlib
+import pandas as pd
+import pytest
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from analysis import figures as fg  # noqa: E402
+from analysis import page as pg  # noqa: E402
+from analysis import tables as tb  # noqa: E402
+from analysis.report import COMMITTED_REPORT, make_report  # noqa: E402
+from tests.test_analysis_report import FIX  # noqa: E402
+
+COMMITTED_PAGE = COMMITTED_REPORT / pg.PAGE
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+class Links(HTMLParser):
+    """Every src and href of a page, and whether it has a script."""
+
+    def __init__(self):
+        super().__init__()
+        self.targets: list[str] = []
+        self.ids: set[str] = set()
+        self.scripts = 0
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.scripts += tag == "script"
+        self.targets += [attrs[a] for a in ("src", "href") if attrs.get(a)]
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+
+
+def links_of(page: Path) -> Links:
+    parsed = Links()
+    parsed.feed(page.read_text())
+    return parsed
+
+
+def off_disk(target: str) -> bool:
+    """A target a browser would fetch from a network (an image embedded as a data: URI is not one)."""
+    url = urlparse(target)
+    return bool(url.netloc) or url.scheme not in ("", "data")
+
+
+def unresolved(page: Path) -> list[str]:
+    """The page's targets that are not a file beside it (or an anchor of it), and any that leaves the disk."""
+    parsed, bad = links_of(page), []
+    for target in parsed.targets:
+        url = urlparse(target)
+        if off_disk(target):
+            bad.append(target)  # a network fetch, or a link off the report
+        elif url.scheme == "data":
+            continue
+        elif url.path and not (page.parent / unquote(url.path)).exists():
+            bad.append(target)
+        elif not url.path and url.fragment and url.fragment not in parsed.ids:
+            bad.append(target)
+    return bad
+
+
+# ============================================================================================ the page, without a browser
+
+
+def small_report(out: Path) -> pg.PageInputs:
+    """A report of one table, one figure and the verdicts' table, as make_report leaves them."""
+    tables = tb.write_table(pd.DataFrame({"gpus": [1, 2], "images_per_s": [10.5, 19.0]}), out / "tables", "scaling",
+                            "Throughput by GPUs", ["images_per_s: steady state"], "Made from 2 runs in x (this machine).")
+    (out / "tables" / "orderings.md").write_text("### Findings\n\nMade from 2 runs.\n\n| a |\n|---|\n| 1 |\n\n"
+                                                 "- What the rows say: naive_degrades (local scale): holds\n")
+    (out / "tables" / "orderings.csv").write_text("a\n1\n")
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([1, 2], [10.5, 19.0])
+    figs = fg.save(fig, out / "figures", "fig17_scaling", "Made from 2 runs in x (this machine).")
+    captions = {"fig17_scaling": ("Throughput against GPUs (thesis Figure 17)", "Made from 2 runs in x (this machine).")}
+    empty = pd.DataFrame({"kind": [], "source": [], "path": []})
+    return pg.PageInputs(out, "Made from 2 runs in x (this machine).", empty, tables, figs, captions,
+                         ["fig26: no experiment-7 runs"], [], [])
+
+
+def test_the_page_puts_the_verdicts_first_and_each_table_and_figure_with_its_runs_line(tmp_path):
+    page = pg.write_page(small_report(tmp_path))
+    text = page.read_text()
+    order = [text.index(s) for s in ('id="verdicts"', 'id="machines"', 'id="notebooks"', 'id="tables"',
+                                     'id="figures"', 'id="not-drawn"')]
+    assert order == sorted(order)
+    assert "What the rows say: naive_degrades (local scale): holds" in text
+    table = text[text.index('id="table-scaling"'):text.index('id="figure-fig17_scaling"')]
+    assert "Throughput by GPUs" in table and "Made from 2 runs in x (this machine)." in table
+    assert "<td>19.00</td>" in table or "<td>19</td>" in table
+    figure = text[text.index('id="figure-fig17_scaling"'):]
+    assert "(thesis Figure 17)" in figure and "Made from 2 runs in x" in figure and 'src="figures/fig17_scaling.png"' in figure
+    assert unresolved(page) == [] and links_of(page).scripts == 0
+
+
+def test_a_markdown_table_reads_back_as_the_report_wrote_it():
+    table = pg.read_markdown_table(tb.to_markdown(pd.DataFrame({"a": ["x|y"], "b": [1.5]}), "T", ["n"], "Made."))
+    assert (table.title, table.lines, table.header, table.rows, table.notes) == ("T", ["Made."], ["a", "b"],
+                                                                                 [["x/y", "1.50"]], ["n"])
+
+
+def test_a_notebook_page_fetches_nothing_from_a_network(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# RQ"), nbformat.v4.new_code_cell("1 + 1")])
+    nbformat.write(nb, str(tmp_path / "rq9_x.ipynb"))
+    [page] = pg.notebook_pages([tmp_path / "rq9_x.ipynb"])
+    assert page == tmp_path / "rq9_x.html" and 'id="RQ"' in page.read_text()
+    assert links_of(page).scripts == 0 and [t for t in links_of(page).targets if off_disk(t)] == []
+
+
+def test_the_committed_page_links_only_files_beside_it():
+    assert unresolved(COMMITTED_PAGE) == []
+    for notebook in sorted(COMMITTED_REPORT.glob("rq*.ipynb")):
+        assert notebook.with_suffix(".html").is_file(), notebook.name
+        assert [t for t in links_of(notebook.with_suffix(".html")).targets if off_disk(t)] == []
+
+
+@pytest.mark.slow
+def test_make_report_writes_the_page(tmp_path):
+    info = make_report(FIX / "runs", tmp_path, notebooks=False, quiet=True)
+    assert info["page"] == str(tmp_path / pg.PAGE)
+    text = (tmp_path / pg.PAGE).read_text()
+    assert text.count('<article id="table-') == len(list((tmp_path / "tables").glob("*.md"))) - 1  # less README.md
+    assert text.count("<img ") == len(list((tmp_path / "figures").glob("*.png")))
+    assert unresolved(tmp_path / pg.PAGE) == []
+
+
+# ============================================================================================ in a browser
+
+
+@pytest.fixture
+def browser():
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("no chromium and chromedriver here (make setup-browser installs them)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="Selenium is not installed (make setup-browser)")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(arg)  # --no-sandbox: CI runs as root, where chromium's sandbox will not start
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # the given driver: no download
+    yield driver
+    driver.quit()
+
+
+IMAGES = "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete && i.naturalWidth > 0])"
+LINKS = "return Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"
+
+
+def resolves(url: str, driver, page: Path) -> bool:
+    """A link of a page opened from disk: a file that exists, or an anchor the page itself holds."""
+    parsed = urlparse(url)
+    path = Path(unquote(parsed.path))
+    if parsed.scheme != "file":
+        return False
+    if parsed.fragment and path == page:
+        return driver.execute_script("return document.getElementById(arguments[0]) !== null", parsed.fragment)
+    return path.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width, height", [(1440, 1000), (390, 844)])  # a wide screen and a phone
+def test_the_committed_page_in_a_browser(browser, tmp_path, width, height):
+    browser.set_window_size(width, height)
+    browser.get(COMMITTED_PAGE.as_uri())  # get() returns after the load event: every image has loaded or failed
+    images = browser.execute_script(IMAGES)
+    assert images and [src for src, ok in images if not ok] == []
+    assert [url for url in browser.execute_script(LINKS) if not resolves(url, browser, COMMITTED_PAGE)] == []
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    # readable at this width: the page never scrolls sideways (a wide table scrolls in its own box)
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    assert browser.save_screenshot(str(tmp_path / f"page-{width}.png"))
+    assert (tmp_path / f"page-{width}.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_the_committed_notebook_pages_in_a_browser(browser):
+    for notebook in sorted(COMMITTED_REPORT.glob("rq*.html")):
+        browser.get(notebook.as_uri())
+        assert [src for src, ok in browser.execute_script(IMAGES) if not ok] == [], notebook.name
+        assert [url for url in browser.execute_script(LINKS) if not resolves(url, browser, notebook)] == []
+        assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == [], notebook.name
