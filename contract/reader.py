@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from contract.fingerprint import document_fingerprint
-from contract.runfolder import CONFIG, MANIFEST, METRICS, RECORDS, parse_lines, parse_record
+from contract.runfolder import CHECKPOINT, CONFIG, MANIFEST, METRICS, RECORDS, parse_lines, parse_record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,6 +57,16 @@ def folder_fingerprint(run_dir: str | Path) -> str | None:
     """The fingerprint of a run folder's config.json (contract/fingerprint.py); None when it has no readable one."""
     config = read_config(run_dir)
     return None if config is None else document_fingerprint(config)
+
+
+def identity_problem(run_dir: str | Path) -> str | None:
+    """Why a run folder that holds a run has no identity (its config.json: missing, unreadable, not an object), or
+    None: it has one, or it holds nothing yet. A run's identity (experiment, config fingerprint, seed, scale) is read
+    from its config.json, never from its folder's name; without it the run cannot count for any plan."""
+    run_dir = Path(run_dir)
+    problem = read_document(run_dir / CONFIG)[1]
+    started = any((run_dir / name).exists() for name in (CONFIG, MANIFEST, METRICS, CHECKPOINT))
+    return f"{CONFIG} is {problem}" if problem and started else None
 
 
 @dataclass

@@ -14,25 +14,27 @@ from pathlib import Path
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError, check_writable
 from contract.plan import NODE_SCALE, Study, check_node_gpus, load_study, whole_number
 from studies.clock import Clock, duration, reference_seconds
-from studies.launch import (FULL_OUT, OTHER_CONFIG, QUICK_OUT, Active, data_warning, default_jobs, local_commands,
-                            planned_runs, refuse_other_configs, space_warning, terminate_with_parent)
+from studies.launch import (FULL_OUT, NO_IDENTITY, OTHER_CONFIG, QUICK_OUT, Active, data_warning, default_jobs, local_commands,
+                            planned_runs, refuse_unknown_runs, space_warning, terminate_with_parent)
 from studies.progress import Progress, interrupted_line, next_hint, print_comparison, report_hint
 from studies.slurm import submit_all
 from studies.supervise import drive, stop_active
 from trainers.backends import horovod_available
+
+REFUSED = {OTHER_CONFIG: "another config's run", NO_IDENTITY: "a run without a readable config.json"}
 
 
 def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | None = None,
               gpus: int | None = None) -> int:
     plans = planned_runs(study, scale, out, gpus)
     if not dry_run:
-        refuse_other_configs(plans)
+        refuse_unknown_runs(plans)
     if dry_run:
         for plan in plans:
             per_node = plan.ranks() // plan.run.nodes if plan.backend in DISTRIBUTED_BACKENDS else 1
             print(f"# {plan.describe(plan.run.nodes, per_node)}")
-            if plan.status == OTHER_CONFIG:
-                print(f"#   {plan.run_dir} holds another config's run: the study would refuse to start")
+            if plan.status in (OTHER_CONFIG, NO_IDENTITY):
+                print(f"#   {plan.run_dir} holds {REFUSED[plan.status]}: the study would refuse to start")
             for cmd in local_commands(plan):
                 print(shlex.join(cmd))
         return 0

@@ -9,7 +9,7 @@ import sys
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError
 from contract.plan import Study, node_gpus_used
 from slurm.profiles import ProfileError, load_profile, sbatch_argv
-from studies.launch import REPO, planned_runs, refuse_other_configs, threads_per_process, write_planned
+from studies.launch import REPO, planned_runs, refuse_unknown_runs, threads_per_process, write_planned
 
 
 def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tuple[int, int, int]:
@@ -40,7 +40,7 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
     failures, previous_job = 0, None
     plans = planned_runs(study, scale, out, gpus or profile.gpus_per_node or None)
     if not dry_run:
-        refuse_other_configs(plans)
+        refuse_unknown_runs(plans)
     # nodes that share one machine's cores would time each other: a throughput study's jobs wait for each other
     one_at_a_time = profile.shared_machine and study.kind == "throughput"
     for plan in plans:

@@ -1,0 +1,61 @@
+"""Issue 48: one run, one identity -- a run counts only for the config, seed and machine it really ran, and every
+bad input is one line (`error: ...`, exit 2)."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import write_config
+from contract.config import ConfigError
+from contract.plan import load_study
+from studies.launch import NO_IDENTITY, planned_runs
+
+
+def tiny_study(tmp_path, study: str = 'vary = { "train.workers" = [1] }', overrides: dict | None = None) -> Path:
+    folder = tmp_path / "99_tiny"
+    folder.mkdir()
+    config = write_config(folder / "config.toml", overrides)
+    config.write_bytes(config.read_bytes() + f"[study]\n{study}\n".encode())
+    return folder
+
+
+def completed_folder(run_dir: Path, cfg, status: str = "completed", run: str | None = None) -> Path:
+    """A run folder as the trainer leaves a finished run, without training: config.json and manifest.json."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"experiment": cfg.experiment, "run": run or run_dir.name,
+                                                     "scale": cfg.scale, **cfg.to_dict(), "resolved": cfg.resolved()}))
+    (run_dir / "manifest.json").write_text(json.dumps({"status": status}))
+    return run_dir
+
+
+# ---- item 1: a completed run without a readable config.json counts for no plan ------------------------------------
+@pytest.mark.parametrize("damage", ["delete", "garbage", "list"])
+def test_a_completed_run_without_a_readable_config_is_never_done_for_any_plan(tmp_path, capsys, damage):
+    from suite.__main__ import main
+
+    folder = tiny_study(tmp_path)
+    plan = planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")[0]
+    completed_folder(plan.run_dir, plan.cfg)
+    config = plan.run_dir / "config.json"
+    {"delete": config.unlink, "garbage": lambda: config.write_text("{not json"),
+     "list": lambda: config.write_text("[1, 2]")}[damage]()
+    other = load_study(folder, "local", False, None, ["train.epochs=3", "optim.momentum=0.5"])
+    assert {p.status for p in planned_runs(other, "local", tmp_path / "runs")} == {NO_IDENTITY}
+    # the study refuses in one line naming the folder and the command that clears it; nothing is skipped
+    argv = ["study", str(folder), "--out", str(tmp_path / "runs"), "--set", "train.epochs=3"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
+    assert f"rm -r {plan.run_dir}" in captured.err and "config.json is" in captured.err
+    assert "skipped" not in captured.out
+    # and the dry run says the study would refuse it, never that it would resume it
+    assert main([*argv, "--dry-run"]) == 0
+    assert "a run without a readable config.json: the study would refuse to start" in capsys.readouterr().out
+
+
+def test_an_empty_planned_folder_is_still_a_run_to_start(tmp_path):
+    folder = tiny_study(tmp_path)
+    plan = planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")[0]
+    plan.run_dir.mkdir(parents=True)  # a study stopped between making the folder and writing its config.json
+    assert planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")[0].status == "missing"
