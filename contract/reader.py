@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from contract.fingerprint import document_fingerprint
-from contract.runfolder import CHECKPOINT, CONFIG, MANIFEST, METRICS, RECORDS, parse_lines, parse_record
+from contract.runfolder import CHECKPOINT, CONFIG, MANIFEST, METRICS, RECORDS, STATUSES, parse_lines, parse_record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,8 +65,16 @@ def identity_problem(run_dir: str | Path) -> str | None:
     from its config.json, never from its folder's name; without it the run cannot count for any plan."""
     run_dir = Path(run_dir)
     problem = read_document(run_dir / CONFIG)[1]
-    started = any((run_dir / name).exists() for name in (CONFIG, MANIFEST, METRICS, CHECKPOINT))
-    return f"{CONFIG} is {problem}" if problem and started else None
+    return f"{CONFIG} is {problem}" if problem and _holds_a_run(run_dir) else None
+
+
+def _holds_a_run(run_dir: Path) -> bool:
+    """Whether the folder holds what could count as a run or be resumed: a config.json (even unreadable), records,
+    a checkpoint, or a manifest's status. A manifest without a readable status and nothing else (a trainer killed as it
+    started) holds no run: it is started afresh, whatever its config."""
+    if any((run_dir / name).exists() for name in (CONFIG, METRICS, CHECKPOINT)):
+        return True
+    return (read_manifest(run_dir) or {}).get("status") in STATUSES
 
 
 @dataclass
