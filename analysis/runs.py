@@ -366,10 +366,20 @@ def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def runs_frame(raw: pd.DataFrame) -> pd.DataFrame:
     """The reader's frame of a tree of run folders -> the rows here, a run after another (problems in
     ``df.attrs['problems']``)."""
-    frames = [run_frame(rows) for _, rows in raw.groupby("path", sort=False)]
+    groups = [rows for _, rows in raw.groupby("path", sort=False)]
+    frames = [run_frame(rows) for rows in groups if rows.iloc[0]["config"] is not None]
     df = _finish(frames)
-    df.attrs["problems"] = list(raw.attrs["problems"]) + [p for f in frames for p in f.attrs["problems"]]
+    df.attrs["problems"] = (list(raw.attrs["problems"]) + [p for f in frames for p in f.attrs["problems"]]
+                            + [no_identity_line(rows.iloc[0]["path"]) for rows in groups
+                               if rows.iloc[0]["config"] is None])
     return df
+
+
+def no_identity_line(path: str) -> str:
+    """A folder without a readable config.json has no identity (experiment, config fingerprint, seed, scale: the
+    folder's name is none), so it is never counted, drawn or averaged: no row, this line instead."""
+    return (f"{path}: no readable {CONFIG}: which config and seed it ran cannot be told, so it is left out of every "
+            f"table and figure; remove it (rm -r {path}) or run its study again")
 
 
 def empty_run_folders(root: str | Path) -> list[str]:

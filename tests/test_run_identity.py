@@ -59,3 +59,32 @@ def test_an_empty_planned_folder_is_still_a_run_to_start(tmp_path):
     plan = planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")[0]
     plan.run_dir.mkdir(parents=True)  # a study stopped between making the folder and writing its config.json
     assert planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")[0].status == "missing"
+
+
+# ---- item 2: the report and exp13-next name a folder without config.json as a problem, never a traceback -----------
+def copy_without_config(source: Path, runs: Path) -> Path:
+    run_dir = runs / source.parent.name / source.name
+    shutil.copytree(source, run_dir)
+    (run_dir / "config.json").unlink()
+    return run_dir
+
+
+def test_the_report_names_a_run_without_config_as_a_problem_and_draws_no_row_of_it(tmp_path, capsys):
+    from analysis.report import make_report
+    from tests.helpers import REPO
+
+    run_dir = copy_without_config(REPO / "results/reference/vm-2cpu/04_naive_scaling/w32-s0", tmp_path / "runs")
+    info = make_report(tmp_path / "runs", tmp_path / "report", notebooks=False)
+    assert info["runs"] == 0
+    assert any(p.startswith(f"{run_dir}: no readable config.json") and f"rm -r {run_dir}" in p
+               for p in info["problems"]), info["problems"]
+    assert f"problem: {run_dir}: no readable config.json" in capsys.readouterr().out
+
+
+def test_exp13_next_names_a_tuning_run_without_config_as_a_problem(tmp_path, capsys):
+    from tests.helpers import REPO
+    from tools.exp13_next import main
+
+    run_dir = copy_without_config(REPO / "results/reference/xeon-2cpu/13_steps_to_target/tune-lamb-w1-base0.0025-s0", tmp_path)
+    assert main(["--runs", str(tmp_path)]) == 0
+    assert f"problem: {run_dir}: no readable config.json" in capsys.readouterr().out
