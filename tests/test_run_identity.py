@@ -88,3 +88,36 @@ def test_exp13_next_names_a_tuning_run_without_config_as_a_problem(tmp_path, cap
     run_dir = copy_without_config(REPO / "results/reference/xeon-2cpu/13_steps_to_target/tune-lamb-w1-base0.0025-s0", tmp_path)
     assert main(["--runs", str(tmp_path)]) == 0
     assert f"problem: {run_dir}: no readable config.json" in capsys.readouterr().out
+
+
+# ---- item 4: one seed trained under two run names counts once ------------------------------------------------------
+def test_one_config_and_seed_under_two_run_names_counts_once_with_a_problem_line(tmp_path):
+    from analysis import tables as tb
+    from analysis.runs import load_study
+    from contract.reader import IDENTITY_WORDS
+    from tests.helpers import REPO
+
+    source = REPO / "results/reference/vm-2cpu-18ep/05_linear_scaling/w1-s0"
+    for name in ("my run", "ρun-é✓"):  # `--run "my run"` and `--run ρun-é✓`: the same config, seed and machine
+        run_dir = tmp_path / "05_linear_scaling" / name
+        shutil.copytree(source, run_dir, ignore=shutil.ignore_patterns("*.pt"))
+        config = json.loads((run_dir / "config.json").read_text())
+        (run_dir / "config.json").write_text(json.dumps({**config, "run": name}))
+    df = load_study(tmp_path)
+    assert tb.quality_summary(df)["n"].tolist() == [1]
+    problems = [p for p in df.attrs["problems"] if "counted once" in p]
+    assert len(problems) == 1 and f"({IDENTITY_WORDS}) -- counted once" in problems[0]
+
+
+def test_the_same_config_and_seed_on_two_machines_are_two_runs(tmp_path):
+    from analysis.runs import load_study
+    from tests.helpers import REPO
+
+    source = REPO / "results/reference/xeon-2cpu/13_steps_to_target/lamb-w1-s1"
+    for name, model in (("a", "Intel(R) Xeon(R) Processor"), ("b", "AMD EPYC")):
+        run_dir = tmp_path / "13_steps_to_target" / name
+        shutil.copytree(source, run_dir)
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        (run_dir / "manifest.json").write_text(json.dumps({**manifest, "cpu": {**manifest["cpu"], "model": model}}))
+    df = load_study(tmp_path)
+    assert len(df[df["kind"] == "run"]) == 2 and not any("counted once" in p for p in df.attrs["problems"])
