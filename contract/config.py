@@ -436,6 +436,9 @@ def load_planned(path: Path, overrides: list[str] = ()) -> Config:
                           "(python -m suite study ...); to train from an experiment give its config.toml") from None
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path} is not a readable config.json ({e}); re-plan the run with its study") from None
+    if not isinstance(document, dict):  # valid JSON, but a list or a number: no section to read
+        raise ConfigError(f"{path} holds a JSON {type(document).__name__}, not an object of sections; re-plan the "
+                          "run with its study") from None
     return from_dict(document, overrides, str(path))
 
 

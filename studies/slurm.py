@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -37,6 +38,8 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
     script = study.experiment / "slurm.sbatch"
     if not script.is_file():
         raise ConfigError(f"{study.experiment} has no slurm.sbatch")
+    if not dry_run:
+        require_sbatch()
     failures, previous_job = 0, None
     plans = planned_runs(study, scale, out, gpus or profile.gpus_per_node or None)
     if not dry_run:
@@ -74,6 +77,14 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
             failures += result.returncode != 0
             previous_job = job_id(result.stdout) or previous_job
     return 1 if failures else 0
+
+
+def require_sbatch() -> None:
+    """One line before any run's config.json is written, where this machine cannot submit a job: a study half
+    submitted would leave planned folders behind a FileNotFoundError."""
+    if shutil.which("sbatch") is None:
+        raise ConfigError("sbatch is not on PATH: submit from a Slurm login node (or `make cluster` for a local "
+                          "cluster), or see the jobs first with --dry-run")
 
 
 def job_env(plan, profile) -> dict[str, str]:

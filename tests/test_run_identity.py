@@ -121,3 +121,43 @@ def test_the_same_config_and_seed_on_two_machines_are_two_runs(tmp_path):
         (run_dir / "manifest.json").write_text(json.dumps({**manifest, "cpu": {**manifest["cpu"], "model": model}}))
     df = load_study(tmp_path)
     assert len(df[df["kind"] == "run"]) == 2 and not any("counted once" in p for p in df.attrs["problems"])
+
+
+# ---- item 5: a missing sbatch, a non-object config.json and a missing TensorFlow are one line each ----------------------
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_a_slurm_study_without_sbatch_is_one_line_before_any_folder_is_written(tmp_path, capsys, monkeypatch):
+    from suite.__main__ import main
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # a machine without Slurm's commands
+    folder = tiny_study(tmp_path)
+    (folder / "slurm.sbatch").write_text("#!/bin/bash\n")
+    assert main(["study", str(folder), "--launcher", "slurm", "--cluster", "local", "--out", str(tmp_path / "runs")]) == 2
+    assert "sbatch is not on PATH" in one_line(capsys)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("document", ["[1, 2]", "7", '"text"'])
+def test_a_planned_config_that_is_not_an_object_is_one_line(tmp_path, capsys, document):
+    from suite.__main__ import main
+
+    config = tmp_path / "runs" / "99_tiny" / "w1-s0" / "config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(document)
+    assert main(["train", str(config)]) == 2
+    assert "not an object of sections; re-plan the run with its study" in one_line(capsys)
+
+
+def test_the_tensorflow_trainer_without_tensorflow_is_one_line(tmp_path, capsys):
+    from trainers.tf import __main__ as tf_main
+    from trainers.tf.available import tensorflow_installed
+
+    if tensorflow_installed():
+        pytest.skip("TensorFlow is installed here: its absence cannot be seen")
+    config = write_config(tmp_path / "c.toml", {"train": {"backend": "mwms"}, "bench": {"batches": 5}})
+    assert tf_main.main(["train", str(config), "--out", str(tmp_path / "runs")]) == 2
+    assert "TensorFlow is not installed here (run `make setup-tf`)" in one_line(capsys)
