@@ -161,3 +161,30 @@ def test_the_tensorflow_trainer_without_tensorflow_is_one_line(tmp_path, capsys)
     config = write_config(tmp_path / "c.toml", {"train": {"backend": "mwms"}, "bench": {"batches": 5}})
     assert tf_main.main(["train", str(config), "--out", str(tmp_path / "runs")]) == 2
     assert "TensorFlow is not installed here (run `make setup-tf`)" in one_line(capsys)
+
+
+# ---- item 6: damage is not a result ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["model", "optimizer"])
+def test_a_checkpoint_with_non_finite_weights_or_optimizer_state_is_damaged_never_diverged(tmp_path, capsys, where):
+    import torch
+    from contract.reader import read_manifest
+    from tests.helpers import records, train_in_process
+
+    cfg = write_config(tmp_path / "c.toml")
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    run_dir = tmp_path / "c" / "c"
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    if where == "model":
+        key = next(k for k, v in state["model"].items() if v.is_floating_point())
+        state["model"][key] = torch.full_like(state["model"][key], float("nan"))
+    else:
+        buffers = state["optimizer"]["state"][0]
+        key = next(k for k, v in buffers.items() if torch.is_tensor(v) and v.is_floating_point())
+        buffers[key] = torch.full_like(buffers[key], float("inf"))
+    torch.save(state, run_dir / "checkpoint.pt")
+    capsys.readouterr()
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 2
+    err = one_line(capsys)
+    assert f"checkpoint {run_dir / 'checkpoint.pt'} is damaged ({where} " in err and "non-finite values" in err
+    assert read_manifest(run_dir)["status"] != "diverged"
+    assert [r["epoch"] for r in records(run_dir, "epoch")] == [0, 1]  # nothing trained or written
