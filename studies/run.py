@@ -67,6 +67,17 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
     return 1 if failures else 0
 
 
+MAX_JOBS = 64  # runs side by side: more than any machine the suite runs on has cores (--jobs 100000: a typo)
+
+
+def job_count(jobs: int) -> None:
+    """--jobs: at least 1, at most MAX_JOBS (each run's processes get the cores / jobs threads, at least 1 each)."""
+    whole_number("--jobs", jobs)
+    if jobs > MAX_JOBS:
+        raise ConfigError(f"--jobs = {jobs} is more than {MAX_JOBS} runs side by side: each takes at least a core, so "
+                          f"more only time-share the cores; give at most {MAX_JOBS} (by default one run a core)")
+
+
 def check_options(scale: str, launcher: str, cluster: str, gpus: int | None) -> None:
     """An option this study would not use is a mistake, not a default: one line each."""
     if gpus is not None and scale == NODE_SCALE:
@@ -94,7 +105,7 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
               dry_run: bool = False, quick: bool = False, out: Path | None = None, seeds: int | None = None,
               overrides: list[str] = (), jobs: int | None = None, only: list[str] = (), gpus: int | None = None) -> int:
     if jobs is not None:
-        whole_number("--jobs", jobs)
+        job_count(jobs)
     if out is not None and not str(out):
         raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
     study = load_study(experiment, scale, quick, seeds, list(overrides), list(only))

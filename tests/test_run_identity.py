@@ -188,3 +188,39 @@ def test_a_checkpoint_with_non_finite_weights_or_optimizer_state_is_damaged_neve
     assert f"checkpoint {run_dir / 'checkpoint.pt'} is damaged ({where} " in err and "non-finite values" in err
     assert read_manifest(run_dir)["status"] != "diverged"
     assert [r["epoch"] for r in records(run_dir, "epoch")] == [0, 1]  # nothing trained or written
+
+
+# ---- item 6: profile counts, a malformed signal and an unbounded --jobs are one line, before anything is written ------
+@pytest.mark.parametrize("line, message", [
+    ("gpus_per_node = -2", "gpus_per_node = -2 must be a whole number >= 0"),
+    ("max_restarts = -1", "max_restarts = -1 must be a whole number >= 0"),
+    ('signal = "USR1@abc"', "signal = 'USR1@abc' is not Slurm's SIGNAL[@SECONDS]"),
+    ('signal = "@120"', "signal = '@120' is not Slurm's SIGNAL[@SECONDS]"),
+])
+def test_a_profiles_negative_count_or_malformed_signal_is_one_line(tmp_path, capsys, line, message):
+    from suite.__main__ import main
+
+    profile = tmp_path / "mine.toml"
+    profile.write_text(f'description = "a test profile"\n{line}\n')
+    folder = tiny_study(tmp_path)
+    (folder / "slurm.sbatch").write_text("#!/bin/bash\n")
+    argv = ["study", str(folder), "--launcher", "slurm", "--cluster", str(profile), "--out", str(tmp_path / "runs")]
+    assert main([*argv, "--dry-run"]) == 2
+    assert message in one_line(capsys)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_well_formed_signal_and_zero_gpus_are_accepted(tmp_path):
+    from slurm.profiles import load_profile
+
+    for signal in ("USR1@120", "SIGUSR1@60", "10@30", "TERM", ""):
+        profile = tmp_path / "ok.toml"
+        profile.write_text(f'signal = "{signal}"\ngpus_per_node = 0\n')
+        assert load_profile(str(profile), {}).signal == signal
+
+
+def test_an_unbounded_jobs_count_is_one_line(tmp_path, capsys):
+    from suite.__main__ import main
+
+    assert main(["study", str(tiny_study(tmp_path)), "--dry-run", "--jobs", "100000"]) == 2
+    assert "--jobs = 100000 is more than 64 runs side by side" in one_line(capsys)
