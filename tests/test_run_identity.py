@@ -224,3 +224,16 @@ def test_an_unbounded_jobs_count_is_one_line(tmp_path, capsys):
 
     assert main(["study", str(tiny_study(tmp_path)), "--dry-run", "--jobs", "100000"]) == 2
     assert "--jobs = 100000 is more than 64 runs side by side" in one_line(capsys)
+
+
+def test_the_dali_decoder_without_dali_is_one_line_on_generated_data_too(tmp_path, capsys):
+    import importlib.util
+    from contract.reader import read_metrics
+    from tests.helpers import train_in_process
+
+    if importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None:
+        pytest.skip("DALI is installed here: its absence cannot be seen")
+    cfg = write_config(tmp_path / "c.toml", {"data": {"decoder": "dali"}})
+    assert train_in_process(cfg, tmp_path, "d") == 2
+    assert 'data.decoder = "dali" needs NVIDIA DALI, which is not installed: run `make setup-dali`' in one_line(capsys)
+    assert read_metrics(tmp_path / "c" / "d").of("epoch") == []  # nothing trained
