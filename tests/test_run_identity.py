@@ -237,3 +237,36 @@ def test_the_dali_decoder_without_dali_is_one_line_on_generated_data_too(tmp_pat
     assert train_in_process(cfg, tmp_path, "d") == 2
     assert 'data.decoder = "dali" needs NVIDIA DALI, which is not installed: run `make setup-dali`' in one_line(capsys)
     assert read_metrics(tmp_path / "c" / "d").of("epoch") == []  # nothing trained
+
+
+# ---- item 6: a planned config.json is checked against what its settings give before the run starts --------------------
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(scale=7), "scale = 7 is not one of local, gpu, node, thesis"),
+    (lambda d: d["resolved"].update(global_batch=d["resolved"]["global_batch"] * 2), "resolved.global_batch = "),
+    (lambda d: d.pop("resolved"), "has no resolved section"),
+])
+def test_an_edited_planned_config_is_one_line_before_the_run_starts(tmp_path, capsys, edit, message):
+    from studies.launch import write_planned
+    from suite.__main__ import main
+
+    plan = planned_runs(load_study(tiny_study(tmp_path), "local", False, None, []), "local", tmp_path / "runs")[0]
+    write_planned(plan)
+    config = plan.run_dir / "config.json"
+    document = json.loads(config.read_text())
+    edit(document)
+    config.write_text(json.dumps(document))
+    capsys.readouterr()
+    assert main(["train", str(config)]) == 2
+    assert message in one_line(capsys)
+    assert not (plan.run_dir / "manifest.json").exists()  # nothing started
+
+
+def test_a_planned_config_as_its_study_wrote_it_passes_the_check(tmp_path):
+    from contract.config import load_planned
+    from contract.fingerprint import config_fingerprint
+    from studies.launch import write_planned
+
+    for plan in planned_runs(load_study(tiny_study(tmp_path, 'vary = { "train.workers" = [1, 4] }'), "local", False,
+                                        None, []), "local", tmp_path / "runs"):
+        write_planned(plan)
+        assert config_fingerprint(load_planned(plan.run_dir / "config.json")) == plan.fingerprint
