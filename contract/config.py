@@ -455,8 +455,8 @@ def check_resolved(path: Path, document: dict[str, Any], cfg: Config) -> None:
     if not isinstance(written, dict):
         raise ConfigError(f"{path} has no resolved section; re-plan the run with its study")
     given = json.loads(json.dumps(cfg.resolved(written.get("backend")), default=list))
-    for key, value in given.items():
-        if written.get(key) != value:
+    for key, value in given.items():  # a key added since the file was written is not an edit
+        if key in written and written[key] != value:
             raise ConfigError(f"{path}: resolved.{key} = {written.get(key)!r}, but its settings give {value!r}; the "
                               "file was edited after its study planned it: re-plan the run with its study")
 
