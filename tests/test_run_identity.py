@@ -270,3 +270,20 @@ def test_a_planned_config_as_its_study_wrote_it_passes_the_check(tmp_path):
                                         None, []), "local", tmp_path / "runs"):
         write_planned(plan)
         assert config_fingerprint(load_planned(plan.run_dir / "config.json")) == plan.fingerprint
+
+
+# ---- item 3: "this machine" is a label of a run's recorded identity, never of where its folder lies -------------------
+def test_a_run_copied_from_another_machine_is_never_labelled_this_machines(tmp_path, monkeypatch):
+    from analysis.compare import machine_of
+    from contract import machine
+
+    here = {"cpu_model": "AMD EPYC", "isa": None, "cores": 2, "memory_gib": 24, "gpu_model": None, "torch": "2.14.1"}
+    monkeypatch.setattr(machine, "this_machine", lambda isa, gpu: here)
+    for name, manifest in (("xeon", {"cpu": {"model": "Intel(R) Xeon(R) Processor"}}),
+                           ("mine", {"machine": {**here, "isa": "AVX512"}}),
+                           ("old", {"cpu": {"torch_capability": "AVX2"}})):  # no CPU model: nothing to tell
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"status": "completed", **manifest}))
+    assert machine_of(tmp_path / "xeon", tmp_path / "no-reference") == "another machine (Intel(R) Xeon(R) Processor)"
+    assert machine_of(tmp_path / "mine", tmp_path / "no-reference") == "this machine"
+    assert machine_of(tmp_path / "old", tmp_path / "no-reference") == "this machine"
