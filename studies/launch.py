@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 FINISHED = ("completed", "diverged")
 OTHER_CONFIG = "other-config"  # a run folder made by a config other than the plan's
 NO_IDENTITY = "no-identity"  # a run folder whose config.json cannot be read: whose run it holds is unknown
+REFUSED = {OTHER_CONFIG: "another config's run", NO_IDENTITY: "a run without a readable config.json"}  # what each holds
 MISSING, NO_STATUS = "missing", "no-status"  # no manifest; a manifest without a readable status (run_status)
 FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -14,14 +14,12 @@ from pathlib import Path
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError, check_writable
 from contract.plan import NODE_SCALE, Study, check_node_gpus, load_study, whole_number
 from studies.clock import Clock, duration, reference_seconds
-from studies.launch import (FULL_OUT, NO_IDENTITY, OTHER_CONFIG, QUICK_OUT, Active, data_warning, default_jobs, local_commands,
+from studies.launch import (FULL_OUT, NO_IDENTITY, OTHER_CONFIG, QUICK_OUT, REFUSED, Active, data_warning, default_jobs, local_commands,
                             planned_runs, refuse_unknown_runs, space_warning, terminate_with_parent)
 from studies.progress import Progress, interrupted_line, next_hint, print_comparison, report_hint
 from studies.slurm import submit_all
 from studies.supervise import drive, stop_active
 from trainers.backends import horovod_available
-
-REFUSED = {OTHER_CONFIG: "another config's run", NO_IDENTITY: "a run without a readable config.json"}
 
 
 def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | None = None,

@@ -287,3 +287,26 @@ def test_a_run_copied_from_another_machine_is_never_labelled_this_machines(tmp_p
     assert machine_of(tmp_path / "xeon", tmp_path / "no-reference") == "another machine (Intel(R) Xeon(R) Processor)"
     assert machine_of(tmp_path / "mine", tmp_path / "no-reference") == "this machine"
     assert machine_of(tmp_path / "old", tmp_path / "no-reference") == "this machine"
+
+
+# ---- item 7: a study reports only what it did to its own runs, whatever another did since it planned them -----------
+@pytest.mark.parametrize("meanwhile", ["completed", "other-config"])
+def test_a_run_another_study_finished_after_this_one_planned_it_is_not_reported_as_this_studys(
+        tmp_path, capsys, meanwhile):
+    from studies.progress import Progress
+    from studies.supervise import drive
+
+    folder = tiny_study(tmp_path)
+    plans = planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")
+    assert [p.status for p in plans] == ["missing"]
+    # the other study, started 2 s earlier, finishes the run between this study's plan and its start
+    cfg = plans[0].cfg if meanwhile == "completed" else \
+        load_study(folder, "local", False, None, ["train.epochs=5"]).runs[0].cfg
+    completed_folder(plans[0].run_dir, cfg)
+    failures = drive(list(enumerate(plans, start=1)), [], 1, Progress(1), True)
+    out = capsys.readouterr().out
+    assert "exit" not in out, out  # no trainer of this study ran
+    if meanwhile == "completed":
+        assert failures == 0 and "skipped, already completed (by another process since this study planned it)" in out
+    else:
+        assert failures == 1 and "not started: " in out and "now holds another config's run" in out
