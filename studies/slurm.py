@@ -10,7 +10,7 @@ import sys
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError
 from contract.plan import Study, node_gpus_used
 from slurm.profiles import ProfileError, load_profile, sbatch_argv
-from studies.launch import REPO, planned_runs, refuse_unknown_runs, threads_per_process, write_planned
+from studies.launch import REFUSED, REPO, planned_runs, refuse_unknown_runs, threads_per_process, write_planned
 
 
 def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tuple[int, int, int]:
@@ -62,6 +62,8 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
         except ProfileError as e:
             raise ConfigError(f"{plan.run.name}: {e}") from None
         print(f"# {plan.describe(nodes, per_node)}")
+        if plan.status in REFUSED:  # a dry run only: a submitting study has refused it above
+            print(f"#   {plan.run_dir} holds {REFUSED[plan.status]}: the study would refuse to start")
         if plan.status in ("completed", "diverged"):
             print(f"#   skipped, already {plan.status}")
             continue

@@ -310,3 +310,27 @@ def test_a_run_another_study_finished_after_this_one_planned_it_is_not_reported_
         assert failures == 0 and "skipped, already completed (by another process since this study planned it)" in out
     else:
         assert failures == 1 and "not started: " in out and "now holds another config's run" in out
+
+
+def test_a_slurm_dry_run_says_it_would_refuse_a_run_without_a_readable_config(tmp_path, capsys):
+    from suite.__main__ import main
+
+    folder = tiny_study(tmp_path)
+    (folder / "slurm.sbatch").write_text("#!/bin/bash\n")
+    plan = planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")[0]
+    (completed_folder(plan.run_dir, plan.cfg) / "config.json").unlink()
+    argv = ["study", str(folder), "--launcher", "slurm", "--cluster", "local", "--out", str(tmp_path / "runs")]
+    assert main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "a run without a readable config.json: the study would refuse to start" in out
+    assert "skipped, already completed" not in out
+
+
+def test_every_new_manifest_records_the_machine_identity(tmp_path):
+    from contract.machine import FIELDS, cpuinfo
+    from contract.reader import read_manifest
+    from tests.helpers import train_in_process
+
+    assert train_in_process(write_config(tmp_path / "c.toml"), tmp_path, "m") == 0
+    recorded = read_manifest(tmp_path / "c" / "m")["machine"]
+    assert set(recorded) == set(FIELDS) and recorded["cpu_model"] == cpuinfo()[0] and recorded["cores"] >= 1
