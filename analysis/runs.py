@@ -486,7 +486,8 @@ def load_study(runs: str | Path = "results/runs", logs=None, also=()) -> pd.Data
         problems += [f"{r.path}: {int(r.bad_lines)} bad line(s) skipped" for r in counted.itertuples()]
         a = _finish([x for x in (a, b) if len(x)])
     a.attrs["problems"] = problems
-    df = refuse_mixed_configs(count_runs_once(add_identities(add_links(add_fingerprints(a, fingerprints(raw)), raw), raw)))
+    df = add_identities(add_links(add_fingerprints(a, fingerprints(raw)), raw), raw)
+    df = refuse_mixed_configs(count_runs_once(df))
     return set_link_runs_apart(df)
 
 

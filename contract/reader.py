@@ -78,18 +78,22 @@ def run_identity(run_dir: str | Path) -> tuple | None:
 
 def identity_of(config: dict, manifest: dict | None) -> tuple:
     """RUN_IDENTITY's values from a run's two documents."""
-    section = lambda doc, name: doc.get(name) if isinstance(doc, dict) and isinstance(doc.get(name), dict) else {}
-    train, resolved = section(config, "train"), section(config, "resolved")
+    train, resolved = _section(config, "train"), _section(config, "resolved")
     manifest = manifest if isinstance(manifest, dict) else {}
     return (config.get("experiment"), document_fingerprint(config), resolved.get("backend"),
             resolved.get("framework"), manifest.get("world_size"), manifest.get("link"), train.get("seed"),
             config.get("scale"), machine.key(manifest))
 
 
+def _section(document: dict, name: str) -> dict:
+    value = document.get(name)
+    return value if isinstance(value, dict) else {}
+
+
 def identity_problem(run_dir: str | Path) -> str | None:
     """Why a run folder that holds a run has no identity (its config.json: missing, unreadable, not an object), or
-    None: it has one, or it holds nothing yet. A run's identity (experiment, config fingerprint, seed, scale) is read
-    from its config.json, never from its folder's name; without it the run cannot count for any plan."""
+    None: it has one, or it holds nothing yet. A run's identity (RUN_IDENTITY) is read from its config.json and
+    manifest, never from its folder's name; without a config.json it cannot count for any plan."""
     run_dir = Path(run_dir)
     problem = read_document(run_dir / CONFIG)[1]
     return f"{CONFIG} is {problem}" if problem and _holds_a_run(run_dir) else None
@@ -97,8 +101,8 @@ def identity_problem(run_dir: str | Path) -> str | None:
 
 def _holds_a_run(run_dir: Path) -> bool:
     """Whether the folder holds what could count as a run or be resumed: a config.json (even unreadable), records,
-    a checkpoint, or a manifest's status. A manifest without a readable status and nothing else (a trainer killed as it
-    started) holds no run: it is started afresh, whatever its config."""
+    a checkpoint, or a manifest's status. A manifest without a readable status and nothing else (a trainer killed
+    as it started) holds no run: it is started afresh, whatever its config."""
     if any((run_dir / name).exists() for name in (CONFIG, METRICS, CHECKPOINT)):
         return True
     return (read_manifest(run_dir) or {}).get("status") in STATUSES

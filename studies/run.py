@@ -14,7 +14,7 @@ from pathlib import Path
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError, check_writable
 from contract.plan import NODE_SCALE, Study, check_node_gpus, load_study, whole_number
 from studies.clock import Clock, duration, reference_seconds
-from studies.launch import (FULL_OUT, NO_IDENTITY, OTHER_CONFIG, QUICK_OUT, REFUSED, Active, data_warning, default_jobs, local_commands,
+from studies.launch import (FULL_OUT, QUICK_OUT, REFUSED, Active, data_warning, default_jobs, local_commands,
                             planned_runs, refuse_unknown_runs, space_warning, terminate_with_parent)
 from studies.progress import Progress, interrupted_line, next_hint, print_comparison, report_hint
 from studies.slurm import submit_all
@@ -31,7 +31,7 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
         for plan in plans:
             per_node = plan.ranks() // plan.run.nodes if plan.backend in DISTRIBUTED_BACKENDS else 1
             print(f"# {plan.describe(plan.run.nodes, per_node)}")
-            if plan.status in (OTHER_CONFIG, NO_IDENTITY):
+            if plan.status in REFUSED:
                 print(f"#   {plan.run_dir} holds {REFUSED[plan.status]}: the study would refuse to start")
             for cmd in local_commands(plan):
                 print(shlex.join(cmd))
@@ -65,7 +65,7 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
     return 1 if failures else 0
 
 
-MAX_JOBS = 64  # runs side by side: more than any machine the suite runs on has cores (--jobs 100000: a typo)
+MAX_JOBS = 64  # runs side by side; past the cores, more only time-share them (--jobs 100000: a typo, not a plan)
 
 
 def job_count(jobs: int) -> None:

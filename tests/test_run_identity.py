@@ -29,7 +29,7 @@ def completed_folder(run_dir: Path, cfg, status: str = "completed", run: str | N
     return run_dir
 
 
-# ---- item 1: a completed run without a readable config.json counts for no plan ------------------------------------
+# ---- item 1: a completed run without a readable config.json counts for no plan ---------------------------------------
 @pytest.mark.parametrize("damage", ["delete", "garbage", "list"])
 def test_a_completed_run_without_a_readable_config_is_never_done_for_any_plan(tmp_path, capsys, damage):
     from suite.__main__ import main
@@ -61,7 +61,7 @@ def test_an_empty_planned_folder_is_still_a_run_to_start(tmp_path):
     assert planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")[0].status == "missing"
 
 
-# ---- item 2: the report and exp13-next name a folder without config.json as a problem, never a traceback -----------
+# ---- item 2: the report and exp13-next name a folder without config.json as a problem, never a traceback -------------
 def copy_without_config(source: Path, runs: Path) -> Path:
     run_dir = runs / source.parent.name / source.name
     shutil.copytree(source, run_dir)
@@ -85,12 +85,13 @@ def test_exp13_next_names_a_tuning_run_without_config_as_a_problem(tmp_path, cap
     from tests.helpers import REPO
     from tools.exp13_next import main
 
-    run_dir = copy_without_config(REPO / "results/reference/xeon-2cpu/13_steps_to_target/tune-lamb-w1-base0.0025-s0", tmp_path)
+    tuning = REPO / "results/reference/xeon-2cpu/13_steps_to_target/tune-lamb-w1-base0.0025-s0"
+    run_dir = copy_without_config(tuning, tmp_path)
     assert main(["--runs", str(tmp_path)]) == 0
     assert f"problem: {run_dir}: no readable config.json" in capsys.readouterr().out
 
 
-# ---- item 4: one seed trained under two run names counts once ------------------------------------------------------
+# ---- item 4: one seed trained under two run names counts once --------------------------------------------------------
 def test_one_config_and_seed_under_two_run_names_counts_once_with_a_problem_line(tmp_path):
     from analysis import tables as tb
     from analysis.runs import load_study
@@ -123,7 +124,7 @@ def test_the_same_config_and_seed_on_two_machines_are_two_runs(tmp_path):
     assert len(df[df["kind"] == "run"]) == 2 and not any("counted once" in p for p in df.attrs["problems"])
 
 
-# ---- item 5: a missing sbatch, a non-object config.json and a missing TensorFlow are one line each ----------------------
+# ---- item 5: a missing sbatch, a non-object config.json and a missing TensorFlow are one line each -------------------
 def one_line(capsys) -> str:
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1, err
@@ -136,7 +137,8 @@ def test_a_slurm_study_without_sbatch_is_one_line_before_any_folder_is_written(t
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # a machine without Slurm's commands
     folder = tiny_study(tmp_path)
     (folder / "slurm.sbatch").write_text("#!/bin/bash\n")
-    assert main(["study", str(folder), "--launcher", "slurm", "--cluster", "local", "--out", str(tmp_path / "runs")]) == 2
+    argv = ["study", str(folder), "--launcher", "slurm", "--cluster", "local", "--out", str(tmp_path / "runs")]
+    assert main(argv) == 2
     assert "sbatch is not on PATH" in one_line(capsys)
     assert not (tmp_path / "runs").exists()
 
@@ -190,7 +192,7 @@ def test_a_checkpoint_with_non_finite_weights_or_optimizer_state_is_damaged_neve
     assert [r["epoch"] for r in records(run_dir, "epoch")] == [0, 1]  # nothing trained or written
 
 
-# ---- item 6: profile counts, a malformed signal and an unbounded --jobs are one line, before anything is written ------
+# ---- item 6: profile counts, a malformed signal and an unbounded --jobs are one line, before anything is written -----
 @pytest.mark.parametrize("line, message", [
     ("gpus_per_node = -2", "gpus_per_node = -2 must be a whole number >= 0"),
     ("max_restarts = -1", "max_restarts = -1 must be a whole number >= 0"),
@@ -239,7 +241,7 @@ def test_the_dali_decoder_without_dali_is_one_line_on_generated_data_too(tmp_pat
     assert read_metrics(tmp_path / "c" / "d").of("epoch") == []  # nothing trained
 
 
-# ---- item 6: a planned config.json is checked against what its settings give before the run starts --------------------
+# ---- item 6: a planned config.json is checked against what its settings give before the run starts -------------------
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.update(scale=7), "scale = 7 is not one of local, gpu, node, thesis"),
     (lambda d: d["resolved"].update(global_batch=d["resolved"]["global_batch"] * 2), "resolved.global_batch = "),
@@ -272,7 +274,7 @@ def test_a_planned_config_as_its_study_wrote_it_passes_the_check(tmp_path):
         assert config_fingerprint(load_planned(plan.run_dir / "config.json")) == plan.fingerprint
 
 
-# ---- item 3: "this machine" is a label of a run's recorded identity, never of where its folder lies -------------------
+# ---- item 3: "this machine" is a label of a run's recorded identity, never of where its folder lies ------------------
 def test_a_run_copied_from_another_machine_is_never_labelled_this_machines(tmp_path, monkeypatch):
     from analysis.compare import machine_of
     from contract import machine
@@ -289,7 +291,7 @@ def test_a_run_copied_from_another_machine_is_never_labelled_this_machines(tmp_p
     assert machine_of(tmp_path / "old", tmp_path / "no-reference") == "this machine"
 
 
-# ---- item 7: a study reports only what it did to its own runs, whatever another did since it planned them -----------
+# ---- item 7: a study reports only what it did to its own runs, whatever another did since it planned them ------------
 @pytest.mark.parametrize("meanwhile", ["completed", "other-config"])
 def test_a_run_another_study_finished_after_this_one_planned_it_is_not_reported_as_this_studys(
         tmp_path, capsys, meanwhile):
