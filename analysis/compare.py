@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from contract import reader
+from contract import machine, reader
 
 from . import numbers as nb
 from .runs import experiment_number, load_study, run_frame
@@ -192,11 +192,18 @@ def _hosts(df: pd.DataFrame) -> list[str]:
 
 
 def machine_of(path, root: Path = REFERENCE_ROOT) -> str:
-    """The reference machine whose folder holds a run folder (its label), else "this machine"."""
+    """The reference machine whose folder holds a run folder (its label; reference-add let in only runs of its
+    identity), else "this machine" -- where the run's manifest records this machine's identity or none to compare
+    (contract/machine.py) -- else "another machine (its CPU model)": a run folder copied here from elsewhere is
+    never labelled this machine's by where it lies."""
     where = Path(path).resolve()
     for label, folder, _ in reference_machines(root):
         if where.is_relative_to(folder.resolve()):
             return label
+    recorded = machine.recorded(reader.read_manifest(path) or {})
+    here = {k: v for k, v in machine.this_machine(None, None).items() if v is not None}
+    if machine.REQUIRED in recorded and machine.mismatch(recorded, here):
+        return f"another machine ({recorded[machine.REQUIRED]})"
     return "this machine"
 
 

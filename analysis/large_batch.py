@@ -12,6 +12,7 @@ rq4_reading reads the verdicts (analysis.findings' large_batch_matches_baseline 
 from __future__ import annotations
 
 import json
+import re
 import math
 from pathlib import Path
 
@@ -107,7 +108,11 @@ def sweep_runs(df: pd.DataFrame) -> set[tuple[str, int]]:
     runs = df[(df["kind"] == "run") & (df["exp"] == LARGE_BATCH)]
     if "fingerprint" not in runs:  # a frame not read from run folders: no identity to compare
         return set()
-    sweep = runs[~runs["run"].str.match(STUDY_RUN, na=False)].dropna(subset=["fingerprint", "seed"])
+    # a sweep run the study trained again counts once, as the study's (analysis/runs.py count_runs_once): its copy
+    # is gone from the frame, its kept folder stands for both
+    repeated = {kept for copy, kept in df.attrs.get("copies", {}).items() if not re.match(STUDY_RUN, Path(copy).name)}
+    sweep = runs[~runs["run"].str.match(STUDY_RUN, na=False) | (runs["path"].isin(repeated) if repeated else False)]
+    sweep = sweep.dropna(subset=["fingerprint", "seed"])
     return set(zip(sweep["fingerprint"], sweep["seed"].astype(int)))
 
 

@@ -366,10 +366,20 @@ def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def runs_frame(raw: pd.DataFrame) -> pd.DataFrame:
     """The reader's frame of a tree of run folders -> the rows here, a run after another (problems in
     ``df.attrs['problems']``)."""
-    frames = [run_frame(rows) for _, rows in raw.groupby("path", sort=False)]
+    groups = [rows for _, rows in raw.groupby("path", sort=False)]
+    frames = [run_frame(rows) for rows in groups if rows.iloc[0]["config"] is not None]
     df = _finish(frames)
-    df.attrs["problems"] = list(raw.attrs["problems"]) + [p for f in frames for p in f.attrs["problems"]]
+    df.attrs["problems"] = (list(raw.attrs["problems"]) + [p for f in frames for p in f.attrs["problems"]]
+                            + [no_identity_line(rows.iloc[0]["path"]) for rows in groups
+                               if rows.iloc[0]["config"] is None])
     return df
+
+
+def no_identity_line(path: str) -> str:
+    """A folder without a readable config.json has no identity (experiment, config fingerprint, seed, scale: the
+    folder's name is none), so it is never counted, drawn or averaged: no row, this line instead."""
+    return (f"{path}: no readable {CONFIG}: which config and seed it ran cannot be told, so it is left out of every "
+            f"table and figure; remove it (rm -r {path}) or run its study again")
 
 
 def empty_run_folders(root: str | Path) -> list[str]:
@@ -476,7 +486,8 @@ def load_study(runs: str | Path = "results/runs", logs=None, also=()) -> pd.Data
         problems += [f"{r.path}: {int(r.bad_lines)} bad line(s) skipped" for r in counted.itertuples()]
         a = _finish([x for x in (a, b) if len(x)])
     a.attrs["problems"] = problems
-    df = refuse_mixed_configs(count_runs_once(add_links(add_fingerprints(a, fingerprints(raw)), raw)))
+    df = add_identities(add_links(add_fingerprints(a, fingerprints(raw)), raw), raw)
+    df = refuse_mixed_configs(count_runs_once(df))
     return set_link_runs_apart(df)
 
 
@@ -547,20 +558,37 @@ def set_link_runs_apart(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # ============================================================================================ run identity
-# A run counts once, by what it is -- its experiment, config fingerprint, seed and the name it was trained under
-# (config.json's `run`) -- not by its folder: a copied folder (`cp -a w1-s0 w1-s0.bak`) would otherwise count as
-# another seed, narrowing every interval with a std of 0.000 and perhaps changing a verdict.
-IDENTITY_KEYS = ["experiment", "fingerprint", "seed", "run"]
+# A run counts once, by what it is (contract/reader.py RUN_IDENTITY: its experiment, config fingerprint, how it ran,
+# seed, scale and machine) -- never by its folder's name or the name it was trained under: a copied folder (`cp -a w1-s0
+# w1-s0.bak`), or the same config and seed trained under `--run a` and `--run b`, would otherwise count as another
+# seed, narrowing every interval with a std of 0.000 and perhaps changing a verdict.
+
+
+def add_identities(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
+    """Columns `identity` (each run folder's, contract/reader.py identity_of; None without a readable config.json)
+    and `ended` (its manifest's end time, "" where it has none), from the reader's frame."""
+    folders = raw[raw["kind"] == "run"]
+    facts = {path: (reader.identity_of(config, manifest) if isinstance(config, dict) else None,
+                    str(manifest.get("end") or "") if isinstance(manifest, dict) else "")
+             for path, config, manifest in zip(folders["path"], folders["config"], folders["manifest"])}
+    attrs = dict(df.attrs)
+    df = df.assign(identity=[facts.get(p, (None, ""))[0] for p in df["path"]],
+                   ended=[facts.get(p, (None, ""))[1] for p in df["path"]])
+    df.attrs = attrs
+    return df
 
 
 def copies_of_runs(df: pd.DataFrame) -> dict[str, str]:
     """Each run folder that holds the same run as another -> the folder kept: the one of the run's own name (the
-    one a study resumes), else the first by path. Folders without a readable config.json have no identity."""
-    runs = df[(df["kind"] == "run") & df["fingerprint"].notna()]
+    one a study resumes; a `cp -a` copy's folder is not), then the newest training (a study that trains a row again
+    under another name -- experiment 12's study repeating its sweep's run -- reads the one it trained last), then the
+    first by path. Folders without a readable config.json have no identity."""
+    runs = df[(df["kind"] == "run") & df["identity"].notna()]
     copies = {}
-    for _, g in runs.groupby(IDENTITY_KEYS, dropna=False, sort=False):
-        paths = sorted(zip(g["path"], g["run"]), key=lambda pr: (Path(pr[0]).name != pr[1], pr[0]))
-        copies.update({path: paths[0][0] for path, _ in paths[1:]})
+    for _, g in runs.groupby("identity", sort=False):
+        folders = sorted(zip(g["path"], g["run"], g["ended"]), key=lambda f: f[2], reverse=True)  # newest first
+        folders.sort(key=lambda f: Path(f[0]).name != f[1])  # stable: own name first, then newest, then path
+        copies.update({path: folders[0][0] for path, _, _ in folders[1:]})
     return copies
 
 
@@ -570,10 +598,11 @@ def count_runs_once(df: pd.DataFrame) -> pd.DataFrame:
     if not copies:
         return df
     problems = list(df.attrs.get("problems", []))
-    problems += [f"{copy}: the same run as {kept} (experiment, config fingerprint, seed and run name) -- counted "
-                 f"once; remove the copy" for copy, kept in sorted(copies.items())]
+    problems += [f"{copy}: the same run as {kept} ({reader.IDENTITY_WORDS}) -- counted once; remove the copy"
+                 for copy, kept in sorted(copies.items())]
     df = df[~df["path"].isin(copies)].reset_index(drop=True)
     df.attrs["problems"] = problems
+    df.attrs["copies"] = copies  # what each kept folder stands for (analysis/large_batch.py: the sweep's repeats)
     return df
 
 

@@ -436,7 +436,29 @@ def load_planned(path: Path, overrides: list[str] = ()) -> Config:
                           "(python -m suite study ...); to train from an experiment give its config.toml") from None
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path} is not a readable config.json ({e}); re-plan the run with its study") from None
-    return from_dict(document, overrides, str(path))
+    if not isinstance(document, dict):  # valid JSON, but a list or a number: no section to read
+        raise ConfigError(f"{path} holds a JSON {type(document).__name__}, not an object of sections; re-plan the "
+                          "run with its study") from None
+    if document.get("scale") not in SCALES:
+        raise ConfigError(f"{path}: scale = {document.get('scale')!r} is not one of {', '.join(SCALES)}; the file "
+                          "was edited after its study planned it: re-plan the run with its study")
+    cfg = from_dict(document, overrides, str(path))
+    check_resolved(path, document, cfg)
+    return cfg
+
+
+def check_resolved(path: Path, document: dict[str, Any], cfg: Config) -> None:
+    """What a planned config.json says follows from its settings ("resolved": global batch, rate, schedule...) is
+    what they give. The trainer trains the settings, so a file edited by hand would train one run and read as
+    another; one line names the first value that differs."""
+    written = document.get("resolved")
+    if not isinstance(written, dict):
+        raise ConfigError(f"{path} has no resolved section; re-plan the run with its study")
+    given = json.loads(json.dumps(cfg.resolved(written.get("backend")), default=list))
+    for key, value in given.items():  # a key added since the file was written is not an edit
+        if key in written and written[key] != value:
+            raise ConfigError(f"{path}: resolved.{key} = {written.get(key)!r}, but its settings give {value!r}; the "
+                              "file was edited after its study planned it: re-plan the run with its study")
 
 
 def from_dict(document: dict[str, Any], overrides: list[str] = (), origin: str = "the saved config.json") -> Config:

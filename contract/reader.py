@@ -14,8 +14,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from contract import machine
 from contract.fingerprint import document_fingerprint
-from contract.runfolder import CONFIG, MANIFEST, METRICS, RECORDS, parse_lines, parse_record
+from contract.runfolder import CHECKPOINT, CONFIG, MANIFEST, METRICS, RECORDS, STATUSES, parse_lines, parse_record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,6 +58,54 @@ def folder_fingerprint(run_dir: str | Path) -> str | None:
     """The fingerprint of a run folder's config.json (contract/fingerprint.py); None when it has no readable one."""
     config = read_config(run_dir)
     return None if config is None else document_fingerprint(config)
+
+
+#: what a run is, declared once: two folders of one identity hold one run, whatever their names (a `cp -a` copy, the
+#: same config and seed trained under `--run a` and `--run b`); the folder's and the run's names are no part of it.
+#: Beside the config's fingerprint, how it ran: the backend and framework it resolved to (train.backend = "auto"
+#: leaves them to the launcher), its processes (the node scale's P) and the link it ran over (make link-sweep); and
+#: the machine it ran on (contract/machine.py)
+RUN_IDENTITY = ("experiment", "fingerprint", "backend", "framework", "processes", "link", "seed", "scale", "machine")
+IDENTITY_WORDS = "experiment, config fingerprint, backend, processes, link, seed, scale and machine"  # for messages
+
+
+def run_identity(run_dir: str | Path) -> tuple | None:
+    """A run folder's identity (RUN_IDENTITY's values) from its config.json and manifest.json; None without a
+    readable config.json (identity_problem says why)."""
+    config = read_config(run_dir)
+    return None if config is None else identity_of(config, read_manifest(run_dir))
+
+
+def identity_of(config: dict, manifest: dict | None) -> tuple:
+    """RUN_IDENTITY's values from a run's two documents."""
+    train, resolved = _section(config, "train"), _section(config, "resolved")
+    manifest = manifest if isinstance(manifest, dict) else {}
+    return (config.get("experiment"), document_fingerprint(config), resolved.get("backend"),
+            resolved.get("framework"), manifest.get("world_size"), manifest.get("link"), train.get("seed"),
+            config.get("scale"), machine.key(manifest))
+
+
+def _section(document: dict, name: str) -> dict:
+    value = document.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def identity_problem(run_dir: str | Path) -> str | None:
+    """Why a run folder that holds a run has no identity (its config.json: missing, unreadable, not an object), or
+    None: it has one, or it holds nothing yet. A run's identity (RUN_IDENTITY) is read from its config.json and
+    manifest, never from its folder's name; without a config.json it cannot count for any plan."""
+    run_dir = Path(run_dir)
+    problem = read_document(run_dir / CONFIG)[1]
+    return f"{CONFIG} is {problem}" if problem and _holds_a_run(run_dir) else None
+
+
+def _holds_a_run(run_dir: Path) -> bool:
+    """Whether the folder holds what could count as a run or be resumed: a config.json (even unreadable), records,
+    a checkpoint, or a manifest's status. A manifest without a readable status and nothing else (a trainer killed
+    as it started) holds no run: it is started afresh, whatever its config."""
+    if any((run_dir / name).exists() for name in (CONFIG, METRICS, CHECKPOINT)):
+        return True
+    return (read_manifest(run_dir) or {}).get("status") in STATUSES
 
 
 @dataclass

@@ -144,7 +144,24 @@ def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile
                            f"got {prof.mpi_launcher!r}")
     if prof.gres_template and "{n}" not in prof.gres_template:
         raise ProfileError(f"cluster profile {path.name}: gres_template needs '{{n}}', got {prof.gres_template!r}")
+    _check_counts(path.name, prof)
+    if prof.signal and not SIGNAL.match(prof.signal):
+        raise ProfileError(f"cluster profile {path.name}: signal = {prof.signal!r} is not Slurm's SIGNAL[@SECONDS] "
+                           "(e.g. \"USR1@120\"), or \"\" for none")
     return prof
+
+
+# Slurm's --signal: a signal's name or number, then optionally @ and the seconds before the time limit
+SIGNAL = re.compile(r"^(?:SIG)?(?:[A-Z][A-Z0-9]*|\d+)(?:@\d+)?$")
+
+
+def _check_counts(name: str, prof: Profile) -> None:
+    """Every count a profile gives is a whole number >= 0: a negative gpus_per_node would drop --gres from every
+    job (CPU-only) rather than fail, and a negative max_restarts would never requeue."""
+    for key, field in _FIELDS.items():
+        value = getattr(prof, key)
+        if field.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ProfileError(f"cluster profile {name}: {key} = {value!r} must be a whole number >= 0")
 
 
 def profile_env(profile: Profile) -> dict[str, str]:

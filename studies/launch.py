@@ -30,6 +30,8 @@ from trainers.backends import free_port, torchrun_command
 REPO = Path(__file__).resolve().parents[1]
 FINISHED = ("completed", "diverged")
 OTHER_CONFIG = "other-config"  # a run folder made by a config other than the plan's
+NO_IDENTITY = "no-identity"  # a run folder whose config.json cannot be read: whose run it holds is unknown
+REFUSED = {OTHER_CONFIG: "another config's run", NO_IDENTITY: "a run without a readable config.json"}  # what each holds
 MISSING, NO_STATUS = "missing", "no-status"  # no manifest; a manifest without a readable status (run_status)
 FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -89,23 +91,38 @@ def planned_runs(study: Study, scale: str, out: Path, gpus: int | None = None) -
 
 
 def folder_status(run_dir: Path, fingerprint: str) -> str:
-    """The run folder's status for this plan: missing, running, completed..., or OTHER_CONFIG when the folder holds
-    a run of another config (a smoke run under a full run's name, a run from before a config change)."""
+    """The run folder's status for this plan: missing, running, completed..., OTHER_CONFIG when the folder holds
+    a run of another config (a smoke run under a full run's name, a run from before a config change), or NO_IDENTITY
+    when it holds a run whose config.json cannot be read: such a run may be any config's, so it never counts as this
+    plan's (completed) nor is resumed as it."""
+    if reader.identity_problem(run_dir):
+        return NO_IDENTITY
     found = folder_fingerprint(run_dir)
     if found is not None and found != fingerprint:
         return OTHER_CONFIG
     return run_status(run_dir)
 
 
-def refuse_other_configs(plans: list[Plan]) -> None:
-    """One line before anything starts when a planned run's folder holds another config's run: it is neither
-    resumed (it would mix two configs in one run) nor skipped (it would count as this plan's result)."""
-    other = [p for p in plans if p.status == OTHER_CONFIG]
-    if other:
-        p = other[0]
-        raise ConfigError(f"{p.run_dir} holds a run of another config (fingerprint {folder_fingerprint(p.run_dir)}, "
-                          f"this plan's {p.fingerprint}){f' and {len(other) - 1} more folders do' if len(other) > 1 else ''}; "
-                          f"move it away or run the study with --out DIR")
+def refuse_unknown_runs(plans: list[Plan]) -> None:
+    """One line before anything starts when a planned run's folder holds another config's run, or a run whose config
+    cannot be read: it is neither resumed (it would mix two configs in one run) nor skipped (it would count as this
+    plan's result)."""
+    for status, why in ((NO_IDENTITY, _no_identity_line), (OTHER_CONFIG, _other_config_line)):
+        found = [p for p in plans if p.status == status]
+        if found:
+            more = f" (and {len(found) - 1} more folder(s))" if len(found) > 1 else ""
+            raise ConfigError(why(found[0]) + more)
+
+
+def _other_config_line(p: Plan) -> str:
+    return (f"{p.run_dir} holds a run of another config (fingerprint {folder_fingerprint(p.run_dir)}, this plan's "
+            f"{p.fingerprint}); move it away or run the study with --out DIR")
+
+
+def _no_identity_line(p: Plan) -> str:
+    return (f"{p.run_dir} holds a run whose {reader.identity_problem(p.run_dir)}: which config and seed it ran "
+            f"cannot be told, so it is neither skipped nor resumed; clear it (rm -r {p.run_dir}) and run the study "
+            "again to re-plan it")
 
 
 def local_commands(plan: Plan) -> list[list[str]]:

@@ -14,8 +14,8 @@ from pathlib import Path
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError, check_writable
 from contract.plan import NODE_SCALE, Study, check_node_gpus, load_study, whole_number
 from studies.clock import Clock, duration, reference_seconds
-from studies.launch import (FULL_OUT, OTHER_CONFIG, QUICK_OUT, Active, data_warning, default_jobs, local_commands,
-                            planned_runs, refuse_other_configs, space_warning, terminate_with_parent)
+from studies.launch import (FULL_OUT, QUICK_OUT, REFUSED, Active, data_warning, default_jobs, local_commands,
+                            planned_runs, refuse_unknown_runs, space_warning, terminate_with_parent)
 from studies.progress import Progress, interrupted_line, next_hint, print_comparison, report_hint
 from studies.slurm import submit_all
 from studies.supervise import drive, stop_active
@@ -26,13 +26,13 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
               gpus: int | None = None) -> int:
     plans = planned_runs(study, scale, out, gpus)
     if not dry_run:
-        refuse_other_configs(plans)
+        refuse_unknown_runs(plans)
     if dry_run:
         for plan in plans:
             per_node = plan.ranks() // plan.run.nodes if plan.backend in DISTRIBUTED_BACKENDS else 1
             print(f"# {plan.describe(plan.run.nodes, per_node)}")
-            if plan.status == OTHER_CONFIG:
-                print(f"#   {plan.run_dir} holds another config's run: the study would refuse to start")
+            if plan.status in REFUSED:
+                print(f"#   {plan.run_dir} holds {REFUSED[plan.status]}: the study would refuse to start")
             for cmd in local_commands(plan):
                 print(shlex.join(cmd))
         return 0
@@ -65,6 +65,17 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
     return 1 if failures else 0
 
 
+MAX_JOBS = 64  # runs side by side; past the cores, more only time-share them (--jobs 100000: a typo, not a plan)
+
+
+def job_count(jobs: int) -> None:
+    """--jobs: at least 1, at most MAX_JOBS (each run's processes get the cores / jobs threads, at least 1 each)."""
+    whole_number("--jobs", jobs)
+    if jobs > MAX_JOBS:
+        raise ConfigError(f"--jobs = {jobs} is more than {MAX_JOBS} runs side by side: each takes at least a core, so "
+                          f"more only time-share the cores; give at most {MAX_JOBS} (by default one run a core)")
+
+
 def check_options(scale: str, launcher: str, cluster: str, gpus: int | None) -> None:
     """An option this study would not use is a mistake, not a default: one line each."""
     if gpus is not None and scale == NODE_SCALE:
@@ -92,7 +103,7 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
               dry_run: bool = False, quick: bool = False, out: Path | None = None, seeds: int | None = None,
               overrides: list[str] = (), jobs: int | None = None, only: list[str] = (), gpus: int | None = None) -> int:
     if jobs is not None:
-        whole_number("--jobs", jobs)
+        job_count(jobs)
     if out is not None and not str(out):
         raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
     study = load_study(experiment, scale, quick, seeds, list(overrides), list(only))

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import math
 import shlex
+import shutil
 import subprocess
 import sys
 
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError
 from contract.plan import Study, node_gpus_used
 from slurm.profiles import ProfileError, load_profile, sbatch_argv
-from studies.launch import REPO, planned_runs, refuse_other_configs, threads_per_process, write_planned
+from studies.launch import REFUSED, REPO, planned_runs, refuse_unknown_runs, threads_per_process, write_planned
 
 
 def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tuple[int, int, int]:
@@ -37,10 +38,12 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
     script = study.experiment / "slurm.sbatch"
     if not script.is_file():
         raise ConfigError(f"{study.experiment} has no slurm.sbatch")
+    if not dry_run:
+        require_sbatch()
     failures, previous_job = 0, None
     plans = planned_runs(study, scale, out, gpus or profile.gpus_per_node or None)
     if not dry_run:
-        refuse_other_configs(plans)
+        refuse_unknown_runs(plans)
     # nodes that share one machine's cores would time each other: a throughput study's jobs wait for each other
     one_at_a_time = profile.shared_machine and study.kind == "throughput"
     for plan in plans:
@@ -59,6 +62,8 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
         except ProfileError as e:
             raise ConfigError(f"{plan.run.name}: {e}") from None
         print(f"# {plan.describe(nodes, per_node)}")
+        if plan.status in REFUSED:  # a dry run only: a submitting study has refused it above
+            print(f"#   {plan.run_dir} holds {REFUSED[plan.status]}: the study would refuse to start")
         if plan.status in ("completed", "diverged"):
             print(f"#   skipped, already {plan.status}")
             continue
@@ -74,6 +79,14 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
             failures += result.returncode != 0
             previous_job = job_id(result.stdout) or previous_job
     return 1 if failures else 0
+
+
+def require_sbatch() -> None:
+    """One line before any run's config.json is written, where this machine cannot submit a job: a study half
+    submitted would leave planned folders behind a FileNotFoundError."""
+    if shutil.which("sbatch") is None:
+        raise ConfigError("sbatch is not on PATH: submit from a Slurm login node (or `make cluster` for a local "
+                          "cluster), or see the jobs first with --dry-run")
 
 
 def job_env(plan, profile) -> dict[str, str]:

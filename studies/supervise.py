@@ -9,7 +9,7 @@ from pathlib import Path
 
 from contract import locks, reader
 from studies.clock import Clock, duration
-from studies.launch import FINISHED, Active, last_epoch, start_local
+from studies.launch import FINISHED, REFUSED, Active, Plan, folder_status, last_epoch, start_local
 from studies.progress import Progress, run_time, study_time, summary
 from studies.tf_launch import tf_skip_line
 
@@ -26,6 +26,30 @@ def mark_failed_if_silent(run_dir: Path, code: int) -> str | None:
     except OSError as e:  # a full or read-only disk: say so on the study's console, go on with the others
         return f"could not mark it failed: {e.strerror}"
     return None
+
+
+def claim_run(plan: Plan, index: int, label: str, progress: Progress) -> tuple[locks.StudyClaim | None, int]:
+    """This study's claim on a run, and the run's folder read again under it: since the plan was made another study
+    (or a hand-started trainer) may have finished, started or replaced it, and a study reports only what it does
+    itself. (None, failures) where the run is not this study's to start, with its line."""
+    if locks.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it: not a failure
+        progress.left_to_others(index, label, locks.lock_holder(plan.run_dir))
+        return None, 0
+    claim = locks.StudyClaim.take(plan.run_dir)
+    if claim is None:  # another study has just launched it
+        progress.left_to_others(index, label, locks.study_claim_holder(plan.run_dir), "another study, ")
+        return None, 0
+    plan.status = folder_status(plan.run_dir, plan.fingerprint)  # started with --resume auto unless still missing
+    if plan.status in FINISHED:
+        claim.release()
+        progress.show(index, label, f"skipped, already {plan.status} (by another process since this study "
+                                    "planned it)", final=True)
+        return None, 0
+    if plan.status in REFUSED:
+        claim.release()
+        progress.show(index, label, f"not started: {plan.run_dir} now holds {REFUSED[plan.status]}", final=True)
+        return None, 1
+    return claim, 0
 
 
 def start_waiting(waiting: list, active: list[Active], jobs: int, progress: Progress, have_horovod: bool,
@@ -46,12 +70,9 @@ def start_waiting(waiting: list, active: list[Active], jobs: int, progress: Prog
         if plan.backend == "horovod" and not have_horovod:
             progress.show(index, label, "skipped: Horovod is not built here (run `make setup-horovod`)", final=True)
             continue
-        if locks.is_locked(plan.run_dir):  # another study (or a hand-started run) is training it: not a failure
-            progress.left_to_others(index, label, locks.lock_holder(plan.run_dir))
-            continue
-        claim = locks.StudyClaim.take(plan.run_dir)
-        if claim is None:  # another study has just launched it
-            progress.left_to_others(index, label, locks.study_claim_holder(plan.run_dir), "another study, ")
+        claim, refused = claim_run(plan, index, label, progress)
+        failures += refused
+        if claim is None:
             continue
         c = plan.cfg
         work = f"{c.bench.batches} timed batches" if c.bench.batches else f"{c.train.epochs} epochs"

@@ -115,6 +115,7 @@ def test_loader_survives_broken_folders(tmp_path):
     d.mkdir(parents=True)
     (d / "metrics.jsonl").write_text('{"kind": "epoch", "epoch": 0, "val_top1": 5}\nnot json\n[1,2]\n{"kind": "ep')
     (d / "manifest.json").write_text("{broken")
+    (d / "config.json").write_text('{"experiment": "09_x", "run": "r1"}')  # without one it has no row (issue 48)
     df = load_runs(tmp_path)
     r = df[df["kind"] == "run"].iloc[0]
     assert r["bad_lines"] == 3 and r["status"] == "unknown" and r["best_val_top1"] == 5
@@ -132,8 +133,10 @@ def test_epoch_rows_carry_fp16_skipped_steps_and_older_runs_read_as_missing(tmp_
     for epoch, skipped in enumerate([3, 0]):
         run.record("epoch", epoch=epoch, skipped_steps=skipped, **fields)
     run.close()
+    (tmp_path / "04_x" / "new" / "config.json").write_text('{"experiment": "04_x", "run": "new"}')
     older = tmp_path / "04_x" / "old"  # an epoch record as the trainer wrote it before skipped_steps existed
     older.mkdir()
+    (older / "config.json").write_text('{"experiment": "04_x", "run": "old"}')  # a folder without one has no rows
     (older / "metrics.jsonl").write_text(json.dumps({"kind": "epoch", "epoch": 0, **fields, "time": 1.0}) + "\n")
     df = load_runs(tmp_path)
     epochs = df[df["kind"] == "epoch"]

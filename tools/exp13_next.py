@@ -161,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     runs = load_runs(args.runs)
+    for problem in runs.attrs["problems"]:  # a folder left out (no identity, a copy) is said, never skipped silently
+        print(f"problem: {problem}")
     if not len(runs) or not (runs["exp"] == st.EXPERIMENT).any():
         print(f"exp13-next: no experiment-13 runs under {args.runs} yet: `make exp13` writes them")
     steps = next_steps(runs, st.planned_rows(args.config, args.scale), args.scale)

@@ -1,7 +1,8 @@
 """Add a study's finished runs to a committed reference machine's folder, the way its runs were committed: each
 run folder whose manifest says completed or diverged, copied without its checkpoint and lock files (a reference
 keeps the records, never the trainer's state), and only where the run was measured on that machine (its hosts and
-CPU instruction set as machine.toml declares them), so that no other machine's run is ever pooled into it.
+its machine identity, contract/machine.py, as machine.toml declares them: a mismatch is one line naming the field),
+so that no other machine's run is ever pooled into it, and only once (two folders of one run identity are refused).
 
     python -m tools reference-add results/runs/13_steps_to_target --machine xeon-2cpu
         (make reference-add RUNS=results/runs/13_steps_to_target MACHINE=xeon-2cpu)
@@ -16,8 +17,9 @@ import shutil
 import tomllib
 from pathlib import Path
 
+from contract import machine
 from contract.config import ConfigError
-from contract.reader import read_manifest
+from contract.reader import IDENTITY_WORDS, identity_problem, read_manifest, run_identity
 from contract.runfolder import CONFIG, CONSOLE, LOG, MANIFEST, METRICS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,24 +29,41 @@ KEPT = (CONFIG, MANIFEST, METRICS, LOG, CONSOLE)  # everything but checkpoint.pt
 
 
 def machine_of(reference: Path, label: str) -> dict:
-    """The reference machine's machine.toml; one line naming what to do when it has none."""
+    """The reference machine's machine.toml; one line naming what to do when it has none, or declares no CPU model
+    (the field every manifest, old or new, records: contract/machine.py)."""
     path = reference / label / "machine.toml"
     if not path.is_file():
         known = sorted(p.parent.name for p in reference.glob("*/machine.toml"))
         raise ConfigError(f"no reference machine {label!r} ({path} missing): describe it in a machine.toml first, "
                           f"or name one of {', '.join(known) or 'none'}")
-    return tomllib.loads(path.read_text())
+    declared = tomllib.loads(path.read_text())
+    if not declared.get(machine.REQUIRED):
+        raise ConfigError(f"{path} declares no {machine.REQUIRED}: add the CPU model its runs' manifests record "
+                          f"(manifest.json's machine.cpu_model, or cpu.model in older ones)")
+    return declared
 
 
-def foreign(manifest: dict, machine: dict) -> str:
-    """Why a run was not measured on the machine ('' when it was): its hosts and its CPU kernels' instruction set."""
+def foreign(manifest: dict, declared: dict) -> str:
+    """Why a run was not measured on the machine ('' when it was): its hosts, then its machine identity
+    (contract/machine.py: CPU model, instruction set, cores, memory, GPU model, torch version), field by field."""
     hosts = set(manifest.get("hosts") or [])
-    if machine.get("hosts") and not hosts <= set(machine["hosts"]):
-        return f"hosts {sorted(hosts)} are not the machine's {machine['hosts']}"
-    isa = (manifest.get("cpu") or {}).get("torch_capability")
-    if machine.get("isa") and isa != machine["isa"]:
-        return f"its CPU instruction set {isa} is not the machine's {machine['isa']}"
-    return ""
+    if declared.get("hosts") and not hosts <= set(declared["hosts"]):
+        return f"hosts {sorted(hosts)} are not the machine's {declared['hosts']}"
+    return machine.mismatch(machine.recorded(manifest), {k: declared[k] for k in machine.FIELDS if k in declared})
+
+
+def refuse_second_copies(runs: list[Path], target: Path) -> None:
+    """One line when two folders hold one run (contract/reader.py RUN_IDENTITY, whatever their names: a `cp -a`
+    copy, one seed trained under two run names), among the study's or beside a different folder already in the
+    reference: a reference holds each run once."""
+    replaced = {folder.name for folder in runs}  # a run added again replaces its own folder
+    kept = sorted(p for p in target.iterdir() if p.is_dir() and p.name not in replaced) if target.is_dir() else []
+    seen = {run_identity(folder): folder for folder in kept}
+    for folder in runs:
+        first = seen.setdefault(run_identity(folder), folder)
+        if first != folder:
+            raise ConfigError(f"{folder} is the same run as {first} ({IDENTITY_WORDS}): a reference holds it once; "
+                              "remove one of them")
 
 
 def finished_runs(study: Path) -> tuple[list[Path], list[str]]:
@@ -61,15 +80,19 @@ def finished_runs(study: Path) -> tuple[list[Path], list[str]]:
 
 def add(study: Path, label: str, reference: Path = REFERENCE) -> tuple[list[str], list[str]]:
     """Copy the study's finished runs measured on the machine into its reference folder: (added, left out)."""
-    machine = machine_of(reference, label)
+    declared = machine_of(reference, label)
     if not study.is_dir():
         raise ConfigError(f"{study} is no folder: give a study's runs folder, e.g. results/runs/13_steps_to_target")
     runs, left_out = finished_runs(study)
     for folder in runs:
-        why = foreign(read_manifest(folder), machine)
+        if identity_problem(folder):
+            raise ConfigError(f"{folder}: its {identity_problem(folder)}, so which config and seed it ran cannot be "
+                              "told; leave it out of the reference (move it away) or run its study again")
+        why = foreign(read_manifest(folder), declared)
         if why:
             raise ConfigError(f"{folder.name} was not measured on {label}: {why}; commit it under its own machine")
     target = reference / label / study.name
+    refuse_second_copies(runs, target)
     for folder in runs:
         shutil.rmtree(target / folder.name, ignore_errors=True)
         (target / folder.name).mkdir(parents=True)

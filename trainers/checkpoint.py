@@ -110,6 +110,20 @@ def contents_problem(state: dict[str, Any]) -> str | None:
     for row in ([state["partial"]] if "partial" in state else []) + state.get("partials", []):
         if not isinstance(row, list) or len(row) != 4 or not all(isinstance(v, (int, float)) for v in row):
             return "'partial' is not 4 numbers (loss, top-1, top-5, images)"
+    return nonfinite_entry(state)
+
+
+def nonfinite_entry(state: dict[str, Any]) -> str | None:
+    """A weight or optimizer buffer that is NaN or infinite. The trainer never saves one (a diverged run stops before
+    its checkpoint), so it is damage: resumed, it would train on and be recorded as a `diverged` result -- a finding
+    made of a broken file."""
+    tensors = [("model", key, value) for key, value in state["model"].items()]
+    for index, buffers in (state["optimizer"].get("state") or {}).items():
+        tensors += [("optimizer", f"{index}.{key}", value) for key, value in (buffers or {}).items()
+                    if isinstance(buffers, dict)]
+    for where, key, value in tensors:
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and not torch.isfinite(value).all():
+            return f"{where} {key!r} holds non-finite values (NaN or infinity)"
     return None
 
 

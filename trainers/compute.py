@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 
 from contract.config import TrainConfig
+from contract.machine import cpuinfo, this_machine
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # oneDNN's instruction sets, best first, with the /proc/cpuinfo flags each needs
@@ -40,6 +41,13 @@ def configure_torch(t: TrainConfig) -> None:
     torch.use_deterministic_algorithms(t.deterministic)
 
 
+def machine_identity() -> dict:
+    """This machine's identity (contract/machine.py), with what only torch can say: its CPU kernels' instruction
+    set and the first GPU's model."""
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return this_machine(torch.backends.cpu.get_cpu_capability(), gpu)
+
+
 def cpu_description() -> dict:
     """The CPU and the kernels' instruction sets this process computes with: a result reruns bit-identically only
     with the same ATen capability and oneDNN ISA (and threads)."""
@@ -52,19 +60,6 @@ def cpu_description() -> dict:
         onednn = cap
     return {"model": model, "torch_capability": torch.backends.cpu.get_cpu_capability(), "onednn_isa": onednn,
             **{k: os.environ.get(k) for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}}
-
-
-def cpuinfo() -> tuple[str | None, set[str]]:
-    """The CPU's model name and feature flags from /proc/cpuinfo (Linux; elsewhere platform's name, no flags)."""
-    import platform
-
-    try:
-        text = open("/proc/cpuinfo").read()
-    except OSError:
-        return platform.processor() or None, set()
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    return fields.get("model name") or platform.processor() or None, set(fields.get("flags", "").split())
 
 
 ISA_FLAGS = {"default": (), "avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq")}

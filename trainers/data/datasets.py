@@ -286,6 +286,9 @@ def open_datasets(kind: str, path: str | None, image_size: int, num_classes: int
     `decoder` applies to "imagefolder" (`threads`: the "dali" decoder's, data.loader_workers); the generated kind
     (32-pixel JPEGs) is read from its decode cached in memory (memory.py) unless decoded=False: then file by file
     with Pillow, as ImageFolder."""
+    if decoder == "dali":  # whatever the kind: a run that names DALI and trains without it would record "dali" falsely
+        from .dali import require_dali
+        require_dali()
     if kind == "synthetic":
         return (SyntheticDataset(synthetic_size, image_size, num_classes, seed),
                 SyntheticDataset(max(1, synthetic_size // 25), image_size, num_classes, seed + 1))

@@ -14,6 +14,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf.keras is tf-keras (Keras
 
 from contract.cli import run_to_train  # noqa: E402
 from contract.config import SCALES, ConfigError  # noqa: E402
+from trainers.tf.available import skip_reason  # noqa: E402  (asks for TensorFlow's files, never imports it)
 
 
 def default_name(cfg) -> str:
@@ -41,6 +42,9 @@ def main(argv: list[str]) -> int:
         cfg, run_dir = run_to_train(args.config, args.scale, sets, args.out, args.run, default_name)
         if cfg.train.framework != "tensorflow":
             raise ConfigError(f"{args.config} is a {cfg.train.framework} run: train it with python -m trainers train")
+        reason = skip_reason(cfg.train.backend)  # one line, as the study's, rather than an ImportError's traceback
+        if reason:
+            raise ConfigError(f"{args.config}: {reason}")
         from trainers.tf.bench import run_benchmark  # TensorFlow only now, after the arguments were checked
 
         return run_benchmark(cfg, run_dir, resume=args.resume is not None)

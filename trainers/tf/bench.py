@@ -23,6 +23,7 @@ import tensorflow as tf
 from contract import events
 from contract.config import Config, ConfigError
 from contract.runfolder import MANIFEST, RunFolder, bench_throughput, now_iso
+from contract.machine import this_machine
 from contract.versions import git_commit, package_version, versions
 from trainers.tf import strategies
 
@@ -134,10 +135,17 @@ def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, threads:
         versions={**versions(), "tensorflow": tf.__version__, "tf_keras": package_version("tf-keras")},
         git_commit=git_commit(), threads=threads,
         cpu={"machine": platform.machine(), "processor": platform.processor()},
+        machine=this_machine(None, first_gpu_model()),  # contract/machine.py; no torch here: no torch ISA to record
         failed_ranks=None, message=None, backend=backend.name, world_size=backend.world_size,
         workers=backend.world_size, devices=["cpu"] if not tf.config.list_physical_devices("GPU") else
         [d.name for d in tf.config.list_physical_devices("GPU")], hosts=backend.hosts(), framework="tensorflow")
     run.status("running", 0)
+
+
+def first_gpu_model() -> str | None:
+    """The first GPU's model as TensorFlow names it (the machine identity's gpu_model), None without one."""
+    gpus = tf.config.list_physical_devices("GPU")
+    return tf.config.experimental.get_device_details(gpus[0]).get("device_name") if gpus else None
 
 
 def launcher_name() -> str:

@@ -1,0 +1,86 @@
+"""A machine's identity, declared once: what a run's numbers depend on beyond its config and seed.
+
+FIELDS are what every new manifest records (`machine`, written by the trainer from this_machine()), what a reference
+machine's machine.toml declares, and what tools/reference_add.py compares: a run counts as a machine's only where
+each field both sides know is the same, and a mismatch is one line naming the field.
+
+Manifests written before this identity existed record no `machine`; they do record the CPU model (`cpu.model`), the
+torch kernels' instruction set (`cpu.torch_capability`) and torch's version (`versions.torch`), which recorded() reads
+as those fields. The fields such a manifest lacks (cores, memory, GPU model) are not compared: they were never
+measured, and the CPU model, which two machines with one host name and one instruction set do not share (the AMD
+EPYC and the Intel Xeon behind results/reference/), is required instead.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+from importlib import metadata
+from typing import Any
+
+#: the fields of a machine's identity, in the order a mismatch is looked for
+FIELDS = ("cpu_model", "isa", "cores", "memory_gib", "gpu_model", "torch")
+#: what a run's manifest must record for its machine to be told at all (old manifests record it too)
+REQUIRED = "cpu_model"
+
+
+def cpuinfo() -> tuple[str | None, set[str]]:
+    """The CPU's model name and feature flags from /proc/cpuinfo (Linux; elsewhere platform's name, no flags)."""
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return platform.processor() or None, set()
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    return fields.get("model name") or platform.processor() or None, set(fields.get("flags", "").split())
+
+
+def memory_gib() -> int | None:
+    """The machine's memory in whole GiB (/proc/meminfo's MemTotal, rounded: the kernel's reserve moves it a little
+    from boot to boot), None where it cannot be read."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) * 1024 / 2**30)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def this_machine(isa: str | None, gpu_model: str | None) -> dict[str, Any]:
+    """This machine's identity. isa: torch's CPU capability and gpu_model: the first GPU's name (None without one),
+    both from the caller that has torch loaded (contract/ never imports it)."""
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    return {"cpu_model": cpuinfo()[0], "isa": isa, "cores": os.cpu_count(), "memory_gib": memory_gib(),
+            "gpu_model": gpu_model, "torch": torch_version}
+
+
+def recorded(manifest: dict) -> dict[str, Any]:
+    """The machine identity a run's manifest records: its `machine`, or for a manifest from before it, the fields
+    it does record (module docstring); a field it does not know is absent."""
+    machine = manifest.get("machine")
+    if isinstance(machine, dict):
+        return {k: machine[k] for k in FIELDS if k in machine}
+    cpu = manifest.get("cpu") if isinstance(manifest.get("cpu"), dict) else {}
+    versions = manifest.get("versions") if isinstance(manifest.get("versions"), dict) else {}
+    old = {"cpu_model": cpu.get("model"), "isa": cpu.get("torch_capability"), "torch": versions.get("torch")}
+    return {k: v for k, v in old.items() if v is not None}
+
+
+def mismatch(run: dict[str, Any], declared: dict[str, Any]) -> str:
+    """Why a run's recorded identity is not the declared machine's ('' when it is): the first field that differs,
+    or the CPU model when the run records none."""
+    if run.get(REQUIRED) is None:
+        return f"its manifest records no {REQUIRED}, so its machine cannot be told"
+    for field in FIELDS:
+        if field in run and field in declared and run[field] != declared[field]:
+            return f"its {field} {run[field]!r} is not the machine's {declared[field]!r}"
+    return ""
+
+
+def key(manifest: dict | None) -> str:
+    """The machine part of a run's identity, as one comparable string (contract/reader.py RUN_IDENTITY)."""
+    return json.dumps(recorded(manifest if isinstance(manifest, dict) else {}), sort_keys=True)
