@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 
@@ -81,6 +82,21 @@ def read_allocation(local_ranks: int, environ: Mapping[str, str] | None = None) 
     parent = tuple(sorted(affinity_of(os.getppid()) or affinity))
     per_task = env.get("SLURM_CPUS_PER_TASK", "")
     return Allocation(affinity, parent, int(per_task) if per_task.isdigit() else None, max(1, local_ranks))
+
+
+def user_omp_threads(launcher: str, environ: Mapping[str, str] | None = None, parent: int | None = None) -> str | None:
+    """OMP_NUM_THREADS as a user (or the study) set it. torchrun sets it to 1 for its ranks when nobody did, which
+    would pass for a choice and undo the allocation: its ranks take it only when torchrun itself was started with
+    it (the parent's environment at exec, /proc/<pid>/environ, which torchrun's own setting does not change)."""
+    env = os.environ if environ is None else environ
+    value = env.get("OMP_NUM_THREADS")
+    if not value or launcher != "torchrun":
+        return value
+    try:
+        started_with = Path(f"/proc/{parent or os.getppid()}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return value  # no /proc: take it as set
+    return value if any(v.startswith(b"OMP_NUM_THREADS=") for v in started_with) else None
 
 
 def affinity_of(pid: int) -> set[int]:

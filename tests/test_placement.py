@@ -89,3 +89,20 @@ def test_read_allocation_ignores_an_unusable_cpus_per_task(per_task):
     from contract.placement import read_allocation
     a = read_allocation(2, {"SLURM_CPUS_PER_TASK": per_task})
     assert a.cpus_per_task in (None, 0) and a.local_ranks == 2 and a.affinity
+
+
+@pytest.mark.parametrize("parent_has_it, expected", [(True, "1"), (False, None)])
+def test_torchruns_own_omp_default_is_not_a_choice(parent_has_it, expected):
+    """torchrun sets OMP_NUM_THREADS=1 for its ranks when nobody did: that 1 must not override the allocation; one
+    that torchrun was started with is the user's."""
+    import subprocess
+
+    from contract.placement import user_omp_threads
+    env = {"PATH": "/usr/bin:/bin", **({"OMP_NUM_THREADS": "1"} if parent_has_it else {})}
+    parent = subprocess.Popen(["sleep", "30"], env=env)  # stands for torchrun: its environment at exec
+    try:
+        assert user_omp_threads("torchrun", {"OMP_NUM_THREADS": "1"}, parent.pid) == expected
+        assert user_omp_threads("slurm", {"OMP_NUM_THREADS": "1"}, parent.pid) == "1"  # any other launcher: as set
+    finally:
+        parent.kill()
+        parent.wait()

@@ -92,8 +92,8 @@ def place(cfg: Config, launch: backends.Launch, pinned: dict) -> tuple[placement
     if backends.is_loopback(launch.master_addr):  # torchrun's "nodes" on localhost share this machine's CPUs
         local = max(local, launch.world_size)
     alloc = placement.read_allocation(local)
-    placed = placement.decide(alloc, cfg.train.threads, pinned.get("threads"), os.environ.get("OMP_NUM_THREADS"),
-                              cfg.data.loader_workers)
+    placed = placement.decide(alloc, cfg.train.threads, pinned.get("threads"),
+                              placement.user_omp_threads(launch.launcher), cfg.data.loader_workers)
     warning = placed.warning(launch.rank, socket.gethostname())
     if warning and launch.rank == 0:
         print(warning, file=sys.stderr, flush=True)
