@@ -173,6 +173,23 @@ def shared(ranks: Sequence[Mapping]) -> list[str]:
     return lines
 
 
+def cpus_per_task_for(cpus_per_node: int, ranks_on_node: int) -> int:
+    """A profile's cpus_per_task = 0 where its nodes' CPUs are known: the node's CPUs over the ranks on it (0: leave
+    it to Slurm, and each rank divides what it finds, `cpus_given`)."""
+    return max(1, cpus_per_node // max(1, ranks_on_node)) if cpus_per_node else 0
+
+
+def planned_line(cpus_per_task: int, ranks_on_node: int, omp_threads: str | None = None) -> str:
+    """What a dry run says each rank of a job will get (the jobs decide it on their node, by the rule above)."""
+    if omp_threads:
+        return f"each rank: {omp_threads} thread(s) (OMP_NUM_THREADS), whatever CPUs it gets"
+    if cpus_per_task:
+        return (f"each rank: {cpus_per_task} CPU(s) (--cpus-per-task), as many threads, loader workers at most "
+                "that")
+    return (f"each rank: its node's CPUs over the node's {ranks_on_node} rank(s) (cpus_per_task = 0 and the "
+            "profile's cpus_per_node unknown), as many threads")
+
+
 def per_rank(ranks: Sequence[Mapping] | None, key: str) -> int | None:
     """One number for a run's ranks (threads or cpus a rank) when they agree; None when unrecorded or mixed."""
     values = {p.get(key) for p in ranks or ()}
