@@ -106,3 +106,50 @@ def test_torchruns_own_omp_default_is_not_a_choice(parent_has_it, expected):
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_the_report_flags_a_comparison_whose_rows_ran_with_different_threads_a_rank():
+    """Issue 47: DDP (srun, torch's default threads) against Horovod (mpirun, 1 thread) came out inverted, silently."""
+    import math
+
+    import pandas as pd
+
+    from analysis.tables import one_value, unlike_rows
+
+    def row(framework, backend, threads, cpus, gpus=2, steady=100.0):
+        return {"framework": framework, "backend": backend, "numerics": "fp32", "per_gpu_batch": 32, "gpus": gpus,
+                "processes": gpus, "scale": "local", "ours_steady": steady, "threads_per_rank": threads,
+                "cpus_per_rank": cpus}
+
+    same = pd.DataFrame([row("pytorch", "ddp", 1, 1), row("horovod+pytorch", "horovod", 1, 1),
+                         row("pytorch", "ddp", 2, 2, gpus=1)])  # another shape may differ
+    assert unlike_rows(same) == []
+    mixed = pd.DataFrame([row("pytorch", "ddp", 2, 1), row("horovod+pytorch", "horovod", 1, 1)])
+    assert unlike_rows(mixed) == ["Not like for like: 2 GPU(s), batch 32, local scale ran with different threads a "
+                                  "rank: pytorch (ddp) 2, horovod+pytorch (horovod) 1."]
+    unrecorded = pd.DataFrame([row("pytorch", "ddp", math.nan, math.nan), row("horovod+pytorch", "horovod", 1, 1)])
+    assert len(unlike_rows(unrecorded)) == 2  # one recorded, one not: not known to be like for like
+    assert one_value(pd.Series([2.0, 2.0, math.nan])) == 2.0 and math.isnan(one_value(pd.Series([1.0, 2.0])))
+
+
+def test_the_studys_closing_table_shows_threads_a_rank_and_says_when_rows_differ(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from analysis.compare import threads_cell, unlike_lines
+
+    def run(name, threads):
+        folder = tmp_path / name
+        folder.mkdir()
+        ranks = [{"host": "n1", "local_rank": r, "cpu_list": "0-1", "cpus": 1, "threads": threads,
+                  "threads_from": "allocation", "loader_workers": 0} for r in range(2)]
+        (folder / "manifest.json").write_text(json.dumps({"placement": ranks}))
+        return {"name": f"{name}-s0", "run_dir": folder, "gpus": 2, "per_gpu_batch": 32, "processes": 2}
+
+    ddp, horovod, bare = run("n1-ddp", 2), run("n1-horovod", 1), {"name": "old-s0", "run_dir": tmp_path / "old"}
+    assert (threads_cell([ddp]), threads_cell([horovod]), threads_cell([bare])) == ("2", "1", "-")
+    frame = pd.DataFrame({"configuration": ["n1-ddp", "n1-horovod"], "threads/rank": ["2", "1"]})
+    [line] = unlike_lines([ddp, horovod], frame)
+    assert line.startswith("not like for like: n1-ddp 2, n1-horovod 1 threads a rank at 2 worker(s), batch 32")
+    assert unlike_lines([ddp], frame[:1]) == []
