@@ -12,6 +12,7 @@ from contract.placement import cpus_per_task_for, planned_line
 from contract.plan import Study, node_gpus_used
 from slurm.profiles import ProfileError, load_profile, sbatch_argv
 from studies.launch import REPO, planned_runs, refuse_other_configs, threads_per_process, write_planned
+from studies.progress import print_comparison
 from studies.tf_launch import tf_skip_line
 
 
@@ -43,7 +44,7 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
     script = study.experiment / "slurm.sbatch"
     if not script.is_file():
         raise ConfigError(f"{study.experiment} has no slurm.sbatch")
-    failures, previous_job = 0, None
+    failures, previous_job, submitted = 0, None, 0
     plans = planned_runs(study, scale, out, gpus or profile.gpus_per_node or None)
     if not dry_run:
         refuse_other_configs(plans)
@@ -62,6 +63,7 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
         if one_at_a_time and previous_job:
             argv[1:1] = [f"--dependency=afterany:{previous_job}"]
         print(shlex.join(argv), flush=True)
+        submitted += 1
         if dry_run:
             previous_job = "<the previous job>"
         else:
@@ -70,7 +72,21 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
             print(f"#   {result.stdout.strip() or result.stderr.strip()}")
             failures += result.returncode != 0
             previous_job = job_id(result.stdout) or previous_job
+    if not dry_run:
+        closing(study, plans, submitted)
     return 1 if failures else 0
+
+
+def closing(study: Study, plans, submitted: int) -> None:
+    """The study's closing table once its jobs are done: a rerun that submits nothing prints it (after the jobs,
+    each run's folder says how it ended); the last line says which of the two this was."""
+    name = study.experiment.name
+    if submitted:
+        print(f"{name}: {submitted} job(s) submitted; once squeue shows none of them, run the same line again: it "
+              "submits nothing and prints the closing table")
+        return
+    print_comparison(plans, study)
+    print(f"{name}: every run is done (none submitted); the table above is the study's closing table")
 
 
 def job_argv(plan, profile, study: Study, script) -> tuple[list[str], str]:

@@ -277,3 +277,21 @@ def test_a_cpu_clusters_quality_runs_span_nodes_by_ranks_per_node(capsys, monkey
     out = capsys.readouterr().out
     assert "thesis-w8-s0: horovod+pytorch (horovod), 4 node(s) x 2 process(es)" in out
     assert "sbatch -N 16 --ntasks-per-node 2 -p debug --cpus-per-task 2 " in out  # 32 workers
+
+
+def test_a_slurm_study_prints_its_closing_table_once_nothing_is_left_to_submit(capsys, monkeypatch):
+    """Issue 47 item 4: with LAUNCHER=slurm the closing table never printed; a rerun that submits nothing prints it,
+    and the last line says which case this was."""
+    from types import SimpleNamespace
+
+    from studies import slurm as slurm_study
+
+    shown = []
+    monkeypatch.setattr(slurm_study, "print_comparison", lambda plans, study: shown.append(plans))
+    study = SimpleNamespace(experiment=Path("experiments/03_throughput_distributed_data_parallel"))
+    slurm_study.closing(study, ["a", "b"], submitted=2)
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert not shown and last.startswith("03_throughput_distributed_data_parallel: 2 job(s) submitted; once squeue")
+    slurm_study.closing(study, ["a", "b"], submitted=0)
+    assert shown == [["a", "b"]]
+    assert capsys.readouterr().out.splitlines()[-1].endswith("the table above is the study's closing table")
