@@ -48,16 +48,25 @@ def probe_hosts(launch) -> dict:
 
 
 def probe_staging(launch, marker: str) -> dict:
-    """Whether the marker was staged here, and where scratch came from; then the staged copies are removed, so the
-    check leaves nothing in a node's scratch (/tmp where the node has no $TMPDIR)."""
+    """Whether the marker was staged here, and where scratch came from."""
     path = Path(os.environ.get("DATA_PATH", "")) / marker
     var = os.environ.get("SCRATCH_VAR", "")
-    result = {"staged": path.is_file(), "path": str(path),
-              "scratch_from": f"${var}" if var and os.environ.get(var) else f"no ${var or 'TMPDIR'} on this node"}
-    if launch.local_rank == 0 and os.environ.get("DATA_PATH"):  # one rank a node: the copies are the node's
-        for leftover in (path, *path.parent.glob(".staged-*.tar")):
-            leftover.unlink(missing_ok=True)
-    return result
+    return {"staged": path.is_file(), "path": str(path),
+            "scratch_from": f"${var}" if var and os.environ.get(var) else f"no ${var or 'TMPDIR'} on this node"}
+
+
+def remove_staged(folder: Path, launch, marker: str, wait_s: float = 60) -> None:
+    """The check leaves nothing in a node's scratch (/tmp where a node has no $TMPDIR): once every rank has written
+    what it saw (scratch may be one path on a shared disk, so no rank removes it before all have looked), each
+    removes its node's staged file and job.sh's marker beside it."""
+    if not os.environ.get("DATA_PATH"):
+        return
+    deadline = time.monotonic() + wait_s
+    while len(list(folder.glob("rank*.json"))) < launch.world_size and time.monotonic() < deadline:
+        time.sleep(0.2)
+    path = Path(os.environ["DATA_PATH"]) / marker
+    for leftover in (path, *path.parent.glob(".staged-*.tar")):
+        leftover.unlink(missing_ok=True)
 
 
 def probe_placement(launch, loader_workers: int) -> dict:
@@ -163,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             result = probe_hosts(launch)
         write(args.dir / args.layer, launch.rank, {"ok": True, **probe_placement(launch, args.loader_workers),
                                                    **result})
+        if args.layer == "staging":
+            remove_staged(args.dir / args.layer, launch, args.marker)
         return 0
     except Exception as e:  # noqa: BLE001 -- any failure is this layer's finding, written for the table
         line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
