@@ -142,7 +142,8 @@ def problems(ranks: Sequence[Mapping]) -> list[str]:
     for r, p in enumerate(ranks):
         if p["threads"] > p["cpus"]:
             lines.append(f"rank {r} on {p['host']}: {p['threads']} threads ({p['threads_from']}) on {p['cpus']} "
-                         f"CPU(s); set cpus_per_task = {p['threads']} in the profile or unset {p['threads_from']}")
+                         f"CPU(s); set {p['threads_from']} to at most {p['cpus']} (or leave it unset), or give the "
+                         f"rank {p['threads']} CPUs (the profile's cpus_per_task)")
         if p["loader_workers"] > p["cpus"]:
             lines.append(f"rank {r} on {p['host']}: {p['loader_workers']} loader workers on {p['cpus']} CPU(s); "
                          f"lower data.loader_workers to {p['cpus']} or raise cpus_per_task")

@@ -235,9 +235,14 @@ def judge(layer: str, state: str, folder: Path, nodes: int, requeues: bool = Tru
         return Finding(layer, False, f"job {state}; {len(ranks)} of {nodes} ranks reported: {log_tail(folder, layer)}")
     misplaced = placement.problems([r["placement"] for r in ranks if "placement" in r])
     if misplaced:
-        return Finding(layer, False, "; ".join(misplaced))
+        return Finding(layer, False, first_of(misplaced))
     return {"hosts": judge_hosts, "staging": judge_staging, "ddp": judge_collective, "horovod": judge_collective,
             "placement": judge_placement}[layer](layer, ranks, nodes)
+
+
+def first_of(problems: list[str]) -> str:
+    """A row names the first problem and counts the rest (each rank's file holds its own placement)."""
+    return problems[0] + (f" (and {len(problems) - 1} more problem(s) of the same job)" if len(problems) > 1 else "")
 
 
 def judge_placement(layer: str, ranks: list[dict], nodes: int) -> Finding:
@@ -301,7 +306,7 @@ def judge_train(state: str, run_dir: Path, nodes: int, requeues: bool = True) ->
     hosts = manifest.get("hosts") or []
     misplaced = placement.problems(manifest.get("placement") or [])
     if misplaced:
-        return Finding("train", False, "; ".join(misplaced))
+        return Finding("train", False, first_of(misplaced))
     if manifest.get("status") != "completed" or not (run_dir / CHECKPOINT).exists():
         message = f"job {state}; run {manifest.get('status')}: {manifest.get('message', '')}"
         return Finding("train", False, message[:300])

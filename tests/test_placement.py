@@ -71,8 +71,8 @@ def test_a_good_placement_has_no_problems():
 
 def test_each_problem_names_the_rank_and_the_fix():
     assert problems([rank("n1", 0, 2, 8, src="OMP_NUM_THREADS")]) == [
-        "rank 0 on n1: 8 threads (OMP_NUM_THREADS) on 2 CPU(s); set cpus_per_task = 8 in the profile or unset "
-        "OMP_NUM_THREADS"]
+        "rank 0 on n1: 8 threads (OMP_NUM_THREADS) on 2 CPU(s); set OMP_NUM_THREADS to at most 2 (or leave it "
+        "unset), or give the rank 8 CPUs (the profile's cpus_per_task)"]
     [line] = problems([rank("n1", 0, 2, 2, workers=4)])
     assert line.startswith("rank 0 on n1: 4 loader workers on 2 CPU(s)")
     [line] = problems([rank("n1", 0, 1, 1), rank("n1", 1, 2, 2)])  # 3 threads on the node's 2 CPUs
@@ -99,8 +99,10 @@ def test_torchruns_own_omp_default_is_not_a_choice(parent_has_it, expected):
 
     from contract.placement import user_omp_threads
     env = {"PATH": "/usr/bin:/bin", **({"OMP_NUM_THREADS": "1"} if parent_has_it else {})}
-    parent = subprocess.Popen(["sleep", "30"], env=env)  # stands for torchrun: its environment at exec
+    # stands for torchrun; its first line says it has exec'd, so /proc holds its own environment, not the fork's
+    parent = subprocess.Popen(["sh", "-c", "echo started; exec sleep 30"], env=env, stdout=subprocess.PIPE)
     try:
+        assert parent.stdout.readline() == b"started\n"
         assert user_omp_threads("torchrun", {"OMP_NUM_THREADS": "1"}, parent.pid) == expected
         assert user_omp_threads("slurm", {"OMP_NUM_THREADS": "1"}, parent.pid) == "1"  # any other launcher: as set
     finally:
