@@ -54,6 +54,9 @@ QUALITY_EXPERIMENTS = tuple(rf.QUALITY_SETTINGS)
 THROUGHPUT_NOTES = ("thesis_images_per_s: the thesis's value; ours_thesis_formula: per-GPU batch x GPUs / "
                     "running-mean batch time at batch 199; ours_steady: the same without the first warm-up batches; "
                     "the speed-ups divide each by our 1-GPU run's.", SCALE_NOTE)
+PLACEMENT_NOTE = ("threads_per_rank, cpus_per_rank: what each rank ran with (manifest.json's per-rank placement; "
+                  "empty where the ranks differed or the runs predate the record); nodes of our own rows: the hosts "
+                  "their ranks ran on.")
 QUALITY_NOTES = ("ours_top1/ours_top5: best validation accuracy (percent), mean over the configuration's completed "
                  "runs (seeds), ± sample std; n_runs: how many; diverged or half-written runs are counted in status, "
                  "not averaged.", SCALE_NOTE)
@@ -337,6 +340,12 @@ def throughput(inputs: Inputs, entry: Table) -> pd.DataFrame:
     return tb.throughput_table(inputs.df, inputs.ref, entry.options["table"])
 
 
+def throughput_notes(inputs: Inputs, frame: pd.DataFrame) -> list[str]:
+    """The throughput tables' notes, and a line for each comparison whose rows ran with different threads or
+    CPUs a rank (the manifests' per-rank placement)."""
+    return [*THROUGHPUT_NOTES, PLACEMENT_NOTE, *tb.unlike_rows(frame)]
+
+
 def quality(inputs: Inputs, entry: Table) -> pd.DataFrame:
     return tb.quality_table(inputs.df, inputs.ref, entry.options["table"])
 
@@ -373,7 +382,7 @@ def ordering_notes(inputs: Inputs, frame: pd.DataFrame) -> list[str]:
 
 TABLES = (
     *(Table(f"table{t:02d}", f"Table {t}", (TABLE_EXPERIMENT[t],), throughput, f"Table {t}. {rf.CAPTIONS[t]}",
-            THROUGHPUT_NOTES, options={"table": t}) for t in rf.THROUGHPUT_TABLES),
+            throughput_notes, options={"table": t}) for t in rf.THROUGHPUT_TABLES),
     *(Table(f"table{t:02d}", f"Table {t}", (TABLE_EXPERIMENT[t],), quality, f"Table {t}. {rf.CAPTIONS[t]}",
             (f"Numbered as its caption; the thesis's running text and list of tables call it Table "
              f"{rf.TEXT_NUMBER[t]}.",) + QUALITY_NOTES, options={"table": t}) for t in rf.QUALITY_TABLES),

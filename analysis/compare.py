@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from contract import machine, reader
+from contract import machine, placement, reader
 
 from . import numbers as nb
 from .runs import experiment_number, load_study, run_frame
@@ -118,7 +118,8 @@ def comparison_frame(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT
         first = members[0]
         row = {"configuration": config, "fingerprint": fingerprint,
                "this machine": _cell([v for v in (run_value(m["run_dir"], kind) for m in members)
-                                      if not math.isnan(v)])}
+                                      if not math.isnan(v)]),
+               "threads/rank": threads_cell(members)}
         for label, folder, _ in machines:
             row[f"reference: {label}"] = _cell(reference_values(folder, first["experiment"], fingerprint, kind))
         thesis = thesis_value(ref, first["experiment"], first["framework"], first["gpus"], first["per_gpu_batch"],
@@ -130,13 +131,39 @@ def comparison_frame(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT
     return pd.DataFrame(rows)
 
 
+def threads_cell(members: list[dict]) -> str:
+    """The threads each rank of this machine's runs had (manifest.json's per-rank placement): one number, "mixed"
+    where ranks or seeds differ, "-" where nothing was recorded."""
+    manifests = [reader.read_manifest(m["run_dir"]) for m in members]
+    values = {placement.per_rank(found.get("placement"), "threads") for found in manifests if found}
+    recorded = values - {None}
+    if not recorded:
+        return "-"
+    return str(recorded.pop()) if len(values) == 1 else "mixed"
+
+
+def unlike_lines(entries: list[dict], frame: pd.DataFrame) -> list[str]:
+    """A line for each shape (workers, per-GPU batch) whose rows here ran with different threads a rank."""
+    threads = dict(zip(frame["configuration"], frame["threads/rank"]))
+    shapes: dict[tuple, dict[str, str]] = {}
+    for e in entries:
+        config = SEED_SUFFIX.sub("", e["name"])
+        if threads.get(config, "-") != "-":
+            shapes.setdefault((e["gpus"], e["per_gpu_batch"], e.get("processes")), {})[config] = threads[config]
+    return [f"not like for like: {', '.join(f'{c} {t}' for c, t in rows.items())} threads a rank at "
+            f"{gpus} worker(s), batch {batch}: their images/s compare placements, not frameworks"
+            for (gpus, batch, _), rows in shapes.items() if len(set(rows.values())) > 1]
+
+
 def comparison_text(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT) -> str:
     """The table as text, with a line naming each reference machine and what the numbers are."""
     what = "steady-state images/s" if kind == "throughput" else "best validation top-1 (%)"
     frame = comparison_frame(entries, kind, root)
-    lines = [f"{what}: this machine, the committed reference (matched by config fingerprint), the thesis "
-             f"(ResNet-50 on ILSVRC-2012, P100 GPUs: another scale unless --scale thesis)"]
+    lines = [f"{what}: this machine (threads/rank: each rank's threads here), the committed reference (matched "
+             f"by config fingerprint), the thesis (ResNet-50 on ILSVRC-2012, P100 GPUs: another scale unless "
+             f"--scale thesis)"]
     lines.append(frame.drop(columns=["fingerprint"]).to_string(index=False))
+    lines += unlike_lines(entries, frame)
     for label, _, description in reference_machines(root):
         lines.append(f"reference {label}: {description}")
     return "\n".join(lines)

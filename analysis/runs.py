@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from contract import reader
+from contract import placement, reader
 from contract.runfolder import CONFIG, MANIFEST, METRICS, STATUSES
 
 from . import logs as lg
@@ -486,7 +486,7 @@ def load_study(runs: str | Path = "results/runs", logs=None, also=()) -> pd.Data
         problems += [f"{r.path}: {int(r.bad_lines)} bad line(s) skipped" for r in counted.itertuples()]
         a = _finish([x for x in (a, b) if len(x)])
     a.attrs["problems"] = problems
-    df = add_identities(add_links(add_fingerprints(a, fingerprints(raw)), raw), raw)
+    df = add_identities(add_placement(add_links(add_fingerprints(a, fingerprints(raw)), raw), raw), raw)
     df = refuse_mixed_configs(count_runs_once(df))
     return set_link_runs_apart(df)
 
@@ -545,6 +545,20 @@ def add_links(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
     df = df.assign(link=[facts.get(p, (None, math.nan))[0] for p in df["path"]],
                    hosts=[facts.get(p, (None, math.nan))[1] for p in df["path"]])
     df["hosts"] = pd.to_numeric(df["hosts"], errors="coerce")
+    df.attrs = attrs
+    return df
+
+
+def add_placement(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
+    """Columns `threads_per_rank` and `cpus_per_rank` from the manifest's per-rank `placement` (one number where
+    every rank had the same; NaN where the ranks differ or the manifest predates the record): what a like-for-like
+    comparison of two backends needs equal (contract/placement.py)."""
+    folders = raw[raw["kind"] == "run"]
+    facts = {path: tuple(placement.per_rank(m.get("placement"), key) for key in ("threads", "cpus"))
+             for path, m in zip(folders["path"], (m if isinstance(m, dict) else {} for m in folders["manifest"]))}
+    attrs = dict(df.attrs)
+    df = df.assign(**{column: pd.to_numeric([facts.get(p, (None, None))[i] for p in df["path"]], errors="coerce")
+                      for i, column in enumerate(("threads_per_rank", "cpus_per_rank"))})
     df.attrs = attrs
     return df
 

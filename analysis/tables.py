@@ -59,11 +59,39 @@ def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=CONFIG_KEYS + ["global_batch", "thesis_images_per_s", "steady_images_per_s",
                                                    "data_share", "n_runs"])
     b["scale"] = b["scale"].fillna("unknown")
+    for column in ("hosts", "threads_per_rank", "cpus_per_rank"):  # frames made before these were recorded
+        if column not in b:
+            b[column] = math.nan
     g = b.groupby(CONFIG_KEYS, dropna=False)
     out = g.agg(global_batch=("global_batch", "first"), thesis_images_per_s=("thesis_images_per_s", "mean"),
                 steady_images_per_s=("steady_images_per_s", "mean"), n_runs=("run", "nunique"),
-                data_share=("data_share", "mean")).reset_index()  # share of step time waiting for data
+                data_share=("data_share", "mean"),  # share of step time waiting for data
+                hosts=("hosts", "max"), threads_per_rank=("threads_per_rank", one_value),
+                cpus_per_rank=("cpus_per_rank", one_value)).reset_index()
     return out
+
+
+def one_value(values: pd.Series) -> float:
+    """The configuration's runs' value where they agree; NaN where they differ or none recorded it."""
+    found = values.dropna().unique()
+    return float(found[0]) if len(found) == 1 else math.nan
+
+
+def unlike_rows(frame: pd.DataFrame) -> list[str]:
+    """A note for each comparison (the same GPUs, processes, batch, numerics and scale; another framework or
+    backend) whose rows ran with different threads or CPUs a rank: their images/s compare two placements, not two
+    frameworks. Empty when every compared row had the same (or nothing was recorded)."""
+    keys = ["numerics", "per_gpu_batch", "gpus", "processes", "scale"]
+    lines = []
+    rows = frame.dropna(subset=["ours_steady"])
+    for key, group in rows.groupby(keys, dropna=False):
+        for column, what in (("threads_per_rank", "threads"), ("cpus_per_rank", "CPUs")):
+            values = group[column]
+            if values.nunique(dropna=False) > 1 and values.notna().any():
+                said = ", ".join(f"{r.framework} ({r.backend}) {_int(v)}" for r, v in zip(group.itertuples(), values))
+                lines.append(f"Not like for like: {int(key[2])} GPU(s), batch {key[1]}, {key[4]} scale ran with "
+                             f"different {what} a rank: {said}.")
+    return lines
 
 
 QUALITY_KEYS = ["exp", "framework", "numerics", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "optimizer",
@@ -140,7 +168,8 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
                    ours_data_wait_pct=100 * o.data_share,
                    n_runs=int(o.n_runs), ours_speedup=nb.speedup(o.thesis_images_per_s, base_thesis),
                    ours_steady_speedup=nb.speedup(o.steady_images_per_s, base_steady), backend=o.backend,
-                   numerics=o.numerics, processes=o.processes)
+                   numerics=o.numerics, processes=o.processes, threads_per_rank=o.threads_per_rank,
+                   cpus_per_rank=o.cpus_per_rank)
         return row
 
     rows, used = [], set()
@@ -157,12 +186,12 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
         rows.append(row)
     for i, o in zip(ours.index, ours.itertuples(index=False)):
         if i not in used:
-            rows.append(row_from(o, {"framework": o.framework, "per_gpu_batch": o.per_gpu_batch, "nodes": math.nan,
+            rows.append(row_from(o, {"framework": o.framework, "per_gpu_batch": o.per_gpu_batch, "nodes": o.hosts,
                                      "gpus": o.gpus, "thesis_images_per_s": math.nan,
                                      "scale": scale_label(o.scale)}))
     cols = ["framework", "backend", "numerics", "per_gpu_batch", "nodes", "gpus", "processes", "thesis_images_per_s",
-            "ours_thesis_formula", "ours_steady", "ours_speedup", "ours_steady_speedup", "ours_data_wait_pct", "n_runs",
-            "scale"]
+            "ours_thesis_formula", "ours_steady", "threads_per_rank", "cpus_per_rank", "ours_speedup",
+            "ours_steady_speedup", "ours_data_wait_pct", "n_runs", "scale"]
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -21,7 +21,7 @@
 #   TRAIN_ARGS     trainer arguments when none are given to run_job (word-split; no quoting)
 #   TRAIN_CMD      command that trains (default: "$PYTHON -m trainers train"); word-split
 #   PYTHON         interpreter (default: python3)
-#   OMP_NUM_THREADS each rank's threads (default: $SLURM_CPUS_PER_TASK when the job has it, else torch's own)
+#   OMP_NUM_THREADS each rank's threads (default: from the CPUs its task was given, contract/placement.py)
 #   BACKEND        ddp | horovod | mwms | single | emulated | dp | auto (default: ddp); horovod => MPI launch
 #   MPI_LAUNCHER   mpirun (default) | srun          how Horovod ranks start
 #   SRUN_MPI       MPI plugin for `srun --mpi=` when MPI_LAUNCHER=srun (default: pmix)
@@ -180,8 +180,8 @@ _build_cmd() {
 # Run the training step in the background and wait for it while forwarding USR1/TERM. Returns its exit status.
 launch_train() {
     set_rendezvous || return 2
-    # a rank uses the cores Slurm gave its task (--cpus-per-task), not every core of the node, unless told otherwise
-    [[ -z "${OMP_NUM_THREADS:-}" && -n "${SLURM_CPUS_PER_TASK:-}" ]] && export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK
+    # each rank takes its threads from the CPUs Slurm gave its task itself (contract/placement.py), under srun and
+    # mpirun alike: an OMP_NUM_THREADS exported here would pass for a user's choice
     _build_cmd "$@"
     _log "job ${SLURM_JOB_ID:-?} restart $(_restarts) on ${SLURM_JOB_NODELIST:-localhost}" \
          "(${SLURM_NNODES:-1} nodes, ${SLURM_NTASKS:-1} tasks); MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"

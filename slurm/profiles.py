@@ -45,7 +45,9 @@ class Profile:
     constraint: str = ""                # --constraint: node features (e.g. "v100|a100"); "" = any node
     gpus_per_node: int = 0              # GPUs a node has (0 = CPU-only cluster); may be "${GPUS_PER_NODE:-4}"
     gres_template: str = ""             # "gpu:p100:{n}", "gpu:{n}", "" = no --gres
-    cpus_per_task: int = 0              # 0 = leave to Slurm
+    cpus_per_task: int = 0              # 0 = cpus_per_node over a node's ranks where known, else leave to Slurm
+    cpus_per_node: int = 0              # the nodes' CPUs, when known: cpus_per_task = 0 is derived from it
+    ranks_per_node: int = 0             # a CPU cluster (gpus_per_node = 0): at most this many ranks a node; 0 = one node
     mem: str = ""                       # --mem per node, e.g. "60G"; "" = leave to Slurm
     exclusive_full_node: bool = False   # a run using every GPU of a node gets --exclusive --mem=0 (the thesis)
     exclusive: bool = False             # every run gets the whole node: --exclusive --mem=0 (one machine, all its GPUs)

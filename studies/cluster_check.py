@@ -13,6 +13,11 @@ stop the others, so one run names every broken layer:
   staging   the profile's staging (job.sh's stage_data) of a small tar into each node's scratch
   ddp       a torch.distributed all_reduce across the nodes (gloo on CPU, NCCL on GPUs) and its bus bandwidth
   horovod   a Horovod allreduce across the nodes, started as the profile starts Horovod (mpirun or srun --mpi)
+  placement the profile's ranks a node on each node (GPUs a node, else ranks_per_node, else 2), each counting its
+            CPUs, threads, loader workers and GPU by the trainer's rule (contract/placement.py); fails naming the
+            rank and the fix where threads or loader workers exceed its CPUs, ranks of one host share CPUs beyond
+            their threads or share a GPU, or a rank's GPU is not its local rank's. The ddp and horovod layers'
+            ranks (srun, mpirun) and the train layer's manifest are held to the same
   train     a few steps of the scale's real model (experiment 5's config, train.max_steps) across the nodes,
             ending completed with its checkpoint and every rank's host in its manifest; half-way the run rehearses
             a preemption (the time limit's warning to the batch shell, at a step chosen in advance), so it
@@ -30,16 +35,18 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from contract.config import ConfigError
+from contract import placement
+from contract.config import ConfigError, load_config
+from contract.placement import cpus_per_task_for
 from contract.reader import read_metrics
 from contract.runfolder import CHECKPOINT, LOG, MANIFEST, METRICS, link_bits_per_s
 from slurm.profiles import Profile, ProfileError, load_profile, sbatch_argv
 from studies.launch import REPO
 
-LAYERS = ("nodes", "hosts", "staging", "ddp", "horovod", "train")
+LAYERS = ("nodes", "hosts", "staging", "ddp", "horovod", "placement", "train")
 JOB_MINUTES = 5  # each layer's time limit: a layer that needs longer is itself a finding
 TRAIN_STEPS = 6  # the train layer's steps; the preemption is rehearsed after half of them
 STAGED_MARKER = "cluster-check.txt"  # the one file in the tar the staging layer stages
@@ -111,6 +118,9 @@ def layer_job(layer: str, profile: Profile, scale: str, nodes: int, folder: Path
         env.update(DATA_TAR=str(make_tar(folder)), DATA_SUBDIR="")
     elif layer == "horovod":
         env["BACKEND"] = "horovod"
+    elif layer == "placement":
+        args += ["--loader-workers", str(load_config(REPO / "experiments" / "05_linear_scaling" / "config.toml",
+                                                     scale, need_data=False).data.loader_workers)]
     elif layer == "train":
         for key in ("TRAIN_CMD", "DATA_TAR", "RESUME"):  # the profile's staging and job.sh's resume, as a study's
             env.pop(key)
@@ -128,7 +138,10 @@ def submit_layers(profile: Profile, scale: str, nodes: int, folder: Path, layers
     script, jobs, previous = REPO / "slurm" / "check.sbatch", {}, None
     for layer in layers:
         env, args = layer_job(layer, profile, scale, nodes, folder)
-        argv = sbatch_argv(profile, script, nodes, 1, min(1, profile.gpus_per_node), job_name=f"check-{layer}",
+        per_node = ranks_a_node(profile) if layer == "placement" else 1
+        cpus = profile.cpus_per_task or cpus_per_task_for(profile.cpus_per_node, per_node)
+        argv = sbatch_argv(replace(profile, cpus_per_task=cpus), script, nodes, per_node,
+                           min(per_node, profile.gpus_per_node), job_name=f"check-{layer}",
                            time_limit=str(JOB_MINUTES), output=folder / f"{layer}.out", env=env, train_args=args)
         if previous:
             argv[1:1] = [f"--dependency=afterany:{previous}"]
@@ -140,6 +153,12 @@ def submit_layers(profile: Profile, scale: str, nodes: int, folder: Path, layers
             continue
         jobs[layer] = previous = int(r.stdout.strip().split(";")[0])
     return jobs
+
+
+def ranks_a_node(profile: Profile) -> int:
+    """The placement layer's ranks a node: a study's (one a GPU, or the CPU cluster's ranks_per_node), at least 2
+    so that ranks sharing a node's CPUs or GPUs can show."""
+    return max(2, profile.gpus_per_node or profile.ranks_per_node)
 
 
 def make_tar(folder: Path) -> Path:
@@ -213,9 +232,33 @@ def judge(layer: str, state: str, folder: Path, nodes: int, requeues: bool = Tru
         r = failed[0]
         return Finding(layer, False, f"rank {r['rank']} on {r['host']}: {r['error']}")
     if len(ranks) < nodes:
-        return Finding(layer, False, f"job {state}; {len(ranks)} of {nodes} ranks reported ({log_tail(folder, layer)})")
-    return {"hosts": judge_hosts, "staging": judge_staging, "ddp": judge_collective,
-            "horovod": judge_collective}[layer](layer, ranks, nodes)
+        return Finding(layer, False, f"job {state}; {len(ranks)} of {nodes} ranks reported: {log_tail(folder, layer)}")
+    misplaced = placement.problems([r["placement"] for r in ranks if "placement" in r])
+    if misplaced:
+        return Finding(layer, False, first_of(misplaced))
+    return {"hosts": judge_hosts, "staging": judge_staging, "ddp": judge_collective, "horovod": judge_collective,
+            "placement": judge_placement}[layer](layer, ranks, nodes)
+
+
+def first_of(problems: list[str]) -> str:
+    """A row names the first problem and counts the rest (each rank's file holds its own placement)."""
+    return problems[0] + (f" (and {len(problems) - 1} more problem(s) of the same job)" if len(problems) > 1 else "")
+
+
+def judge_placement(layer: str, ranks: list[dict], nodes: int) -> Finding:
+    """Every rank placed without a problem (judge checked): say what each got."""
+    seen = [r["placement"] for r in ranks]
+    gpus = f", GPU {', '.join(str(p['gpu_index']) for p in seen)}" if "gpu_index" in seen[0] else ""
+    return Finding(layer, True, f"{len(seen)} ranks on {len({p['host'] for p in seen})} hosts: "
+                                f"{describe_ranks(seen)}{gpus}")
+
+
+def describe_ranks(seen: list[dict]) -> str:
+    """"1 CPU(s), 1 thread(s), 0 loader worker(s) a rank (allocation)", or rank by rank where they differ."""
+    said = [f"{p['cpus']} CPU(s), {p['threads']} thread(s), {p['loader_workers']} loader worker(s)" for p in seen]
+    if len(set(said)) == 1:
+        return f"{said[0]} a rank ({seen[0]['threads_from']})"
+    return "; ".join(f"rank {r}: {s}" for r, s in enumerate(said))
 
 
 def judge_hosts(layer: str, ranks: list[dict], nodes: int) -> Finding:
@@ -234,9 +277,12 @@ def judge_hosts(layer: str, ranks: list[dict], nodes: int) -> Finding:
 
 def judge_staging(layer: str, ranks: list[dict], nodes: int) -> Finding:
     missing = [r["host"] for r in ranks if not r["staged"]]
+    where = Path(ranks[0]["path"]).parent
+    source = ranks[0].get("scratch_from", "")
+    scratch = f"{where} ({source})" if source.startswith("no ") else str(where)  # the /tmp fallback is said
     if missing:
-        return Finding(layer, False, f"not staged on {', '.join(missing)} ({ranks[0]['path']})")
-    return Finding(layer, True, f"staged on {nodes} nodes into {Path(ranks[0]['path']).parent}")
+        return Finding(layer, False, f"not staged on {', '.join(missing)} into {scratch}")
+    return Finding(layer, True, f"staged on {nodes} nodes into {scratch}, and removed")
 
 
 def judge_collective(layer: str, ranks: list[dict], nodes: int) -> Finding:
@@ -258,6 +304,9 @@ def judge_train(state: str, run_dir: Path, nodes: int, requeues: bool = True) ->
         return Finding("train", False, f"job {state}; no manifest in {run_dir} "
                                        f"({log_tail(run_dir.parents[2], 'train')})")
     hosts = manifest.get("hosts") or []
+    misplaced = placement.problems(manifest.get("placement") or [])
+    if misplaced:
+        return Finding("train", False, first_of(misplaced))
     if manifest.get("status") != "completed" or not (run_dir / CHECKPOINT).exists():
         message = f"job {state}; run {manifest.get('status')}: {manifest.get('message', '')}"
         return Finding("train", False, message[:300])
@@ -287,12 +336,26 @@ def judge_resume(run_dir: Path, manifest: dict, steps: str) -> Finding:
     return Finding("train", True, f"{steps}; preempted after {TRAIN_STEPS // 2}, requeued, resumed {where}")
 
 
+# Launchers' refusals whose words name no error, and the fix each needs (quoted in the row, not left in the log)
+LAUNCHER_CAUSES = (
+    ("attempt to run as root", "mpirun refuses to run as root: set mpi_allow_root = true in the profile"),
+    ("not enough slots available", "mpirun found too few slots: add \"--oversubscribe\" to the profile's mpi_args "
+                                   "or give the job more CPUs"),
+    ("invalid partition", "Slurm has no such partition: set the profile's partition (sinfo lists them)"),
+)
+
+
 def log_tail(folder: Path, layer: str) -> str:
-    """The last meaningful line of a layer's job log, for a layer that failed before its ranks could say why."""
+    """Why a layer failed before its ranks could say: a launcher's known refusal with its fix, else the last line
+    of its job log that says error, else its last line."""
     try:
         lines = [x.strip() for x in (folder / f"{layer}.out").read_text(errors="replace").splitlines() if x.strip()]
     except OSError:
         return "no job log"
+    for words, cause in LAUNCHER_CAUSES:
+        quoted = [x for x in lines if words in x.lower()]
+        if quoted:
+            return f"{cause} (log: {quoted[0][:160]})"
     errors = [x for x in lines if "error" in x.lower()]
     return ((errors or lines or ["empty job log"])[-1])[:200]
 

@@ -121,7 +121,7 @@ def print_comparison(plans: list[Plan], study: Study) -> None:
         return
     entries = [dict(name=p.run.name, run_dir=p.run_dir, fingerprint=p.fingerprint, experiment=p.cfg.experiment,
                     framework=p.cfg.framework(p.backend), gpus=p.run.workers,
-                    per_gpu_batch=p.cfg.train.per_worker_batch,
+                    per_gpu_batch=p.cfg.train.per_worker_batch, processes=p.ranks(),
                     numerics=numerics_label(p.cfg.train.precision, p.cfg.train.channels_last, p.cfg.train.compile))
                for p in plans]
     print(comparison_text(entries, study.kind))

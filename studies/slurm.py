@@ -1,6 +1,7 @@
 """Submitting a study's runs to a Slurm cluster: one `sbatch` of the experiment's slurm.sbatch per run."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 import shutil
@@ -8,19 +9,25 @@ import subprocess
 import sys
 
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError
+from contract.placement import cpus_per_task_for, planned_line
 from contract.plan import Study, node_gpus_used
 from slurm.profiles import ProfileError, load_profile, sbatch_argv
 from studies.launch import REFUSED, REPO, planned_runs, refuse_unknown_runs, threads_per_process, write_planned
+from studies.progress import print_comparison
+from studies.tf_launch import tf_skip_line
 
 
-def placement(workers: int, backend: str, nodes: int, gpus_per_node: int) -> tuple[int, int, int]:
-    """(nodes, tasks per node, GPUs per node) for one run on a cluster with `gpus_per_node` GPUs (0: CPU only)."""
+def placement(workers: int, backend: str, nodes: int, gpus_per_node: int,
+              ranks_per_node: int = 0) -> tuple[int, int, int]:
+    """(nodes, tasks per node, GPUs per node) for one run on a cluster with `gpus_per_node` GPUs (0: CPU only, whose
+    ranks a node are the profile's `ranks_per_node`, 0 = all on one node)."""
     if backend not in DISTRIBUTED_BACKENDS:  # one process: single, emulated workers, or DataParallel over a node
         return 1, 1, min(workers, gpus_per_node) if backend == "dp" else min(1, gpus_per_node)
+    per_node_at_most = gpus_per_node or ranks_per_node
     if nodes > 1:
         per_node = workers // nodes
-    elif gpus_per_node:
-        nodes = math.ceil(workers / gpus_per_node)
+    elif per_node_at_most:
+        nodes = math.ceil(workers / per_node_at_most)
         per_node = math.ceil(workers / nodes)
     else:
         per_node = workers
@@ -40,36 +47,28 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
         raise ConfigError(f"{study.experiment} has no slurm.sbatch")
     if not dry_run:
         require_sbatch()
-    failures, previous_job = 0, None
+    failures, previous_job, submitted = 0, None, 0
     plans = planned_runs(study, scale, out, gpus or profile.gpus_per_node or None)
     if not dry_run:
         refuse_unknown_runs(plans)
     # nodes that share one machine's cores would time each other: a throughput study's jobs wait for each other
     one_at_a_time = profile.shared_machine and study.kind == "throughput"
     for plan in plans:
-        if plan.processes:  # the node scale: one exclusive node, one process a GPU (W/P workers each)
-            nodes, per_node = 1, plan.processes
-            gpus = node_gpus_used(plan.run.workers, plan.backend, plan.processes)  # DataParallel: W GPUs, 1 process
-        else:
-            nodes, per_node, gpus = placement(plan.run.workers, plan.backend, plan.run.nodes, profile.gpus_per_node)
-        train_args = plan.trainer_args + (["--resume", "auto"] if plan.status not in ("missing",) else [])
-        try:  # a run the profile's nodes cannot hold (more tasks a node than GPUs) is one line
-            argv = sbatch_argv(
-                profile, script, nodes, per_node, gpus, job_name=f"{study.experiment.name[:2]}-{plan.run.name}",
-                time_limit=study.time_limit or None, output=plan.run_dir / "slurm-%j.out",
-                env=job_env(plan, profile), train_args=train_args,
-            )
-        except ProfileError as e:
-            raise ConfigError(f"{plan.run.name}: {e}") from None
-        print(f"# {plan.describe(nodes, per_node)}")
+        argv, line = job_argv(plan, profile, study, script)
         if plan.status in REFUSED:  # a dry run only: a submitting study has refused it above
             print(f"#   {plan.run_dir} holds {REFUSED[plan.status]}: the study would refuse to start")
         if plan.status in ("completed", "diverged"):
             print(f"#   skipped, already {plan.status}")
             continue
+        tf_skip = tf_skip_line(plan)  # the local study's line: no job is submitted (nor resubmitted) to fail
+        if tf_skip:
+            print(f"#   {tf_skip}")
+            continue
+        print(f"#   {line}")
         if one_at_a_time and previous_job:
             argv[1:1] = [f"--dependency=afterany:{previous_job}"]
         print(shlex.join(argv), flush=True)
+        submitted += 1
         if dry_run:
             previous_job = "<the previous job>"
         else:
@@ -78,6 +77,8 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
             print(f"#   {result.stdout.strip() or result.stderr.strip()}")
             failures += result.returncode != 0
             previous_job = job_id(result.stdout) or previous_job
+    if not dry_run:
+        closing(study, plans, submitted)
     return 1 if failures else 0
 
 
@@ -87,6 +88,41 @@ def require_sbatch() -> None:
     if shutil.which("sbatch") is None:
         raise ConfigError("sbatch is not on PATH: submit from a Slurm login node (or `make cluster` for a local "
                           "cluster), or see the jobs first with --dry-run")
+
+
+def closing(study: Study, plans, submitted: int) -> None:
+    """The study's closing table once its jobs are done: a rerun that submits nothing prints it (after the jobs,
+    each run's folder says how it ended); the last line says which of the two this was."""
+    name = study.experiment.name
+    if submitted:
+        print(f"{name}: {submitted} job(s) submitted; once squeue shows none of them, run the same line again: it "
+              "submits nothing and prints the closing table")
+        return
+    print_comparison(plans, study)
+    print(f"{name}: every run is done (none submitted); the table above is the study's closing table")
+
+
+def job_argv(plan, profile, study: Study, script) -> tuple[list[str], str]:
+    """One run's sbatch argv and the line saying what each of its ranks will get; its placement printed first. A
+    profile's cpus_per_task = 0 is derived from its cpus_per_node where that is known (contract/placement.py)."""
+    if plan.processes:  # the node scale: one exclusive node, one process a GPU (W/P workers each)
+        nodes, per_node = 1, plan.processes
+        gpus = node_gpus_used(plan.run.workers, plan.backend, plan.processes)  # DataParallel: W GPUs, 1 process
+    else:
+        nodes, per_node, gpus = placement(plan.run.workers, plan.backend, plan.run.nodes, profile.gpus_per_node,
+                                          profile.ranks_per_node)
+    train_args = plan.trainer_args + (["--resume", "auto"] if plan.status not in ("missing",) else [])
+    env = job_env(plan, profile)
+    cpus = profile.cpus_per_task or cpus_per_task_for(profile.cpus_per_node, per_node)
+    try:  # a run the profile's nodes cannot hold (more tasks a node than GPUs) is one line
+        argv = sbatch_argv(dataclasses.replace(profile, cpus_per_task=cpus), script, nodes, per_node, gpus,
+                           job_name=f"{study.experiment.name[:2]}-{plan.run.name}",
+                           time_limit=study.time_limit or None, output=plan.run_dir / "slurm-%j.out",
+                           env=env, train_args=train_args)
+    except ProfileError as e:
+        raise ConfigError(f"{plan.run.name}: {e}") from None
+    print(f"# {plan.describe(nodes, per_node)}")
+    return argv, planned_line(cpus, per_node, env.get("OMP_NUM_THREADS"))
 
 
 def job_env(plan, profile) -> dict[str, str]:

@@ -94,3 +94,25 @@ def test_world_size_that_disagrees_with_the_launcher_is_refused_before_launch(tm
     result = torchrun(2, cfg, tmp_path, "w")
     assert result.returncode != 0
     assert "launched with 2 processes but train.workers = 3" in result.stderr
+
+
+def test_each_ranks_placement_follows_its_allocation_and_is_recorded(tmp_path):
+    """Issue 47: with nothing set, torchrun's 2 ranks share this machine's CPUs (its affinity) between them, each
+    thread count from that allocation, and the manifest records every rank's placement, not rank 0's alone."""
+    import os
+
+    from contract.placement import problems
+    from tests.helpers import run as run_cmd
+
+    cfg = write_config(tmp_path / "c.toml", {"train": {"backend": "ddp", "epochs": 1, "threads": 0}})
+    env = trainer_env()
+    env.pop("OMP_NUM_THREADS")
+    done = run_cmd([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                    str(free_port()), "-m", "trainers", "train", str(cfg), "--out", str(tmp_path), "--run-name", "p"],
+                   env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = json.loads((tmp_path / "c" / "p" / "manifest.json").read_text())["placement"]
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    assert [(p["local_rank"], p["cpus"], p["threads"], p["threads_from"]) for p in ranks] == [
+        (0, share, share, "allocation"), (1, share, share, "allocation")]
+    assert problems(ranks) == []

@@ -131,3 +131,13 @@ def test_a_short_lease_runs_only_the_checks_named_and_a_misspelt_one_is_one_line
     assert main(["gpu-check", "--checks", "tests,jepgs"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--checks 'tests,jepgs': name some of tests, bench, jpegs, exp1" in err[0]
+
+
+def test_a_jpeg_row_says_the_loader_workers_its_allocation_gave_it():
+    """Issue 47: the row's loader workers are what the run had (data.loader_workers at most the rank's CPUs, from its
+    manifest's placement), not the constant asked for."""
+    synthetic = {"images_per_s_steady": 1000.0}
+    placed = {"cpus": 4, "threads": 4, "loader_workers": 4}
+    row = gpu_check.jpeg_check("cpu", {"images_per_s_steady": 900.0, "data_share": 0.1}, synthetic, "", placed)
+    assert (row.figures["loader_workers"], row.figures["cpus"]) == (4, 4)
+    assert row.detail.endswith("libjpeg-turbo in 4 loader processes")

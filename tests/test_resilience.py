@@ -153,11 +153,11 @@ def test_a_resume_reuses_the_threads_the_run_started_with_and_refuses_others_unl
     run_dir = tmp_path / "c" / "r"
     before = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)  # the first attempt: a study at JOBS=2 on 2 cores
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the first attempt: a study at JOBS=2 on 2 cores
         assert train_in_process(cfg, tmp_path, "r") == 0
         whole = final_state(run_dir)
         os.replace(run_dir / "after-epoch-0.pt", run_dir / "checkpoint.pt")
-        torch.set_num_threads(2)  # the resume: `--only` one run, JOBS=1, 2 threads by default
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the resume: `--only` one run, JOBS=1, 2 threads
         assert train_in_process(cfg, tmp_path, "r", "--resume", "auto") == 0
     finally:
         torch.set_num_threads(before)

@@ -231,3 +231,67 @@ def test_every_profile_key_is_documented_in_the_users_guide_and_no_other():
     keys = {f.name for f in dataclasses.fields(Profile)} - {"name"}  # name is the file's: no key
     assert table == keys
     assert "## Check the path first: make cluster-check" in guide
+
+
+CPU_CLUSTER = """partition = "debug"
+gpus_per_node = 0
+time_limit = "00:30:00"
+mpi_allow_root = true
+"""
+
+
+def test_a_cpu_cluster_derives_each_ranks_cpus_and_skips_tensorflow_at_planning(capsys, monkeypatch, tmp_path):
+    """Issue 47: a CPU cluster's profile with cpus_per_task = 0 gets each rank's CPUs from cpus_per_node (the dry
+    run says what each rank will get); TensorFlow rows without TensorFlow are skipped with the local study's line
+    and never reach sbatch."""
+    from studies import slurm as slurm_study
+    from studies.run import run_study
+
+    monkeypatch.setattr(slurm_study, "tf_skip_line", lambda plan: "skipped: TensorFlow is not installed here"
+                        if plan.cfg.train.framework == "tensorflow" else None)
+    profile = tmp_path / "cpu.toml"
+    profile.write_text(CPU_CLUSTER + "cpus_per_node = 2\n")
+    exp3 = ROOT / "experiments" / "03_throughput_distributed_data_parallel"
+    assert run_study(exp3, scale="local", launcher="slurm", cluster=str(profile), dry_run=True, out=tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "sbatch -N 2 --ntasks-per-node 2 -p debug --cpus-per-task 1 " in out  # 2 CPUs over 2 ranks a node
+    assert "sbatch -N 2 --ntasks-per-node 1 -p debug --cpus-per-task 2 " in out
+    assert "#   each rank: 1 CPU(s) (--cpus-per-task), as many threads" in out
+    assert out.count("#   skipped: TensorFlow is not installed here") == 6 and "tensorflow" not in " ".join(
+        line for line in out.splitlines() if line.startswith("sbatch"))
+    profile.write_text(CPU_CLUSTER)  # the nodes' CPUs unknown: no --cpus-per-task, and the dry run says the rule
+    assert run_study(exp3, scale="local", launcher="slurm", cluster=str(profile), dry_run=True, out=tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "--cpus-per-task" not in out and "#   each rank: its node's CPUs over the node's 2 rank(s)" in out
+
+
+def test_a_cpu_clusters_quality_runs_span_nodes_by_ranks_per_node(capsys, monkeypatch, tmp_path):
+    """gpus_per_node = 0 with ranks_per_node = 2: 8 Horovod ranks on 4 nodes, not 8 on one."""
+    from studies.run import run_study
+
+    monkeypatch.setenv("IMAGENET_DIR", "/data/ilsvrc2012")
+    profile = tmp_path / "cpu.toml"
+    profile.write_text(CPU_CLUSTER + "ranks_per_node = 2\ncpus_per_node = 4\n")
+    exp6 = ROOT / "experiments" / "06_linear_scaling_stepping_warmup"
+    assert run_study(exp6, scale="thesis", launcher="slurm", cluster=str(profile), dry_run=True, out=tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "thesis-w8-s0: horovod+pytorch (horovod), 4 node(s) x 2 process(es)" in out
+    assert "sbatch -N 16 --ntasks-per-node 2 -p debug --cpus-per-task 2 " in out  # 32 workers
+
+
+def test_a_slurm_study_prints_its_closing_table_once_nothing_is_left_to_submit(capsys, monkeypatch):
+    """Issue 47 item 4: with LAUNCHER=slurm the closing table never printed; a rerun that submits nothing prints it,
+    and the last line says which case this was."""
+    from types import SimpleNamespace
+
+    from studies import slurm as slurm_study
+
+    shown = []
+    monkeypatch.setattr(slurm_study, "print_comparison", lambda plans, study: shown.append(plans))
+    study = SimpleNamespace(experiment=Path("experiments/03_throughput_distributed_data_parallel"))
+    slurm_study.closing(study, ["a", "b"], submitted=2)
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert not shown and last.startswith("03_throughput_distributed_data_parallel: 2 job(s) submitted; once squeue")
+    slurm_study.closing(study, ["a", "b"], submitted=0)
+    assert shown == [["a", "b"]]
+    assert capsys.readouterr().out.splitlines()[-1].endswith("the table above is the study's closing table")

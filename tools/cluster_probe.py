@@ -8,6 +8,9 @@ file and decides. A rank that fails writes its error there too, so the table can
   staging   whether the data staged into node-local scratch ($DATA_PATH) is there on this node
   ddp       a torch.distributed all_reduce (gloo on CPU, NCCL on a GPU) gives the right sum, and its bus bandwidth
   horovod   a Horovod allreduce gives the right average
+  placement the CPUs, threads, loader workers and GPU this rank gets by the trainer's rule (contract/placement.py)
+
+Every layer's rank also writes its placement, so the check judges it under srun (ddp) and mpirun (horovod) alike.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from pathlib import Path
 
 from trainers.backends.launch import detect_launch
 
-LAYERS = ("hosts", "staging", "ddp", "horovod")
+LAYERS = ("hosts", "staging", "ddp", "horovod", "placement")
 
 
 def write(folder: Path, rank: int, result: dict) -> None:
@@ -45,8 +48,49 @@ def probe_hosts(launch) -> dict:
 
 
 def probe_staging(launch, marker: str) -> dict:
+    """Whether the marker was staged here, and where scratch came from."""
     path = Path(os.environ.get("DATA_PATH", "")) / marker
-    return {"staged": path.is_file(), "path": str(path)}
+    var = os.environ.get("SCRATCH_VAR", "")
+    return {"staged": path.is_file(), "path": str(path),
+            "scratch_from": f"${var}" if var and os.environ.get(var) else f"no ${var or 'TMPDIR'} on this node"}
+
+
+def remove_staged(folder: Path, launch, marker: str, wait_s: float = 60) -> None:
+    """The check leaves nothing in a node's scratch (/tmp where a node has no $TMPDIR): once every rank has written
+    what it saw (scratch may be one path on a shared disk, so no rank removes it before all have looked), each
+    removes its node's staged file and job.sh's marker beside it."""
+    if not os.environ.get("DATA_PATH"):
+        return
+    deadline = time.monotonic() + wait_s
+    while len(list(folder.glob("rank*.json"))) < launch.world_size and time.monotonic() < deadline:
+        time.sleep(0.2)
+    path = Path(os.environ["DATA_PATH"]) / marker
+    for leftover in (path, *path.parent.glob(".staged-*.tar")):
+        leftover.unlink(missing_ok=True)
+
+
+def probe_placement(launch, loader_workers: int) -> dict:
+    """This rank's placement as the trainer would decide it, with the GPU it would take (cuda:LOCAL_RANK)."""
+    from contract import placement
+
+    local = max(launch.local_world_size, launch.local_rank + 1)
+    alloc = placement.read_allocation(local)
+    placed = placement.decide(alloc, 0, None, placement.user_omp_threads(launch.launcher), loader_workers)
+    return {"placement": placement.record(placed, alloc, socket.gethostname(), launch.local_rank, gpu_of(launch))}
+
+
+def gpu_of(launch) -> tuple[int, str] | None:
+    """(index, UUID) of the GPU this rank would take: cuda:LOCAL_RANK, or the last it sees where a per-task binding
+    left it fewer (then its index is not its local rank's, which the check names); None without a GPU."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not count:
+        return None
+    index = min(launch.local_rank, count - 1)
+    return index, str(torch.cuda.get_device_properties(index).uuid)
 
 
 def probe_ddp(launch, megabytes: float) -> dict:
@@ -111,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", required=True, type=Path, help="the check's folder (on the shared file system)")
     ap.add_argument("--megabytes", type=float, default=40.0, help="ddp: the all_reduce measured for bandwidth")
     ap.add_argument("--marker", default="", help="staging: the file the staged tar holds")
+    ap.add_argument("--loader-workers", type=int, default=0, help="placement: the scale's data.loader_workers")
     # job.sh adds `--set data.path=...` where it staged data: the probe reads $DATA_PATH itself
     args, _ = ap.parse_known_args(argv)
     launch = detect_launch()
@@ -121,9 +166,14 @@ def main(argv: list[str] | None = None) -> int:
             result = probe_horovod(launch)
         elif args.layer == "staging":
             result = probe_staging(launch, args.marker)
+        elif args.layer == "placement":
+            result = {}
         else:
             result = probe_hosts(launch)
-        write(args.dir / args.layer, launch.rank, {"ok": True, **result})
+        write(args.dir / args.layer, launch.rank, {"ok": True, **probe_placement(launch, args.loader_workers),
+                                                   **result})
+        if args.layer == "staging":
+            remove_staged(args.dir / args.layer, launch, args.marker)
         return 0
     except Exception as e:  # noqa: BLE001 -- any failure is this layer's finding, written for the table
         line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

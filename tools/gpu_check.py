@@ -111,17 +111,26 @@ def check_bench(out: Path, data: Path | None) -> Check:
                  else "no ratio in the bench's output", {"ratios": ratios})
 
 
-def decoder_named(decoder: str) -> str:
-    """Who decodes in a real-JPEG row, and on which cores or engines."""
+def decoder_named(decoder: str, workers: int = LOADER_WORKERS) -> str:
+    """Who decodes in a real-JPEG row, and on which cores or engines (`workers`: the loader processes the run had:
+    LOADER_WORKERS, at most the CPUs its allocation gave it)."""
     if decoder == "cpu":
-        return f"libjpeg-turbo in {LOADER_WORKERS} loader processes"
+        return f"libjpeg-turbo in {workers} loader processes"
     if decoder == "gpu":
-        return f"nvJPEG on the GPU's SMs (torchvision.io); {LOADER_WORKERS} loader processes read the files"
+        return f"nvJPEG on the GPU's SMs (torchvision.io); {workers} loader processes read the files"
     from trainers.data.dali import HW_DECODER_LOAD
 
     return (f"DALI mixed: the GPU's hardware JPEG decoder where it has one (A100/H100: {HW_DECODER_LOAD:.0%} of "
-            f"the JPEGs), nvJPEG on SMs and {LOADER_WORKERS} DALI threads for the rest; {LOADER_WORKERS} loader "
+            f"the JPEGs), nvJPEG on SMs and {LOADER_WORKERS} DALI threads for the rest; {workers} loader "
             "processes read the files")
+
+
+def rank0_placement(run_dir: Path) -> dict:
+    """Rank 0's placement as its manifest records it (contract/placement.py); {} where it has none."""
+    from contract.reader import read_manifest
+
+    ranks = (read_manifest(run_dir) or {}).get("placement") or [{}]
+    return ranks[0]
 
 
 def dali_missing() -> str | None:
@@ -155,7 +164,8 @@ def check_jpegs(out: Path, data: Path | None) -> list[Check]:
             record, tail = train_bench(out, runs, f"jpeg-{decoder}", *BENCH_ROW, "--set", 'data.kind="imagefolder"',
                                        "--set", f'data.path="{data}"', "--set", f'data.decoder="{decoder}"',
                                        "--set", f"data.loader_workers={LOADER_WORKERS}")
-            checks.append(jpeg_check(decoder, record, synthetic, tail))
+            checks.append(jpeg_check(decoder, record, synthetic, tail,
+                                     rank0_placement(runs / EXP1.name / f"jpeg-{decoder}")))
             checks[-1].seconds = round(time.time() - started, 1)
             checks[-1].figures["synthetic_seconds"] = synthetic_seconds
     best = max((c.figures.get("ratio", 0.0) for c in checks), default=0.0)
@@ -165,16 +175,21 @@ def check_jpegs(out: Path, data: Path | None) -> list[Check]:
     return checks
 
 
-def jpeg_check(decoder: str, record: dict | None, synthetic: dict, tail: str) -> Check:
+def jpeg_check(decoder: str, record: dict | None, synthetic: dict, tail: str, placed: dict | None = None) -> Check:
+    """A real-JPEG row against the synthetic one; `placed`: the run's rank-0 placement (its loader workers follow
+    the CPUs it was given, at most LOADER_WORKERS)."""
     if record is None:
         return Check(f"jpeg-{decoder}", False, tail)
+    placed = placed or {}
+    workers = placed.get("loader_workers", LOADER_WORKERS)
     ratio = record["images_per_s_steady"] / synthetic["images_per_s_steady"]
     figures = {"images_per_s": record["images_per_s_steady"], "synthetic_images_per_s":
                synthetic["images_per_s_steady"], "ratio": ratio, "data_share": record["data_share"],
-               "loader_workers": LOADER_WORKERS, "decoder": decoder_named(decoder)}
+               "loader_workers": workers, "cpus": placed.get("cpus"), "threads": placed.get("threads"),
+               "decoder": decoder_named(decoder, workers)}
     return Check(f"jpeg-{decoder}", True, f"{ratio:.2f} x synthetic ({record['images_per_s_steady']:,.0f} / "
                  f"{synthetic['images_per_s_steady']:,.0f} img/s), waiting for data {100 * record['data_share']:.1f} %"
-                 f" (goal >= {JPEG_GOAL} for the best decoder); {decoder_named(decoder)}", figures)
+                 f" (goal >= {JPEG_GOAL} for the best decoder); {decoder_named(decoder, workers)}", figures)
 
 
 def loader_advice(results: list[Check]) -> str | None:

@@ -19,6 +19,8 @@ import itertools
 import math
 import os
 import signal
+import socket
+import sys
 import time
 from pathlib import Path
 
@@ -26,7 +28,7 @@ import torch
 import torch.nn as nn
 
 from trainers import backends, checkpoint, compute, data, rendezvous, telemetry
-from contract import events
+from contract import events, placement
 from contract.config import Config
 from contract.lr import lr_at
 from trainers.models import build_model
@@ -83,6 +85,21 @@ class StopSignal:
             log("=> rehearsed preemption: the signal sent to the batch shell did not reach this rank")
 
 
+def place(cfg: Config, launch: backends.Launch, pinned: dict) -> tuple[placement.Allocation, placement.Placement]:
+    """This rank's CPUs, threads and loader workers from its allocation (contract/placement.py); more threads
+    than CPUs, which an explicit setting may ask for, is one warning line (rank 0's)."""
+    local = max(launch.local_world_size, launch.local_rank + 1)
+    if backends.is_loopback(launch.master_addr):  # torchrun's "nodes" on localhost share this machine's CPUs
+        local = max(local, launch.world_size)
+    alloc = placement.read_allocation(local)
+    placed = placement.decide(alloc, cfg.train.threads, pinned.get("threads"),
+                              placement.user_omp_threads(launch.launcher), cfg.data.loader_workers)
+    warning = placed.warning(launch.rank, socket.gethostname())
+    if warning and launch.rank == 0:
+        print(warning, file=sys.stderr, flush=True)
+    return alloc, placed
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The trainer: one process's part of a run
 # ----------------------------------------------------------------------------------------------------------------
@@ -94,8 +111,9 @@ class Trainer:
         self.cfg = cfg
         t = cfg.train
         self.pinned = pinned or {}  # a resumed run's arithmetic, as it started (pin_arithmetic)
-        if t.threads or self.pinned.get("threads"):
-            torch.set_num_threads(t.threads or self.pinned["threads"])
+        self.launch = launch
+        self.allocation, self.placement = place(cfg, launch, self.pinned)
+        torch.set_num_threads(self.placement.threads)  # the same rule under every launcher (contract/placement.py)
         compute.configure_torch(t)
         self.policy = cfg.lr_policy()
         # Data first: generating the miniature dataset may take a minute, and no peer should be waiting on us.
@@ -130,9 +148,18 @@ class Trainer:
         self.make_loaders()
         self.telemetry = telemetry.UtilRecords(cfg.telemetry.interval_s, b, self.run)
 
+    def placement_record(self) -> dict:
+        """This rank's entry in the manifest's per-rank `placement` (its host, CPUs, threads, loader workers, GPU)."""
+        device = self.backend.device
+        gpu = None
+        if device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            gpu = (index, str(torch.cuda.get_device_properties(index).uuid))
+        return placement.record(self.placement, self.allocation, socket.gethostname(), self.launch.local_rank, gpu)
+
     def make_loaders(self) -> None:
         """The loaders, built once: each epoch only moves the sampler on (persistent workers keep running)."""
-        b, workers = self.backend, self.cfg.data.loader_workers
+        b, workers = self.backend, self.placement.loader_workers  # data.loader_workers, at most the rank's CPUs
         pin = b.device.type == "cuda"
         self.train_loader = data.make_loader(self.train_ds, self.train_sampler, workers, pin)
         # on a GPU the next batches are moved (and decoded) on a stream of their own while this one trains

@@ -109,6 +109,7 @@ def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: b
         versions={**versions(), "cuda": torch.version.cuda}, git_commit=git_commit(), threads=thread_settings(),
         cpu=compute.cpu_description(),  # the kernels' ISA: what a bit-identical rerun elsewhere must pin
         machine=compute.machine_identity(),  # which machine's result this is (contract/machine.py)
+        placement=b.gather_objects(trainer.placement_record()),  # every rank's, in rank order (contract/placement.py)
         resumed_at=now_iso() if trainer.start_epoch or trainer.start_step else None, failed_ranks=None, message=None,
         **b.describe(),
     )

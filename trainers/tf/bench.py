@@ -9,6 +9,7 @@ failed (the averaging did not happen).
 """
 from __future__ import annotations
 
+import itertools
 import os
 import platform
 import statistics
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from contract import events
+from contract import events, placement
 from contract.config import Config, ConfigError
 from contract.runfolder import MANIFEST, RunFolder, bench_throughput, now_iso
 from contract.machine import this_machine
@@ -28,6 +29,7 @@ from contract.versions import git_commit, package_version, versions
 from trainers.tf import strategies
 
 EXIT_COMPLETED, EXIT_FAILED = 0, 1
+RANK_KEYS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "RANK")  # each launcher's
 AGREE_RTOL = 1e-5  # averaged ranks apply the same update bit for bit; a rank's own gradients differ at 1e-3 and more
 
 
@@ -36,12 +38,27 @@ class WeightsDisagree(RuntimeError):
 
 
 def set_threads(cfg: Config) -> dict:
-    """TensorFlow's CPU pools: train.threads, else the study's OMP_NUM_THREADS (the cores shared by the ranks)."""
-    threads = cfg.train.threads or int(os.environ.get("OMP_NUM_THREADS") or 0)
-    if threads:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-    return {"tensorflow_intra_op": threads or None, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+    """TensorFlow's CPU pools from this rank's allocation, by the PyTorch trainer's rule (contract/placement.py):
+    train.threads, else OMP_NUM_THREADS (a user's or the study's), else the CPUs the rank was given."""
+    alloc = placement.read_allocation(local_ranks(os.environ))
+    placed = placement.decide(alloc, cfg.train.threads, None, placement.user_omp_threads(launcher_name()))
+    rank = int(next((os.environ[k] for k in RANK_KEYS if k in os.environ), 0))
+    warning = placed.warning(rank, os.uname().nodename)
+    if warning and rank == 0:  # one line, not one a rank
+        print(warning, file=sys.stderr, flush=True)
+    tf.config.threading.set_intra_op_parallelism_threads(placed.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    return {"tensorflow_intra_op": placed.threads, "cpus": placed.cpus, "threads_from": placed.threads_from,
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+
+
+def local_ranks(env) -> int:
+    """This node's ranks, as each launcher says it (Slurm's "2(x3)": this node's first number)."""
+    for key in ("LOCAL_WORLD_SIZE", "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_STEP_TASKS_PER_NODE"):
+        digits = "".join(itertools.takewhile(str.isdigit, env.get(key, "")))
+        if digits:
+            return int(digits)
+    return 1
 
 
 def synthetic_batch(cfg: Config, rank: int):
