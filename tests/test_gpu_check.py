@@ -80,10 +80,11 @@ def test_the_jpeg_rows_name_their_decoder_and_the_readme_the_loader_to_use(tmp_p
 
     monkeypatch.setattr(gpu_check, "train_bench", train_bench)
     monkeypatch.setattr(gpu_check, "dali_missing", lambda: None if dali_installed else "run `make setup-dali`")
+    monkeypatch.setattr(gpu_check, "allocated_loader_workers", lambda: 15)  # a 16-core GPU machine's allocation
     checks = gpu_check.check_jpegs(tmp_path, tmp_path)
     assert ran == ["synthetic", "jpeg-cpu", "jpeg-gpu"] + (["jpeg-dali"] if dali_installed else [])
     by_name = {c.name: c for c in checks}
-    assert "8 loader processes" in by_name["jpeg-cpu"].detail and "SMs" in by_name["jpeg-gpu"].detail
+    assert "15 loader processes" in by_name["jpeg-cpu"].detail and "SMs" in by_name["jpeg-gpu"].detail
     if dali_installed:
         assert by_name["jpeg-dali"].ok and "hardware JPEG decoder" in by_name["jpeg-dali"].detail
         assert all(c.ok for c in checks)  # the best, 0.95, meets the goal: every row that ran passes
@@ -141,3 +142,38 @@ def test_a_jpeg_row_says_the_loader_workers_its_allocation_gave_it():
     row = gpu_check.jpeg_check("cpu", {"images_per_s_steady": 900.0, "data_share": 0.1}, synthetic, "", placed)
     assert (row.figures["loader_workers"], row.figures["cpus"]) == (4, 4)
     assert row.detail.endswith("libjpeg-turbo in 4 loader processes")
+
+
+def test_the_jpeg_rows_loader_workers_follow_the_allocation(monkeypatch):
+    """All the CPUs this process may run on, less the training process's own: 15 on a 16-core GPU machine."""
+    import os
+
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert gpu_check.allocated_loader_workers() == 15
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")  # a Slurm job that asked for 4 CPUs a task
+    assert gpu_check.allocated_loader_workers() == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert gpu_check.allocated_loader_workers() == 1  # never none
+
+
+def test_the_prepared_copy_is_the_suites_resize_of_every_image(tmp_path):
+    from PIL import Image
+
+    src = tmp_path / "photos"
+    for split in ("train", "val"):
+        (src / split / "ants").mkdir(parents=True)
+        Image.new("RGB", (640, 480), (200, 30, 30)).save(src / split / "ants" / "a.jpg")
+        Image.new("RGB", (100, 80), (20, 30, 200)).save(src / split / "ants" / "small.jpg")
+    copy = gpu_check.prepared_copy(src, 256, tmp_path / "tmp")
+    assert copy == tmp_path / "tmp" / "photos-256"
+    assert Image.open(copy / "train" / "ants" / "a.jpg").size == (341, 256)  # shorter side 256, aspect kept
+    assert Image.open(copy / "val" / "ants" / "small.jpg").size == (100, 80)  # already smaller: copied as it is
+
+
+def test_a_resize_below_32_pixels_is_one_line(capsys):
+    from tools.__main__ import main
+
+    assert main(["gpu-check", "--resize", "0"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --resize 0: give the shorter side in pixels, at least 32 (e.g. 256)"]

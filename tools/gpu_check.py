@@ -3,10 +3,12 @@
 1. tests      the GPU tests (tests/test_gpu.py): deterministic resume, passes, bf16 / fp16 / compile train
 2. bench      `tools bench` at bf16 + channels_last, batch 256: the trainer >= 0.95 x a hand-written loop
 3. jpeg-<d>   real JPEGs (--data, default $IMAGENET_DIR: train/ and val/ class folders) with decoder d = cpu, gpu,
-              dali against synthetic data, bf16 + channels_last, batch 256, 8 loader workers (the dali decoder: 8
-              reader processes and 8 DALI threads); the goal is >= 0.9 x synthetic for the best decoder, which the
-              README names as the one to use here. Without a data folder these rows are skipped, not failed; the
-              dali row is skipped without DALI (`make setup-dali`).
+              dali against synthetic data, bf16 + channels_last, batch 256, loader workers from the allocation (its
+              CPUs less the training process's; the dali decoder: as many reader processes and 8 DALI threads);
+              the goal is >= 0.9 x synthetic for the best decoder, which the README names as the one to use here.
+              --resize N reads a copy of the data in the suite's prepared format (shorter side N, as `data
+              imagenet --resize N` writes). Without a data folder these rows are skipped, not failed; the dali row
+              is skipped without DALI (`make setup-dali`).
 4. exp1       experiment 1's thesis rows: strict fp32, DDP, per-GPU batch 32 / 64 / 128 (the P100 gave 207 at 128)
 `--checks tests,jpegs` runs only those (a device lease shorter than all four).
 
@@ -35,7 +37,7 @@ from contract.config import ConfigError
 REPO = Path(__file__).resolve().parents[1]
 EXP1 = REPO / "experiments" / "01_throughput_single_gpu"
 JPEG_GOAL = 0.9  # real JPEGs / synthetic images/s
-LOADER_WORKERS = 8  # the real-JPEG rows' loader processes (the goal: <= 8 loader cores)
+LOADER_WORKERS = 8  # DALI's decoding threads in its row (its loader processes follow the allocation, as the others')
 JPEG_DECODERS = ("cpu", "gpu", "dali")
 BENCH_GOAL = 0.95  # trainer / hand-written loop
 BENCH_ROW = ["--set", "train.per_worker_batch=256", "--set", 'train.backend="single"', "--set",
@@ -111,9 +113,17 @@ def check_bench(out: Path, data: Path | None) -> Check:
                  else "no ratio in the bench's output", {"ratios": ratios})
 
 
-def decoder_named(decoder: str, workers: int = LOADER_WORKERS) -> str:
-    """Who decodes in a real-JPEG row, and on which cores or engines (`workers`: the loader processes the run had:
-    LOADER_WORKERS, at most the CPUs its allocation gave it)."""
+def allocated_loader_workers() -> int:
+    """The real-JPEG rows' loader processes: the CPUs this process was given (contract/placement.py, as a rank
+    counts them) less one, which the training process keeps; 15 on a 16-core machine."""
+    from contract.placement import cpus_given, read_allocation
+
+    return max(1, cpus_given(read_allocation(local_ranks=1)) - 1)
+
+
+def decoder_named(decoder: str, workers: int) -> str:
+    """Who decodes in a real-JPEG row, and on which cores or engines (`workers`: the loader processes the run had,
+    as its manifest's placement records them)."""
     if decoder == "cpu":
         return f"libjpeg-turbo in {workers} loader processes"
     if decoder == "gpu":
@@ -163,7 +173,7 @@ def check_jpegs(out: Path, data: Path | None) -> list[Check]:
             started = time.time()
             record, tail = train_bench(out, runs, f"jpeg-{decoder}", *BENCH_ROW, "--set", 'data.kind="imagefolder"',
                                        "--set", f'data.path="{data}"', "--set", f'data.decoder="{decoder}"',
-                                       "--set", f"data.loader_workers={LOADER_WORKERS}")
+                                       "--set", f"data.loader_workers={allocated_loader_workers()}")
             checks.append(jpeg_check(decoder, record, synthetic, tail,
                                      rank0_placement(runs / EXP1.name / f"jpeg-{decoder}")))
             checks[-1].seconds = round(time.time() - started, 1)
@@ -177,11 +187,11 @@ def check_jpegs(out: Path, data: Path | None) -> list[Check]:
 
 def jpeg_check(decoder: str, record: dict | None, synthetic: dict, tail: str, placed: dict | None = None) -> Check:
     """A real-JPEG row against the synthetic one; `placed`: the run's rank-0 placement (its loader workers follow
-    the CPUs it was given, at most LOADER_WORKERS)."""
+    the CPUs it was given: allocated_loader_workers)."""
     if record is None:
         return Check(f"jpeg-{decoder}", False, tail)
     placed = placed or {}
-    workers = placed.get("loader_workers", LOADER_WORKERS)
+    workers = placed.get("loader_workers", allocated_loader_workers())
     ratio = record["images_per_s_steady"] / synthetic["images_per_s_steady"]
     figures = {"images_per_s": record["images_per_s_steady"], "synthetic_images_per_s":
                synthetic["images_per_s_steady"], "ratio": ratio, "data_share": record["data_share"],
@@ -295,7 +305,7 @@ def selected_checks(names: str | None) -> list[Callable]:
     return [known[name] for name in dict.fromkeys(wanted)]
 
 
-def check_machine(data: str | None, out_root: str, checks: list[Callable] = CHECKS) -> int:
+def check_machine(data: str | None, out_root: str, checks: list[Callable] = CHECKS, resize: int | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
@@ -307,7 +317,23 @@ def check_machine(data: str | None, out_root: str, checks: list[Callable] = CHEC
         return 2
     machine = machine_facts()
     out = Path(out_root) / f"{gpu_slug(machine['gpu'])}-{machine['date']}"
-    return run_checks(checks, out, Path(folder).resolve() if folder else None, machine)
+    with tempfile.TemporaryDirectory() as tmp:
+        if folder and resize:
+            folder = prepared_copy(Path(folder), resize, Path(tmp))
+            machine["jpegs"] = f"resized copy, shorter side {resize} (python -m trainers data imagenet --resize)"
+        return run_checks(checks, out, Path(folder).resolve() if folder else None, machine)
+
+
+def prepared_copy(folder: Path, size: int, tmp: Path) -> Path:
+    """The real-JPEG rows' data in the suite's prepared format: every image's shorter side `size`, written by the
+    same code as `python -m trainers data imagenet --resize` (trainers/data/imagenet.py), into `tmp`."""
+    from trainers.data.imagenet import resize_copy
+
+    target = tmp / f"{folder.name}-{size}"
+    print(f"preparing {target} (shorter side {size}) from {folder} ...", flush=True)
+    images = resize_copy(folder, target, size)
+    print(f"    {images} images resized", flush=True)
+    return target
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,6 +341,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", help="an ImageFolder root (train/, val/) for the real-JPEG rows (default $IMAGENET_DIR)")
     p.add_argument("--out", default="results/gpu_checks", help="where the <gpu>-<date> folder goes")
     p.add_argument("--checks", help="only these checks, comma-separated (tests, bench, jpegs, exp1; default all)")
+    p.add_argument("--resize", type=int, help="the real-JPEG rows read a copy of --data whose shorter sides are N "
+                   "(e.g. 256: the suite's prepared format, `data imagenet --resize 256`)")
     args = p.parse_args(argv)
     checks = selected_checks(args.checks)  # a misspelt name: one line before the GPU is asked anything
-    return check_machine(args.data, args.out, checks)
+    if args.resize is not None and args.resize < 32:
+        print(f"error: --resize {args.resize}: give the shorter side in pixels, at least 32 (e.g. 256)",
+              file=sys.stderr)
+        return 2
+    return check_machine(args.data, args.out, checks, args.resize)
