@@ -85,6 +85,8 @@ def test_experiment_3_runs_its_ranks_on_distinct_hosts_and_is_reported(hosts_clu
         hosts = m["hosts"]
         assert len(set(hosts)) == (2 if name.startswith("n2") else 1), hosts
         assert hosts == sorted(hosts, key=hosts_cluster.nodes.index)
+        placed = m["placement"]  # issue 47: every rank's placement, none with more threads than CPUs
+        assert [p["host"] for p in placed] == hosts and all(p["threads"] <= p["cpus"] for p in placed), placed
     report = subprocess.run([sys.executable, "-m", "analysis", "report", "--runs", str(out), "--out",
                              str(tmp_path / "report"), "--no-notebooks"], cwd=REPO, capture_output=True, text=True,
                             timeout=600)
@@ -94,6 +96,7 @@ def test_experiment_3_runs_its_ranks_on_distinct_hosts_and_is_reported(hosts_clu
     ddp = pd.read_csv(tmp_path / "report" / "tables" / "table08.csv")  # PyTorch DDP across nodes
     ours = ddp[ddp["scale"] != "thesis"]
     assert sorted(ours["processes"]) == [1, 4] and ours["ours_steady"].gt(0).all()
+    assert sorted(ours["nodes"]) == [1, 2]  # the hosts the ranks ran on (issue 47: blank before)
     assert "(host n1" in (tmp_path / "report" / "tables" / "table08.md").read_text()  # the hosts, not "vm"
 
 
