@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -141,6 +142,8 @@ def cmd_advise(args) -> int:
         return 2
     try:
         step, record = advisor.load_step(Path(args.step))
+        if args.input_images_per_s:  # measured apart (make gpu-check's real-JPEG rows, data bench)
+            step = dataclasses.replace(step, input_images_per_s=args.input_images_per_s)
         intra, inter = advisor.nominal_link(args.intra), advisor.nominal_link(args.inter)
     except (OSError, KeyError, ValueError) as e:
         print(f"error: analysis advise: {e}", file=sys.stderr)
@@ -204,6 +207,8 @@ def main(argv=None) -> int:
     a.add_argument("--gpus-per-node", type=int, default=8)
     a.add_argument("--nodes", type=lambda v: [int(n) for n in v.split(",")], default=[1, 2, 4],
                    help="node counts, comma-separated (default 1,2,4)")
+    a.add_argument("--input-images-per-s", type=float, help="one worker's input pipeline, measured apart (make "
+                   "gpu-check's real-JPEG rows): a bound beside the step's (replaces the step file's)")
     a.add_argument("--intra", default="nvlink4", help="a link of analysis/reference/links.toml within a node")
     a.add_argument("--inter", default="ndr-ib", help="a link of analysis/reference/links.toml across nodes")
     a.set_defaults(fn=cmd_advise)
