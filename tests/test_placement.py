@@ -91,6 +91,20 @@ def test_read_allocation_ignores_an_unusable_cpus_per_task(per_task):
     assert a.cpus_per_task in (None, 0) and a.local_ranks == 2 and a.affinity
 
 
+def wait_for_exec(pid: int, name: str, seconds: float = 30.0) -> None:
+    """Until process `pid` runs `name` with its environment in place (a bounded wait: fails after `seconds`)."""
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        proc = Path(f"/proc/{pid}")
+        if (proc / "comm").read_text().strip() == name and (proc / "environ").read_bytes():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not exec {name} within {seconds} s")
+
+
 @pytest.mark.parametrize("parent_has_it, expected", [(True, "1"), (False, None)])
 def test_torchruns_own_omp_default_is_not_a_choice(parent_has_it, expected):
     """torchrun sets OMP_NUM_THREADS=1 for its ranks when nobody did: that 1 must not override the allocation; one
@@ -99,10 +113,12 @@ def test_torchruns_own_omp_default_is_not_a_choice(parent_has_it, expected):
 
     from contract.placement import user_omp_threads
     env = {"PATH": "/usr/bin:/bin", **({"OMP_NUM_THREADS": "1"} if parent_has_it else {})}
-    # stands for torchrun; its first line says it has exec'd, so /proc holds its own environment, not the fork's
+    # stands for torchrun; /proc is read once it runs `sleep`: read in the middle of an exec, its environment is
+    # empty (the CI run under load saw that once)
     parent = subprocess.Popen(["sh", "-c", "echo started; exec sleep 30"], env=env, stdout=subprocess.PIPE)
     try:
         assert parent.stdout.readline() == b"started\n"
+        wait_for_exec(parent.pid, "sleep")
         assert user_omp_threads("torchrun", {"OMP_NUM_THREADS": "1"}, parent.pid) == expected
         assert user_omp_threads("slurm", {"OMP_NUM_THREADS": "1"}, parent.pid) == "1"  # any other launcher: as set
     finally:
