@@ -176,8 +176,9 @@ def thesis_validation() -> list[dict]:
     """Each row of Tables 8-9 predicted from the thesis's 1-GPU figure and the declared published link rates."""
     import csv
 
-    d, t = declaration(), declaration()["thesis"]
-    rows = list(csv.DictReader(open(REFERENCE / "thesis.csv")))
+    d = declaration()
+    t = d["thesis"]
+    rows = list(csv.DictReader((REFERENCE / "thesis.csv").read_text().splitlines()))
     intra, inter = (Link(t[k]["latency_s"], t[k]["bytes_per_s"]) for k in ("intra", "inter"))
     out = []
     for table, framework, one_table, backend in THESIS_ROWS:
