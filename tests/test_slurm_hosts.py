@@ -329,7 +329,10 @@ def test_a_node_whose_link_goes_down_mid_run_is_declared_down_and_the_run_resume
     assert hosts_cluster.wait(job, timeout=600, fast_requeue=True) == "COMPLETED", log()[-3000:]
     assert "DUE TO NODE FAILURE" in log()
     assert_resumed_as_on_one_host(run_dir, lost)
-    wait_for_node(hosts_cluster, lost, ("idle",), timeout=120)  # ReturnToService=2, once slurmctld reaches it again
+    # ReturnToService=2 returns it once it registers again; slurmctld stops pinging a node that is DOWN and not
+    # responding, and asks it to register only on its periodic registration round: one ping cycle (SlurmdTimeout / 3)
+    # in 21 (Slurm's MAX_REG_FREQUENCY), 210 s with SlurmdTimeout=30, counted from the link coming up.
+    wait_for_node(hosts_cluster, lost, ("idle",), timeout=300)
     from slurm.local_cluster import processes_in_namespaces
 
     host = {os.stat(f"/run/netns/{hosts_cluster.network.netns(lost)}").st_ino}
