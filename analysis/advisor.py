@@ -258,3 +258,88 @@ def scaling_markdown(rows: list[Prediction], title: str) -> str:
         lines += ["", f"{backend}: " + (f"adding nodes stops paying after {even}" if even else
                                         "every node in the table still pays (each adds at least half a node's rate)")]
     return "\n".join(lines) + "\n"
+
+
+# ---- a cluster's links, measured by make cluster-check's link probes --------------------------------------------
+LINK_FIT = "link_fit.json"  # in a cluster-check's folder: {"intra": record, "inter": record}
+CHECK_ROOT = Path("results/cluster_check")
+LINK_MODEL = ("Hockney's alpha-beta: a message of n bytes costs alpha + n / beta; an all_reduce of n bytes over p "
+              "ranks is taken as a ring's 2 (p - 1) messages of n / p, so each timed all_reduce gives one message "
+              "of n / p bytes taking t / (2 (p - 1)); least squares over the sizes")
+
+
+def link_from_allreduces(points: list[list[float]], ranks: int) -> Link:
+    """The per-message link a ring model needs, from all_reduces of n bytes over `ranks` timed at several sizes:
+    t(n) = 2 (p - 1) (alpha + n / (p beta)), so each point is one message of n / p bytes taking t / (2 (p - 1))."""
+    if ranks < 2:
+        raise ValueError(f"an all_reduce over {ranks} rank(s) sends nothing: the link probe needs 2 or more ranks")
+    messages = 2 * (ranks - 1)
+    return fit_link([n / ranks for n, _ in points], [t / messages for _, t in points])
+
+
+def link_record(points: list[list[float]], ranks: int, hosts: list[str], rate: str | None,
+                device: str = "cpu") -> dict:
+    """What link_fit.json holds for one link: the timed points, where they were timed, and the fit."""
+    link = link_from_allreduces(points, ranks)
+    return {"points": [[int(n), float(t)] for n, t in points], "ranks": ranks, "hosts": hosts,
+            "link": rate, "device": device, "model": LINK_MODEL,
+            "latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s}
+
+
+def describe_link_record(record: dict) -> str:
+    """A check table's row: alpha, beta and what they were fitted to."""
+    sizes = [n for n, _ in record["points"]]
+    hosts = len(set(record["hosts"]))
+    rate = f", link limited to {record['link']}" if record.get("link") else ""
+    return (f"alpha {1e6 * record['latency_s']:.0f} us, beta {8 * record['bytes_per_s'] / 1e9:.3g} Gbit/s a message "
+            f"(all_reduce of {record['ranks']} ranks on {hosts} host(s), {len(sizes)} sizes "
+            f"{human_bytes(min(sizes))}-{human_bytes(max(sizes))}{rate})")
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("MB", MB), ("KB", 1024)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n:g} B"
+
+
+def write_link_fit(folder: Path, which: str, record: dict) -> Path:
+    """Put one link's record ("intra" or "inter") into folder/link_fit.json beside the other's."""
+    import json
+
+    path = Path(folder) / LINK_FIT
+    fits = json.loads(path.read_text()) if path.exists() else {}
+    fits[which] = record
+    path.write_text(json.dumps(fits, indent=1) + "\n")
+    return path
+
+
+def read_link_fit(path: Path) -> tuple[Link, Link, dict]:
+    """(within a node, across nodes, the whole record) of a cluster-check's link_fit.json."""
+    import json
+
+    fits = json.loads(Path(path).read_text())
+    missing = [k for k in ("intra", "inter") if k not in fits]
+    if missing:
+        raise ValueError(f"{path} has no {' or '.join(missing)} link: its cluster-check's link-"
+                         f"{missing[0]} layer failed or was not run")
+    intra, inter = (Link(fits[k]["latency_s"], fits[k]["bytes_per_s"]) for k in ("intra", "inter"))
+    return intra, inter, fits
+
+
+def latest_link_fit(profile: str, root: Path = CHECK_ROOT, rate: str | None = "any") -> Path | None:
+    """The newest cluster-check of `profile` under root with both links fitted; rate (the local cluster's tc rate,
+    None = unlimited) keeps only checks whose across-nodes probe ran at that rate ("any": whatever rate)."""
+    import json
+    import re
+
+    pattern = re.compile(rf"{re.escape(profile)}-\d{{8}}-\d{{6}}")
+    for folder in sorted((p for p in Path(root).glob(f"{profile}-*") if pattern.fullmatch(p.name)), reverse=True):
+        path = folder / LINK_FIT
+        try:
+            fits = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if {"intra", "inter"} <= fits.keys() and (rate == "any" or fits["inter"].get("link") == rate):
+            return path
+    return None

@@ -1,5 +1,6 @@
 """The scaling advisor's model (issue #51): each formula against a hand computation, then the thesis's Tables 8-9."""
 import datetime
+import json
 import math
 import statistics
 import subprocess
@@ -144,3 +145,76 @@ def test_a_measured_step_is_split_and_the_split_scaled_to_the_whole_step(tmp_pat
 def test_the_committed_validation_table_is_the_one_the_model_makes():
     committed = (REPO / "results" / "tables" / "advisor_validation.md").read_text()
     assert committed == advisor.validation_markdown(advisor.thesis_validation()), "run `make advise` and commit it"
+
+
+# ---- the link measured by make cluster-check's probes ----------------------------------------------------------
+def ring_points(ranks: int, link: Link, sizes=(4096, 65536, 1 << 20, 1 << 24)) -> list[list[float]]:
+    """all_reduce times a ring over `link` would take: 2 (p - 1) messages of n / p."""
+    return [[n, advisor.ring_allreduce_s(n, ranks, link)] for n in sizes]
+
+
+def test_all_reduces_timed_at_several_sizes_give_back_the_link_of_one_message():
+    link = Link(latency_s=50e-6, bytes_per_s=0.6e9)
+    for ranks in (2, 3):
+        fitted = advisor.link_from_allreduces(ring_points(ranks, link), ranks)
+        assert fitted.latency_s == pytest.approx(50e-6, rel=1e-6)
+        assert fitted.bytes_per_s == pytest.approx(0.6e9, rel=1e-6)
+    with pytest.raises(ValueError, match="needs 2 or more ranks"):
+        advisor.link_from_allreduces(ring_points(2, link), 1)
+
+
+def test_the_link_file_holds_points_and_fit_of_both_links_and_the_newest_check_is_read(tmp_path):
+    intra, inter = Link(20e-6, 2e9), Link(300e-6, 12.5e6)
+    older, newer = tmp_path / "local-20261127-100000", tmp_path / "local-20261128-090000"
+    for folder, rate in ((older, None), (newer, "100mbit")):
+        folder.mkdir()
+        advisor.write_link_fit(folder, "intra", advisor.link_record(ring_points(2, intra), 2, ["n1", "n1"], None))
+        advisor.write_link_fit(folder, "inter", advisor.link_record(ring_points(2, inter), 2, ["n1", "n2"], rate))
+    (tmp_path / "local-20261129-090000").mkdir()  # a check whose link layers did not run: passed over
+    (tmp_path / "localx-20261130-090000").mkdir()  # another profile's name that starts alike: not this profile's
+    assert advisor.latest_link_fit("local", tmp_path) == newer / advisor.LINK_FIT
+    assert advisor.latest_link_fit("local", tmp_path, rate=None) == older / advisor.LINK_FIT
+    assert advisor.latest_link_fit("local", tmp_path, rate="20mbit") is None
+    got_intra, got_inter, fits = advisor.read_link_fit(newer / advisor.LINK_FIT)
+    assert got_intra.bytes_per_s == pytest.approx(2e9) and got_inter.latency_s == pytest.approx(300e-6)
+    assert fits["inter"]["points"][0] == [4096, pytest.approx(advisor.ring_allreduce_s(4096, 2, inter))]
+    assert fits["inter"]["link"] == "100mbit" and fits["intra"]["hosts"] == ["n1", "n1"]
+    assert advisor.describe_link_record(fits["inter"]) == (
+        "alpha 300 us, beta 0.1 Gbit/s a message (all_reduce of 2 ranks on 2 host(s), 4 sizes 4 KB-16 MB, link "
+        "limited to 100mbit)")
+    (newer / advisor.LINK_FIT).write_text('{"intra": ' + json.dumps(fits["intra"]) + "}")
+    with pytest.raises(ValueError, match="no inter link: its cluster-check's link-inter layer failed"):
+        advisor.read_link_fit(newer / advisor.LINK_FIT)
+
+
+def link_rank_files(folder, hosts, points, **extra):
+    folder.mkdir(parents=True)
+    for rank, host in enumerate(hosts):
+        (folder / f"rank{rank}.json").write_text(json.dumps(
+            {"rank": rank, "host": host, "ok": True, "points": points, "ranks": len(hosts), "hosts": hosts,
+             "device": "cpu", **extra}))
+
+
+def test_the_check_fits_each_link_writes_the_file_and_shows_alpha_and_beta(tmp_path):
+    from studies.cluster_check import judge
+
+    link_rank_files(tmp_path / "link-intra", ["n1", "n1"], ring_points(2, Link(20e-6, 2e9)))
+    link_rank_files(tmp_path / "link-inter", ["n1", "n2"], ring_points(2, Link(300e-6, 12.5e6)), link="100mbit")
+    intra, inter = judge("link-intra", "COMPLETED", tmp_path, 2), judge("link-inter", "COMPLETED", tmp_path, 2)
+    assert intra.ok and intra.detail.startswith("alpha 20 us, beta 16 Gbit/s a message (all_reduce of 2 ranks on 1")
+    assert inter.ok and inter.detail.endswith("link limited to 100mbit)")
+    assert advisor.latest_link_fit(tmp_path.name, tmp_path.parent) is None  # not a check folder's name
+    got_intra, got_inter, _ = advisor.read_link_fit(tmp_path / advisor.LINK_FIT)
+    assert got_inter.bytes_per_s == pytest.approx(12.5e6)
+
+
+def test_the_check_fails_a_link_probe_placed_wrongly_or_timing_nothing_that_grows(tmp_path):
+    from studies.cluster_check import judge
+
+    link_rank_files(tmp_path / "link-inter", ["n1", "n1"], ring_points(2, Link(1e-6, 1e9)))
+    finding = judge("link-inter", "COMPLETED", tmp_path, 2)
+    assert finding.ok is False and finding.detail.startswith("2 ranks on 1 host(s), 2 needed")
+    link_rank_files(tmp_path / "link-intra", ["n1", "n1"], [[4096, 1e-3], [1 << 20, 1e-3]])
+    finding = judge("link-intra", "COMPLETED", tmp_path, 2)
+    assert finding.ok is False and "do not grow with their size" in finding.detail
+    assert not (tmp_path / advisor.LINK_FIT).exists()
