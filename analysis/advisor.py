@@ -53,6 +53,10 @@ class Step:
     batch: int
     gradient_bytes: int
     input_images_per_s: float | None = None  # the input pipeline's rate for one worker; None: not a bound
+    # False where the rank loads its batches itself (data.loader_workers = 0): the input then adds to the step
+    # instead of running beside it
+    input_overlaps: bool = True
+    threads: int = 1  # the CPU threads the step was timed with (a CPU rank's threads)
 
     @property
     def compute_s(self) -> float:
@@ -117,22 +121,32 @@ def buckets_of(backend: str, gradient_bytes: int, bucket_mb: float | None = None
 
 
 def predict(step: Step, backend: str, ranks: int, ranks_per_node: int, intra: Link, inter: Link,
-            bucket_mb: float | None = None) -> Prediction:
-    """Images/s of `ranks` workers, `ranks_per_node` a node, each running `step`, reduced by `backend`."""
+            bucket_mb: float | None = None, shared_cores: int | None = None) -> Prediction:
+    """Images/s of `ranks` workers, `ranks_per_node` a node, each running `step`, reduced by `backend`.
+    shared_cores: every node is a host on one machine of that many cores (the local cluster), so the ranks' threads
+    beyond them share the cores and the compute stretches in proportion."""
     nodes = math.ceil(ranks / ranks_per_node)
     link = ring_link(min(ranks, ranks_per_node), nodes, intra, inter)
     comm = ring_allreduce_s(step.gradient_bytes, ranks, link)
     exposed = exposed_communication_s(comm, step.backward_s, buckets_of(backend, step.gradient_bytes, bucket_mb))
-    step_s = step.compute_s + exposed
-    input_s = step.batch / step.input_images_per_s if step.input_images_per_s else 0.0
-    if input_s > step_s:
-        bound, step_s = "input", input_s
-    else:
-        bound = "communication" if exposed >= COMMUNICATION_BOUND_SHARE * step_s else "compute"
-    one_rank_s = max(step.compute_s, input_s)
+    stretch = max(1.0, ranks * step.threads / shared_cores) if shared_cores else 1.0
+    step_s, bound = bounded_step(step, stretch * step.compute_s, exposed)
+    one_rank_s, _ = bounded_step(step, step.compute_s, 0.0)
     return Prediction(ranks=ranks, nodes=nodes, images_per_s=ranks * step.batch / step_s,
                       efficiency=one_rank_s / step_s, bound=bound, step_s=step_s, exposed_communication_s=exposed,
                       backend=backend)
+
+
+def bounded_step(step: Step, compute_s: float, exposed_s: float) -> tuple[float, str]:
+    """(a step's time, its bound) from its compute, its exposed communication and its input: an input pipeline
+    beside the step bounds it where it is slower; one the rank runs itself adds to it."""
+    input_s = step.batch / step.input_images_per_s if step.input_images_per_s else 0.0
+    if step.input_overlaps and input_s > compute_s + exposed_s:
+        return input_s, "input"
+    step_s = compute_s + exposed_s + (0.0 if step.input_overlaps else input_s)
+    if exposed_s >= COMMUNICATION_BOUND_SHARE * step_s:
+        return step_s, "communication"
+    return step_s, "input" if not step.input_overlaps and input_s > compute_s else "compute"
 
 
 def break_even_nodes(rows: list[Prediction]) -> int | None:
@@ -237,7 +251,8 @@ def load_step(path: Path) -> tuple[Step, dict]:
     scale = record["whole_step_s"] / sum(phases)
     forward, backward, optimizer = (scale * t for t in phases)
     return Step(forward, backward, optimizer, record["batch"], record["gradient_bytes"],
-                record.get("input_images_per_s")), record
+                record.get("input_images_per_s"), input_overlaps=record.get("loader_workers", 1) > 0,
+                threads=record.get("threads", 1)), record
 
 
 def scaling_table(step: Step, gpus_per_node: int, nodes: list[int], intra: Link, inter: Link) -> list[Prediction]:
@@ -247,12 +262,19 @@ def scaling_table(step: Step, gpus_per_node: int, nodes: list[int], intra: Link,
             for backend in ("ddp", "horovod") for ranks in counts]
 
 
-def scaling_markdown(rows: list[Prediction], title: str) -> str:
+def process_table(step: Step, nodes: int, ranks_per_node: int, intra: Link, inter: Link,
+                  shared_cores: int | None = None) -> list[Prediction]:
+    """DDP's and Horovod's predictions for every process count 1...nodes x ranks_per_node, each node filled first."""
+    return [predict(step, backend, ranks, ranks_per_node, intra, inter, shared_cores=shared_cores)
+            for backend in ("ddp", "horovod") for ranks in range(1, nodes * ranks_per_node + 1)]
+
+
+def scaling_markdown(rows: list[Prediction], title: str, unit: str = "GPUs") -> str:
     lines = [f"# {title}", "",
-             "| backend | GPUs | nodes | predicted img/s | efficiency | bound | exposed communication |",
+             f"| backend | {unit} | nodes | predicted img/s | efficiency | bound | exposed communication |",
              "|---|---|---|---|---|---|---|"]
     lines += [f"| {r.backend} | {r.ranks} | {r.nodes} | {r.images_per_s:,.0f} | {100 * r.efficiency:.1f} % | "
-              f"{r.bound} | {1000 * r.exposed_communication_s:.1f} ms |" for r in rows]
+              f"{r.bound} | {1000 * r.exposed_communication_s:.2f} ms |" for r in rows]
     for backend in ("ddp", "horovod"):
         even = break_even_nodes([r for r in rows if r.backend == backend])
         lines += ["", f"{backend}: " + (f"adding nodes stops paying after {even}" if even else

@@ -218,3 +218,76 @@ def test_the_check_fails_a_link_probe_placed_wrongly_or_timing_nothing_that_grow
     finding = judge("link-intra", "COMPLETED", tmp_path, 2)
     assert finding.ok is False and "do not grow with their size" in finding.detail
     assert not (tmp_path / advisor.LINK_FIT).exists()
+
+
+def test_ranks_beyond_a_shared_machines_cores_stretch_the_compute_in_proportion():
+    step = Step(forward_s=0.02, backward_s=0.04, optimizer_s=0.0, batch=32, gradient_bytes=0, threads=1)
+    link = Link(0.0, 1e9)
+    two = advisor.predict(step, "ddp", ranks=2, ranks_per_node=2, intra=link, inter=link, shared_cores=2)
+    six = advisor.predict(step, "ddp", ranks=6, ranks_per_node=2, intra=link, inter=link, shared_cores=2)
+    assert two.step_s == pytest.approx(0.06) and two.images_per_s == pytest.approx(2 * 32 / 0.06)
+    assert six.step_s == pytest.approx(3 * 0.06) and six.images_per_s == pytest.approx(two.images_per_s)
+    assert six.efficiency == pytest.approx(1 / 3) and six.bound == "compute"
+    apart = advisor.predict(step, "ddp", ranks=6, ranks_per_node=2, intra=link, inter=link)
+    assert apart.step_s == pytest.approx(0.06)  # nodes of their own: no stretch
+
+
+def test_an_input_the_rank_loads_itself_adds_to_the_step_and_one_beside_it_bounds_it():
+    link = Link(0.0, 1e9)
+    serial = Step(0.02, 0.04, 0.0, batch=32, gradient_bytes=0, input_images_per_s=3200, input_overlaps=False)
+    p = advisor.predict(serial, "ddp", ranks=1, ranks_per_node=2, intra=link, inter=link)
+    assert p.step_s == pytest.approx(0.06 + 0.01) and p.bound == "compute"
+    slow = Step(0.02, 0.04, 0.0, batch=32, gradient_bytes=0, input_images_per_s=400, input_overlaps=False)
+    p = advisor.predict(slow, "ddp", ranks=1, ranks_per_node=2, intra=link, inter=link)
+    assert p.step_s == pytest.approx(0.06 + 0.08) and p.bound == "input"
+    beside = Step(0.02, 0.04, 0.0, batch=32, gradient_bytes=0, input_images_per_s=400)
+    p = advisor.predict(beside, "ddp", ranks=1, ranks_per_node=2, intra=link, inter=link)
+    assert p.step_s == pytest.approx(0.08) and p.bound == "input"
+
+
+# ---- make advise CLUSTER=P: the predicted table from measured parts --------------------------------------------
+def local_cluster_parts(tmp_path, monkeypatch):
+    """A recorded link fit, a measured step (as step-split writes it) and three answering 2-CPU nodes."""
+    from analysis import advise_cluster
+
+    check = tmp_path / "checks" / "local-20261128-010000"
+    check.mkdir(parents=True)
+    for which, link, hosts in (("intra", Link(50e-6, 1e9), ["n1", "n1"]), ("inter", Link(200e-6, 12e6), ["n1", "n2"])):
+        advisor.write_link_fit(check, which, advisor.link_record(ring_points(2, link), 2, hosts, None))
+    step = {"device": "cpu", "model": "cifar_resnet20", "batch": 32, "forward_s": 0.02, "backward_s": 0.04,
+            "optimizer_s": 0.0, "whole_step_s": 0.06, "gradient_bytes": 280_000, "threads": 2,
+            "loader_workers": 0, "data_kind": "synthetic", "input_images_per_s": 32_000.0}
+    (tmp_path / "step.json").write_text(json.dumps(step))
+    monkeypatch.setattr(advise_cluster, "answering_nodes", lambda: [("n1", 2), ("n2", 2), ("n3", 2)])
+    monkeypatch.setattr(advise_cluster.os, "cpu_count", lambda: 2)
+    return tmp_path / "checks", tmp_path / "step.json"
+
+
+def test_the_cluster_table_runs_from_1_to_nodes_times_ranks_a_node_with_bounds_and_break_even(tmp_path, monkeypatch):
+    from analysis.advise_cluster import advise_cluster
+
+    root, step = local_cluster_parts(tmp_path, monkeypatch)
+    text = advise_cluster("local", step_file=step, probe=False, root=root)
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ddp") or
+            line.startswith("| horovod")]
+    assert [(r[0].strip(), int(r[1]), int(r[2])) for r in rows] == [
+        (b, p, (p + 1) // 2) for b in ("ddp", "horovod") for p in range(1, 7)]
+    assert "3 nodes x 2 ranks, 1 thread(s) a rank; the nodes share this machine's 2 cores" in text
+    assert "across nodes alpha 200 us" in text and "0 loader workers: in the step" in text
+    # the hand computation of the 4-process row: 2 nodes over the slow link, 4 ranks' threads on 2 cores
+    inter = advisor.ring_link(2, 2, Link(50e-6, 1e9), Link(200e-6, 12e6))
+    comm = advisor.ring_allreduce_s(280_000, 4, advisor.link_from_allreduces(ring_points(2, inter), 2))
+    exposed = comm  # one bucket (0.28 MB of 25 MB): all of its reduction follows the backward
+    expected = 4 * 32 / (2 * 0.06 + exposed + 32 / 32_000)
+    four = next(r for r in rows if r[0].strip() == "ddp" and int(r[1]) == 4)
+    assert float(four[3].replace(",", "")) == pytest.approx(expected, abs=0.5) and four[5].strip() == "communication"
+    assert "ddp: adding nodes stops paying after 1" in text
+
+
+def test_without_a_recorded_link_fit_the_cluster_table_says_how_to_make_one(tmp_path, monkeypatch):
+    from analysis import advise_cluster
+
+    root, step = local_cluster_parts(tmp_path, monkeypatch)
+    with pytest.raises(advise_cluster.AdviseError, match="no link fit recorded for local under .*: make "
+                                                          "cluster-check CLUSTER=local"):
+        advise_cluster.advise_cluster("local", step_file=step, probe=False, root=tmp_path / "none")
