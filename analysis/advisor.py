@@ -300,11 +300,12 @@ def link_from_allreduces(points: list[list[float]], ranks: int) -> Link:
 
 
 def link_record(points: list[list[float]], ranks: int, hosts: list[str], rate: str | None,
-                device: str = "cpu") -> dict:
-    """What link_fit.json holds for one link: the timed points, where they were timed, and the fit."""
+                device: str = "cpu", cpu_model: str | None = None) -> dict:
+    """What link_fit.json holds for one link: the timed points, where they were timed (the ranks' CPU model: a
+    run is predicted only from its own machine's links), and the fit."""
     link = link_from_allreduces(points, ranks)
     return {"points": [[int(n), float(t)] for n, t in points], "ranks": ranks, "hosts": hosts,
-            "link": rate, "device": device, "model": LINK_MODEL,
+            "link": rate, "device": device, "cpu_model": cpu_model, "model": LINK_MODEL,
             "latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s}
 
 
@@ -334,6 +335,17 @@ def write_link_fit(folder: Path, which: str, record: dict) -> Path:
     fits[which] = record
     path.write_text(json.dumps(fits, indent=1) + "\n")
     return path
+
+
+def annotate_link_fit(folder: Path, profile: str, shared_cores: int | None) -> None:
+    """The profile the links were timed on, and where its nodes are hosts on one machine, that machine's cores
+    (every rank's threads share them: analysis/advisor.predict's shared_cores)."""
+    import json
+
+    path = Path(folder) / LINK_FIT
+    if path.exists():
+        fits = json.loads(path.read_text())
+        path.write_text(json.dumps({**fits, "profile": profile, "shared_cores": shared_cores}, indent=1) + "\n")
 
 
 def read_link_fit(path: Path) -> tuple[Link, Link, dict]:

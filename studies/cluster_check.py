@@ -93,6 +93,7 @@ def run_check(cluster: str, scale: str = "local", nodes: int = 2, out: Path = CH
                      for layer in jobs_layers]
     else:
         findings += [Finding(layer, None, "not run: too few nodes answer") for layer in jobs_layers]
+    annotate_link_fit(folder, profile)
     table = render(findings)
     (folder / "cluster_check.md").write_text(table)
     (folder / "cluster_check.json").write_text(json.dumps([f.__dict__ for f in findings], indent=1))
@@ -101,6 +102,16 @@ def run_check(cluster: str, scale: str = "local", nodes: int = 2, out: Path = CH
     print(f"cluster-check: {'all layers pass' if not failed else 'failing: ' + ', '.join(failed)}; "
           f"logs in {folder}")
     return 0 if all(f.ok for f in findings) else 1
+
+
+def annotate_link_fit(folder: Path, profile: Profile) -> None:
+    """link_fit.json (where the link layers wrote one) names its profile and, for nodes that are hosts on this
+    machine, this machine's cores."""
+    import os
+
+    from analysis import advisor
+
+    advisor.annotate_link_fit(folder, profile.name, (os.cpu_count() or 1) if profile.shared_machine else None)
 
 
 # ---- the layers ----------------------------------------------------------------------------------------------
@@ -334,7 +345,8 @@ def judge_link(layer: str, ranks: list[dict], folder: Path) -> Finding:
         return Finding(layer, False, f"{r['ranks']} ranks on {hosts} host(s), {wanted} needed: the job was not "
                                      f"placed as the layer needs (see {layer}.sbatch-line)")
     try:
-        record = advisor.link_record(r["points"], r["ranks"], r["hosts"], r.get("link"), r.get("device", "cpu"))
+        record = advisor.link_record(r["points"], r["ranks"], r["hosts"], r.get("link"), r.get("device", "cpu"),
+                                     r.get("cpu_model"))
     except ValueError as e:
         return Finding(layer, False, f"{e} ({len(r['points'])} sizes timed)")
     advisor.write_link_fit(folder, layer.removeprefix("link-"), record)

@@ -150,7 +150,10 @@ def probe_link(launch, budget_s: float) -> dict:
             print(f"cluster-probe: all_reduce of {nbytes} bytes: {1000 * points[-1][1]:.2f} ms", flush=True)
         hosts = [None] * launch.world_size
         dist.all_gather_object(hosts, socket.gethostname())
+        from contract.machine import cpuinfo
+
         return {"points": points, "ranks": launch.world_size, "hosts": hosts, "device": device.type,
+                "cpu_model": cpuinfo()[0],
                 "link": os.environ.get("CLUSTER_LINK"), "interface": os.environ.get("GLOO_SOCKET_IFNAME")}
 
 

@@ -27,6 +27,7 @@ import torch
 import torch.nn as nn
 
 from contract.config import load_config
+from trainers.compute import machine_identity
 from trainers.models import build_model
 from trainers.optimizers import build_optimizer
 
@@ -141,6 +142,7 @@ def measure(args) -> dict:
             "split_overhead": (forward + backward + optimizer) / whole - 1,
             "images_per_s": phases.batch / whole, "gradient_bytes": phases.gradient_bytes(),
             "threads": torch.get_num_threads(), "scale": args.scale, "config": str(args.config),
+            "image_size": cfg.data.image_size, "machine": machine_identity(),
             "loader_workers": cfg.data.loader_workers, "data_kind": cfg.data.kind,
             "input_images_per_s": (input_images_per_s(cfg, phases.batch, args.input_batches) if args.input_batches
                                    else args.input_images_per_s)}
