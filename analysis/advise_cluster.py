@@ -99,24 +99,23 @@ def link_fit(profile, probe: bool, root: Path = advisor.CHECK_ROOT) -> Path:
     return path
 
 
-def measured_step(scale: str, threads: int, config: Path = EXP3) -> tuple[advisor.Step, dict]:
-    """One worker's step and its input pipeline, timed here in a process of their own (its threads are its own)."""
-    import tempfile
+def measured_step(scale: str, threads: int, config: Path = EXP3, steps: Path | None = None) -> tuple[advisor.Step, dict]:
+    """One worker's step and its input pipeline, timed here in a process of its own (its threads are its own), kept
+    in results/advisor/steps/ (the report predicts each run of this machine, model, batch and threads from it)."""
+    from .advisor_runs import STEPS
 
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "step.json"
-        argv = [sys.executable, "-m", "tools", "step-split", "--config", str(config), "--scale", scale,
-                "--threads", str(threads), "--steps", str(STEP_STEPS), "--warmup", str(STEP_WARMUP),
-                "--input-batches", str(INPUT_BATCHES), "--json", str(out)]
-        if scale == "local":
-            argv += ["--device", "cpu"]
-        print(f"advise: timing one worker's step at the {scale} scale ({threads} thread(s)) and its input",
-              flush=True)
-        r = subprocess.run(argv, text=True, capture_output=True, cwd=Path(__file__).resolve().parents[1])
-        if r.returncode != 0:
-            raise AdviseError(f"step-split failed: {(r.stderr or r.stdout).strip().splitlines()[-1][:200]}")
-        print("advise: " + next(line for line in r.stdout.splitlines() if "forward" in line), flush=True)
-        return advisor.load_step(out)
+    out = (steps or STEPS) / f"{scale}-{config.parent.name[:2]}-t{threads}.json"
+    argv = [sys.executable, "-m", "tools", "step-split", "--config", str(config), "--scale", scale,
+            "--threads", str(threads), "--steps", str(STEP_STEPS), "--warmup", str(STEP_WARMUP),
+            "--input-batches", str(INPUT_BATCHES), "--json", str(out.resolve())]
+    if scale == "local":
+        argv += ["--device", "cpu"]
+    print(f"advise: timing one worker's step at the {scale} scale ({threads} thread(s)) and its input", flush=True)
+    r = subprocess.run(argv, text=True, capture_output=True, cwd=Path(__file__).resolve().parents[1])
+    if r.returncode != 0:
+        raise AdviseError(f"step-split failed: {(r.stderr or r.stdout).strip().splitlines()[-1][:200]}")
+    print("advise: " + next(line for line in r.stdout.splitlines() if "forward" in line) + f" -> {out}", flush=True)
+    return advisor.load_step(out)
 
 
 def advise_cluster(cluster: str, nodes: int | None = None, step_file: Path | None = None, scale: str = "local",
