@@ -132,7 +132,9 @@ def cmd_advise(args) -> int:
     if args.validate:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(advisor.validation_markdown(advisor.thesis_validation()))
+        from .advisor_local import read_local_rows
+
+        out.write_text(advisor.validation_markdown(advisor.thesis_validation(), read_local_rows()))
         print(out.read_text(), end="")
         print(f"written: {out}")
         return 0

@@ -95,11 +95,13 @@ def link_fit(profile, probe: bool, root: Path = advisor.CHECK_ROOT) -> Path:
     path = advisor.latest_link_fit(profile.name, root)
     if not path:
         raise AdviseError(f"the link probes of {profile.name} did not both pass (their table is above): fix the "
-                          f"failing layer, then make cluster-check CLUSTER={profile.name} LAYERS=\"link-intra link-inter\"")
+                          f"failing layer, then make cluster-check CLUSTER={profile.name} "
+                          f"LAYERS=\"link-intra link-inter\"")
     return path
 
 
-def measured_step(scale: str, threads: int, config: Path = EXP3, steps: Path | None = None) -> tuple[advisor.Step, dict]:
+def measured_step(scale: str, threads: int, config: Path = EXP3,
+                  steps: Path | None = None) -> tuple[advisor.Step, dict]:
     """One worker's step and its input pipeline, timed here in a process of its own (its threads are its own), kept
     in results/advisor/steps/ (the report predicts each run of this machine, model, batch and threads from it)."""
     from .advisor_runs import STEPS

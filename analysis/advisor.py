@@ -210,24 +210,45 @@ def thesis_validation() -> list[dict]:
     return out
 
 
-def validation_markdown(rows: list[dict]) -> str:
+def validation_markdown(rows: list[dict], local: list[dict] | None = None) -> str:
+    """The validation table: the thesis's rows, then the local cluster's (analysis/advisor_local.py: experiment 3 at
+    each link rate, from results/tables/advisor_local.csv), each with its error; median and worst per source."""
+    from .advisor_local import predicted_rows, summary
+
     d = declaration()
-    errors = [abs(r["error"]) for r in rows]
+    local = local or []
     lines = [f"# The advisor against measurements (tolerance {100 * d['tolerance']:.0f} % a row, declared "
              f"{d['declared']} in analysis/reference/advisor.toml)", "",
              "Made by `python -m suite analysis advise --validate` from analysis/advisor.py; thesis rows: Tables 8-9 "
              "predicted from the thesis's 1-GPU figure (Tables 2-3), a backward of two forwards (assumed: the thesis "
-             "publishes no split), PCIe 3.0 x16 within a node and FDR InfiniBand 4x across, nominal rates.", "",
-             "| source | framework | GPUs | nodes | predicted img/s | measured img/s | error | holds | bound | "
-             "exposed communication |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| thesis Table {r['table']} | {r['framework']} | {r['gpus']} | {r['nodes']} | "
-                     f"{r['predicted']:,.0f} | {r['measured']:,.2f} | {100 * r['error']:+.1f} % | "
-                     f"{'yes' if r['holds'] else 'no'} | {r['bound']} | {r['exposed_ms']:.1f} ms |")
-    held = sum(r["holds"] for r in rows)
-    lines += ["", f"{len(rows)} rows: median |error| {100 * statistics.median(errors):.1f} %, worst |error| "
-                  f"{100 * max(errors):.1f} %; {held} of {len(rows)} within the tolerance."]
-    return "\n".join(lines) + "\n"
+             "publishes no split), PCIe 3.0 x16 within a node and FDR InfiniBand 4x across, nominal rates."
+             + (" Local rows: `make advise-local` (tools/advisor_local.py): experiment 3 on the local cluster at each "
+                "link rate, predicted for each run's placement from that rate's probed link and a step timed at the "
+                "run's threads; where it misses, the run's measured shares." if local else ""), "",
+             "| source | framework | GPUs / processes | nodes | predicted img/s | measured img/s | error | holds "
+             "| bound | exposed communication |" + (" where it misses |" if local else ""),
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if local else "")]
+    lines += [validation_line(r, "", bool(local)) for r in rows]
+    lines += [validation_line(r, r["why"] if not r["holds"] else "", True) for r in local]
+    counted = predicted_rows(local)
+    lines += ["", summary("thesis", rows)]
+    if local:
+        lines += ["", summary("local cluster", counted) if counted else "local cluster: no row has a prediction",
+                  "", summary("all", rows + counted) if counted else ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def validation_line(r: dict, why: str, with_why: bool) -> str:
+    """One row of the validation table; a local run with no prediction says why instead of numbers."""
+    source = f"thesis Table {r['table']}" if "table" in r else r["source"]
+    if isinstance(r["error"], float) and math.isnan(r["error"]):
+        cells = ["", f"{r['measured']:,.2f}", "", "", "", ""]
+        why = r["why"]
+    else:
+        cells = [f"{r['predicted']:,.0f}", f"{r['measured']:,.2f}", f"{100 * r['error']:+.1f} %",
+                 "yes" if r["holds"] else "no", r["bound"], f"{r['exposed_ms']:.1f} ms"]
+    line = f"| {source} | {r['framework']} | {r['gpus']} | {r['nodes']} | " + " | ".join(cells) + " |"
+    return line + (f" {why.replace('|', '/')} |" if with_why else "")
 
 
 # ---- a machine's prediction from its measured step -----------------------------------------------------------

@@ -29,7 +29,7 @@ from .runs import LINK_BENCH
 
 STEPS = Path("results/advisor/steps")  # step-split records the report predicts from (make advise writes them)
 COLUMNS = ["run", "backend", "processes", "hosts", "ranks_per_host", "threads_per_rank", "link", "measured",
-           "predicted", "error", "bound", "flag", "cause", "path"]
+           "predicted", "error", "bound", "exposed_ms", "flag", "cause", "path"]
 NOTES = ("measured: the run's steady-state images/s; predicted: the advisor's (analysis/advisor.py) for the run's "
          "own placement (manifest.json: ranks, hosts, threads a rank), from a step timed by python -m tools "
          "step-split of its model, batch and threads and the links timed by make cluster-check on a CPU of the "
@@ -111,7 +111,8 @@ def missing(facts: dict, step: Path | None, links: Path | None) -> str:
         return "no prediction: the manifest records no machine"
     if links is None:
         rate = f" at {facts['link'] or 'an unlimited link'}" if p["hosts"] > 1 else ""
-        return f"no prediction: no link fit for this machine{rate} (make cluster-check LAYERS=\"link-intra link-inter\")"
+        return (f"no prediction: no link fit for this machine{rate} (make cluster-check "
+                f"LAYERS=\"link-intra link-inter\")")
     if step is None:
         return (f"no prediction: no step split of {facts['model']} batch {facts['batch']} at {p['threads']} "
                 f"thread(s) on this machine (make advise CLUSTER=local, or python -m tools step-split --threads "
@@ -171,9 +172,10 @@ def prediction_table(df: pd.DataFrame, steps: Path = STEPS, check_root: Path = a
         error = pred.images_per_s / row.steady_images_per_s - 1
         below = error > tolerance  # the validation's own measure: predicted over measured, minus 1
         rows.append({**base, "predicted": pred.images_per_s, "error": error, "bound": pred.bound,
+                     "exposed_ms": 1000 * pred.exposed_communication_s,
                      "flag": "below prediction" if below else "",
-                     "cause": cause(row, p.get("threads"), getattr(row, "cpus_per_rank", math.nan)) if below
-                     else ""})
+                     "cause": cause(row, p.get("threads"), getattr(row, "cpus_per_rank", math.nan))
+                     if abs(error) > tolerance else ""})  # a miss either way: the run's shares say why
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
