@@ -11,8 +11,9 @@ and already on the device, so the split is the compute alone: the input pipeline
 gpu-check`'s real-JPEG rows, `python -m suite data bench`) and passed with --input-images-per-s, or timed here
 with --input-batches B: B batches of the config's own training data set through its loader (data.loader_workers),
 no model (at the local scale the generated or synthetic data the miniature trains on). --threads T times the step
-with T torch threads (a CPU rank's threads). Each phase is timed between two device synchronisations, which drains the launch queue three times a step: the whole step is
-timed unsynchronised too, and both are recorded, so the split's own overhead shows (`split_overhead`).
+with T torch threads (a CPU rank's threads). Each phase is timed between two device synchronisations, which drains
+the launch queue three times a step: the whole step is timed unsynchronised too, and both are recorded, so the
+split's own overhead shows (`split_overhead`).
 """
 from __future__ import annotations
 
