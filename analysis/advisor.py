@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import math
-import statistics
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,13 +74,17 @@ class Prediction:
     backend: str = ""
 
 
-def fit_link(sizes_bytes: list[float], seconds: list[float]) -> Link:
-    """Least squares of seconds = latency + bytes / bandwidth over messages timed at several sizes."""
+def fit_link(sizes_bytes: list[float], seconds: list[float], relative: bool = False) -> Link:
+    """Least squares of seconds = latency + bytes / bandwidth over messages timed at several sizes. relative: each
+    point weighted by 1 / seconds^2, so the residuals that count are relative ones (sizes a thousandfold apart:
+    unweighted, the largest messages alone would decide the latency too)."""
     if len(set(sizes_bytes)) < 2:
         raise ValueError("fitting a link needs messages of at least two message sizes")
-    mean_x, mean_y = statistics.fmean(sizes_bytes), statistics.fmean(seconds)
-    sxx = sum((x - mean_x) ** 2 for x in sizes_bytes)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes_bytes, seconds)) / sxx
+    w = [1 / y ** 2 if relative and y > 0 else 1.0 for y in seconds]
+    mean_x = sum(wi * x for wi, x in zip(w, sizes_bytes)) / sum(w)
+    mean_y = sum(wi * y for wi, y in zip(w, seconds)) / sum(w)
+    sxx = sum(wi * (x - mean_x) ** 2 for wi, x in zip(w, sizes_bytes))
+    slope = sum(wi * (x - mean_x) * (y - mean_y) for wi, x, y in zip(w, sizes_bytes, seconds)) / sxx
     if slope <= 0:
         raise ValueError("the timed messages do not grow with their size: no bandwidth to fit")
     return Link(latency_s=max(0.0, mean_y - slope * mean_x), bytes_per_s=1 / slope)
@@ -308,7 +311,7 @@ LINK_FIT = "link_fit.json"  # in a cluster-check's folder: {"intra": record, "in
 CHECK_ROOT = Path("results/cluster_check")
 LINK_MODEL = ("Hockney's alpha-beta: a message of n bytes costs alpha + n / beta; an all_reduce of n bytes over p "
               "ranks is taken as a ring's 2 (p - 1) messages of n / p, so each timed all_reduce gives one message "
-              "of n / p bytes taking t / (2 (p - 1)); least squares over the sizes")
+              "of n / p bytes taking t / (2 (p - 1)); least squares of the relative residuals over the sizes")
 
 
 def link_from_allreduces(points: list[list[float]], ranks: int) -> Link:
@@ -317,7 +320,7 @@ def link_from_allreduces(points: list[list[float]], ranks: int) -> Link:
     if ranks < 2:
         raise ValueError(f"an all_reduce over {ranks} rank(s) sends nothing: the link probe needs 2 or more ranks")
     messages = 2 * (ranks - 1)
-    return fit_link([n / ranks for n, _ in points], [t / messages for _, t in points])
+    return fit_link([n / ranks for n, _ in points], [t / messages for _, t in points], relative=True)
 
 
 def link_record(points: list[list[float]], ranks: int, hosts: list[str], rate: str | None,

@@ -294,3 +294,13 @@ def test_without_a_recorded_link_fit_the_cluster_table_says_how_to_make_one(tmp_
     with pytest.raises(advise_cluster.AdviseError, match="no link fit recorded for local under .*: make "
                                                           "cluster-check CLUSTER=local"):
         advise_cluster.advise_cluster("local", step_file=step, probe=False, root=tmp_path / "none")
+
+
+def test_the_relative_fit_keeps_the_small_messages_latency_where_the_plain_one_loses_it():
+    link = Link(latency_s=100e-6, bytes_per_s=1e9)
+    sizes = [2 ** k for k in range(10, 26, 2)]
+    seconds = [link.message_s(n) * (1.2 if n == sizes[-1] else 1.0) for n in sizes]  # the largest 20 % slow
+    plain, relative = advisor.fit_link(sizes, seconds), advisor.fit_link(sizes, seconds, relative=True)
+    assert abs(relative.latency_s - 100e-6) < abs(plain.latency_s - 100e-6)
+    exact = [link.message_s(n) for n in sizes]
+    assert advisor.fit_link(sizes, exact, relative=True).latency_s == pytest.approx(100e-6, rel=1e-6)

@@ -141,6 +141,10 @@ def probe_link(launch, budget_s: float) -> dict:
     import torch
 
     with process_group(launch) as (dist, device):
+        warm = torch.zeros(LINK_SIZES[0] // 4, device=device)
+        for _ in range(LINK_REPEATS):  # connections, buffers and the first barriers' costs before any size is timed
+            dist.barrier()
+            dist.all_reduce(warm)
         points, started = [], time.monotonic()
         for nbytes in LINK_SIZES:
             if points and time.monotonic() - started + (LINK_REPEATS + 1) * points[-1][1] * nbytes / points[-1][0] \
