@@ -304,3 +304,15 @@ def test_the_relative_fit_keeps_the_small_messages_latency_where_the_plain_one_l
     assert abs(relative.latency_s - 100e-6) < abs(plain.latency_s - 100e-6)
     exact = [link.message_s(n) for n in sizes]
     assert advisor.fit_link(sizes, exact, relative=True).latency_s == pytest.approx(100e-6, rel=1e-6)
+
+
+def test_advise_cluster_on_the_command_line_prints_the_table_or_one_line_to_fix(tmp_path, monkeypatch, capsys):
+    from analysis.__main__ import main as analysis_main
+
+    root, step = local_cluster_parts(tmp_path, monkeypatch)
+    assert analysis_main(["advise", "--cluster", "local", "--step", str(step), "--check-root", str(root),
+                          "--no-probe"]) == 0
+    assert capsys.readouterr().out.count("| ddp |") == 6
+    assert analysis_main(["advise", "--cluster", "no-such-site", "--no-probe"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: analysis advise --cluster no-such-site: ") and err.count("\n") == 1
