@@ -138,11 +138,9 @@ def cmd_advise(args) -> int:
         print(out.read_text(), end="")
         print(f"written: {out}")
         return 0
-    if args.cluster:
-        return advise_cluster(args)
     if not args.step:
-        print("error: analysis advise needs --validate, --cluster PROFILE or --step STEP.json (from python -m tools "
-              "step-split)", file=sys.stderr)
+        print("error: analysis advise needs --validate or --step STEP.json (from python -m tools step-split); a "
+              "cluster's table: python -m suite advise --cluster PROFILE", file=sys.stderr)
         return 2
     try:
         step, record = advisor.load_step(Path(args.step))
@@ -156,21 +154,6 @@ def cmd_advise(args) -> int:
     print(advisor.scaling_markdown(rows, f"Predicted from {args.step} ({record.get('device', 'a measured step')}, "
                                          f"batch {step.batch}), nominal links {args.intra} within a node, "
                                          f"{args.inter} across"), end="")
-    return 0
-
-
-def advise_cluster(args) -> int:
-    """make advise CLUSTER=P: the cluster's predicted table from its measured link fit, step and input."""
-    from .advise_cluster import AdviseError
-    from .advise_cluster import advise_cluster as advise
-
-    try:
-        table = advise(args.cluster, args.nodes[-1] if args.nodes else None, Path(args.step) if args.step else None,
-                       args.scale, probe=not args.no_probe, root=Path(args.check_root))
-    except (AdviseError, OSError, KeyError, ValueError) as e:
-        print(f"error: analysis advise --cluster {args.cluster}: {e}", file=sys.stderr)
-        return 2
-    print(table, end="")
     return 0
 
 
@@ -225,13 +208,7 @@ def main(argv=None) -> int:
     a.add_argument("--step", help="a step measured by python -m tools step-split (JSON)")
     a.add_argument("--gpus-per-node", type=int, default=8)
     a.add_argument("--nodes", type=lambda v: [int(n) for n in v.split(",")], default=None,
-                   help="node counts, comma-separated (default 1,2,4); with --cluster: the nodes (default: those "
-                   "sinfo lists as answering)")
-    a.add_argument("--cluster", help="a profile in slurm/clusters/: its predicted table for 1...N processes from "
-                   "its cluster-check link fit, a step and input timed here (or --step)")
-    a.add_argument("--scale", default="local", help="with --cluster: the scale whose experiment-3 step is timed")
-    a.add_argument("--no-probe", action="store_true", help="with --cluster: never run the link probes; say how")
-    a.add_argument("--check-root", default="results/cluster_check", help="where cluster-check folders are")
+                   help="node counts, comma-separated (default 1,2,4)")
     a.add_argument("--input-images-per-s", type=float, help="one worker's input pipeline, measured apart (make "
                    "gpu-check's real-JPEG rows): a bound beside the step's (replaces the step file's)")
     a.add_argument("--intra", default="nvlink4", help="a link of analysis/reference/links.toml within a node")

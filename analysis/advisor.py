@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,8 +217,6 @@ def thesis_validation() -> list[dict]:
 def validation_markdown(rows: list[dict], local: list[dict] | None = None) -> str:
     """The validation table: the thesis's rows, then the local cluster's (analysis/advisor_local.py: experiment 3 at
     each link rate, from results/tables/advisor_local.csv), each with its error; median and worst per source."""
-    from .advisor_local import predicted_rows, summary
-
     d = declaration()
     local = local or []
     lines = [f"# The advisor against measurements (tolerance {100 * d['tolerance']:.0f} % a row, declared "
@@ -239,6 +238,18 @@ def validation_markdown(rows: list[dict], local: list[dict] | None = None) -> st
         lines += ["", summary("local cluster", counted) if counted else "local cluster: no row has a prediction",
                   "", summary("all", rows + counted) if counted else ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def predicted_rows(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if not math.isnan(r["error"])]
+
+
+def summary(label: str, rows: list[dict]) -> str:
+    """'<label>: N rows: median |error| x %, worst |error| y %; k of N within the tolerance.'"""
+    errors = [abs(r["error"]) for r in rows]
+    held = sum(bool(r["holds"]) for r in rows)
+    return (f"{label}: {len(rows)} rows: median |error| {100 * statistics.median(errors):.1f} %, worst |error| "
+            f"{100 * max(errors):.1f} %; {held} of {len(rows)} within the tolerance.")
 
 
 def validation_line(r: dict, why: str, with_why: bool) -> str:

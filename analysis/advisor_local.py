@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import csv
 import math
-import statistics
 from pathlib import Path
 
 import pandas as pd
 
 from . import advisor, advisor_runs
+from .advisor import predicted_rows, summary  # noqa: F401 -- the table's, here too
 
 LOCAL_CSV = Path(__file__).resolve().parents[1] / "results" / "tables" / "advisor_local.csv"
 FIGURE = "advisor_validation"
@@ -83,18 +83,6 @@ def read_local_rows(path: Path = LOCAL_CSV) -> list[dict]:
             number = {k: float(r[k]) if r[k] else math.nan for k in ("predicted", "measured", "error", "exposed_ms")}
             rows.append({**r, **number, "gpus": int(r["gpus"]), "holds": r["holds"] == "True"})
     return rows
-
-
-def predicted_rows(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if not math.isnan(r["error"])]
-
-
-def summary(label: str, rows: list[dict]) -> str:
-    """'<label>: N rows: median |error| x %, worst |error| y %; k of N within the tolerance.'"""
-    errors = [abs(r["error"]) for r in rows]
-    held = sum(bool(r["holds"]) for r in rows)
-    return (f"{label}: {len(rows)} rows: median |error| {100 * statistics.median(errors):.1f} %, worst |error| "
-            f"{100 * max(errors):.1f} %; {held} of {len(rows)} within the tolerance.")
 
 
 def validation_figure(thesis: list[dict], local: list[dict], tolerance: float, title: str):

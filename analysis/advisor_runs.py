@@ -55,10 +55,7 @@ def placement_of(manifest: dict) -> dict | None:
 def run_facts(path: Path) -> dict:
     """What a prediction for this run must match: its placement, model, batch, image size, machine, link."""
     manifest = reader.read_manifest(path) or {}
-    try:
-        config = json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError):
-        config = {}
+    config = reader.read_config(path) or {}
     machine = manifest.get("machine") if isinstance(manifest.get("machine"), dict) else {}
     return {"placement": placement_of(manifest), "model": config.get("model", {}).get("name"),
             "batch": config.get("train", {}).get("per_worker_batch"),

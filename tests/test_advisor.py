@@ -251,7 +251,7 @@ def test_an_input_the_rank_loads_itself_adds_to_the_step_and_one_beside_it_bound
 # ---- make advise CLUSTER=P: the predicted table from measured parts --------------------------------------------
 def local_cluster_parts(tmp_path, monkeypatch):
     """A recorded link fit, a measured step (as step-split writes it) and three answering 2-CPU nodes."""
-    from analysis import advise_cluster
+    from studies import advise as advise_cluster
 
     check = tmp_path / "checks" / "local-20261128-010000"
     check.mkdir(parents=True)
@@ -267,7 +267,7 @@ def local_cluster_parts(tmp_path, monkeypatch):
 
 
 def test_the_cluster_table_runs_from_1_to_nodes_times_ranks_a_node_with_bounds_and_break_even(tmp_path, monkeypatch):
-    from analysis.advise_cluster import advise_cluster
+    from studies.advise import advise_cluster
 
     root, step = local_cluster_parts(tmp_path, monkeypatch)
     text = advise_cluster("local", step_file=step, probe=False, root=root)
@@ -288,7 +288,7 @@ def test_the_cluster_table_runs_from_1_to_nodes_times_ranks_a_node_with_bounds_a
 
 
 def test_without_a_recorded_link_fit_the_cluster_table_says_how_to_make_one(tmp_path, monkeypatch):
-    from analysis import advise_cluster
+    from studies import advise as advise_cluster
 
     root, step = local_cluster_parts(tmp_path, monkeypatch)
     with pytest.raises(advise_cluster.AdviseError, match="no link fit recorded for local under .*: make "
@@ -307,12 +307,13 @@ def test_the_relative_fit_keeps_the_small_messages_latency_where_the_plain_one_l
 
 
 def test_advise_cluster_on_the_command_line_prints_the_table_or_one_line_to_fix(tmp_path, monkeypatch, capsys):
-    from analysis.__main__ import main as analysis_main
+    from suite.__main__ import main as suite_main
 
     root, step = local_cluster_parts(tmp_path, monkeypatch)
-    assert analysis_main(["advise", "--cluster", "local", "--step", str(step), "--check-root", str(root),
-                          "--no-probe"]) == 0
-    assert capsys.readouterr().out.count("| ddp |") == 6
-    assert analysis_main(["advise", "--cluster", "no-such-site", "--no-probe"]) == 2
+    for front in (["advise"], ["analysis", "advise"]):  # the front door's word, and the analysis command's
+        assert suite_main([*front, "--cluster", "local", "--step", str(step), "--check-root", str(root),
+                           "--no-probe"]) == 0
+        assert capsys.readouterr().out.count("| ddp |") == 6
+    assert suite_main(["advise", "--cluster", "no-such-site", "--no-probe"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: analysis advise --cluster no-such-site: ") and err.count("\n") == 1
+    assert err.startswith("error: advise --cluster no-such-site: ") and err.count("\n") == 1

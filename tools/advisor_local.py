@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args) -> None:
     """Each rate's link probed and fitted, then each thread count's step timed."""
-    from analysis.advise_cluster import measured_step
+    from studies.advise import measured_step
 
     try:
         for rate in args.rates:

@@ -1,5 +1,6 @@
-"""`make advise CLUSTER=P` (`python -m suite analysis advise --cluster P`): a cluster's predicted images/s for 1...N
-processes (N = nodes x ranks a node) for DDP and Horovod, from measured parts only (issue #51):
+"""`make advise CLUSTER=P` (`python -m suite advise --cluster P`; `python -m suite analysis advise --cluster P` comes
+here too): a cluster's predicted images/s for 1...N processes (N = nodes x ranks a node) for DDP and Horovod, from
+measured parts only (issue #51):
 
 - the links: the profile's newest `make cluster-check` link fit (results/cluster_check/<P>-<time>/link_fit.json,
   its link-intra and link-inter layers); where none is recorded and the cluster answers (sinfo), those two layers
@@ -21,7 +22,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import advisor
+from analysis import advisor
 
 EXP3 = Path(__file__).resolve().parents[1] / "experiments" / "03_throughput_distributed_data_parallel" / "config.toml"
 STEP_STEPS, STEP_WARMUP, INPUT_BATCHES = 20, 5, 50  # seconds on a CPU at the local scale
@@ -104,7 +105,7 @@ def measured_step(scale: str, threads: int, config: Path = EXP3,
                   steps: Path | None = None) -> tuple[advisor.Step, dict]:
     """One worker's step and its input pipeline, timed here in a process of its own (its threads are its own), kept
     in results/advisor/steps/ (the report predicts each run of this machine, model, batch and threads from it)."""
-    from .advisor_runs import STEPS
+    from analysis.advisor_runs import STEPS
 
     out = (steps or STEPS) / f"{scale}-{config.parent.name[:2]}-t{threads}.json"
     argv = [sys.executable, "-m", "tools", "step-split", "--config", str(config), "--scale", scale,
@@ -155,3 +156,25 @@ def title(name: str, shape: Shape, path: Path, fits: dict, step: advisor.Step, r
             f"- input pipeline: {input_rate} ({record.get('data_kind', '?')} data, "
             f"{record.get('loader_workers', '?')} loader workers: "
             f"{'beside the step' if step.input_overlaps else 'in the step, the rank loads its own batches'})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m suite advise --cluster P [--nodes N] [--step FILE] [--scale S] [--no-probe] [--check-root DIR]"""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m suite advise", description=__doc__.splitlines()[0])
+    ap.add_argument("--cluster", required=True, help="a profile in slurm/clusters/ (or a path to a .toml)")
+    ap.add_argument("--nodes", type=int, default=None, help="the nodes (default: those sinfo lists as answering)")
+    ap.add_argument("--step", type=Path, default=None, help="a step timed by python -m tools step-split on one of "
+                    "the cluster's workers (default: timed here at the scale)")
+    ap.add_argument("--scale", default="local", help="the scale whose experiment-3 step is timed here")
+    ap.add_argument("--no-probe", action="store_true", help="never run the link probes; say how to make a fit")
+    ap.add_argument("--check-root", type=Path, default=advisor.CHECK_ROOT, help="where cluster-check folders are")
+    args = ap.parse_args(argv)
+    try:
+        table = advise_cluster(args.cluster, args.nodes, args.step, args.scale, not args.no_probe, args.check_root)
+    except (AdviseError, OSError, KeyError, ValueError) as e:
+        print(f"error: advise --cluster {args.cluster}: {e}", file=sys.stderr)
+        return 2
+    print(table, end="")
+    return 0
