@@ -7,8 +7,9 @@ A run is predicted only from parts measured on its own machine and for its own s
 - one worker's step (python -m tools step-split, kept in results/advisor/steps/) of the run's model, per-worker
   batch, image size and threads, timed on a CPU of the run's model;
 - the links (make cluster-check's link_fit.json, results/cluster_check/<profile>-<time>/) timed on a CPU of the
-  run's model, the across-nodes one at the run's link rate (the manifest's `link`; unlimited where none). A run on
-  one host needs the within-a-node link only.
+  run's model, the across-nodes one at the run's link rate (the manifest's `link`; unlimited where none) between
+  nodes whose names are of the run's nodes' family (n1, n2: "n"; the manifest names no profile). A run on one host
+  needs the within-a-node link only.
 
 Where a part is missing the row says which, and how to measure it, instead of a number. A run more than the declared
 tolerance (analysis/reference/advisor.toml) below its prediction is flagged with its communication share, its
@@ -60,7 +61,8 @@ def run_facts(path: Path) -> dict:
     return {"placement": placement_of(manifest), "model": config.get("model", {}).get("name"),
             "batch": config.get("train", {}).get("per_worker_batch"),
             "image_size": config.get("data", {}).get("image_size"), "cpu_model": machine.get("cpu_model"),
-            "cores": machine.get("cores"), "link": manifest.get("link")}
+            "cores": machine.get("cores"), "link": manifest.get("link"),
+            "hosts": [r["host"] for r in manifest.get("placement") or []]}
 
 
 def step_records(folder: Path = STEPS) -> list[tuple[Path, dict]]:
@@ -84,9 +86,21 @@ def matching_step(facts: dict, steps: list[tuple[Path, dict]]) -> Path | None:
     return None
 
 
+def host_family(name: str) -> str:
+    """A node's name without its number (n2 -> n, g102 -> g): how a cluster's nodes are told from another's."""
+    return name.rstrip("0123456789")
+
+
+def same_cluster(fits: dict, facts: dict) -> bool:
+    """Whether the links were timed between nodes of the run's cluster: their names of one family (the manifest
+    names no profile; a check's two nodes need not be the run's)."""
+    timed = {host_family(h) for h in fits["inter"].get("hosts", [])}
+    return bool(timed & {host_family(h) for h in facts["hosts"]})
+
+
 def matching_links(facts: dict, check_root: Path) -> Path | None:
-    """The newest link fit timed on the run's CPU model, across nodes at the run's link rate where it crossed
-    hosts."""
+    """The newest link fit timed on the run's CPU model; where the run crossed hosts, across nodes of its cluster
+    at its link rate."""
     across = facts["placement"]["hosts"] > 1
     for folder in sorted(Path(check_root).glob("*-*"), reverse=True):
         try:
@@ -94,7 +108,7 @@ def matching_links(facts: dict, check_root: Path) -> Path | None:
         except (OSError, ValueError):
             continue
         if {"intra", "inter"} <= fits.keys() and fits["intra"].get("cpu_model") == facts["cpu_model"] and \
-                (not across or fits["inter"].get("link") == facts["link"]):
+                (not across or (fits["inter"].get("link") == facts["link"] and same_cluster(fits, facts))):
             return folder / advisor.LINK_FIT
     return None
 

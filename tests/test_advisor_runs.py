@@ -96,3 +96,11 @@ def test_more_threads_than_cpus_is_named_first():
     row = pd.Series({"data_s": 0.1, "compute_s": 1.0, "comm_s": 0.5})
     assert advisor_runs.cause(row, 4, 2.0).startswith("4 thread(s) a rank on 2 CPU(s): more threads than CPUs; "
                                                       "communication 31 %")
+
+
+def test_links_timed_between_another_clusters_nodes_are_not_the_runs(tmp_path):
+    steps, checks = parts(tmp_path)  # timed between n1 and n2
+    df = pd.DataFrame([run(tmp_path, "elsewhere", ["g101", "g102"]), run(tmp_path, "here", ["n2", "n3"])])
+    table = advisor_runs.prediction_table(df, steps, checks, tolerance=0.15).set_index("run")
+    assert table.loc["elsewhere", "cause"].startswith("no prediction: no link fit for this machine at 20mbit")
+    assert not math.isnan(table.loc["here", "predicted"])
