@@ -180,6 +180,20 @@ def test_cluster_check_passes_every_layer_on_the_local_cluster(hosts_cluster, tm
     assert len(list(tmp_path.glob("local-*/cluster_check.md"))) == 1
 
 
+def test_cluster_check_times_the_link_within_and_across_hosts_and_fits_it(hosts_cluster, tmp_path):
+    """Issue 51: the link probes' points and fits, in the file the advisor reads (no timing is asserted: only that
+    each size was timed, the fit has a bandwidth, and the rows show it)."""
+    from analysis import advisor
+
+    result = cluster_check(hosts_cluster, tmp_path, "--layers", "link-intra", "link-inter")
+    assert table(result) == {"nodes": "pass", "link-intra": "pass", "link-inter": "pass"}, result.stdout + result.stderr
+    assert "alpha " in result.stdout and "Gbit/s a message" in result.stdout
+    path = advisor.latest_link_fit("local", tmp_path)
+    intra, inter, fits = advisor.read_link_fit(path)
+    assert len(set(fits["intra"]["hosts"])) == 1 and len(set(fits["inter"]["hosts"])) == 2
+    assert all(len(fits[k]["points"]) >= 2 and fits[k]["bytes_per_s"] > 0 for k in ("intra", "inter"))
+
+
 def test_cluster_check_names_a_hosts_file_that_sends_a_node_to_loopback(hosts_cluster, tmp_path):
     hosts = hosts_cluster.network.hosts_file("n1")
     good = hosts.read_text()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from contract.cli import command_word, one_line_errors
-from tools import (bench, bench_comm, bench_step, cluster_check, cluster_probe, data_bench, exp13_next, gpu_check,
+from tools import (advisor_local, bench, bench_comm, bench_step, cluster_check, cluster_probe, data_bench, exp13_next, gpu_check,
                    link_sweep, noise_scale, reference_add, step_split, telemetry_overhead)
 from trainers.data import DataError
 
@@ -20,6 +20,7 @@ TOOLS = {
     "link-sweep": (link_sweep, "experiment 3 across the local cluster's hosts at several link rates (RQ2)"),
     "exp13-next": (exp13_next, "experiment 13's next rows (edge rates or the study) from its finished tuning runs"),
     "reference-add": (reference_add, "copy a study's finished runs into a committed reference machine's folder"),
+    "advisor-local": (advisor_local, "the scaling advisor against experiment 3 on the local cluster at each link rate"),
     "step-split": (step_split, "one worker's step as forward, backward and optimizer, and its gradients (the advisor)"),
     "gpu-check": (gpu_check, "verify a GPU machine in ~10 minutes -> results/gpu_checks/<gpu>-<date>/"),
 }
