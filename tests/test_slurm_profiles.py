@@ -56,7 +56,7 @@ def test_generic_and_local_profiles():
     argv = sbatch_argv(loc, "s", 1, 2, 0, "j", "1", "o", {})
     assert not any(a.startswith("--gres") for a in argv) and "-p" not in argv
     env = profile_env(loc)
-    assert env["MPI_ALLOW_ROOT"] == "1" and env["MPI_ARGS"] == "--oversubscribe"
+    assert env["MPI_ALLOW_ROOT"] == "1" and env["MPI_ARGS"] == "--oversubscribe -mca mpi_yield_when_idle 1"
 
 
 def test_profile_errors(tmp_path):
