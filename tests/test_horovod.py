@@ -154,3 +154,16 @@ def test_fp16_with_its_gradient_scaler_trains_under_horovod(tmp_path):
     emulated_state = torch.load(tmp_path / "emu" / "e" / "checkpoint.pt", weights_only=True)
     assert state["scaler"] == emulated_state["scaler"] and state["scaler"]["scale"] > 0
     assert max_difference(state["model"], emulated_state["model"]) < 1e-5
+
+
+def test_the_build_script_with_horovod_already_built_and_no_tensorflow_asked_for_says_so_and_succeeds():
+    """`make exp3` runs the build script before every study; with Horovod built and TensorFlow left out it must exit
+    0 with one line (it once ended silently with status 1 under `set -e`, and every study printed 'Horovod could not
+    be built')."""
+    need(horovod_missing())
+    env = {**os.environ, "HOROVOD_TENSORFLOW": "0"}
+    venv = Path(sys.executable).parents[1]
+    result = subprocess.run(["bash", str(REPO / "trainers" / "horovod_build" / "setup.sh"), str(venv)], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "already installed" in result.stdout and "nothing to do" in result.stdout, result.stdout

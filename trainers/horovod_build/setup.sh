@@ -56,7 +56,9 @@ import_error() { "$py" -c 'import horovod.torch as hvd; assert hvd.gloo_built(),
 
 # 0. Already there? -------------------------------------------------------------
 if [ "${HOROVOD_FORCE:-0}" != 1 ] && has_pytorch && { [ "$want_tf" = 0 ] || has_tensorflow; }; then
-    frameworks="PyTorch$([ "$want_tf" = 1 ] && echo ' and TensorFlow')"
+    # (not a $( [ ... ] && echo ) inside the assignment: its status would end the script under set -e)
+    frameworks="PyTorch"
+    if [ "$want_tf" = 1 ]; then frameworks="PyTorch and TensorFlow"; fi
     say "Horovod $("$py" -c 'import horovod; print(horovod.__version__)') with $frameworks already installed in $venv; nothing to do"
     exit 0
 fi
