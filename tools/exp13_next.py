@@ -23,7 +23,7 @@ from analysis.runs import load_runs
 from analysis.smoke import smoke_paths
 
 REPO = Path(__file__).resolve().parents[1]
-DECLARED = REPO / "results" / "reference" / "vm-2cpu" / "declared_2026-11-25-exp13.txt"
+DECLARED = REPO / "experiments" / "13_steps_to_target" / "declared_2026-11-25-exp13.txt"
 TUNING_KEYS = ("optim.name", "lr.base", "train.workers", "train.epochs", "data.holdout_share")
 STUDY_KEYS = ("optim.name", "lr.base", "train.workers", "train.epochs")
 
