@@ -83,7 +83,7 @@ def run_steps(df: pd.DataFrame) -> pd.DataFrame:
         base = name.groupdict().get("base")
         rows.append(dict(optimizer=name["optimizer"], workers=int(name["workers"]), global_batch=int(r.global_batch),
                          seed=int(name["seed"]), base=float(base) if base else math.nan, tuning=base is not None,
-                         status=r.status, eval_every=int(r.config["train"]["eval_every"]),
+                         status=r.status, eval_every=int((r.config or {}).get("train", {}).get("eval_every", 0)),
                          best_top1=float(r.best_val_top1) if pd.notna(r.best_val_top1) else math.nan,
                          path=r.path, **reach))
     return pd.DataFrame(rows, columns=STEP_COLUMNS)

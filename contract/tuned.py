@@ -26,6 +26,7 @@ DECISION_KEYS = ("optimizer", "workers", "base", "at", "runs_done")
 @dataclass(frozen=True)
 class TunedPlan:
     prefix: str
+    scale: str  # "": planned at every scale; else the one scale its rows are planned at
     decisions: Path
     per_worker_batch: int
     workers: tuple[int, ...]
@@ -76,7 +77,7 @@ def load_plan(path: Path) -> TunedPlan:
     first_study, first_sel = int(table["first_study_seed"]), int(table["first_selection_seed"])
     if first_study < first_sel + int(table["selection_seeds"]) and first_study + int(table["study_seeds"]) > first_sel:
         raise ConfigError(f"{path} [tuned]: the study seeds overlap the selection seeds; a study seed must be new")
-    return TunedPlan(str(table["prefix"]), path.parent / str(table["decisions"]), int(table["per_worker_batch"]),
+    return TunedPlan(str(table["prefix"]), str(table.get("scale", "")), path.parent / str(table["decisions"]), int(table["per_worker_batch"]),
                      workers, int(table["selection_seeds"]), first_sel, int(table["study_seeds"]), first_study,
                      float(table["holdout_share"]), int(table["max_extensions"]), grid,
                      per_workers(f"{path} [tuned.epochs]", table["epochs"], workers),
@@ -104,15 +105,20 @@ def rates(plan: TunedPlan, decisions: dict[str, list[dict]], optimizer: str, wor
     return sorted(set(plan.grid[optimizer]) | set(extra))
 
 
+def scale_of(plan: TunedPlan) -> dict[str, str]:
+    """A row's `scale` key where the plan names one (the planner then plans it there alone)."""
+    return {"scale": plan.scale} if plan.scale else {}
+
+
 def tuning_row(plan: TunedPlan, optimizer: str, workers: int, base: float) -> dict[str, Any]:
-    return {"run": plan.tuning_name(optimizer, workers, base), "optim.name": optimizer, "lr.base": base,
+    return {"run": plan.tuning_name(optimizer, workers, base), **scale_of(plan), "optim.name": optimizer, "lr.base": base,
             "train.workers": workers, "train.epochs": plan.epochs[workers],
             "train.eval_every": plan.eval_every[workers], "data.holdout_share": plan.holdout_share,
             "seeds": plan.selection_seeds, "first_seed": plan.first_selection_seed}
 
 
 def study_row(plan: TunedPlan, optimizer: str, workers: int, base: float) -> dict[str, Any]:
-    return {"run": plan.study_name(optimizer, workers), "optim.name": optimizer, "lr.base": base,
+    return {"run": plan.study_name(optimizer, workers), **scale_of(plan), "optim.name": optimizer, "lr.base": base,
             "train.workers": workers, "train.epochs": plan.epochs[workers],
             "train.eval_every": plan.eval_every[workers], "seeds": plan.study_seeds,
             "first_seed": plan.first_study_seed}
