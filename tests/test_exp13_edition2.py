@@ -217,3 +217,31 @@ def test_the_second_edition_was_declared_before_any_of_its_runs_started():
     assert added, f"{DECLARED} is not in the git history"
     runs = [p for p in (REPO / "results" / "reference").glob("*/13_steps_to_target/e2-*") if p.is_dir()]
     assert started_before(runs, added[-1]) == []
+
+
+# ---- one tiny second-edition run, end to end --------------------------------------------------------------------
+@pytest.mark.slow
+def test_one_tiny_second_edition_run_evaluates_every_k_steps_and_exp13_next_reads_its_folder(tmp_path, capsys):
+    """The declared plan's batch-4 selection run, shrunk by QUICK (2 epochs of 650 images: 163 steps an epoch),
+    through the study runner: an eval record at step 128 (k at batch 4), the epochs' own ends, and exp13-next
+    leaving the smoke run out of every choice."""
+    import os
+    import subprocess
+    import sys
+
+    from contract.reader import read_runs
+    from tools import exp13_next as nx
+
+    name = "e2-tune-sgd-w1-base0.05-s0"
+    done = subprocess.run([sys.executable, "-m", "suite", "study", str(EXP13), "--quick", "--only", name, "--out",
+                           str(tmp_path), "--jobs", "1"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    df = read_runs(tmp_path)
+    evals, epochs = df[df["kind"] == "eval"], df[df["kind"] == "epoch"]
+    assert evals["step"].tolist() == [128, 256] and len(epochs) == 2
+    points = e2.curve(evals, epochs, 4)
+    assert points["step"].tolist() == [128, 163, 256, 326]
+    assert nx.main(["--runs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 smoke run(s) (QUICK=1) left out" in out and "sgd             1  wait     8 of 8" in out

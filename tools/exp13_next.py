@@ -25,6 +25,7 @@ from analysis.runs import load_runs
 from analysis.smoke import smoke_paths
 from contract import tuned
 from contract.config import ConfigError, read_toml
+from contract.runfolder import MANIFEST
 
 REPO = Path(__file__).resolve().parents[1]
 EXP13 = REPO / "experiments" / "13_steps_to_target"
@@ -102,8 +103,10 @@ def decisions_text(decisions: dict, header: str) -> str:
 
 
 def runs_started(runs_dir: Path) -> int:
-    """Second-edition run folders with a manifest under `runs_dir` (each started at least once)."""
-    return sum(1 for p in runs_dir.glob(f"*/{e2.PREFIX}*") if (p / "manifest.json").is_file())
+    """Second-edition run folders with a manifest under `runs_dir`, the runs root or the study's own folder (each
+    started at least once)."""
+    found = set(runs_dir.glob(f"{e2.PREFIX}*")) | set(runs_dir.glob(f"*/{e2.PREFIX}*"))  # a study's folder or its root
+    return sum(1 for p in found if (p / MANIFEST).is_file())
 
 
 def commit_of_tree() -> str:
