@@ -169,3 +169,21 @@ def test_eval_every_is_a_step_count_and_absent_from_the_committed_fingerprints_a
         config_fingerprint(load_config(config, "local"))
     assert config_fingerprint(load_config(config, "local", ["train.eval_every=2"])) != \
         config_fingerprint(load_config(config, "local"))
+
+
+def test_a_run_with_eval_every_interrupted_mid_epoch_resumes_to_the_same_evaluations(tmp_path, monkeypatch):
+    """The study's resumption with k-step evaluations: cut after step 9 (epoch 1, after the evaluation at step 8),
+    resumed, it records the evaluations and weights of a run never cut."""
+    from tests.helpers import final_state, max_difference
+    from tests.test_precision import preempt_at
+
+    config = write_config(tmp_path / "every.toml", EVERY)
+    assert train_in_process(config, tmp_path, "whole") == 0
+    preempt_at(monkeypatch, 6 + 3)
+    assert train_in_process(config, tmp_path, "cut") == 4
+    monkeypatch.undo()
+    assert train_in_process(config, tmp_path, "cut", "--resume", "auto") == 0
+    whole, cut = records(tmp_path / "every" / "whole", "eval"), records(tmp_path / "every" / "cut", "eval")
+    assert [(e["step"], e["val_top1"], e["val_loss"]) for e in cut] == \
+        [(e["step"], e["val_top1"], e["val_loss"]) for e in whole]
+    assert max_difference(final_state(tmp_path / "every" / "whole"), final_state(tmp_path / "every" / "cut")) == 0.0
