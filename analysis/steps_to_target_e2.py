@@ -248,3 +248,17 @@ def b_simple_interval(values: dict[int, list[float]], draws: int = BOOTSTRAPS, s
         drawn = rng.choice(batches, size=len(batches), replace=True)
         medians.append(float(np.median(np.concatenate([rng.choice(values[b], size=len(values[b])) for b in drawn]))))
     return percentile_interval(medians)
+
+
+def b_simple_cells(measured: list[dict], optimizer: str) -> dict[int, list[float]]:
+    """`python -m tools noise-scale --json`'s rows for the second edition's study runs, as batch -> the B_simple of
+    its runs (one per seed) for one optimizer; a row of another run, or an unresolved B_simple (inf or None), is
+    left out."""
+    cells: dict[int, list[float]] = {}
+    for row in measured:
+        name = STUDY_RUN.match(str(row["run"]).rstrip("/").rsplit("/", 1)[-1])
+        value = row.get("b_simple")
+        if name is None or name["optimizer"] != optimizer or value is None or not math.isfinite(value):
+            continue
+        cells.setdefault(4 * int(name["workers"]), []).append(float(value))
+    return cells

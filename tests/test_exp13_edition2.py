@@ -245,3 +245,13 @@ def test_one_tiny_second_edition_run_evaluates_every_k_steps_and_exp13_next_read
     assert nx.main(["--runs", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "1 smoke run(s) (QUICK=1) left out" in out and "sgd             1  wait     8 of 8" in out
+
+
+def test_b_simple_rows_of_the_noise_scale_tool_are_read_per_batch_for_one_optimizer():
+    rows = [{"run": "results/runs/13_steps_to_target/e2-sgd-w8-s2", "b_simple": 300.0},
+            {"run": "results/runs/13_steps_to_target/e2-sgd-w8-s3", "b_simple": 320.0},
+            {"run": "results/runs/13_steps_to_target/e2-lamb-w8-s2", "b_simple": 900.0},
+            {"run": "results/runs/13_steps_to_target/e2-sgd-w16-s2", "b_simple": None},   # |G|^2 not resolved
+            {"run": "results/runs/13_steps_to_target/e2-tune-sgd-w8-base0.05-s0", "b_simple": 1.0}]
+    assert e2.b_simple_cells(rows, "sgd") == {32: [300.0, 320.0]}
+    assert e2.b_simple_cells(rows, "lamb") == {32: [900.0]}
