@@ -12,9 +12,11 @@ computed (the first edition, superseded, keeps its own in steps_to_target.py and
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -83,7 +85,7 @@ def run_steps(df: pd.DataFrame) -> pd.DataFrame:
         base = name.groupdict().get("base")
         rows.append(dict(optimizer=name["optimizer"], workers=int(name["workers"]), global_batch=int(r.global_batch),
                          seed=int(name["seed"]), base=float(base) if base else math.nan, tuning=base is not None,
-                         status=r.status, eval_every=int((r.config or {}).get("train", {}).get("eval_every", 0)),
+                         status=r.status, eval_every=int(r.eval_every),
                          best_top1=float(r.best_val_top1) if pd.notna(r.best_val_top1) else math.nan,
                          path=r.path, **reach))
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
@@ -262,3 +264,83 @@ def b_simple_cells(measured: list[dict], optimizer: str) -> dict[int, list[float
             continue
         cells.setdefault(4 * int(name["workers"]), []).append(float(value))
     return cells
+
+
+# ============================================================================================ the tables
+
+
+CELL_COLUMNS = ["optimizer", "global_batch", "workers", "base", "seeds", "reached", "steps", "steps_low", "steps_high",
+                "eval_every", "resolution_share", "resolution_met"]
+
+
+def cells_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """Step 2 per (optimizer, batch): seeds, how many reached the target, their steps' geometric mean and range, k
+    and k over the fewest steps (the resolution column: met where <= 5 % for every seed)."""
+    study = steps[~steps["tuning"].astype(bool)]
+    rows = []
+    for (optimizer, batch), g in study.groupby(["optimizer", "global_batch"], sort=True):
+        hit = g[g["reached"].astype(bool)]
+        k = int(g["eval_every"].max())
+        rows.append(dict(optimizer=optimizer, global_batch=int(batch), workers=int(g["workers"].iloc[0]),
+                         base=float(g["base"].iloc[0]) if g["base"].notna().any() else math.nan, seeds=len(g),
+                         reached=len(hit), steps=score(g["steps"]) if len(hit) == len(g) else math.nan,
+                         steps_low=float(hit["steps"].min()) if len(hit) else math.nan,
+                         steps_high=float(hit["steps"].max()) if len(hit) else math.nan, eval_every=k,
+                         resolution_share=k / float(hit["steps"].min()) if len(hit) else math.nan,
+                         resolution_met=resolution_met(k, g["steps"]) and len(hit) == len(g)))
+    return pd.DataFrame(rows, columns=CELL_COLUMNS)
+
+
+def fitted_cells(steps: pd.DataFrame, optimizer: str) -> dict[int, list[float]]:
+    """The cells the fit uses: every seed reached the target and the resolution is met."""
+    study = steps[~steps["tuning"].astype(bool) & (steps["optimizer"] == optimizer)]
+    cells = {}
+    for batch, g in study.groupby("global_batch", sort=True):
+        if g["reached"].astype(bool).all() and resolution_met(int(g["eval_every"].max()), g["steps"]):
+            cells[int(batch)] = g["steps"].astype(float).tolist()
+    return cells
+
+
+def fit_table(steps: pd.DataFrame, b_simple: dict[str, list[dict]] | None = None,
+              draws: int = BOOTSTRAPS) -> pd.DataFrame:
+    """Per optimizer: the fit with its interval (over batches and seeds), the goodness-of-fit sentence, the regime
+    of every fitted batch (or why none is named) and B_simple at the target beside B_crit with the declared verdict."""
+    rows = []
+    for optimizer in sorted(steps["optimizer"].unique()):
+        cells = fitted_cells(steps, optimizer)
+        if len(cells) < MIN_BATCHES:
+            continue
+        fit, g = fit_with_misfit(cells, draws), goodness(cells)
+        regimes = ("; ".join(f"{b}: {regime_word(b, fit['b_noise_ci'])}" for b in sorted(cells)) if names_regimes(g)
+                   else "the model does not describe the curve well enough to name regimes")
+        measured = b_simple_cells((b_simple or {}).get(optimizer, []), optimizer)
+        ci = b_simple_interval(measured, draws) if measured else (math.nan, math.nan)
+        rows.append(dict(optimizer=optimizer, batches=len(cells), s_min=fit["s_min"], s_min_low=fit["s_min_ci"][0],
+                         s_min_high=fit["s_min_ci"][1], b_noise=fit["b_noise"], b_noise_low=fit["b_noise_ci"][0],
+                         b_noise_high=fit["b_noise_ci"][1], goodness=goodness_words(g), regimes=regimes,
+                         b_simple_low=ci[0], b_simple_high=ci[1],
+                         b_simple=(b_simple_verdict(ci, fit["b_noise_ci"]) if measured else "not measured yet")))
+    return pd.DataFrame(rows)
+
+
+B_SIMPLE_FILES = {optimizer: Path(__file__).resolve().parents[1] / "results" / "noise_scale" / f"exp13_e2_{optimizer}.json"
+                  for optimizer in ("sgd", "lamb")}  # `python -m tools noise-scale ... --json` (the README's command)
+
+
+def measured_b_simple(files: dict[str, Path] = B_SIMPLE_FILES) -> dict[str, list[dict]]:
+    """The noise-scale tool's rows per optimizer, where its file exists (none before the study's runs are measured)."""
+    return {optimizer: json.loads(path.read_text()) for optimizer, path in files.items() if path.is_file()}
+
+
+def steps_cells_table(df: pd.DataFrame) -> pd.DataFrame | None:
+    """The report's exp13_e2_steps_to_target: None until second-edition study runs exist."""
+    steps = run_steps(df)
+    table = cells_table(steps) if len(steps) else pd.DataFrame()
+    return None if table.empty else table
+
+
+def fit_report_table(df: pd.DataFrame) -> pd.DataFrame | None:
+    """The report's exp13_e2_fit: None until three batches of an optimizer have every seed at the target."""
+    steps = run_steps(df)
+    table = fit_table(steps, measured_b_simple()) if len(steps) else pd.DataFrame()
+    return None if table.empty else table

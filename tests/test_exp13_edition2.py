@@ -229,7 +229,7 @@ def test_one_tiny_second_edition_run_evaluates_every_k_steps_and_exp13_next_read
     import subprocess
     import sys
 
-    from contract.reader import read_runs
+    from analysis.runs import load_runs
     from tools import exp13_next as nx
 
     name = "e2-tune-sgd-w1-base0.05-s0"
@@ -237,8 +237,9 @@ def test_one_tiny_second_edition_run_evaluates_every_k_steps_and_exp13_next_read
                            str(tmp_path), "--jobs", "1"], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    df = read_runs(tmp_path)
+    df = load_runs(tmp_path)  # the analysis's frame: the eval records kept, in step order
     evals, epochs = df[df["kind"] == "eval"], df[df["kind"] == "epoch"]
+    assert df.loc[df["kind"] == "run", "eval_every"].tolist() == [128]
     assert evals["step"].tolist() == [128, 256] and len(epochs) == 2
     points = e2.curve(evals, epochs, 4)
     assert points["step"].tolist() == [128, 163, 256, 326]
@@ -255,3 +256,42 @@ def test_b_simple_rows_of_the_noise_scale_tool_are_read_per_batch_for_one_optimi
             {"run": "results/runs/13_steps_to_target/e2-tune-sgd-w8-base0.05-s0", "b_simple": 1.0}]
     assert e2.b_simple_cells(rows, "sgd") == {32: [300.0, 320.0]}
     assert e2.b_simple_cells(rows, "lamb") == {32: [900.0]}
+
+
+# ---- the tables, from fabricated step rows -----------------------------------------------------------------------
+def step_rows(cells: dict[int, list[float]], optimizer="sgd", k_of=lambda b: 2) -> pd.DataFrame:
+    return pd.DataFrame([dict(optimizer=optimizer, workers=b // 4, global_batch=b, seed=2 + i, base=0.05, tuning=False,
+                              status="completed", reached=True, steps=s, resolution=k_of(b), eval_every=k_of(b),
+                              best_top1=55.0, path=f"e2-{optimizer}-w{b // 4}-s{2 + i}")
+                         for b, seeds in cells.items() for i, s in enumerate(seeds)])
+
+
+def test_the_cells_table_has_a_resolution_column_and_a_cell_that_misses_it_leaves_the_fit():
+    cells = fabricated()
+    steps = step_rows(cells, k_of=lambda b: 64 if b == 2048 else 2)  # 64 > 5 % of batch 2,048's ~240 steps
+    table = e2.cells_table(steps).set_index("global_batch")
+    assert table.loc[4, "resolution_met"] and not table.loc[2048, "resolution_met"]
+    assert table.loc[2048, "resolution_share"] == pytest.approx(64 / min(cells[2048]))
+    assert (table["seeds"] == 5).all() and 2048 not in e2.fitted_cells(steps, "sgd")
+
+
+def test_the_fit_table_names_regimes_and_the_b_simple_verdict_from_the_declared_rules():
+    steps = step_rows(fabricated())
+    measured = {"sgd": [{"run": f"x/e2-sgd-w{w}-s{s}", "b_simple": 300.0 + s} for w in (1, 8, 64) for s in (2, 3)]}
+    row = e2.fit_table(steps, measured, draws=200).iloc[0]
+    assert row["b_noise_low"] < 400 < row["b_noise_high"] and "fits within seed noise" in row["goodness"]
+    assert "4: perfect scaling" in row["regimes"] and "2048: maximal data parallelism" in row["regimes"]
+    assert row["b_simple"] == "B_simple at the target agrees with B_crit"
+    assert e2.fit_table(steps, None, draws=50).iloc[0]["b_simple"] == "not measured yet"
+
+
+def test_the_reports_second_edition_tables_are_absent_until_its_runs_exist(tmp_path):
+    from analysis import catalogue as ct
+
+    empty = ct.Inputs(df=pd.DataFrame(columns=["kind", "exp"]), ref=pd.DataFrame())
+    for name in ("exp13_e2_steps_to_target", "exp13_e2_fit"):
+        entry = next(t for t in ct.TABLES if t.name == name)
+        assert entry.make(empty, entry) is None
+    assert e2.measured_b_simple({"sgd": tmp_path / "none.json"}) == {}
+    (tmp_path / "sgd.json").write_text('[{"run": "x/e2-sgd-w1-s2", "b_simple": 310.0}]')
+    assert e2.measured_b_simple({"sgd": tmp_path / "sgd.json"}) == {"sgd": [{"run": "x/e2-sgd-w1-s2", "b_simple": 310.0}]}
