@@ -252,15 +252,17 @@ def b_simple_interval(values: dict[int, list[float]], draws: int = BOOTSTRAPS, s
     return percentile_interval(medians)
 
 
-def b_simple_cells(measured: list[dict], optimizer: str) -> dict[int, list[float]]:
+def b_simple_cells(measured: list[dict], optimizer: str, reached: set[str] | None = None) -> dict[int, list[float]]:
     """`python -m tools noise-scale --json`'s rows for the second edition's study runs, as batch -> the B_simple of
-    its runs (one per seed) for one optimizer; a row of another run, or an unresolved B_simple (inf or None), is
-    left out."""
+    its runs (one per seed) for one optimizer; a row of another run, of a run not in `reached` (its weights are its
+    budget's end, not the target's), or an unresolved B_simple (inf or None), is left out."""
     cells: dict[int, list[float]] = {}
     for row in measured:
-        name = STUDY_RUN.match(str(row["run"]).rstrip("/").rsplit("/", 1)[-1])
+        run = str(row["run"]).rstrip("/").rsplit("/", 1)[-1]
+        name = STUDY_RUN.match(run)
         value = row.get("b_simple")
-        if name is None or name["optimizer"] != optimizer or value is None or not math.isfinite(value):
+        if name is None or name["optimizer"] != optimizer or value is None or not math.isfinite(value) \
+                or (reached is not None and run not in reached):
             continue
         cells.setdefault(4 * int(name["workers"]), []).append(float(value))
     return cells
@@ -313,7 +315,8 @@ def fit_table(steps: pd.DataFrame, b_simple: dict[str, list[dict]] | None = None
         fit, g = fit_with_misfit(cells, draws), goodness(cells)
         regimes = ("; ".join(f"{b}: {regime_word(b, fit['b_noise_ci'])}" for b in sorted(cells)) if names_regimes(g)
                    else "the model does not describe the curve well enough to name regimes")
-        measured = b_simple_cells((b_simple or {}).get(optimizer, []), optimizer)
+        at_target = {str(p).rsplit("/", 1)[-1] for p in steps.loc[steps["reached"].astype(bool), "path"]}
+        measured = b_simple_cells((b_simple or {}).get(optimizer, []), optimizer, at_target)
         ci = b_simple_interval(measured, draws) if measured else (math.nan, math.nan)
         rows.append(dict(optimizer=optimizer, batches=len(cells), s_min=fit["s_min"], s_min_low=fit["s_min_ci"][0],
                          s_min_high=fit["s_min_ci"][1], b_noise=fit["b_noise"], b_noise_low=fit["b_noise_ci"][0],

@@ -256,6 +256,7 @@ def test_b_simple_rows_of_the_noise_scale_tool_are_read_per_batch_for_one_optimi
             {"run": "results/runs/13_steps_to_target/e2-tune-sgd-w8-base0.05-s0", "b_simple": 1.0}]
     assert e2.b_simple_cells(rows, "sgd") == {32: [300.0, 320.0]}
     assert e2.b_simple_cells(rows, "lamb") == {32: [900.0]}
+    assert e2.b_simple_cells(rows, "sgd", reached={"e2-sgd-w8-s3"}) == {32: [320.0]}  # s2 ended at its budget
 
 
 # ---- the tables, from fabricated step rows -----------------------------------------------------------------------
