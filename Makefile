@@ -158,7 +158,7 @@ exp%: setup
 	$(PY) -m suite study $(EXP_DIR) $(STUDY_ARGS)
 exp1 exp2 exp3: horovod-if-possible
 
-exp13-next: setup ## Experiment 13's next rows (edge rates, then the study) from SCALE's finished tuning runs (OUT=runs; WRITE=1 adds them)
+exp13-next: setup ## Experiment 13 (second edition): the decisions due from the finished selection runs (OUT=runs; WRITE=1 writes them to edition2_decisions.toml)
 	$(PY) -m tools exp13-next --scale $(SCALE) $(if $(OUT),--runs $(OUT)) $(if $(filter 1,$(WRITE)),--write)
 
 # The report of results/runs (or OUT=) goes to results/report/<runs folder>/, cleared first; only the committed

@@ -36,6 +36,7 @@ from . import large_batch as lb  # noqa: E402
 from . import link as lk  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import steps_to_target as stt  # noqa: E402
+from . import steps_to_target_e2 as e2st  # noqa: E402
 from . import tables as tb  # noqa: E402
 from .compare import machine_of, report_comparison, runs_label  # noqa: E402
 from .readings import finding_summary, verdict_table  # noqa: E402
@@ -421,6 +422,18 @@ TABLES = (
           ("steps: to the target on the held-out 20 % of the training set (NaN: not reached within the budget); "
            "best_top1: its best held-out top-1; choice: the rule's pick per (optimizer, batch), fewest steps, a tie "
            "the lower rate, none reaching: the highest best_top1; named only once every planned rate has finished.",)),
+    Table("exp13_e2_steps_to_target", "", (13,), lambda inputs, entry: e2st.steps_cells_table(inputs.df),
+          "Experiment 13, second edition: steps to the target per global batch, counted every k steps",
+          ("steps: geometric mean over the 5 study seeds (NaN where any did not reach the target), steps_low/high "
+           "their range; eval_every: k, the count's resolution; resolution_share: k over the fewest steps, met "
+           "where k <= 5 % for every seed (a cell that misses it is left out of the fit); declared in "
+           "experiments/13_steps_to_target/declared_2026-11-28-edition2.txt.",)),
+    Table("exp13_e2_fit", "", (13,), lambda inputs, entry: e2st.fit_report_table(inputs.df),
+          "Experiment 13, second edition: S_min, B_noise (= B_crit) with intervals over batches and seeds, the fit's "
+          "goodness, the regimes it allows, B_simple at the target beside B_crit",
+          ("intervals: 90 % percentile, 2,000 bootstrap draws over batches and seeds; goodness: the fit's log RMS "
+           "against seed noise and a power law's, and B_noise with one batch left out; regimes: only where B_noise's "
+           "whole interval puts the batch in one; b_simple: the declared factor-3 rule.",)),
     Table("this_machine_vs_reference", "", (), this_machine,
           "This machine's runs, the committed reference's (by machine) and the thesis's"),
     Table("exp3_predicted", "", (3,), predicted_beside_measured,

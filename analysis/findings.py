@@ -10,6 +10,8 @@ tables record the best epoch: its scripts keep best_acc1, and its text reports "
                            interval's low end is above -margin (`equivalent` or `better`: not worse by the margin);
   warmup_matches_baseline  experiments 6, 8, 9 at each worker count against experiment 5's 1-worker baseline;
                            holds when `equivalent`;
+  warmup_schemes_alike     experiment 8 (gradual) against 6 (stepping) and 9 (the longer gradual) against 8, at
+                           each worker count both ran; holds when `equivalent` (the thesis: "no additional benefits");
   large_batch_matches_baseline  experiment 12 (beyond the thesis), each optimizer at each worker count of its
                            study runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs chose the
                            rates and are no verdicts) against the same baseline; holds when `equivalent`.
@@ -52,6 +54,8 @@ COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "o
 PAIRED, WELCH = "paired by seed", "Welch (unpaired)"  # `method`: how the interval was computed
 ALPHA = (1 - 0.90) / 2  # each end of the 90 % interval is a one-sided test at 5 %: Holm's family-wise level
 WARMUP_EXPERIMENTS = (6, 8, 9)
+SCHEMES = ((8, 6), (9, 8))  # gradual against stepping, the longer gradual against the shorter (the thesis's 5.8-5.9)
+SCHEME_WORDS = {6: "stepping warm-up", 8: "gradual warm-up, the shorter"}
 LARGE_BATCH = 12
 OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # the order rows and curves take
 # experiment 12's study runs (lars-w256-s0; thesis-lars-w256-s0 at another scale), not its sweep's (lars-base0.5-s0)
@@ -358,6 +362,22 @@ def warmup_findings(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> lis
     return rows
 
 
+def warmup_schemes(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list[dict]:
+    """The thesis's reading of experiments 8 and 9 (its sections 5.8-5.9): a gradual warm-up gains nothing over a
+    stepping one of the same length (8 against 6), nor a longer gradual one over the shorter (9 against 8); holds
+    where `equivalent`, at each worker count both sides ran at one per-worker batch."""
+    rows = []
+    for exp, against in SCHEMES:
+        mine, theirs = runs[runs["exp"] == exp], runs[runs["exp"] == against]
+        for (gpus, batch), g in mine.groupby(["gpus", "per_gpu_batch"], sort=True):
+            other = theirs[(theirs["gpus"] == gpus) & (theirs["per_gpu_batch"] == batch)]
+            if len(other):
+                rows.append(compare("warmup_schemes_alike", exp, int(gpus), f"exp {against}, {int(gpus)} workers "
+                                    f"({SCHEME_WORDS[against]})", g, other, margin,
+                                    _thesis_top1(ref, exp, int(gpus)) - _thesis_top1(ref, against, int(gpus))))
+    return rows
+
+
 def large_batch_findings(runs: pd.DataFrame, margin: float) -> list[dict]:
     """Experiment 12: each optimizer at each worker count against experiment 5's 1-worker baseline. The thesis ran no
     such study: thesis_difference is empty."""
@@ -383,7 +403,7 @@ def orderings(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
                                                        dropna=False, sort=True):
         margin = float(declared.get(scale, {}).get("points", math.nan))
         found = with_holm(naive_degrades(g, ref, margin) + warmup_findings(g, ref, margin)
-                          + large_batch_findings(g, margin))
+                          + warmup_schemes(g, ref, margin) + large_batch_findings(g, margin))
         rows += [{"scale": scale, "numerics": numerics, **(no_verdict(row) if is_smoke else row)} for row in found]
     return pd.DataFrame(rows, columns=COLUMNS)
 

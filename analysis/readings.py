@@ -21,6 +21,8 @@ FINDINGS = {
     "naive_degrades": "Naive scaling (learning rate fixed) degrades as the global batch grows",
     "warmup_not_worse": "Linear scaling with warm-up is not worse than without it at 32 workers",
     "warmup_matches_baseline": "With warm-up, the multi-worker model matches the 1-worker baseline",
+    "warmup_schemes_alike": "The warm-up schemes give alike models: gradual as stepping, the longer gradual as the "
+                            "shorter",
 }
 
 
@@ -64,6 +66,9 @@ def _thesis_claim(finding: str, ref: pd.DataFrame) -> str:
     if finding == "warmup_not_worse":
         return (f"thesis: {one(6, 32, 'horovod+pytorch'):.1f} % with a 5-epoch stepping warm-up against "
                 f"{one(5, 32):.1f} % without, at 32 GPUs (Tables 11-12)")
+    if finding == "warmup_schemes_alike":
+        return (f"thesis: at 32 GPUs {one(6, 32, 'horovod+pytorch'):.1f} % stepping, {one(8, 32):.1f} % gradual, "
+                f"{one(9, 32):.1f} % the longer gradual warm-up, read as 'no additional benefits' (Tables 12, 15-16)")
     warm = top1[top1["experiment"].isin([6, 8, 9]) & (top1["gpus"] > 1)]["top1"]
     return (f"thesis: {warm.min():.1f}-{warm.max():.1f} % with warm-up on 8-32 GPUs against the 1-GPU "
             f"baseline's {one(5, 1):.1f} % (Tables 11-15)")

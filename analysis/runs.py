@@ -42,13 +42,13 @@ from . import logs as lg
 from . import numbers as nb
 
 RUN_COLUMNS = ["experiment", "exp", "run", "path", "source", "scale", "framework", "backend", "numerics", "gpus",
-               "processes", "per_gpu_batch", "global_batch", "lr", "warmup", "optimizer", "holdout", "seed", "epochs",
-               "epochs_done", "status", "diverged", "wallclock_s", "bad_lines"]
+               "processes", "per_gpu_batch", "global_batch", "lr", "warmup", "optimizer", "holdout", "eval_every",
+               "seed", "epochs", "epochs_done", "status", "diverged", "wallclock_s", "bad_lines"]
 RECORD_COLUMNS = ["kind", "epoch", "train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5",
                   "epoch_lr", "epoch_time", "images", "skipped_steps", "thesis_images_per_s", "steady_images_per_s",
                   "batch_time_avg_at_199", "warmup_batches", "data_share", "data_s", "compute_s", "comm_s",
                   "best_val_top1", "best_val_top5", "t", "util_pct", "mem_gb", "power_w", "device", "planned_lr",
-                  "note"]
+                  "step", "note"]
 COLUMNS = RUN_COLUMNS + RECORD_COLUMNS
 TEXT_COLUMNS = ["experiment", "run", "path", "source", "scale", "framework", "backend", "numerics", "warmup", "optimizer",
                 "status",
@@ -149,6 +149,8 @@ def run_identity(folder: pd.Series) -> dict:
         "seed": train.get("seed"), "epochs": train.get("epochs"),
         # the share of the training set held out to validate on (experiment 13's tuning runs); 0: the validation set
         "holdout": float((cfg.get("data") or {}).get("holdout_share") or 0.0),
+        # evaluations every this many steps inside an epoch (experiment 13's second edition); 0: at epochs' ends
+        "eval_every": int(train.get("eval_every") or 0),
     }
 
 
@@ -171,6 +173,14 @@ def epoch_rows(epochs: dict[int, dict]) -> list[dict]:
     """A row per epoch, in epoch order, its fields under EPOCH_COLUMNS' names."""
     return [{"kind": "epoch", "epoch": e, **{column: epochs[e][field] for field, column in EPOCH_COLUMNS.items()}}
             for e in sorted(epochs)]
+
+
+def eval_rows(records: list[dict]) -> list[dict]:
+    """A row per evaluation inside an epoch (train.eval_every), in step order; a step recorded twice (a resumed
+    run) counts once, as last written."""
+    latest = {int(r["step"]): r for r in records if r["step"] is not None}
+    return [{"kind": "eval", "step": s, "val_top1": latest[s]["val_top1"], "val_loss": latest[s]["val_loss"]}
+            for s in sorted(latest)]
 
 
 def bench_rows(benches: list[dict]) -> list[dict]:
@@ -321,7 +331,8 @@ def run_frame(raw: pd.DataFrame) -> pd.DataFrame:
     ident = run_identity(folder)
     epochs, bad_epochs = latest_epochs(records_of(raw, "epoch", ["epoch", *EPOCH_COLUMNS]))
     iters, bad_iters = parse_iters(records_of(raw, "iter", ITER_FIELDS))
-    rows = epoch_rows(epochs) + throughput_rows(raw, iters, config, ident) + utilisation_rows(raw, manifest)
+    rows = epoch_rows(epochs) + eval_rows(records_of(raw, "eval", ["step", "val_top1", "val_loss"]))
+    rows += throughput_rows(raw, iters, config, ident) + utilisation_rows(raw, manifest)
     rows += [{"kind": "schedule", "epoch": e, "planned_lr": v}
              for e, v in enumerate((config.get("resolved") or {}).get("schedule") or [])]
     diverged = any(_nonfinite_loss(epochs[e]) for e in epochs) or \

@@ -34,7 +34,8 @@ from .large_batch import NOISE_FILES, THESIS_WORKERS, noise_scales  # noqa: E402
 from .smoke import smoke_paths  # noqa: E402
 
 EXPERIMENT = 13
-CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "13_steps_to_target" / "config.toml"
+CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "13_steps_to_target" / "edition1.toml"  # the first
+# edition (superseded by the second, declared_2026-11-28-edition2.txt): its plan as it ran, read as it was
 TUNE_RUN = re.compile(r"^tune-(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-base(?P<base>[0-9.e-]+)-s(?P<seed>\d+)$")
 STUDY_RUN = re.compile(r"^(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-s(?P<seed>\d+)$")
 PERFECT_RATIO, FLAT_RATIO = 0.6, 0.9  # declared: a doubling that saves < 40 % ends perfect scaling, < 10 % ends it all

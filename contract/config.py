@@ -136,6 +136,9 @@ class TrainConfig:
     # > 0: the run ends, completed, after the first epoch whose validation top-1 (percent) reaches this: a steps-to-
     # target study needs nothing later, and with no decay tied to the run's length the epochs before are unchanged
     stop_at_top1: float = 0.0
+    # > 0: also evaluate every this many optimizer steps inside an epoch (an `eval` record each; a run with
+    # stop_at_top1 ends at the first such evaluation that reaches it): steps to a target counted at k steps, not epochs
+    eval_every: int = 0
     framework: str = "pytorch"  # one of FRAMEWORKS: "tensorflow" is trainers/tf/'s benchmark (TF_BACKENDS)
 
 
@@ -629,6 +632,8 @@ def check_train_choices(t: TrainConfig) -> None:
         raise ConfigError(f"train.max_steps = {t.max_steps} must be >= 0 (0 = no cap: the whole schedule)")
     if not 0 <= t.stop_at_top1 <= 100:
         raise ConfigError(f"train.stop_at_top1 = {t.stop_at_top1} must be a top-1 in percent, 0-100 (0 = never stop)")
+    if t.eval_every < 0:
+        raise ConfigError(f"train.eval_every = {t.eval_every} must be >= 0 (0 = evaluate once an epoch, at its end)")
     if t.workers_per_pass < 0:
         raise ConfigError(f"train.workers_per_pass = {t.workers_per_pass} must be >= 0 (0 = as many as fit)")
     if t.workers_per_pass and t.backend in ("single", "dp"):  # ddp/horovod: emulated workers when W > processes

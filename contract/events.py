@@ -61,6 +61,7 @@ FIELDS = {
     "iter": {"train/loss": "loss", "train/top1": "top1", "train/top5": "top5", "train/lr": "lr"},
     "epoch": {"epoch/train_loss": "train_loss", "epoch/train_top1": "train_top1", "epoch/train_top5": "train_top5",
               "epoch/lr": "lr", "val/loss": "val_loss", "val/top1": "val_top1", "val/top5": "val_top5"},
+    "eval": {"eval/loss": "val_loss", "eval/top1": "val_top1", "eval/top5": "val_top5"},
     "bench": {"bench/images_per_s_steady": "images_per_s_steady", "bench/images_per_s_thesis": "images_per_s_thesis"},
 }
 
@@ -100,6 +101,8 @@ class Scalars:
         elif kind == "epoch":
             # without an iter record before it (none written so far), the epoch itself is the step
             step = (rec["epoch"] + 1) * self.iters if self.iters else rec["epoch"] + 1
+        elif kind == "eval":  # an evaluation inside an epoch (train.eval_every) names its own step
+            return rec["step"], rec["time"], _copied(rec)
         elif kind == "bench":
             step = rec["warmup_batches"] + rec["batches"]
         else:

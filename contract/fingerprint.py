@@ -29,6 +29,7 @@ IGNORED: dict[str, tuple[str, ...]] = {
 OMITTED_AT: dict[str, dict[str, Any]] = {
     "train": {"max_steps": 0,  # 0: the whole schedule; a capped (smoke) run is another condition
               "stop_at_top1": 0.0,  # 0: never stopped at a target
+              "eval_every": 0,  # 0: evaluated once an epoch, at its end
               "framework": "pytorch"},  # every run before TensorFlow's was PyTorch's
     "data": {"holdout_share": 0.0},  # 0: trained on every training image, validated on the validation set
 }

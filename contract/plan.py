@@ -33,6 +33,7 @@ from typing import Any
 
 from contract.config import (DISTRIBUTED_BACKENDS, SCALES, BatchTooLarge, Config, ConfigError, chosen_backend,
                              find_scales_file, load_config, parse_override, read_toml)
+from contract import tuned
 from contract.runfolder import check_run_name
 
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
@@ -40,7 +41,7 @@ SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tas
          "train.precision": "", "train.channels_last": "cl", "train.compile": "compiled"}
 LAUNCH_KEYS = ("nodes", "tasks_per_node", "run", "seeds", "first_seed", "scale")  # how runs are launched, named,
 # repeated or placed at a scale, not trainer settings
-STUDY_KEYS = ("question", "vary", "extra", "seeds", "nodes", "tasks_per_node", "baseline", "kind", "next")
+STUDY_KEYS = ("question", "vary", "extra", "seeds", "nodes", "tasks_per_node", "baseline", "kind", "next", "tuned")
 NEXT_FIELDS = ("out", "scale")  # what a study's `next` command may name: {out} its runs folder, {scale} its scale
 KINDS = ("quality", "throughput")
 
@@ -83,6 +84,8 @@ def study_table(config: Path, scale: str) -> dict[str, Any]:
     document = read_toml(config)
     table = dict(document.get("study", {}))
     table.update(document.get("scale", {}).get(scale, {}).get("study", {}))
+    if "tuned" in table:  # a tuned study's plan and decisions, as data (contract/tuned.py): its rows join extra's
+        table["extra"] = list(table.get("extra", [])) + tuned.rows(config.parent / str(table["tuned"]))
     check_study_table(table, config)
     if "extra" in table:  # a row that names its scale is planned there alone
         table["extra"] = [row for row in table["extra"] if row.get("scale", scale) == scale]

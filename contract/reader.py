@@ -200,7 +200,7 @@ def read_runs(root: str | Path) -> pd.DataFrame:
 
     Columns (IDENTITY, FOLDER, RECORD above, then any other key a record holds, named as written):
       experiment, run, path  the folder's parent's name, its name, and its path (str) -- every row;
-      kind                   "run" for the folder's row, else the record's kind (iter, epoch, bench, status, util);
+      kind                   "run" for the folder's row, else the record's kind (iter, epoch, eval, bench, status, util);
       config, manifest       the folder's JSON documents, None where missing or unreadable;
       fingerprint            the config's fingerprint (contract/fingerprint.py), None without a readable config;
       bad_lines              metrics.jsonl's lines that are not a record of a declared kind (skipped);

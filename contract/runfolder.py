@@ -136,6 +136,20 @@ class Epoch:
 
 
 @dataclass(frozen=True)
+class Eval:
+    """An evaluation inside an epoch (train.eval_every): the validation (or held-out) set after `step` optimizer
+    steps in all, so steps to a target are counted at k steps, not whole epochs. An epoch's end has its Epoch."""
+
+    epoch: int
+    iter: int  # 0-based index within the epoch of the step just done
+    step: int  # optimizer steps done in all, this one included
+    val_loss: float
+    val_top1: float  # percent
+    val_top5: float
+    eval_time: float  # seconds this evaluation took
+
+
+@dataclass(frozen=True)
 class Bench:
     """A throughput benchmark: `batches` timed steps after `warmup_batches` untimed ones."""
 
@@ -201,7 +215,7 @@ class Util:
     gpus: list = field(default_factory=list)  # GPUSample fields as dicts; empty without a GPU
 
 
-RECORDS: dict[str, type] = {"iter": Iter, "epoch": Epoch, "bench": Bench, "status": Status, "util": Util}
+RECORDS: dict[str, type] = {"iter": Iter, "epoch": Epoch, "eval": Eval, "bench": Bench, "status": Status, "util": Util}
 STATUSES = ("running", "completed", "diverged", "failed", "preempted")
 
 

@@ -237,3 +237,25 @@ def test_a_row_that_gained_seeds_after_a_look_is_flagged_with_its_declared_inter
     assert table.loc[32, "declared_ci_low"] == pytest.approx(declared["ci_low"])
     assert table.loc[32, "after_a_look"].startswith("seeds added after a look: declared 3 vs 3")
     assert pd.isna(table.loc[16, "after_a_look"])  # its treated runs were planned after the look: not flagged
+
+
+# ---- issue 50: the thesis's gradual-against-stepping reading, a family of its own with Holm's line ------------------
+def test_the_warmup_schemes_are_compared_gradual_against_stepping_and_longer_against_shorter():
+    df = runs([(6, 32, "stepping-4", [61.0, 62.0, 60.5]), (8, 32, "gradual-4", [61.2, 62.1, 60.4]),
+               (9, 32, "gradual-8", [58.0, 59.1, 57.5]), (8, 24, "gradual-4", [62.0, 63.0, 61.0])])
+    table = orderings(df, rf.load_reference())
+    schemes = table[table["finding"] == "warmup_schemes_alike"]
+    got = list(zip(schemes["experiment"], schemes["workers"], schemes["against"], schemes["verdict"],
+                   schemes["holds"]))
+    assert got == [(8, 32, "exp 6, 32 workers (stepping warm-up)", "equivalent", "yes"),
+                   (9, 32, "exp 8, 32 workers (gradual warm-up, the shorter)", "worse", "no")], got
+    assert schemes["p_holm"].notna().all()  # one family: Holm's correction over its two rows
+    assert schemes["thesis_difference"].iloc[0] == pytest.approx(rf_top1(8, 32) - rf_top1(6, 32))
+
+
+def rf_top1(exp: int, gpus: int) -> float:
+    ref = rf.load_reference().dropna(subset=["top1"])
+    rows = ref[(ref["experiment"] == exp) & (ref["gpus"] == gpus)]
+    if exp == 6:
+        rows = rows[rows["framework"] == "horovod+pytorch"]
+    return float(rows["top1"].mean())

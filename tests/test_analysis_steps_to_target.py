@@ -16,7 +16,7 @@ import pytest
 from analysis import steps_to_target as st
 from tests.helpers import REPO
 
-DECLARED = "results/reference/vm-2cpu/declared_2026-11-25-exp13.txt"
+DECLARED = "experiments/13_steps_to_target/declared_2026-11-25-exp13.txt"
 
 
 def epochs(values, images=8000):
@@ -224,7 +224,7 @@ def test_a_run_that_started_before_the_declaration_is_caught(tmp_path):
 def test_the_declaration_was_committed_before_every_committed_experiment_13_run_started():
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("no git history here to date the declaration by")
-    added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%cI", "--", DECLARED], cwd=REPO,
+    added = subprocess.run(["git", "log", "--follow", "--diff-filter=A", "--format=%cI", "--", DECLARED], cwd=REPO,
                            capture_output=True, text=True, timeout=60).stdout.split()
     assert added, f"{DECLARED} is not in the git history"
     runs = sorted(p for p in (REPO / "results" / "reference").glob("*/13_steps_to_target/*") if p.is_dir())

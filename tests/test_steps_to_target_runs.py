@@ -121,3 +121,69 @@ def test_an_extra_run_s_seeds_may_start_past_the_tuning_seed(tmp_path):
     config.write_text(text.replace("first_seed = 1", "first_seed = -1"))
     with pytest.raises(ConfigError, match=r"study first_seed = -1 must be a whole number >= 0"):
         expand(config, "local", need_data=False)
+
+
+# ---- train.eval_every: steps to a target at k steps' resolution (experiment 13's second edition) ----------------
+EVERY = {**GENERATED, "train": {**GENERATED["train"], "eval_every": 2}}  # 6 steps an epoch: evaluations at 2 and 4
+
+
+def test_evaluations_every_k_steps_are_recorded_and_change_no_training_step(tmp_path):
+    assert train_in_process(write_config(tmp_path / "plain.toml", GENERATED), tmp_path, "r") == 0
+    assert train_in_process(write_config(tmp_path / "every.toml", EVERY), tmp_path, "r") == 0
+    plain, every = records(tmp_path / "plain" / "r", "epoch"), records(tmp_path / "every" / "r", "epoch")
+    evals = records(tmp_path / "every" / "r", "eval")
+    # every second step over the whole run, never an epoch's last (the epoch's own validation is that one)
+    assert [e["step"] for e in evals] == [2, 4, 8, 10, 14, 16, 20, 22]
+    assert [(e["epoch"], e["iter"]) for e in evals[:3]] == [(0, 1), (0, 3), (1, 1)]
+    assert [e["train_loss"] for e in every] == [e["train_loss"] for e in plain]  # evaluating trains nothing
+    assert [e["val_top1"] for e in every] == pytest.approx([e["val_top1"] for e in plain])
+    assert records(tmp_path / "plain" / "r", "eval") == []
+
+
+def test_a_run_with_eval_every_ends_at_the_first_evaluation_that_reaches_its_target(tmp_path):
+    assert train_in_process(write_config(tmp_path / "every.toml", EVERY), tmp_path, "r") == 0
+    evals = records(tmp_path / "every" / "r", "eval")
+    first = next((e for e in evals if e["val_top1"] > 0), None)
+    assert first is not None, "no evaluation above 0 % top-1: pick another seed for this test"
+    stopped = write_config(tmp_path / "stop.toml", {**EVERY, "train": {**EVERY["train"],
+                                                                       "stop_at_top1": first["val_top1"]}})
+    assert train_in_process(stopped, tmp_path, "r") == 0
+    run_dir = tmp_path / "stop" / "r"
+    cut = records(run_dir, "eval")
+    assert cut[-1]["step"] == first["step"] and [e["step"] for e in cut] == [e["step"] for e in evals
+                                                                             if e["step"] <= first["step"]]
+    epochs = records(run_dir, "epoch")
+    assert [e["epoch"] for e in epochs] == list(range(first["epoch"] + 1))  # the epoch it reached it in, cut short
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "completed"
+    assert train_in_process(stopped, tmp_path, "r", "--resume", "force") == 0  # resumed: nothing more is trained
+    assert records(run_dir, "eval")[-1]["step"] == first["step"]
+
+
+def test_eval_every_is_a_step_count_and_absent_from_the_committed_fingerprints_at_zero(tmp_path):
+    with pytest.raises(ConfigError, match=r"train.eval_every = -1 must be >= 0"):
+        load_config(write_config(tmp_path / "c.toml"), "local", ["train.eval_every=-1"])
+    from contract.fingerprint import config_fingerprint
+
+    config = write_config(tmp_path / "g.toml", GENERATED)
+    assert config_fingerprint(load_config(config, "local", ["train.eval_every=0"])) == \
+        config_fingerprint(load_config(config, "local"))
+    assert config_fingerprint(load_config(config, "local", ["train.eval_every=2"])) != \
+        config_fingerprint(load_config(config, "local"))
+
+
+def test_a_run_with_eval_every_interrupted_mid_epoch_resumes_to_the_same_evaluations(tmp_path, monkeypatch):
+    """The study's resumption with k-step evaluations: cut after step 9 (epoch 1, after the evaluation at step 8),
+    resumed, it records the evaluations and weights of a run never cut."""
+    from tests.helpers import final_state, max_difference
+    from tests.test_precision import preempt_at
+
+    config = write_config(tmp_path / "every.toml", EVERY)
+    assert train_in_process(config, tmp_path, "whole") == 0
+    preempt_at(monkeypatch, 6 + 3)
+    assert train_in_process(config, tmp_path, "cut") == 4
+    monkeypatch.undo()
+    assert train_in_process(config, tmp_path, "cut", "--resume", "auto") == 0
+    whole, cut = records(tmp_path / "every" / "whole", "eval"), records(tmp_path / "every" / "cut", "eval")
+    assert [(e["step"], e["val_top1"], e["val_loss"]) for e in cut] == \
+        [(e["step"], e["val_top1"], e["val_loss"]) for e in whole]
+    assert max_difference(final_state(tmp_path / "every" / "whole"), final_state(tmp_path / "every" / "cut")) == 0.0

@@ -295,11 +295,11 @@ def test_a_study_that_declares_its_next_step_names_it_with_its_folder_and_scale(
     """Experiment 13 runs in steps: a `make exp13` that finished step 1 must say what writes step 2, not just stop."""
     from studies.progress import next_hint
 
-    study = load_study(REPO / "experiments" / "13_steps_to_target", "gpu", False, None, [], ["gpu-tune-sgd-w1-*"])
+    study = load_study(REPO / "experiments" / "13_steps_to_target", "gpu", False, None, [], ["gpu-e2-tune-sgd-w1-*"])
     hint = next_hint(study.next_step, Path("/data/runs"), "gpu")
     assert "`make exp13-next SCALE=gpu OUT=/data/runs WRITE=1`" in hint
     assert next_hint("", Path("/x"), "local") == ""
-    quick = load_study(REPO / "experiments" / "13_steps_to_target", "local", True, None, [], ["tune-sgd-w1-*"])
+    quick = load_study(REPO / "experiments" / "13_steps_to_target", "local", True, None, [], ["e2-tune-sgd-w1-*"])
     assert quick.next_step == ""  # QUICK's smoke runs choose nothing: no next step is named
     err = refuse_study(capsys, tiny_experiment(tmp_path, 'next = "make it {outt}"'))
     assert "study.next names {outt}" in err and "{out} and {scale}" in err

@@ -1,123 +1,112 @@
-"""Experiment 13's next rows, read from its finished tuning runs by the declared rules (its README): per (optimizer,
-workers), wait while a tuning run of that pair is unfinished; a winner at an edge of its rates gets one more rate a
-factor 2 beyond that edge (at most EDGE_EXTENSIONS per pair); otherwise the pair's study rows (its chosen rate,
-seeds 1-3) are due. `--write` adds the due rows to config.toml and a dated line to the declared file, so that both
-are committed before any of those runs starts; rows already in config.toml are never written twice.
+"""Experiment 13's next decisions (second edition), read from its finished selection runs by the declared rules
+(experiments/13_steps_to_target/declared_2026-11-28-edition2.txt): per (optimizer, workers), wait while a selection
+run of that pair is unfinished; where a rate tied with the best sits at an edge of the pair's grid, one more rate a
+factor 2 beyond that edge (`extend`); otherwise the pair's chosen rate (`choose`: its study rows, seeds 2-6).
+`--write` adds the due decisions to the decisions file (edition2_decisions.toml: data the planner reads, never the
+config's text) and a dated line, with the number of second-edition runs started at that moment, to the declared
+file, so that both are committed before any run they add starts.
 
     python -m tools exp13-next [--runs results/runs] [--write]      (make exp13-next [WRITE=1])
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import datetime as dt
+import json
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from analysis import steps_to_target as st
-from contract.config import SCALES
+from analysis import steps_to_target_e2 as e2
 from analysis.runs import load_runs
 from analysis.smoke import smoke_paths
+from contract import tuned
+from contract.config import ConfigError, read_toml
+from contract.runfolder import MANIFEST
 
 REPO = Path(__file__).resolve().parents[1]
-DECLARED = REPO / "results" / "reference" / "vm-2cpu" / "declared_2026-11-25-exp13.txt"
-TUNING_KEYS = ("optim.name", "lr.base", "train.workers", "train.epochs", "data.holdout_share")
-STUDY_KEYS = ("optim.name", "lr.base", "train.workers", "train.epochs")
+EXP13 = REPO / "experiments" / "13_steps_to_target"
+PLAN = EXP13 / "edition2.toml"
+DECLARED = EXP13 / "declared_2026-11-28-edition2.txt"
 
 
 @dataclass(frozen=True)
 class Step:
-    """What one (optimizer, workers) pair needs next: its action, the rows that action adds, and why."""
+    """What one (optimizer, workers) pair needs next: its action, the decisions it adds, and why."""
     optimizer: str
     workers: int
-    action: str             # "wait", "edge", "study" (rows due), "written" (its study rows are in the config)
-    rows: tuple[dict, ...]  # config rows to add (edge: one tuning row; study: one row of seeds)
+    action: str                 # "wait", "extend" or "choose" (decisions due), "chosen" (its rate is decided)
+    decisions: tuple[dict, ...]  # {kind, optimizer, workers, base}
     why: str
 
 
-def tuning_name(optimizer: str, workers: int, base: float) -> str:
-    return f"tune-{optimizer}-w{workers}-base{base:g}"
+def pair_rates(runs: pd.DataFrame, optimizer: str, workers: int) -> tuple[dict, dict, set]:
+    """A pair's finished selection runs: steps per rate (its seeds'), mean best held-out top-1 per rate, and the
+    (rate, seed) pairs finished."""
+    mine = runs[runs["tuning"].astype(bool) & (runs["optimizer"] == optimizer) & (runs["workers"] == workers)]
+    steps = {float(b): g.sort_values("seed")["steps"].tolist() for b, g in mine.groupby("base")}
+    top1 = {float(b): float(g["best_top1"].mean()) for b, g in mine.groupby("base")}
+    return steps, top1, {(float(r.base), int(r.seed)) for r in mine.itertuples()}
 
 
-def study_name(optimizer: str, workers: int) -> str:
-    return f"{optimizer}-w{workers}"
-
-
-def edge_row(template: dict, chosen: pd.Series, scale: str) -> dict:
-    """One more tuning rate a factor 2 beyond the edge the winner sits on (the declared edge rule), planned at the
-    scale whose runs asked for it."""
-    base = float(chosen["chosen_base"]) / 2 if chosen["at_edge"] == "low" else float(chosen["chosen_base"]) * 2
-    row = {key: template[key] for key in TUNING_KEYS if key in template}
-    row["lr.base"] = base
-    return {"run": tuning_name(template["optim.name"], int(template["train.workers"]), base), "scale": scale, **row}
-
-
-def study_row(template: dict, chosen: pd.Series, scale: str) -> dict:
-    """The pair's study: its chosen rate on the whole training set, seeds 1-3 (never the tuning seed 0), planned
-    at the scale whose step 1 chose that rate alone."""
-    row = {key: template[key] for key in STUDY_KEYS}
-    row["lr.base"] = float(chosen["chosen_base"])
-    return {"run": study_name(template["optim.name"], int(template["train.workers"])), "scale": scale, **row,
-            "seeds": st.STUDY_SEEDS, "first_seed": st.FIRST_STUDY_SEED}
-
-
-def next_step(pair: tuple[str, int], rows: list[dict], finished: pd.DataFrame, written: set[str],
-              scale: str) -> Step:
-    """The declared rule for one pair, read over its finished tuning runs at `scale`."""
-    optimizer, workers = pair
-    if study_name(optimizer, workers) in written:
-        return Step(optimizer, workers, "written", (), "its study rows are in config.toml")
-    done = finished[(finished["optimizer"] == optimizer) & (finished["workers"] == workers)]
-    waiting = [r["run"] for r in rows if float(r["lr.base"]) not in set(done["base"])]
+def next_step(plan: tuned.TunedPlan, decisions: dict, runs: pd.DataFrame, optimizer: str, workers: int) -> Step:
+    """The declared rule for one pair, read over its finished selection runs."""
+    chosen = [d for d in decisions["choose"] if d["optimizer"] == optimizer and int(d["workers"]) == workers]
+    if chosen:
+        return Step(optimizer, workers, "chosen", (), f"base {float(chosen[0]['base']):g} chosen")
+    grid = tuned.rates(plan, decisions, optimizer, workers)
+    seeds = range(plan.first_selection_seed, plan.first_selection_seed + plan.selection_seeds)
+    steps, top1, done = pair_rates(runs, optimizer, workers)
+    waiting = [(b, s) for b in grid for s in seeds if (b, s) not in done]
     if waiting:
-        return Step(optimizer, workers, "wait", (), f"{len(waiting)} of {len(rows)} tuning runs unfinished")
-    chosen = st.selection(done).iloc[0]
-    reached = (f"{chosen['steps']:,.0f} steps to the target" if chosen["reached"]
-               else "none reached the target: the best held-out top-1")
-    why = f"base {chosen['chosen_base']:g} of {len(rows)} rates ({reached})"
-    extensions = len(rows) - st.GRID_RATES
-    if chosen["at_edge"] and extensions < st.EDGE_EXTENSIONS:
-        return Step(optimizer, workers, "edge", (edge_row(rows[0], chosen, scale),),
-                    f"{why}: at the grid's {chosen['at_edge']} edge, extension {extensions + 1} of "
-                    f"{st.EDGE_EXTENSIONS}")
-    if chosen["at_edge"]:
-        why += f", still at the {chosen['at_edge']} edge after {extensions} extensions (possibly under-tuned)"
-    return Step(optimizer, workers, "study", (study_row(rows[0], chosen, scale),), why)
+        return Step(optimizer, workers, "wait", (), f"{len(waiting)} of {len(grid) * len(seeds)} selection runs "
+                                                    "unfinished")
+    choice = e2.choose({b: steps[b] for b in grid}, {b: top1[b] for b in grid}, plan.eval_every[workers])
+    why = (f"tied {', '.join(f'{b:g}' for b in choice.tied)} of {len(grid)} rates; middle {choice.winner:g}"
+           + ("" if choice.reached else " (none reached the target on both seeds: the best held-out top-1)"))
+    extensions = len(grid) - len(plan.grid[optimizer])
+    if choice.edges and extensions < plan.max_extensions:
+        beyond = [grid[0] / 2 if edge == "low" else grid[-1] * 2 for edge in choice.edges]
+        return Step(optimizer, workers, "extend", tuple({"kind": "extend", "optimizer": optimizer, "workers": workers,
+                                                         "base": b} for b in beyond),
+                    f"{why}: a tied rate at the grid's {' and '.join(choice.edges)} edge")
+    if choice.edges:
+        why += f", still at the {' and '.join(choice.edges)} edge after {extensions} extensions (possibly under-tuned)"
+    return Step(optimizer, workers, "choose", ({"kind": "choose", "optimizer": optimizer, "workers": workers,
+                                               "base": choice.winner},), why)
 
 
-def next_steps(runs: pd.DataFrame, rows: list[dict], scale: str = "local") -> list[Step]:
-    """Every planned pair's next step at `scale`, from the runs' frame (analysis.runs) and the config's extra rows
-    (those another scale's step 1 wrote are not this scale's)."""
-    rows = [r for r in rows if r.get("scale", scale) == scale]
-    written = {r["run"] for r in rows if not r["run"].startswith("tune-")}
-    steps = st.run_steps(runs)
-    finished = steps[steps["tuning"].astype(bool) & (steps["scale"] == scale)] if len(steps) else steps
-    return [next_step(pair, pair_rows, finished, written, scale)
-            for pair, pair_rows in st.tuning_pairs(rows).items()]
+def next_steps(runs: pd.DataFrame, plan_path: Path = PLAN) -> list[Step]:
+    """Every planned pair's next step, from the second edition's finished runs (analysis.steps_to_target_e2)."""
+    plan = tuned.load_plan(plan_path)
+    decisions = tuned.load_decisions(plan)
+    steps = e2.run_steps(runs)
+    return [next_step(plan, decisions, steps, optimizer, workers) for optimizer in plan.grid
+            for workers in plan.workers]
 
 
-def toml_value(value) -> str:
-    if isinstance(value, str):
-        return f'"{value}"'
-    return repr(float(value)) if isinstance(value, float) else repr(int(value))
+def toml_entry(entry: dict) -> str:
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in entry.items()) + " }"
 
 
-def toml_row(row: dict) -> str:
-    cells = ", ".join(f'{key if key.isidentifier() else chr(34) + key + chr(34)} = {toml_value(value)}'
-                      for key, value in row.items())
-    return f"    {{ {cells} }},"
+def decisions_text(decisions: dict, header: str) -> str:
+    """The decisions file regenerated from its data (its header comment kept): never an edit of a config's text."""
+    lines = [header.rstrip("\n")]
+    for kind in ("extend", "choose"):
+        entries = decisions[kind]
+        lines.append(f"{kind} = [" + ("" if entries else "]"))
+        lines += [f"    {toml_entry(e)}," for e in entries] + (["]"] if entries else [])
+    return "\n".join(lines) + "\n"
 
 
-def insert_rows(text: str, rows: list[dict], heading: str) -> str:
-    """config.toml's text with the rows added at the end of [study] extra, under a comment line."""
-    lines = text.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.startswith("extra = ["))
-    end = next(i for i in range(start, len(lines)) if lines[i].rstrip() == "]")
-    block = [f"    # {heading}\n"] + [toml_row(row) + "\n" for row in rows]
-    return "".join(lines[:end] + block + lines[end:])
+def runs_started(runs_dir: Path) -> int:
+    """Second-edition run folders with a manifest under `runs_dir`, the runs root or the study's own folder (each
+    started at least once)."""
+    found = set(runs_dir.glob(f"{e2.PREFIX}*")) | set(runs_dir.glob(f"*/{e2.PREFIX}*"))  # a study's folder or its root
+    return sum(1 for p in found if (p / MANIFEST).is_file())
 
 
 def commit_of_tree() -> str:
@@ -125,56 +114,73 @@ def commit_of_tree() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def write_due(due: list[Step], config: Path, declared: Path, runs: Path) -> str:
-    """Add the due rows to config.toml and say so, with when and from what, in the declared file."""
+def write_due(due: list[Step], plan_path: Path, declared: Path, runs_dir: Path) -> str:
+    """Add the due decisions to the decisions file and say so, with when, from what and how many runs had started,
+    in the declared file."""
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
-    rows = [row for step in due for row in step.rows]
-    heading = f"added {now} by `python -m tools exp13-next --write` from step 1's finished runs (declared file)"
-    config.write_text(insert_rows(config.read_text(), rows, heading))
-    said = "; ".join(f"{s.optimizer} w{s.workers}: {s.action} row {', '.join(r['run'] for r in s.rows)}, {s.why}"
-                     for s in due)
+    plan = tuned.load_plan(plan_path)
+    decisions = tuned.load_decisions(plan)
+    started = runs_started(runs_dir)
+    for step in due:
+        for d in step.decisions:
+            decisions[d["kind"]].append({"optimizer": d["optimizer"], "workers": d["workers"], "base": d["base"],
+                                         "at": now, "runs_done": started})
+    text = plan.decisions.read_text() if plan.decisions.is_file() else ""
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    plan.decisions.write_text(decisions_text(decisions, header))
+    tuned.rows(plan_path)  # the file just written must plan: a mistake fails here, not in the study
+    said = "; ".join(f"{s.optimizer} w{s.workers}: {s.action} {bases(s)} ({s.why})" for s in due)
     line = (f"{now}, step 1 read by `python -m tools exp13-next --write` (tree at {commit_of_tree()}, runs in "
-            f"{runs}): {said}. Written into config.toml before any of these runs started.\n")
+            f"{runs_dir}): {said}. {started} second-edition runs started at this moment; written into "
+            f"{plan.decisions.name} before any run it adds started.\n")
     with open(declared, "a") as f:
         f.write(line)
     return line
 
 
+def bases(step: Step) -> str:
+    return ", ".join(f"{d['base']:g}" for d in step.decisions)
+
+
 def show(steps: list[Step]) -> str:
     lines = [f"{'optimizer':9} {'workers':>7}  {'next':7}  why"]
     for s in steps:
-        names = ", ".join(r["run"] for r in s.rows)
-        lines.append(f"{s.optimizer:9} {s.workers:>7}  {s.action:7}  {s.why}" + (f" -> {names}" if names else ""))
+        lines.append(f"{s.optimizer:9} {s.workers:>7}  {s.action:7}  {s.why}" + (f" -> {bases(s)}" if s.decisions else ""))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools exp13-next", description=__doc__.split("\n")[0])
-    p.add_argument("--runs", type=Path, default=Path("results/runs"), help="the run folders step 1 wrote")
-    p.add_argument("--config", type=Path, default=st.CONFIG, help="experiment 13's config.toml")
+    p.add_argument("--runs", type=Path, default=Path("results/runs"), help="the run folders `make exp13` wrote")
+    p.add_argument("--plan", type=Path, default=PLAN, help="the second edition's plan (edition2.toml)")
     p.add_argument("--declared", type=Path, default=DECLARED, help="the declared file a --write line goes to")
-    p.add_argument("--write", action="store_true", help="add the due rows to the config and a line to the declared file")
-    p.add_argument("--scale", default="local", choices=SCALES, help="the scale whose step 1 is read (its rows carry it)")
+    p.add_argument("--write", action="store_true", help="add the due decisions and a line to the declared file")
+    p.add_argument("--scale", default="local", choices=["local"], help="the second edition runs at the local scale")
     args = p.parse_args(argv)
     if not args.runs.is_dir():
         print(f"error: {args.runs} is no folder: give the runs folder `make exp13` wrote (OUT=, default results/runs)",
               file=sys.stderr)
         return 2
-    runs = load_runs(args.runs)
-    for problem in runs.attrs["problems"]:  # a folder left out (no identity, a copy) is said, never skipped silently
-        print(f"problem: {problem}")
-    if not len(runs) or not (runs["exp"] == st.EXPERIMENT).any():
-        print(f"exp13-next: no experiment-13 runs under {args.runs} yet: `make exp13` writes them")
-    steps = next_steps(runs, st.planned_rows(args.config, args.scale), args.scale)
+    try:
+        read_toml(args.plan)
+        runs = load_runs(args.runs)
+        for problem in runs.attrs["problems"]:  # a folder left out (no identity, a copy) is said, never skipped
+            print(f"problem: {problem}")
+        if not len(runs) or not (runs["exp"] == e2.EXPERIMENT).any():
+            print(f"exp13-next: no experiment-13 runs under {args.runs} yet: `make exp13` writes them")
+        steps = next_steps(runs, args.plan)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(show(steps))
-    smoke = smoke_paths(runs[runs["exp"] == st.EXPERIMENT]) if len(runs) else set()
+    smoke = smoke_paths(runs[runs["exp"] == e2.EXPERIMENT]) if len(runs) else set()
     if smoke:
         print(f"exp13-next: {len(smoke)} smoke run(s) (QUICK=1) left out: a smoke run never chooses a rate")
-    due = [s for s in steps if s.action in ("edge", "study")]
+    due = [s for s in steps if s.action in ("extend", "choose")]
     if args.write and due:
-        print(write_due(due, args.config, args.declared, args.runs), end="")
-        print(f"exp13-next: {sum(len(s.rows) for s in due)} row(s) written; commit config.toml and the declared "
-              "file before they run")
+        print(write_due(due, args.plan, args.declared, args.runs), end="")
+        print(f"exp13-next: {sum(len(s.decisions) for s in due)} decision(s) written; commit the decisions file and "
+              "the declared file before `make exp13` runs them")
     elif due:
-        print(f"exp13-next: {len(due)} pair(s) have rows due; `--write` (make exp13-next WRITE=1) adds them")
+        print(f"exp13-next: {len(due)} pair(s) have decisions due; `--write` (make exp13-next WRITE=1) adds them")
     return 0

@@ -38,6 +38,9 @@ from trainers.runlog import DeviceTotals, LogEvery, Sums, summary_line, test_lin
 from trainers.tallies import SkippedSteps, StepTimes, UnreadableFiles
 
 
+EVAL_BATCH = 250  # train.eval_every's evaluations: batches at least this large (forward only, in eval mode)
+
+
 class Diverged(Exception):
     pass
 
@@ -164,8 +167,11 @@ class Trainer:
         self.train_loader = data.make_loader(self.train_ds, self.train_sampler, workers, pin)
         # on a GPU the next batches are moved (and decoded) on a stream of their own while this one trains
         self.train_batches = data.DeviceBatches(self.train_loader, b.device)
+        val_batch = self.per_shard_batch * len(b.shards())
+        if self.cfg.train.eval_every:  # evaluated often: in batches of at least EVAL_BATCH (eval mode: the same sums)
+            val_batch = max(val_batch, EVAL_BATCH)
         val = data.IndexBatches(data.val_indices(len(self.val_ds), b.world_size, b.rank, self.cfg.data.val_mode),
-                                self.per_shard_batch * len(b.shards()))
+                                val_batch)
         self.val_loader = data.DeviceBatches(data.make_loader(self.val_ds, val, workers, pin), b.device)
 
     # ---- the run: epochs ----------------------------------------------------------------------------------
@@ -227,6 +233,8 @@ class Trainer:
             totals.add(loss, output, target)
             # a lone process looks at a stop signal every step; several agree on one where they all read anyway
             reading = every.end_step(i, read=b.world_size == 1 and self.stop.received is not None)
+            if self.eval_due(epoch, i, last) and self.evaluate(epoch, i):
+                break  # the target reached at this step: the epoch ends here (fit validates, records, checkpoints)
             if reading is None:
                 continue
             self.stop.rehearse(epoch * len(self.train_sampler) + i + 1, b.is_main(), self.run.log)
@@ -288,6 +296,23 @@ class Trainer:
             data_time_avg=data_time.avg, loss=r.losses.val, loss_avg=r.losses.avg, top1=r.top1.val,
             top1_avg=r.top1.avg, top5=r.top5.val, top5_avg=r.top5.avg,
         )
+
+    # ---- evaluation every k steps (train.eval_every): steps to a target at k steps' resolution ------------------
+    def eval_due(self, epoch: int, i: int, last: int) -> bool:
+        """Step i of `epoch` ends a k-step stretch (counted over the whole run, so a resume keeps the cadence) and is
+        not the epoch's last (whose evaluation is the epoch's own)."""
+        k = self.cfg.train.eval_every
+        return bool(k) and (epoch * len(self.train_sampler) + i + 1) % k == 0 and i + 1 < last
+
+    def evaluate(self, epoch: int, i: int) -> bool:
+        """One evaluation after step i: its `eval` record; True when it reached train.stop_at_top1."""
+        started = time.time()
+        loss, top1, top5 = self.validate().means()
+        self.model.train()
+        self.best_top1 = max(self.best_top1, top1)
+        self.run.record("eval", epoch=epoch, iter=i, step=epoch * len(self.train_sampler) + i + 1, val_loss=loss,
+                        val_top1=top1, val_top5=top5, eval_time=time.time() - started)
+        return self.reached_target()
 
     # ---- validation ---------------------------------------------------------------------------------------
     def validate(self, batches: int | None = None) -> Sums:

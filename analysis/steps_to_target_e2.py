@@ -1,0 +1,349 @@
+"""Experiment 13, second edition: the reading rules of experiments/13_steps_to_target/declared_2026-11-28-edition2.txt,
+computed (the first edition, superseded, keeps its own in steps_to_target.py and is read as it was).
+
+    curve / first_reach    a run's evaluations (eval records every k steps, epoch ends) and its first at the target
+    run_steps              one row per second-edition run (e2-tune-<opt>-w<W>-base<b>-s<seed>, e2-<opt>-w<W>-s<seed>)
+    resolution_met         k <= 5 % of every seed's steps (a rule that can fail: the cell is then left out)
+    choose                 step 1: the score per rate, the tie rule (the middle of the tied rates), the edge rule
+    fit_with_misfit        S = S_min (1 + B_noise / B) with 90 % intervals from a bootstrap over batches and seeds
+    goodness               the fit's RMS against seed noise and against a power law; leave-one-batch-out B_noise
+    regime_word            a batch's regime from the fit, only where B_noise's interval allows one
+    b_simple_verdict       B_simple at the target against B_crit: agrees / disagrees / cannot tell (factor 3)
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .smoke import smoke_paths
+from .steps_to_target import EXPERIMENT, declared_target, fit_noise_model, percentile_interval
+
+PREFIX = "e2-"
+TUNE_RUN = re.compile(r"^e2-tune-(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-base(?P<base>[0-9.e-]+)-s(?P<seed>\d+)$")
+STUDY_RUN = re.compile(r"^e2-(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-s(?P<seed>\d+)$")
+RESOLUTION_SHARE = 0.05   # declared: k no more than 5 % of the steps to the target at every seed
+TIE_SHARE, TIE_EVALS = 0.10, 2  # declared: tied within max(10 %, 2 k / score) of the best score
+BOOTSTRAPS = 2000
+MIN_BATCHES = 3           # declared: a bootstrap draw with fewer distinct batches is redrawn
+FIT_WITHIN_NOISE, MISFIT_NO_REGIMES, POWER_LAW_AS_WELL = 1.5, 2.0, 1.1  # declared goodness-of-fit words
+AGREE_FACTOR = 3.0        # declared: B_simple agrees with B_crit within this factor of its interval
+STEP_COLUMNS = ["optimizer", "workers", "global_batch", "seed", "base", "tuning", "status", "reached", "steps",
+                "resolution", "eval_every", "best_top1", "path"]
+
+
+# ============================================================================================ one run
+
+
+def curve(evals: pd.DataFrame, epochs: pd.DataFrame, global_batch: int) -> pd.DataFrame:
+    """Every evaluation of a run in step order: its eval records (their own step) and its epoch ends (the epoch's
+    images over the global batch, rounded up, summed). An epoch cut short at its target has the eval's top-1 at a
+    later step, so the eval comes first."""
+    e = epochs.sort_values("epoch")
+    ends = pd.DataFrame({"step": np.ceil(e["images"].astype(float) / global_batch).cumsum().to_numpy(),
+                         "top1": e["val_top1"].astype(float).to_numpy()})
+    mids = pd.DataFrame({"step": evals["step"].astype(float).to_numpy(), "top1": evals["val_top1"].astype(float)
+                         .to_numpy()}) if len(evals) else pd.DataFrame(columns=["step", "top1"])
+    both = pd.concat([mids, ends], ignore_index=True).astype(float)
+    return both.sort_values("step", kind="stable").drop_duplicates("step").reset_index(drop=True)
+
+
+def first_reach(points: pd.DataFrame, target: float) -> dict:
+    """Steps to the first evaluation at or above the target, and its resolution: the steps since the evaluation
+    before it (the crossing lies in that stretch; no interpolation). reached False: none did (steps NaN)."""
+    hit = points["top1"].to_numpy() >= target
+    if not hit.any():
+        return {"reached": False, "steps": math.nan, "resolution": math.nan}
+    at = int(np.argmax(hit))
+    steps = float(points["step"].iloc[at])
+    before = float(points["step"].iloc[at - 1]) if at else 0.0
+    return {"reached": True, "steps": steps, "resolution": steps - before}
+
+
+def run_steps(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per finished second-edition run (local scale): its steps to the declared target. A smoke run, a
+    running or failed one is left out; a diverged run counts as not reaching the target."""
+    if df.empty or not (df["exp"] == EXPERIMENT).any():
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    runs = df[(df["kind"] == "run") & (df["exp"] == EXPERIMENT) & df["status"].isin(["completed", "diverged"])]
+    runs = runs[runs["run"].str.startswith(PREFIX) & (runs["scale"] == "local")]
+    runs = runs[~runs["path"].isin(smoke_paths(runs))]
+    target = declared_target("local")
+    rows = []
+    for r in runs.itertuples():
+        name = TUNE_RUN.match(r.run) or STUDY_RUN.match(r.run)
+        if name is None:
+            continue
+        mine = df[df["path"] == r.path]
+        reach = first_reach(curve(mine[mine["kind"] == "eval"], mine[mine["kind"] == "epoch"],
+                                  int(r.global_batch)), target)
+        base = name.groupdict().get("base")
+        rows.append(dict(optimizer=name["optimizer"], workers=int(name["workers"]), global_batch=int(r.global_batch),
+                         seed=int(name["seed"]), base=float(base) if base else math.nan, tuning=base is not None,
+                         status=r.status, eval_every=int(r.eval_every),
+                         best_top1=float(r.best_val_top1) if pd.notna(r.best_val_top1) else math.nan,
+                         path=r.path, **reach))
+    return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+def resolution_met(eval_every: int, steps) -> bool:
+    """The declared resolution: k <= 5 % of the steps of every seed that reached the target (none reached: not met)."""
+    reached = [float(s) for s in steps if np.isfinite(s)]
+    return bool(reached) and all(eval_every <= RESOLUTION_SHARE * s for s in reached)
+
+
+# ============================================================================================ step 1: the choice
+
+
+@dataclass(frozen=True)
+class Choice:
+    winner: float            # the chosen base rate (the middle of the tied ones)
+    tied: tuple[float, ...]  # the rates tied with the best score, rising
+    edges: tuple[str, ...]   # "low" / "high": a tied rate at that edge of the grid: the grid extends there
+    reached: bool            # the winner reached the target on every seed
+
+
+def score(steps) -> float:
+    """A rate's selection score: the geometric mean of its seeds' steps; inf if a seed did not reach the target."""
+    s = np.asarray(steps, float)
+    return float(np.exp(np.log(s).mean())) if len(s) and np.isfinite(s).all() else math.inf
+
+
+def choose(per_rate: dict[float, list[float]], best_top1: dict[float, float], eval_every: int) -> Choice:
+    """The declared rule over one (optimizer, batch)'s rates: per_rate maps a base rate to its seeds' steps (NaN
+    where a seed did not reach), best_top1 a rate to its seeds' mean best held-out top-1. Tied: a score within
+    max(10 %, 2 k / score) of the best; the winner the middle of the tied rates (an even count: the lower middle);
+    none reaching on every seed: the highest mean best top-1 alone. A tied rate at a grid edge names that edge."""
+    grid = sorted(per_rate)
+    scores = {rate: score(per_rate[rate]) for rate in grid}
+    best = min(scores.values())
+    if math.isinf(best):
+        tied = [max(grid, key=lambda rate: best_top1[rate])]
+    else:
+        margin = max(TIE_SHARE, TIE_EVALS * eval_every / best)
+        tied = [rate for rate in grid if scores[rate] <= best * (1 + margin)]
+    winner = tied[(len(tied) - 1) // 2]
+    edges = tuple(edge for edge, rate in (("low", grid[0]), ("high", grid[-1])) if rate in tied)
+    return Choice(winner, tuple(tied), edges, not math.isinf(scores[winner]))
+
+
+# ============================================================================================ the fit
+
+
+def fit_with_misfit(cells: dict[int, list[float]], draws: int = BOOTSTRAPS, seed: int = 0) -> dict:
+    """S_min and B_noise (= B_crit) fitted to every seed of the cells (batch -> seeds' steps), with 90 % percentile
+    intervals from a bootstrap over batches AND seeds: the cells drawn with replacement, then each drawn cell's
+    seeds; a draw with fewer than MIN_BATCHES distinct batches is redrawn. A batch that fits the curve badly moves
+    the draws that leave it out or take it twice: the interval holds the misfit as well as the seed noise."""
+    batches = sorted(cells)
+    if len(batches) < MIN_BATCHES:
+        return {"s_min": math.nan, "b_noise": math.nan, "s_min_ci": (math.nan, math.nan),
+                "b_noise_ci": (math.nan, math.nan)}
+    b_all = np.repeat(batches, [len(cells[b]) for b in batches])
+    s_min, b_noise = fit_noise_model(b_all, np.concatenate([cells[b] for b in batches]))
+    rng = np.random.default_rng(seed)
+    fits = []
+    while len(fits) < draws:
+        drawn = rng.choice(batches, size=len(batches), replace=True)
+        if len(set(drawn)) < MIN_BATCHES:
+            continue
+        samples = [rng.choice(cells[b], size=len(cells[b]), replace=True) for b in drawn]
+        fits.append(fit_noise_model(np.repeat(drawn, [len(s) for s in samples]), np.concatenate(samples)))
+    return {"s_min": s_min, "b_noise": b_noise, "s_min_ci": percentile_interval([f[0] for f in fits]),
+            "b_noise_ci": percentile_interval([f[1] for f in fits])}
+
+
+def power_law(batches, steps) -> tuple[float, float]:
+    """(a, b) of S = a B^-b, least squares on log S (the alternative the goodness-of-fit line compares with)."""
+    slope, intercept = np.polyfit(np.log(np.asarray(batches, float)), np.log(np.asarray(steps, float)), 1)
+    return float(math.exp(intercept)), float(-slope)
+
+
+def leave_one_out(cells: dict[int, list[float]], gone: int) -> float:
+    """B_noise fitted without batch `gone`."""
+    kept = [b for b in sorted(cells) if b != gone]
+    return fit_noise_model(np.repeat(kept, [len(cells[b]) for b in kept]), np.concatenate([cells[b] for b in kept]))[1]
+
+
+def goodness(cells: dict[int, list[float]]) -> dict:
+    """The fit's RMS of log residuals of the cells' geometric means; the RMS seed noise alone would give those
+    means (pooled within-cell SD of log S / sqrt(seeds)); a power law's RMS fitted the same way; and the range of
+    B_noise with one batch left out."""
+    batches = sorted(cells)
+    logs = {b: np.log(np.asarray(cells[b], float)) for b in batches}
+    b_all = np.repeat(batches, [len(cells[b]) for b in batches])
+    s_all = np.concatenate([cells[b] for b in batches])
+    means = np.array([logs[b].mean() for b in batches])
+    s_min, b_noise = fit_noise_model(b_all, s_all)
+    model = np.log(s_min) + np.log1p(b_noise / np.asarray(batches, float))
+    a, slope = power_law(b_all, s_all)
+    law = math.log(a) - slope * np.log(np.asarray(batches, float))
+    within = np.concatenate([logs[b] - logs[b].mean() for b in batches])
+    dof = sum(len(logs[b]) - 1 for b in batches)
+    seed_rms = math.sqrt(float(np.sum(within ** 2)) / dof) / math.sqrt(np.mean([len(logs[b]) for b in batches])) \
+        if dof > 0 else math.nan
+    out = [leave_one_out(cells, gone) for gone in batches]
+    return {"rms": float(np.sqrt(np.mean((means - model) ** 2))), "seed_rms": seed_rms,
+            "power_law_rms": float(np.sqrt(np.mean((means - law) ** 2))), "power_law_slope": slope,
+            "b_noise_leave_one_out": (float(np.nanmin(out)), float(np.nanmax(out)))}
+
+
+def goodness_words(g: dict) -> str:
+    """The declared goodness-of-fit sentence."""
+    ratio = g["rms"] / g["seed_rms"] if g["seed_rms"] > 0 else math.inf
+    fit = ("the model fits within seed noise" if ratio <= FIT_WITHIN_NOISE
+           else f"the model misfits by a factor {ratio:.1f} over seed noise")
+    law = ("a power law fits as well" if g["power_law_rms"] <= POWER_LAW_AS_WELL * g["rms"]
+           else "the model fits better than a power law")
+    low, high = g["b_noise_leave_one_out"]
+    return (f"{fit} (log RMS {g['rms']:.3f}, seed noise {g['seed_rms']:.3f}); {law} (log RMS "
+            f"{g['power_law_rms']:.3f}, slope {g['power_law_slope']:.2f}); B_noise with one batch left out "
+            f"{low:.0f}-{high:.0f}")
+
+
+def names_regimes(g: dict) -> bool:
+    """Regime words are withdrawn where the model misfits by more than MISFIT_NO_REGIMES x seed noise."""
+    return g["seed_rms"] > 0 and g["rms"] <= MISFIT_NO_REGIMES * g["seed_rms"]
+
+
+def regime_word(batch: float, b_noise_ci: tuple[float, float]) -> str:
+    """A batch's regime from the fit: under S = S_min (1 + B_noise/B) a doubling saves >= 40 % exactly where
+    B <= B_noise / 4 and < 10 % exactly where B >= 4 B_noise; a word only where the whole interval agrees."""
+    low, high = b_noise_ci
+    if not (np.isfinite(low) and low > 0):
+        return "between regimes: the interval allows both"
+    if batch <= low / 4:
+        return "perfect scaling"
+    if np.isfinite(high) and batch >= 4 * high:
+        return "maximal data parallelism"
+    if np.isfinite(high) and high / 4 < batch < 4 * low:
+        return "diminishing returns"
+    return "between regimes: the interval allows both"
+
+
+def b_simple_verdict(b_simple_ci: tuple[float, float], b_crit_ci: tuple[float, float]) -> str:
+    """B_simple at the target against B_crit: agrees only where B_simple's interval lies wholly within
+    [B_crit low / 3, B_crit high x 3], disagrees where it lies wholly outside, else cannot tell."""
+    low, high = b_crit_ci[0] / AGREE_FACTOR, b_crit_ci[1] * AGREE_FACTOR
+    s_low, s_high = b_simple_ci
+    if not all(np.isfinite([low, s_low])) or math.isnan(high) or math.isnan(s_high):
+        return "the intervals cannot tell"
+    if low <= s_low and s_high <= high:
+        return "B_simple at the target agrees with B_crit"
+    if s_high < low or s_low > high:
+        return "B_simple disagrees with B_crit"
+    return "the intervals cannot tell"
+
+
+def b_simple_interval(values: dict[int, list[float]], draws: int = BOOTSTRAPS, seed: int = 0) -> tuple[float, float]:
+    """The median B_simple of an optimizer's study runs (batch -> its runs' B_simple), with a 90 % interval from a
+    bootstrap over batches and seeds, as the fit's."""
+    batches = sorted(values)
+    rng = np.random.default_rng(seed)
+    medians = []
+    for _ in range(draws if batches else 0):
+        drawn = rng.choice(batches, size=len(batches), replace=True)
+        medians.append(float(np.median(np.concatenate([rng.choice(values[b], size=len(values[b])) for b in drawn]))))
+    return percentile_interval(medians)
+
+
+def b_simple_cells(measured: list[dict], optimizer: str, reached: set[str] | None = None) -> dict[int, list[float]]:
+    """`python -m tools noise-scale --json`'s rows for the second edition's study runs, as batch -> the B_simple of
+    its runs (one per seed) for one optimizer; a row of another run, of a run not in `reached` (its weights are its
+    budget's end, not the target's), or an unresolved B_simple (inf or None), is left out."""
+    cells: dict[int, list[float]] = {}
+    for row in measured:
+        run = str(row["run"]).rstrip("/").rsplit("/", 1)[-1]
+        name = STUDY_RUN.match(run)
+        value = row.get("b_simple")
+        if name is None or name["optimizer"] != optimizer or value is None or not math.isfinite(value) \
+                or (reached is not None and run not in reached):
+            continue
+        cells.setdefault(4 * int(name["workers"]), []).append(float(value))
+    return cells
+
+
+# ============================================================================================ the tables
+
+
+CELL_COLUMNS = ["optimizer", "global_batch", "workers", "base", "seeds", "reached", "steps", "steps_low", "steps_high",
+                "eval_every", "resolution_share", "resolution_met"]
+
+
+def cells_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """Step 2 per (optimizer, batch): seeds, how many reached the target, their steps' geometric mean and range, k
+    and k over the fewest steps (the resolution column: met where <= 5 % for every seed)."""
+    study = steps[~steps["tuning"].astype(bool)]
+    rows = []
+    for (optimizer, batch), g in study.groupby(["optimizer", "global_batch"], sort=True):
+        hit = g[g["reached"].astype(bool)]
+        k = int(g["eval_every"].max())
+        rows.append(dict(optimizer=optimizer, global_batch=int(batch), workers=int(g["workers"].iloc[0]),
+                         base=float(g["base"].iloc[0]) if g["base"].notna().any() else math.nan, seeds=len(g),
+                         reached=len(hit), steps=score(g["steps"]) if len(hit) == len(g) else math.nan,
+                         steps_low=float(hit["steps"].min()) if len(hit) else math.nan,
+                         steps_high=float(hit["steps"].max()) if len(hit) else math.nan, eval_every=k,
+                         resolution_share=k / float(hit["steps"].min()) if len(hit) else math.nan,
+                         resolution_met=resolution_met(k, g["steps"]) and len(hit) == len(g)))
+    return pd.DataFrame(rows, columns=CELL_COLUMNS)
+
+
+def fitted_cells(steps: pd.DataFrame, optimizer: str) -> dict[int, list[float]]:
+    """The cells the fit uses: every seed reached the target and the resolution is met."""
+    study = steps[~steps["tuning"].astype(bool) & (steps["optimizer"] == optimizer)]
+    cells = {}
+    for batch, g in study.groupby("global_batch", sort=True):
+        if g["reached"].astype(bool).all() and resolution_met(int(g["eval_every"].max()), g["steps"]):
+            cells[int(batch)] = g["steps"].astype(float).tolist()
+    return cells
+
+
+def fit_table(steps: pd.DataFrame, b_simple: dict[str, list[dict]] | None = None,
+              draws: int = BOOTSTRAPS) -> pd.DataFrame:
+    """Per optimizer: the fit with its interval (over batches and seeds), the goodness-of-fit sentence, the regime
+    of every fitted batch (or why none is named) and B_simple at the target beside B_crit with the declared verdict."""
+    rows = []
+    for optimizer in sorted(steps["optimizer"].unique()):
+        cells = fitted_cells(steps, optimizer)
+        if len(cells) < MIN_BATCHES:
+            continue
+        fit, g = fit_with_misfit(cells, draws), goodness(cells)
+        regimes = ("; ".join(f"{b}: {regime_word(b, fit['b_noise_ci'])}" for b in sorted(cells)) if names_regimes(g)
+                   else "the model does not describe the curve well enough to name regimes")
+        at_target = {str(p).rsplit("/", 1)[-1] for p in steps.loc[steps["reached"].astype(bool), "path"]}
+        measured = b_simple_cells((b_simple or {}).get(optimizer, []), optimizer, at_target)
+        ci = b_simple_interval(measured, draws) if measured else (math.nan, math.nan)
+        rows.append(dict(optimizer=optimizer, batches=len(cells), s_min=fit["s_min"], s_min_low=fit["s_min_ci"][0],
+                         s_min_high=fit["s_min_ci"][1], b_noise=fit["b_noise"], b_noise_low=fit["b_noise_ci"][0],
+                         b_noise_high=fit["b_noise_ci"][1], goodness=goodness_words(g), regimes=regimes,
+                         b_simple_low=ci[0], b_simple_high=ci[1],
+                         b_simple=(b_simple_verdict(ci, fit["b_noise_ci"]) if measured else "not measured yet")))
+    return pd.DataFrame(rows)
+
+
+B_SIMPLE_FILES = {optimizer: Path(__file__).resolve().parents[1] / "results" / "noise_scale" / f"exp13_e2_{optimizer}.json"
+                  for optimizer in ("sgd", "lamb")}  # `python -m tools noise-scale ... --json` (the README's command)
+
+
+def measured_b_simple(files: dict[str, Path] = B_SIMPLE_FILES) -> dict[str, list[dict]]:
+    """The noise-scale tool's rows per optimizer, where its file exists (none before the study's runs are measured)."""
+    return {optimizer: json.loads(path.read_text()) for optimizer, path in files.items() if path.is_file()}
+
+
+def steps_cells_table(df: pd.DataFrame) -> pd.DataFrame | None:
+    """The report's exp13_e2_steps_to_target: None until second-edition study runs exist."""
+    steps = run_steps(df)
+    table = cells_table(steps) if len(steps) else pd.DataFrame()
+    return None if table.empty else table
+
+
+def fit_report_table(df: pd.DataFrame) -> pd.DataFrame | None:
+    """The report's exp13_e2_fit: None until three batches of an optimizer have every seed at the target."""
+    steps = run_steps(df)
+    table = fit_table(steps, measured_b_simple()) if len(steps) else pd.DataFrame()
+    return None if table.empty else table

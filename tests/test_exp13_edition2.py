@@ -1,0 +1,298 @@
+"""Experiment 13's second edition (declared_2026-11-28-edition2.txt): the plan as data, the reading rules' formulas
+on fabricated numbers, and the declaration's dated lines against the runs' manifests."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import steps_to_target_e2 as e2
+from contract import tuned
+from contract.config import ConfigError
+from tests.helpers import REPO
+
+EXP13 = REPO / "experiments" / "13_steps_to_target"
+DECLARED = EXP13 / "declared_2026-11-28-edition2.txt"
+
+
+# ---- a run's steps at k steps' resolution ------------------------------------------------------------------------
+def test_the_first_reach_is_the_first_evaluation_at_the_target_and_its_resolution_the_gap_before_it():
+    evals = pd.DataFrame({"step": [2, 4, 8, 10], "val_top1": [10.0, 20.0, 49.0, 51.0]})
+    epochs = pd.DataFrame({"epoch": [0, 1], "images": [24, 24], "val_top1": [30.0, 55.0]})  # 6 steps an epoch at 4
+    points = e2.curve(evals, epochs, 4)
+    assert points["step"].tolist() == [2, 4, 6, 8, 10, 12]
+    assert e2.first_reach(points, 50.0) == {"reached": True, "steps": 10.0, "resolution": 2.0}
+    assert e2.first_reach(points, 60.0)["reached"] is False
+
+
+def test_an_epoch_cut_short_at_its_target_counts_at_the_evaluation_not_at_the_epoch_end():
+    evals = pd.DataFrame({"step": [2, 8], "val_top1": [10.0, 52.0]})
+    epochs = pd.DataFrame({"epoch": [0, 1], "images": [24, 8], "val_top1": [30.0, 52.0]})  # epoch 1: 2 steps, cut
+    assert e2.first_reach(e2.curve(evals, epochs, 4), 50.0)["steps"] == 8.0
+
+
+def test_the_resolution_rule_can_fail():
+    assert e2.resolution_met(8, [200, 160, 400])
+    assert not e2.resolution_met(8, [200, 150])  # 8 > 5 % of 150
+    assert not e2.resolution_met(8, [math.nan, math.nan])  # nothing reached: not met
+
+
+# ---- step 1: the tie rule and the edge rule -------------------------------------------------------------------
+def test_the_winner_is_the_middle_of_the_tied_rates_and_a_tied_edge_extends_the_grid():
+    steps = {0.025: [1000, 1100], 0.05: [700, 720], 0.1: [690, 700], 0.2: [900, 1000]}
+    top1 = dict.fromkeys(steps, 50.0)
+    c = e2.choose(steps, top1, eval_every=8)
+    assert c.tied == (0.05, 0.1) and c.winner == 0.05 and c.edges == () and c.reached  # even count: lower middle
+    c = e2.choose({**steps, 0.2: [680, 700]}, top1, eval_every=8)
+    assert c.tied == (0.05, 0.1, 0.2) and c.winner == 0.1 and c.edges == ("high",)
+
+
+def test_the_tie_margin_widens_to_two_evaluations_where_they_exceed_ten_percent():
+    steps = {0.1: [100, 100], 0.2: [125, 125], 0.4: [200, 200]}
+    assert e2.choose(steps, dict.fromkeys(steps, 50.0), eval_every=4).tied == (0.1,)          # 10 % of 100
+    assert e2.choose(steps, dict.fromkeys(steps, 50.0), eval_every=16).tied == (0.1, 0.2)    # 2 x 16 = 32 %
+
+
+def test_a_rate_missing_the_target_on_one_seed_ranks_last_and_none_reaching_picks_the_best_top1():
+    c = e2.choose({0.1: [100, math.nan], 0.2: [300, 300], 0.4: [900, 900]}, {0.1: 55, 0.2: 52, 0.4: 51}, 4)
+    assert c.winner == 0.2 and c.tied == (0.2,)
+    c = e2.choose({0.1: [math.nan] * 2, 0.2: [math.nan] * 2, 0.4: [math.nan] * 2}, {0.1: 30, 0.2: 45, 0.4: 40}, 4)
+    assert c.winner == 0.2 and not c.reached and c.edges == ()
+
+
+# ---- the fit with its misfit, the goodness of fit, the regime words ----------------------------------------------
+def fabricated(b_noise=400.0, s_min=200.0, noise=0.02, kink=None, seeds=5, rng_seed=1):
+    rng = np.random.default_rng(rng_seed)
+    cells = {}
+    for b in [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]:
+        s = s_min * (1 + b_noise / b) * (kink.get(b, 1.0) if kink else 1.0)
+        cells[b] = list(s * np.exp(rng.normal(0, noise, seeds)))
+    return cells
+
+
+def test_the_fit_recovers_b_noise_and_a_misfit_batch_widens_its_interval():
+    clean = e2.fit_with_misfit(fabricated(), draws=300)
+    assert clean["b_noise"] == pytest.approx(400, rel=0.05)
+    assert clean["b_noise_ci"][0] < 400 < clean["b_noise_ci"][1]
+    bent = e2.fit_with_misfit(fabricated(kink={256: 1.45}), draws=300)  # the first edition's LAMB at 256: +44 %
+    width = lambda f: math.log(f["b_noise_ci"][1] / f["b_noise_ci"][0])  # noqa: E731
+    assert width(bent) > 2 * width(clean)
+
+
+def test_the_goodness_of_fit_line_tells_a_misfit_from_seed_noise_and_compares_a_power_law():
+    g = e2.goodness(fabricated())
+    assert g["rms"] < 1.5 * g["seed_rms"] and "fits within seed noise" in e2.goodness_words(g)
+    assert "fits better than a power law" in e2.goodness_words(g) and e2.names_regimes(g)
+    bent = e2.goodness(fabricated(kink={256: 1.45}))
+    assert "misfits by a factor" in e2.goodness_words(bent) and not e2.names_regimes(bent)
+    lo, hi = bent["b_noise_leave_one_out"]
+    assert lo < hi
+    law = {b: list(5000 * b ** -0.8 * np.ones(5) * np.exp(np.random.default_rng(b).normal(0, 0.02, 5)))
+           for b in [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]}
+    assert "a power law fits as well" in e2.goodness_words(e2.goodness(law))
+
+
+def test_regime_words_only_where_the_whole_interval_allows_them():
+    ci = (400.0, 500.0)
+    assert e2.regime_word(100, ci) == "perfect scaling"          # 100 <= 400 / 4
+    assert e2.regime_word(2048, ci) == "maximal data parallelism"  # 2048 >= 4 x 500
+    assert e2.regime_word(256, ci) == "diminishing returns"       # 125 < 256 < 1600
+    assert e2.regime_word(110, ci).startswith("between regimes")  # 100 < 110 <= 125
+    assert e2.regime_word(1800, ci).startswith("between regimes")  # 1600 <= 1800 < 2000
+
+
+def test_the_b_simple_rule_can_say_each_of_its_three_words():
+    crit = (400.0, 500.0)  # the band: 133-1500
+    assert e2.b_simple_verdict((200.0, 900.0), crit) == "B_simple at the target agrees with B_crit"
+    assert e2.b_simple_verdict((20.0, 90.0), crit) == "B_simple disagrees with B_crit"
+    assert e2.b_simple_verdict((100.0, 300.0), crit) == "the intervals cannot tell"
+    assert e2.b_simple_verdict((200.0, math.inf), crit) == "the intervals cannot tell"
+    low, high = e2.b_simple_interval({4: [300, 310, 320], 512: [290, 305, 330]}, draws=200)
+    assert 290 <= low <= high <= 330
+
+
+# ---- the plan as data -------------------------------------------------------------------------------------------
+def plan_file(tmp_path: Path, decisions: str = "") -> Path:
+    text = (EXP13 / "edition2.toml").read_text()
+    (tmp_path / "edition2.toml").write_text(text)
+    (tmp_path / "edition2_decisions.toml").write_text(decisions or "extend = []\nchoose = []\n")
+    return tmp_path / "edition2.toml"
+
+
+def test_the_declared_plan_makes_every_rate_on_two_seeds_at_every_batch_and_no_study_row_before_a_choice():
+    rows = tuned.rows(EXP13 / "edition2.toml")
+    assert len(rows) == 2 * 10 * 4 and all(r["seeds"] == 2 and r["first_seed"] == 0 for r in rows)
+    assert {r["train.workers"] for r in rows} == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
+    assert all(r["run"].startswith("e2-tune-") and r["data.holdout_share"] == 0.2 for r in rows)
+    w1 = next(r for r in rows if r["train.workers"] == 1)
+    assert (w1["train.eval_every"], w1["train.epochs"]) == (128, 30)
+
+
+def test_decisions_add_an_edge_rate_and_a_study_row_of_five_new_seeds(tmp_path):
+    decisions = ('extend = [{ optimizer = "lamb", workers = 512, base = 0.0003125, at = "2026-11-28T03:00Z", '
+                 'runs_done = 80 }]\nchoose = [{ optimizer = "sgd", workers = 8, base = 0.05, '
+                 'at = "2026-11-28T03:00Z", runs_done = 80 }]\n')
+    rows = tuned.rows(plan_file(tmp_path, decisions))
+    edge = [r for r in rows if r["run"] == "e2-tune-lamb-w512-base0.0003125"]
+    study = [r for r in rows if r["run"] == "e2-sgd-w8"]
+    assert len(edge) == 1 and edge[0]["train.epochs"] == 256
+    assert study[0]["seeds"] == 5 and study[0]["first_seed"] == 2 and "data.holdout_share" not in study[0]
+
+
+def test_a_pair_chosen_twice_or_an_unplanned_pair_is_refused_in_one_line(tmp_path):
+    twice = ('choose = [{ optimizer = "sgd", workers = 8, base = 0.05, at = "x", runs_done = 1 }, '
+             '{ optimizer = "sgd", workers = 8, base = 0.1, at = "y", runs_done = 2 }]\n')
+    with pytest.raises(ConfigError, match="chosen twice"):
+        tuned.rows(plan_file(tmp_path, twice))
+    with pytest.raises(ConfigError, match="lacks"):
+        tuned.rows(plan_file(tmp_path, 'extend = [{ optimizer = "adam", workers = 8, base = 0.1, at = "x", '
+                                       'runs_done = 1 }]\n'))
+
+
+# ---- the declaration's dated lines against the runs -----------------------------------------------------------
+DATED = re.compile(r"^(?P<at>\d{4}-\d\d-\d\dT\d\d:\d\dZ), .*?(?P<runs>\d+) second-edition runs? started")
+
+
+def dated_lines(text: str) -> list[tuple[str, int]]:
+    """Each later line's time and the run count it claims had started at that moment."""
+    return [(m["at"], int(m["runs"])) for m in map(DATED.match, text.splitlines()) if m]
+
+
+def started(run_dirs) -> list[pd.Timestamp]:
+    """The first start of each second-edition run, from its manifest (its attempts' and its own)."""
+    from contract.reader import read_manifest
+
+    times = []
+    for run in run_dirs:
+        if not Path(run).name.startswith(e2.PREFIX):
+            continue
+        manifest = read_manifest(run) or {}
+        starts = [a.get("start") for a in manifest.get("attempts", [])] + [manifest.get("start")]
+        starts = [pd.Timestamp(s) for s in starts if s]
+        if starts:
+            times.append(min(starts))
+    return sorted(times)
+
+
+def claims_contradicted(lines: list[tuple[str, int]], starts: list[pd.Timestamp]) -> list[str]:
+    """The dated lines that claim fewer runs had started than the manifests show started before the line."""
+    found = []
+    for at, count in lines:
+        before = sum(s < pd.Timestamp(at) for s in starts)
+        if before > count:
+            found.append(f"{at}: says {count} second-edition run(s) had started; the manifests show {before}")
+    return found
+
+
+def test_a_dated_line_that_precedes_runs_it_followed_is_caught(tmp_path):
+    lines = dated_lines("2026-11-28T03:00Z, a decision (tree at x): 2 second-edition runs started at this moment.\n")
+    assert lines == [("2026-11-28T03:00Z", 2)]
+    times = [pd.Timestamp(s) for s in ("2026-11-28T01:00:00Z", "2026-11-28T02:00:00Z", "2026-11-28T02:59:00Z")]
+    assert claims_contradicted(lines, times[:2]) == []
+    assert claims_contradicted(lines, times) == ["2026-11-28T03:00Z: says 2 second-edition run(s) had started; "
+                                                 "the manifests show 3"]
+
+
+def test_every_dated_line_of_the_second_edition_follows_no_run_it_claims_to_precede():
+    runs = [p for p in (REPO / "results" / "reference").glob("*/13_steps_to_target/*") if p.is_dir()]
+    runs += [p for p in (REPO / "results" / "runs" / "13_steps_to_target").glob("e2-*") if p.is_dir()]
+    assert claims_contradicted(dated_lines(DECLARED.read_text()), started(runs)) == []
+
+
+def test_the_second_edition_was_declared_before_any_of_its_runs_started():
+    import shutil
+    import subprocess
+
+    from analysis.steps_to_target import started_before
+
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("no git history here to date the declaration by")
+    added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%cI", "--", str(DECLARED.relative_to(REPO))],
+                           cwd=REPO, capture_output=True, text=True, timeout=60).stdout.split()
+    assert added, f"{DECLARED} is not in the git history"
+    runs = [p for p in (REPO / "results" / "reference").glob("*/13_steps_to_target/e2-*") if p.is_dir()]
+    assert started_before(runs, added[-1]) == []
+
+
+# ---- one tiny second-edition run, end to end --------------------------------------------------------------------
+@pytest.mark.slow
+def test_one_tiny_second_edition_run_evaluates_every_k_steps_and_exp13_next_reads_its_folder(tmp_path, capsys):
+    """The declared plan's batch-4 selection run, shrunk by QUICK (2 epochs of 650 images: 163 steps an epoch),
+    through the study runner: an eval record at step 128 (k at batch 4), the epochs' own ends, and exp13-next
+    leaving the smoke run out of every choice."""
+    import os
+    import subprocess
+    import sys
+
+    from analysis.runs import load_runs
+    from tools import exp13_next as nx
+
+    name = "e2-tune-sgd-w1-base0.05-s0"
+    done = subprocess.run([sys.executable, "-m", "suite", "study", str(EXP13), "--quick", "--only", name, "--out",
+                           str(tmp_path), "--jobs", "1"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    df = load_runs(tmp_path)  # the analysis's frame: the eval records kept, in step order
+    evals, epochs = df[df["kind"] == "eval"], df[df["kind"] == "epoch"]
+    assert df.loc[df["kind"] == "run", "eval_every"].tolist() == [128]
+    assert evals["step"].tolist() == [128, 256] and len(epochs) == 2
+    points = e2.curve(evals, epochs, 4)
+    assert points["step"].tolist() == [128, 163, 256, 326]
+    assert nx.main(["--runs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 smoke run(s) (QUICK=1) left out" in out and "sgd             1  wait     8 of 8" in out
+
+
+def test_b_simple_rows_of_the_noise_scale_tool_are_read_per_batch_for_one_optimizer():
+    rows = [{"run": "results/runs/13_steps_to_target/e2-sgd-w8-s2", "b_simple": 300.0},
+            {"run": "results/runs/13_steps_to_target/e2-sgd-w8-s3", "b_simple": 320.0},
+            {"run": "results/runs/13_steps_to_target/e2-lamb-w8-s2", "b_simple": 900.0},
+            {"run": "results/runs/13_steps_to_target/e2-sgd-w16-s2", "b_simple": None},   # |G|^2 not resolved
+            {"run": "results/runs/13_steps_to_target/e2-tune-sgd-w8-base0.05-s0", "b_simple": 1.0}]
+    assert e2.b_simple_cells(rows, "sgd") == {32: [300.0, 320.0]}
+    assert e2.b_simple_cells(rows, "lamb") == {32: [900.0]}
+    assert e2.b_simple_cells(rows, "sgd", reached={"e2-sgd-w8-s3"}) == {32: [320.0]}  # s2 ended at its budget
+
+
+# ---- the tables, from fabricated step rows -----------------------------------------------------------------------
+def step_rows(cells: dict[int, list[float]], optimizer="sgd", k_of=lambda b: 2) -> pd.DataFrame:
+    return pd.DataFrame([dict(optimizer=optimizer, workers=b // 4, global_batch=b, seed=2 + i, base=0.05, tuning=False,
+                              status="completed", reached=True, steps=s, resolution=k_of(b), eval_every=k_of(b),
+                              best_top1=55.0, path=f"e2-{optimizer}-w{b // 4}-s{2 + i}")
+                         for b, seeds in cells.items() for i, s in enumerate(seeds)])
+
+
+def test_the_cells_table_has_a_resolution_column_and_a_cell_that_misses_it_leaves_the_fit():
+    cells = fabricated()
+    steps = step_rows(cells, k_of=lambda b: 64 if b == 2048 else 2)  # 64 > 5 % of batch 2,048's ~240 steps
+    table = e2.cells_table(steps).set_index("global_batch")
+    assert table.loc[4, "resolution_met"] and not table.loc[2048, "resolution_met"]
+    assert table.loc[2048, "resolution_share"] == pytest.approx(64 / min(cells[2048]))
+    assert (table["seeds"] == 5).all() and 2048 not in e2.fitted_cells(steps, "sgd")
+
+
+def test_the_fit_table_names_regimes_and_the_b_simple_verdict_from_the_declared_rules():
+    steps = step_rows(fabricated())
+    measured = {"sgd": [{"run": f"x/e2-sgd-w{w}-s{s}", "b_simple": 300.0 + s} for w in (1, 8, 64) for s in (2, 3)]}
+    row = e2.fit_table(steps, measured, draws=200).iloc[0]
+    assert row["b_noise_low"] < 400 < row["b_noise_high"] and "fits within seed noise" in row["goodness"]
+    assert "4: perfect scaling" in row["regimes"] and "2048: maximal data parallelism" in row["regimes"]
+    assert row["b_simple"] == "B_simple at the target agrees with B_crit"
+    assert e2.fit_table(steps, None, draws=50).iloc[0]["b_simple"] == "not measured yet"
+
+
+def test_the_reports_second_edition_tables_are_absent_until_its_runs_exist(tmp_path):
+    from analysis import catalogue as ct
+
+    empty = ct.Inputs(df=pd.DataFrame(columns=["kind", "exp"]), ref=pd.DataFrame())
+    for name in ("exp13_e2_steps_to_target", "exp13_e2_fit"):
+        entry = next(t for t in ct.TABLES if t.name == name)
+        assert entry.make(empty, entry) is None
+    assert e2.measured_b_simple({"sgd": tmp_path / "none.json"}) == {}
+    (tmp_path / "sgd.json").write_text('[{"run": "x/e2-sgd-w1-s2", "b_simple": 310.0}]')
+    assert e2.measured_b_simple({"sgd": tmp_path / "sgd.json"}) == {"sgd": [{"run": "x/e2-sgd-w1-s2", "b_simple": 310.0}]}
