@@ -335,13 +335,13 @@ def link_from_allreduces(points: list[list[float]], ranks: int) -> Link:
 
 
 def link_record(points: list[list[float]], ranks: int, hosts: list[str], rate: str | None,
-                device: str = "cpu", cpu_model: str | None = None) -> dict:
+                device: str = "cpu", cpu_model: str | None = None, shared_cores: int | None = None) -> dict:
     """What link_fit.json holds for one link: the timed points, where they were timed (the ranks' CPU model: a
     run is predicted only from its own machine's links), and the fit."""
     link = link_from_allreduces(points, ranks)
     return {"points": [[int(n), float(t)] for n, t in points], "ranks": ranks, "hosts": hosts,
             "link": rate, "device": device, "cpu_model": cpu_model, "model": LINK_MODEL,
-            "latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s}
+            "latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s, "shared_cores": shared_cores}
 
 
 def describe_link_record(record: dict) -> str:

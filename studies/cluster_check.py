@@ -105,13 +105,18 @@ def run_check(cluster: str, scale: str = "local", nodes: int = 2, out: Path = CH
 
 
 def annotate_link_fit(folder: Path, profile: Profile) -> None:
-    """link_fit.json (where the link layers wrote one) names its profile and, for nodes that are hosts on this
-    machine, this machine's cores."""
+    """link_fit.json (where the link layers wrote one) names its profile and, for nodes that are hosts on one
+    machine, that machine's cores: the profile's shared_machine says so, or the probe found the ranks of its
+    across-nodes link on one kernel (a site-like profile of the local cluster does not say)."""
     import os
 
     from analysis import advisor
 
-    advisor.annotate_link_fit(folder, profile.name, (os.cpu_count() or 1) if profile.shared_machine else None)
+    shared = (os.cpu_count() or 1) if profile.shared_machine else None
+    fit = Path(folder) / advisor.LINK_FIT
+    if shared is None and fit.exists():
+        shared = json.loads(fit.read_text()).get("inter", {}).get("shared_cores")
+    advisor.annotate_link_fit(folder, profile.name, shared)
 
 
 # ---- the layers ----------------------------------------------------------------------------------------------
@@ -346,7 +351,7 @@ def judge_link(layer: str, ranks: list[dict], folder: Path) -> Finding:
                                      f"placed as the layer needs (see {layer}.sbatch-line)")
     try:
         record = advisor.link_record(r["points"], r["ranks"], r["hosts"], r.get("link"), r.get("device", "cpu"),
-                                     r.get("cpu_model"))
+                                     r.get("cpu_model"), r.get("shared_cores"))
     except ValueError as e:
         return Finding(layer, False, f"{e} ({len(r['points'])} sizes timed)")
     advisor.write_link_fit(folder, layer.removeprefix("link-"), record)

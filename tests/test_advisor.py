@@ -211,6 +211,24 @@ def test_the_check_fits_each_link_writes_the_file_and_shows_alpha_and_beta(tmp_p
     assert got_inter.bytes_per_s == pytest.approx(12.5e6)
 
 
+def test_hosts_on_one_kernel_are_found_sharing_its_cores_whatever_the_profile_says(tmp_path):
+    """A site-like profile of the local cluster does not say shared_machine; the probe's boot ids do, and the link
+    fit then carries the machine's cores, so the report stretches the compute of a run on those hosts."""
+    from studies.cluster_check import annotate_link_fit, judge
+    from slurm.profiles import Profile
+    from tools.cluster_probe import one_machine_cores
+
+    assert one_machine_cores([("n1", "b", 2), ("n2", "b", 2)]) == 2
+    assert one_machine_cores([("n1", "b", 2), ("n2", "c", 2)]) is None       # two machines
+    assert one_machine_cores([("n1", "b", 2), ("n1", "b", 2)]) is None       # one host: not hosts sharing
+    assert one_machine_cores([("n1", None, 2), ("n2", None, 2)]) is None     # no boot id to tell
+    link_rank_files(tmp_path / "link-intra", ["n1", "n1"], ring_points(2, Link(20e-6, 2e9)))
+    link_rank_files(tmp_path / "link-inter", ["n1", "n2"], ring_points(2, Link(300e-6, 12.5e6)), shared_cores=2)
+    assert judge("link-intra", "COMPLETED", tmp_path, 2).ok and judge("link-inter", "COMPLETED", tmp_path, 2).ok
+    annotate_link_fit(tmp_path, Profile(name="site"))
+    assert json.loads((tmp_path / advisor.LINK_FIT).read_text())["shared_cores"] == 2
+
+
 def test_the_check_fails_a_link_probe_placed_wrongly_or_timing_nothing_that_grows(tmp_path):
     from studies.cluster_check import judge
 

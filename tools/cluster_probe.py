@@ -152,13 +152,30 @@ def probe_link(launch, budget_s: float) -> dict:
                 break
             points.append([nbytes, timed_all_reduce(dist, device, nbytes)])
             print(f"cluster-probe: all_reduce of {nbytes} bytes: {1000 * points[-1][1]:.2f} ms", flush=True)
-        hosts = [None] * launch.world_size
-        dist.all_gather_object(hosts, socket.gethostname())
+        where = [None] * launch.world_size
+        dist.all_gather_object(where, (socket.gethostname(), boot_id(), os.cpu_count()))
         from contract.machine import cpuinfo
 
-        return {"points": points, "ranks": launch.world_size, "hosts": hosts, "device": device.type,
-                "cpu_model": cpuinfo()[0],
+        return {"points": points, "ranks": launch.world_size, "hosts": [w[0] for w in where], "device": device.type,
+                "cpu_model": cpuinfo()[0], "shared_cores": one_machine_cores(where),
                 "link": os.environ.get("CLUSTER_LINK"), "interface": os.environ.get("GLOO_SOCKET_IFNAME")}
+
+
+def boot_id() -> str | None:
+    """This kernel's boot id: the same in every network namespace of one machine, different on another machine."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def one_machine_cores(where: list[tuple[str, str | None, int | None]]) -> int | None:
+    """Where ranks on several hosts all run on one kernel (hosts in namespaces of one machine, whatever the profile
+    says), that machine's cores, which every rank's threads share; else None. `where`: (host, boot id, cores) a rank."""
+    hosts, boots = {h for h, _, _ in where}, {b for _, b, _ in where}
+    if len(hosts) > 1 and len(boots) == 1 and None not in boots:
+        return where[0][2]
+    return None
 
 
 def timed_all_reduce(dist, device, nbytes: int) -> float:
