@@ -5,7 +5,7 @@ import sys
 
 from contract.cli import command_word, one_line_errors
 from tools import (bench, bench_comm, bench_step, cluster_check, cluster_probe, data_bench, exp13_next, gpu_check,
-                   link_sweep, noise_scale, reference_add, step_split, telemetry_overhead)
+                   link_sweep, migrate_manifests, noise_scale, reference_add, step_split, telemetry_overhead)
 from trainers.data import DataError
 
 TOOLS = {
@@ -19,6 +19,7 @@ TOOLS = {
     "cluster-probe": (cluster_probe, "one rank's part of a cluster-check job (started inside the job)"),
     "link-sweep": (link_sweep, "experiment 3 across the local cluster's hosts at several link rates (RQ2)"),
     "exp13-next": (exp13_next, "experiment 13's next rows (edge rates or the study) from its finished tuning runs"),
+    "migrate-manifests": (migrate_manifests, "rewrite older run folders' manifest.json at the current version"),
     "reference-add": (reference_add, "copy a study's finished runs into a committed reference machine's folder"),
     "step-split": (step_split, "one worker's step as forward, backward and optimizer, and its gradients (the advisor)"),
     "gpu-check": (gpu_check, "verify a GPU machine in ~10 minutes -> results/gpu_checks/<gpu>-<date>/"),
