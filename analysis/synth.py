@@ -174,7 +174,7 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
     out = runfolder.RunFolder(d, writes=True, echo=False, clock=clock)
     out.begin(config, **{"start": _iso(start), "hosts": ["localhost"], "backend": backend, "launcher": "none",
                          "devices": ["cpu"], "seed": seed, "world_size": processes or gpus, "workers": gpus,
-                         "machine": {"torch": "2.14.1"},  # the made-up torch below
+                         "machine": {"torch": "2.14.1"}, "smoke": False,  # the made-up torch below
                          "versions": {"python": "3.11", "torch": "2.14.1", "torchvision": "0.29.1", "horovod": None},
                          "git_commit": None, **(manifest_extra or {})})
     done = epochs if epochs_done is None else epochs_done

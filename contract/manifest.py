@@ -135,17 +135,3 @@ def check_version(manifest: Any, path: Path | str) -> None:
     if stale:
         runs = Path(path).parent.parent.parent
         raise ManifestError(f"{path}: {stale}; migrate its runs first: {MIGRATE} {runs}")
-
-
-def carries_quick(config: dict) -> bool:
-    """Whether a config.json holds every [quick] train and data setting of its scale (experiments/scales.toml),
-    which is what a study's --quick adds to its runs (config.json has no quick flag of its own)."""
-    from contract.plan import quick_tables  # plan imports the run folder, which imports this module
-
-    scales = Path(__file__).resolve().parents[1] / "experiments" / "scales.toml"
-    try:
-        tables = quick_tables(scales, str(config.get("scale") or "local"))
-    except Exception:  # an unknown scale, no scales.toml: no settings to recognise
-        return False
-    wanted = [(section, key, value) for section in ("train", "data") for key, value in tables.get(section, {}).items()]
-    return bool(wanted) and all((config.get(section) or {}).get(key) == value for section, key, value in wanted)

@@ -423,20 +423,20 @@ class RunFolder:
     # ---- the manifest (declared in contract/manifest.py): begun, brought up to date, ended ------------------------
     def begin(self, config: dict, attempt: dict | None = None, **fields) -> None:
         """This attempt's start: config.json, then the whole manifest (the caller's identity, placement and
-        environment fields; status running) and the running status record. A resumed run's manifest (the caller
-        puts the one on disk in self.manifest) keeps its start, fields and attempts, `attempt` appended."""
+        environment fields, `smoke` among them: contract/plan.py carries_quick; status running) and the running
+        status record. A resumed run's manifest (the caller puts the one on disk in self.manifest) keeps its start,
+        fields and attempts, `attempt` appended."""
         self.write_config(config)
         before = self.manifest
         attempts = [*before.get("attempts", []), attempt] if attempt else before.get("attempts")
         record = {**before, "manifest_version": declared.VERSION, "config_fingerprint": document_fingerprint(config),
-                  "smoke": declared.carries_quick(config), "start": before.get("start", now_iso()), "end": None,
-                  "status": "running", "epochs_done": 0, "failed_ranks": None, "message": None,
+                  "start": before.get("start", now_iso()), "end": None, "status": "running", "epochs_done": 0,
+                  "failed_ranks": None, "message": None,
                   **({"attempts": attempts} if attempts is not None else {}), **fields}
         wrong = declared.problem(record)
         if wrong:
             raise declared.ManifestError(f"{MANIFEST}: {wrong}")
-        # the status goes into this first write: a manifest without one, left by a kill before the next, strands a
-        # study
+        # the status goes into this first write: a manifest without one, left by a kill before it, strands a study
         self.manifest = record
         if self.writes:
             write_json_atomic(self.path / MANIFEST, self.manifest)

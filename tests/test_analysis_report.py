@@ -232,6 +232,7 @@ def test_a_smoke_run_is_known_by_its_quick_settings_or_its_step_cap(tmp_path):
     in the config at the start, or the step cap at the end."""
     from analysis import synth
     from analysis.smoke import is_smoke_run
+    from contract.plan import carries_quick
     from contract.runfolder import RunFolder
 
     full = synth.write_run(tmp_path / "runs", "05_linear_scaling", "w1-s0", epochs=2)
@@ -239,10 +240,12 @@ def test_a_smoke_run_is_known_by_its_quick_settings_or_its_step_cap(tmp_path):
     config = json.loads((full / "config.json").read_text())
     config["train"].update(epochs=2, print_freq=5)
     config["data"].update(per_class=16, val_per_class=4, synthetic_images=256)  # what --quick sets (scales.toml)
+    assert carries_quick(config) and not carries_quick(json.loads((full / "config.json").read_text()))
     manifest = json.loads((full / "manifest.json").read_text())
     quick = RunFolder(tmp_path / "runs" / "05_linear_scaling" / "quick", writes=True, echo=False)
     quick.begin(config, **{k: manifest[k] for k in ("seed", "machine", "backend", "world_size", "workers",
-                                                    "launcher", "hosts", "devices", "versions", "git_commit")})
+                                                    "launcher", "hosts", "devices", "versions", "git_commit")},
+                smoke=carries_quick(config))  # as the trainers record it (trainers/run.py, trainers/tf/bench.py)
     quick.close()
     assert is_smoke_run(quick.path)
     capped = RunFolder(full, writes=True, echo=False, fresh=False)

@@ -105,7 +105,7 @@ def test_the_migration_refuses_what_it_cannot_migrate_in_one_line(tmp_path, caps
 
 
 # ---- the writer: only begin/progress/end, each write checked against the declaration ------------------------------
-BEGIN = dict(seed=0, machine={"cpu_model": "x"}, backend="single", world_size=1, workers=1, launcher="none",
+BEGIN = dict(seed=0, machine={"cpu_model": "x"}, smoke=False, backend="single", world_size=1, workers=1, launcher="none",
              hosts=["h"], devices=["cpu"], versions={"torch": "2"}, git_commit=None)
 CONFIG = {"experiment": "04_x", "run": "r", "scale": "local", "train": {"seed": 0}}
 

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from contract import manifest as declared
 from contract.fingerprint import document_fingerprint
+from contract.plan import carries_quick
 from contract.reader import read_config, read_document
 from contract.runfolder import MANIFEST, write_json_atomic
 
@@ -40,7 +41,7 @@ def to_v1(manifest: dict, run_dir: Path) -> dict:
         raise declared.ManifestError(f"{run_dir}: no readable config.json, so its manifest cannot be migrated (its "
                                      "fingerprint is the config's); restore config.json or remove the folder")
     smoke = (run_dir.parent.parent.name == QUICK_ROOT or bool(manifest.get("capped_at_steps"))
-             or declared.carries_quick(config))
+             or carries_quick(config))
     machine = manifest["machine"] if isinstance(manifest.get("machine"), dict) else machine_before_v1(manifest)
     return {**manifest, "manifest_version": 1, "config_fingerprint": document_fingerprint(config),
             "machine": machine, "smoke": smoke}

@@ -19,6 +19,7 @@ import torch
 from trainers import backends, bench, checkpoint, compute, rendezvous
 from contract.config import Config, ConfigError, check_paths, check_writable
 from contract.locks import RankLock, dead_ranks, mark_failed
+from contract.plan import carries_quick
 from contract.reader import read_manifest
 from contract.runfolder import (CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS, WRITE_FAILURES, RunFolder,
                                 config_document, now_iso)
@@ -98,8 +99,9 @@ def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: b
         run.manifest = read_manifest(run_dir) or {}
     attempt = {"start": now_iso(), "epoch": trainer.start_epoch, "iteration": trainer.start_step,
                **checkpoint.arithmetic(trainer), "threads_env": thread_settings(), "forced": force and trainer.resuming}
+    document = config_document(cfg, run_dir.name, name)
     run.begin(  # every attempt's arithmetic: a mix would show in `attempts`
-        config_document(cfg, run_dir.name, name), attempt, epochs_done=trainer.start_epoch,
+        document, attempt, smoke=carries_quick(document), epochs_done=trainer.start_epoch,
         launcher=launch.launcher, seed=cfg.train.seed,
         link=os.environ.get("CLUSTER_LINK"),  # the local cluster's link rate where one was set (make cluster LINK=)
         versions={**versions(), "cuda": torch.version.cuda}, git_commit=git_commit(), threads=thread_settings(),

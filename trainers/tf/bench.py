@@ -25,6 +25,7 @@ from contract import events, placement
 from contract.config import Config, ConfigError
 from contract.runfolder import MANIFEST, RunFolder, bench_throughput, config_document, now_iso
 from contract.machine import this_machine
+from contract.plan import carries_quick
 from contract.versions import git_commit, package_version, versions
 from trainers.tf import strategies
 
@@ -144,8 +145,9 @@ def measure(cfg: Config, backend, run: RunFolder) -> dict:
 
 
 def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, threads: dict) -> None:
+    document = config_document(cfg, run_dir.name, backend.name)
     run.begin(
-        config_document(cfg, run_dir.name, backend.name), {"start": now_iso(), "threads_env": threads},
+        document, {"start": now_iso(), "threads_env": threads}, smoke=carries_quick(document),
         launcher=launcher_name(), seed=cfg.train.seed, link=os.environ.get("CLUSTER_LINK"),
         versions={**versions(), "tensorflow": tf.__version__, "tf_keras": package_version("tf-keras")},
         git_commit=git_commit(), threads=threads,
