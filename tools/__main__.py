@@ -6,7 +6,7 @@ import sys
 from contract.cli import command_word, one_line_errors
 from tools import (bench, bench_comm, bench_step, cluster_check, cluster_probe, data_bench, exp13_next, gpu_check,
                    link_sweep, migrate_manifests, noise_scale, reference_add, step_split, telemetry_overhead)
-from trainers.data import DataError
+from contract.config import DataError
 
 TOOLS = {
     "bench": (bench, "the trainer against a hand-written loop, and emulated workers' cost (a GPU: the GPU bench)"),

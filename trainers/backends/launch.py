@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple
 
 from contract.config import ConfigError
-from trainers.rendezvous import job_port
+from trainers.rendezvous import free_port, job_port  # noqa: F401  free_port: the backends'
 
 # How long a collective may wait on a slow peer (TRAINERS_COLLECTIVE_TIMEOUT_S). A peer that dies closes its sockets
 # and is noticed at once; one cut off (its node's link down) is given up on after this.
@@ -126,9 +126,3 @@ def bind_gloo_towards(master: str | None, launch: Launch) -> None:
                           f"reach it: make the name resolve to the node's network address (/etc/hosts), or set "
                           f"MASTER_ADDR to that address")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", found.interface)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
