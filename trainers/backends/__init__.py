@@ -12,11 +12,11 @@ import os
 import torch
 
 from trainers.backends.base import Backend
-from trainers.backends.launch import (COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards, detect_launch, free_port,
+from trainers.backends.launch import (COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards, detect_launch,
                                        interface_towards, is_loopback)
 from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, chosen_backend
 from trainers.backends.rank_workers import workers_per_rank
-from trainers.rendezvous import horovod_available, torchrun_command
+from trainers.rendezvous import free_port, horovod_available, torchrun_command
 
 __all__ = ["Backend", "Launch", "detect_launch", "create", "BACKENDS", "horovod_available",
            "torchrun_command", "free_port", "bind_gloo_towards"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple
 
 from contract.config import ConfigError
-from trainers.rendezvous import free_port, job_port  # noqa: F401  free_port: the backends'
+from trainers.rendezvous import job_port
 
 # How long a collective may wait on a slow peer (TRAINERS_COLLECTIVE_TIMEOUT_S). A peer that dies closes its sockets
 # and is noticed at once; one cut off (its node's link down) is given up on after this.
