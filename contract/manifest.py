@@ -119,19 +119,19 @@ def problem(manifest: dict[str, Any]) -> str | None:
 def version_problem(manifest: dict[str, Any]) -> str | None:
     """Why a manifest is not of the current version, or None."""
     version = manifest.get("manifest_version", 0)
-    if version == VERSION:
-        return None
-    if isinstance(version, int) and not isinstance(version, bool) and version < VERSION:
-        return f"manifest_version is {version}, older than {VERSION}"
+    if isinstance(version, int) and not isinstance(version, bool) and version <= VERSION:
+        return None if version == VERSION else f"manifest_version is {version}, older than {VERSION}"
     return f"manifest_version is {version!r}, which this suite does not know (it writes {VERSION})"
 
 
 def check_version(manifest: Any, path: Path | str) -> None:
     """What every reader does with a manifest it read: an older version stops it with the command that migrates
-    the runs; anything else (a manifest half-made by hand, or not an object) is left to the reader to judge."""
+    the runs, an unknown one with what it is; anything else (a manifest half-made by hand, or not an object) is left
+    to the reader to judge."""
     if not isinstance(manifest, dict):
         return
     stale = version_problem(manifest)
+    if stale and "older" in stale:
+        raise ManifestError(f"{path}: {stale}; migrate its runs first: {MIGRATE} {Path(path).parent.parent.parent}")
     if stale:
-        runs = Path(path).parent.parent.parent
-        raise ManifestError(f"{path}: {stale}; migrate its runs first: {MIGRATE} {runs}")
+        raise ManifestError(f"{path}: {stale}; read it with the suite that wrote it")

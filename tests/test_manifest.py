@@ -90,6 +90,17 @@ def test_a_reader_given_an_older_manifest_names_the_migration_in_one_line(tmp_pa
     assert reader.read_manifest(run_dir)["manifest_version"] == declared.VERSION
 
 
+@pytest.mark.parametrize("version, says", [(7, "manifest_version is 7, which this suite does not know"),
+                                           (True, "manifest_version is True, which this suite does not know")])
+def test_a_reader_given_a_version_it_does_not_know_says_so_without_offering_the_migration(tmp_path, version, says):
+    run_dir = tmp_path / "runs" / "04_x" / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text(json.dumps({"manifest_version": version, "status": "completed"}))
+    with pytest.raises(declared.ManifestError, match=says) as caught:
+        reader.read_manifest(run_dir)
+    assert "migrate" not in str(caught.value)
+
+
 def test_the_migration_refuses_what_it_cannot_migrate_in_one_line(tmp_path, capsys):
     from tools.__main__ import main
 
