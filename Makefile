@@ -47,7 +47,7 @@ endif
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: advise help setup setup-horovod setup-dali setup-tf setup-tensorboard setup-browser tensorboard tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report reference-add cost bench bench-data bench-step bench-comm gpu-check noise-scale exp13-next clean
+.PHONY: advise advise-local help setup setup-horovod setup-dali setup-tf setup-tensorboard setup-browser tensorboard tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report reference-add cost bench bench-data bench-step bench-comm gpu-check noise-scale exp13-next clean
 
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
@@ -139,7 +139,7 @@ cluster-stop: setup ## Stop the local Slurm cluster: its daemons, namespaces and
 	$(PY) -m slurm.local_cluster stop --dir $(CLUSTER_DIR)
 
 cluster-check: setup ## Check a Slurm cluster (CLUSTER=P) layer by layer in minutes: nodes, hosts, staging, DDP, Horovod, training
-	$(PY) -m tools cluster-check --cluster $(CLUSTER) --scale $(SCALE) $(if $(filter command line,$(origin NODES)),--nodes $(NODES))
+	$(PY) -m tools cluster-check --cluster $(CLUSTER) --scale $(SCALE) $(if $(filter command line,$(origin NODES)),--nodes $(NODES)) $(if $(LAYERS),--layers $(LAYERS))
 
 # In CI (CI=true, root) the Slurm, MPI, Horovod, TensorFlow, DALI, TensorBoard and browser tests must run, so their
 # dependencies are installed first. setup-tf builds Horovod too (TensorFlow and PyTorch in one build): no
@@ -222,10 +222,16 @@ noise-scale: setup ## Gradient noise scale of the local exp5/exp6 (and exp12) mo
 
 # The advisor (analysis/advisor.py): its validation against the thesis's Tables 8-9 into the committed table, and with
 # STEP=file.json (from `python -m tools step-split` on a GPU) the predicted images/s of 1...N GPUs of that step.
+## LAYERS="L ..."            make cluster-check: only these layers (e.g. "link-intra link-inter": the advisor's link fit)
 ## STEP=file.json            make advise: a step measured by `python -m tools step-split`; GPUS_PER_NODE, INTRA, INTER: the machine to predict
-advise: setup ## The scaling advisor: validation against the thesis -> results/tables/advisor_validation.md; STEP=file.json: predicted images/s for 1...N GPUs
+# CLUSTER=P on the command line: make advise predicts that cluster (CLUSTER's default, local, does not)
+ADVISE_CLUSTER = $(filter command line,$(origin CLUSTER))
+advise: setup ## The scaling advisor: validation against the thesis -> results/tables/advisor_validation.md; STEP=file.json: predicted images/s for 1...N GPUs; CLUSTER=P: the cluster's table for 1...N processes from its cluster-check link fit
 	$(PY) -m analysis advise --validate
-	$(if $(STEP),$(PY) -m analysis advise --step $(STEP) $(if $(GPUS_PER_NODE),--gpus-per-node $(GPUS_PER_NODE)) $(if $(INTRA),--intra $(INTRA)) $(if $(INTER),--inter $(INTER)))
+	$(if $(ADVISE_CLUSTER),$(PY) -m suite advise --cluster $(CLUSTER) $(if $(STEP),--step $(STEP)),$(if $(STEP),$(PY) -m analysis advise --step $(STEP) $(if $(GPUS_PER_NODE),--gpus-per-node $(GPUS_PER_NODE)) $(if $(INTRA),--intra $(INTRA)) $(if $(INTER),--inter $(INTER))))
+
+advise-local: setup ## The advisor against experiment 3 on the local cluster at each LINK rate (default "20mbit 100mbit none"; make link-sweep with the same LINK first) -> results/tables/advisor_validation.md
+	$(PY) -m tools advisor-local --cluster-dir $(CLUSTER_DIR) $(if $(LINK),--rates $(LINK))
 
 clean: ## Remove caches (generated datasets) but not results
 	rm -rf .cache .pytest_cache

@@ -132,13 +132,15 @@ def cmd_advise(args) -> int:
     if args.validate:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(advisor.validation_markdown(advisor.thesis_validation()))
+        from .advisor_local import read_local_rows
+
+        out.write_text(advisor.validation_markdown(advisor.thesis_validation(), read_local_rows()))
         print(out.read_text(), end="")
         print(f"written: {out}")
         return 0
     if not args.step:
-        print("error: analysis advise needs --validate or --step STEP.json (from python -m tools step-split)",
-              file=sys.stderr)
+        print("error: analysis advise needs --validate or --step STEP.json (from python -m tools step-split); a "
+              "cluster's table: python -m suite advise --cluster PROFILE", file=sys.stderr)
         return 2
     try:
         step, record = advisor.load_step(Path(args.step))
@@ -148,7 +150,7 @@ def cmd_advise(args) -> int:
     except (OSError, KeyError, ValueError) as e:
         print(f"error: analysis advise: {e}", file=sys.stderr)
         return 2
-    rows = advisor.scaling_table(step, args.gpus_per_node, args.nodes, intra, inter)
+    rows = advisor.scaling_table(step, args.gpus_per_node, args.nodes or [1, 2, 4], intra, inter)
     print(advisor.scaling_markdown(rows, f"Predicted from {args.step} ({record.get('device', 'a measured step')}, "
                                          f"batch {step.batch}), nominal links {args.intra} within a node, "
                                          f"{args.inter} across"), end="")
@@ -205,7 +207,7 @@ def main(argv=None) -> int:
     a.add_argument("--out", default="results/tables/advisor_validation.md")
     a.add_argument("--step", help="a step measured by python -m tools step-split (JSON)")
     a.add_argument("--gpus-per-node", type=int, default=8)
-    a.add_argument("--nodes", type=lambda v: [int(n) for n in v.split(",")], default=[1, 2, 4],
+    a.add_argument("--nodes", type=lambda v: [int(n) for n in v.split(",")], default=None,
                    help="node counts, comma-separated (default 1,2,4)")
     a.add_argument("--input-images-per-s", type=float, help="one worker's input pipeline, measured apart (make "
                    "gpu-check's real-JPEG rows): a bound beside the step's (replaces the step file's)")

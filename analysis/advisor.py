@@ -53,6 +53,10 @@ class Step:
     batch: int
     gradient_bytes: int
     input_images_per_s: float | None = None  # the input pipeline's rate for one worker; None: not a bound
+    # False where the rank loads its batches itself (data.loader_workers = 0): the input then adds to the step
+    # instead of running beside it
+    input_overlaps: bool = True
+    threads: int = 1  # the CPU threads the step was timed with (a CPU rank's threads)
 
     @property
     def compute_s(self) -> float:
@@ -71,13 +75,17 @@ class Prediction:
     backend: str = ""
 
 
-def fit_link(sizes_bytes: list[float], seconds: list[float]) -> Link:
-    """Least squares of seconds = latency + bytes / bandwidth over messages timed at several sizes."""
+def fit_link(sizes_bytes: list[float], seconds: list[float], relative: bool = False) -> Link:
+    """Least squares of seconds = latency + bytes / bandwidth over messages timed at several sizes. relative: each
+    point weighted by 1 / seconds^2, so the residuals that count are relative ones (sizes a thousandfold apart:
+    unweighted, the largest messages alone would decide the latency too)."""
     if len(set(sizes_bytes)) < 2:
         raise ValueError("fitting a link needs messages of at least two message sizes")
-    mean_x, mean_y = statistics.fmean(sizes_bytes), statistics.fmean(seconds)
-    sxx = sum((x - mean_x) ** 2 for x in sizes_bytes)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes_bytes, seconds)) / sxx
+    w = [1 / y ** 2 if relative and y > 0 else 1.0 for y in seconds]
+    mean_x = sum(wi * x for wi, x in zip(w, sizes_bytes)) / sum(w)
+    mean_y = sum(wi * y for wi, y in zip(w, seconds)) / sum(w)
+    sxx = sum(wi * (x - mean_x) ** 2 for wi, x in zip(w, sizes_bytes))
+    slope = sum(wi * (x - mean_x) * (y - mean_y) for wi, x, y in zip(w, sizes_bytes, seconds)) / sxx
     if slope <= 0:
         raise ValueError("the timed messages do not grow with their size: no bandwidth to fit")
     return Link(latency_s=max(0.0, mean_y - slope * mean_x), bytes_per_s=1 / slope)
@@ -117,22 +125,32 @@ def buckets_of(backend: str, gradient_bytes: int, bucket_mb: float | None = None
 
 
 def predict(step: Step, backend: str, ranks: int, ranks_per_node: int, intra: Link, inter: Link,
-            bucket_mb: float | None = None) -> Prediction:
-    """Images/s of `ranks` workers, `ranks_per_node` a node, each running `step`, reduced by `backend`."""
+            bucket_mb: float | None = None, shared_cores: int | None = None) -> Prediction:
+    """Images/s of `ranks` workers, `ranks_per_node` a node, each running `step`, reduced by `backend`.
+    shared_cores: every node is a host on one machine of that many cores (the local cluster), so the ranks' threads
+    beyond them share the cores and the compute stretches in proportion."""
     nodes = math.ceil(ranks / ranks_per_node)
     link = ring_link(min(ranks, ranks_per_node), nodes, intra, inter)
     comm = ring_allreduce_s(step.gradient_bytes, ranks, link)
     exposed = exposed_communication_s(comm, step.backward_s, buckets_of(backend, step.gradient_bytes, bucket_mb))
-    step_s = step.compute_s + exposed
-    input_s = step.batch / step.input_images_per_s if step.input_images_per_s else 0.0
-    if input_s > step_s:
-        bound, step_s = "input", input_s
-    else:
-        bound = "communication" if exposed >= COMMUNICATION_BOUND_SHARE * step_s else "compute"
-    one_rank_s = max(step.compute_s, input_s)
+    stretch = max(1.0, ranks * step.threads / shared_cores) if shared_cores else 1.0
+    step_s, bound = bounded_step(step, stretch * step.compute_s, exposed)
+    one_rank_s, _ = bounded_step(step, step.compute_s, 0.0)
     return Prediction(ranks=ranks, nodes=nodes, images_per_s=ranks * step.batch / step_s,
                       efficiency=one_rank_s / step_s, bound=bound, step_s=step_s, exposed_communication_s=exposed,
                       backend=backend)
+
+
+def bounded_step(step: Step, compute_s: float, exposed_s: float) -> tuple[float, str]:
+    """(a step's time, its bound) from its compute, its exposed communication and its input: an input pipeline
+    beside the step bounds it where it is slower; one the rank runs itself adds to it."""
+    input_s = step.batch / step.input_images_per_s if step.input_images_per_s else 0.0
+    if step.input_overlaps and input_s > compute_s + exposed_s:
+        return input_s, "input"
+    step_s = compute_s + exposed_s + (0.0 if step.input_overlaps else input_s)
+    if exposed_s >= COMMUNICATION_BOUND_SHARE * step_s:
+        return step_s, "communication"
+    return step_s, "input" if not step.input_overlaps and input_s > compute_s else "compute"
 
 
 def break_even_nodes(rows: list[Prediction]) -> int | None:
@@ -196,24 +214,55 @@ def thesis_validation() -> list[dict]:
     return out
 
 
-def validation_markdown(rows: list[dict]) -> str:
+def validation_markdown(rows: list[dict], local: list[dict] | None = None) -> str:
+    """The validation table: the thesis's rows, then the local cluster's (analysis/advisor_local.py: experiment 3 at
+    each link rate, from results/tables/advisor_local.csv), each with its error; median and worst per source."""
     d = declaration()
-    errors = [abs(r["error"]) for r in rows]
+    local = local or []
     lines = [f"# The advisor against measurements (tolerance {100 * d['tolerance']:.0f} % a row, declared "
              f"{d['declared']} in analysis/reference/advisor.toml)", "",
              "Made by `python -m suite analysis advise --validate` from analysis/advisor.py; thesis rows: Tables 8-9 "
              "predicted from the thesis's 1-GPU figure (Tables 2-3), a backward of two forwards (assumed: the thesis "
-             "publishes no split), PCIe 3.0 x16 within a node and FDR InfiniBand 4x across, nominal rates.", "",
-             "| source | framework | GPUs | nodes | predicted img/s | measured img/s | error | holds | bound | "
-             "exposed communication |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| thesis Table {r['table']} | {r['framework']} | {r['gpus']} | {r['nodes']} | "
-                     f"{r['predicted']:,.0f} | {r['measured']:,.2f} | {100 * r['error']:+.1f} % | "
-                     f"{'yes' if r['holds'] else 'no'} | {r['bound']} | {r['exposed_ms']:.1f} ms |")
-    held = sum(r["holds"] for r in rows)
-    lines += ["", f"{len(rows)} rows: median |error| {100 * statistics.median(errors):.1f} %, worst |error| "
-                  f"{100 * max(errors):.1f} %; {held} of {len(rows)} within the tolerance."]
-    return "\n".join(lines) + "\n"
+             "publishes no split), PCIe 3.0 x16 within a node and FDR InfiniBand 4x across, nominal rates."
+             + (" Local rows: `make advise-local` (tools/advisor_local.py): experiment 3 on the local cluster at each "
+                "link rate, predicted for each run's placement from that rate's probed link and a step timed at the "
+                "run's threads; where it misses, the run's measured shares." if local else ""), "",
+             "| source | framework | GPUs / processes | nodes | predicted img/s | measured img/s | error | holds "
+             "| bound | exposed communication |" + (" where it misses |" if local else ""),
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if local else "")]
+    lines += [validation_line(r, "", bool(local)) for r in rows]
+    lines += [validation_line(r, r["why"] if not r["holds"] else "", True) for r in local]
+    counted = predicted_rows(local)
+    lines += ["", summary("thesis", rows)]
+    if local:
+        lines += ["", summary("local cluster", counted) if counted else "local cluster: no row has a prediction",
+                  "", summary("all", rows + counted) if counted else ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def predicted_rows(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if not math.isnan(r["error"])]
+
+
+def summary(label: str, rows: list[dict]) -> str:
+    """'<label>: N rows: median |error| x %, worst |error| y %; k of N within the tolerance.'"""
+    errors = [abs(r["error"]) for r in rows]
+    held = sum(bool(r["holds"]) for r in rows)
+    return (f"{label}: {len(rows)} rows: median |error| {100 * statistics.median(errors):.1f} %, worst |error| "
+            f"{100 * max(errors):.1f} %; {held} of {len(rows)} within the tolerance.")
+
+
+def validation_line(r: dict, why: str, with_why: bool) -> str:
+    """One row of the validation table; a local run with no prediction says why instead of numbers."""
+    source = f"thesis Table {r['table']}" if "table" in r else r["source"]
+    if isinstance(r["error"], float) and math.isnan(r["error"]):
+        cells = ["", f"{r['measured']:,.2f}", "", "", "", ""]
+        why = r["why"]
+    else:
+        cells = [f"{r['predicted']:,.0f}", f"{r['measured']:,.2f}", f"{100 * r['error']:+.1f} %",
+                 "yes" if r["holds"] else "no", r["bound"], f"{r['exposed_ms']:.1f} ms"]
+    line = f"| {source} | {r['framework']} | {r['gpus']} | {r['nodes']} | " + " | ".join(cells) + " |"
+    return line + (f" {why.replace('|', '/')} |" if with_why else "")
 
 
 # ---- a machine's prediction from its measured step -----------------------------------------------------------
@@ -237,7 +286,8 @@ def load_step(path: Path) -> tuple[Step, dict]:
     scale = record["whole_step_s"] / sum(phases)
     forward, backward, optimizer = (scale * t for t in phases)
     return Step(forward, backward, optimizer, record["batch"], record["gradient_bytes"],
-                record.get("input_images_per_s")), record
+                record.get("input_images_per_s"), input_overlaps=record.get("loader_workers", 1) > 0,
+                threads=record.get("threads", 1)), record
 
 
 def scaling_table(step: Step, gpus_per_node: int, nodes: list[int], intra: Link, inter: Link) -> list[Prediction]:
@@ -247,14 +297,118 @@ def scaling_table(step: Step, gpus_per_node: int, nodes: list[int], intra: Link,
             for backend in ("ddp", "horovod") for ranks in counts]
 
 
-def scaling_markdown(rows: list[Prediction], title: str) -> str:
+def process_table(step: Step, nodes: int, ranks_per_node: int, intra: Link, inter: Link,
+                  shared_cores: int | None = None) -> list[Prediction]:
+    """DDP's and Horovod's predictions for every process count 1...nodes x ranks_per_node, each node filled first."""
+    return [predict(step, backend, ranks, ranks_per_node, intra, inter, shared_cores=shared_cores)
+            for backend in ("ddp", "horovod") for ranks in range(1, nodes * ranks_per_node + 1)]
+
+
+def scaling_markdown(rows: list[Prediction], title: str, unit: str = "GPUs") -> str:
     lines = [f"# {title}", "",
-             "| backend | GPUs | nodes | predicted img/s | efficiency | bound | exposed communication |",
+             f"| backend | {unit} | nodes | predicted img/s | efficiency | bound | exposed communication |",
              "|---|---|---|---|---|---|---|"]
     lines += [f"| {r.backend} | {r.ranks} | {r.nodes} | {r.images_per_s:,.0f} | {100 * r.efficiency:.1f} % | "
-              f"{r.bound} | {1000 * r.exposed_communication_s:.1f} ms |" for r in rows]
+              f"{r.bound} | {1000 * r.exposed_communication_s:.2f} ms |" for r in rows]
     for backend in ("ddp", "horovod"):
         even = break_even_nodes([r for r in rows if r.backend == backend])
         lines += ["", f"{backend}: " + (f"adding nodes stops paying after {even}" if even else
                                         "every node in the table still pays (each adds at least half a node's rate)")]
     return "\n".join(lines) + "\n"
+
+
+# ---- a cluster's links, measured by make cluster-check's link probes --------------------------------------------
+LINK_FIT = "link_fit.json"  # in a cluster-check's folder: {"intra": record, "inter": record}
+CHECK_ROOT = Path("results/cluster_check")
+LINK_MODEL = ("Hockney's alpha-beta: a message of n bytes costs alpha + n / beta; an all_reduce of n bytes over p "
+              "ranks is taken as a ring's 2 (p - 1) messages of n / p, so each timed all_reduce gives one message "
+              "of n / p bytes taking t / (2 (p - 1)); least squares of the relative residuals over the sizes")
+
+
+def link_from_allreduces(points: list[list[float]], ranks: int) -> Link:
+    """The per-message link a ring model needs, from all_reduces of n bytes over `ranks` timed at several sizes:
+    t(n) = 2 (p - 1) (alpha + n / (p beta)), so each point is one message of n / p bytes taking t / (2 (p - 1))."""
+    if ranks < 2:
+        raise ValueError(f"an all_reduce over {ranks} rank(s) sends nothing: the link probe needs 2 or more ranks")
+    messages = 2 * (ranks - 1)
+    return fit_link([n / ranks for n, _ in points], [t / messages for _, t in points], relative=True)
+
+
+def link_record(points: list[list[float]], ranks: int, hosts: list[str], rate: str | None,
+                device: str = "cpu", cpu_model: str | None = None) -> dict:
+    """What link_fit.json holds for one link: the timed points, where they were timed (the ranks' CPU model: a
+    run is predicted only from its own machine's links), and the fit."""
+    link = link_from_allreduces(points, ranks)
+    return {"points": [[int(n), float(t)] for n, t in points], "ranks": ranks, "hosts": hosts,
+            "link": rate, "device": device, "cpu_model": cpu_model, "model": LINK_MODEL,
+            "latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s}
+
+
+def describe_link_record(record: dict) -> str:
+    """A check table's row: alpha, beta and what they were fitted to."""
+    sizes = [n for n, _ in record["points"]]
+    hosts = len(set(record["hosts"]))
+    rate = f", link limited to {record['link']}" if record.get("link") else ""
+    return (f"alpha {1e6 * record['latency_s']:.0f} us, beta {8 * record['bytes_per_s'] / 1e9:.3g} Gbit/s a message "
+            f"(all_reduce of {record['ranks']} ranks on {hosts} host(s), {len(sizes)} sizes "
+            f"{human_bytes(min(sizes))}-{human_bytes(max(sizes))}{rate})")
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("MB", MB), ("KB", 1024)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n:g} B"
+
+
+def write_link_fit(folder: Path, which: str, record: dict) -> Path:
+    """Put one link's record ("intra" or "inter") into folder/link_fit.json beside the other's."""
+    import json
+
+    path = Path(folder) / LINK_FIT
+    fits = json.loads(path.read_text()) if path.exists() else {}
+    fits[which] = record
+    path.write_text(json.dumps(fits, indent=1) + "\n")
+    return path
+
+
+def annotate_link_fit(folder: Path, profile: str, shared_cores: int | None) -> None:
+    """The profile the links were timed on, and where its nodes are hosts on one machine, that machine's cores
+    (every rank's threads share them: analysis/advisor.predict's shared_cores)."""
+    import json
+
+    path = Path(folder) / LINK_FIT
+    if path.exists():
+        fits = json.loads(path.read_text())
+        path.write_text(json.dumps({**fits, "profile": profile, "shared_cores": shared_cores}, indent=1) + "\n")
+
+
+def read_link_fit(path: Path) -> tuple[Link, Link, dict]:
+    """(within a node, across nodes, the whole record) of a cluster-check's link_fit.json."""
+    import json
+
+    fits = json.loads(Path(path).read_text())
+    missing = [k for k in ("intra", "inter") if k not in fits]
+    if missing:
+        raise ValueError(f"{path} has no {' or '.join(missing)} link: its cluster-check's link-"
+                         f"{missing[0]} layer failed or was not run")
+    intra, inter = (Link(fits[k]["latency_s"], fits[k]["bytes_per_s"]) for k in ("intra", "inter"))
+    return intra, inter, fits
+
+
+def latest_link_fit(profile: str, root: Path = CHECK_ROOT, rate: str | None = "any") -> Path | None:
+    """The newest cluster-check of `profile` under root with both links fitted; rate (the local cluster's tc rate,
+    None = unlimited) keeps only checks whose across-nodes probe ran at that rate ("any": whatever rate)."""
+    import json
+    import re
+
+    pattern = re.compile(rf"{re.escape(profile)}-\d{{8}}-\d{{6}}")
+    for folder in sorted((p for p in Path(root).glob(f"{profile}-*") if pattern.fullmatch(p.name)), reverse=True):
+        path = folder / LINK_FIT
+        try:
+            fits = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if {"intra", "inter"} <= fits.keys() and (rate == "any" or fits["inter"].get("link") == rate):
+            return path
+    return None

@@ -29,6 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from . import advisor_runs  # noqa: E402
 from . import cost  # noqa: E402
 from . import figures as fg  # noqa: E402
 from . import findings as fd  # noqa: E402
@@ -347,6 +348,12 @@ def throughput_notes(inputs: Inputs, frame: pd.DataFrame) -> list[str]:
     return [*THROUGHPUT_NOTES, PLACEMENT_NOTE, *tb.unlike_rows(frame)]
 
 
+def predicted_beside_measured(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
+    """Experiment 3's throughput runs beside the advisor's prediction for each one's placement (none: no such runs)."""
+    table = advisor_runs.prediction_table(inputs.df)
+    return table if len(table) else None
+
+
 def quality(inputs: Inputs, entry: Table) -> pd.DataFrame:
     return tb.quality_table(inputs.df, inputs.ref, entry.options["table"])
 
@@ -417,6 +424,9 @@ TABLES = (
            "the lower rate, none reaching: the highest best_top1; named only once every planned rate has finished.",)),
     Table("this_machine_vs_reference", "", (), this_machine,
           "This machine's runs, the committed reference's (by machine) and the thesis's"),
+    Table("exp3_predicted", "", (3,), predicted_beside_measured,
+          "Experiment 3: each run's measured images/s beside the advisor's prediction for its placement",
+          advisor_runs.NOTES, advisor_runs.shown),
     Table("link_rates", "", (3,), lambda inputs, entry: inputs.links if len(inputs.links) else None,
           "Experiment 3 across hosts: throughput against each host's link rate", lk.NOTES, lk.shown),
 )

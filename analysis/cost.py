@@ -22,6 +22,13 @@ batch -- for a run on one GPU as measured; for a run on P > 1 GPUs that rate x P
 no multi-GPU run has measured it, so its rate_source says "the 1-GPU measurement x P GPUs, scaling unmeasured" and
 the totals count such configurations apart (optimistic: a node is that fast only if its GPUs scale perfectly);
 Horovod and DataParallel have no 1-GPU benchmark: 'no measurement' unless our node runs measured them.
+
+Where no node run measured a configuration and a step of its model, per-GPU batch and numerics was timed on a GPU
+(`python -m tools step-split`: results/advisor/steps/, results/gpu_checks/), the scaling advisor's prediction
+(analysis/advisor.py: that GPU's step, DDP's buckets or Horovod's fusion, a ring over the node's nominal
+NVLink 4, NODE_LINK) prices a run on P > 1 GPUs instead of the 1-GPU rate x P, and a Horovod run that has no
+benchmark; its rate_source says "predicted, no measurement" with the step's file and GPU, and the totals count such
+configurations apart (configurations_predicted).
 """
 from __future__ import annotations
 
@@ -43,6 +50,9 @@ THESIS_EXPERIMENTS = range(1, 10)  # the thesis's nine; 10 and beyond are this s
 NODE = "node"
 SCALES = ("gpu", NODE, "thesis")
 SCALING_UNMEASURED = "scaling unmeasured"  # in a node row's rate_source: a 1-GPU rate times the run's GPUs
+PREDICTED = "predicted, no measurement"  # in a node row's rate_source: the scaling advisor's images/s
+NODE_LINK = "nvlink4"  # the node scale's GPUs' link (analysis/reference/links.toml): an 8-GPU H100/H200 SXM node
+STEP_SOURCES = (GPU_BENCHES / "advisor" / "steps", GPU_BENCHES / "gpu_checks")  # step-split records, searched
 COLUMNS = ["experiment", "scale", "configuration", "runs", "gpus_per_run", "images_per_run", "images_per_s",
            "rate_source", "run_wallclock_s", "gpu_hours", "node_hours", "thesis_wallclock_s", "estimate_over_thesis"]
 
@@ -141,7 +151,8 @@ def row_of(cfg, exp: int, scale: str, ours: pd.DataFrame, ref: pd.DataFrame, ben
 
 
 def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFrame,
-               bench: pd.DataFrame | None = None, node_gpus: int | None = None) -> list[dict]:
+               bench: pd.DataFrame | None = None, node_gpus: int | None = None,
+               steps: list | None = None) -> list[dict]:
     """A row per configuration of the experiment's study at the scale (its seeds counted in `runs`); node_gpus: the
     node scale's N (default: experiments/scales.toml's)."""
     from contract.config import load_config
@@ -158,7 +169,7 @@ def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFra
             continue
         cfg = load_config(config, scale, [f"{k}={json.dumps(v)}" for k, v in run.settings.items()], need_data=False)
         if scale == NODE:
-            row = node_row(cfg, run.nodes, ours, bench, node_gpus)
+            row = node_row(cfg, run.nodes, ours, bench, node_gpus, steps)
         else:
             row = row_of(cfg, int(experiment.name[:2]), scale, ours, ref, bench)
         if row is not None:
@@ -183,11 +194,47 @@ def scaling_assumed(source: str) -> bool:
     return SCALING_UNMEASURED in str(source)
 
 
+def gpu_steps(folders=STEP_SOURCES) -> list[tuple[Path, dict]]:
+    """Every step-split record timed on a GPU under `folders` (python -m tools step-split --json)."""
+    out = []
+    for folder in folders:
+        for path in sorted(Path(folder).rglob("*.json")):
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(doc, dict) and "whole_step_s" in doc and doc.get("device", "cpu") != "cpu":
+                out.append((path, doc))
+    return out
+
+
+def predicted_rate(steps: list[tuple[Path, dict]] | None, model: str | None, backend: str, batch: int,
+                   processes: int, numerics: str, node_gpus: int):
+    """(images/s, source) the scaling advisor predicts for `processes` GPUs of one node from the newest step of
+    the same model, per-GPU batch and numerics; None where no such step was timed."""
+    from . import advisor
+
+    for path, doc in reversed(steps or []):
+        label = nb.numerics_label(doc.get("precision", "fp32"), doc.get("channels_last", False), False)
+        if (doc.get("model"), doc.get("batch"), label) == (model, batch, numerics):
+            step, _ = advisor.load_step(path)
+            link = advisor.nominal_link(NODE_LINK)
+            p = advisor.predict(step, "horovod" if backend == "horovod" else "ddp", processes, node_gpus, link, link)
+            return p.images_per_s, f"{PREDICTED}: the advisor from {path.name} ({doc['device']}), {NODE_LINK} nominal"
+    return None
+
+
+def predicted(source: str) -> bool:
+    return PREDICTED in str(source)
+
+
 def node_rate(ours: pd.DataFrame, bench: pd.DataFrame | None, backend: str, batch: int, workers: int,
-              processes: int, numerics: str):
+              processes: int, numerics: str, steps: list | None = None, model: str | None = None,
+              node_gpus: int = 8):
     """(images/s, where it comes from) of a node run of `workers` over `processes` GPUs (see the module docstring):
-    ours at the node scale for the same W over the same P; else the GPU benchmark's 1-GPU DDP rate for the same
-    numerics and per-GPU batch, x P when P > 1 (said in the source); else no measurement."""
+    ours at the node scale for the same W over the same P; else, for P = 1, the GPU benchmark's 1-GPU DDP rate of
+    the same numerics and per-GPU batch; else the advisor's prediction from a step of the same model, batch and
+    numerics (`steps`); else the 1-GPU rate x P (said in the source); else no measurement."""
     fw = "horovod+pytorch" if backend == "horovod" else "pytorch"
     o = ours[(ours["scale"] == NODE) & (ours["framework"] == fw) & (ours["backend"] == backend)
              & (ours["per_gpu_batch"] == batch) & (ours["gpus"] == workers) & (ours["processes"] == processes)
@@ -199,13 +246,20 @@ def node_rate(ours: pd.DataFrame, bench: pd.DataFrame | None, backend: str, batc
     # a rank's DDP step (the 'ddp' rows), or one plain process (emulated workers: the 'single' rows)
     wrapper = {"ddp": "pytorch", "single": "emulated", "emulated": "emulated"}.get(backend)
     one = _bench_rate(bench, wrapper, batch, 1, numerics) if wrapper else None
+    if one and processes == 1:
+        return one
+    if backend in ("ddp", "horovod"):
+        guess = predicted_rate(steps, model, backend, batch, processes, numerics, node_gpus)
+        if guess:
+            return guess
     if not one:
         return math.nan, NO_MEASUREMENT
     speed, source = one
     return (speed, source) if processes == 1 else (processes * speed, scaled_source(source, processes))
 
 
-def node_row(cfg, nodes: int, ours: pd.DataFrame, bench: pd.DataFrame | None, node_gpus: int) -> dict | None:
+def node_row(cfg, nodes: int, ours: pd.DataFrame, bench: pd.DataFrame | None, node_gpus: int,
+             steps: list | None = None) -> dict | None:
     """A configuration's row at the node scale, placed as the study places it (contract/plan.py); None for a run
     the node does not hold (several nodes; a throughput run or DataParallel on more GPUs than it has)."""
     from contract.plan import node_fits, node_gpus_used, node_processes
@@ -218,7 +272,9 @@ def node_row(cfg, nodes: int, ours: pd.DataFrame, bench: pd.DataFrame | None, no
     images, _ = run_work(cfg)
     processes = node_processes(w, backend, node_gpus)
     numerics = nb.numerics_label(cfg.train.precision, cfg.train.channels_last, cfg.train.compile)
-    speed, source = node_rate(ours, bench, backend, cfg.train.per_worker_batch, w, processes, numerics)
+    model = cfg.model.name if cfg.train.framework != "tensorflow" else None  # the steps timed are PyTorch's
+    speed, source = node_rate(ours, bench, backend, cfg.train.per_worker_batch, w, processes, numerics, steps,
+                              model, node_gpus)
     return {"gpus_per_run": node_gpus_used(w, backend, node_gpus), "images_per_run": int(images),
             "images_per_s": speed, "rate_source": source, "run_wallclock_s": images / speed if speed == speed
             else math.nan, "node_hours": math.nan, "thesis_wallclock_s": math.nan, "estimate_over_thesis": math.nan}
@@ -228,16 +284,19 @@ def node_row(cfg, nodes: int, ours: pd.DataFrame, bench: pd.DataFrame | None, no
 
 
 def cost_table(df: pd.DataFrame, ref: pd.DataFrame, experiments: Path = Path("experiments"),
-               scales=SCALES, bench: pd.DataFrame | None = None, node_gpus: int | None = None) -> pd.DataFrame:
+               scales=SCALES, bench: pd.DataFrame | None = None, node_gpus: int | None = None,
+               steps: list | None = None) -> pd.DataFrame:
     """One row per configuration of every numbered experiment at each scale (see the module docstring); bench: the
-    GPU benchmarks' rates (default: results/bench_gpu*.json); node_gpus: the node scale's N (default: scales.toml's)."""
+    GPU benchmarks' rates (default: results/bench_gpu*.json); node_gpus: the node scale's N (default: scales.toml's);
+    steps: GPU step splits the advisor predicts from (default: STEP_SOURCES')."""
     ours = tb.throughput_summary(df)
     bench = gpu_bench_rates() if bench is None else bench
+    steps = gpu_steps() if steps is None else steps
     rows = []
     for folder in sorted(p for p in Path(experiments).iterdir() if (p / "config.toml").is_file()
                          and p.name[:2].isdigit()):
         for scale in scales:
-            rows += study_rows(folder, scale, ours, ref, bench, node_gpus)
+            rows += study_rows(folder, scale, ours, ref, bench, node_gpus, steps)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -246,7 +305,7 @@ def _gpu_of(source: str) -> str:
     'ours (<scale>)' for our runs (their machine is in their manifests)."""
     if source.endswith("(P100)"):
         return "P100"
-    if "(" in source and source.startswith("bench_gpu"):
+    if "(" in source and (source.startswith("bench_gpu") or predicted(source)):
         return source.split("(", 1)[1].split(")", 1)[0]
     return source
 
@@ -262,6 +321,7 @@ def totals(cost: pd.DataFrame) -> pd.DataFrame:
             c[col] = empty
     c["rates_on"] = c["rate_source"].fillna("").map(_gpu_of).where(c["images_per_s"].notna(), "")
     c["scaled"] = c["rate_source"].map(scaling_assumed).astype(int)
+    c["predicted"] = c["rate_source"].map(predicted).astype(int)
     c["scaled_hours"] = c["node_hours"].where(c["scaled"] == 1)
     g = c.groupby(["experiment", "scale"], sort=True)
     out = g.agg(runs=("runs", "sum"), gpu_hours=("gpu_hours", lambda s: s.sum(min_count=1)),
@@ -269,6 +329,7 @@ def totals(cost: pd.DataFrame) -> pd.DataFrame:
                 node_hours_scaling_assumed=("scaled_hours", lambda s: s.sum(min_count=1)),
                 sequential_wallclock_s=("wall_all", lambda s: s.sum(min_count=1)),
                 configurations_unmeasured=("unknown", "sum"), configurations_scaling_assumed=("scaled", "sum"),
+                configurations_predicted=("predicted", "sum"),
                 rates_on=("rates_on", lambda s: ", ".join(sorted({x for x in s if x})))).reset_index()
     return out
 
@@ -300,7 +361,8 @@ TOTALS_NOTE = ("rates_on: the GPUs whose measured images/s a row's configuration
                "and sequential_wallclock_s (so a total with any is a lower bound); node_hours (the node scale): "
                "runs x wall-clock, each run holding the whole node; configurations_scaling_assumed: node "
                "configurations priced at a 1-GPU rate x their GPUs (perfect scaling, unmeasured: optimistic), and "
-               "node_hours_scaling_assumed the node-hours they make up.")
+               "node_hours_scaling_assumed the node-hours they make up; configurations_predicted: configurations "
+               "priced at the scaling advisor's prediction (no measurement: rate_source names the step and GPU).")
 
 
 def write_cost(df: pd.DataFrame, ref: pd.DataFrame, out: Path, experiments: Path = Path("experiments"),
@@ -409,6 +471,7 @@ def _summary_line(scale: str, label: str, part: pd.DataFrame, node_gpus: int | N
                    for x in s.split(",") if x.strip()})
     unmeasured = int(part["configurations_unmeasured"].sum())
     scaled = int(part["configurations_scaling_assumed"].sum()) if "configurations_scaling_assumed" in part else 0
+    guessed = int(part["configurations_predicted"].sum()) if "configurations_predicted" in part else 0
     if scale == NODE:
         where = f"{scale} (a node of {node_gpus} GPUs)" if node_gpus else scale
         hours = f"{format_hours(part['node_hours'].sum())} node-hours"
@@ -419,4 +482,5 @@ def _summary_line(scale: str, label: str, part: pd.DataFrame, node_gpus: int | N
             + (f"; rates measured on {', '.join(gpus)}" if gpus else "")
             + (f"; {format_hours(part['node_hours_scaling_assumed'].sum())} of the node-hours from {scaled} "
                "configuration(s) at a 1-GPU rate x their GPUs (perfect scaling assumed, unmeasured)" if scaled else "")
+            + (f"; {guessed} configuration(s) at the scaling advisor's prediction (no measurement)" if guessed else "")
             + (f"; {unmeasured} configuration(s) with no measurement left out" if unmeasured else ""))

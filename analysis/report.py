@@ -26,9 +26,10 @@ from .compare import (REPO, default_runs_root, load_report_study, machine_cores,
 
 COMMITTED_REPORT = REPO / "results"  # the committed report: the reference's tables/, figures/ and rq*.ipynb
 REPORT_ROOT = COMMITTED_REPORT / "report"  # gitignored: the report of any other runs, a folder each
-#: tables/ files another command writes beside the report's (make cost): a report keeps them when it clears
-OTHER_WRITERS = frozenset({"cost.csv", "cost.md", "cost_totals.csv", "cost_totals.md",
-                           "advisor_validation.md"})  # make advise
+#: tables/ and figures/ files another command writes beside the report's (make cost, make advise, make
+#: advise-local): a report keeps them when it clears
+OTHER_WRITERS = frozenset({"cost.csv", "cost.md", "cost_totals.csv", "cost_totals.md", "advisor_validation.md",
+                           "advisor_local.csv", "advisor_validation.png", "advisor_validation.pdf"})
 
 
 # ============================================================================================ tables and figures

@@ -13,6 +13,12 @@ stop the others, so one run names every broken layer:
   staging   the profile's staging (job.sh's stage_data) of a small tar into each node's scratch
   ddp       a torch.distributed all_reduce across the nodes (gloo on CPU, NCCL on GPUs) and its bus bandwidth
   horovod   a Horovod allreduce across the nodes, started as the profile starts Horovod (mpirun or srun --mpi)
+  link-intra, link-inter
+            the interconnect the scaling advisor predicts from: all_reduce time against message size (4 KB to
+            32 MB, log-spaced, at most LINK_BUDGET_S seconds a job) within a node (2 ranks on one host) and across
+            nodes (1 rank on each of 2 hosts), Hockney's latency + bytes / bandwidth fitted to each
+            (analysis/advisor.py: fit_link); the points and both fits go to DIR/<profile>-<time>/link_fit.json,
+            which `make advise CLUSTER=P` reads, and the row shows the fit
   placement the profile's ranks a node on each node (GPUs a node, else ranks_per_node, else 2), each counting its
             CPUs, threads, loader workers and GPU by the trainer's rule (contract/placement.py); fails naming the
             rank and the fix where threads or loader workers exceed its CPUs, ranks of one host share CPUs beyond
@@ -46,11 +52,13 @@ from contract.runfolder import CHECKPOINT, LOG, METRICS, link_bits_per_s
 from slurm.profiles import Profile, ProfileError, load_profile, sbatch_argv
 from studies.launch import REPO
 
-LAYERS = ("nodes", "hosts", "staging", "ddp", "horovod", "placement", "train")
+LAYERS = ("nodes", "hosts", "staging", "ddp", "horovod", "link-intra", "link-inter", "placement", "train")
 JOB_MINUTES = 5  # each layer's time limit: a layer that needs longer is itself a finding
 TRAIN_STEPS = 6  # the train layer's steps; the preemption is rehearsed after half of them
 STAGED_MARKER = "cluster-check.txt"  # the one file in the tar the staging layer stages
 CHECK_OUT = Path("results/cluster_check")
+LINK_RANKS = 2  # a link probe's ranks: 2 on one host (link-intra), 1 on each of 2 hosts (link-inter)
+LINK_BUDGET_S = 20  # the seconds a link probe's all_reduces may take (each job's start-up comes on top)
 
 
 @dataclass
@@ -85,6 +93,7 @@ def run_check(cluster: str, scale: str = "local", nodes: int = 2, out: Path = CH
                      for layer in jobs_layers]
     else:
         findings += [Finding(layer, None, "not run: too few nodes answer") for layer in jobs_layers]
+    annotate_link_fit(folder, profile)
     table = render(findings)
     (folder / "cluster_check.md").write_text(table)
     (folder / "cluster_check.json").write_text(json.dumps([f.__dict__ for f in findings], indent=1))
@@ -93,6 +102,16 @@ def run_check(cluster: str, scale: str = "local", nodes: int = 2, out: Path = CH
     print(f"cluster-check: {'all layers pass' if not failed else 'failing: ' + ', '.join(failed)}; "
           f"logs in {folder}")
     return 0 if all(f.ok for f in findings) else 1
+
+
+def annotate_link_fit(folder: Path, profile: Profile) -> None:
+    """link_fit.json (where the link layers wrote one) names its profile and, for nodes that are hosts on this
+    machine, this machine's cores."""
+    import os
+
+    from analysis import advisor
+
+    advisor.annotate_link_fit(folder, profile.name, (os.cpu_count() or 1) if profile.shared_machine else None)
 
 
 # ---- the layers ----------------------------------------------------------------------------------------------
@@ -118,6 +137,8 @@ def layer_job(layer: str, profile: Profile, scale: str, nodes: int, folder: Path
         env.update(DATA_TAR=str(make_tar(folder)), DATA_SUBDIR="")
     elif layer == "horovod":
         env["BACKEND"] = "horovod"
+    elif layer.startswith("link-"):
+        args += ["--budget-s", str(LINK_BUDGET_S)]
     elif layer == "placement":
         args += ["--loader-workers", str(load_config(REPO / "experiments" / "05_linear_scaling" / "config.toml",
                                                      scale, need_data=False).data.loader_workers)]
@@ -138,9 +159,9 @@ def submit_layers(profile: Profile, scale: str, nodes: int, folder: Path, layers
     script, jobs, previous = REPO / "slurm" / "check.sbatch", {}, None
     for layer in layers:
         env, args = layer_job(layer, profile, scale, nodes, folder)
-        per_node = ranks_a_node(profile) if layer == "placement" else 1
+        job_nodes, per_node = layer_shape(layer, profile, nodes)
         cpus = profile.cpus_per_task or cpus_per_task_for(profile.cpus_per_node, per_node)
-        argv = sbatch_argv(replace(profile, cpus_per_task=cpus), script, nodes, per_node,
+        argv = sbatch_argv(replace(profile, cpus_per_task=cpus), script, job_nodes, per_node,
                            min(per_node, profile.gpus_per_node), job_name=f"check-{layer}",
                            time_limit=str(JOB_MINUTES), output=folder / f"{layer}.out", env=env, train_args=args)
         if previous:
@@ -153,6 +174,16 @@ def submit_layers(profile: Profile, scale: str, nodes: int, folder: Path, layers
             continue
         jobs[layer] = previous = int(r.stdout.strip().split(";")[0])
     return jobs
+
+
+def layer_shape(layer: str, profile: Profile, nodes: int) -> tuple[int, int]:
+    """(nodes, ranks a node) of a layer's job: the link probes' own shapes, the placement layer's ranks a node, else
+    one rank on each of the check's nodes."""
+    if layer == "link-intra":
+        return 1, LINK_RANKS
+    if layer == "link-inter":
+        return LINK_RANKS, 1
+    return nodes, ranks_a_node(profile) if layer == "placement" else 1
 
 
 def ranks_a_node(profile: Profile) -> int:
@@ -231,11 +262,15 @@ def judge(layer: str, state: str, folder: Path, nodes: int, requeues: bool = Tru
     if failed:
         r = failed[0]
         return Finding(layer, False, f"rank {r['rank']} on {r['host']}: {r['error']}")
+    if layer.startswith("link-"):
+        nodes = LINK_RANKS
     if len(ranks) < nodes:
         return Finding(layer, False, f"job {state}; {len(ranks)} of {nodes} ranks reported: {log_tail(folder, layer)}")
     misplaced = placement.problems([r["placement"] for r in ranks if "placement" in r])
     if misplaced:
         return Finding(layer, False, first_of(misplaced))
+    if layer.startswith("link-"):
+        return judge_link(layer, ranks, folder)
     return {"hosts": judge_hosts, "staging": judge_staging, "ddp": judge_collective, "horovod": judge_collective,
             "placement": judge_placement}[layer](layer, ranks, nodes)
 
@@ -295,6 +330,27 @@ def judge_collective(layer: str, ranks: list[dict], nodes: int) -> Finding:
         extra += f" = {bandwidth * 1e9 / link_bits_per_s(link):.2f} of the {link} link"
     via = f" over {ranks[0]['interface']}" if ranks[0].get("interface") else ""
     return Finding(layer, True, f"{len(ranks)} ranks on {len({r['host'] for r in ranks})} hosts{via}{extra}")
+
+
+def judge_link(layer: str, ranks: list[dict], folder: Path) -> Finding:
+    """The link's latency and bandwidth fitted to rank 0's points (every rank holds the slowest rank's times),
+    written to folder/link_fit.json for the advisor; fails where the ranks did not sit as the layer needs or the
+    times do not grow with the size."""
+    from analysis import advisor
+
+    r = ranks[0]
+    hosts = len(set(r["hosts"]))
+    wanted = 1 if layer == "link-intra" else LINK_RANKS
+    if hosts != wanted:
+        return Finding(layer, False, f"{r['ranks']} ranks on {hosts} host(s), {wanted} needed: the job was not "
+                                     f"placed as the layer needs (see {layer}.sbatch-line)")
+    try:
+        record = advisor.link_record(r["points"], r["ranks"], r["hosts"], r.get("link"), r.get("device", "cpu"),
+                                     r.get("cpu_model"))
+    except ValueError as e:
+        return Finding(layer, False, f"{e} ({len(r['points'])} sizes timed)")
+    advisor.write_link_fit(folder, layer.removeprefix("link-"), record)
+    return Finding(layer, True, advisor.describe_link_record(record))
 
 
 def judge_train(state: str, run_dir: Path, nodes: int, requeues: bool = True) -> Finding:

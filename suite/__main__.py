@@ -19,6 +19,8 @@ ROUTES: dict[str, tuple[str, str]] = {
     "config": ("trainers.__main__", "print the merged, resolved config a run would get"),
     "data": ("trainers.__main__", "the generated dataset, ILSVRC-2012 preparation; `data bench`: the data path's speed"),
     "analysis": ("analysis.__main__", "the report, throughput of logs, cost, the headline (analysis --help)"),
+    "advise": ("studies.advise", "a cluster's predicted images/s for 1...N processes from its measured link, "
+                                 "step and input (make advise CLUSTER=P)"),
     "tools": ("tools.__main__", "measurements of the suite itself: benches, noise scale, cluster-check (tools --help)"),
     "cluster": ("slurm.local_cluster", "a Slurm cluster of namespace hosts on this machine: start, stop, status, link"),
 }
@@ -37,6 +39,8 @@ def route(argv: list[str]) -> tuple[str, list[str]]:
     if argv[:2] == ["data", "bench"]:
         module, head = DATA_BENCH
         return module, head + argv[2:]
+    if argv[:2] == ["analysis", "advise"] and any(a.split("=")[0] == "--cluster" for a in argv):
+        return "studies.advise", argv[2:]  # a cluster's table runs its probes and jobs: the studies' room
     module, _ = ROUTES[word]
     return module, argv if word in WITH_WORD else argv[1:]
 
@@ -49,6 +53,8 @@ def main_of(module: str) -> Callable[[list[str]], int]:
         from trainers.__main__ import main as room_main
     elif module == "analysis.__main__":
         from analysis.__main__ import main as room_main
+    elif module == "studies.advise":
+        from studies.advise import main as room_main
     elif module == "tools.__main__":
         from tools.__main__ import main as room_main
     else:

@@ -85,6 +85,8 @@ def _release_cluster() -> None:
 
 
 try:
+    if __name__ == "__main__":   # the fake trainer: no pytest import (seconds on a loaded machine) before its handlers
+        raise ImportError
     import pytest
 
     @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """The scaling advisor's model (issue #51): each formula against a hand computation, then the thesis's Tables 8-9."""
 import datetime
+import json
 import math
 import statistics
 import subprocess
@@ -143,4 +144,176 @@ def test_a_measured_step_is_split_and_the_split_scaled_to_the_whole_step(tmp_pat
 
 def test_the_committed_validation_table_is_the_one_the_model_makes():
     committed = (REPO / "results" / "tables" / "advisor_validation.md").read_text()
-    assert committed == advisor.validation_markdown(advisor.thesis_validation()), "run `make advise` and commit it"
+    from analysis.advisor_local import read_local_rows
+
+    expected = advisor.validation_markdown(advisor.thesis_validation(), read_local_rows())
+    assert committed == expected, "run `make advise` and commit it"
+
+
+# ---- the link measured by make cluster-check's probes ----------------------------------------------------------
+def ring_points(ranks: int, link: Link, sizes=(4096, 65536, 1 << 20, 1 << 24)) -> list[list[float]]:
+    """all_reduce times a ring over `link` would take: 2 (p - 1) messages of n / p."""
+    return [[n, advisor.ring_allreduce_s(n, ranks, link)] for n in sizes]
+
+
+def test_all_reduces_timed_at_several_sizes_give_back_the_link_of_one_message():
+    link = Link(latency_s=50e-6, bytes_per_s=0.6e9)
+    for ranks in (2, 3):
+        fitted = advisor.link_from_allreduces(ring_points(ranks, link), ranks)
+        assert fitted.latency_s == pytest.approx(50e-6, rel=1e-6)
+        assert fitted.bytes_per_s == pytest.approx(0.6e9, rel=1e-6)
+    with pytest.raises(ValueError, match="needs 2 or more ranks"):
+        advisor.link_from_allreduces(ring_points(2, link), 1)
+
+
+def test_the_link_file_holds_points_and_fit_of_both_links_and_the_newest_check_is_read(tmp_path):
+    intra, inter = Link(20e-6, 2e9), Link(300e-6, 12.5e6)
+    older, newer = tmp_path / "local-20261127-100000", tmp_path / "local-20261128-090000"
+    for folder, rate in ((older, None), (newer, "100mbit")):
+        folder.mkdir()
+        advisor.write_link_fit(folder, "intra", advisor.link_record(ring_points(2, intra), 2, ["n1", "n1"], None))
+        advisor.write_link_fit(folder, "inter", advisor.link_record(ring_points(2, inter), 2, ["n1", "n2"], rate))
+    (tmp_path / "local-20261129-090000").mkdir()  # a check whose link layers did not run: passed over
+    (tmp_path / "localx-20261130-090000").mkdir()  # another profile's name that starts alike: not this profile's
+    assert advisor.latest_link_fit("local", tmp_path) == newer / advisor.LINK_FIT
+    assert advisor.latest_link_fit("local", tmp_path, rate=None) == older / advisor.LINK_FIT
+    assert advisor.latest_link_fit("local", tmp_path, rate="20mbit") is None
+    got_intra, got_inter, fits = advisor.read_link_fit(newer / advisor.LINK_FIT)
+    assert got_intra.bytes_per_s == pytest.approx(2e9) and got_inter.latency_s == pytest.approx(300e-6)
+    assert fits["inter"]["points"][0] == [4096, pytest.approx(advisor.ring_allreduce_s(4096, 2, inter))]
+    assert fits["inter"]["link"] == "100mbit" and fits["intra"]["hosts"] == ["n1", "n1"]
+    assert advisor.describe_link_record(fits["inter"]) == (
+        "alpha 300 us, beta 0.1 Gbit/s a message (all_reduce of 2 ranks on 2 host(s), 4 sizes 4 KB-16 MB, link "
+        "limited to 100mbit)")
+    (newer / advisor.LINK_FIT).write_text('{"intra": ' + json.dumps(fits["intra"]) + "}")
+    with pytest.raises(ValueError, match="no inter link: its cluster-check's link-inter layer failed"):
+        advisor.read_link_fit(newer / advisor.LINK_FIT)
+
+
+def link_rank_files(folder, hosts, points, **extra):
+    folder.mkdir(parents=True)
+    for rank, host in enumerate(hosts):
+        (folder / f"rank{rank}.json").write_text(json.dumps(
+            {"rank": rank, "host": host, "ok": True, "points": points, "ranks": len(hosts), "hosts": hosts,
+             "device": "cpu", **extra}))
+
+
+def test_the_check_fits_each_link_writes_the_file_and_shows_alpha_and_beta(tmp_path):
+    from studies.cluster_check import judge
+
+    link_rank_files(tmp_path / "link-intra", ["n1", "n1"], ring_points(2, Link(20e-6, 2e9)))
+    link_rank_files(tmp_path / "link-inter", ["n1", "n2"], ring_points(2, Link(300e-6, 12.5e6)), link="100mbit")
+    intra, inter = judge("link-intra", "COMPLETED", tmp_path, 2), judge("link-inter", "COMPLETED", tmp_path, 2)
+    assert intra.ok and intra.detail.startswith("alpha 20 us, beta 16 Gbit/s a message (all_reduce of 2 ranks on 1")
+    assert inter.ok and inter.detail.endswith("link limited to 100mbit)")
+    assert advisor.latest_link_fit(tmp_path.name, tmp_path.parent) is None  # not a check folder's name
+    got_intra, got_inter, _ = advisor.read_link_fit(tmp_path / advisor.LINK_FIT)
+    assert got_inter.bytes_per_s == pytest.approx(12.5e6)
+
+
+def test_the_check_fails_a_link_probe_placed_wrongly_or_timing_nothing_that_grows(tmp_path):
+    from studies.cluster_check import judge
+
+    link_rank_files(tmp_path / "link-inter", ["n1", "n1"], ring_points(2, Link(1e-6, 1e9)))
+    finding = judge("link-inter", "COMPLETED", tmp_path, 2)
+    assert finding.ok is False and finding.detail.startswith("2 ranks on 1 host(s), 2 needed")
+    link_rank_files(tmp_path / "link-intra", ["n1", "n1"], [[4096, 1e-3], [1 << 20, 1e-3]])
+    finding = judge("link-intra", "COMPLETED", tmp_path, 2)
+    assert finding.ok is False and "do not grow with their size" in finding.detail
+    assert not (tmp_path / advisor.LINK_FIT).exists()
+
+
+def test_ranks_beyond_a_shared_machines_cores_stretch_the_compute_in_proportion():
+    step = Step(forward_s=0.02, backward_s=0.04, optimizer_s=0.0, batch=32, gradient_bytes=0, threads=1)
+    link = Link(0.0, 1e9)
+    two = advisor.predict(step, "ddp", ranks=2, ranks_per_node=2, intra=link, inter=link, shared_cores=2)
+    six = advisor.predict(step, "ddp", ranks=6, ranks_per_node=2, intra=link, inter=link, shared_cores=2)
+    assert two.step_s == pytest.approx(0.06) and two.images_per_s == pytest.approx(2 * 32 / 0.06)
+    assert six.step_s == pytest.approx(3 * 0.06) and six.images_per_s == pytest.approx(two.images_per_s)
+    assert six.efficiency == pytest.approx(1 / 3) and six.bound == "compute"
+    apart = advisor.predict(step, "ddp", ranks=6, ranks_per_node=2, intra=link, inter=link)
+    assert apart.step_s == pytest.approx(0.06)  # nodes of their own: no stretch
+
+
+def test_an_input_the_rank_loads_itself_adds_to_the_step_and_one_beside_it_bounds_it():
+    link = Link(0.0, 1e9)
+    serial = Step(0.02, 0.04, 0.0, batch=32, gradient_bytes=0, input_images_per_s=3200, input_overlaps=False)
+    p = advisor.predict(serial, "ddp", ranks=1, ranks_per_node=2, intra=link, inter=link)
+    assert p.step_s == pytest.approx(0.06 + 0.01) and p.bound == "compute"
+    slow = Step(0.02, 0.04, 0.0, batch=32, gradient_bytes=0, input_images_per_s=400, input_overlaps=False)
+    p = advisor.predict(slow, "ddp", ranks=1, ranks_per_node=2, intra=link, inter=link)
+    assert p.step_s == pytest.approx(0.06 + 0.08) and p.bound == "input"
+    beside = Step(0.02, 0.04, 0.0, batch=32, gradient_bytes=0, input_images_per_s=400)
+    p = advisor.predict(beside, "ddp", ranks=1, ranks_per_node=2, intra=link, inter=link)
+    assert p.step_s == pytest.approx(0.08) and p.bound == "input"
+
+
+# ---- make advise CLUSTER=P: the predicted table from measured parts --------------------------------------------
+def local_cluster_parts(tmp_path, monkeypatch):
+    """A recorded link fit, a measured step (as step-split writes it) and three answering 2-CPU nodes."""
+    from studies import advise as advise_cluster
+
+    check = tmp_path / "checks" / "local-20261128-010000"
+    check.mkdir(parents=True)
+    for which, link, hosts in (("intra", Link(50e-6, 1e9), ["n1", "n1"]), ("inter", Link(200e-6, 12e6), ["n1", "n2"])):
+        advisor.write_link_fit(check, which, advisor.link_record(ring_points(2, link), 2, hosts, None))
+    step = {"device": "cpu", "model": "cifar_resnet20", "batch": 32, "forward_s": 0.02, "backward_s": 0.04,
+            "optimizer_s": 0.0, "whole_step_s": 0.06, "gradient_bytes": 280_000, "threads": 2,
+            "loader_workers": 0, "data_kind": "synthetic", "input_images_per_s": 32_000.0}
+    (tmp_path / "step.json").write_text(json.dumps(step))
+    monkeypatch.setattr(advise_cluster, "answering_nodes", lambda: [("n1", 2), ("n2", 2), ("n3", 2)])
+    monkeypatch.setattr(advise_cluster.os, "cpu_count", lambda: 2)
+    return tmp_path / "checks", tmp_path / "step.json"
+
+
+def test_the_cluster_table_runs_from_1_to_nodes_times_ranks_a_node_with_bounds_and_break_even(tmp_path, monkeypatch):
+    from studies.advise import advise_cluster
+
+    root, step = local_cluster_parts(tmp_path, monkeypatch)
+    text = advise_cluster("local", step_file=step, probe=False, root=root)
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ddp") or
+            line.startswith("| horovod")]
+    assert [(r[0].strip(), int(r[1]), int(r[2])) for r in rows] == [
+        (b, p, (p + 1) // 2) for b in ("ddp", "horovod") for p in range(1, 7)]
+    assert "3 nodes x 2 ranks, 1 thread(s) a rank; the nodes share this machine's 2 cores" in text
+    assert "across nodes alpha 200 us" in text and "0 loader workers: in the step" in text
+    # the hand computation of the 4-process row: 2 nodes over the slow link, 4 ranks' threads on 2 cores
+    inter = advisor.ring_link(2, 2, Link(50e-6, 1e9), Link(200e-6, 12e6))
+    comm = advisor.ring_allreduce_s(280_000, 4, advisor.link_from_allreduces(ring_points(2, inter), 2))
+    exposed = comm  # one bucket (0.28 MB of 25 MB): all of its reduction follows the backward
+    expected = 4 * 32 / (2 * 0.06 + exposed + 32 / 32_000)
+    four = next(r for r in rows if r[0].strip() == "ddp" and int(r[1]) == 4)
+    assert float(four[3].replace(",", "")) == pytest.approx(expected, abs=0.5) and four[5].strip() == "communication"
+    assert "ddp: adding nodes stops paying after 1" in text
+
+
+def test_without_a_recorded_link_fit_the_cluster_table_says_how_to_make_one(tmp_path, monkeypatch):
+    from studies import advise as advise_cluster
+
+    root, step = local_cluster_parts(tmp_path, monkeypatch)
+    with pytest.raises(advise_cluster.AdviseError, match="no link fit recorded for local under .*: make "
+                                                          "cluster-check CLUSTER=local"):
+        advise_cluster.advise_cluster("local", step_file=step, probe=False, root=tmp_path / "none")
+
+
+def test_the_relative_fit_keeps_the_small_messages_latency_where_the_plain_one_loses_it():
+    link = Link(latency_s=100e-6, bytes_per_s=1e9)
+    sizes = [2 ** k for k in range(10, 26, 2)]
+    seconds = [link.message_s(n) * (1.2 if n == sizes[-1] else 1.0) for n in sizes]  # the largest 20 % slow
+    plain, relative = advisor.fit_link(sizes, seconds), advisor.fit_link(sizes, seconds, relative=True)
+    assert abs(relative.latency_s - 100e-6) < abs(plain.latency_s - 100e-6)
+    exact = [link.message_s(n) for n in sizes]
+    assert advisor.fit_link(sizes, exact, relative=True).latency_s == pytest.approx(100e-6, rel=1e-6)
+
+
+def test_advise_cluster_on_the_command_line_prints_the_table_or_one_line_to_fix(tmp_path, monkeypatch, capsys):
+    from suite.__main__ import main as suite_main
+
+    root, step = local_cluster_parts(tmp_path, monkeypatch)
+    for front in (["advise"], ["analysis", "advise"]):  # the front door's word, and the analysis command's
+        assert suite_main([*front, "--cluster", "local", "--step", str(step), "--check-root", str(root),
+                           "--no-probe"]) == 0
+        assert capsys.readouterr().out.count("| ddp |") == 6
+    assert suite_main(["advise", "--cluster", "no-such-site", "--no-probe"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: advise --cluster no-such-site: ") and err.count("\n") == 1

@@ -1,6 +1,7 @@
 """The cost table: runs x epochs x images / images/s -> GPU-hours, checked against the thesis's wall-clocks."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -260,3 +261,42 @@ def test_the_gpu_scales_quality_studies_plan_and_price_the_seeds_a_verdict_needs
         assert names and all(names.count(name) >= 3 for name in names), experiment.name
         rows = cost.study_rows(experiment, "gpu", NO_RUNS, REF, bench=BENCH)
         assert rows and all(r["runs"] >= 3 for r in rows), experiment.name
+
+
+# ---- the scaling advisor's prediction where no measurement exists (issue #51) --------------------------------
+def gpu_step(tmp_path, precision="fp32"):
+    path = tmp_path / "step-b128.json"
+    path.write_text(json.dumps({"device": "NVIDIA H200", "model": "resnet50", "batch": 128, "precision": precision,
+                                "channels_last": False, "forward_s": 0.02, "backward_s": 0.04, "optimizer_s": 0.002,
+                                "whole_step_s": 0.062, "gradient_bytes": 102_228_128}))
+    return cost.gpu_steps([tmp_path])
+
+
+def test_a_node_run_on_p_gpus_takes_the_advisors_prediction_where_a_step_was_timed_and_says_so(tmp_path):
+    from analysis import advisor
+
+    steps = gpu_step(tmp_path)
+    speed, source = cost.node_rate(NO_RUNS, NODE_BENCH, "ddp", 128, 8, 8, "fp32", steps, "resnet50", 8)
+    step, _ = advisor.load_step(tmp_path / "step-b128.json")
+    link = advisor.nominal_link(cost.NODE_LINK)
+    assert speed == pytest.approx(advisor.predict(step, "ddp", 8, 8, link, link).images_per_s)
+    assert source == "predicted, no measurement: the advisor from step-b128.json (NVIDIA H200), nvlink4 nominal"
+    assert cost.predicted(source) and cost._gpu_of(source) == "NVIDIA H200"
+    # Horovod has no 1-GPU benchmark: predicted too; one GPU with a benchmark keeps the measurement
+    assert cost.predicted(cost.node_rate(NO_RUNS, NODE_BENCH, "horovod", 128, 4, 4, "fp32", steps, "resnet50")[1])
+    assert cost.node_rate(NO_RUNS, NODE_BENCH, "ddp", 128, 1, 1, "fp32", steps, "resnet50") == \
+        (900.0, "bench_gpu.json (H100)")
+    # another model, batch or numerics than the step's: no prediction, the old rule
+    assert cost.scaling_assumed(cost.node_rate(NO_RUNS, NODE_BENCH, "ddp", 128, 8, 8, "bf16+cl", steps,
+                                               "resnet50")[1])
+    assert not cost.predicted(cost.node_rate(NO_RUNS, NODE_BENCH, "ddp", 128, 8, 8, "fp32", steps, "resnet18")[1])
+
+
+def test_the_totals_count_the_predicted_configurations_and_say_so():
+    c = pd.DataFrame({"experiment": "04_naive_scaling", "scale": "node", "runs": [1, 1], "gpus_per_run": 8,
+                      "run_wallclock_s": 3600.0, "gpu_hours": 8.0, "node_hours": 1.0, "images_per_s": 1000.0,
+                      "rate_source": ["bench_gpu.json (H100)", "predicted, no measurement: the advisor from s.json "
+                                                               "(NVIDIA H200), nvlink4 nominal"]})
+    sums = cost.totals(c)
+    assert sums["configurations_predicted"].tolist() == [1] and sums["rates_on"].tolist() == ["H100, NVIDIA H200"]
+    assert "1 configuration(s) at the scaling advisor's prediction (no measurement)" in cost.summary_lines(sums, 8)[0]

@@ -180,6 +180,20 @@ def test_cluster_check_passes_every_layer_on_the_local_cluster(hosts_cluster, tm
     assert len(list(tmp_path.glob("local-*/cluster_check.md"))) == 1
 
 
+def test_cluster_check_times_the_link_within_and_across_hosts_and_fits_it(hosts_cluster, tmp_path):
+    """Issue 51: the link probes' points and fits, in the file the advisor reads (no timing is asserted: only that
+    each size was timed, the fit has a bandwidth, and the rows show it)."""
+    from analysis import advisor
+
+    result = cluster_check(hosts_cluster, tmp_path, "--layers", "link-intra", "link-inter")
+    assert table(result) == {"nodes": "pass", "link-intra": "pass", "link-inter": "pass"}, result.stdout + result.stderr
+    assert "alpha " in result.stdout and "Gbit/s a message" in result.stdout
+    path = advisor.latest_link_fit("local", tmp_path)
+    intra, inter, fits = advisor.read_link_fit(path)
+    assert len(set(fits["intra"]["hosts"])) == 1 and len(set(fits["inter"]["hosts"])) == 2
+    assert all(len(fits[k]["points"]) >= 2 and fits[k]["bytes_per_s"] > 0 for k in ("intra", "inter"))
+
+
 def test_cluster_check_names_a_hosts_file_that_sends_a_node_to_loopback(hosts_cluster, tmp_path):
     hosts = hosts_cluster.network.hosts_file("n1")
     good = hosts.read_text()
@@ -329,7 +343,10 @@ def test_a_node_whose_link_goes_down_mid_run_is_declared_down_and_the_run_resume
     assert hosts_cluster.wait(job, timeout=600, fast_requeue=True) == "COMPLETED", log()[-3000:]
     assert "DUE TO NODE FAILURE" in log()
     assert_resumed_as_on_one_host(run_dir, lost)
-    wait_for_node(hosts_cluster, lost, ("idle",), timeout=120)  # ReturnToService=2, once slurmctld reaches it again
+    # ReturnToService=2 returns it once it registers again; slurmctld stops pinging a node that is DOWN and not
+    # responding, and asks it to register only on its periodic registration round: one ping cycle (SlurmdTimeout / 3)
+    # in 21 (Slurm's MAX_REG_FREQUENCY), 210 s with SlurmdTimeout=30, counted from the link coming up.
+    wait_for_node(hosts_cluster, lost, ("idle",), timeout=300)
     from slurm.local_cluster import processes_in_namespaces
 
     host = {os.stat(f"/run/netns/{hosts_cluster.network.netns(lost)}").st_ino}

@@ -8,6 +8,10 @@ file and decides. A rank that fails writes its error there too, so the table can
   staging   whether the data staged into node-local scratch ($DATA_PATH) is there on this node
   ddp       a torch.distributed all_reduce (gloo on CPU, NCCL on a GPU) gives the right sum, and its bus bandwidth
   horovod   a Horovod allreduce gives the right average
+  link-intra, link-inter
+            all_reduce time against message size (log-spaced, 4 KB to 32 MB, within a time budget): the points the
+            scaling advisor fits its link's latency and bandwidth to (analysis/advisor.py); within a node (2 ranks on
+            one host) and across nodes (1 rank on each of 2 hosts) alike: the job decides where the ranks are
   placement the CPUs, threads, loader workers and GPU this rank gets by the trainer's rule (contract/placement.py)
 
 Every layer's rank also writes its placement, so the check judges it under srun (ddp) and mpirun (horovod) alike.
@@ -15,6 +19,7 @@ Every layer's rank also writes its placement, so the check judges it under srun 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -25,7 +30,10 @@ from pathlib import Path
 
 from trainers.backends.launch import detect_launch
 
-LAYERS = ("hosts", "staging", "ddp", "horovod", "placement")
+LAYERS = ("hosts", "staging", "ddp", "horovod", "placement", "link-intra", "link-inter")
+# the all_reduce sizes a link probe times, smallest first: 4 KB to 16 MB by fours, then 32 MB
+LINK_SIZES = tuple([4 ** k * 1024 for k in range(1, 8)] + [32 * 1024 * 1024])
+LINK_REPEATS = 5  # timed all_reduces a size; their median is the point
 
 
 def write(folder: Path, rank: int, result: dict) -> None:
@@ -93,7 +101,9 @@ def gpu_of(launch) -> tuple[int, str] | None:
     return index, str(torch.cuda.get_device_properties(index).uuid)
 
 
-def probe_ddp(launch, megabytes: float) -> dict:
+@contextlib.contextmanager
+def process_group(launch):
+    """torch.distributed across the job's ranks (gloo on CPU, NCCL on a GPU), its device, and the group ended after."""
     import torch
     import torch.distributed as dist
 
@@ -108,14 +118,69 @@ def probe_ddp(launch, megabytes: float) -> dict:
     dist.init_process_group("nccl" if cuda else "gloo", rank=launch.rank, world_size=launch.world_size,
                             timeout=datetime.timedelta(seconds=120))
     try:
+        yield dist, device
+    finally:
+        dist.destroy_process_group()
+
+
+def probe_ddp(launch, megabytes: float) -> dict:
+    import torch
+
+    with process_group(launch) as (dist, device):
         ones = torch.ones(4, device=device)
         dist.all_reduce(ones)
         correct = bool((ones == launch.world_size).all())
         return {"correct": correct, "interface": os.environ.get("GLOO_SOCKET_IFNAME"),
                 "bus_gbit_s": bus_bandwidth(dist, device, megabytes, launch.world_size),
                 "link": os.environ.get("CLUSTER_LINK")}  # the local cluster's limited link, where one is set
-    finally:
-        dist.destroy_process_group()
+
+
+def probe_link(launch, budget_s: float) -> dict:
+    """The median time of an all_reduce at each of LINK_SIZES, smallest first, until the next size would outlast
+    what is left of `budget_s` (a slow link stops early: at 20 Mbit/s 32 MB takes 13 s a time)."""
+    import torch
+
+    with process_group(launch) as (dist, device):
+        warm = torch.zeros(LINK_SIZES[0] // 4, device=device)
+        for _ in range(LINK_REPEATS):  # connections, buffers and the first barriers' costs before any size is timed
+            dist.barrier()
+            dist.all_reduce(warm)
+        points, started = [], time.monotonic()
+        for nbytes in LINK_SIZES:
+            if points and time.monotonic() - started + (LINK_REPEATS + 1) * points[-1][1] * nbytes / points[-1][0] \
+                    > budget_s:
+                break
+            points.append([nbytes, timed_all_reduce(dist, device, nbytes)])
+            print(f"cluster-probe: all_reduce of {nbytes} bytes: {1000 * points[-1][1]:.2f} ms", flush=True)
+        hosts = [None] * launch.world_size
+        dist.all_gather_object(hosts, socket.gethostname())
+        from contract.machine import cpuinfo
+
+        return {"points": points, "ranks": launch.world_size, "hosts": hosts, "device": device.type,
+                "cpu_model": cpuinfo()[0],
+                "link": os.environ.get("CLUSTER_LINK"), "interface": os.environ.get("GLOO_SOCKET_IFNAME")}
+
+
+def timed_all_reduce(dist, device, nbytes: int) -> float:
+    """The median of LINK_REPEATS all_reduces of nbytes (float32), each started together (a barrier), and the
+    slowest rank's median, so that every rank holds the same figure (and decides alike where to stop)."""
+    import statistics
+
+    import torch
+
+    data = torch.zeros(max(1, nbytes // 4), device=device)
+    dist.all_reduce(data)  # once untimed: buffers and connections set up
+    times = []
+    for _ in range(LINK_REPEATS):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(data)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    slowest = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return float(slowest)
 
 
 def bus_bandwidth(dist, device, megabytes: float, world: int, repeats: int = 3) -> float:
@@ -154,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("layer", choices=LAYERS)
     ap.add_argument("--dir", required=True, type=Path, help="the check's folder (on the shared file system)")
     ap.add_argument("--megabytes", type=float, default=40.0, help="ddp: the all_reduce measured for bandwidth")
+    ap.add_argument("--budget-s", type=float, default=20.0, help="link-*: seconds the all_reduces may take")
     ap.add_argument("--marker", default="", help="staging: the file the staged tar holds")
     ap.add_argument("--loader-workers", type=int, default=0, help="placement: the scale's data.loader_workers")
     # job.sh adds `--set data.path=...` where it staged data: the probe reads $DATA_PATH itself
@@ -162,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.layer == "ddp":
             result = probe_ddp(launch, args.megabytes)
+        elif args.layer.startswith("link-"):
+            result = probe_link(launch, args.budget_s)
         elif args.layer == "horovod":
             result = probe_horovod(launch)
         elif args.layer == "staging":

@@ -4,13 +4,16 @@ scaling from (issue #51).
 
     python -m tools step-split [--config experiments/01_throughput_single_gpu/config.toml] [--scale gpu]
                                [--batch 128] [--precision fp32|bf16] [--channels-last] [--steps 30] [--warmup 10]
-                               [--input-images-per-s X] [--json PATH]
+                               [--threads T] [--input-batches B | --input-images-per-s X] [--json PATH]
 
 The model and optimizer are the experiment's at the scale (ResNet-50 and SGD at the gpu scale), the batch synthetic
 and already on the device, so the split is the compute alone: the input pipeline's rate is measured apart (`make
-gpu-check`'s real-JPEG rows, `python -m suite data bench`) and passed with --input-images-per-s. Each phase is
-timed between two device synchronisations, which drains the launch queue three times a step: the whole step is
-timed unsynchronised too, and both are recorded, so the split's own overhead shows (`split_overhead`).
+gpu-check`'s real-JPEG rows, `python -m suite data bench`) and passed with --input-images-per-s, or timed here
+with --input-batches B: B batches of the config's own training data set through its loader (data.loader_workers),
+no model (at the local scale the generated or synthetic data the miniature trains on). --threads T times the step
+with T torch threads (a CPU rank's threads). Each phase is timed between two device synchronisations, which drains
+the launch queue three times a step: the whole step is timed unsynchronised too, and both are recorded, so the
+split's own overhead shows (`split_overhead`).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import torch
 import torch.nn as nn
 
 from contract.config import load_config
+from trainers.compute import machine_identity
 from trainers.models import build_model
 from trainers.optimizers import build_optimizer
 
@@ -44,6 +48,9 @@ def parse(argv) -> argparse.Namespace:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--input-images-per-s", type=float, default=None,
                    help="the input pipeline's measured images/s for one worker (recorded for the advisor)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (a CPU rank's; default torch's own)")
+    p.add_argument("--input-batches", type=int, default=0,
+                   help="time this many batches of the config's training data through its loader (0: not timed)")
     p.add_argument("--json", default=None, help="write the measurement here (else only print it)")
     return p.parse_args(argv)
 
@@ -97,8 +104,26 @@ class Phases:
         return sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
 
 
+def input_images_per_s(cfg, batch: int, batches: int) -> float:
+    """Images/s of the config's training data set through its loader, the model left out: what one rank's input
+    pipeline delivers at most (its first batch, the workers' start-up, untimed)."""
+    from trainers import data
+
+    train_ds, _ = data.build_datasets(cfg.data, cfg.model.num_classes, cfg.train.seed)
+    indices = [i % len(train_ds) for i in range(batch * (batches + 1))]
+    loader = data.make_loader(train_ds, data.IndexBatches(indices, batch), cfg.data.loader_workers)
+    it = iter(loader)
+    next(it)
+    start = time.perf_counter()
+    for _ in it:
+        pass
+    return batch * batches / (time.perf_counter() - start)
+
+
 def measure(args) -> dict:
     cfg = load_config(args.config, args.scale, need_data=False)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     phases = Phases(args, cfg)
     for k in range(args.warmup):
         phases.split()
@@ -117,7 +142,11 @@ def measure(args) -> dict:
             "forward_s": forward, "backward_s": backward, "optimizer_s": optimizer, "whole_step_s": whole,
             "split_overhead": (forward + backward + optimizer) / whole - 1,
             "images_per_s": phases.batch / whole, "gradient_bytes": phases.gradient_bytes(),
-            "input_images_per_s": args.input_images_per_s}
+            "threads": torch.get_num_threads(), "scale": args.scale, "config": str(args.config),
+            "image_size": cfg.data.image_size, "machine": machine_identity(),
+            "loader_workers": cfg.data.loader_workers, "data_kind": cfg.data.kind,
+            "input_images_per_s": (input_images_per_s(cfg, phases.batch, args.input_batches) if args.input_batches
+                                   else args.input_images_per_s)}
 
 
 def main(argv=None) -> int:
@@ -127,7 +156,8 @@ def main(argv=None) -> int:
           f"{1000 * record['forward_s']:.1f} ms, backward {1000 * record['backward_s']:.1f} ms, optimizer "
           f"{1000 * record['optimizer_s']:.1f} ms; whole step {1000 * record['whole_step_s']:.1f} ms "
           f"({record['images_per_s']:,.0f} img/s; the split adds {100 * record['split_overhead']:+.1f} %); "
-          f"gradients {record['gradient_bytes'] / 1e6:.1f} MB")
+          f"gradients {record['gradient_bytes'] / 1e6:.1f} MB"
+          + (f"; input {record['input_images_per_s']:,.0f} img/s" if record["input_images_per_s"] else ""))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
