@@ -12,7 +12,8 @@ a table (a DataFrame) or a figure (Drawn), a sentence saying why it is not drawn
 analysis/figures.py, analysis/large_batch.py or analysis/tables.py. Adding a table or figure is one entry, e.g.
 experiment 13's error curves, training beside validation error, the thesis's best marked:
 
-    Figure("exp13_error", "", (13,), errors, "Experiment 13: linear scaling, LARS", {"rows": every_run}),
+    Figure("exp13_error", "", (13,), errors, "Experiment 13: steps to a target accuracy, SGD and LAMB",
+           {"rows": every_run}),
 """
 from __future__ import annotations
 

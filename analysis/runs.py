@@ -35,8 +35,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from contract import manifest as declared
 from contract import placement, reader
-from contract.runfolder import CONFIG, MANIFEST, METRICS, STATUSES
+from contract.runfolder import CONFIG, MANIFEST, METRICS
 
 from . import logs as lg
 from . import numbers as nb
@@ -280,8 +281,8 @@ def _nonfinite_loss(epoch: dict) -> bool:
 # ============================================================================================ a run's own problems
 # Files that parse but hold nothing usable, or the wrong kind of thing, are a problem line each: never a silent row
 # (a run with no epochs counted as a result, a NaN accuracy left out of a mean unsaid), never a crash.
-#: the manifest's fields read here, and what each must be; one of another kind is read as absent
-MANIFEST_KINDS = {"status": str, "epochs_done": int, "world_size": int, "start": str, "end": str}
+#: the manifest's fields read here; one its declaration (contract/manifest.py) does not allow is read as absent
+MANIFEST_READ = ("status", "epochs_done", "world_size", "start", "end")
 ACCURACIES = ("val_top1", "val_top5", "train_top1", "train_top5")
 
 
@@ -291,20 +292,14 @@ def manifest_problems(manifest: dict | None) -> list[str]:
         return []
     problems = [] if "status" in manifest else [f"{MANIFEST}: no status (a run killed as it started, or a manifest "
                                                 "not written by the trainer); its records decide the status"]
-    for key, kind in MANIFEST_KINDS.items():
-        value = manifest.get(key)
-        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-            problems.append(f"{MANIFEST}: {key} is {value!r}, not {'a whole number' if kind is int else 'text'}; "
-                            "read as absent")
-    if isinstance(manifest.get("status"), str) and manifest["status"] not in STATUSES:
-        problems.append(f"{MANIFEST}: status is {manifest['status']!r}, not one of {', '.join(STATUSES)}")
-    return problems
+    wrong = (declared.field_problem(k, manifest[k]) for k in MANIFEST_READ if manifest.get(k) is not None)
+    return problems + [f"{MANIFEST}: {problem}; read as absent" for problem in wrong if problem]
 
 
 def usable_manifest(manifest: dict) -> dict:
     """The manifest without the fields manifest_problems names: each is read as absent."""
-    return {k: v for k, v in manifest.items() if k not in MANIFEST_KINDS or v is None or (
-        isinstance(v, MANIFEST_KINDS[k]) and not isinstance(v, bool) and (k != "status" or v in STATUSES))}
+    return {k: v for k, v in manifest.items()
+            if k not in MANIFEST_READ or v is None or not declared.field_problem(k, v)}
 
 
 def record_problems(epochs: dict[int, dict], benched: bool, manifest: dict, status: str, diverged: bool) -> list[str]:

@@ -172,13 +172,12 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
     }
     clock = _Clock(start)
     out = runfolder.RunFolder(d, writes=True, echo=False, clock=clock)
-    out.write_config(config)
-    out.update_manifest(**{"start": _iso(start), "end": None, "hosts": ["localhost"], "backend": backend,
-                           "launcher": "none", "devices": ["cpu"], "seed": seed, "world_size": processes or gpus,
-                           "workers": gpus, "versions": {"python": "3.11", "torch": "2.14.1", "torchvision": "0.29.1",
-                                                         "horovod": None}, "git_commit": None, **(manifest_extra or {})})
+    out.begin(config, **{"start": _iso(start), "hosts": ["localhost"], "backend": backend, "launcher": "none",
+                         "devices": ["cpu"], "seed": seed, "world_size": processes or gpus, "workers": gpus,
+                         "machine": {"torch": "2.14.1"}, "smoke": False,  # the made-up torch below
+                         "versions": {"python": "3.11", "torch": "2.14.1", "torchvision": "0.29.1", "horovod": None},
+                         "git_commit": None, **(manifest_extra or {})})
     done = epochs if epochs_done is None else epochs_done
-    out.status("running", 0, "started")
     train = _Training(out, clock, rng, per_gpu_batch * gpus, epochs, done, status, print_freq, batch_s, first_batch_s)
     train.comm_share = comm_share
     if bench_batches:
@@ -255,10 +254,9 @@ def _close(out: runfolder.RunFolder, d: Path, status: str, done: int, clock: _Cl
     """The final status and manifest; truncate_tail: then a record cut in half, as a kill leaves it."""
     if status != "running":
         exit_code = {"completed": 0, "diverged": 3, "failed": 1, "preempted": 4}[status]
-        out.status(status, done, status, exit_code)
-        out.update_manifest(end=_iso(clock.now))
+        out.end(status, done, status, exit_code, end=_iso(clock.now))
     else:
-        out.update_manifest(epochs_done=done)
+        out.progress(epochs_done=done)
     out.close()
     if truncate_tail:
         last = (d / runfolder.METRICS).read_bytes().splitlines()[-1]

@@ -73,6 +73,11 @@ class ConfigError(ValueError):
     """A user's mistake in a config, an override or the launch; its message is one line that says what to fix."""
 
 
+class DataError(ValueError):
+    """A data problem the user must fix (missing folder, bad arguments); one clear line. Here, beside ConfigError,
+    so the study runner and the tools catch it without importing the data module (and torch)."""
+
+
 class BatchTooLarge(ConfigError):
     """A global batch larger than the generated training set (check_batch_fits): a QUICK study leaves such a run
     out with a line (its 800 images hold no batch of 1,024); a full study refuses it."""

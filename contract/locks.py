@@ -198,7 +198,7 @@ def mark_failed(run_dir: Path, message: str, exit_code: int, **manifest) -> None
     try:
         run = RunFolder.take_over(run_dir, read_manifest(run_dir) or {})
         if run.manifest.get("status") == "running":
-            run.status("failed", run.manifest.get("epochs_done", 0), message, exit_code, **manifest)
+            run.end("failed", run.manifest.get("epochs_done", 0), message, exit_code, **manifest)
         run.close()
     finally:
         lock.release()

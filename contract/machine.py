@@ -4,11 +4,11 @@ FIELDS are what every new manifest records (`machine`, written by the trainer fr
 machine's machine.toml declares, and what tools/reference_add.py compares: a run counts as a machine's only where
 each field both sides know is the same, and a mismatch is one line naming the field.
 
-Manifests written before this identity existed record no `machine`; they do record the CPU model (`cpu.model`), the
-torch kernels' instruction set (`cpu.torch_capability`) and torch's version (`versions.torch`), which recorded() reads
-as those fields. The fields such a manifest lacks (cores, memory, GPU model) are not compared: they were never
-measured, and the CPU model, which two machines with one host name and one instruction set do not share (the AMD
-EPYC and the Intel Xeon behind results/reference/), is required instead.
+Manifests written before this identity existed recorded its measured fields elsewhere (the CPU model, the torch
+kernels' instruction set, torch's version); tools/migrate_manifests.py moved them into `machine`, so the fields such a
+run never measured (cores, memory, GPU model) are absent there and not compared, and the CPU model, which two
+machines with one host name and one instruction set do not share (the AMD EPYC and the Intel Xeon behind
+results/reference/), is required instead.
 """
 from __future__ import annotations
 
@@ -59,15 +59,9 @@ def this_machine(isa: str | None, gpu_model: str | None) -> dict[str, Any]:
 
 
 def recorded(manifest: dict) -> dict[str, Any]:
-    """The machine identity a run's manifest records: its `machine`, or for a manifest from before it, the fields
-    it does record (module docstring); a field it does not know is absent."""
+    """The machine identity a run's manifest records (its `machine`); a field it does not know is absent."""
     machine = manifest.get("machine")
-    if isinstance(machine, dict):
-        return {k: machine[k] for k in FIELDS if k in machine}
-    cpu = manifest.get("cpu") if isinstance(manifest.get("cpu"), dict) else {}
-    versions = manifest.get("versions") if isinstance(manifest.get("versions"), dict) else {}
-    old = {"cpu_model": cpu.get("model"), "isa": cpu.get("torch_capability"), "torch": versions.get("torch")}
-    return {k: v for k, v in old.items() if v is not None}
+    return {k: machine[k] for k in FIELDS if k in machine} if isinstance(machine, dict) else {}
 
 
 def mismatch(run: dict[str, Any], declared: dict[str, Any]) -> str:

@@ -244,6 +244,19 @@ def quick_tables(config: Path, scale: str) -> dict[str, dict[str, Any]]:
     return tables
 
 
+def carries_quick(config: dict) -> bool:
+    """Whether a run's config.json holds every [quick] train and data setting of its scale, which is what a study's
+    --quick adds to its runs (config.json has no quick flag of its own): the trainer records such a run as a smoke
+    run (the manifest's `smoke`)."""
+    scales = Path(__file__).resolve().parents[1] / "experiments" / "scales.toml"
+    try:
+        tables = quick_tables(scales, str(config.get("scale") or "local"))
+    except Exception:  # an unknown scale, no scales.toml: no settings to recognise
+        return False
+    wanted = [(section, key, value) for section in ("train", "data") for key, value in tables.get(section, {}).items()]
+    return bool(wanted) and all((config.get(section) or {}).get(key) == value for section, key, value in wanted)
+
+
 def quick_overrides(quick: dict[str, dict[str, Any]], table: dict[str, Any]) -> list[str]:
     """The `[quick]` tables as --set lines: the study shrunk to a smoke run. Only a throughput study's runs are
     benchmarks: a quick quality study stays a training."""

@@ -4,7 +4,8 @@
 else. The small readers it is built from serve those who need one file of one folder (the study runner, a resuming
 trainer, the tools): `read_config`, `read_manifest`, `read_metrics` (and `last_record`, the newest record of a kind,
 for progress lines) and `folder_fingerprint`. Nothing here renames a field or derives a number: the analysis does
-that, on the DataFrame (analysis/runs.py). Nothing here raises on bad content either: a missing or unreadable file,
+that, on the DataFrame (analysis/runs.py). Nothing here raises on bad content either (a manifest of an older
+version stops the reader with the command that migrates it): a missing or unreadable file,
 or a line that is not a record, is a problem the DataFrame lists.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from contract import machine
 from contract.fingerprint import document_fingerprint
+from contract.manifest import check_version
 from contract.runfolder import CHECKPOINT, CONFIG, MANIFEST, METRICS, RECORDS, STATUSES, parse_lines, parse_record
 
 if TYPE_CHECKING:
@@ -50,8 +52,17 @@ def read_config(run_dir: str | Path) -> dict | None:
 
 
 def read_manifest(run_dir: str | Path) -> dict | None:
-    """A run folder's manifest.json (versions, hosts, start/end, status), or None when it has no readable one."""
-    return read_document(Path(run_dir) / MANIFEST)[0]
+    """A run folder's manifest.json (contract/manifest.py), or None when it has no readable one."""
+    return read_manifest_document(run_dir)[0]
+
+
+def read_manifest_document(run_dir: str | Path) -> tuple[dict | None, str | None]:
+    """A run folder's manifest.json and the problem with it, as read_document; one of an older version raises
+    ManifestError, naming the command that migrates it."""
+    path = Path(run_dir) / MANIFEST
+    manifest, problem = read_document(path)
+    check_version(manifest, path)
+    return manifest, problem
 
 
 def folder_fingerprint(run_dir: str | Path) -> str | None:
@@ -221,7 +232,7 @@ def read_run(run_dir: str | Path) -> pd.DataFrame:
 def _folder_rows(run_dir: Path) -> list[dict]:
     """A folder's row, then its records' rows."""
     config, config_problem = read_document(run_dir / CONFIG)
-    manifest, manifest_problem = read_document(run_dir / MANIFEST)
+    manifest, manifest_problem = read_manifest_document(run_dir)
     metrics = read_metrics(run_dir / METRICS)
     problems = [f"{name}: {problem}" for name, problem in
                 ((CONFIG, config_problem), (MANIFEST, manifest_problem), (METRICS, metrics.problem)) if problem]

@@ -2,10 +2,8 @@
 
 A run is a folder `<out>/<experiment>/<run>/` holding
   config.json    the resolved config;
-  manifest.json  versions, hosts (each rank's, in rank order), backend, threads, start/end, status
-                 (running/completed/diverged/failed/preempted); capped_at_steps where train.max_steps cut the run
-                 short (a smoke run: complete, but no result); link, the rate tc limited each host's link to where
-                 the local cluster limited one (tc's units, `link_bits_per_s`; absent: not limited);
+  manifest.json  the run record, declared and versioned in contract/manifest.py (identity, placement, environment,
+                 attempts, status), written only by begin/progress/end below;
   metrics.jsonl  one JSON object a line, the source of truth: each line one of the record kinds declared below;
   train.log      human lines in pytorch/examples' format (trainers/runlog.py formats them);
   events.out.tfevents.*  TensorBoard's event files: the records as scalars (contract/events.py), where TensorBoard
@@ -35,7 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contract import manifest as declared
 from contract.config import THESIS_BATCH_INDEX, Config, ConfigError
+from contract.fingerprint import document_fingerprint
+from contract.manifest import STATUSES
 
 # The run folder's file names, typed here only (tests/test_architecture.py checks): the trainer, the study runner,
 # the tools and the analysis find a run's files through these.
@@ -216,7 +217,6 @@ class Util:
 
 
 RECORDS: dict[str, type] = {"iter": Iter, "epoch": Epoch, "eval": Eval, "bench": Bench, "status": Status, "util": Util}
-STATUSES = ("running", "completed", "diverged", "failed", "preempted")
 
 
 class RecordError(TypeError):
@@ -434,31 +434,57 @@ class RunFolder:
                     if self._events is not None:
                         self._events.add(rec)
 
-    def status(self, status: str, epoch: int, message: str = "", exit_code: int | None = None, **manifest) -> None:
-        """The status record, then the manifest. Ending a run, the manifest is written even when the record cannot
-        be (a full disk): a `running` manifest must never outlive its process."""
+    # ---- the manifest (declared in contract/manifest.py): begun, brought up to date, ended ------------------------
+    def begin(self, config: dict, attempt: dict | None = None, **fields) -> None:
+        """This attempt's start: config.json, then the whole manifest (the caller's identity, placement and
+        environment fields, `smoke` among them: contract/plan.py carries_quick; status running) and the running
+        status record. A resumed run's manifest (the caller puts the one on disk in self.manifest) keeps its start,
+        fields and attempts, `attempt` appended."""
+        self.write_config(config)
+        before = self.manifest
+        attempts = [*before.get("attempts", []), attempt] if attempt else before.get("attempts")
+        record = {**before, "manifest_version": declared.VERSION, "config_fingerprint": document_fingerprint(config),
+                  "start": before.get("start", now_iso()), "end": None, "status": "running", "epochs_done": 0,
+                  "failed_ranks": None, "message": None,
+                  **({"attempts": attempts} if attempts is not None else {}), **fields}
+        wrong = declared.problem(record)
+        if wrong:
+            raise declared.ManifestError(f"{MANIFEST}: {wrong}")
+        # the status goes into this first write: a manifest without one, left by a kill before it, strands a study
+        self.manifest = record
+        if self.writes:
+            write_json_atomic(self.path / MANIFEST, self.manifest)
+        self.record("status", status="running", epoch=record["epochs_done"])
+
+    def progress(self, **fields) -> None:
+        """Bring the running manifest up to date (epochs done, best accuracy, tallies)."""
+        declared.check_fields(fields)
+        self.manifest.update(fields)
+        if self.writes:
+            write_json_atomic(self.path / MANIFEST, self.manifest)
+
+    def end(self, status: str, epoch: int, message: str = "", exit_code: int | None = None, **fields) -> None:
+        """The status record, then the final manifest, which is written even when the record cannot be (a full
+        disk): a `running` manifest must never outlive its process. A run the step cap cut short is a smoke run.
+        fields: more status fields (`end`: when, if not now: a simulated clock's)."""
+        update = {"status": status, "epochs_done": epoch, "end": now_iso(), **fields, "exit_code": exit_code,
+                  "message": message or None}
+        if "capped_at_steps" in fields:
+            update["smoke"] = True
+        declared.check_fields(update)
+        if status == "running":
+            raise declared.ManifestError("a run ends completed, diverged, failed or preempted, never running")
         try:
             self.record("status", status=status, epoch=epoch, message=message)
         except OSError:
-            if status == "running":
-                raise
-        update = {"status": status, "epochs_done": epoch, **manifest}
-        if status != "running":
-            update.update(end=now_iso(), exit_code=exit_code, message=message or None)
-            self.manifest.update(update)
-            if self.writes:
-                write_manifest_anyway(self.path / MANIFEST, self.manifest)
-            return
-        self.update_manifest(**update)
+            pass
+        self.manifest.update(update)
+        if self.writes:
+            write_manifest_anyway(self.path / MANIFEST, self.manifest)
 
     def write_config(self, config: dict) -> None:
         if self.writes:
             write_json_atomic(self.path / CONFIG, config)
-
-    def update_manifest(self, **fields) -> None:
-        self.manifest.update(fields)
-        if self.writes:
-            write_json_atomic(self.path / MANIFEST, self.manifest)
 
     # ---- resume: the files hold exactly what the checkpoint covers -----------------------------------------------
     def sizes(self) -> dict[str, int]:

@@ -70,12 +70,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _node_line(cpus: int | None = None) -> str:
-    """`slurmd -C` describes this machine ("NodeName=host CPUs=.. RealMemory=.."), as a node on loopback."""
-    host, hardware = _hardware(cpus)
-    return f"NodeName={host} {hardware} NodeAddr=127.0.0.1 State=UNKNOWN"
-
-
 def _hardware(cpus: int | None = None) -> tuple[str, str]:
     """(this machine's name, its CPUs=.. RealMemory=.. tokens) as `slurmd -C` describes it.
 

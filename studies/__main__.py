@@ -8,7 +8,7 @@ from pathlib import Path
 from contract.cli import one_line_errors, out_folder
 from contract.config import SCALES
 from studies.run import run_study
-from trainers.data import DataError
+from contract.config import DataError
 
 
 def parser() -> argparse.ArgumentParser:

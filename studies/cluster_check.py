@@ -47,8 +47,8 @@ from pathlib import Path
 from contract import placement
 from contract.config import ConfigError, load_config
 from contract.placement import cpus_per_task_for
-from contract.reader import read_metrics
-from contract.runfolder import CHECKPOINT, LOG, MANIFEST, METRICS, link_bits_per_s
+from contract.reader import read_manifest, read_metrics
+from contract.runfolder import CHECKPOINT, LOG, METRICS, link_bits_per_s
 from slurm.profiles import Profile, ProfileError, load_profile, sbatch_argv
 from studies.launch import REPO
 
@@ -359,9 +359,8 @@ def judge_link(layer: str, ranks: list[dict], folder: Path) -> Finding:
 
 
 def judge_train(state: str, run_dir: Path, nodes: int, requeues: bool = True) -> Finding:
-    try:
-        manifest = json.loads((run_dir / MANIFEST).read_text())
-    except (OSError, ValueError):
+    manifest = read_manifest(run_dir)
+    if manifest is None:
         return Finding("train", False, f"job {state}; no manifest in {run_dir} "
                                        f"({log_tail(run_dir.parents[2], 'train')})")
     hosts = manifest.get("hosts") or []

@@ -25,7 +25,7 @@ from contract.fingerprint import config_fingerprint
 from contract.reader import folder_fingerprint
 from contract.plan import NODE_SCALE, Run, Study, node_fits, node_processes
 from studies import node, tf_launch
-from trainers.backends import free_port, torchrun_command
+from trainers.rendezvous import free_port, torchrun_command
 
 REPO = Path(__file__).resolve().parents[1]
 FINISHED = ("completed", "diverged")

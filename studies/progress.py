@@ -11,7 +11,7 @@ from pathlib import Path
 
 from contract import reader
 from contract.plan import Study
-from contract.runfolder import CHECKPOINT, CONSOLE, MANIFEST, STATUSES
+from contract.runfolder import CHECKPOINT, CONSOLE, STATUSES
 from studies.clock import Clock, duration
 from studies.launch import FINISHED, FULL_OUT, Active, Plan, last_epoch
 
@@ -46,7 +46,7 @@ class Progress:
 
 def summary(run_dir: Path) -> str:
     """A finished run's result in a few words; never an error, whatever its folder holds (the study goes on)."""
-    manifest, problem = reader.read_document(run_dir / MANIFEST)
+    manifest, problem = reader.read_manifest_document(run_dir)
     if problem == "missing":
         return f"no manifest (see {run_dir / CONSOLE})"
     status = (manifest or {}).get("status")

@@ -19,7 +19,7 @@ from studies.launch import (FULL_OUT, QUICK_OUT, REFUSED, Active, data_warning, 
 from studies.progress import Progress, interrupted_line, next_hint, print_comparison, report_hint
 from studies.slurm import submit_all
 from studies.supervise import drive, stop_active
-from trainers.backends import horovod_available
+from trainers.rendezvous import horovod_available
 
 
 def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | None = None,

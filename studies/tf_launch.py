@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.backends import free_port
+from trainers.rendezvous import free_port
 from trainers.tf.available import skip_reason
 
 

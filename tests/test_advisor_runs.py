@@ -8,6 +8,7 @@ import pytest
 
 from analysis import advisor, advisor_runs
 from analysis.advisor import Link
+from contract.manifest import VERSION
 
 CPU = "Test CPU 2000"
 INTRA, INTER = Link(50e-6, 1e9), Link(200e-6, 2.5e6)  # 20 Mbit/s across
@@ -39,7 +40,7 @@ def run(tmp_path, name, hosts, threads=1, link="20mbit", cpu=CPU, measured=100.0
     folder = tmp_path / "runs" / name
     folder.mkdir(parents=True)
     placement = [{"host": h, "threads": threads, "cpus": 1} for h in hosts]
-    (folder / "manifest.json").write_text(json.dumps({"placement": placement, "link": link,
+    (folder / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "placement": placement, "link": link,
                                                       "machine": {"cpu_model": cpu, "cores": 2}}))
     (folder / "config.json").write_text(json.dumps({"model": {"name": "cifar_resnet20"},
                                                     "train": {"per_worker_batch": 32}, "data": {"image_size": 32}}))
@@ -87,7 +88,7 @@ def test_a_run_without_its_own_parts_says_which_instead_of_a_number(tmp_path):
 def test_a_run_whose_manifest_records_no_placement_gets_no_prediction(tmp_path):
     steps, checks = parts(tmp_path)
     row = run(tmp_path, "old", ["n1"])
-    (tmp_path / "runs" / "old" / "manifest.json").write_text("{}")
+    (tmp_path / "runs" / "old" / "manifest.json").write_text(json.dumps({"manifest_version": VERSION}))
     table = advisor_runs.prediction_table(pd.DataFrame([row]), steps, checks, tolerance=0.15)
     assert table.loc[0, "cause"].startswith("no prediction: the manifest records no per-rank placement")
 

@@ -228,21 +228,31 @@ def test_a_schedules_figure_of_the_thesis_alone_names_no_runs():
 
 
 def test_a_smoke_run_is_known_by_its_quick_settings_or_its_step_cap(tmp_path):
+    """The writer decides (the manifest's `smoke`), the report reads only that: every [quick] setting of the scale
+    in the config at the start, or the step cap at the end."""
     from analysis import synth
     from analysis.smoke import is_smoke_run
+    from contract.plan import carries_quick
+    from contract.runfolder import RunFolder
 
     full = synth.write_run(tmp_path / "runs", "05_linear_scaling", "w1-s0", epochs=2)
     assert not is_smoke_run(full)  # few epochs alone: a pilot, or a test's made-up run
     config = json.loads((full / "config.json").read_text())
     config["train"].update(epochs=2, print_freq=5)
     config["data"].update(per_class=16, val_per_class=4, synthetic_images=256)  # what --quick sets (scales.toml)
-    (full / "config.json").write_text(json.dumps(config))
-    assert is_smoke_run(full)
-    capped = synth.write_run(tmp_path / "runs", "05_linear_scaling", "w2-s0", gpus=2)
-    manifest = json.loads((capped / "manifest.json").read_text())
-    (capped / "manifest.json").write_text(json.dumps({**manifest, "capped_at_steps": 20}))
-    assert is_smoke_run(capped)
-    assert is_smoke_run(synth.write_run(tmp_path / "quick", "05_linear_scaling", "w1-s0"))  # results/quick
+    assert carries_quick(config) and not carries_quick(json.loads((full / "config.json").read_text()))
+    manifest = json.loads((full / "manifest.json").read_text())
+    quick = RunFolder(tmp_path / "runs" / "05_linear_scaling" / "quick", writes=True, echo=False)
+    quick.begin(config, **{k: manifest[k] for k in ("seed", "machine", "backend", "world_size", "workers",
+                                                    "launcher", "hosts", "devices", "versions", "git_commit")},
+                smoke=carries_quick(config))  # as the trainers record it (trainers/run.py, trainers/tf/bench.py)
+    quick.close()
+    assert is_smoke_run(quick.path)
+    capped = RunFolder(full, writes=True, echo=False, fresh=False)
+    capped.manifest = manifest
+    capped.end("completed", 1, "capped", 0, capped_at_steps=20)
+    capped.close()
+    assert is_smoke_run(capped.path)
 
 
 def test_the_studys_closing_table_never_places_a_smoke_run_beside_the_thesis(tmp_path):
@@ -256,7 +266,8 @@ def test_the_studys_closing_table_never_places_a_smoke_run_beside_the_thesis(tmp
                     framework="pytorch", gpus=1, per_gpu_batch=128)
 
     full = synth.write_run(tmp_path / "runs", "04_naive_scaling", "w1-s0", epochs=2)
-    smoke = synth.write_run(tmp_path / "quick", "04_naive_scaling", "w1-s0", epochs=2)  # results/quick
+    smoke = synth.write_run(tmp_path / "quick", "04_naive_scaling", "w1-s0", epochs=2,
+                            manifest_extra={"smoke": True})  # as the trainer records a QUICK run
     assert comparison_frame([entry(full)], "quality", root=tmp_path / "none")["thesis"].tolist() == ["73.29"]
     assert comparison_frame([entry(smoke)], "quality", root=tmp_path / "none")["thesis"].tolist() == \
         ["smoke run: not compared"]

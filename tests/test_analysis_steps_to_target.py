@@ -15,6 +15,7 @@ import pytest
 
 from analysis import steps_to_target as st
 from tests.helpers import REPO
+from contract.manifest import VERSION
 
 DECLARED = "experiments/13_steps_to_target/declared_2026-11-25-exp13.txt"
 
@@ -215,7 +216,7 @@ def test_the_report_draws_experiment_13_from_its_runs_and_says_nothing_without_t
 def test_a_run_that_started_before_the_declaration_is_caught(tmp_path):
     for name, start in (("early", "2026-11-25T01:00:00+00:00"), ("late", "2026-11-26T01:00:00+00:00")):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "manifest.json").write_text(json.dumps({"start": start, "attempts": [{"start": start}]}))
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "start": start, "attempts": [{"start": start}]}))
     (tmp_path / "unreadable").mkdir()
     early = st.started_before(sorted(tmp_path.iterdir()), "2026-11-25T22:00:00+00:00")
     assert [p.rsplit("/", 1)[1] for p in early] == ["early", "unreadable"]
@@ -308,10 +309,13 @@ def test_another_scales_runs_are_read_and_judged_by_that_scales_own_rows(tmp_pat
     assert pair.settled and pair.planned == 1  # the local edge row is not the gpu scale's to wait for
 
 
-def test_a_smoke_run_is_never_read_as_a_step_count_nor_chooses_a_rate():
+def test_a_smoke_run_is_never_read_as_a_step_count_nor_chooses_a_rate(tmp_path):
     """QUICK's runs (results/quick) train on 800 images for a few epochs: never a point of the curve, never a choice."""
     rows = run_rows(13, "tune-sgd-w1-base0.05-s0", 4, [10.0, 55.0]) + run_rows(13, "sgd-w1-s1", 4, [10.0, 55.0])
-    quick = pd.DataFrame([{**r, "path": "results/quick/13_steps_to_target/" + r["run"]} for r in rows])
+    for run in {r["run"] for r in rows}:  # their manifests say smoke, as the trainer records a QUICK run
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "smoke": True}))
+    quick = pd.DataFrame([{**r, "path": str(tmp_path / r["run"])} for r in rows])
     assert st.run_steps(quick).empty
     assert "smoke" in st.rq5_reading(quick) and "perfect scaling" not in st.rq5_reading(quick)
     assert len(st.run_steps(pd.DataFrame(rows))) == 2  # the same runs elsewhere are read

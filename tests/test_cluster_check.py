@@ -2,13 +2,14 @@
 import json
 
 from studies.cluster_check import judge_train
+from contract.manifest import VERSION
 
 
 def train_run(tmp_path, statuses: list[str], attempts: int, log: str):
     run = tmp_path / "train" / "05_linear_scaling" / "check"
     run.mkdir(parents=True)
     (run / "checkpoint.pt").write_bytes(b"")
-    (run / "manifest.json").write_text(json.dumps({"status": "completed", "hosts": ["n1", "n2"],
+    (run / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "status": "completed", "hosts": ["n1", "n2"],
                                                     "attempts": [{}] * attempts}))
     (run / "metrics.jsonl").write_text("".join(json.dumps({"kind": "status", "status": s}) + "\n" for s in statuses))
     (run / "train.log").write_text(log)

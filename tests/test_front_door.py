@@ -1,5 +1,5 @@
 """The front door (python -m suite) hands each command to the room that owns it; `python -m trainers study` and
-`data bench`, the names DESIGN.md gives them, still work, handed up by exec rather than by an import."""
+`data bench`, the names the suite's first design gave them, still work, handed up by exec rather than by an import."""
 from __future__ import annotations
 
 import re

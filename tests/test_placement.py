@@ -3,6 +3,7 @@ run's per-rank records (pure arithmetic: no launcher, no timing)."""
 import pytest
 
 from contract.placement import Allocation, cpu_list, cpus_given, decide, parse_cpu_list, per_rank, problems, record
+from contract.manifest import VERSION
 
 NODE2 = (0, 1)
 NODE16 = tuple(range(16))
@@ -162,7 +163,7 @@ def test_the_studys_closing_table_shows_threads_a_rank_and_says_when_rows_differ
         folder.mkdir()
         ranks = [{"host": "n1", "local_rank": r, "cpu_list": "0-1", "cpus": 1, "threads": threads,
                   "threads_from": "allocation", "loader_workers": 0} for r in range(2)]
-        (folder / "manifest.json").write_text(json.dumps({"placement": ranks}))
+        (folder / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "placement": ranks}))
         return {"name": f"{name}-s0", "run_dir": folder, "gpus": 2, "per_gpu_batch": 32, "processes": 2}
 
     ddp, horovod, bare = run("n1-ddp", 2), run("n1-horovod", 1), {"name": "old-s0", "run_dir": tmp_path / "old"}

@@ -7,15 +7,16 @@ import json
 import pytest
 
 from contract.config import ConfigError
+from contract.manifest import VERSION
 from tools import reference_add as ra
 
-XEON = {"model": "Intel(R) Xeon(R) Processor", "torch_capability": "AVX512"}
+XEON = {"cpu_model": "Intel(R) Xeon(R) Processor", "isa": "AVX512"}
 
 
-def run(study, name, status, hosts=("vm",), cpu=XEON, seed=None, **manifest):
+def run(study, name, status, hosts=("vm",), machine=XEON, seed=None, **manifest):
     folder = study / name
     folder.mkdir(parents=True)
-    (folder / "manifest.json").write_text(json.dumps({"status": status, "hosts": list(hosts), "cpu": cpu,
+    (folder / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "status": status, "hosts": list(hosts), "machine": machine,
                                                       **manifest}))
     for file in ("metrics.jsonl", "train.log", "checkpoint.pt", ".lock", ".study.lock"):
         (folder / file).write_text(file)
@@ -47,7 +48,7 @@ def test_finished_runs_are_copied_without_checkpoint_or_locks_and_unfinished_one
 def test_a_run_of_another_machine_is_refused_and_nothing_is_copied(tmp_path, reference):
     study = tmp_path / "runs" / "13_steps"
     run(study, "a-s1", "completed")
-    run(study, "b-s1", "completed", cpu={**XEON, "torch_capability": "AVX2"})
+    run(study, "b-s1", "completed", machine={**XEON, "isa": "AVX2"})
     with pytest.raises(ConfigError, match="b-s1 was not measured on xeon: its isa 'AVX2' is not the machine's"):
         ra.add(study, "xeon", reference)
     run(tmp_path / "other", "c-s1", "completed", hosts=("node1",))
@@ -68,12 +69,12 @@ def test_the_committed_reference_machines_are_described_for_the_check():
 
 
 # ---- issue 48, item 3: a reference never pools another machine's runs, nor one run twice -----------------------------
-AMD = {"model": "AMD EPYC", "torch_capability": "AVX512"}  # this machine: host vm, AVX-512, as the Xeon's
+AMD = {"cpu_model": "AMD EPYC", "isa": "AVX512"}  # this machine: host vm, AVX-512, as the Xeon's
 
 
 def test_a_run_of_another_cpu_model_with_the_same_host_and_instruction_set_is_refused(tmp_path, reference):
     study = tmp_path / "runs" / "13_steps"
-    run(study, "a-s1", "completed", cpu=AMD)
+    run(study, "a-s1", "completed", machine=AMD)
     with pytest.raises(ConfigError, match="a-s1 was not measured on xeon: its cpu_model 'AMD EPYC' is not the "
                                           r"machine's 'Intel\(R\) Xeon\(R\) Processor'"):
         ra.add(study, "xeon", reference)
@@ -89,7 +90,7 @@ def test_a_new_manifests_machine_identity_is_compared_field_by_field(tmp_path, r
     run(tmp_path / "runs" / "13_steps", "a-s1", "completed", machine=machine)
     with pytest.raises(ConfigError, match="its cores 4 is not the machine's 2"):
         ra.add(tmp_path / "runs" / "13_steps", "xeon", reference)
-    run(tmp_path / "old" / "13_steps", "a-s1", "completed", cpu={"torch_capability": "AVX512"})  # no CPU model
+    run(tmp_path / "old" / "13_steps", "a-s1", "completed", machine={"isa": "AVX512"})  # no CPU model
     with pytest.raises(ConfigError, match="records no cpu_model"):
         ra.add(tmp_path / "old" / "13_steps", "xeon", reference)
 

@@ -10,6 +10,7 @@ from tests.helpers import write_config
 from contract.config import ConfigError
 from contract.plan import load_study
 from studies.launch import NO_IDENTITY, planned_runs
+from contract.manifest import VERSION
 
 
 def tiny_study(tmp_path, study: str = 'vary = { "train.workers" = [1] }', overrides: dict | None = None) -> Path:
@@ -25,7 +26,7 @@ def completed_folder(run_dir: Path, cfg, status: str = "completed", run: str | N
     run_dir.mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps({"experiment": cfg.experiment, "run": run or run_dir.name,
                                                      "scale": cfg.scale, **cfg.to_dict(), "resolved": cfg.resolved()}))
-    (run_dir / "manifest.json").write_text(json.dumps({"status": status}))
+    (run_dir / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "status": status}))
     return run_dir
 
 
@@ -119,7 +120,7 @@ def test_the_same_config_and_seed_on_two_machines_are_two_runs(tmp_path):
         run_dir = tmp_path / "13_steps_to_target" / name
         shutil.copytree(source, run_dir)
         manifest = json.loads((run_dir / "manifest.json").read_text())
-        (run_dir / "manifest.json").write_text(json.dumps({**manifest, "cpu": {**manifest["cpu"], "model": model}}))
+        (run_dir / "manifest.json").write_text(json.dumps({**manifest, "machine": {**manifest["machine"], "cpu_model": model}}))
     df = load_study(tmp_path)
     assert len(df[df["kind"] == "run"]) == 2 and not any("counted once" in p for p in df.attrs["problems"])
 
@@ -281,11 +282,11 @@ def test_a_run_copied_from_another_machine_is_never_labelled_this_machines(tmp_p
 
     here = {"cpu_model": "AMD EPYC", "isa": None, "cores": 2, "memory_gib": 24, "gpu_model": None, "torch": "2.14.1"}
     monkeypatch.setattr(machine, "this_machine", lambda isa, gpu: here)
-    for name, manifest in (("xeon", {"cpu": {"model": "Intel(R) Xeon(R) Processor"}}),
+    for name, manifest in (("xeon", {"machine": {"cpu_model": "Intel(R) Xeon(R) Processor"}}),
                            ("mine", {"machine": {**here, "isa": "AVX512"}}),
-                           ("old", {"cpu": {"torch_capability": "AVX2"}})):  # no CPU model: nothing to tell
+                           ("old", {"machine": {"isa": "AVX2"}})):  # no CPU model: nothing to tell
         (tmp_path / name).mkdir()
-        (tmp_path / name / "manifest.json").write_text(json.dumps({"status": "completed", **manifest}))
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "status": "completed", **manifest}))
     assert machine_of(tmp_path / "xeon", tmp_path / "no-reference") == "another machine (Intel(R) Xeon(R) Processor)"
     assert machine_of(tmp_path / "mine", tmp_path / "no-reference") == "this machine"
     assert machine_of(tmp_path / "old", tmp_path / "no-reference") == "this machine"

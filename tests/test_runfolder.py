@@ -20,6 +20,7 @@ from contract.lr import schedule
 from contract.reader import read_metrics
 from contract.runfolder import RecordError, RunFolder, make_record
 from trainers.backends import free_port
+from contract.manifest import VERSION
 
 EPOCH = dict(epoch=0, lr=0.1, train_loss=1.0, train_top1=50.0, train_top5=90.0, val_loss=1.0, val_top1=40.0,
              val_top5=80.0, epoch_time=1.0, images=8, skipped_images=0, skipped_val_images=0, skipped_steps=0,
@@ -92,7 +93,7 @@ def fake_run(root, name, metrics: bytes):
     d = root / "05_x" / name
     d.mkdir(parents=True)
     (d / "config.json").write_text(json.dumps({"experiment": "05_x", "run": name}))
-    (d / "manifest.json").write_text(json.dumps({"status": "completed", "epochs_done": 0}))
+    (d / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "status": "completed", "epochs_done": 0}))
     (d / "metrics.jsonl").write_bytes(metrics)
     return d
 
@@ -262,7 +263,7 @@ def test_the_study_marks_a_run_killed_without_a_word_as_failed(tmp_path):
     from studies.supervise import mark_failed_if_silent
 
     run = RunFolder(tmp_path, writes=True, echo=False)
-    run.update_manifest(status="running", epochs_done=1)
+    run.progress(manifest_version=VERSION, status="running", epochs_done=1)
     run.record("iter", **{k: 0 for k in ("epoch", "iter", "iters", "images")},
                **{k: 0.5 for k in ("lr", "batch_time", "batch_time_avg", "data_time", "data_time_avg", "loss",
                                    "loss_avg", "top1", "top1_avg", "top5", "top5_avg")})

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from contract import manifest as declared
 from contract.config import ConfigError, load_config
 from tests.helpers import records, train_in_process, write_config
 
@@ -20,6 +21,7 @@ def test_the_loop_stops_at_max_steps_and_the_run_folder_says_it_was_capped(tmp_p
     assert [e["epoch"] for e in epochs] == [0, 1] and [e["images"] for e in epochs] == [48, 16]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert (manifest["status"], manifest["epochs_done"], manifest["capped_at_steps"]) == ("completed", 2, 8)
+    assert manifest["smoke"] and declared.problem(manifest) is None  # a smoke run, in the declared record
     assert "capped at 8 optimizer steps" in manifest["message"]
     assert records(run_dir, "status")[-1]["status"] == "completed"
 
@@ -29,6 +31,7 @@ def test_a_cap_beyond_the_schedule_changes_nothing(tmp_path):
     assert train_in_process(config, tmp_path / "runs", "uncut") == 0
     manifest = json.loads((tmp_path / "runs" / config.stem / "uncut" / "manifest.json").read_text())
     assert manifest["epochs_done"] == 1 and "capped_at_steps" not in manifest and not manifest["message"]
+    assert not manifest["smoke"] and declared.problem(manifest) is None
 
 
 def test_max_steps_is_validated(tmp_path):

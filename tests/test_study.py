@@ -11,6 +11,7 @@ from contract.config import ConfigError, load_config
 from contract.plan import expand, load_study
 from studies.launch import default_jobs, planned_runs, threads_per_process
 from studies.run import run_study
+from contract.manifest import VERSION
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("[0-9][0-9]_*"))
 
@@ -143,7 +144,7 @@ def fake_run(run_dir: Path, cfg, status="completed"):
     run_dir.mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps({"experiment": cfg.experiment, "run": run_dir.name,
                                                      "scale": cfg.scale, **cfg.to_dict(), "resolved": cfg.resolved()}))
-    (run_dir / "manifest.json").write_text(json.dumps({"status": status}))
+    (run_dir / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "status": status}))
 
 
 def test_committed_reference_runs_are_never_this_machines_results(tmp_path):
@@ -595,7 +596,8 @@ def test_experiment_12s_declared_plan_gives_each_optimizer_its_designs_rule(scal
 
 
 # ---- issue 40, item 1: a folder with a status-less manifest never strands a study --------------------------------------
-@pytest.mark.parametrize("manifest", ['{"start": "2026-01-01T00:00:00+00:00"}', '{"status": 5}', "", "{not json"])
+@pytest.mark.parametrize("manifest", ['{"manifest_version": 1, "start": "2026-01-01T00:00:00+00:00"}',
+                                      '{"manifest_version": 1, "status": 5}', "", "{not json"])
 def test_a_run_folder_whose_manifest_has_no_status_is_resumed_by_the_next_study(tmp_path, capsys, manifest):
     """A kill right after the trainer's first manifest write (or a 20 kB disk) left a manifest with no status and a
     0-byte manifest.json.tmp: the next study trains the run rather than dying with KeyError: 'status'."""
@@ -621,7 +623,7 @@ def test_a_runs_summary_line_never_raises_on_a_manifest_it_cannot_read(tmp_path,
     from studies.progress import summary
 
     if manifest is not None:
-        (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+        (tmp_path / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, **manifest}))
     line = summary(tmp_path)
     assert says in line and line.count("\n") == 0
     if "no status" in says:

@@ -10,6 +10,7 @@ import pytest
 from contract.config import load_config
 from contract.runfolder import RunFolder
 from tests.helpers import REPO
+from contract.manifest import VERSION
 
 EXP1, EXP2 = (REPO / "experiments" / n for n in ("01_throughput_single_gpu", "02_throughput_local_data_parallel"))
 
@@ -22,7 +23,7 @@ def write_run(out: Path, experiment: Path, name: str, steady: float, sets: list[
     run.record("bench", per_worker_batch=cfg.train.per_worker_batch, world_size=cfg.train.workers, batches=12,
                warmup_batches=3, lr=0.1, images_per_s_steady=steady, images_per_s_thesis=None,
                batch_time_avg_at_199=None, data_share=0.0, data_s=0.0, compute_s=1.0, comm_s=0.0)
-    run.status("completed", 0, exit_code=0, backend=cfg.train.backend, world_size=cfg.train.workers)
+    run.end("completed", 0, exit_code=0, manifest_version=VERSION, backend=cfg.train.backend, world_size=cfg.train.workers)
     run.close()
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from contract import events
+from contract import manifest as declared
 from tests.helpers import REPO, f32, free_port, read_back, records, run, trainer_env, write_config
 from trainers.tf.available import horovod_has_tensorflow, tensorflow_installed
 
@@ -71,6 +72,7 @@ def test_a_tensorflow_run_keeps_the_run_folder_contract(tmp_path):
     m = manifest(run_dir)
     assert (m["status"], m["backend"], m["world_size"], m["weights_agree"]["ranks"]) == ("completed", "mwms", 1, 1)
     assert m["versions"]["tensorflow"] == "2.21.0"
+    assert declared.problem(m) is None  # the declared record, written through the run folder as PyTorch's is
     (bench,) = records(run_dir, "bench")
     assert (bench["batches"], bench["warmup_batches"], bench["world_size"]) == (4, 1, 1)
     assert bench["images_per_s_steady"] > 0 and bench["images_per_s_thesis"] is None  # fewer than 200 steps

@@ -4,9 +4,10 @@ from __future__ import annotations
 import sys
 
 from contract.cli import command_word, one_line_errors
-from tools import (advisor_local, bench, bench_comm, bench_step, cluster_check, cluster_probe, data_bench, exp13_next, gpu_check,
-                   link_sweep, noise_scale, reference_add, step_split, telemetry_overhead)
-from trainers.data import DataError
+from contract.config import DataError
+from tools import (advisor_local, bench, bench_comm, bench_step, cluster_check, cluster_probe, data_bench, exp13_next,
+                   gpu_check, link_sweep, migrate_manifests, noise_scale, reference_add, step_split,
+                   telemetry_overhead)
 
 TOOLS = {
     "bench": (bench, "the trainer against a hand-written loop, and emulated workers' cost (a GPU: the GPU bench)"),
@@ -19,6 +20,7 @@ TOOLS = {
     "cluster-probe": (cluster_probe, "one rank's part of a cluster-check job (started inside the job)"),
     "link-sweep": (link_sweep, "experiment 3 across the local cluster's hosts at several link rates (RQ2)"),
     "exp13-next": (exp13_next, "experiment 13's next rows (edge rates or the study) from its finished tuning runs"),
+    "migrate-manifests": (migrate_manifests, "rewrite older run folders' manifest.json at the current version"),
     "reference-add": (reference_add, "copy a study's finished runs into a committed reference machine's folder"),
     "advisor-local": (advisor_local, "the scaling advisor against experiment 3 on the local cluster at each link rate"),
     "step-split": (step_split, "one worker's step as forward, backward and optimizer, and its gradients (the advisor)"),

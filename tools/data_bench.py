@@ -28,7 +28,7 @@ from torchvision import datasets, transforms
 
 from trainers.data.datasets import DECODERS, IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset, imagefolder_transforms
 from trainers.data.fast import to_device
-from trainers.data.generate import DataError
+from contract.config import DataError
 from trainers.data.sampling import IndexBatches, make_loader
 
 ON_DEVICE = ("gpu", "dali")  # decoders whose decode happens in to_device

@@ -145,7 +145,7 @@ def rank0_placement(run_dir: Path) -> dict:
 
 def dali_missing() -> str | None:
     from trainers.data.dali import require_dali
-    from trainers.data.generate import DataError
+    from contract.config import DataError
 
     try:
         require_dali()

@@ -30,7 +30,7 @@ KEPT = (CONFIG, MANIFEST, METRICS, LOG, CONSOLE)  # everything but checkpoint.pt
 
 def machine_of(reference: Path, label: str) -> dict:
     """The reference machine's machine.toml; one line naming what to do when it has none, or declares no CPU model
-    (the field every manifest, old or new, records: contract/machine.py)."""
+    (the field a manifest must record for its machine to be told: contract/machine.py)."""
     path = reference / label / "machine.toml"
     if not path.is_file():
         known = sorted(p.parent.name for p in reference.glob("*/machine.toml"))
@@ -39,7 +39,7 @@ def machine_of(reference: Path, label: str) -> dict:
     declared = tomllib.loads(path.read_text())
     if not declared.get(machine.REQUIRED):
         raise ConfigError(f"{path} declares no {machine.REQUIRED}: add the CPU model its runs' manifests record "
-                          f"(manifest.json's machine.cpu_model, or cpu.model in older ones)")
+                          f"(manifest.json's machine.cpu_model)")
     return declared
 
 

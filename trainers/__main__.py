@@ -1,7 +1,7 @@
 """The trainer's command line: python -m trainers {train, schedule, config, data} ...
 
 What a launcher starts on every rank (torchrun, srun, mpirun, horovodrun). The suite's front door is python -m suite
-(suite/), which hands these commands here; `study` and `data bench`, which DESIGN.md also names under
+(suite/), which hands these commands here; `study` and `data bench`, which the suite's first design also put under
 `python -m trainers`, belong to rooms above this one, so typed here they are handed to the front door by exec, not
 imported (docs/architecture.md).
 """

@@ -50,7 +50,7 @@ def benchmark(trainer) -> None:
         warmup_batches=warm, lr=lr, **bench_throughput(times, images_per_step, warm),
         data_share=trainer.times.epoch_data_share, **trainer.times.split,
     )
-    trainer.run.update_manifest(data_wait_share=trainer.times.data_wait_share())
+    trainer.run.progress(data_wait_share=trainer.times.data_wait_share())
     trainer.telemetry.write(gather=True)
 
 

@@ -201,9 +201,9 @@ class Trainer:
             )
             self.telemetry.write(gather=True)
             checkpoint.save_trainer(self, epoch + 1, 0, Sums())
-            self.run.update_manifest(epochs_done=epoch + 1, best_val_top1=self.best_top1,
-                                     unreadable_images=self.run.manifest.get("unreadable_images", {}),
-                                     data_wait_share=self.times.data_wait_share(), skipped_steps=self.skipped.total)
+            self.run.progress(epochs_done=epoch + 1, best_val_top1=self.best_top1,
+                              unreadable_images=self.run.manifest.get("unreadable_images", {}),
+                              data_wait_share=self.times.data_wait_share(), skipped_steps=self.skipped.total)
             # every rank agrees (a collective): a signal that reached one rank before this point and another after
             # it would otherwise stop one and leave the other waiting in the next epoch's first allreduce
             if self.backend.any_rank(self.stop.received is not None) and epoch + 1 < last_epoch:

@@ -1,13 +1,35 @@
-"""The rendezvous port of a Slurm job: the one formula, used by the backends and by slurm/job.sh.
+"""The rendezvous port of a Slurm job: the one formula, used by the backends and by slurm/job.sh; and what a study
+needs to start ranks (a free port, torchrun's command, whether Horovod is there).
 
 `python -m trainers.rendezvous` prints it for the environment it runs in (job.sh exports it as MASTER_PORT).
-No torch import here: the batch shell calls it before every launch.
+No torch import here: the batch shell calls it before every launch, and the study runner plans without torch.
 """
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from typing import Mapping
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_command(python: str) -> list[str]:
+    """torchrun as a module of this interpreter (no console script needed)."""
+    return [python, "-m", "torch.distributed.run"]
+
+
+def horovod_available() -> bool:
+    """Whether Horovod with PyTorch support imports here (the study runner skips Horovod runs otherwise)."""
+    try:
+        import horovod.torch  # noqa: F401  Horovod
+    except Exception:  # ImportError, or a build without PyTorch support
+        return False
+    return True
 
 
 def job_port(env: Mapping[str, str]) -> int:

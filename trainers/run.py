@@ -19,6 +19,7 @@ import torch
 from trainers import backends, bench, checkpoint, compute, rendezvous
 from contract.config import Config, ConfigError, check_paths, check_writable
 from contract.locks import RankLock, dead_ranks, mark_failed
+from contract.plan import carries_quick
 from contract.reader import read_manifest
 from contract.runfolder import (CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS, WRITE_FAILURES, RunFolder,
                                 config_document, now_iso)
@@ -94,26 +95,21 @@ def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: b
         pinned = pin_arithmetic(cfg, run_dir / CHECKPOINT, force, launch.world_size)
     trainer = Trainer(cfg, run_dir, name, launch, resume, echo, pinned)
     run, b = trainer.run, trainer.backend
-    run.write_config(config_document(cfg, run_dir.name, name))
     if (run_dir / MANIFEST).exists() and trainer.resuming:
         run.manifest = read_manifest(run_dir) or {}
     attempt = {"start": now_iso(), "epoch": trainer.start_epoch, "iteration": trainer.start_step,
                **checkpoint.arithmetic(trainer), "threads_env": thread_settings(), "forced": force and trainer.resuming}
-    attempts = run.manifest.get("attempts", []) if trainer.resuming else []
-    # the status goes into this first write: a manifest without one, left by a kill before the next, strands a study
-    run.update_manifest(
-        status="running", epochs_done=trainer.start_epoch, start=run.manifest.get("start", now_iso()), end=None,
+    document = config_document(cfg, run_dir.name, name)
+    run.begin(  # every attempt's arithmetic: a mix would show in `attempts`
+        document, attempt, smoke=carries_quick(document), epochs_done=trainer.start_epoch,
         launcher=launch.launcher, seed=cfg.train.seed,
         link=os.environ.get("CLUSTER_LINK"),  # the local cluster's link rate where one was set (make cluster LINK=)
-        attempts=[*attempts, attempt],  # every attempt's arithmetic: a mix would show here
         versions={**versions(), "cuda": torch.version.cuda}, git_commit=git_commit(), threads=thread_settings(),
         cpu=compute.cpu_description(),  # the kernels' ISA: what a bit-identical rerun elsewhere must pin
         machine=compute.machine_identity(),  # which machine's result this is (contract/machine.py)
         placement=b.gather_objects(trainer.placement_record()),  # every rank's, in rank order (contract/placement.py)
-        resumed_at=now_iso() if trainer.start_epoch or trainer.start_step else None, failed_ranks=None, message=None,
-        **b.describe(),
+        resumed_at=now_iso() if trainer.start_epoch or trainer.start_step else None, **b.describe(),
     )
-    run.status("running", trainer.start_epoch)
     try:
         return train_to_the_end(trainer, run_dir)
     finally:
@@ -126,12 +122,12 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
         bench.benchmark(trainer) if cfg.bench.batches > 0 else trainer.fit()
     except Diverged as e:
         run.log(f"=> diverged: {e}")
-        run.status("diverged", trainer.start_epoch, str(e), EXIT_DIVERGED)
+        run.end("diverged", trainer.start_epoch, str(e), EXIT_DIVERGED)
         return EXIT_DIVERGED
     except Preempted as e:
         b.barrier()  # rank 0's checkpoint is on disk before any rank exits: srun and mpirun kill the rest at once
         run.log(f"=> preempted: {e}")
-        run.status("preempted", run.manifest.get("epochs_done", 0), str(e), EXIT_PREEMPTED)
+        run.end("preempted", run.manifest.get("epochs_done", 0), str(e), EXIT_PREEMPTED)
         return EXIT_PREEMPTED
     except Exception as e:  # a lost peer, an I/O error...: one line that names the failed rank, after the traceback
         if not write_failure(e):  # a full or read-only disk needs no traceback: the line says what to fix
@@ -148,7 +144,7 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
     for line in [*unreadable_lines(run.manifest), trainer.skipped.summary_line(), trainer.times.summary_line()]:
         if line:
             run.log(line)
-    run.status("completed", done, exit_code=EXIT_COMPLETED, **{**capped(trainer), **stopped_at_target(trainer, done)})
+    run.end("completed", done, exit_code=EXIT_COMPLETED, **{**capped(trainer), **stopped_at_target(trainer, done)})
     return EXIT_COMPLETED
 
 
@@ -220,7 +216,7 @@ def report_failure(run_dir: Path, run: RunFolder, b: backends.Backend, error: Ex
     print(f"error: training failed: {message}", file=sys.stderr, flush=True)
     failed = dead or [b.rank]
     if run.writes:
-        run.status("failed", run.manifest.get("epochs_done", 0), message, EXIT_FAILED, failed_ranks=failed)
+        run.end("failed", run.manifest.get("epochs_done", 0), message, EXIT_FAILED, failed_ranks=failed)
         return
     survivors = sorted(set(range(b.world_size)) - set(dead))
     if 0 not in dead or b.rank != survivors[0]:

@@ -12,10 +12,11 @@ import os
 import torch
 
 from trainers.backends.base import Backend
-from trainers.backends.launch import (COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards, detect_launch, free_port,
+from trainers.backends.launch import (COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards, detect_launch,
                                        interface_towards, is_loopback)
 from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, chosen_backend
 from trainers.backends.rank_workers import workers_per_rank
+from trainers.rendezvous import free_port, horovod_available, torchrun_command
 
 __all__ = ["Backend", "Launch", "detect_launch", "create", "BACKENDS", "horovod_available",
            "torchrun_command", "free_port", "bind_gloo_towards"]
@@ -124,20 +125,6 @@ def resolve(cfg: Config, launch: Launch) -> str:
         raise ConfigError(f"backend {name!r} is not available; known: {', '.join(sorted(BACKENDS))}")
     check_world(cfg, launch, name)
     return name
-
-
-def horovod_available() -> bool:
-    """Whether Horovod with PyTorch support imports here (the study runner skips Horovod runs otherwise)."""
-    try:
-        import horovod.torch  # noqa: F401  Horovod
-    except Exception:  # ImportError, or a build without PyTorch support
-        return False
-    return True
-
-
-def torchrun_command(python: str) -> list[str]:
-    """torchrun as a module of this interpreter (no console script needed)."""
-    return [python, "-m", "torch.distributed.run"]
 
 
 def create(cfg: Config, launch: Launch, name: str) -> Backend:

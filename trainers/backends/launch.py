@@ -126,9 +126,3 @@ def bind_gloo_towards(master: str | None, launch: Launch) -> None:
                           f"reach it: make the name resolve to the node's network address (/etc/hosts), or set "
                           f"MASTER_ADDR to that address")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", found.interface)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from contract.config import DataError
 from contract.runfolder import DISK_FULL
 
 GENERATOR_VERSION = 2
@@ -54,10 +55,6 @@ JPEG_QUALITY = 90
 N_HUES, N_ACCENTS, N_TEXTURES = 8, 3, 6
 SHAPES = ("circle", "square", "triangle", "diamond", "cross", "ring", "star", "bar", "hexagon", "crescent")
 MAX_CLASSES = N_HUES * N_ACCENTS * N_TEXTURES * len(SHAPES)  # 1440
-
-
-class DataError(ValueError):
-    """A data problem the user must fix (missing folder, bad arguments); one clear line."""
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -23,8 +23,9 @@ import tensorflow as tf
 
 from contract import events, placement
 from contract.config import Config, ConfigError
-from contract.runfolder import MANIFEST, RunFolder, bench_throughput, now_iso
+from contract.runfolder import MANIFEST, RunFolder, bench_throughput, config_document, now_iso
 from contract.machine import this_machine
+from contract.plan import carries_quick
 from contract.versions import git_commit, package_version, versions
 from trainers.tf import strategies
 
@@ -144,19 +145,17 @@ def measure(cfg: Config, backend, run: RunFolder) -> dict:
 
 
 def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, threads: dict) -> None:
-    run.write_config({"experiment": cfg.experiment, "run": run_dir.name, "scale": cfg.scale, **cfg.to_dict(),
-                      "resolved": cfg.resolved(backend.name)})
-    run.update_manifest(
-        status="running", epochs_done=0, start=now_iso(), end=None, launcher=launcher_name(), seed=cfg.train.seed,
-        link=os.environ.get("CLUSTER_LINK"),
+    document = config_document(cfg, run_dir.name, backend.name)
+    run.begin(
+        document, {"start": now_iso(), "threads_env": threads}, smoke=carries_quick(document),
+        launcher=launcher_name(), seed=cfg.train.seed, link=os.environ.get("CLUSTER_LINK"),
         versions={**versions(), "tensorflow": tf.__version__, "tf_keras": package_version("tf-keras")},
         git_commit=git_commit(), threads=threads,
         cpu={"machine": platform.machine(), "processor": platform.processor()},
         machine=this_machine(None, first_gpu_model()),  # contract/machine.py; no torch here: no torch ISA to record
-        failed_ranks=None, message=None, backend=backend.name, world_size=backend.world_size,
+        backend=backend.name, world_size=backend.world_size,
         workers=backend.world_size, devices=["cpu"] if not tf.config.list_physical_devices("GPU") else
         [d.name for d in tf.config.list_physical_devices("GPU")], hosts=backend.hosts(), framework="tensorflow")
-    run.status("running", 0)
 
 
 def first_gpu_model() -> str | None:
@@ -197,9 +196,9 @@ def run_benchmark(cfg: Config, run_dir: Path, resume: bool) -> int:
         message = f"rank {backend.rank} of {backend.world_size}: {type(e).__name__}: {e}".splitlines()[0][:400]
         print(f"error: training failed: {message}", file=sys.stderr, flush=True)
         run.log(f"=> failed: {message}")
-        run.status("failed", 0, message, EXIT_FAILED, failed_ranks=[backend.rank])
+        run.end("failed", 0, message, EXIT_FAILED, failed_ranks=[backend.rank])
         run.close()
         return EXIT_FAILED
-    run.status("completed", 0, exit_code=EXIT_COMPLETED, **checks)
+    run.end("completed", 0, exit_code=EXIT_COMPLETED, **checks)
     run.close()
     return EXIT_COMPLETED

@@ -1,0 +1,96 @@
+"""Rewrite run folders' manifest.json of older versions at the current one (contract/manifest.py VERSION), in place.
+
+    python -m tools migrate-manifests results/runs
+
+Every manifest.json under each folder given is brought up to the current version, one version's step after another
+(STEPS); a manifest already current is left as it is, byte for byte, so running this twice changes nothing. Nothing
+a run is changes: the steps add fields the older writers did not write, computed from what the folder already holds
+(its config.json's fingerprint, the machine its older manifest recorded), and keep every field it had. This is the
+one place that knows the older versions: the readers know only the current one, and stop with this command's name
+when given an older one. Stop the studies writing into a folder before migrating it.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Callable
+
+from contract import manifest as declared
+from contract.fingerprint import document_fingerprint
+from contract.plan import carries_quick
+from contract.reader import read_config, read_document
+from contract.runfolder import MANIFEST, write_json_atomic
+
+QUICK_ROOT = "quick"  # a QUICK study's runs root (results/quick): smoke runs, before `smoke` was recorded
+
+
+def machine_before_v1(manifest: dict) -> dict[str, Any]:
+    """The machine identity a manifest from before `machine` records (contract/machine.py): the CPU model, the
+    torch kernels' instruction set and torch's version it kept elsewhere; the fields it lacks were never measured."""
+    cpu = manifest.get("cpu") if isinstance(manifest.get("cpu"), dict) else {}
+    versions = manifest.get("versions") if isinstance(manifest.get("versions"), dict) else {}
+    old = {"cpu_model": cpu.get("model"), "isa": cpu.get("torch_capability"), "torch": versions.get("torch")}
+    return {k: v for k, v in old.items() if v is not None}
+
+
+def to_v1(manifest: dict, run_dir: Path) -> dict:
+    """Version 0 (no manifest_version) -> 1: the config's fingerprint, the machine, and whether it is a smoke run
+    by the three signs that used to tell one (a step cap, every [quick] setting, a runs root named quick)."""
+    config = read_config(run_dir)
+    if config is None:
+        raise declared.ManifestError(f"{run_dir}: no readable config.json, so its manifest cannot be migrated (its "
+                                     "fingerprint is the config's); restore config.json or remove the folder")
+    smoke = (run_dir.parent.parent.name == QUICK_ROOT or bool(manifest.get("capped_at_steps"))
+             or carries_quick(config))
+    machine = manifest["machine"] if isinstance(manifest.get("machine"), dict) else machine_before_v1(manifest)
+    return {**manifest, "manifest_version": 1, "config_fingerprint": document_fingerprint(config),
+            "machine": machine, "smoke": smoke}
+
+
+#: version -> the step that brings a manifest of that version to the next
+STEPS: dict[int, Callable[[dict, Path], dict]] = {0: to_v1}
+
+
+def migrated(manifest: dict, run_dir: Path) -> dict:
+    """The manifest at the current version (itself where it is current); ManifestError naming the file and field
+    where it cannot be, or where the result is not the declared record."""
+    version = manifest.get("manifest_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version > declared.VERSION:
+        raise declared.ManifestError(f"{run_dir / MANIFEST}: manifest_version {version!r} is none this suite knows "
+                                     f"(it writes {declared.VERSION}): migrate it with the suite that wrote it")
+    while version < declared.VERSION:
+        manifest = STEPS[version](manifest, run_dir)
+        version = manifest["manifest_version"]
+    wrong = declared.problem(manifest)
+    if wrong:
+        raise declared.ManifestError(f"{run_dir / MANIFEST}: {wrong}; fix it by hand, then migrate again")
+    return manifest
+
+
+def migrate(root: Path) -> tuple[int, int]:
+    """Every manifest.json under root at the current version: (how many were rewritten, how many already were)."""
+    paths = sorted(root.rglob(MANIFEST))
+    rewritten = 0
+    for i, path in enumerate(paths, 1):
+        manifest, problem = read_document(path)
+        if problem:
+            raise declared.ManifestError(f"{path}: {problem}; restore it or remove its run folder, then migrate again")
+        if manifest.get("manifest_version") != declared.VERSION:
+            write_json_atomic(path, migrated(manifest, path.parent))
+            rewritten += 1
+        if i % 100 == 0:
+            print(f"migrate-manifests: {i}/{len(paths)} read", flush=True)
+    return rewritten, len(paths) - rewritten
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools migrate-manifests", description=__doc__.split("\n\n")[0])
+    p.add_argument("roots", nargs="+", type=Path, help="folders of run folders, e.g. results/runs")
+    args = p.parse_args(argv)
+    for root in args.roots:
+        if not root.is_dir():
+            raise declared.ManifestError(f"{root} is no folder: give a folder of run folders, e.g. results/runs")
+        rewritten, current = migrate(root)
+        print(f"migrate-manifests: {root}: {rewritten} manifest(s) rewritten at version {declared.VERSION}, "
+              f"{current} already current")
+    return 0
