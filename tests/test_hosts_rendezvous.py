@@ -80,7 +80,7 @@ def test_a_throughput_study_on_shared_nodes_runs_one_job_at_a_time(capsys):
     assert all("'--dependency=afterany:<the previous job>'" in line for line in lines[1:])
     four_ranks = next(line for line in lines if "-J 03-n2-ddp-t2-s0" in line)
     threads = max(1, (os.cpu_count() or 1) // 4)  # 4 ranks share the machine's cores, as in a local run
-    assert re.search(rf",OMP_NUM_THREADS={threads}[, ]", four_ranks)
+    assert re.search(rf",OMP_NUM_THREADS={threads}[,' ]", four_ranks)  # ' ends the quoted --export=
     assert run_study(exp3, scale="thesis", launcher="slurm", cluster="generic", dry_run=True) == 0
     out = capsys.readouterr().out
     assert "--dependency" not in out and "OMP_NUM_THREADS" not in out
