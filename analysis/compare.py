@@ -274,7 +274,10 @@ def _count(df: pd.DataFrame, under: Path | None = None) -> int:
 def made_from(df: pd.DataFrame, runs: Path, root: Path = REFERENCE_ROOT, experiments=()) -> str:
     """One line a table, figure or notebook carries so it says which runs it shows: folder, machine, count (and an
     experiment another reference machine contributed: its folder, machine and count; with `experiments`, only
-    when it is one of them, so an entry that never reads it does not name it)."""
+    when it is one of them, so an entry that never reads it does not name it). With `experiments`, the count is of
+    those experiments' runs only: a table of experiment 1 is not "made from" experiment 12's runs."""
+    if experiments and len(df) and "exp" in df.columns:
+        df = df[df["exp"].isin(experiments)]
     machine = runs_label(runs, root)
     hosts = _hosts(df) if machine == "this machine" else []
     if hosts:
