@@ -185,16 +185,7 @@ def timed_all_reduce(dist, device, nbytes: int) -> float:
 
     import torch
 
-    data = torch.zeros(max(1, nbytes // 4), device=device)
-    dist.all_reduce(data)  # once untimed: buffers and connections set up
-    times = []
-    for _ in range(LINK_REPEATS):
-        dist.barrier()
-        start = time.perf_counter()
-        dist.all_reduce(data)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+    times = all_reduce_times(dist, device, torch.zeros(max(1, nbytes // 4), device=device), LINK_REPEATS)
     slowest = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return float(slowest)
@@ -206,7 +197,16 @@ def bus_bandwidth(dist, device, megabytes: float, world: int, repeats: int = 3) 
     import torch
 
     data = torch.zeros(int(megabytes * 1e6 / 4), device=device)
-    dist.all_reduce(data)  # once untimed: connections set up
+    times = all_reduce_times(dist, device, data, repeats)
+    return 2 * (world - 1) / world * data.numel() * 4 * 8 / min(times) / 1e9
+
+
+def all_reduce_times(dist, device, data, repeats: int) -> list[float]:
+    """Seconds of `repeats` all_reduces of `data`, each started together (a barrier), after one untimed (buffers
+    and connections set up)."""
+    import torch
+
+    dist.all_reduce(data)
     times = []
     for _ in range(repeats):
         dist.barrier()
@@ -215,7 +215,7 @@ def bus_bandwidth(dist, device, megabytes: float, world: int, repeats: int = 3) 
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    return 2 * (world - 1) / world * data.numel() * 4 * 8 / min(times) / 1e9
+    return times
 
 
 def probe_horovod(launch) -> dict:
