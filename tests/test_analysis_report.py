@@ -189,7 +189,8 @@ def _quick_study(root: Path) -> Path:
     for exp in ("04_naive_scaling", "05_linear_scaling"):
         for gpus, acc in ((1, 6.0), (2, 5.0)):
             synth.write_run(root, exp, f"w{gpus}-s0", gpus=gpus, epochs=2, milestones=(1,), final_acc=acc,
-                            scaling="none" if exp.startswith("04") else "linear")
+                            scaling="none" if exp.startswith("04") else "linear",
+                            manifest_extra={"smoke": True})  # what the trainer records of a --quick run
     return root
 
 
