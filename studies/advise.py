@@ -133,6 +133,9 @@ def advise_cluster(cluster: str, nodes: int | None = None, step_file: Path | Non
     shape = cluster_shape(profile, nodes)
     path = link_fit(profile, probe, root)
     intra, inter, fits = advisor.read_link_fit(path)
+    # the fit says whether its hosts share one machine's cores (the profile's shared_machine, or the probe's boot
+    # ids: studies/cluster_check.annotate_link_fit), the one answer the report's predictions use too
+    shape = replace(shape, shared_cores=fits.get("shared_cores", shape.shared_cores))
     step, record = advisor.load_step(step_file) if step_file else measured_step(scale, shape.threads)
     if step_file:
         step = replace(step, threads=shape.threads)
