@@ -2,7 +2,8 @@
 whether LARS, LAMB or RAdam carry it further.
 
 study_points: best top-1 per optimizer and global batch (mean over seeds, 90 % t interval of the mean) from the
-study's runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs chose the rates and are left out).
+study's runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs chose the rates and are left out),
+the runs that diverged (analysis.findings' DIVERGED_SHARE, a reading rule added after the runs) counted, not averaged.
 plot_large_batch draws them against the global batch with experiment 5's 1-worker baseline and its equivalence
 region (baseline ± the scale's declared margin), the batch that stands in for the thesis's 4,096 (32 workers), and
 the critical batch the gradient noise scale estimates: B_simple of the same model and data, measured on the study's
