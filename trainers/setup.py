@@ -120,7 +120,7 @@ class Setup:
 def build_setup(cfg: Config, run_dir: Path, backend_name: str, launch: backends.Launch, resume: bool,
                 echo: bool = True, pinned: dict | None = None) -> tuple[Setup, checkpoint.TrainState]:
     """The Setup and the state training starts from: epoch 0's, or the checkpoint's (resume). `pinned`: a resumed
-    run's arithmetic, as it started (run.pin_arithmetic)."""
+    run's arithmetic, as it started (checks.pin_arithmetic)."""
     t, pinned = cfg.train, pinned or {}
     allocation, placed = place(cfg, launch, pinned)
     torch.set_num_threads(placed.threads)  # the same rule under every launcher (contract/placement.py)
