@@ -78,8 +78,9 @@ class CorruptCheckpoint(ConfigError):
     """A checkpoint file that cannot be read back: empty, cut short, overwritten."""
 
 
-def load(path: Path) -> dict[str, Any]:
-    """The checkpoint as saved; a damaged file is one line that names it and says how to go on."""
+def load(path: Path, to_resume: bool = True) -> dict[str, Any]:
+    """The checkpoint as saved; a damaged file is one line that names it and says how to go on. to_resume=False:
+    only its model, config and epoch are read (tools/noise_scale.py), which every format holds alike."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # empty: EOFError; cut short: RuntimeError (zip reader); random bytes: UnpicklingError
@@ -87,6 +88,8 @@ def load(path: Path) -> dict[str, Any]:
         raise CorruptCheckpoint(damaged(path, f"{type(e).__name__}: {first_line}"[:160])) from None
     if not isinstance(state, dict) or not all(k in state for k in REQUIRED_KEYS):
         raise CorruptCheckpoint(damaged(path, "not a checkpoint of this trainer (keys missing)"))
+    if not to_resume:
+        return state
     if state.get("version") != VERSION:
         raise ConfigError(f"checkpoint {path} was written by an older trainer (format {state.get('version', 1)}, "
                           f"this one reads {VERSION}): finish the run with the version that started it (its "
