@@ -514,23 +514,6 @@ def cpu_isa_env(cpu_isa: str) -> dict[str, str]:
     return dict(CPU_ISAS.get(cpu_isa, {}))
 
 
-def check_paths(cfg: Config) -> None:
-    """What must exist where the run starts (not where it is planned: a cluster stages data on its nodes)."""
-    if cfg.data.kind == "imagefolder" and not Path(cfg.data.path).is_dir():
-        raise ConfigError(f"data.path {cfg.data.path} does not exist; set it to the ILSVRC-2012 root (train/ and val/)")
-    cores = os.cpu_count() or 1
-    if cfg.train.threads > cores:  # more intra-op threads than cores only slows torch down (and 10^5 exhaust the OS)
-        raise ConfigError(f"train.threads = {cfg.train.threads} is more than the {cores} cores here; use 1..{cores} "
-                          "or 0 for torch's default")
-    if cfg.data.loader_workers > 4 * cores:  # each is a process holding a copy of the dataset's index
-        raise ConfigError(f"data.loader_workers = {cfg.data.loader_workers} is more than 4 per core here "
-                          f"({4 * cores}); the thesis ran 4 per GPU")
-    shared_file = cfg.train.init_method.removeprefix("file://")
-    if cfg.train.init_method.startswith("file://") and not Path(shared_file).parent.is_dir():
-        raise ConfigError(f"train.init_method {cfg.train.init_method}: folder {Path(shared_file).parent} does not "
-                          "exist; the rendezvous file must be in an existing folder that every node sees")
-
-
 def not_negative(where: str, value: float) -> None:
     if not (value >= 0 and math.isfinite(value)):
         raise ConfigError(f"{where} = {value} must be >= 0")

@@ -1,8 +1,7 @@
-"""The front door (python -m suite) hands each command to the room that owns it; `python -m trainers study` and
-`data bench`, the names the suite's first design gave them, still work, handed up by exec rather than by an import."""
+"""The front door (python -m suite) hands each command to the room that owns it; the trainer's command line knows
+only its own commands (`python -m trainers study` and `data bench`, the suite's first design's names, are gone)."""
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 
@@ -39,24 +38,18 @@ def test_every_room_is_reachable_and_an_unknown_command_is_one_line(capsys):
     assert main([]) == 2 and "usage: python -m suite COMMAND" in capsys.readouterr().out
 
 
-def test_a_study_through_the_front_door_and_through_the_trainers_old_name_prints_the_same_plan():
-    new, old = front_door("study", EXP1, "--dry-run"), front_door("study", EXP1, "--dry-run", module="trainers")
-    assert new.returncode == old.returncode == 0, new.stderr + old.stderr
-    fresh_ports = re.compile(r"(MASTER_PORT=|--master-port )\d+")  # each run's rendezvous gets a free port
-    assert fresh_ports.sub(r"\1P", new.stdout) == fresh_ports.sub(r"\1P", old.stdout)
-    assert "-m trainers train" in new.stdout
-
-
-def test_the_trainer_called_from_python_names_the_front_door_instead_of_importing_it(capsys):
+def test_the_trainer_knows_no_study_or_data_bench_of_its_own(capsys):
     from trainers.__main__ import main as trainers_main
 
-    assert trainers_main(["study", EXP1, "--dry-run"]) == 2
-    assert capsys.readouterr().err.strip() == "error: study is the front door's command: call suite.__main__.main"
+    for argv, word in ((["study", EXP1, "--dry-run"], "'study'"), (["data", "bench", "DIR"], "'bench'")):
+        with pytest.raises(SystemExit) as exit_:
+            trainers_main(argv)
+        assert exit_.value.code == 2 and f"invalid choice: {word}" in capsys.readouterr().err
 
 
-def test_data_bench_under_its_old_name_reaches_the_tool():
-    result = front_door("data", "bench", "--help", module="trainers")
-    assert result.returncode == 0 and "python -m tools data-bench" in result.stdout
+def test_a_study_through_the_front_door_prints_its_plan():
+    result = front_door("study", EXP1, "--dry-run")
+    assert result.returncode == 0 and "-m trainers train" in result.stdout, result.stderr
 
 
 def test_every_route_reaches_a_main_of_its_room():

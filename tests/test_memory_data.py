@@ -200,25 +200,26 @@ def test_trainer_builds_its_loaders_once_and_moves_the_sampler_on(tmp_path):
     from tests.helpers import write_config
     from trainers import backends
     from contract.config import load_config
-    from trainers.loop import Trainer
+    from trainers import loop
+    from trainers.setup import build_setup
 
     cfg = load_config(write_config(tmp_path / "c.toml", {"train": {"checkpoint": False}}))
     launch = backends.detect_launch()
-    trainer = Trainer(cfg, tmp_path / "run", backends.resolve(cfg, launch), launch, resume=False, echo=False)
+    s, _ = build_setup(cfg, tmp_path / "run", backends.resolve(cfg, launch), launch, resume=False, echo=False)
     try:
-        loader, steps = trainer.batches(0, 0)
+        loader, steps = loop.batches(s, 0, 0)
         first_epoch = [target for _, target, _ in loader]  # on the device, as the loop reads them
-        again, steps_again = trainer.batches(1, 2)
+        again, steps_again = loop.batches(s, 1, 2)
         assert again is loader and steps_again == steps == len(first_epoch)
-        assert (trainer.train_sampler.epoch, trainer.train_sampler.start_step) == (1, 2)
+        assert (s.train_sampler.epoch, s.train_sampler.start_step) == (1, 2)
         assert len(list(again)) == steps - 2  # resumed at step 2 of epoch 1
-        val_loader = trainer.val_loader
-        trainer.validate()
-        trainer.validate()
-        assert trainer.val_loader is val_loader
+        val_loader = s.val_loader
+        loop.validate(s)
+        loop.validate(s)
+        assert s.val_loader is val_loader
     finally:
-        trainer.stop.restore()
-        trainer.backend.close()
+        s.stop.restore()
+        s.backend.close()
 
 
 def test_bench_step_ratios_and_run_length_estimate():

@@ -82,6 +82,12 @@ def test_noise_scale_of_a_run_folder_from_the_command_line(tmp_path, capsys):
     assert rows[0]["trace_cov"] > 0
     printed = capsys.readouterr().out
     assert "[epoch 1]: B_simple" in printed and "[initial]: B_simple" in printed
+    ckpt = tmp_path / "n" / "run" / "checkpoint.pt"  # a checkpoint of the format before TrainState: its weights read
+    state = torch.load(ckpt, weights_only=True)
+    del state["version"]
+    torch.save(state, ckpt)
+    assert cli(["noise-scale", str(tmp_path / "n" / "run"), "--workers", "4", "--groups", "3", "--json", str(out)]) == 0
+    assert json.loads(out.read_text()) == rows
 
 
 def test_a_run_without_a_checkpoint_is_one_clear_error(tmp_path, capsys):

@@ -59,16 +59,17 @@ REAL_DATA = {
 
 def first_step_gradients(tmp_path, data: dict, workers_per_pass: int) -> dict[str, torch.Tensor]:
     """The gradient of the first step of 8 emulated workers x 4 images, the step's batch as the trainer reads it."""
-    from trainers.loop import Trainer
+    from trainers import loop
+    from trainers.setup import build_setup
 
     cfg = load_config(write_config(tmp_path / f"p{workers_per_pass}.toml", {
         "data": data, "train": {"workers": 8, "workers_per_pass": workers_per_pass}}))
     launch = detect_launch()
-    trainer = Trainer(cfg, tmp_path / f"p{workers_per_pass}", backends.resolve(cfg, launch), launch, False, False)
-    images, target, _ = next(iter(trainer.batches(0, 0)[0]))
-    trainer.model.train()
-    trainer.step(images, target)  # on the device, normalised
-    return {name: p.grad.clone() for name, p in trainer.backend.unwrap(trainer.model).named_parameters()}
+    s, _ = build_setup(cfg, tmp_path / f"p{workers_per_pass}", backends.resolve(cfg, launch), launch, False, False)
+    images, target, _ = next(iter(loop.batches(s, 0, 0)[0]))
+    s.model.train()
+    loop.step(s, images, target)  # on the device, normalised
+    return {name: p.grad.clone() for name, p in s.backend.unwrap(s.model).named_parameters()}
 
 
 @pytest.mark.parametrize("kind", ["generated", pytest.param("photos", marks=needs_photos)])
@@ -121,17 +122,17 @@ def test_channels_last_alone_changes_the_layout_not_the_result(tmp_path):
 
 def preempt_at(monkeypatch, step_number):
     """Send this process SIGUSR1 (as Slurm does) at the `step_number`-th training step."""
-    from trainers.loop import Trainer
+    from trainers import loop
 
-    original, calls = Trainer.step, []
+    original, calls = loop.step, []
 
-    def step(self, images, target):
+    def step(s, images, target):
         calls.append(1)
         if len(calls) == step_number:
             os.kill(os.getpid(), signal.SIGUSR1)
-        return original(self, images, target)
+        return original(s, images, target)
 
-    monkeypatch.setattr(Trainer, "step", step)
+    monkeypatch.setattr(loop, "step", step)
 
 
 def inf_gradients_at(monkeypatch, calls):

@@ -7,14 +7,15 @@ import torch
 from tests.helpers import records, write_config
 from trainers import backends, data
 from contract.config import load_config
-from trainers.loop import Trainer
+from trainers import loop
+from trainers.setup import build_setup
 
 
 def make_trainer(tmp_path, **data_settings):
     cfg = load_config(write_config(tmp_path / "c.toml", {"train": {"epochs": 1, "checkpoint": False},
                                                          "data": data_settings}))
     launch = backends.detect_launch()
-    return Trainer(cfg, tmp_path / "run", backends.resolve(cfg, launch), launch, resume=False, echo=False)
+    return build_setup(cfg, tmp_path / "run", backends.resolve(cfg, launch), launch, resume=False, echo=False)
 
 
 def test_device_batches_on_the_cpu_are_the_loaders_batches_moved_and_normalised(tmp_path):
@@ -41,17 +42,17 @@ class SlowLoader:
 
 
 def test_a_slow_loader_shows_as_data_time_in_the_epoch_record(tmp_path):
-    trainer = make_trainer(tmp_path)
+    s, state = make_trainer(tmp_path)
     delay = 0.2
     try:
-        trainer.train_batches.loader = SlowLoader(trainer.train_loader, delay)
-        trainer.fit()
+        s.train_batches.loader = SlowLoader(s.train_batches.loader, delay)
+        loop.fit(s, state)
     finally:
-        trainer.stop.restore()
-        trainer.backend.close()
-        trainer.run.close()
+        s.stop.restore()
+        s.backend.close()
+        s.run.close()
     epoch = records(tmp_path / "run", "epoch")[-1]
-    steps = len(trainer.train_sampler)
+    steps = len(s.train_sampler)
     # every step waited `delay` at least for its batch: certain, whatever the machine's speed
     assert epoch["data_s"] >= steps * delay
     step_s = epoch["data_s"] + epoch["compute_s"] + epoch["comm_s"]

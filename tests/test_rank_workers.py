@@ -155,15 +155,15 @@ def test_two_horovod_ranks_of_four_workers_match_one_process_of_eight(tmp_path):
 # a rank that sends itself SIGUSR1 (as Slurm does) at its N-th training step, N the first argument
 SIGNAL_AT_STEP = """
 import os, signal, sys
-from trainers.loop import Trainer
+from trainers import loop
 from trainers.__main__ import main
-at, original, calls = int(sys.argv.pop(1)), Trainer.step, []
-def step(self, images, target):
+at, original, calls = int(sys.argv.pop(1)), loop.step, []
+def step(s, images, target):
     calls.append(1)
     if len(calls) == at:
         os.kill(os.getpid(), signal.SIGUSR1)
-    return original(self, images, target)
-Trainer.step = step
+    return original(s, images, target)
+loop.step = step
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -197,7 +197,7 @@ def test_a_pinned_isa_without_its_environment_is_one_line_in_process(tmp_path, c
 
 
 def test_a_resume_on_other_cpu_kernels_is_refused_unless_forced(tmp_path):
-    from trainers.checkpoint import check_same_arithmetic
+    from trainers.checks import check_same_arithmetic
     from contract.config import ConfigError
 
     saved = {"threads": 1, "device": "cpu", "workers_per_pass": 8, "cpu_capability": "AVX2", "onednn_isa": "AVX2"}
@@ -328,19 +328,20 @@ def test_a_mid_epoch_resume_continues_the_running_averages_of_the_epoch(tmp_path
     assert averages(tmp_path / "m" / "cut") == averages(tmp_path / "m" / "whole")
 
 
-def test_a_checkpoint_without_the_epochs_running_sums_resumes_and_says_the_averages_restart(tmp_path, monkeypatch):
-    cfg = write_config(tmp_path / "m.toml")
-    preempt_at(monkeypatch, 6 + 3)
-    assert train_in_process(cfg, tmp_path, "cut") == 4
-    monkeypatch.undo()
-    ckpt = tmp_path / "m" / "cut" / "checkpoint.pt"
+def test_a_checkpoint_of_the_format_before_the_declared_state_is_refused_with_one_line(tmp_path, capsys):
+    """Issue 49: a checkpoint without a version (the trainer's attributes, before TrainState) is not read; the line
+    says how to go on."""
+    cfg = write_config(tmp_path / "m.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "old") == 0
+    ckpt = tmp_path / "m" / "old" / "checkpoint.pt"
     state = torch.load(ckpt, weights_only=True)
-    del state["partial"], state["partials"]  # as a trainer that kept no running sums would have written it
+    del state["version"]
     torch.save(state, ckpt)
-    assert train_in_process(cfg, tmp_path, "cut", "--resume", "auto") == 0
-    log = (tmp_path / "m" / "cut" / "train.log").read_text()
-    assert log.count("the running averages of epoch 1 restart at iteration 3") == 1
-    assert [r["epoch"] for r in records(tmp_path / "m" / "cut", "epoch")] == [0, 1]
+    capsys.readouterr()
+    assert train_in_process(cfg, tmp_path, "old", "--resume", "auto") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "written by an older trainer (format 1, this one reads 2)" in err[0]
+    assert "finish the run with the version that started it" in err[0] and f"mv {ckpt} {ckpt}.old" in err[0]
 
 
 # ---- issue 40, item 7: a checkpoint with the right keys and wrong contents, run files that are folders --------------

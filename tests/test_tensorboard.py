@@ -66,15 +66,15 @@ def test_a_run_preempted_mid_epoch_and_resumed_holds_each_step_once(tmp_path, mo
 # so the resume goes back to epoch 1's start and writes again the steps of epoch 1 the killed attempt had written.
 KILL_AT = textwrap.dedent("""
     import os, signal, sys
-    from trainers.loop import Trainer
+    from trainers import loop
     from trainers.__main__ import main
-    step, calls = Trainer.step, []
-    def killing_step(self, images, target):
+    step, calls = loop.step, []
+    def killing_step(s, images, target):
         calls.append(1)
         if len(calls) == int(sys.argv[1]):
             os.kill(os.getpid(), signal.SIGKILL)
-        return step(self, images, target)
-    Trainer.step = killing_step
+        return step(s, images, target)
+    loop.step = killing_step
     sys.exit(main(sys.argv[2:]))
 """)
 

@@ -6,8 +6,8 @@
                                   [--json results/bench_step.json]
 
 The local scale of experiment 5 (experiments/scales.toml: ResNet-8 at width 8, the generated 32-px data set),
-each step the real Trainer's whole training step (next batch, learning rate, forward, backward, SGD, meters,
-logging: Trainer.train_epoch cut to a block of steps), at
+each step the real loop's whole training step (next batch, learning rate, forward, backward, SGD, meters,
+logging: trainers.loop.train_epoch cut to a block of steps), at
   1 worker  x 4 images (the 1-worker baseline's step) and
   32 workers x 4 images (emulated in one process, 128 images a step).
   before    the JPEG files decoded and augmented one by one in the training process (ImageFolderDataset, as every
@@ -22,7 +22,7 @@ Blocks of steps of every row are interleaved, repeats times, so a busy machine s
 is its median block (ms per step). The in-memory path augments a whole epoch at the epoch's first batch: that is
 timed apart (`epoch_prep_s`) and charged per step as a run pays it, once per epoch's steps (a block holds a tenth of
 an epoch or less, so paying it inside a block would charge the block for a whole epoch): `ms_per_step_in_a_run`,
-which the ratios before / after compare. `compute_ms_median` is Trainer.step alone on one fixed batch (forward,
+which the ratios before / after compare. `compute_ms_median` is loop.step alone on one fixed batch (forward,
 backward, SGD: no data, meters or logging), the floor a step can reach without faster kernels.
 Validation (the whole val split) is timed once per repeat and row, so `estimate` can give a run's length:
 epochs x (steps an epoch x step in a run + validation).
@@ -43,9 +43,10 @@ from pathlib import Path
 
 import torch
 
-from trainers import backends, data
+from trainers import backends, data, loop
 from contract.config import load_config
-from trainers.loop import Trainer
+from trainers.checkpoint import TrainState
+from trainers.setup import build_setup
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = REPO / "experiments" / "05_linear_scaling"
@@ -54,40 +55,52 @@ EXPERIMENT = REPO / "experiments" / "05_linear_scaling"
 # ----------------------------------------------------------------------------------------------------------------
 # A trainer whose epochs are blocks of steps, reading the data the old way or the new
 # ----------------------------------------------------------------------------------------------------------------
-class BlockTrainer(Trainer):
-    """Trainer.train_epoch cut to `steps` steps; path "before" reads the JPEGs one by one through a loader built
-    for each call (each epoch, as the trainer did before the in-memory data set), "after" the in-memory data set
-    through the loader built once."""
+class Cut:
+    """The first `steps` batches of `loader`, taken when iterated (after the loop has moved its sampler on)."""
 
-    steps = 1
-    path = "after"
+    def __init__(self, loader, steps: int):
+        self.loader, self.steps = loader, steps
 
-    def use_file_datasets(self) -> None:
-        c = self.cfg
+    def __iter__(self):
+        return itertools.islice(iter(self.loader), self.steps)
+
+
+class BlockTrainer:
+    """The loop's train_epoch cut to `steps` steps on a Setup; path "before" reads the JPEGs one by one through a
+    loader built for each call (each epoch, as the trainer did before the in-memory data set), "after" the
+    in-memory data set through the loader built once."""
+
+    def __init__(self, setup):
+        self.s, self.state = setup, TrainState()
+        c = setup.cfg
         self.file_train, self.file_val = data.build_datasets(c.data, c.model.num_classes, c.train.seed,
                                                              decoded=False)
 
-    def batches(self, epoch: int, start_step: int):
-        if self.path == "after":
-            batches, n = super().batches(epoch, start_step)  # its sampler moved on; its loader cut short
-            return data.DeviceBatches(itertools.islice(batches.loader, self.steps), self.backend.device), n
-        sampler = data.StepBatchSampler(len(self.file_train), self.backend.shards(), self.per_shard_batch, epoch,
-                                        self.cfg.train.seed, shuffle=True, start_step=start_step)
-        loader = data.make_loader(self.file_train, sampler, self.cfg.data.loader_workers)
-        return data.DeviceBatches(itertools.islice(loader, self.steps), self.backend.device), len(sampler)
-
-    def validate(self):
-        if self.path == "after":
-            return super().validate()
-        saved = self.val_loader
-        batch = self.per_shard_batch * len(self.backend.shards())
-        indices = data.val_indices(len(self.file_val), 1, 0, self.cfg.data.val_mode)
-        self.val_loader = data.DeviceBatches(data.make_loader(self.file_val, data.IndexBatches(indices, batch), 0),
-                                             self.backend.device)
+    def train_epoch(self, path: str, steps: int, epoch: int) -> None:
+        s, built = self.s, self.s.train_batches
+        if path == "after":
+            s.train_batches = data.DeviceBatches(Cut(built.loader, steps), s.backend.device)
+        else:
+            sampler = data.StepBatchSampler(len(self.file_train), s.backend.shards(), s.per_shard_batch, epoch,
+                                            s.cfg.train.seed, shuffle=True)
+            loader = data.make_loader(self.file_train, sampler, s.cfg.data.loader_workers)
+            s.train_batches = data.DeviceBatches(Cut(loader, steps), s.backend.device)
         try:
-            return super().validate()
+            loop.train_epoch(s, self.state, epoch)
         finally:
-            self.val_loader = saved
+            s.train_batches = built
+
+    def validate(self, path: str) -> None:
+        s, built = self.s, self.s.val_loader
+        if path == "before":
+            batch = s.per_shard_batch * len(s.backend.shards())
+            indices = data.val_indices(len(self.file_val), 1, 0, s.cfg.data.val_mode)
+            s.val_loader = data.DeviceBatches(data.make_loader(self.file_val, data.IndexBatches(indices, batch), 0),
+                                              s.backend.device)
+        try:
+            loop.validate(s)
+        finally:
+            s.val_loader = built
 
 
 FEATURES = ("channels_last", "compile")  # train.<feature> = true: what a run with that setting does
@@ -107,23 +120,21 @@ def make_trainer(workers: int, threads: int, run_dir: Path, variant: str) -> Blo
     overrides += [f"train.{feature}=true" for feature in variant_features(variant)]
     cfg = load_config(EXPERIMENT, "local", overrides)
     launch = backends.detect_launch()
-    trainer = BlockTrainer(cfg, run_dir / f"w{workers}-{variant}", backends.resolve(cfg, launch), launch,
+    setup, _ = build_setup(cfg, run_dir / f"w{workers}-{variant}", backends.resolve(cfg, launch), launch,
                            resume=False, echo=False)
-    trainer.use_file_datasets()
-    return trainer
+    return BlockTrainer(setup)
 
 
 def time_block(trainer: BlockTrainer, path: str, steps: int, epoch: int) -> float:
     """Seconds per step of `steps` training steps through the real train_epoch."""
-    trainer.path, trainer.steps = path, steps
     start = time.perf_counter()
-    trainer.train_epoch(epoch)
+    trainer.train_epoch(path, steps, epoch)
     return (time.perf_counter() - start) / steps
 
 
 def prepare_epoch(trainer: BlockTrainer, path: str, epoch: int) -> float:
     """Seconds the in-memory path spends once an epoch, augmenting all its samples (0 for the per-file path)."""
-    dataset = trainer.train_ds
+    dataset = trainer.s.train_ds
     if path != "after" or not getattr(dataset, "holds_epochs", False):
         return 0.0
     start = time.perf_counter()
@@ -132,13 +143,14 @@ def prepare_epoch(trainer: BlockTrainer, path: str, epoch: int) -> float:
 
 
 def time_compute(trainer: BlockTrainer, steps: int) -> float:
-    """Seconds per Trainer.step on one fixed batch: forward, backward and SGD, nothing else."""
-    loader, _ = Trainer.batches(trainer, 0, 0)
+    """Seconds per loop.step on one fixed batch: forward, backward and SGD, nothing else."""
+    s = trainer.s
+    loader, _ = loop.batches(s, 0, 0)
     images, target, _ = next(iter(loader))
-    trainer.model.train()
+    s.model.train()
     start = time.perf_counter()
     for _ in range(steps):
-        trainer.step(images, target)
+        loop.step(s, images, target)
     return (time.perf_counter() - start) / steps
 
 
@@ -147,7 +159,7 @@ CONVOLUTION_OPS = ("aten::mkldnn_convolution", "aten::convolution_backward", "at
 
 
 def profile_compute(trainer: BlockTrainer, steps: int, top: int = 8) -> dict:
-    """Where Trainer.step's time goes, by operator (self CPU time, torch.profiler): the convolutions' share and
+    """Where loop.step's time goes, by operator (self CPU time, torch.profiler): the convolutions' share and
     the `top` operators. The shares say which lever is left: a step that is mostly convolution kernels gets
     faster only with faster kernels (or fewer, larger ones), not with less Python around them."""
     from torch.profiler import ProfilerActivity, profile
@@ -165,9 +177,8 @@ def profile_compute(trainer: BlockTrainer, steps: int, top: int = 8) -> dict:
 
 
 def time_validation(trainer: BlockTrainer, path: str) -> float:
-    trainer.path = path
     start = time.perf_counter()
-    trainer.validate()
+    trainer.validate(path)
     return time.perf_counter() - start
 
 
@@ -216,11 +227,11 @@ def run(args) -> dict:
             print(f"  repeat {r + 1}/{args.repeats}: " + ", ".join(
                 f"w{w} {p}{'' if v == 'plain' else '+' + v} {1e3 * blocks[w, p, v][-1]:.1f}" for w, p, v in rows),
                 flush=True)
-        steps_per_epoch = {key: len(trainer.train_sampler) for key, trainer in trainers.items()}
+        steps_per_epoch = {key: len(trainer.s.train_sampler) for key, trainer in trainers.items()}
         profiles = {f"w{w}": profile_compute(trainers[w, "plain"], steps[w]) for w in (1, 32)} if args.profile else {}
         for trainer in reversed(list(trainers.values())):  # the signal handlers each trainer installed
-            trainer.stop.restore()
-            trainer.backend.close()
+            trainer.s.stop.restore()
+            trainer.s.backend.close()
     table = []
     for row in rows:
         workers, path, variant = row

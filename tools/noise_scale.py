@@ -110,7 +110,7 @@ def measure_run(run_dir: Path, workers: int, groups: int, at_init: bool = False,
     ckpt = run_dir / CHECKPOINT
     if not ckpt.exists():
         raise ConfigError(f"{run_dir} has no checkpoint.pt: measure a run trained with train.checkpoint = true")
-    state = checkpoint.load(ckpt)
+    state = checkpoint.load(ckpt, to_resume=False)  # any format: only the weights and config are read
     cfg = from_dict(state["config"])
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg.model)

@@ -1,9 +1,9 @@
 """The trainer's command line: python -m trainers {train, schedule, config, data} ...
 
 What a launcher starts on every rank (torchrun, srun, mpirun, horovodrun). The suite's front door is python -m suite
-(suite/), which hands these commands here; `study` and `data bench`, which the suite's first design also put under
-`python -m trainers`, belong to rooms above this one, so typed here they are handed to the front door by exec, not
-imported (docs/architecture.md).
+(suite/), which hands these commands here; studies and the data-path benchmark are its own (python -m suite study,
+python -m suite data bench). The trainer starts itself again only where a function call cannot do: a pinned CPU
+instruction set (torch reads it once, at start) and the TensorFlow trainer (a process without torch).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def pin_cpu_isa(cpu_isa: str, may_reexec: bool) -> None:
     itself again with them (same pid, same arguments). Called in-process (tests), the check in the loop refuses."""
     wanted = cpu_isa_env(cpu_isa)
     if may_reexec and any(os.environ.get(k) != v for k, v in wanted.items()):
-        from trainers.compute import check_cpu_has
+        from trainers.checks import check_cpu_has
 
         check_cpu_has(cpu_isa)
         sys.stdout.flush()
@@ -123,7 +123,6 @@ def add_data(sub) -> None:
     g.add_argument("--image-size", type=int, default=32)
     g.add_argument("--seed", type=int, default=0)
     g.set_defaults(func=cmd_data)
-    dsub.add_parser("bench", help="the data path's images/s on DIR: python -m suite data bench DIR --help")
     im = dsub.add_parser("imagenet", help="ILSVRC-2012 tarballs -> DIR/train/<wnid>/, DIR/val/<wnid>/ (+ a tar)")
     im.add_argument("--train-tar", required=True, help="ILSVRC2012_img_train.tar")
     im.add_argument("--val-tar", required=True, help="ILSVRC2012_img_val.tar")
@@ -146,28 +145,11 @@ def parser() -> argparse.ArgumentParser:
     config_args(c)
     c.add_argument("--json", action="store_true", help="the config.json a run saves, `resolved` included")
     c.set_defaults(func=cmd_config)
-    sub.add_parser("study", help="expand an experiment into its runs: python -m suite study --help")
     add_data(sub)
     return p
 
 
-ABOVE = (["study"], ["data", "bench"])  # commands of rooms above the trainer, handed to the front door
-
-
-def hand_to_front_door(argv: list[str], from_command_line: bool) -> int:
-    """`python -m suite study ...` becomes `python -m suite study ...` (same pid, same arguments): the trainer
-    never imports a room above it. Called from Python, where an exec would end the caller, it says where to go."""
-    if not from_command_line:
-        command = "data bench" if argv[0] == "data" else argv[0]
-        raise ConfigError(f"{command} is the front door's command: call suite.__main__.main")
-    sys.stdout.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "suite", *argv])
-
-
 def main(argv: list[str] | None = None) -> int:
-    words = sys.argv[1:] if argv is None else argv
-    if any(words[:len(command)] == command for command in ABOVE):
-        return one_line_errors(lambda: hand_to_front_door(words, argv is None))
     args = parser().parse_args(argv)
     args.may_reexec = argv is None  # the command line itself, not a call from Python
     return one_line_errors(lambda: args.func(args), (DataError,))

@@ -1,7 +1,7 @@
-"""The benchmark mode (bench.batches > 0): timed training steps of a Trainer in place of its epochs, one `bench`
+"""The benchmark mode (bench.batches > 0): timed training steps of the loop in place of its epochs, one `bench`
 record (tf_cnn_benchmarks' steady rate, and the thesis's rate read at training batch 199).
 
-    benchmark(trainer)   # bench.warmup_batches untimed steps, then bench.batches timed ones, on the configured data
+    benchmark(setup, state)   # bench.warmup_batches untimed steps, then bench.batches timed ones, on the configured data
 """
 from __future__ import annotations
 
@@ -10,60 +10,62 @@ import itertools
 from contract.config import THESIS_BATCH_INDEX
 from contract.runfolder import bench_throughput
 from contract.lr import lr_at
-from trainers import data
+from trainers import data, loop
+from trainers.checkpoint import TrainState
 from trainers.runlog import DeviceTotals, LogEvery
+from trainers.setup import Setup
 
 
-def benchmark(trainer) -> None:
-    """Time `bench.batches` training steps of `trainer` (a trainers.loop.Trainer) after `bench.warmup_batches`
-    untimed ones; the bench record, the manifest's data_wait_share and every node's util records."""
-    cfg, b = trainer.cfg, trainer.backend
+def benchmark(s: Setup, state: TrainState) -> None:
+    """Time `bench.batches` training steps (loop.step) after `bench.warmup_batches` untimed ones; the bench record,
+    the manifest's data_wait_share and every node's util records."""
+    cfg, b = s.cfg, s.backend
     warm, timed = cfg.bench.warmup_batches, cfg.bench.batches
-    per_process = trainer.per_shard_batch * len(b.shards())
-    source, comm_start = bench_batches(trainer, per_process), 0.0
+    per_process = s.per_shard_batch * len(b.shards())
+    source, comm_start = bench_batches(s, per_process), 0.0
 
     def numbered():  # the warm-up's waits for data and communication are left out, as its step times are
         nonlocal comm_start
         for i in range(warm + timed):
             if i == warm:
                 comm_start = b.comm_seconds()
-                trainer.train_batches.gpu_wait_s()
+                s.train_batches.gpu_wait_s()
             yield i, next(source)
 
     totals = DeviceTotals(b.device)
     # the GPU is waited for only where LogEvery reads, so the sums of step times up to each of these are exact
-    every = LogEvery(totals, cfg.train.print_freq, lambda i, meters: trainer.log_iteration(0, i, warm + timed, meters),
+    every = LogEvery(totals, cfg.train.print_freq, lambda i, meters: loop.log_iteration(s, state, 0, i, warm + timed, meters),
                      also={warm - 1, THESIS_BATCH_INDEX, warm + timed - 1}, keep_times=True)
-    trainer.model.train()
-    lr = lr_at(0, 0, 1, trainer.policy)  # the rate of the first step: the warm-up's start where there is one
-    trainer.set_lr(lr)
+    s.model.train()
+    lr = lr_at(0, 0, 1, s.policy)  # the rate of the first step: the warm-up's start where there is one
+    loop.set_lr(s, state, lr)
     for i, (images, target, _) in every(numbered()):
-        output, loss = trainer.step(images, target)
+        output, loss = loop.step(s, images, target)
         totals.add(loss, output, target)
         every.end_step(i)
     times, images_per_step = every.batch_times, per_process * b.world_size  # all ranks' images in one step
     steady = times[warm:]
-    data_s = sum(every.data_times[warm:]) + trainer.train_batches.gpu_wait_s()
-    trainer.times.add_epoch(data_s, sum(steady), b.comm_seconds() - comm_start)
-    trainer.run.record(
+    data_s = sum(every.data_times[warm:]) + s.train_batches.gpu_wait_s()
+    s.times.add_epoch(data_s, sum(steady), b.comm_seconds() - comm_start)
+    s.run.record(
         "bench", per_worker_batch=cfg.train.per_worker_batch, world_size=b.workers, batches=timed,
         warmup_batches=warm, lr=lr, **bench_throughput(times, images_per_step, warm),
-        data_share=trainer.times.epoch_data_share, **trainer.times.split,
+        data_share=s.times.epoch_data_share, **s.times.split,
     )
-    trainer.run.progress(data_wait_share=trainer.times.data_wait_share())
-    trainer.telemetry.write(gather=True)
+    s.run.progress(data_wait_share=s.times.data_wait_share())
+    s.telemetry.write(gather=True)
 
 
-def bench_batches(trainer, per_process: int):
+def bench_batches(s: Setup, per_process: int):
     """The benchmark's endless batches: in synthetic mode tf_cnn_benchmarks' one batch, already on the device;
     else the configured data's, epoch 0 over and over (on the device already: DeviceBatches)."""
-    cfg = trainer.cfg
+    cfg = s.cfg
     if cfg.data.kind != "synthetic":
-        loader, _ = trainer.batches(0, 0)
+        loader, _ = loop.batches(s, 0, 0)
         return forever(loader)
     images, target = data.synthetic_batch(per_process, cfg.data.image_size, cfg.model.num_classes,
-                                          cfg.train.seed, trainer.backend.device)
-    return itertools.repeat((trainer.compute.layout(images), target, 0))  # channels_last once, as by hand
+                                          cfg.train.seed, s.backend.device)
+    return itertools.repeat((s.compute.layout(images), target, 0))  # channels_last once, as by hand
 
 
 def forever(loader):

@@ -2,8 +2,11 @@
 
 torch >= 2.6 loads with weights_only=True by default and refuses pickled objects such as the argparse namespaces
 pytorch/examples used to save; everything here is tensors, numbers, strings, lists and dicts.
-Below the file's format and its checks: what a Trainer saves (`save_trainer`) and what a resume puts back into it
-(`restore_trainer`), with the arithmetic a resume must reuse (`arithmetic`).
+What a run saves is declared: `TrainState` (epoch, step, best top-1, the epoch's sums so far; with the generators'
+states and fp16's skipped steps taken when it is saved) beside the model's, optimizer's and scaler's state dicts,
+and what a resume checks itself against (the config, the arithmetic, the run files' sizes). `save_state` writes it,
+`restore_state` reads it back into a Setup (trainers/setup.py) and returns the TrainState. A checkpoint carries
+VERSION; one written before it (no version) is refused with one line.
 """
 from __future__ import annotations
 
@@ -16,18 +19,9 @@ from typing import Any
 
 import torch
 
-from contract.config import SECTIONS, ConfigError
+from contract.config import ConfigError
 from trainers import compute
 from trainers.runlog import Sums
-
-# Settings that may change between a run and its resumption: where the data is staged, how it is loaded, printed.
-MAY_DIFFER_ON_RESUME = {
-    ("data", "path"), ("data", "loader_workers"), ("train", "print_freq"), ("train", "threads"),
-    ("train", "device"), ("train", "init_method"), ("train", "checkpoint"), ("telemetry", "interval_s"),
-    ("train", "compile"), ("train", "cudnn_benchmark"), ("train", "workers_per_pass"),
-    ("train", "cpu_isa"),  # the kernels actually used are compared instead (check_same_arithmetic)
-}
-
 
 def rng_state() -> dict[str, Any]:
     state = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
@@ -62,16 +56,31 @@ def save(path: Path, state: dict[str, Any]) -> None:
         os.close(dir_fd)
 
 
+VERSION = 2  # 2: the declared TrainState (issue 49); 1 (no "version"): the trainer's attributes before it
+
 # What every checkpoint holds; a file without them is not one of ours (or is damaged).
 REQUIRED_KEYS = ("model", "optimizer", "epoch", "step", "config")
+
+
+@dataclasses.dataclass
+class TrainState:
+    """Where a run stands: the epoch and step to train next, the best validation top-1 so far and this process's
+    sums of the epoch so far (a resume mid-epoch goes on from them). `lr`, the rate last set, is shown by the iter
+    records and never saved (each step sets it)."""
+    epoch: int = 0
+    step: int = 0
+    best_top1: float = 0.0
+    partial: Sums = dataclasses.field(default_factory=Sums)
+    lr: float = 0.0
 
 
 class CorruptCheckpoint(ConfigError):
     """A checkpoint file that cannot be read back: empty, cut short, overwritten."""
 
 
-def load(path: Path) -> dict[str, Any]:
-    """The checkpoint as saved; a damaged file is one line that names it and says how to go on."""
+def load(path: Path, to_resume: bool = True) -> dict[str, Any]:
+    """The checkpoint as saved; a damaged file is one line that names it and says how to go on. to_resume=False:
+    only its model, config and epoch are read (tools/noise_scale.py), which every format holds alike."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # empty: EOFError; cut short: RuntimeError (zip reader); random bytes: UnpicklingError
@@ -79,6 +88,12 @@ def load(path: Path) -> dict[str, Any]:
         raise CorruptCheckpoint(damaged(path, f"{type(e).__name__}: {first_line}"[:160])) from None
     if not isinstance(state, dict) or not all(k in state for k in REQUIRED_KEYS):
         raise CorruptCheckpoint(damaged(path, "not a checkpoint of this trainer (keys missing)"))
+    if not to_resume:
+        return state
+    if state.get("version") != VERSION:
+        raise ConfigError(f"checkpoint {path} was written by an older trainer (format {state.get('version', 1)}, "
+                          f"this one reads {VERSION}): finish the run with the version that started it (its "
+                          f"manifest's git_commit), or move the checkpoint aside (mv {path} {path}.old) to restart it")
     problem = contents_problem(state)
     if problem:
         raise CorruptCheckpoint(damaged(path, problem))
@@ -88,8 +103,8 @@ def load(path: Path) -> dict[str, Any]:
 # What each entry is: the right keys with the wrong contents are as damaged as a file cut short, and would otherwise
 # fail deep inside a resume (a traceback) or, worse, be trained on.
 KINDS = {"model": dict, "optimizer": dict, "epoch": int, "step": int, "config": dict, "rng": dict,
-         "best_top1": (int, float)}
-LATER_KINDS = {"partial": list, "partials": list, "scaler": dict, "skipped_steps": dict, "arithmetic": dict, "run_files": dict}
+         "best_top1": (int, float), "partials": list, "scaler": dict, "skipped_steps": dict, "arithmetic": dict,
+         "run_files": dict}
 
 
 def contents_problem(state: dict[str, Any]) -> str | None:
@@ -97,8 +112,8 @@ def contents_problem(state: dict[str, Any]) -> str | None:
     for key, kind in KINDS.items():
         if key not in state:
             return f"no {key!r}"
-    for key, kind in {**KINDS, **LATER_KINDS}.items():
-        if key in state and (not isinstance(state[key], kind) or isinstance(state[key], bool)):
+    for key, kind in KINDS.items():
+        if (not isinstance(state[key], kind) or isinstance(state[key], bool)):
             return f"{key!r} is a {type(state[key]).__name__}, not a {getattr(kind, '__name__', 'number')}"
     inner = {"config": (state["config"], dict), "model": (state["model"], torch.Tensor),
              "optimizer": ({k: state["optimizer"].get(k) for k in ("state", "param_groups")}, (dict, list)),
@@ -107,9 +122,9 @@ def contents_problem(state: dict[str, Any]) -> str | None:
         for key, value in entries.items():
             if not isinstance(value, kind):
                 return f"{where} {key!r} is a {type(value).__name__}"
-    for row in ([state["partial"]] if "partial" in state else []) + state.get("partials", []):
+    for row in state["partials"]:
         if not isinstance(row, list) or len(row) != 4 or not all(isinstance(v, (int, float)) for v in row):
-            return "'partial' is not 4 numbers (loss, top-1, top-5, images)"
+            return "'partials' is not rows of 4 numbers (loss, top-1, top-5, images)"
     return nonfinite_entry(state)
 
 
@@ -164,131 +179,72 @@ def damaged(path: Path, why: str) -> str:
             f"again to restart the run from epoch 0 (no earlier checkpoint is kept)")
 
 
-def config_differences(saved: dict[str, dict], current: dict[str, dict]) -> list[str]:
-    diffs = []
-    for section, values in current.items():
-        for key, value in values.items():
-            # a key added to the schema since the checkpoint was written had its default then
-            old = saved.get(section, {}).get(key, schema_default(section, key))
-            if (section, key) in MAY_DIFFER_ON_RESUME:
-                continue
-            if isinstance(value, tuple):
-                value = list(value)
-            if isinstance(old, tuple):
-                old = list(old)
-            if old != value:
-                diffs.append(f"{section}.{key} was {old!r}, the config says {value!r}")
-    return diffs
-
-
-def schema_default(section: str, key: str) -> Any:
-    fields = {f.name: f.default for f in dataclasses.fields(SECTIONS[section])} if section in SECTIONS else {}
-    return fields.get(key)
-
-
-def check_same_config(path: Path, saved: dict[str, dict], current: dict[str, dict]) -> None:
-    diffs = config_differences(saved, current)
-    if diffs:
-        raise ConfigError(
-            f"cannot resume {path}: {diffs[0]}"
-            + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else "")
-            + "; resume with the run's own config or start a new --run"
-        )
-
-
 # ----------------------------------------------------------------------------------------------------------------
-# Resume is the same run: what decides the arithmetic is fixed at the run's first start and reused on resume
+# A run's checkpoint: the TrainState and the state dicts it saves, what a resume puts back (`s`: a trainers.setup.Setup)
 # ----------------------------------------------------------------------------------------------------------------
-def arithmetic_differences(saved: dict[str, Any], would_be: dict[str, Any]) -> list[str]:
-    """The settings that change the numbers (threads, device kind, processes, passes, the CPU kernels' instruction
-    set) in which this attempt would differ from the run's start; a key this attempt leaves open (None) takes the
-    saved value."""
-    return [f"{key} was {saved[key]!r}, this attempt's is {value!r}" for key, value in would_be.items()
-            if key in saved and value is not None and value != saved[key]]
-
-
-def check_same_arithmetic(path: Path, saved: dict[str, Any], would_be: dict[str, Any], force: bool) -> None:
-    diffs = arithmetic_differences(saved, would_be)
-    if diffs and not force:
-        raise ConfigError(
-            f"cannot resume {path} as the same run: {diffs[0]}"
-            + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else "")
-            + "; resume with the run's own settings (where it started), or --resume force to continue with "
-            "different arithmetic (the manifest's attempts record it)"
-        )
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# A trainer's checkpoint: what it saves, what a resume puts back (`trainer`: a trainers.loop.Trainer)
-# ----------------------------------------------------------------------------------------------------------------
-def save_trainer(trainer, epoch: int, step: int, partial: Sums) -> None:
-    """Rank 0 writes the run's state at `epoch`, `step` (partial: this rank's sums of the epoch so far; every rank
-    calls it, and mid-epoch every rank's sums are gathered, so each resumes its own); train.checkpoint off writes
-    nothing."""
-    partials = partial.gathered(trainer.backend) if step and trainer.backend.world_size > 1 else [partial]
-    if not (trainer.backend.is_main() and trainer.cfg.train.checkpoint):
+def save_state(s, state: TrainState, partial: Sums) -> None:
+    """Rank 0 writes the run's state at state.epoch, state.step (partial: this rank's sums of the epoch so far;
+    every rank calls it, and mid-epoch every rank's sums are gathered, so each resumes its own); train.checkpoint
+    off writes nothing."""
+    partials = partial.gathered(s.backend) if state.step and s.backend.world_size > 1 else [partial]
+    if not (s.backend.is_main() and s.cfg.train.checkpoint):
         return
-    save(trainer.ckpt_path, {
-        "model": trainer.backend.unwrap(trainer.model).state_dict(),
-        "optimizer": trainer.optimizer.state_dict(),
-        "epoch": epoch,
-        "step": step,
-        "partial": [partial.loss, partial.top1, partial.top5, partial.images],  # rank 0's (read before partials)
+    save(s.ckpt_path, {
+        "version": VERSION,
+        "model": s.backend.unwrap(s.model).state_dict(),
+        "optimizer": s.optimizer.state_dict(),
+        "scaler": s.compute.state_dict(),  # fp16's loss scale: resume takes the same steps
+        "epoch": state.epoch,
+        "step": state.step,
+        "best_top1": state.best_top1,
         "partials": [[p.loss, p.top1, p.top5, p.images] for p in partials],  # every rank's, in rank order
-        "best_top1": trainer.best_top1,
+        "skipped_steps": s.skipped.state(),  # steps the scaler skipped: this epoch's so far, the epochs done
         "rng": rng_state(),
-        "scaler": trainer.compute.state_dict(),  # fp16's loss scale: resume takes the same steps
-        "skipped_steps": trainer.skipped.state(),  # steps the scaler skipped: this epoch's so far, the epochs done
-        "config": trainer.cfg.to_dict(),
-        "arithmetic": arithmetic(trainer),  # what a resume must reuse to continue the same run
-        "run_files": trainer.run.sizes(),  # bytes of metrics.jsonl and train.log this checkpoint covers
+        "config": s.cfg.to_dict(),
+        "arithmetic": arithmetic(s),  # what a resume must reuse to continue the same run
+        "run_files": s.run.sizes(),  # bytes of metrics.jsonl and train.log this checkpoint covers
     })
 
 
-def restore_trainer(trainer) -> None:
-    """The checkpoint's model, optimizer, scaler, counts and generators into `trainer`, and its position (epoch,
-    iteration, the epoch's sums so far); what the run folder holds beyond it is cut."""
-    path = trainer.ckpt_path
-    state = load(path)
-    trainer.start_epoch, trainer.start_step = state["epoch"], state["step"]
-    check_position(path, trainer.start_epoch, trainer.start_step, trainer.cfg.train.epochs,
-                   len(trainer.train_sampler))
+def restore_state(s) -> TrainState:
+    """The checkpoint's model, optimizer, scaler, counts and generators into the Setup `s`; its position (epoch,
+    iteration, the epoch's sums so far) returned; what the run folder holds beyond it is cut."""
+    path = s.ckpt_path
+    saved = load(path)
+    state = TrainState(saved["epoch"], saved["step"], float(saved["best_top1"]))
+    check_position(path, state.epoch, state.step, s.cfg.train.epochs, len(s.train_sampler))
     with applying(path):
-        trainer.backend.unwrap(trainer.model).load_state_dict(state["model"])
-        trainer.optimizer.load_state_dict(state["optimizer"])
-        problem = optimizer_state_problem(trainer.optimizer)
+        s.backend.unwrap(s.model).load_state_dict(saved["model"])
+        s.optimizer.load_state_dict(saved["optimizer"])
+        problem = optimizer_state_problem(s.optimizer)
         if problem:
             raise ValueError(problem)
-        trainer.best_top1 = float(state["best_top1"])
-        trainer.compute.load_state_dict(state.get("scaler", {}))
-        trainer.skipped.restore(state.get("skipped_steps", {}))  # absent in checkpoints from before it was counted
-        restore_rng(state["rng"])
+        s.compute.load_state_dict(saved["scaler"])
+        s.skipped.restore(saved["skipped_steps"])
+        restore_rng(saved["rng"])
     # what was written after this checkpoint will be written again: cut it, or the files would hold it twice
-    dropped = trainer.run.cut_back(state.get("run_files", {}))
-    trainer.run.log(f"=> resumed from the checkpoint at epoch {trainer.start_epoch}, iteration {trainer.start_step}"
-                    + (f"; {dropped} record(s) written after it dropped" if dropped else ""))
-    trainer.partial = running_sums(trainer, state)  # after the cut: its line stays in train.log
+    dropped = s.run.cut_back(saved["run_files"])
+    s.run.log(f"=> resumed from the checkpoint at epoch {state.epoch}, iteration {state.step}"
+              + (f"; {dropped} record(s) written after it dropped" if dropped else ""))
+    state.partial = running_sums(s, state, saved["partials"])  # after the cut: its line stays in train.log
+    return state
 
 
-def running_sums(trainer, state: dict) -> Sums:
-    """The epoch's sums up to the checkpoint: what its iter records' running averages go on from."""
-    rank, partials = trainer.backend.rank, state.get("partials", [])
-    if len(partials) == trainer.backend.world_size:  # this rank's own (a resume keeps the number of processes)
-        return Sums(*partials[rank])
-    if "partial" in state:  # rank 0's alone (a checkpoint from before partials): right for one process
-        return Sums(*state["partial"])
-    if trainer.start_step:  # a checkpoint written without them: the averages and the epoch's train sums restart
-        trainer.run.log(f"=> the checkpoint holds no running sums: the running averages of epoch "
-                        f"{trainer.start_epoch} restart at iteration {trainer.start_step} (so do its "
-                        f"train_loss/top1/top5)")
+def running_sums(s, state: TrainState, partials: list) -> Sums:
+    """This rank's sums of the epoch up to the checkpoint: what its iter records' running averages go on from."""
+    if len(partials) == s.backend.world_size:  # a resume keeps the number of processes (unless forced)
+        return Sums(*partials[s.backend.rank])
+    if state.step:  # forced onto another number of processes: the averages and the epoch's train sums restart
+        s.run.log(f"=> the checkpoint holds no running sums for {s.backend.world_size} processes: the running "
+                  f"averages of epoch {state.epoch} restart at iteration {state.step} (so do its train_loss/top1/top5)")
     return Sums()
 
 
-def arithmetic(trainer) -> dict:
+def arithmetic(s) -> dict:
     """The settings of this attempt that decide the numbers beyond the config (stored with each checkpoint)."""
-    return {"threads": torch.get_num_threads(), "device": trainer.backend.device.type,
-            "processes": trainer.backend.world_size,  # W workers over P: another P sums in another order
-            "workers_per_pass": trainer.backend.workers_per_pass or None,
+    return {"threads": torch.get_num_threads(), "device": s.backend.device.type,
+            "processes": s.backend.world_size,  # W workers over P: another P sums in another order
+            "workers_per_pass": s.backend.workers_per_pass or None,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "onednn_isa": compute.cpu_description()["onednn_isa"],
-            "precision": trainer.cfg.train.precision, "deterministic": trainer.cfg.train.deterministic}
+            "precision": s.cfg.train.precision, "deterministic": s.cfg.train.deterministic}

@@ -62,38 +62,6 @@ def cpu_description() -> dict:
             **{k: os.environ.get(k) for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}}
 
 
-ISA_FLAGS = {"default": (), "avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq")}
-
-
-def check_cpu_has(cpu_isa: str) -> None:
-    """ATen trusts ATEN_CPU_CAPABILITY: kernels of an instruction set the CPU lacks die of SIGILL mid-run."""
-    from contract.config import ConfigError
-
-    flags = cpuinfo()[1]
-    missing = [f for f in ISA_FLAGS.get(cpu_isa, ()) if f not in flags]
-    if flags and missing:  # no flags known (not Linux): nothing to check against
-        raise ConfigError(f"train.cpu_isa = {cpu_isa!r}: this CPU has no {cpu_isa} kernels (it lacks "
-                          f"{', '.join(missing)}); pick an instruction set it has, or leave it empty")
-
-
-def check_cpu_isa(t: TrainConfig) -> None:
-    """A pinned ISA must be one this CPU has and what torch runs: set before torch started (the trainer
-    re-executes itself with it)."""
-    from contract.config import ConfigError, cpu_isa_env
-
-    wanted = cpu_isa_env(t.cpu_isa)
-    if not wanted:
-        return
-    check_cpu_has(t.cpu_isa)
-    missing = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
-    if missing:
-        raise ConfigError(f"train.cpu_isa = {t.cpu_isa!r} must be set before torch starts: run with "
-                          + " ".join(f"{k}={v}" for k, v in wanted.items()) + " in the environment")
-    if torch.backends.cpu.get_cpu_capability().lower() != wanted["ATEN_CPU_CAPABILITY"]:
-        raise ConfigError(f"train.cpu_isa = {t.cpu_isa!r}: torch runs {torch.backends.cpu.get_cpu_capability()} "
-                          "kernels all the same (a build without them?); leave train.cpu_isa empty")
-
-
 class GlobalAvgPool(nn.Module):
     """AdaptiveAvgPool2d(1) as a mean: the same numbers, and a backward CUDA runs deterministically."""
 

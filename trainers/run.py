@@ -2,10 +2,11 @@
 
     exit_code = run_training(cfg, run_dir, resume, echo, force)   # what `python -m trainers train` runs on each rank
 
-Read top to bottom: `run_training` (the checks before anything is touched, the folder's lock), `train_locked` (a
-resume's pinned arithmetic, the Trainer, the manifest's running status and this attempt), `train_to_the_end` (the
-loop, trainers/loop.py, or the benchmark, trainers/bench.py, and how each way out ends: completed, diverged,
-preempted, failed), then the failure's one line: which rank, which host, which disk.
+Read top to bottom: `run_training` (every check before anything is touched, trainers/checks.py, then the folder's
+lock), `train_locked` (the setup and the state it starts from, trainers/setup.py, the manifest's running status and
+this attempt), `train_to_the_end` (the loop, trainers/loop.py, or the benchmark, trainers/bench.py, and how each
+way out ends: completed, diverged, preempted, failed), then the failure's one line: which rank, which host, which
+disk.
 """
 from __future__ import annotations
 
@@ -16,32 +17,29 @@ from pathlib import Path
 
 import torch
 
-from trainers import backends, bench, checkpoint, compute, rendezvous
-from contract.config import Config, ConfigError, check_paths, check_writable
+from trainers import backends, bench, checkpoint, compute, loop, rendezvous
+from contract.config import Config
 from contract.locks import RankLock, dead_ranks, mark_failed
 from contract.plan import carries_quick
 from contract.reader import read_manifest
-from contract.runfolder import (CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS, WRITE_FAILURES, RunFolder,
-                                config_document, now_iso)
+from contract.runfolder import MANIFEST, WRITE_FAILURES, RunFolder, config_document, now_iso
 from contract.versions import git_commit, versions
-from trainers.loop import Diverged, Preempted, Trainer
+from trainers.checkpoint import TrainState
+from trainers.checks import check_launch
+from trainers.loop import Diverged, Preempted
+from trainers.setup import Setup, build_setup, placement_record
 from trainers.tallies import unreadable_lines
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_PREEMPTED = 0, 1, 2, 3, 4
 
 
 def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = True, force: bool = False) -> int:
-    check_paths(cfg)
-    compute.check_cpu_isa(cfg.train)
-    check_writable(run_dir)
-    check_run_files(run_dir)
-    launch = backends.detect_launch()
-    name = backends.resolve(cfg, launch)  # ConfigError before any process group exists
+    launch, name, pinned = check_launch(cfg, run_dir, resume, force)  # ConfigError before any process group exists
     # Before anything in the folder is touched: a second process training this run is refused here (exit 2).
     made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # the folders this run will create
     lock = RankLock(run_dir, launch.rank, wait_s=earlier_attempt_wait())
     try:
-        return train_locked(cfg, run_dir, resume, echo, launch, name, force)
+        return train_locked(cfg, run_dir, resume, echo, launch, name, force, pinned)
     finally:
         if made and not (run_dir / MANIFEST).exists():  # refused before it started (a data or config mistake)
             lock.discard(made)
@@ -56,73 +54,38 @@ def earlier_attempt_wait() -> float:
     return backends.COLLECTIVE_TIMEOUT.total_seconds() + 10 if rendezvous.restarts(os.environ) > 0 else 0.0
 
 
-def check_run_files(run_dir: Path) -> None:
-    """The run's files are files: one that became a folder (a copy or a script gone wrong) would fail where it is
-    first opened, as a traceback, after the run had been marked running."""
-    names = (MANIFEST, METRICS, LOG, CONFIG, CHECKPOINT, LOCK, *(p.name for p in run_dir.glob(RANK_LOCKS)))
-    for path in (run_dir / name for name in names):
-        if path.is_dir():
-            raise ConfigError(f"{path} is a folder, not the run's file; move it aside (mv {path} {path}.bad) "
-                              "or pick another --run")
-
-
-def pin_arithmetic(cfg: Config, path: Path, force: bool, processes: int = 1) -> dict:
-    """A resumed run keeps the arithmetic it started with, whatever this attempt's defaults (a study's JOBS sets
-    OMP_NUM_THREADS): what the config leaves open is taken from the checkpoint; what it sets otherwise is refused
-    unless forced, as is another number of processes (this launch's `processes`). Checkpoints from before this was
-    stored pin nothing."""
-    state = checkpoint.load(path)
-    checkpoint.check_same_config(path, state["config"], cfg.to_dict())  # before any process group exists
-    saved = state.get("arithmetic")
-    if not saved:
-        return {}
-    t = cfg.train
-    wants_cuda = t.device == "cuda" or (t.device == "auto" and torch.cuda.is_available())
-    would_be = {"threads": t.threads or None, "device": "cuda" if wants_cuda else "cpu", "processes": processes,
-                "workers_per_pass": t.workers_per_pass or None,
-                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                "onednn_isa": compute.cpu_description()["onednn_isa"]}
-    checkpoint.check_same_arithmetic(path, saved, would_be, force)
-    return {key: saved.get(key) for key in ("threads", "workers_per_pass") if not force or would_be[key] is None}
-
-
 def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: backends.Launch, name: str,
-                 force: bool = False) -> int:
-    if launch.rank == 0 and not resume and (run_dir / MANIFEST).exists():  # no manifest: nothing started, restart
-        raise ConfigError(f"run folder {run_dir} exists; continue it with --resume auto or pick another --run")
-    pinned = {}
-    if resume and (run_dir / CHECKPOINT).exists():
-        pinned = pin_arithmetic(cfg, run_dir / CHECKPOINT, force, launch.world_size)
-    trainer = Trainer(cfg, run_dir, name, launch, resume, echo, pinned)
-    run, b = trainer.run, trainer.backend
-    if (run_dir / MANIFEST).exists() and trainer.resuming:
+                 force: bool, pinned: dict) -> int:
+    s, state = build_setup(cfg, run_dir, name, launch, resume, echo, pinned)
+    run, b = s.run, s.backend
+    if (run_dir / MANIFEST).exists() and s.resuming:
         run.manifest = read_manifest(run_dir) or {}
-    attempt = {"start": now_iso(), "epoch": trainer.start_epoch, "iteration": trainer.start_step,
-               **checkpoint.arithmetic(trainer), "threads_env": thread_settings(), "forced": force and trainer.resuming}
+    attempt = {"start": now_iso(), "epoch": state.epoch, "iteration": state.step, **checkpoint.arithmetic(s),
+               "threads_env": thread_settings(), "forced": force and s.resuming}
     document = config_document(cfg, run_dir.name, name)
     run.begin(  # every attempt's arithmetic: a mix would show in `attempts`
-        document, attempt, smoke=carries_quick(document), epochs_done=trainer.start_epoch,
+        document, attempt, smoke=carries_quick(document), epochs_done=state.epoch,
         launcher=launch.launcher, seed=cfg.train.seed,
         link=os.environ.get("CLUSTER_LINK"),  # the local cluster's link rate where one was set (make cluster LINK=)
         versions={**versions(), "cuda": torch.version.cuda}, git_commit=git_commit(), threads=thread_settings(),
         cpu=compute.cpu_description(),  # the kernels' ISA: what a bit-identical rerun elsewhere must pin
         machine=compute.machine_identity(),  # which machine's result this is (contract/machine.py)
-        placement=b.gather_objects(trainer.placement_record()),  # every rank's, in rank order (contract/placement.py)
-        resumed_at=now_iso() if trainer.start_epoch or trainer.start_step else None, **b.describe(),
+        placement=b.gather_objects(placement_record(s)),  # every rank's, in rank order (contract/placement.py)
+        resumed_at=now_iso() if state.epoch or state.step else None, **b.describe(),
     )
     try:
-        return train_to_the_end(trainer, run_dir)
+        return train_to_the_end(s, state, run_dir)
     finally:
         run.close()
 
 
-def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
-    cfg, run, b = trainer.cfg, trainer.run, trainer.backend
+def train_to_the_end(s: Setup, state: TrainState, run_dir: Path) -> int:
+    cfg, run, b, started_at = s.cfg, s.run, s.backend, state.epoch
     try:
-        bench.benchmark(trainer) if cfg.bench.batches > 0 else trainer.fit()
+        bench.benchmark(s, state) if cfg.bench.batches > 0 else loop.fit(s, state)
     except Diverged as e:
         run.log(f"=> diverged: {e}")
-        run.end("diverged", trainer.start_epoch, str(e), EXIT_DIVERGED)
+        run.end("diverged", started_at, str(e), EXIT_DIVERGED)
         return EXIT_DIVERGED
     except Preempted as e:
         b.barrier()  # rank 0's checkpoint is on disk before any rank exits: srun and mpirun kill the rest at once
@@ -135,16 +98,16 @@ def train_to_the_end(trainer: Trainer, run_dir: Path) -> int:
         report_failure(run_dir, run, b, e)
         return EXIT_FAILED
     finally:
-        trainer.stop.restore()
-        trainer.telemetry.finish()
+        s.stop.restore()
+        s.telemetry.finish()
         b.close()
-    done = trainer.last_epoch() if cfg.bench.batches == 0 else 0
-    if trainer.reached_target():  # it ended sooner
+    done = loop.epochs_to_train(s) if cfg.bench.batches == 0 else 0
+    if loop.reached_target(s, state):  # it ended sooner
         done = run.manifest.get("epochs_done", done)
-    for line in [*unreadable_lines(run.manifest), trainer.skipped.summary_line(), trainer.times.summary_line()]:
+    for line in [*unreadable_lines(run.manifest), s.skipped.summary_line(), s.times.summary_line()]:
         if line:
             run.log(line)
-    run.end("completed", done, exit_code=EXIT_COMPLETED, **{**capped(trainer), **stopped_at_target(trainer, done)})
+    run.end("completed", done, exit_code=EXIT_COMPLETED, **{**capped(s), **stopped_at_target(s, state, done)})
     return EXIT_COMPLETED
 
 
@@ -154,22 +117,22 @@ def thread_settings() -> dict:
             **{k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
 
 
-def capped(trainer: Trainer) -> dict:
+def capped(s: Setup) -> dict:
     """The completed status's message and manifest field of a run the step cap cut short: a smoke run, whose
     numbers are no result of the study."""
-    cap = trainer.cfg.train.max_steps
-    if trainer.cfg.bench.batches or not trainer.cut_by_cap():
+    cap = s.cfg.train.max_steps
+    if s.cfg.bench.batches or not loop.cut_by_cap(s):
         return {}
     return {"message": f"capped at {cap} optimizer steps (train.max_steps): a smoke run", "capped_at_steps": cap}
 
 
-def stopped_at_target(trainer: Trainer, epochs: int) -> dict:
+def stopped_at_target(s: Setup, state: TrainState, epochs: int) -> dict:
     """The completed status's message of a run that train.stop_at_top1 ended at its target (a result: the epochs
     before it are the schedule's, and none after is wanted)."""
-    if trainer.cfg.bench.batches or not trainer.reached_target():
+    if s.cfg.bench.batches or not loop.reached_target(s, state):
         return {}
-    return {"message": f"stopped at the target: validation top-1 {trainer.best_top1:.2f} >= "
-                       f"{trainer.cfg.train.stop_at_top1:g} after {epochs} epochs (train.stop_at_top1)"}
+    return {"message": f"stopped at the target: validation top-1 {state.best_top1:.2f} >= "
+                       f"{s.cfg.train.stop_at_top1:g} after {epochs} epochs (train.stop_at_top1)"}
 
 
 def write_failure(error: BaseException | None) -> OSError | None:

@@ -55,9 +55,9 @@ class SkippedSteps:
         self.total = 0
 
     def restore(self, state: dict) -> None:
-        """From a checkpoint's skipped_steps (absent in checkpoints from before it was counted: none)."""
-        self.compute.skipped.fill_(state.get("epoch", 0))
-        self.total = int(state.get("run", 0))
+        """From a checkpoint's skipped_steps."""
+        self.compute.skipped.fill_(state["epoch"])
+        self.total = int(state["run"])
 
     def state(self) -> dict:
         """The checkpoint's skipped_steps: this epoch's so far (a mid-epoch checkpoint) and the epochs done."""

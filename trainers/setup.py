@@ -1,0 +1,190 @@
+"""What a run trains with, built by one function: the model, optimizer, loaders and backend of this process.
+
+    setup, state = build_setup(cfg, run_dir, backend_name, launch, resume, echo, pinned)
+    loop.fit(setup, state)
+
+`Setup` holds what does not change while the run trains (the model's and optimizer's weights change, the objects
+do not); what does (epoch, step, best top-1, the epoch's running sums) is the `TrainState` (checkpoint.py), the
+only thing a checkpoint saves beside the model, optimizer and scaler. A resume builds the same Setup and takes its
+TrainState from the checkpoint, at the same point of the build as ever (the generators' states included).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from contract import events, placement
+from contract.config import Config
+from contract.runfolder import CHECKPOINT, RunFolder
+from trainers import backends, checkpoint, compute, data, rendezvous, telemetry
+from trainers.models import build_model
+from trainers.optimizers import build_optimizer
+from trainers.tallies import SkippedSteps, StepTimes, UnreadableFiles
+
+EVAL_BATCH = 250  # train.eval_every's evaluations: batches at least this large (forward only, in eval mode)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Preemption: Slurm sends SIGUSR1 (--signal) or SIGTERM before it kills a job; stop at the next iteration boundary
+# ----------------------------------------------------------------------------------------------------------------
+class StopSignal:
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self):
+        self.received: int | None = None
+        self.rehearsed = False  # rehearse: once an attempt
+        self.previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+
+    def _handle(self, signum, frame):
+        self.received = signum
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def rehearse(self, step: int, is_main: bool, log) -> None:
+        """TRAINERS_REHEARSE_PREEMPTION=S (make cluster-check's train layer): once a Slurm job's first attempt has
+        done S optimizer steps, rank 0 has Slurm send its batch shell the time limit's warning (`scancel --batch
+        --signal=USR1`, as `--signal=B:USR1@N` would) and waits until the launcher has forwarded it here. So the whole
+        path (job.sh's trap, srun's forwarding, the checkpoint, the requeue, the resume) is rehearsed at a step
+        chosen in advance, on any machine; a signal that never arrives is said, and the run goes on."""
+        at = int(os.environ.get("TRAINERS_REHEARSE_PREEMPTION") or 0)
+        if not at or step < at or not is_main or self.received is not None or self.rehearsed \
+                or rendezvous.restarts(os.environ) > 0 or "SLURM_JOB_ID" not in os.environ:
+            return
+        self.rehearsed = True  # once an attempt
+        import subprocess
+
+        subprocess.run(["scancel", "--batch", "--signal=USR1", os.environ["SLURM_JOB_ID"]], timeout=60)
+        deadline = time.monotonic() + 120
+        while self.received is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.received is None:
+            log("=> rehearsed preemption: the signal sent to the batch shell did not reach this rank")
+
+
+def place(cfg: Config, launch: backends.Launch, pinned: dict) -> tuple[placement.Allocation, placement.Placement]:
+    """This rank's CPUs, threads and loader workers from its allocation (contract/placement.py); more threads
+    than CPUs, which an explicit setting may ask for, is one warning line (rank 0's)."""
+    local = max(launch.local_world_size, launch.local_rank + 1)
+    if backends.is_loopback(launch.master_addr):  # torchrun's "nodes" on localhost share this machine's CPUs
+        local = max(local, launch.world_size)
+    alloc = placement.read_allocation(local)
+    placed = placement.decide(alloc, cfg.train.threads, pinned.get("threads"),
+                              placement.user_omp_threads(launch.launcher), cfg.data.loader_workers)
+    warning = placed.warning(launch.rank, socket.gethostname())
+    if warning and launch.rank == 0:
+        print(warning, file=sys.stderr, flush=True)
+    return alloc, placed
+
+
+@dataclasses.dataclass
+class Setup:
+    """One process's part of a run: its config and launch, where it runs, the backend, the model, optimizer and
+    criterion, the data, the run folder and the counters that write its records."""
+    cfg: Config
+    launch: backends.Launch
+    allocation: placement.Allocation
+    placement: placement.Placement
+    policy: Any  # the learning-rate schedule (contract/lr.py)
+    backend: backends.Backend
+    run: RunFolder
+    ckpt_path: Path
+    resuming: bool
+    compute: compute.Compute
+    model: nn.Module
+    criterion: nn.Module
+    optimizer: torch.optim.Optimizer
+    per_shard_batch: int
+    train_ds: Any
+    val_ds: Any
+    train_sampler: data.StepBatchSampler
+    skipped: SkippedSteps
+    stop: StopSignal | None = None
+    times: StepTimes | None = None
+    unreadable: UnreadableFiles | None = None
+    train_batches: Any = None
+    val_loader: Any = None
+    telemetry: telemetry.UtilRecords | None = None
+
+
+def build_setup(cfg: Config, run_dir: Path, backend_name: str, launch: backends.Launch, resume: bool,
+                echo: bool = True, pinned: dict | None = None) -> tuple[Setup, checkpoint.TrainState]:
+    """The Setup and the state training starts from: epoch 0's, or the checkpoint's (resume). `pinned`: a resumed
+    run's arithmetic, as it started (checks.pin_arithmetic)."""
+    t, pinned = cfg.train, pinned or {}
+    allocation, placed = place(cfg, launch, pinned)
+    torch.set_num_threads(placed.threads)  # the same rule under every launcher (contract/placement.py)
+    compute.configure_torch(t)
+    policy = cfg.lr_policy()
+    # Data first: generating the miniature dataset may take a minute, and no peer should be waiting on us.
+    train_ds, val_ds = data.build_datasets(cfg.data, cfg.model.num_classes, t.seed)
+    b = backends.create(cfg, launch, backend_name)
+    resuming = resume and (run_dir / CHECKPOINT).exists()
+    run = RunFolder(run_dir, writes=b.is_main(), echo=echo, fresh=not resuming, events=events.live(run_dir, b.is_main()))
+    b.start_run(run_dir)
+    torch.manual_seed(t.seed)
+    c = compute.Compute(t, b.device)
+    model = compute.compile_model(b.wrap_model(compute.prepare_model(build_model(cfg.model), t)), t)
+    criterion = nn.CrossEntropyLoss().to(b.device)
+    optimizer = b.wrap_optimizer(build_optimizer(model, cfg.optim, policy.target), model)
+    per_shard_batch = t.per_worker_batch * b.batch_multiplier
+    sampler = data.StepBatchSampler(len(train_ds), b.shards(), per_shard_batch, seed=t.seed, shuffle=True)
+    s = Setup(cfg, launch, allocation, placed, policy, b, run, run_dir / CHECKPOINT, resuming, c, model, criterion,
+              optimizer, per_shard_batch, train_ds, val_ds, sampler, SkippedSteps(c, run.log))
+    state = checkpoint.restore_state(s) if resuming else checkpoint.TrainState()
+    if not resuming:
+        b.broadcast_initial_state(model, optimizer)
+    passes = b.fit_passes(optimizer, lambda workers: try_pass(s, workers), pinned.get("workers_per_pass"))
+    if passes:
+        run.log(passes)
+    s.stop = StopSignal()
+    decoder = cfg.data.decoder if cfg.data.kind == "imagefolder" else None  # only JPEG folders are decoded
+    s.times, s.unreadable = StepTimes(decoder), UnreadableFiles(b, run, cfg.data.val_mode)
+    make_loaders(s)
+    s.telemetry = telemetry.UtilRecords(cfg.telemetry.interval_s, b, run)
+    return s, state
+
+
+def make_loaders(s: Setup) -> None:
+    """The loaders, built once: each epoch only moves the sampler on (persistent workers keep running)."""
+    b, workers = s.backend, s.placement.loader_workers  # data.loader_workers, at most the rank's CPUs
+    pin = b.device.type == "cuda"
+    # on a GPU the next batches are moved (and decoded) on a stream of their own while this one trains
+    s.train_batches = data.DeviceBatches(data.make_loader(s.train_ds, s.train_sampler, workers, pin), b.device)
+    val_batch = s.per_shard_batch * len(b.shards())
+    if s.cfg.train.eval_every:  # evaluated often: in batches of at least EVAL_BATCH (eval mode: the same sums)
+        val_batch = max(val_batch, EVAL_BATCH)
+    val = data.IndexBatches(data.val_indices(len(s.val_ds), b.world_size, b.rank, s.cfg.data.val_mode), val_batch)
+    s.val_loader = data.DeviceBatches(data.make_loader(s.val_ds, val, workers, pin), b.device)
+
+
+def placement_record(s: Setup) -> dict:
+    """This rank's entry in the manifest's per-rank `placement` (its host, CPUs, threads, loader workers, GPU)."""
+    device = s.backend.device
+    gpu = None
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        gpu = (index, str(torch.cuda.get_device_properties(index).uuid))
+    return placement.record(s.placement, s.allocation, socket.gethostname(), s.launch.local_rank, gpu)
+
+
+def try_pass(s: Setup, workers: int) -> None:
+    """Forward and backward of `workers` workers' batches of zeros: the backend's measure of what one pass holds
+    (fit_passes). Zeros draw no random numbers; the backend keeps the running statistics out of it."""
+    t, size, device = s.cfg.train, s.cfg.data.image_size, s.backend.device
+    images = s.compute.layout(torch.zeros(workers * t.per_worker_batch, 3, size, size, device=device))
+    target = torch.zeros(workers * t.per_worker_batch, dtype=torch.long, device=device)
+    s.model.train()
+    with s.compute.autocast():
+        loss = s.criterion(s.model(images), target)
+    s.compute.backward(loss)
