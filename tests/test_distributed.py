@@ -57,6 +57,20 @@ def test_ddp_metrics_are_sums_over_ranks(tmp_path):
     assert ddp_epoch["images"] == emu_epoch["images"] == 76  # 75 padded to 2 x 38 as DistributedSampler does; 3 val images
 
 
+def test_sharded_validation_with_unequal_shards_finishes_and_evaluates_with_rank_0s_statistics(tmp_path):
+    # 48 images leave 1 validation image: rank 0 has one batch, rank 1 none. DDP's forward broadcast the buffers
+    # before every batch, so rank 1 waited in the sums' allreduce while rank 0 waited in that broadcast (a hang)
+    cfg = write_config(tmp_path / "c.toml", {"train": {"backend": "ddp", "epochs": 1},
+                                             "data": {"val_mode": "sharded", "synthetic_images": 48}})
+    emu_cfg = write_config(tmp_path / "e.toml", {"train": {"backend": "emulated", "epochs": 1},
+                                                 "data": {"synthetic_images": 48}})
+    ddp = torchrun(2, cfg, tmp_path, "d")
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    assert train(emu_cfg, tmp_path, "e").returncode == 0
+    ddp_epoch, emu_epoch = records(tmp_path / "c" / "d", "epoch")[-1], records(tmp_path / "e" / "e", "epoch")[-1]
+    assert ddp_epoch["val_loss"] == pytest.approx(emu_epoch["val_loss"], abs=1e-3)
+
+
 def test_a_killed_rank_makes_the_other_exit_with_a_message_naming_its_rank(tmp_path):
     cfg = write_config(tmp_path / "k.toml", {"train": {"backend": "ddp", "epochs": 50},
                                              "data": {"synthetic_images": 400}})

@@ -195,10 +195,11 @@ def validate(s: Setup, batches: int | None = None) -> Sums:
         test_line(i, n, meters.batch_time, meters.reading.losses, meters.reading.top1, meters.reading.top5),
         progress=True))
     s.model.eval()
+    model = s.backend.eval_model(s.model)
     with torch.no_grad():
         for i, (images, target) in every(itertools.islice(val_batches(s), batches)):
             with s.compute.autocast():
-                output = s.model(s.compute.layout(images))
+                output = model(s.compute.layout(images))
                 loss = s.criterion(output, target)
             every.totals.add(loss, output, target)
             every.end_step(i)

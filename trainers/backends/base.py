@@ -65,6 +65,10 @@ class Backend:
     def wrap_model(self, model: nn.Module) -> nn.Module:
         return model.to(self.device)
 
+    def eval_model(self, model: nn.Module) -> nn.Module:
+        """The model validation runs: the trained one, whose forward in eval mode calls no collective."""
+        return model
+
     def unwrap(self, model: nn.Module) -> nn.Module:
         model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
         return getattr(model, "module", model)

@@ -107,6 +107,17 @@ class DDPBackend(Backend):
         self.ddp = ddp
         return ddp
 
+    def eval_model(self, model: nn.Module) -> nn.Module:
+        """Sharded validation: rank 0's buffers broadcast once, then the replica inside DDP. DDP's own forward would
+        broadcast them before every batch, a collective per batch, and ranks whose shards have unequal batch counts
+        (1 validation image on 2 ranks) would wait on each other until the timeout. Eval mode changes no buffer, so
+        the numbers are those of DDP's per-batch broadcast."""
+        if not self.broadcast_buffers:
+            return model
+        for buffer in self.ddp.module.buffers():
+            dist.broadcast(buffer, src=0)
+        return self.ddp.module
+
     def unwrap(self, model: nn.Module) -> nn.Module:
         model = super().unwrap(model)
         return model.module if self.local else model  # the local workers' WorkerInterleaved: its model inside
