@@ -115,8 +115,9 @@ def cmd_bench_parse(args) -> int:
 
 def cmd_bench_report(args) -> int:
     from .bench import bench_report
+    from .report import make_report
 
-    bench_report(args.runs, notebooks=not args.no_notebooks)
+    bench_report(make_report, args.runs, notebooks=not args.no_notebooks)
     return 0
 
 

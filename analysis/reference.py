@@ -38,6 +38,7 @@ CAPTIONS = {
 TEXT_NUMBER = {t: t + 1 for t in range(10, 16)}
 THROUGHPUT_TABLES = tuple(range(1, 10))
 QUALITY_TABLES = tuple(range(10, 16))
+THESIS_WORKERS = 32  # the thesis's largest run: 32 GPUs x 128 = 4,096 images a step
 #: experiment -> caption table numbers
 EXPERIMENT_TABLES = {1: (1, 2, 3), 2: (4, 5, 6), 3: (7, 8, 9), 4: (10,), 5: (11,), 6: (12,), 7: (13,), 8: (14,),
                      9: (15,)}

@@ -11,7 +11,6 @@ rq4_reading reads the verdicts (analysis.findings' large_batch_matches_baseline 
 """
 from __future__ import annotations
 
-import json
 import re
 import math
 from pathlib import Path
@@ -23,15 +22,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from . import figures as fg  # noqa: E402
 from contract.reader import read_config  # noqa: E402
 
-from .compare import REPO, reference_machines  # noqa: E402
-from .findings import CONFIDENCE, LARGE_BATCH, OPTIMIZERS, STUDY_RUN  # noqa: E402
+from .. import figures as fg  # noqa: E402
+from .. import findings as fd  # noqa: E402
+from ..noise import examples_words, noise_scales, noise_text  # noqa: E402
+from ..reference import THESIS_WORKERS  # noqa: E402
+from ..entries import Drawn, Figure  # noqa: E402
+from ..findings import CONFIDENCE, LARGE_BATCH, OPTIMIZERS, STUDY_RUN  # noqa: E402
 
-NOISE_FILES = tuple(Path(__file__).resolve().parents[1] / "results" / "noise_scale" / f"large_batch_{weights}.json"
-                    for weights in ("initial", "final"))
-THESIS_WORKERS = 32  # the thesis's largest run: 32 GPUs x 128 = 4,096 images a step
 FINDING = "large_batch_matches_baseline"
 NAMES = {"sgd": "SGD + linear scaling + warm-up", "lars": "LARS", "lamb": "LAMB", "radam": "RAdam"}
 POINT_COLUMNS = ["scale", "numerics", "optimizer", "workers", "global_batch", "n", "best_top1", "ci_low", "ci_high",
@@ -124,51 +123,6 @@ def baseline_band(df: pd.DataFrame, scale: str, numerics: str) -> dict:
     return {"n": len(base), "mean": mean, "ci_low": low, "ci_high": high}
 
 
-def noise_scales(paths=NOISE_FILES) -> pd.DataFrame:
-    """The noise-scale measurements of experiment 12's runs (`make noise-scale`, python -m tools noise-scale's JSON):
-    weights, B_simple and its range; a file that is missing or unreadable gives no rows."""
-    columns = ["run", "weights", "b_simple", "b_simple_low", "b_simple_high", "b_big", "groups", "file"]
-    rows = []
-    for path in paths:
-        try:
-            found = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
-            continue
-        rows += [{**r, "run": measured_run(r.get("run")), "file": _from_repo(Path(path))} for r in found]
-    return pd.DataFrame([{c: r.get(c) for c in columns} for r in rows], columns=columns)
-
-
-def _from_repo(path: Path) -> str:
-    try:
-        return path.resolve().relative_to(REPO).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def measured_run(recorded) -> str:
-    """Where the run a noise-scale row was measured on is now: the JSON records the folder as the measuring
-    machine saw it (its results/runs/...), which on a clone is a run this machine never made. The committed
-    reference's copy of that run when there is one, else the recorded path, said to be absent."""
-    if not recorded:
-        return ""
-    name = Path(*Path(recorded).parts[-2:])  # <experiment>/<run>
-    for _, folder, _ in reference_machines():
-        if (folder / name).is_dir():
-            return _from_repo(folder / name)
-    return str(recorded) if (REPO / recorded).is_dir() else f"{recorded} (not in this clone)"
-
-
-def _examples(x) -> str:
-    return "unbounded" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:,.0f}"
-
-
-def noise_text(row) -> str:
-    """'910 (range 667-1,433)' or 'at least 2,350 (|G|^2 not resolved from zero)'."""
-    if row.b_simple_high is None or pd.isna(row.b_simple_high) or pd.isna(row.b_simple):
-        return f"at least {_examples(row.b_simple_low)} (|G|² not resolved from zero)"
-    return f"{_examples(row.b_simple)} (range {_examples(row.b_simple_low)}–{_examples(row.b_simple_high)})"
-
-
 # ============================================================================================ the figure
 
 
@@ -215,7 +169,7 @@ def _draw_noise_scale(ax, row) -> None:
     colour = "#D55E00"
     if row.b_simple_high is None or pd.isna(row.b_simple_high) or pd.isna(row.b_simple):
         ax.axvline(row.b_simple_low, color=colour, ls="-.", lw=1,
-                   label=f"B_simple, {row.weights} weights: ≥ {_examples(row.b_simple_low)} (hatched: beyond)")
+                   label=f"B_simple, {row.weights} weights: ≥ {examples_words(row.b_simple_low)} (hatched: beyond)")
         ax.axvspan(row.b_simple_low, ax.get_xlim()[1], facecolor="none", edgecolor=colour, hatch="//", alpha=0.25,
                    lw=0)
         return
@@ -453,3 +407,26 @@ def _against_noise(images: int, r) -> str:
     if r.b_simple_high is None or pd.isna(r.b_simple_high) or images <= r.b_simple_high:
         return "inside the range of"
     return "above"
+
+
+# ============================================================================================ the report's entries
+
+
+def large_batch(inputs, entry: Figure) -> Drawn | str:
+    figure = large_batch_figure(inputs.df, fd.margins())
+    return "no experiment 12 study runs" if figure is None else Drawn(figure, inputs.source)
+
+
+def large_batch_differences(inputs, entry: Figure) -> Drawn | None:
+    points = study_points(inputs.df)
+    if points.empty:  # no study runs: large_batch says so
+        return None
+    figure = differences_figure(inputs.verdicts, points, fd.margins())
+    return None if figure is None else Drawn(figure, inputs.source)
+
+
+FIGURES = (
+    Figure("exp12_large_batch", "", (5, 12), large_batch),
+    Figure("exp12_differences", "", (5, 12), large_batch_differences),
+)
+EXPORTS = ("differences_figure", "large_batch_figure", "rq4_reading", "study_points")
