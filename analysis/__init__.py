@@ -18,6 +18,4 @@ from .nbhelpers import (batch_size_wallclock, error_figures, first_batch_penalty
 from .readings import baseline_rate_note, markdown, rq1_reading, rq3_reading, verdict_table  # noqa: F401
 from .reference import load_reference  # noqa: F401
 from .runs import load_log, load_logs, load_runs, load_study  # noqa: F401
-from .experiments import exports as _exports
-
-globals().update(_exports())  # each experiment's own readings and figures (analysis/experiments/), an.<name>
+globals().update(catalogue.plugin_exports())  # each experiment's own readings and figures (analysis/experiments/), an.<name>

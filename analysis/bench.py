@@ -10,6 +10,7 @@ from contract.runfolder import LOG
 
 from . import synth
 from .logs import parse_log
+from .numbers import log_throughput
 
 
 def bench_parse(lines: int = 1_000_000, fmt: str = "early-2019", repeat: int = 3) -> dict:
@@ -27,7 +28,7 @@ def bench_parse(lines: int = 1_000_000, fmt: str = "early-2019", repeat: int = 3
             cpus.append(time.process_time() - c0)
         best = min(times)
         best_cpu = min(cpus)
-        tp = log.throughput(128, 1)
+        tp = log_throughput(log, 128, 1)
     res = {"lines": n, "bytes": size, "format": fmt, "seconds_best": round(best, 3),
            "seconds_all": [round(t, 3) for t in times], "lines_per_s": round(n / best),
            "cpu_seconds_best": round(best_cpu, 3), "lines_per_cpu_s": round(n / best_cpu),

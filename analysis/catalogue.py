@@ -11,7 +11,7 @@ a table (a DataFrame) or a figure (Drawn), a sentence saying why it is not drawn
 (nothing to write, nothing to say). The makers below only choose the rows; the drawing is a function of
 analysis/figures.py or analysis/tables.py. The entries of the thesis's experiments are declared here; an experiment
 beyond the thesis declares its own in its plug-in (analysis/experiments/<name>.py: TABLES, FIGURES), which this
-catalogue lists where `experiments.entries` stands, naming none of them. Adding a table or figure is one entry,
+catalogue lists where `plugged` stands, naming none of them. Adding a table or figure is one entry,
 e.g. experiment 5's error curves at its largest worker count, a panel per configuration:
 
     Figure("exp5_error_max_gpus", "", (5,), errors, "Experiment 5: linear scaling, no warm-up, most GPUs",
@@ -19,6 +19,8 @@ e.g. experiment 5's error curves at its largest worker count, a panel per config
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import string
 from dataclasses import dataclass
 from functools import cached_property
@@ -33,7 +35,7 @@ import pandas as pd  # noqa: E402
 
 from . import advisor_runs  # noqa: E402
 from . import cost  # noqa: E402
-from . import experiments  # noqa: E402
+from . import experiments  # noqa: E402 -- the plug-ins' package: its modules are found below, never named
 from . import figures as fg  # noqa: E402
 from . import findings as fd  # noqa: E402
 from . import link as lk  # noqa: E402
@@ -44,6 +46,21 @@ from .machines import machine_of, runs_label  # noqa: E402
 from .entries import THESIS_SOURCE, Drawn, Figure, Table, epoch_rows, thesis_source  # noqa: E402, F401
 from .readings import finding_summary, verdict_table  # noqa: E402
 from .smoke import smoke_paths  # noqa: E402
+
+#: every plug-in (analysis/experiments/<name>.py), in the order of its module's name
+PLUGINS = tuple(importlib.import_module(f"{experiments.__name__}.{m.name}")
+                for m in sorted(pkgutil.iter_modules(experiments.__path__), key=lambda m: m.name))
+
+
+def plugged(kind: str) -> tuple:
+    """Every plug-in's TABLES or FIGURES, in the plug-ins' order."""
+    return tuple(e for plugin in PLUGINS for e in getattr(plugin, kind, ()))
+
+
+def plugin_exports() -> dict:
+    """name -> object of every plug-in's EXPORTS (what `import analysis` offers)."""
+    return {name: getattr(plugin, name) for plugin in PLUGINS for name in getattr(plugin, "EXPORTS", ())}
+
 
 SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale (config.json \"scale\"): their "
               "numbers are not comparable with the thesis's and are not placed beside them.")
@@ -336,7 +353,7 @@ TABLES = (
     Table("study_times", "", QUALITY_EXPERIMENTS + (10, 11, 12, 13), of_runs(cost.local_study_times),
           "Local quality studies: measured run times and the study's wall-clock at JOBS=2", cost.STUDY_TIME_NOTES),
     Table("extra_experiments", "", (), extra_experiments, "Runs of experiments beyond the thesis's nine"),
-    *experiments.entries("TABLES"),
+    *plugged("TABLES"),
     Table("this_machine_vs_reference", "", (), this_machine,
           "This machine's runs, the committed reference's (by machine) and the thesis's"),
     Table("exp3_predicted", "", (3,), predicted_beside_measured,
@@ -385,7 +402,7 @@ FIGURES = (
     Figure("util_other_runs", "", (), other_utilisation,
            "Utilisation of the other experiments' runs, each at its largest worker count"),
     Figure("lr_schedules_exp4-9", "", QUALITY_EXPERIMENTS, schedules, "Learning-rate schedules of experiments 4-9"),
-    *experiments.entries("FIGURES"),
+    *plugged("FIGURES"),
     Figure("rq2_steady_state", "Tables 5/6 and 8/9 and Figures 12-13", (), steady_state),
     Figure("link_rates", "", (3,), link_rates, "Experiment 3 across hosts: throughput against each host's link"),
 )

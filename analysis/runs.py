@@ -443,7 +443,7 @@ def load_log(path: str | Path, meta: dict | None = None) -> pd.DataFrame:
         rows.append({"kind": "epoch", "epoch": r.epoch, "train_loss": r.train_loss, "train_top1": r.train_top1,
                      "train_top5": r.train_top5, "val_loss": r.val_loss, "val_top1": r.val_top1,
                      "val_top5": r.val_top5, "epoch_lr": r.lr, "epoch_time": r.epoch_time})
-    tp = log.throughput(b, g)
+    tp = nb.log_throughput(log, b, g)
     if tp["thesis_images_per_s"] is not None or tp["steady_images_per_s"] is not None:
         rows.append({"kind": "bench", "thesis_images_per_s": tp["thesis_images_per_s"],
                      "steady_images_per_s": tp["steady_images_per_s"],

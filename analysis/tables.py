@@ -236,7 +236,7 @@ def quality_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFra
 
 def scaling_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     """Images/s, speed-up, efficiency and 90-epoch wall-clock vs GPUs: thesis rows and ours."""
-    t = rf.throughput_reference(ref)
+    t = throughput_reference(ref)
     thesis = pd.DataFrame({"source": "thesis", "scale": "thesis", "framework": t["framework"], "numerics": nb.FP32,
                            "per_gpu_batch": t["per_gpu_batch"].astype(float), "gpus": t["gpus"].astype(float),
                            "images_per_s": t["throughput"], "speedup": t["speedup"], "efficiency": t["efficiency"],
@@ -323,3 +323,15 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, title: str | N
     df.to_csv(csv, index=False, float_format="%.6g", lineterminator="\n")
     md.write_text(to_markdown(df if shown is None else shown, title, notes, source))
     return [csv, md]
+
+
+def throughput_reference(ref: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Throughput rows (tables 1-9) with speed-up and efficiency over the same framework's 1-GPU row."""
+    ref = rf.load_reference() if ref is None else ref
+    t = ref[ref["table"] <= 9].copy()
+    base = t[t["gpus"] == 1].set_index(["framework", "per_gpu_batch"])["throughput"]
+    t["baseline"] = [base.get((f, b), np.nan) for f, b in zip(t["framework"], t["per_gpu_batch"])]
+    t["speedup"] = t["throughput"] / t["baseline"]
+    t["efficiency"] = t["speedup"] / t["gpus"].astype(float)
+    t["wallclock_90_s"] = [nb.wallclock_estimate_s(x) for x in t["throughput"]]
+    return t.reset_index(drop=True)
