@@ -14,7 +14,8 @@ tables record the best epoch: its scripts keep best_acc1, and its text reports "
                            each worker count both ran; holds when `equivalent` (the thesis: "no additional benefits");
   large_batch_matches_baseline  experiment 12 (beyond the thesis), each optimizer at each worker count of its
                            study runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs chose the
-                           rates and are no verdicts) against the same baseline; holds when `equivalent`.
+                           rates and are no verdicts) against the same baseline; holds when `equivalent`; its
+                           diverged runs (DIVERGED_SHARE) are left out and counted in `diverged`.
 verdict, from the 90 % confidence interval [ci_low, ci_high] of the difference and the scale's margin m (declared
 with its reason in experiments/scales.toml [margins.<scale>]):
   equivalent    -m < ci_low and ci_high < m (two one-sided tests at 5 % each reject |difference| >= m: TOST);
@@ -44,22 +45,19 @@ from scipy import stats
 
 from contract import reader
 
-from .smoke import SMOKE, smoke_paths
+from .smoke import DIVERGED_SHARE, LARGE_BATCH, SMOKE, STUDY_RUN, diverged_runs, smoke_paths
 
 COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "optimizer", "against", "n", "n_against",
            "difference", "ci_low", "ci_high", "margin", "verdict", "holds", "method", "p", "p_holm", "holds_holm",
            "seeds_needed", "needed_for", "final_difference", "final_ci_low", "final_ci_high", "final_verdict",
            "after_a_look", "declared_n", "declared_n_against", "declared_difference", "declared_ci_low",
-           "declared_ci_high", "declared_verdict", "thesis_difference"]
+           "declared_ci_high", "declared_verdict", "thesis_difference", "diverged"]
 PAIRED, WELCH = "paired by seed", "Welch (unpaired)"  # `method`: how the interval was computed
 ALPHA = (1 - 0.90) / 2  # each end of the 90 % interval is a one-sided test at 5 %: Holm's family-wise level
 WARMUP_EXPERIMENTS = (6, 8, 9)
 SCHEMES = ((8, 6), (9, 8))  # gradual against stepping, the longer gradual against the shorter (the thesis's 5.8-5.9)
 SCHEME_WORDS = {6: "stepping warm-up", 8: "gradual warm-up, the shorter"}
-LARGE_BATCH = 12
 OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # the order rows and curves take
-# experiment 12's study runs (lars-w256-s0; thesis-lars-w256-s0 at another scale), not its sweep's (lars-base0.5-s0)
-STUDY_RUN = r"^([a-z]+-)?[a-z]+-w\d+-s\d+$"
 CONFIDENCE = 0.90
 SCALES_FILE = Path(__file__).resolve().parents[1] / "experiments" / "scales.toml"
 MOST_SEEDS = 1000  # seeds_needed searches up to this many
@@ -203,7 +201,7 @@ def with_holm(rows: list[dict]) -> list[dict]:
     """Each finding's rows (one scale and numerics) with p_holm and holds_holm: `yes` survives only where the adjusted
     p-value stays below ALPHA; rows that claim nothing (holds n/a) are left out of the family."""
     for finding in {row["finding"] for row in rows}:
-        family = [row for row in rows if row["finding"] == finding and row["holds"] != "n/a"]
+        family = [row for row in rows if row["finding"] == finding and row["holds"] not in ("n/a", "diverged")]
         for row, adjusted in zip(family, holm([row["p"] for row in family])):
             row["p_holm"] = adjusted
             row["holds_holm"] = "yes" if adjusted < ALPHA else ("no" if row["holds"] == "no" else "undecided")
@@ -266,6 +264,7 @@ def _completed(df: pd.DataFrame) -> pd.DataFrame:
     quality = df["exp"].between(4, 9) | ((df["exp"] == LARGE_BATCH) & names.str.match(STUDY_RUN, na=False))
     r = df[(df["kind"] == "run") & quality & df["status"].isin(["completed", "log"])]
     r = r.dropna(subset=["best_val_top1"]).copy()
+    r["diverged"] = r["path"].isin(diverged_runs(df)) if "path" in r else False
     epochs = df[df["kind"] == "epoch"].dropna(subset=["val_top1"]).sort_values("epoch")
     r["final_top1"] = r["path"].map(epochs.groupby("path")["val_top1"].last()) if "path" in r else math.nan
     return r
@@ -379,16 +378,27 @@ def warmup_schemes(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list
 
 
 def large_batch_findings(runs: pd.DataFrame, margin: float) -> list[dict]:
-    """Experiment 12: each optimizer at each worker count against experiment 5's 1-worker baseline. The thesis ran no
-    such study: thesis_difference is empty."""
+    """Experiment 12: each optimizer at each worker count against experiment 5's 1-worker baseline, over the runs
+    that did not diverge (DIVERGED_SHARE's rule; `diverged` counts those left out). The thesis ran no such study:
+    thesis_difference is empty."""
     base = runs[(runs["exp"] == 5) & (runs["gpus"] == 1)]
     study = runs[runs["exp"] == LARGE_BATCH]
     if base.empty or study.empty:
         return []
     rank = {name: i for i, name in enumerate(OPTIMIZERS)}
     groups = sorted(study.groupby(["optimizer", "gpus"]), key=lambda kv: (rank.get(kv[0][0], len(rank)), kv[0]))
-    return [compare("large_batch_matches_baseline", LARGE_BATCH, int(gpus), "exp 5, 1 worker", g, base, margin,
-                    math.nan) for (_, gpus), g in groups]
+    rows = []
+    for (optimizer, gpus), g in groups:
+        gone = g["diverged"].astype(bool) if "diverged" in g else pd.Series(False, index=g.index)
+        row = compare("large_batch_matches_baseline", LARGE_BATCH, int(gpus), "exp 5, 1 worker", g[~gone], base,
+                      margin, math.nan)
+        row.update(optimizer=optimizer, warmup=g["warmup"].iloc[0] if "warmup" in g else None,
+                   diverged=int(gone.sum()))
+        if gone.all():  # nothing left to average: the row says the runs diverged and claims nothing
+            row.update(verdict="diverged", holds="diverged", final_verdict="diverged", seeds_needed=None,
+                       needed_for=None, method="every run diverged: no interval")
+        rows.append(row)
+    return rows
 
 
 def orderings(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
@@ -433,7 +443,10 @@ def notes() -> list[str]:
         "tests; a row keeps `yes` only where its adjusted p-value (orderings.csv p_holm) stays below 5 %.",
         "flag: a row whose treated runs were declared before a look at an interval and that holds seeds added "
         "after it (the runs' machine.toml [look], as their declared_*.txt record), with the interval over the "
-        "declared seeds alone (orderings.csv declared_*).",
+        "declared seeds alone (orderings.csv declared_*); or, for experiment 12, how many of the row's runs "
+        f"diverged (their last epoch's training loss not finite or above {DIVERGED_SHARE:g} of their first "
+        "epoch's: a reading rule added on 2026-11-28, after the runs), left out of its mean and counted apart "
+        "(orderings.csv diverged); a row whose runs all diverged has no verdict and claims nothing.",
     ] + [f"margin at the {scale} scale: {m.get('points')} points -- {m.get('reason', '')}" for scale, m in
          declared.items()]
 

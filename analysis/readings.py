@@ -13,9 +13,11 @@ import pandas as pd
 
 from . import numbers as nb
 from . import tables as tb
-from .findings import OPTIMIZERS
+from .findings import DIVERGED_SHARE, OPTIMIZERS
 from .smoke import SMOKE
 
+# `holds` words of rows that claim nothing: n/a (nothing claimed there), diverged (every run diverged: no verdict)
+NO_CLAIM = ("n/a", "diverged")
 VERDICT_COLUMNS = ["finding", "experiment", "workers", "difference", "ci_low", "ci_high", "margin", "verdict"]
 FINDINGS = {
     "naive_degrades": "Naive scaling (learning rate fixed) degrades as the global batch grows",
@@ -140,12 +142,13 @@ def finding_summary(verdicts: pd.DataFrame) -> list[str]:
         g = _in_order(g)
         said = _said(finding, g)
         rows = [_row_name(r) for r in g.itertuples()]
-        claimed = [s for s in said if s != "n/a"]
+        claimed = [s for s in said if s not in NO_CLAIM]
         yes = [row for row, s in zip(rows, said) if s == "yes"]
         word = ("holds" if claimed and set(claimed) == {"yes"} else
                 "does not hold" if "yes" not in claimed else "mixed")
         parts = [f"{len(yes)} of {len(claimed)} rows support it" + (f" ({', '.join(yes)})" if yes else "")]
-        for label, key in (("undecided", "undecided"), ("fails", "no"), ("claims nothing", "n/a")):
+        for label, key in (("undecided", "undecided"), ("fails", "no"), ("claims nothing", "n/a"),
+                           ("diverged", "diverged")):
             hit = [row for row, s in zip(rows, said) if s == key]
             if hit:
                 parts.append(f"{label} in {len(hit)} ({', '.join(hit)})")
@@ -154,8 +157,27 @@ def finding_summary(verdicts: pd.DataFrame) -> list[str]:
                  if s == "yes" and finding.endswith("matches_baseline") and _zero(r).startswith("excludes")]
         if below:
             parts.append("equivalent only by the margin, its interval excluding 0, at " + ", ".join(below))
+        looked = _only_after_a_look(finding, g, said)
+        if looked:
+            parts.append("holds only with seeds added after a look at " + ", ".join(looked))
         lines.append(f"{finding} ({where} scale): {word} -- " + "; ".join(parts) + "." + _holm_words(g, said))
     return lines
+
+
+def _only_after_a_look(finding: str, g: pd.DataFrame, said: list[str]) -> list[str]:
+    """The rows that support the finding only with seeds added after a look at an interval: their declared seeds
+    alone (orderings.csv declared_*) would not, by the same rule -- each named with that interval and verdict."""
+    if "declared_verdict" not in g:
+        return []
+    out = []
+    for r, s in zip(g.itertuples(), said):
+        declared = getattr(r, "declared_verdict", None)
+        if s != "yes" or not isinstance(declared, str) or declared == SMOKE:
+            continue
+        if supports(finding, declared, float(r.declared_ci_low), float(r.margin)) != "yes":
+            out.append(f"{_row_name(r)} (its declared seeds alone: {r.declared_difference:+.2f} "
+                       f"[{r.declared_ci_low:+.2f}, {r.declared_ci_high:+.2f}], {declared})")
+    return out
 
 
 def _holm_words(g: pd.DataFrame, said: list[str]) -> str:
@@ -164,7 +186,7 @@ def _holm_words(g: pd.DataFrame, said: list[str]) -> str:
         return ""
     rows = [_row_name(r) for r in g.itertuples()]
     yes = [row for row, h in zip(rows, g["holds_holm"]) if h == "yes"]
-    claimed = [s for s in said if s != "n/a"]
+    claimed = [s for s in said if s not in NO_CLAIM]
     return (f" After Holm's correction over its {len(claimed)} rows: {len(yes)} of {len(claimed)} support it"
             + (f" ({', '.join(yes)})" if yes else "") + ".")
 
@@ -174,6 +196,17 @@ def _interval_text(r) -> str:
         return ""
     ends = "" if pd.isna(r.ci_low) else f" [{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
     return f"{r.difference:+.2f}{ends}"
+
+
+def _flag(r) -> str:
+    """A row's flag: its seeds added after a look, or its diverged runs (experiment 12) left out of its mean."""
+    look = getattr(r, "after_a_look", None)
+    gone = getattr(r, "diverged", None)
+    flags = [look] if isinstance(look, str) and look else []
+    if gone is not None and not pd.isna(gone) and int(gone):
+        flags.append(f"diverged: {int(gone)} of {int(gone) + int(r.n)} runs left out (their last training loss "
+                     f"above {DIVERGED_SHARE:g} of their first epoch's, or not finite)")
+    return "; ".join(flags)
 
 
 def verdict_table(verdicts: pd.DataFrame) -> pd.DataFrame:
@@ -188,7 +221,7 @@ def verdict_table(verdicts: pd.DataFrame) -> pd.DataFrame:
         "difference [90 % interval]": [_interval_text(r) for r in v.itertuples()],
         "method": v.get("method"), "verdict": v["verdict"], "holds": v.get("holds"),
         "holds after Holm": v.get("holds_holm"),
-        "flag": [f if isinstance(f, str) else "" for f in v.get("after_a_look", [None] * len(v))],
+        "flag": [_flag(r) for r in v.itertuples()],
     })
     where = v["scale"].fillna("unknown") + v["numerics"].map(lambda n: nb.numerics_suffix(n, ", ")) \
         if {"scale", "numerics"} <= set(v.columns) else pd.Series("", index=v.index)
@@ -229,7 +262,7 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
                 if hit:
                     parts.append(f"{label} for " + "; ".join(hit))
             overall = {frozenset({"yes"}): "holds everywhere", frozenset({"no"}): "fails everywhere",
-                       frozenset({"undecided"}): "undecided"}.get(frozenset(said) - {"n/a"}, "mixed")
+                       frozenset({"undecided"}): "undecided"}.get(frozenset(said) - set(NO_CLAIM), "mixed")
             lines.append(f"- {where} — {overall}: " + ". ".join(parts) + "." + _holm_words(g, said))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

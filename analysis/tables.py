@@ -17,6 +17,7 @@ import pandas as pd
 
 from . import numbers as nb
 from . import reference as rf
+from .smoke import diverged_runs
 
 # ============================================================================================ summaries
 
@@ -107,7 +108,8 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
     """Best validation top-1/top-5 per configuration: mean, std and n over seeds; wall-clock; status counts.
 
     Completed runs make the statistics; if a configuration has none, its non-diverged runs do (marked
-    'incomplete'). Diverged runs are counted, never averaged.
+    'incomplete'). Diverged runs are counted, never averaged: those whose loss went non-finite, and experiment 12's
+    study runs that diverged by the reading rule (analysis.smoke DIVERGED_SHARE, said in `status`).
     """
     r = df[(df["kind"] == "run") & (df["exp"] >= 4) & ~df["exp"].isin(OWN_READING)].copy()
     cols = QUALITY_KEYS + ["top1_mean", "top1_std", "top5_mean", "top5_std", "n", "wallclock_s", "runs", "status"]
@@ -115,10 +117,13 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     r["scale"] = r["scale"].fillna("unknown")
     rows = []
+
+    # experiment 12's study runs that diverged by the reading rule: counted, never averaged
+    r["_gone"] = r["path"].isin(diverged_runs(df)) if "path" in r else False
     for key, g in r.groupby(QUALITY_KEYS, dropna=False, sort=True):
-        done = g[g["status"].isin(["completed", "log"])]
-        note = ""
-        if done.empty:  # never runs of mixed configs (runs.refuse_mixed_configs): they are not averaged
+        done = g[g["status"].isin(["completed", "log"]) & ~g["_gone"]]
+        note = f"{int(g['_gone'].sum())} diverged by the reading rule: left out" if g["_gone"].any() else ""
+        if done.empty and not note:  # never runs of mixed configs (runs.refuse_mixed_configs): not averaged
             done = g[~g["diverged"] & (g["status"] != "mixed-config")]
             note = "incomplete" if len(done) else ""
         counts = g["status"].value_counts()

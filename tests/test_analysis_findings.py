@@ -259,3 +259,61 @@ def rf_top1(exp: int, gpus: int) -> float:
     if exp == 6:
         rows = rows[rows["framework"] == "horovod+pytorch"]
     return float(rows["top1"].mean())
+
+
+# ---- experiment 12's diverged runs (issue 50): a reading rule, added after its runs -------------------------------
+@pytest.mark.parametrize("losses, expected", [
+    ([3.9, 2.0, 0.9], False),           # trained: its last loss far below the first epoch's
+    ([3.9, 3.5, 3.3], True),            # stuck near an untrained model's loss: above 3/4 of the first
+    ([3.9, 2.0, float("nan")], True),   # non-finite
+    ([3.9, 90.0, 2.9], False),          # blew up on the way and came back below 3/4 of the first: it trained
+    ([3.9, 2.9251], True), ([3.9, 2.925], False),  # the share's edge: strictly above 3/4
+    ([3.9], False), ([], False),        # one epoch or none: nothing to read
+])
+def test_a_run_diverged_when_its_last_training_loss_is_non_finite_or_above_three_quarters_of_its_first(
+        losses, expected):
+    from analysis.smoke import diverged
+
+    assert diverged(losses) is expected
+
+
+def study_group(optimizer, workers, tops, losses):
+    """Experiment 12's study runs at one optimizer and worker count; losses: per seed, its training loss by epoch."""
+    out = []
+    for seed, (top1, by_epoch) in enumerate(zip(tops, losses)):
+        name = f"{optimizer}-w{workers}-s{seed}"
+        ident = dict(exp=12, gpus=workers, per_gpu_batch=4, global_batch=4 * workers, warmup="gradual-4", seed=seed,
+                     scale="local", numerics="fp32", status="completed", path=f"runs/12/{name}", run=name,
+                     optimizer=optimizer)
+        out.append(dict(ident, kind="run", best_val_top1=top1))
+        out += [dict(ident, kind="epoch", epoch=e, val_top1=top1 - 1, train_loss=v) for e, v in enumerate(by_epoch)]
+    return pd.DataFrame(out)
+
+
+def test_diverged_runs_are_labelled_left_out_of_the_mean_and_of_the_fails_and_counted_apart():
+    from analysis.readings import finding_summary, verdict_table
+
+    trained, stuck, blew_up = [3.9, 2.0, 0.9], [3.9, 3.6, 3.3], [3.9, 90.0, float("nan")]
+    base = runs([(5, 1, "none", [77.0, 76.0, 78.0])])
+    study = [study_group("sgd", 32, [76.5, 77.0, 77.5], [trained] * 3),
+             study_group("sgd", 256, [8.0, 11.0, 6.0], [stuck] * 3),                    # all three diverged
+             study_group("lars", 256, [76.9, 77.1, 12.0], [trained, trained, blew_up]),  # one of three diverged
+             study_group("radam", 256, [60.0, 62.0, 61.0], [trained] * 3)]               # trained, and worse
+    v = orderings(pd.concat([base, *study], ignore_index=True), rf.load_reference())
+    v = v[v["experiment"] == 12].set_index(["optimizer", "workers"])
+    assert list(v["diverged"]) == [0, 3, 1, 0]
+    sgd = v.loc[("sgd", 256)]  # nothing left to average: no difference, no verdict, no claim
+    assert (sgd["n"], sgd["verdict"], sgd["holds"], sgd["holds_holm"]) == (0, "diverged", "diverged", "diverged")
+    assert math.isnan(sgd["difference"])
+    lars = v.loc[("lars", 256)]  # the mean of the two runs that trained
+    assert lars["n"] == 2 and lars["difference"] == pytest.approx(77.0 - 77.0) and lars["verdict"] == "equivalent"
+    assert v.loc[("radam", 256), "holds"] == "no"
+    # Holm's family: the three rows that claim something, not the diverged one
+    assert v["p_holm"].notna().sum() == 3
+    line = finding_summary(v.reset_index())[0]
+    assert "3 of 3 rows support it" not in line and "of 3 rows support it" in line
+    assert "fails in 1 (exp 12 radam at 256)" in line and "diverged in 1 (exp 12 sgd at 256)" in line
+    assert "over its 3 rows" in line
+    flags = list(verdict_table(v.reset_index())["flag"])
+    assert flags[1].startswith("diverged: 3 of 3 runs left out") and flags[2].startswith("diverged: 1 of 3")
+    assert flags[0] == flags[3] == ""

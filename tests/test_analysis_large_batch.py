@@ -159,7 +159,7 @@ def verdict_row(**change):
 
 
 def point(**change):
-    p = dict(failed=0, n=3, worst_loss=math.nan, worst_epoch=math.nan, sweep_seeds="")
+    p = dict(diverged=0, n=3, worst_loss=math.nan, worst_epoch=math.nan, sweep_seeds="")
     return pd.Series({**p, **change})
 
 
@@ -170,16 +170,16 @@ def test_a_row_is_borderline_only_within_a_tenth_of_the_margin_of_its_edge():
     assert lb.qualifiers(verdict_row(verdict="worse", ci_low=-9.0, ci_high=-2.1, final_verdict="worse")) == []
 
 
-def test_the_reading_names_a_last_epoch_verdict_failed_trainings_and_the_sweeps_own_run():
+def test_the_reading_names_a_last_epoch_verdict_diverged_runs_and_the_sweeps_own_run():
     said = lb.qualifiers(verdict_row(ci_low=-1.5, final_verdict="inconclusive"),
-                         point(failed=3, worst_loss=86.4, worst_epoch=16, sweep_seeds="0"))
+                         point(diverged=1, n=2, worst_loss=86.4, worst_epoch=16, sweep_seeds="0"))
     assert said == ["at the last epoch inconclusive",
-                    "training failed in 3 of 3 runs (training loss up to 86 at epoch 16): a failed optimisation at "
-                    "this rate and warm-up, not a measure of the batch",
+                    "1 of 3 runs diverged (training loss up to 86 at epoch 16, their last above 0.75 of the first "
+                    "epoch's): left out, a failed optimisation at this rate and warm-up, not a measure of the batch",
                     "seed 0 repeats the sweep's run that chose this rate (selected as the best of its grid)"]
 
 
-def test_a_training_failed_when_its_loss_doubles_or_never_falls_below_the_first_epochs():
+def test_a_study_run_diverged_when_its_last_loss_stays_above_three_quarters_of_its_first_epochs():
     def runs(losses_by_run):
         rows = []
         for name, losses in losses_by_run.items():
@@ -189,9 +189,42 @@ def test_a_training_failed_when_its_loss_doubles_or_never_falls_below_the_first_
                      for e, v in enumerate(losses)]
         return pd.DataFrame(rows)
 
-    df = runs({"lars-w256-s0": [3.9, 3.5, 86.0, 40.0], "sgd-w256-s0": [3.9, 4.0, 3.95],
-               "lamb-w256-s0": [3.9, 2.0, 1.5], "sgd-w32-s0": [3.9, 3.0, 7.0]})
+    df = runs({"lars-w256-s0": [3.9, 3.5, 86.0, 3.2], "sgd-w256-s0": [3.9, 4.0, 3.95],
+               "lamb-w256-s0": [3.9, 2.0, 1.5], "sgd-w32-s0": [3.9, 90.0, 1.0],  # blew up and trained: kept
+               "lars-base2-s0": [3.9, 3.9, 3.9]})  # a sweep run is no study run: the rule does not read it
     assert lb.failed_trainings(df) == {"runs/12/lars-w256-s0": (86.0, 2), "runs/12/sgd-w256-s0": (4.0, 1)}
+
+
+def test_diverged_runs_are_left_out_of_the_points_counted_apart_and_said_in_the_reading():
+    df = frame({"sgd": {32: [76.9, 76.2, 77.8], 256: [8.0, 11.0, 6.0]}, "lars": {256: [76.8, 75.9, 12.0]}},
+               with_sweep=False)
+    losses = {"sgd-w256-s0": [3.9, 4.2, 3.4], "sgd-w256-s1": [3.9, 4.0, 3.5], "sgd-w256-s2": [3.9, 4.1, 3.6],
+              "lars-w256-s2": [3.9, 101.0, 3.2]}
+    epochs = [dict(kind="epoch", exp=12, run=name, path=f"runs/12/{name}", epoch=e,
+                   train_loss=losses.get(name, [3.9, 2.0, 0.9])[e])
+              for name in df.loc[df["exp"] == 12, "run"] for e in range(3)]
+    df = pd.concat([df, pd.DataFrame(epochs)], ignore_index=True)
+    points = lb.study_points(df).set_index(["optimizer", "workers"])
+    assert list(points["diverged"]) == [0, 3, 1] and list(points["n"]) == [3, 0, 2]
+    assert math.isnan(points.loc[("sgd", 256), "best_top1"])  # no mean of runs that diverged
+    assert points.loc[("lars", 256), "best_top1"] == pytest.approx((76.8 + 75.9) / 2)
+    reading = lb.rq4_reading(orderings(df, rf.load_reference()), lb.study_points(df), NOISE.iloc[0:0])
+    assert "256 workers: no verdict; 3 of 3 runs diverged (training loss up to 4 at epoch 1" in reading
+    assert "1 of 3 runs diverged (training loss up to 101 at epoch 1" in reading
+    labels = lb.large_batch_figure(df, {"local": {"points": 2.0}}, NOISE.iloc[0:0]).axes[0] \
+        .get_legend_handles_labels()[1]
+    assert "SGD + linear scaling + warm-up: every run diverged (no mean)" in labels
+    assert "SGD + linear scaling + warm-up (3 seeds)" in labels
+    differences = lb.differences_figure(orderings(df, rf.load_reference()), lb.study_points(df),
+                                        {"local": {"points": 2.0}})
+    assert [t.get_text() for t in differences.axes[0].texts] == ["diverged"]  # SGD at 256: no difference to draw
+    from analysis.tables import quality_summary
+
+    q = quality_summary(df.assign(lr=0.1, framework="emulated", diverged=False, best_val_top5=90.0, wallclock_s=6.0))
+    q = q[q["exp"] == 12].set_index(["optimizer", "gpus"])
+    assert q.loc[("sgd", 256), "n"] == 0 and math.isnan(q.loc[("sgd", 256), "top1_mean"])
+    assert q.loc[("sgd", 256), "status"] == "3 completed (3 diverged by the reading rule: left out)"
+    assert q.loc[("lars", 256), "n"] == 2 and q.loc[("lars", 256), "top1_mean"] == pytest.approx(76.35)
 
 
 def test_a_study_run_is_the_sweeps_only_with_its_config_and_its_seed():

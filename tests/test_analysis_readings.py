@@ -1,6 +1,8 @@
 """The notebooks' reading cells are computed from the runs: their text follows the runs and the verdicts."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from analysis import readings as rd
@@ -188,3 +190,21 @@ def test_the_summary_and_the_short_table_say_both_per_row_and_after_holm():
     assert "scale" in rd.verdict_table(v.assign(scale=["local", "local", "gpu", "gpu"])).columns
     reading = rd.rq3_reading(v, REF)
     assert "After Holm's correction over its 2 rows: 0 of 2 support it." in reading
+
+
+def test_the_summary_says_which_rows_hold_only_with_seeds_added_after_a_look():
+    v = verdict_table()
+    v["holds"] = ["yes", "yes", "yes", "yes"]
+    v.loc[3, ["ci_low", "ci_high", "verdict"]] = [-0.8, -0.2, "equivalent"]  # holds with every seed
+    v["after_a_look"] = [None, None, "seeds added after a look: declared 5 vs 5 give -0.30 [-0.70, +0.10]",
+                         "seeds added after a look: declared 5 vs 5 give -1.07 [-2.17, +0.03]"]
+    v["declared_difference"] = [math.nan, math.nan, -0.3, -1.07]
+    v["declared_ci_low"], v["declared_ci_high"] = [math.nan, math.nan, -0.7, -2.17], [math.nan, math.nan, 0.1, 0.03]
+    v["declared_verdict"] = [None, None, "equivalent", "inconclusive"]
+    match = next(x for x in rd.finding_summary(v) if x.startswith("warmup_matches_baseline"))
+    # exp 6 at 8 holds with its declared seeds alone; exp 6 at 32 only with the seeds added after the look
+    assert "holds only with seeds added after a look at exp 6 at 32 (its declared seeds alone: -1.07 " \
+           "[-2.17, +0.03], inconclusive)" in match
+    assert "at exp 6 at 8" not in match
+    v["declared_verdict"] = [None, None, "equivalent", "equivalent"]  # both hold on their declared seeds
+    assert not any("seeds added after a look" in x for x in rd.finding_summary(v))

@@ -2,7 +2,8 @@
 whether LARS, LAMB or RAdam carry it further.
 
 study_points: best top-1 per optimizer and global batch (mean over seeds, 90 % t interval of the mean) from the
-study's runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs chose the rates and are left out).
+study's runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs chose the rates and are left out),
+the runs that diverged (analysis.smoke's DIVERGED_SHARE, a reading rule added after the runs) counted, not averaged.
 plot_large_batch draws them against the global batch with experiment 5's 1-worker baseline and its equivalence
 region (baseline ± the scale's declared margin), the batch that stands in for the thesis's 4,096 (32 workers), and
 the critical batch the gradient noise scale estimates: B_simple of the same model and data, measured on the study's
@@ -26,15 +27,15 @@ from contract.reader import read_config  # noqa: E402
 
 from .. import figures as fg  # noqa: E402
 from .. import findings as fd  # noqa: E402
+from ..entries import Drawn, Figure  # noqa: E402
+from ..findings import CONFIDENCE, DIVERGED_SHARE, LARGE_BATCH, OPTIMIZERS, STUDY_RUN, diverged_runs  # noqa: E402
 from ..noise import examples_words, noise_scales, noise_text  # noqa: E402
 from ..reference import THESIS_WORKERS  # noqa: E402
-from ..entries import Drawn, Figure  # noqa: E402
-from ..findings import CONFIDENCE, LARGE_BATCH, OPTIMIZERS, STUDY_RUN  # noqa: E402
 
 FINDING = "large_batch_matches_baseline"
 NAMES = {"sgd": "SGD + linear scaling + warm-up", "lars": "LARS", "lamb": "LAMB", "radam": "RAdam"}
 POINT_COLUMNS = ["scale", "numerics", "optimizer", "workers", "global_batch", "n", "best_top1", "ci_low", "ci_high",
-                 "failed", "worst_loss", "worst_epoch", "sweep_seeds", "decay"]
+                 "diverged", "worst_loss", "worst_epoch", "sweep_seeds", "decay"]
 # A row whose interval ends this close to a margin (a share of the margin) is called borderline in the reading.
 BORDERLINE = 0.1
 
@@ -59,18 +60,20 @@ def study_runs(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def study_points(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per scale, numerics, optimizer and worker count: seeds, mean best top-1 and its 90 % interval; how
-    many of its runs failed to train (and the worst training loss, with its epoch); the seeds that repeat one of
-    the sweep's runs (the same config: the run the sweep selected the rate by)."""
+    """One row per scale, numerics, optimizer and worker count: seeds, mean best top-1 and its 90 % interval over
+    the runs that did not diverge (analysis.smoke's DIVERGED_SHARE rule); how many diverged, left out (and the worst
+    training loss among them, with its epoch); the seeds that repeat one of the sweep's runs (the same config: the
+    run the sweep selected the rate by)."""
     rows = []
     rank = {name: i for i, name in enumerate(OPTIMIZERS)}
     failures, swept = failed_trainings(df), sweep_runs(df)
     for key, g in study_runs(df).groupby(["scale", "numerics", "optimizer", "gpus"], sort=True):
-        mean, low, high = _mean_interval(g["best_val_top1"])
-        failed = [failures[p] for p in g["path"] if p in failures]
-        worst = max(failed, default=(math.nan, math.nan))
-        rows.append(dict(zip(["scale", "numerics", "optimizer", "workers"], key), n=len(g), best_top1=mean,
-                         global_batch=int(g["global_batch"].iloc[0]), ci_low=low, ci_high=high, failed=len(failed),
+        gone = g["path"].isin(set(failures))
+        mean, low, high = _mean_interval(g.loc[~gone, "best_val_top1"])
+        worst = max((failures[p] for p in g.loc[gone, "path"]), default=(math.nan, math.nan))
+        rows.append(dict(zip(["scale", "numerics", "optimizer", "workers"], key), n=int((~gone).sum()),
+                         best_top1=mean, global_batch=int(g["global_batch"].iloc[0]), ci_low=low, ci_high=high,
+                         diverged=int(gone.sum()),
                          worst_loss=worst[0], worst_epoch=worst[1],
                          sweep_seeds=",".join(str(int(sd)) for sd, fp in zip(g["seed"], g.get("fingerprint", g["seed"]))
                                               if (fp, int(sd)) in swept), decay=_decay(g["path"].iloc[0])))
@@ -87,17 +90,17 @@ def _decay(run_dir: str) -> str:
 
 
 def failed_trainings(df: pd.DataFrame) -> dict[str, tuple[float, int]]:
-    """Study run folder -> (its worst training loss, that epoch), for each run whose training failed: its training
-    loss rose past twice its first epoch's (diverged) or never fell below it (never trained). Such a row measures a
-    failed optimisation at that rate and warm-up, not the batch size at which accuracy stops keeping up."""
-    epochs = df[(df["kind"] == "epoch") & df["path"].isin(set(study_runs(df)["path"]))]
+    """Study run folder -> (its worst training loss, that epoch), for each run that diverged by the reading rule in
+    one place, analysis.smoke's DIVERGED_SHARE (its last training loss not finite or above that share of its first
+    epoch's). Such a run measures a failed optimisation at that rate and warm-up, not the batch size at which
+    accuracy stops keeping up: it is left out of the means and counted apart."""
+    gone = diverged_runs(df) & set(study_runs(df)["path"])
+    epochs = df[(df["kind"] == "epoch") & df["path"].isin(gone)]
     failed = {}
     for path, g in epochs.groupby("path"):
         losses = g.sort_values("epoch")[["epoch", "train_loss"]].astype(float)
-        first, rest = losses["train_loss"].iloc[0], losses["train_loss"].iloc[1:]
-        worst = losses.loc[losses["train_loss"].idxmax()]
-        if len(rest) and (worst["train_loss"] > 2 * first or rest.min() >= first):
-            failed[path] = (float(worst["train_loss"]), int(worst["epoch"]))
+        worst = losses.loc[losses["train_loss"].fillna(math.inf).idxmax()]
+        failed[path] = (float(worst["train_loss"]), int(worst["epoch"]))
     return failed
 
 
@@ -133,9 +136,13 @@ def plot_large_batch(points: pd.DataFrame, band: dict, margin: float, noise: pd.
     for i, (optimizer, g) in enumerate(points.groupby("optimizer", sort=False)):
         g = g.sort_values("global_batch")
         err = [g["best_top1"] - g["ci_low"], g["ci_high"] - g["best_top1"]]
-        seeds = "-".join(str(n) for n in sorted({int(n) for n in g["n"]}))
+        seeds = "-".join(str(n) for n in sorted({int(n) for n in g["n"] if n}))
         ax.errorbar(g["global_batch"], g["best_top1"], yerr=err, marker="o", capsize=3, color=fg._colour(i),
                     label=f"{NAMES.get(optimizer, optimizer)} ({seeds} seeds)")
+        gone = g[(g["n"] == 0) & (g["diverged"] > 0)]  # every run diverged: no mean, a cross on the axis
+        if len(gone):
+            ax.plot(gone["global_batch"], [0.0] * len(gone), marker="x", ls="", ms=9, color=fg._colour(i),
+                    label=f"{NAMES.get(optimizer, optimizer)}: every run diverged (no mean)")
     if band["n"]:
         ax.axhline(band["mean"], color="black", lw=1, label=f"exp 5, 1 worker ({band['n']} seeds)")
         if not math.isnan(margin):
@@ -221,6 +228,11 @@ def plot_differences(v: pd.DataFrame, batch: dict, margin: float, ax=None, title
 
 
 def _draw_difference(ax, x: float, r, colour: str, low: float, high: float) -> None:
+    if r.verdict == "diverged":  # every run diverged: no difference, a cross at the axis's foot, said in words
+        ax.plot([x], [low], marker="x", ms=9, color=colour, ls="")
+        ax.annotate("diverged", (x, low), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7,
+                    color=colour)
+        return
     marker = "o" if r.verdict in ("equivalent", "inconclusive") else "X"
     face = colour if r.verdict != "inconclusive" else "none"
     if r.difference < low or r.difference > high:  # off the axis: at its edge, with the value
@@ -256,6 +268,8 @@ def _verdict_text(r, point=None) -> str:
     """One row of the reading: its difference, interval and verdict, and what qualifies it (point: its row of
     study_points, for failed trainings and the sweep's repeated runs)."""
     seeds = f", {int(r.n)} vs {int(r.n_against)} seeds" if hasattr(r, "n") and not pd.isna(r.n) else ""
+    if r.verdict == "diverged":  # every run diverged: nothing to average, no verdict
+        return f"{int(r.workers)} workers: no verdict" + "".join(f"; {q}" for q in qualifiers(r, point))
     if pd.isna(r.ci_low):
         return f"{int(r.workers)} workers: {r.verdict} (no interval{seeds})"
     interval = f"[{r.ci_low:+.1f}, {r.ci_high:+.1f}]"
@@ -278,10 +292,11 @@ def qualifiers(r, point=None) -> list[str]:
     final = getattr(r, "final_verdict", None)
     if isinstance(final, str) and final and final != r.verdict:
         out.append(f"at the last epoch {final}")
-    if point is not None and point.failed:
-        out.append(f"training failed in {int(point.failed)} of {int(point.n)} runs (training loss up to "
-                   f"{point.worst_loss:.0f} at epoch {int(point.worst_epoch)}): a failed optimisation at this rate "
-                   "and warm-up, not a measure of the batch")
+    if point is not None and point.diverged:
+        out.append(f"{int(point.diverged)} of {int(point.diverged + point.n)} runs diverged (training loss up to "
+                   f"{point.worst_loss:.0f} at epoch {int(point.worst_epoch)}, their last above {DIVERGED_SHARE:g} of "
+                   "the first epoch's): left out, a failed optimisation at this rate and warm-up, not a measure of "
+                   "the batch")
     if point is not None and point.sweep_seeds:
         out.append(f"seed {point.sweep_seeds} repeats the sweep's run that chose this rate (selected as the best "
                    "of its grid)")
@@ -320,7 +335,7 @@ def _holm_clause(v: pd.DataFrame) -> str:
     """'; after Holm's correction over each scale's N rows, K stay `equivalent`' when the verdicts carry holds_holm."""
     if "holds_holm" not in v:
         return ""
-    claimed = v[v["holds_holm"] != "n/a"]
+    claimed = v[~v["holds_holm"].isin(["n/a", "diverged"])]
     return (f"; after Holm's correction over each scale's rows, {int((claimed['holds_holm'] == 'yes').sum())} of "
             f"{len(claimed)} stay `equivalent` (the verdict table's `holds after Holm`)")
 
