@@ -4,12 +4,13 @@
     df = an.load_study("results/runs")      # one tidy frame (see analysis.runs)
     ref = an.load_reference()               # the thesis's Tables 1-15
     an.tables.quality_table(df, ref, 12)    # Table 12 with our runs beside it
+    an.rq4_reading(...)                     # an experiment's own reading, offered by its plug-in (analysis/experiments/)
 """
 from . import catalogue, figures, findings, frameworks, numbers, reference, tables  # noqa: F401
 from .compare import comparison_text, load_report_study, made_from  # noqa: F401
 from .logs import ParsedLog, parse_log  # noqa: F401
 from .findings import orderings  # noqa: F401
-from .large_batch import differences_figure, large_batch_figure, noise_scales, rq4_reading, study_points  # noqa: F401
+from .noise import noise_scales  # noqa: F401
 from .numbers import numerics_label  # noqa: F401
 from .nbhelpers import (batch_size_wallclock, error_figures, first_batch_penalty,  # noqa: F401
                         overview, pilot_summary, quality_overview, rq2_verdict, scaling_figure, schedules_figure,
@@ -17,5 +18,4 @@ from .nbhelpers import (batch_size_wallclock, error_figures, first_batch_penalty
 from .readings import baseline_rate_note, markdown, rq1_reading, rq3_reading, verdict_table  # noqa: F401
 from .reference import load_reference  # noqa: F401
 from .runs import load_log, load_logs, load_runs, load_study  # noqa: F401
-from .steps_to_target import (rq5_reading, selection_table, steps_figure, steps_table,  # noqa: F401
-                              tuned_beside_recipes, tuned_optimizers)
+globals().update(catalogue.plugin_exports())  # each experiment's own readings and figures (analysis/experiments/), an.<name>

@@ -48,9 +48,9 @@ def cmd_throughput(args) -> int:
             print(f"analysis throughput: no such file: {item}", file=sys.stderr)
             return 2
         log = parse_log(p)
-        results.append(log.throughput(args.per_gpu_batch, args.gpus,
-                                      args.warmup_batches if args.warmup_batches is not None
-                                      else nb.DEFAULT_WARMUP_BATCHES))
+        results.append(nb.log_throughput(log, args.per_gpu_batch, args.gpus,
+                                         args.warmup_batches if args.warmup_batches is not None
+                                         else nb.DEFAULT_WARMUP_BATCHES))
     if args.json:
         print(json.dumps(results if len(results) > 1 else results[0], indent=2))
     else:
@@ -115,8 +115,9 @@ def cmd_bench_parse(args) -> int:
 
 def cmd_bench_report(args) -> int:
     from .bench import bench_report
+    from .report import make_report
 
-    bench_report(args.runs, notebooks=not args.no_notebooks)
+    bench_report(make_report, args.runs, notebooks=not args.no_notebooks)
     return 0
 
 

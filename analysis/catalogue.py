@@ -9,19 +9,23 @@ An entry is a name (the file: tables/<name>.csv|md, figures/<name>.png|pdf), the
 beside ("" where the thesis has none), the experiments it reads, a title, and its maker: make(inputs, entry) returns
 a table (a DataFrame) or a figure (Drawn), a sentence saying why it is not drawn (listed under "Not drawn"), or None
 (nothing to write, nothing to say). The makers below only choose the rows; the drawing is a function of
-analysis/figures.py, analysis/large_batch.py or analysis/tables.py. Adding a table or figure is one entry, e.g.
-experiment 13's error curves, training beside validation error, the thesis's best marked:
+analysis/figures.py or analysis/tables.py. The entries of the thesis's experiments are declared here; an experiment
+beyond the thesis declares its own in its plug-in (analysis/experiments/<name>.py: TABLES, FIGURES), which this
+catalogue lists where `plugged` stands, naming none of them. Adding a table or figure is one entry,
+e.g. experiment 5's error curves at its largest worker count, a panel per configuration:
 
-    Figure("exp13_error", "", (13,), errors, "Experiment 13: steps to a target accuracy, SGD and LAMB",
-           {"rows": every_run}),
+    Figure("exp5_error_max_gpus", "", (5,), errors, "Experiment 5: linear scaling, no warm-up, most GPUs",
+           {"rows": most_workers, "layout": "grid"}),
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import matplotlib
 
@@ -31,25 +35,33 @@ import pandas as pd  # noqa: E402
 
 from . import advisor_runs  # noqa: E402
 from . import cost  # noqa: E402
+from . import experiments  # noqa: E402 -- the plug-ins' package: its modules are found below, never named
 from . import figures as fg  # noqa: E402
 from . import findings as fd  # noqa: E402
-from . import large_batch as lb  # noqa: E402
 from . import link as lk  # noqa: E402
 from . import reference as rf  # noqa: E402
-from . import steps_to_target as stt  # noqa: E402
-from . import steps_to_target_e2 as e2st  # noqa: E402
 from . import tables as tb  # noqa: E402
-from .compare import machine_of, report_comparison, runs_label  # noqa: E402
+from .compare import report_comparison
+from .machines import machine_of, runs_label  # noqa: E402
+from .entries import THESIS_SOURCE, Drawn, Figure, Table, epoch_rows, thesis_source  # noqa: E402, F401
 from .readings import finding_summary, verdict_table  # noqa: E402
 from .smoke import smoke_paths  # noqa: E402
 
-#: the line a figure carries when it draws the thesis's values only: never "Made from N runs (this machine)"
-THESIS_SOURCE = "Made from the thesis's values (no runs)."
+#: every plug-in (analysis/experiments/<name>.py), in the order of its module's name
+PLUGINS = tuple(importlib.import_module(f"{experiments.__name__}.{m.name}")
+                for m in sorted(pkgutil.iter_modules(experiments.__path__), key=lambda m: m.name))
 
 
-def thesis_source(entry) -> str:
-    """The line of an entry made from the thesis's own tables alone, naming them."""
-    return f"Made from the thesis's {entry.thesis} (no runs)."
+def plugged(kind: str) -> tuple:
+    """Every plug-in's TABLES or FIGURES, in the plug-ins' order."""
+    return tuple(e for plugin in PLUGINS for e in getattr(plugin, kind, ()))
+
+
+def plugin_exports() -> dict:
+    """name -> object of every plug-in's EXPORTS (what `import analysis` offers)."""
+    return {name: getattr(plugin, name) for plugin in PLUGINS for name in getattr(plugin, "EXPORTS", ())}
+
+
 SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale (config.json \"scale\"): their "
               "numbers are not comparable with the thesis's and are not placed beside them.")
 #: the quality experiments (Tables 10-15, Figures 18-30): their error curves and learning-rate schedules
@@ -85,10 +97,6 @@ class Inputs:
         return fd.orderings(self.df, self.ref)
 
     @cached_property
-    def points(self) -> pd.DataFrame:
-        return lb.study_points(self.df)
-
-    @cached_property
     def links(self) -> pd.DataFrame:
         return lk.link_table(self.df)
 
@@ -102,42 +110,6 @@ class Inputs:
 
     def epochs(self, exp: int) -> pd.DataFrame:
         return epoch_rows(self.df, exp)
-
-
-def epoch_rows(df: pd.DataFrame, exp: int, **where) -> pd.DataFrame:
-    """Experiment exp's epoch records, where each column named in `where` has the value given."""
-    e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
-    for k, v in where.items():
-        e = e[e[k] == v]
-    return e
-
-
-class Drawn(NamedTuple):
-    figure: object  # a matplotlib Figure
-    source: str | None  # the line it carries: which runs, or THESIS_SOURCE
-
-
-@dataclass(frozen=True)
-class Table:
-    name: str  # tables/<name>.csv and .md
-    thesis: str  # the thesis's table it stands beside, "" for ours
-    experiments: tuple[int, ...]  # the experiments whose runs it reads
-    make: Callable  # make(inputs, entry) -> DataFrame, or None where there is nothing to write
-    title: str | None = None
-    notes: tuple | Callable = ()  # the lines under it, or notes(inputs, frame) -> those lines
-    shown: Callable | None = None  # shown(frame): a shorter table for the .md (the .csv keeps every column)
-    options: dict = field(default_factory=dict)  # the maker's own settings
-    thesis_only: bool = False  # made from the thesis's values alone: its line names them, never the runs
-
-
-@dataclass(frozen=True)
-class Figure:
-    name: str  # figures/<name>.png and .pdf
-    thesis: str  # the thesis's figure (or values) it redraws, "" for ours
-    experiments: tuple[int, ...]  # the experiments whose runs it draws
-    make: Callable  # make(inputs, entry) -> Drawn, a sentence why not drawn, or None
-    title: str = ""  # {warmupN}: experiment N's warm-up in words (warmup_phrase)
-    options: dict = field(default_factory=dict)  # the maker's own settings: layout, rows, framework ...
 
 
 # ============================================================================================ the rows drawn
@@ -288,37 +260,6 @@ def schedules(inputs: Inputs, entry: Figure) -> Drawn:
     return Drawn(figure, source if from_runs else THESIS_SOURCE)
 
 
-def large_batch(inputs: Inputs, entry: Figure) -> Drawn | str:
-    figure = lb.large_batch_figure(inputs.df, fd.margins())
-    return "no experiment 12 study runs" if figure is None else Drawn(figure, inputs.source)
-
-
-def large_batch_differences(inputs: Inputs, entry: Figure) -> Drawn | None:
-    if inputs.points.empty:  # no study runs: large_batch says so
-        return None
-    figure = lb.differences_figure(inputs.verdicts, inputs.points, fd.margins())
-    return None if figure is None else Drawn(figure, inputs.source)
-
-
-def steps_to_target(inputs: Inputs, entry: Figure) -> Drawn | str | None:
-    """Experiment 13's curve; nothing at all without its runs (the committed report stays as it was), a line when
-    only its rate selection has run."""
-    if not (inputs.df["exp"] == 13).any():
-        return None
-    figure = stt.steps_figure(inputs.df)
-    return "no experiment 13 study runs yet (step 1 only)" if figure is None else Drawn(figure, inputs.source)
-
-
-def steps_to_target_table(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
-    table = stt.steps_table(inputs.df)
-    return None if table.empty else table
-
-
-def rate_selection_table(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
-    table = stt.selection_table(inputs.df)
-    return None if table.empty else table
-
-
 def steady_state(inputs: Inputs, entry: Figure) -> Drawn:
     """RQ2 from the thesis's values alone: the first batch left out of its throughput formula."""
     figure, ax = plt.subplots(figsize=(7, 4.2))
@@ -412,29 +353,7 @@ TABLES = (
     Table("study_times", "", QUALITY_EXPERIMENTS + (10, 11, 12, 13), of_runs(cost.local_study_times),
           "Local quality studies: measured run times and the study's wall-clock at JOBS=2", cost.STUDY_TIME_NOTES),
     Table("extra_experiments", "", (), extra_experiments, "Runs of experiments beyond the thesis's nine"),
-    Table("exp13_steps_to_target", "", (12, 13), steps_to_target_table,
-          "Experiment 13: steps to the target top-1 per global batch, each batch at its tuned rate",
-          ("steps: geometric mean over the seeds that reached the target (NaN where any did not), steps_low/high "
-           "their range; epoch_steps: one epoch's steps, the count's resolution (no interpolation); ratio_next: "
-           "S(2B)/S(B) with its 90 % seed-bootstrap interval; experiment 12's rows: its fixed 72-epoch recipes "
-           "read at the same target.",)),
-    Table("exp13_rate_selection", "", (13,), rate_selection_table,
-          "Experiment 13, step 1: every tuning run on the held-out split and the rate the declared rule chose",
-          ("steps: to the target on the held-out 20 % of the training set (NaN: not reached within the budget); "
-           "best_top1: its best held-out top-1; choice: the rule's pick per (optimizer, batch), fewest steps, a tie "
-           "the lower rate, none reaching: the highest best_top1; named only once every planned rate has finished.",)),
-    Table("exp13_e2_steps_to_target", "", (13,), lambda inputs, entry: e2st.steps_cells_table(inputs.df),
-          "Experiment 13, second edition: steps to the target per global batch, counted every k steps",
-          ("steps: geometric mean over the 5 study seeds (NaN where any did not reach the target), steps_low/high "
-           "their range; eval_every: k, the count's resolution; resolution_share: k over the fewest steps, met "
-           "where k <= 5 % for every seed (a cell that misses it is left out of the fit); declared in "
-           "experiments/13_steps_to_target/declared_2026-11-28-edition2.txt.",)),
-    Table("exp13_e2_fit", "", (13,), lambda inputs, entry: e2st.fit_report_table(inputs.df),
-          "Experiment 13, second edition: S_min, B_noise (= B_crit) with intervals over batches and seeds, the fit's "
-          "goodness, the regimes it allows, B_simple at the target beside B_crit",
-          ("intervals: 90 % percentile, 2,000 bootstrap draws over batches and seeds; goodness: the fit's log RMS "
-           "against seed noise and a power law's, and B_noise with one batch left out; regimes: only where B_noise's "
-           "whole interval puts the batch in one; b_simple: the declared factor-3 rule.",)),
+    *plugged("TABLES"),
     Table("this_machine_vs_reference", "", (), this_machine,
           "This machine's runs, the committed reference's (by machine) and the thesis's"),
     Table("exp3_predicted", "", (3,), predicted_beside_measured,
@@ -483,9 +402,7 @@ FIGURES = (
     Figure("util_other_runs", "", (), other_utilisation,
            "Utilisation of the other experiments' runs, each at its largest worker count"),
     Figure("lr_schedules_exp4-9", "", QUALITY_EXPERIMENTS, schedules, "Learning-rate schedules of experiments 4-9"),
-    Figure("exp12_large_batch", "", (5, 12), large_batch),
-    Figure("exp12_differences", "", (5, 12), large_batch_differences),
-    Figure("exp13_steps_to_target", "", (13,), steps_to_target),
+    *plugged("FIGURES"),
     Figure("rq2_steady_state", "Tables 5/6 and 8/9 and Figures 12-13", (), steady_state),
     Figure("link_rates", "", (3,), link_rates, "Experiment 3 across hosts: throughput against each host's link"),
 )

@@ -8,38 +8,19 @@ measure the machine they run on. The table matches a planned run to reference ru
 from __future__ import annotations
 
 import math
-import os
 import re
-import tomllib
 from pathlib import Path
 
 import pandas as pd
 
-from contract import machine, placement, reader
+from contract import placement, reader
 
 from . import numbers as nb
+from .machines import REFERENCE_ROOT, REPO, complements, reference_machines, runs_label
 from .runs import experiment_number, load_study, run_frame
 from .smoke import SMOKE, is_smoke_run, smoke_paths
 
-REPO = Path(__file__).resolve().parents[1]
-REFERENCE_ROOT = REPO / "results" / "reference"
 SEED_SUFFIX = re.compile(r"-s\d+$")
-EXPERIMENT_DIR = re.compile(r"^\d\d_")  # an experiment's folder in a runs root: 13_steps_to_target
-
-
-# ============================================================================================ reference machines
-
-
-def reference_machines(root: Path = REFERENCE_ROOT) -> list[tuple[str, Path, str]]:
-    """(label, folder, one-line description) of every reference machine: a folder of root with a machine.toml."""
-    found = []
-    for folder in sorted(p for p in Path(root).glob("*") if (p / "machine.toml").is_file()):
-        try:
-            info = tomllib.loads((folder / "machine.toml").read_text())
-        except (OSError, tomllib.TOMLDecodeError):
-            info = {}
-        found.append((str(info.get("label", folder.name)), folder, str(info.get("description", ""))))
-    return found
 
 
 def run_value(run_dir: Path, kind: str) -> float:
@@ -172,84 +153,12 @@ def comparison_text(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT)
 # ============================================================================================ the report's view
 
 
-def default_runs_root(own: Path = Path("results/runs"), root: Path = REFERENCE_ROOT) -> tuple[Path, str]:
-    """(runs root, what it is) for the report: this machine's results/runs when it holds runs, else the committed
-    reference (the first machine's)."""
-    if reader.holds_runs(own):
-        return own, "this machine"
-    machines = reference_machines(root)
-    if machines:
-        label, folder, _ = machines[0]
-        try:  # as a user would type it (and as the report's index names it)
-            folder = folder.relative_to(Path.cwd())
-        except ValueError:
-            pass
-        return folder, f"the committed reference, machine {label}"
-    return own, "this machine"
-
-
-def runs_label(runs: Path, root: Path = REFERENCE_ROOT) -> str:
-    """The machine a runs root was measured on: a reference machine's label (its machine.toml), else this machine."""
-    runs = Path(runs).resolve()
-    for label, folder, _ in reference_machines(root):
-        if folder.resolve() == runs:
-            return f"reference machine {label}"
-    return "this machine"
-
-
-def machine_cores(runs: Path, root: Path = REFERENCE_ROOT) -> int | None:
-    """The CPU cores of the machine a runs root was measured on: a reference machine's machine.toml `cores`, else
-    this machine's (its own results/runs)."""
-    runs = Path(runs).resolve()
-    for _, folder, _ in reference_machines(root):
-        if folder.resolve() == runs:
-            try:
-                return tomllib.loads((folder / "machine.toml").read_text()).get("cores")
-            except (OSError, tomllib.TOMLDecodeError):
-                return None
-    return os.cpu_count()
-
-
 def _hosts(df: pd.DataFrame) -> list[str]:
     """The host names the run folders' manifests record (which machine 'this machine' was)."""
     hosts: set[str] = set()
     for path in df.loc[(df["kind"] == "run") & (df["source"] == "run"), "path"].dropna().unique():
         hosts.update((reader.read_manifest(path) or {}).get("hosts") or [])
     return sorted(hosts)
-
-
-def machine_of(path, root: Path = REFERENCE_ROOT) -> str:
-    """The reference machine whose folder holds a run folder (its label; reference-add let in only runs of its
-    identity), else "this machine" -- where the run's manifest records this machine's identity or none to compare
-    (contract/machine.py) -- else "another machine (its CPU model)": a run folder copied here from elsewhere is
-    never labelled this machine's by where it lies."""
-    where = Path(path).resolve()
-    for label, folder, _ in reference_machines(root):
-        if where.is_relative_to(folder.resolve()):
-            return label
-    recorded = machine.recorded(reader.read_manifest(path) or {})
-    here = {k: v for k, v in machine.this_machine(None, None).items() if v is not None}
-    if machine.REQUIRED in recorded and machine.mismatch(recorded, here):
-        return f"another machine ({recorded[machine.REQUIRED]})"
-    return "this machine"
-
-
-def complements(runs: Path, root: Path = REFERENCE_ROOT) -> list[tuple[str, Path]]:
-    """When `runs` is the committed reference (the first machine's folder): every experiment folder another
-    reference machine holds and the first does not, as (that machine's label, the folder, found beside `runs` as
-    it was written). The committed report shows such an experiment from that machine, and says so: an experiment
-    comes from one machine, never pooled across machines, and no machine's runs stand in for another's."""
-    machines = reference_machines(root)
-    if not machines or Path(runs).resolve() != machines[0][1].resolve():
-        return []
-    held = {p.name for p in machines[0][1].iterdir() if p.is_dir()}
-    found = []
-    for label, folder, _ in machines[1:]:
-        for experiment in sorted(p.name for p in folder.iterdir() if p.is_dir() and EXPERIMENT_DIR.match(p.name)):
-            if experiment not in held:
-                found.append((label, Path(runs).parent / folder.name / experiment))
-                held.add(experiment)
-    return found
 
 
 def load_report_study(runs, logs=None, root: Path = REFERENCE_ROOT) -> pd.DataFrame:

@@ -40,7 +40,7 @@ import pandas as pd
 
 from . import numbers as nb
 from . import tables as tb
-from .compare import machine_of
+from .machines import machine_of
 
 IMAGENET_TRAIN = 1_281_167
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"

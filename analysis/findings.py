@@ -45,7 +45,7 @@ from scipy import stats
 
 from contract import reader
 
-from .smoke import SMOKE, smoke_paths
+from .smoke import DIVERGED_SHARE, LARGE_BATCH, SMOKE, STUDY_RUN, diverged_runs, smoke_paths
 
 COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "optimizer", "against", "n", "n_against",
            "difference", "ci_low", "ci_high", "margin", "verdict", "holds", "method", "p", "p_holm", "holds_holm",
@@ -57,18 +57,8 @@ ALPHA = (1 - 0.90) / 2  # each end of the 90 % interval is a one-sided test at 5
 WARMUP_EXPERIMENTS = (6, 8, 9)
 SCHEMES = ((8, 6), (9, 8))  # gradual against stepping, the longer gradual against the shorter (the thesis's 5.8-5.9)
 SCHEME_WORDS = {6: "stepping warm-up", 8: "gradual warm-up, the shorter"}
-LARGE_BATCH = 12
 OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # the order rows and curves take
-# experiment 12's study runs (lars-w256-s0; thesis-lars-w256-s0 at another scale), not its sweep's (lars-base0.5-s0)
-STUDY_RUN = r"^([a-z]+-)?[a-z]+-w\d+-s\d+$"
 CONFIDENCE = 0.90
-# A reading rule, added on 2026-11-28 after experiment 12's runs had all ended (issue 50), not a change of its design:
-# a study run diverged when its last epoch's training loss is not finite or still above DIVERGED_SHARE of its first
-# epoch's (the first epoch's loss is close to an untrained model's, ln of the classes). Such a run measures a failed
-# optimisation at its rate and warm-up, not how accurate a model that batch trains is, so it is labelled, left out of
-# the means and of the rows that fail a finding, and counted on its own (`diverged`). Every study run that trained
-# ended far below the share, every one that did not far above it (experiments/12_large_batch/README.md).
-DIVERGED_SHARE = 0.75
 SCALES_FILE = Path(__file__).resolve().parents[1] / "experiments" / "scales.toml"
 MOST_SEEDS = 1000  # seeds_needed searches up to this many
 
@@ -264,31 +254,6 @@ def declared_only(a: pd.DataFrame, b: pd.DataFrame, margin: float) -> dict:
                 declared_n=len(a), declared_n_against=len(b), declared_difference=got["difference"],
                 declared_ci_low=got["ci_low"], declared_ci_high=got["ci_high"],
                 declared_verdict=verdict(got["ci_low"], got["ci_high"], margin))
-
-
-# ============================================================================================ diverged runs
-
-
-def diverged(losses) -> bool:
-    """Whether a run's training losses, epoch by epoch, say it diverged (DIVERGED_SHARE's rule): its last one is not
-    finite or above DIVERGED_SHARE of its first. Fewer than two epochs say nothing."""
-    losses = [float(x) for x in losses]
-    if len(losses) < 2:
-        return False
-    return not math.isfinite(losses[-1]) or losses[-1] > DIVERGED_SHARE * losses[0]
-
-
-def diverged_runs(df: pd.DataFrame) -> set[str]:
-    """The folders of experiment 12's study runs that diverged (DIVERGED_SHARE's rule; smoke runs, a check of the
-    pipeline, are never read by it)."""
-    if "train_loss" not in df or "run" not in df:
-        return set()
-    study = df[(df["kind"] == "run") & (df["exp"] == LARGE_BATCH) & df["run"].str.match(STUDY_RUN, na=False)]
-    paths = set(study["path"]) - smoke_paths(df)
-    epochs = df[(df["kind"] == "epoch") & df["path"].isin(paths)].sort_values("epoch")
-    # a run with no training loss recorded says nothing; a NaN among recorded ones is a non-finite loss
-    return {path for path, g in epochs.groupby("path")
-            if g["train_loss"].notna().any() and diverged(g["train_loss"].tolist())}
 
 
 # ============================================================================================ one comparison

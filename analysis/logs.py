@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import numbers as nb
 
 # ============================================================================================ result type
 
@@ -52,11 +51,7 @@ class ParsedLog:
     lines: int = 0
     bad_lines: int = 0
     info: dict = field(default_factory=dict)  # tool-specific: total_images_per_s, per_device_batch, ranks...
-
-    def throughput(self, per_gpu_batch: float | None = None, gpus: float | None = None,
-                   warmup: int = nb.DEFAULT_WARMUP_BATCHES) -> dict:
-        """Thesis-formula and steady-state images/s of the first epoch in the log."""
-        return log_throughput(self, per_gpu_batch, gpus, warmup)
+    # its throughput by the thesis's formulas: numbers.log_throughput(log, ...)
 
 
 TRAIN_COLUMNS = ["epoch", "batch", "count", "total", "time", "time_avg", "data", "data_avg", "loss", "loss_avg",
@@ -395,57 +390,3 @@ def parse_tf_cnn_benchmarks(raw: bytes, path: str = "<memory>") -> ParsedLog:
             "ranks": [r for r in ranks if r >= 0]}
     return ParsedLog(path, "tf_cnn_benchmarks", "tf_cnn_benchmarks", train[TRAIN_COLUMNS].reset_index(drop=True),
                      _empty(EPOCH_COLUMNS), lines=n_lines, bad_lines=int(bad), info=info)
-
-
-# ============================================================================================ throughput
-
-
-def _closest_count(counts: np.ndarray, target: int) -> int | None:
-    if counts.size == 0:
-        return None
-    k = int(np.argmin(np.abs(counts - target) * 2 + (counts > target)))  # ties go to the earlier batch
-    return k
-
-
-def log_throughput(log: ParsedLog, per_gpu_batch: float | None = None, gpus: float | None = None,
-                   warmup: int = nb.DEFAULT_WARMUP_BATCHES) -> dict:
-    """Thesis-formula and steady-state images/s from a parsed log's first epoch.
-
-    * pytorch/examples logs: B*G / running mean at batch 199 (the nearest printed batch if 199 was not
-      printed; ``thesis_batch`` says which), and B*G / mean time of the batches after the first `warmup`.
-    * Horovod example: the same from tqdm's elapsed time (whole seconds, so a coarse estimate).
-    * tf_cnn_benchmarks: the tool's own ``total images/sec`` (what the thesis reported; it already leaves
-      out the tool's warm-up batches) and the last per-step mean times the number of GPUs.
-    """
-    out = {"path": log.path, "tool": log.tool, "format": log.fmt, "per_gpu_batch": per_gpu_batch,
-           "gpus": gpus, "thesis_images_per_s": None, "steady_images_per_s": None, "thesis_batch": None,
-           "batch_time_avg_at_199": None, "warmup_batches": warmup, "lines": log.lines, "bad_lines": log.bad_lines}
-    g = 1 if gpus is None else gpus
-    if log.tool == "tf_cnn_benchmarks":
-        b = per_gpu_batch or log.info.get("per_device_batch")
-        out["per_gpu_batch"] = b
-        total = log.info.get("total_images_per_s")
-        last = log.info.get("last_step_images_per_s")
-        out["thesis_images_per_s"] = total
-        out["steady_images_per_s"] = last * g if last is not None else total
-        return out
-    tr = log.train
-    if tr.empty or not per_gpu_batch:
-        if not per_gpu_batch:
-            out["note"] = "per-GPU batch size needed (--per-gpu-batch)"
-        return out
-    first = tr[tr["epoch"] == tr["epoch"].min()]
-    counts = first["count"].to_numpy(dtype=float)
-    k = _closest_count(counts, nb.THESIS_BATCH_INDEX + 1)
-    if k is not None:
-        avg = float(first["time_avg"].iloc[k])
-        out["thesis_batch"] = int(first["batch"].iloc[k])
-        out["batch_time_avg_at_199"] = avg
-        t = nb.thesis_throughput(per_gpu_batch, g, avg)
-        out["thesis_images_per_s"] = None if math.isnan(t) else round(t, 2)
-    vals = first["time"].to_numpy(dtype=float)
-    steady_t = nb.steady_batch_time(counts, first["time_avg"].to_numpy(dtype=float),
-                                    None if np.isnan(vals).all() else vals, warmup=warmup)
-    s = nb.steady_throughput(per_gpu_batch, g, steady_t)
-    out["steady_images_per_s"] = None if math.isnan(s) else round(s, 2)
-    return out

@@ -77,20 +77,6 @@ def steady_throughput(per_gpu_batch: float, gpus: float, mean_batch_time: float)
     return per_gpu_batch * gpus / mean_batch_time
 
 
-def without_first_batch(thesis_images_per_s: float, per_gpu_batch: float, gpus: float,
-                        first_batch_s: float, n_batches: int = THESIS_BATCH_INDEX + 1) -> float:
-    """Re-estimate a thesis throughput with the first batch taken out of the 200-batch mean.
-
-    The thesis's mean at batch 199 covers n = 200 batches: sum = n * B*G / T. Removing the first
-    batch's time t0 leaves (sum - t0) / (n - 1) per batch, and B*G over that is the estimate.
-    """
-    if not (thesis_images_per_s > 0 and math.isfinite(first_batch_s)):
-        return math.nan
-    total = n_batches * per_gpu_batch * gpus / thesis_images_per_s
-    rest = (total - first_batch_s) / (n_batches - 1)
-    return per_gpu_batch * gpus / rest if rest > 0 else math.nan
-
-
 def speedup(throughput: float, baseline_1gpu: float) -> float:
     """Speed-up over the 1-GPU baseline of the same framework and per-GPU batch."""
     if not (baseline_1gpu and baseline_1gpu > 0):
@@ -152,3 +138,57 @@ def numerics_label(precision: str | None = None, channels_last: bool | None = No
 def numerics_suffix(numerics, sep: str = " ") -> str:
     """' bf16+cl' for a label or legend; '' for fp32 (the thesis's, and most runs'), so their labels stay unmarked."""
     return f"{sep}{numerics}" if isinstance(numerics, str) and numerics != FP32 else ""
+
+
+# ============================================================================================ throughput
+
+
+def _closest_count(counts: np.ndarray, target: int) -> int | None:
+    if counts.size == 0:
+        return None
+    k = int(np.argmin(np.abs(counts - target) * 2 + (counts > target)))  # ties go to the earlier batch
+    return k
+
+
+def log_throughput(log, per_gpu_batch: float | None = None, gpus: float | None = None,
+                   warmup: int = DEFAULT_WARMUP_BATCHES) -> dict:
+    """Thesis-formula and steady-state images/s from a parsed log's (analysis.logs.ParsedLog) first epoch.
+
+    * pytorch/examples logs: B*G / running mean at batch 199 (the nearest printed batch if 199 was not
+      printed; ``thesis_batch`` says which), and B*G / mean time of the batches after the first `warmup`.
+    * Horovod example: the same from tqdm's elapsed time (whole seconds, so a coarse estimate).
+    * tf_cnn_benchmarks: the tool's own ``total images/sec`` (what the thesis reported; it already leaves
+      out the tool's warm-up batches) and the last per-step mean times the number of GPUs.
+    """
+    out = {"path": log.path, "tool": log.tool, "format": log.fmt, "per_gpu_batch": per_gpu_batch,
+           "gpus": gpus, "thesis_images_per_s": None, "steady_images_per_s": None, "thesis_batch": None,
+           "batch_time_avg_at_199": None, "warmup_batches": warmup, "lines": log.lines, "bad_lines": log.bad_lines}
+    g = 1 if gpus is None else gpus
+    if log.tool == "tf_cnn_benchmarks":
+        b = per_gpu_batch or log.info.get("per_device_batch")
+        out["per_gpu_batch"] = b
+        total = log.info.get("total_images_per_s")
+        last = log.info.get("last_step_images_per_s")
+        out["thesis_images_per_s"] = total
+        out["steady_images_per_s"] = last * g if last is not None else total
+        return out
+    tr = log.train
+    if tr.empty or not per_gpu_batch:
+        if not per_gpu_batch:
+            out["note"] = "per-GPU batch size needed (--per-gpu-batch)"
+        return out
+    first = tr[tr["epoch"] == tr["epoch"].min()]
+    counts = first["count"].to_numpy(dtype=float)
+    k = _closest_count(counts, THESIS_BATCH_INDEX + 1)
+    if k is not None:
+        avg = float(first["time_avg"].iloc[k])
+        out["thesis_batch"] = int(first["batch"].iloc[k])
+        out["batch_time_avg_at_199"] = avg
+        t = thesis_throughput(per_gpu_batch, g, avg)
+        out["thesis_images_per_s"] = None if math.isnan(t) else round(t, 2)
+    vals = first["time"].to_numpy(dtype=float)
+    steady_t = steady_batch_time(counts, first["time_avg"].to_numpy(dtype=float),
+                                    None if np.isnan(vals).all() else vals, warmup=warmup)
+    s = steady_throughput(per_gpu_batch, g, steady_t)
+    out["steady_images_per_s"] = None if math.isnan(s) else round(s, 2)
+    return out

@@ -21,7 +21,7 @@ import pandas as pd
 
 from contract import reader
 
-from .compare import machine_of, reference_machines
+from .machines import machine_of, reference_machines
 from .headline import HEADLINE
 
 PAGE = "index.html"

@@ -8,10 +8,9 @@ from __future__ import annotations
 import math
 from importlib import resources
 
-import numpy as np
 import pandas as pd
 
-from . import numbers as nb
+from contract.config import THESIS_BATCH_INDEX
 
 REFERENCE_COLUMNS = ["table", "experiment", "framework", "per_gpu_batch", "global_batch", "nodes", "gpus", "lr",
                      "warmup", "throughput", "top1", "top5", "wallclock_s"]
@@ -38,6 +37,7 @@ CAPTIONS = {
 TEXT_NUMBER = {t: t + 1 for t in range(10, 16)}
 THROUGHPUT_TABLES = tuple(range(1, 10))
 QUALITY_TABLES = tuple(range(10, 16))
+THESIS_WORKERS = 32  # the thesis's largest run: 32 GPUs x 128 = 4,096 images a step
 #: experiment -> caption table numbers
 EXPERIMENT_TABLES = {1: (1, 2, 3), 2: (4, 5, 6), 3: (7, 8, 9), 4: (10,), 5: (11,), 6: (12,), 7: (13,), 8: (14,),
                      9: (15,)}
@@ -91,16 +91,18 @@ def table_rows(ref: pd.DataFrame, table: int) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-def throughput_reference(ref: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Throughput rows (tables 1-9) with speed-up and efficiency over the same framework's 1-GPU row."""
-    ref = load_reference() if ref is None else ref
-    t = ref[ref["table"] <= 9].copy()
-    base = t[t["gpus"] == 1].set_index(["framework", "per_gpu_batch"])["throughput"]
-    t["baseline"] = [base.get((f, b), np.nan) for f, b in zip(t["framework"], t["per_gpu_batch"])]
-    t["speedup"] = t["throughput"] / t["baseline"]
-    t["efficiency"] = t["speedup"] / t["gpus"].astype(float)
-    t["wallclock_90_s"] = [nb.wallclock_estimate_s(x) for x in t["throughput"]]
-    return t.reset_index(drop=True)
+def without_first_batch(thesis_images_per_s: float, per_gpu_batch: float, gpus: float,
+                        first_batch_s: float, n_batches: int = THESIS_BATCH_INDEX + 1) -> float:
+    """Re-estimate a thesis throughput with the first batch taken out of the 200-batch mean.
+
+    The thesis's mean at batch 199 covers n = 200 batches: sum = n * B*G / T. Removing the first
+    batch's time t0 leaves (sum - t0) / (n - 1) per batch, and B*G over that is the estimate.
+    """
+    if not (thesis_images_per_s > 0 and math.isfinite(first_batch_s)):
+        return math.nan
+    total = n_batches * per_gpu_batch * gpus / thesis_images_per_s
+    rest = (total - first_batch_s) / (n_batches - 1)
+    return per_gpu_batch * gpus / rest if rest > 0 else math.nan
 
 
 def rq2_steady_state(ref: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -114,7 +116,7 @@ def rq2_steady_state(ref: pd.DataFrame | None = None) -> pd.DataFrame:
     rows = []
     for r in t.itertuples(index=False):
         first = FIRST_BATCH_S.get((r.framework, int(r.gpus)), math.nan)
-        steady = nb.without_first_batch(r.throughput, int(r.per_gpu_batch), int(r.gpus), first)
+        steady = without_first_batch(r.throughput, int(r.per_gpu_batch), int(r.gpus), first)
         rows.append({"framework": r.framework, "gpus": int(r.gpus), "thesis_images_per_s": r.throughput,
                      "first_batch_s": first, "steady_images_per_s": round(steady, 2) if math.isfinite(steady)
                      else math.nan})

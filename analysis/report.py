@@ -21,8 +21,8 @@ from . import figures as fg  # noqa: E402
 from . import page as pg  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
-from .compare import (REPO, default_runs_root, load_report_study, machine_cores, made_from,  # noqa: E402
-                      reference_machines, runs_label)
+from .compare import load_report_study, made_from  # noqa: E402
+from .machines import REPO, default_runs_root, machine_cores, reference_machines, runs_label  # noqa: E402
 
 COMMITTED_REPORT = REPO / "results"  # the committed report: the reference's tables/, figures/ and rq*.ipynb
 REPORT_ROOT = COMMITTED_REPORT / "report"  # gitignored: the report of any other runs, a folder each

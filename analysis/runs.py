@@ -135,7 +135,7 @@ def run_identity(folder: pd.Series) -> dict:
     b = train.get("per_worker_batch")
     gb = res.get("global_batch", (b * gpus) if (b and gpus) else None)
     backend = res.get("backend", train.get("backend"))
-    # emulated workers are neither DDP nor Horovod: label them by what they are (older runs said "pytorch")
+    # emulated workers are neither DDP nor Horovod: labelled by what they are, whatever framework the config names
     framework = "emulated" if backend == "emulated" else res.get("framework")
     return {
         "experiment": experiment, "exp": experiment_number(experiment), "run": cfg.get("run") or folder["run"],
@@ -145,8 +145,7 @@ def run_identity(folder: pd.Series) -> dict:
         "gpus": gpus, "per_gpu_batch": b,
         "global_batch": gb, "lr": res.get("lr", lr.get("base")),
         "warmup": nb.warmup_label(lr.get("warmup"), lr.get("warmup_epochs")) if lr else None,
-        # a config from before [optim] had a name ran SGD, the thesis's optimizer
-        "optimizer": (cfg.get("optim") or {}).get("name", "sgd") if cfg else None,
+        "optimizer": (cfg.get("optim") or {}).get("name"),
         "seed": train.get("seed"), "epochs": train.get("epochs"),
         # the share of the training set held out to validate on (experiment 13's tuning runs); 0: the validation set
         "holdout": float((cfg.get("data") or {}).get("holdout_share") or 0.0),
@@ -170,7 +169,7 @@ def latest_epochs(records: list[dict]) -> tuple[dict[int, dict], int]:
     return epochs, bad
 
 
-def epoch_rows(epochs: dict[int, dict]) -> list[dict]:
+def epoch_record_rows(epochs: dict[int, dict]) -> list[dict]:
     """A row per epoch, in epoch order, its fields under EPOCH_COLUMNS' names."""
     return [{"kind": "epoch", "epoch": e, **{column: epochs[e][field] for field, column in EPOCH_COLUMNS.items()}}
             for e in sorted(epochs)]
@@ -229,7 +228,7 @@ def first_time(raw: pd.DataFrame) -> float | None:
 PLANNED = "planned"
 
 
-def run_status(manifest: dict, statuses: list[str], diverged: bool) -> tuple[str, bool]:
+def reported_status(manifest: dict, statuses: list[str], diverged: bool) -> tuple[str, bool]:
     """(status, diverged): the most final word of the manifest and the status records; non-finite losses mean
     diverged."""
     last = statuses[-1] if statuses else None
@@ -326,14 +325,14 @@ def run_frame(raw: pd.DataFrame) -> pd.DataFrame:
     ident = run_identity(folder)
     epochs, bad_epochs = latest_epochs(records_of(raw, "epoch", ["epoch", *EPOCH_COLUMNS]))
     iters, bad_iters = parse_iters(records_of(raw, "iter", ITER_FIELDS))
-    rows = epoch_rows(epochs) + eval_rows(records_of(raw, "eval", ["step", "val_top1", "val_loss"]))
+    rows = epoch_record_rows(epochs) + eval_rows(records_of(raw, "eval", ["step", "val_top1", "val_loss"]))
     rows += throughput_rows(raw, iters, config, ident) + utilisation_rows(raw, manifest)
     rows += [{"kind": "schedule", "epoch": e, "planned_lr": v}
              for e, v in enumerate((config.get("resolved") or {}).get("schedule") or [])]
     diverged = any(_nonfinite_loss(epochs[e]) for e in epochs) or \
         bool(len(iters) and not np.isfinite(iters["loss"].to_numpy(dtype=float)).all())
     statuses = [str(r["status"]) for r in records_of(raw, "status", ["status"])]
-    status, diverged = run_status(manifest, statuses, diverged)
+    status, diverged = reported_status(manifest, statuses, diverged)
     if status == "unknown" and folder["config"] is not None and folder["manifest"] is None and len(raw) == 1:
         status = PLANNED  # its config.json alone: a study planned it (a queued job, a study stopped first)
     problems = manifest_problems(folder["manifest"]) + record_problems(
@@ -444,7 +443,7 @@ def load_log(path: str | Path, meta: dict | None = None) -> pd.DataFrame:
         rows.append({"kind": "epoch", "epoch": r.epoch, "train_loss": r.train_loss, "train_top1": r.train_top1,
                      "train_top5": r.train_top5, "val_loss": r.val_loss, "val_top1": r.val_top1,
                      "val_top5": r.val_top5, "epoch_lr": r.lr, "epoch_time": r.epoch_time})
-    tp = log.throughput(b, g)
+    tp = nb.log_throughput(log, b, g)
     if tp["thesis_images_per_s"] is not None or tp["steady_images_per_s"] is not None:
         rows.append({"kind": "bench", "thesis_images_per_s": tp["thesis_images_per_s"],
                      "steady_images_per_s": tp["steady_images_per_s"],
@@ -481,7 +480,7 @@ def load_logs(paths) -> pd.DataFrame:
 
 def load_study(runs: str | Path = "results/runs", logs=None, also=()) -> pd.DataFrame:
     """Run folders plus any upstream logs: the one frame everything else is made from. also: more folders of run
-    folders (compare.complements: an experiment another reference machine holds), read into the same frame."""
+    folders (machines.complements: an experiment another reference machine holds), read into the same frame."""
     roots = [runs, *also]
     raw = pd.concat([reader.read_runs(root) for root in roots], ignore_index=True) if also else reader.read_runs(runs)
     a = runs_frame(raw)
@@ -622,7 +621,7 @@ def count_runs_once(df: pd.DataFrame) -> pd.DataFrame:
                  for copy, kept in sorted(copies.items())]
     df = df[~df["path"].isin(copies)].reset_index(drop=True)
     df.attrs["problems"] = problems
-    df.attrs["copies"] = copies  # what each kept folder stands for (analysis/large_batch.py: the sweep's repeats)
+    df.attrs["copies"] = copies  # what each kept folder stands for (analysis/experiments/large_batch.py: the sweep's repeats)
     return df
 
 

@@ -162,7 +162,7 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
                  "loader_workers": 2},
         "train": {"epochs": epochs, "per_worker_batch": per_gpu_batch, "workers": gpus, "backend": "auto",
                   "seed": seed, "print_freq": print_freq, **(train_extra or {})},
-        "optim": {"momentum": 0.9, "weight_decay": 1e-4},
+        "optim": {"name": "sgd", "momentum": 0.9, "weight_decay": 1e-4},
         "lr": {"base": base_lr, "base_batch": base_batch, "scaling": scaling, "warmup": warmup,
                "warmup_epochs": warmup_epochs, "decay": decay, "step_every": step_every,
                "milestones": list(milestones), "gamma": 0.1},

@@ -17,6 +17,7 @@ import pandas as pd
 
 from . import numbers as nb
 from . import reference as rf
+from .smoke import diverged_runs
 
 # ============================================================================================ summaries
 
@@ -108,7 +109,7 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
 
     Completed runs make the statistics; if a configuration has none, its non-diverged runs do (marked
     'incomplete'). Diverged runs are counted, never averaged: those whose loss went non-finite, and experiment 12's
-    study runs that diverged by the findings' reading rule (analysis.findings DIVERGED_SHARE, said in `status`).
+    study runs that diverged by the reading rule (analysis.smoke DIVERGED_SHARE, said in `status`).
     """
     r = df[(df["kind"] == "run") & (df["exp"] >= 4) & ~df["exp"].isin(OWN_READING)].copy()
     cols = QUALITY_KEYS + ["top1_mean", "top1_std", "top5_mean", "top5_std", "n", "wallclock_s", "runs", "status"]
@@ -116,9 +117,8 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     r["scale"] = r["scale"].fillna("unknown")
     rows = []
-    from .findings import diverged_runs  # here: analysis.findings reads tables' neighbours at import
 
-    # experiment 12's study runs that diverged by the findings' reading rule: counted, never averaged
+    # experiment 12's study runs that diverged by the reading rule: counted, never averaged
     r["_gone"] = r["path"].isin(diverged_runs(df)) if "path" in r else False
     for key, g in r.groupby(QUALITY_KEYS, dropna=False, sort=True):
         done = g[g["status"].isin(["completed", "log"]) & ~g["_gone"]]
@@ -241,7 +241,7 @@ def quality_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFra
 
 def scaling_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     """Images/s, speed-up, efficiency and 90-epoch wall-clock vs GPUs: thesis rows and ours."""
-    t = rf.throughput_reference(ref)
+    t = throughput_reference(ref)
     thesis = pd.DataFrame({"source": "thesis", "scale": "thesis", "framework": t["framework"], "numerics": nb.FP32,
                            "per_gpu_batch": t["per_gpu_batch"].astype(float), "gpus": t["gpus"].astype(float),
                            "images_per_s": t["throughput"], "speedup": t["speedup"], "efficiency": t["efficiency"],
@@ -328,3 +328,15 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, title: str | N
     df.to_csv(csv, index=False, float_format="%.6g", lineterminator="\n")
     md.write_text(to_markdown(df if shown is None else shown, title, notes, source))
     return [csv, md]
+
+
+def throughput_reference(ref: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Throughput rows (tables 1-9) with speed-up and efficiency over the same framework's 1-GPU row."""
+    ref = rf.load_reference() if ref is None else ref
+    t = ref[ref["table"] <= 9].copy()
+    base = t[t["gpus"] == 1].set_index(["framework", "per_gpu_batch"])["throughput"]
+    t["baseline"] = [base.get((f, b), np.nan) for f, b in zip(t["framework"], t["per_gpu_batch"])]
+    t["speedup"] = t["throughput"] / t["baseline"]
+    t["efficiency"] = t["speedup"] / t["gpus"].astype(float)
+    t["wallclock_90_s"] = [nb.wallclock_estimate_s(x) for x in t["throughput"]]
+    return t.reset_index(drop=True)

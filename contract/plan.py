@@ -274,7 +274,7 @@ def quick_time_limit(quick: dict[str, dict[str, Any]]) -> str:
 ONLY_NAMES_SHOWN = 8  # an --only that matches nothing names this many of the runs, so its line stays one line
 
 
-def load_study(experiment: Path, scale: str, quick: bool, seeds: int | None, overrides: list[str],
+def study_plan(experiment: Path, scale: str, quick: bool, seeds: int | None, overrides: list[str],
                only: list[str] = ()) -> Study:
     """only: run-name patterns (fnmatch, e.g. "w32-*"): the study's runs of those names alone. A quick study's
     settings win over a run's own (a smoke run stays one where an [study] entry sets its epochs or data)."""

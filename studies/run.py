@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError, check_writable
-from contract.plan import NODE_SCALE, Study, check_node_gpus, load_study, whole_number
+from contract.plan import NODE_SCALE, Study, check_node_gpus, study_plan, whole_number
 from studies.clock import Clock, duration, reference_seconds
 from studies.launch import (FULL_OUT, QUICK_OUT, REFUSED, Active, data_warning, default_jobs, local_commands,
                             planned_runs, refuse_unknown_runs, space_warning, terminate_with_parent)
@@ -106,7 +106,7 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
         job_count(jobs)
     if out is not None and not str(out):
         raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
-    study = load_study(experiment, scale, quick, seeds, list(overrides), list(only))
+    study = study_plan(experiment, scale, quick, seeds, list(overrides), list(only))
     check_options(scale, launcher, cluster, gpus)  # before any line is printed
     out = out or (QUICK_OUT if quick else FULL_OUT)
     if study.question:

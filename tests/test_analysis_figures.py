@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 from analysis import figures as fg  # noqa: E402
 from analysis import reference as rf  # noqa: E402
 from analysis import catalogue as ct  # noqa: E402
+from analysis import tables as tb  # noqa: E402
 
 
 def epochs(exp, gpus, err0, framework="emulated", scale="local", per_gpu_batch=4, seeds=2, n=6, warmup="none",
@@ -116,7 +117,7 @@ def test_utilisation_legend_sits_beside_the_axes_and_short_series_show():
 
 def scaling_frame():
     ref = rf.load_reference()
-    t = rf.throughput_reference(ref)
+    t = tb.throughput_reference(ref)
     thesis = pd.DataFrame({"source": "thesis", "scale": "thesis", "framework": t["framework"], "numerics": "fp32",
                            "per_gpu_batch": t["per_gpu_batch"].astype(float), "gpus": t["gpus"].astype(float),
                            "images_per_s": t["throughput"], "speedup": t["speedup"]})

@@ -272,7 +272,7 @@ def rf_top1(exp: int, gpus: int) -> float:
 ])
 def test_a_run_diverged_when_its_last_training_loss_is_non_finite_or_above_three_quarters_of_its_first(
         losses, expected):
-    from analysis.findings import diverged
+    from analysis.smoke import diverged
 
     assert diverged(losses) is expected
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis import large_batch as lb
+from analysis.experiments import large_batch as lb
 from analysis import reference as rf
 from analysis.findings import orderings
 

@@ -279,7 +279,8 @@ def test_the_studys_closing_table_never_places_a_smoke_run_beside_the_thesis(tmp
 
 
 def test_the_committed_report_takes_an_experiment_only_another_reference_machine_holds_from_it_alone(tmp_path):
-    from analysis.compare import complements, load_report_study, made_from
+    from analysis.compare import load_report_study, made_from
+    from analysis.machines import complements
 
     ref = Path("results/reference/vm-2cpu")
     first, second = tmp_path / "a-machine", tmp_path / "b-machine"

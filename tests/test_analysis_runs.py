@@ -232,7 +232,8 @@ def test_a_group_mixing_configs_is_refused_with_a_problem_line(tmp_path):
 def test_the_report_puts_this_machines_runs_beside_the_reference_by_fingerprint(tmp_path):
     import shutil
 
-    from analysis.compare import default_runs_root, report_comparison
+    from analysis.compare import report_comparison
+    from analysis.machines import default_runs_root
 
     reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu-18ep"
     own = tmp_path / "runs"

@@ -1,4 +1,4 @@
-"""Experiment 13's reading (analysis/steps_to_target.py): steps to a target from epoch records, the choice of
+"""Experiment 13's reading (analysis/experiments/steps_to_target.py): steps to a target from epoch records, the choice of
 rate, the fit of S = S_min (1 + B_noise / B) and its seed bootstrap, the regimes, the noise-scale sentence, the
 report's entries with and without runs, and the declaration committed before every run."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import steps_to_target as st
+from analysis.experiments import steps_to_target as st
 from tests.helpers import REPO
 from contract.manifest import VERSION
 

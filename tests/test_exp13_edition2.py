@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import steps_to_target_e2 as e2
+from analysis.experiments import steps_to_target_e2 as e2
 from contract import tuned
 from contract.config import ConfigError
 from tests.helpers import REPO
@@ -208,7 +208,7 @@ def test_the_second_edition_was_declared_before_any_of_its_runs_started():
     import shutil
     import subprocess
 
-    from analysis.steps_to_target import started_before
+    from analysis.experiments.steps_to_target import started_before
 
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("no git history here to date the declaration by")

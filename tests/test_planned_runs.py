@@ -9,7 +9,7 @@ import pytest
 
 from contract.config import WHERE_IT_RUNS, ConfigError, load_planned
 from contract.fingerprint import config_fingerprint, document_fingerprint
-from contract.plan import load_study
+from contract.plan import study_plan
 from contract.runfolder import CONFIG, write_planned_config
 from tests.helpers import REPO
 
@@ -17,13 +17,13 @@ EXP6 = REPO / "experiments" / "06_linear_scaling_stepping_warmup"
 
 
 def planned(tmp_path: Path, scale: str = "local", run: int = 0) -> tuple[Path, object]:
-    study = load_study(EXP6, scale, quick=False, seeds=None, overrides=["train.print_freq=7"])
+    study = study_plan(EXP6, scale, quick=False, seeds=None, overrides=["train.print_freq=7"])
     chosen = study.runs[run]
     return write_planned_config(chosen.cfg, tmp_path / chosen.name, "emulated"), chosen
 
 
 def test_each_run_of_the_plan_carries_its_resolved_config(tmp_path):
-    study = load_study(EXP6, "local", quick=False, seeds=None, overrides=["train.print_freq=7"])
+    study = study_plan(EXP6, "local", quick=False, seeds=None, overrides=["train.print_freq=7"])
     for run in study.runs:
         assert run.cfg.train.workers == run.settings["train.workers"] and run.cfg.train.print_freq == 7
         assert run.cfg.train.seed == run.settings["train.seed"] and run.name.endswith(f"-s{run.cfg.train.seed}")

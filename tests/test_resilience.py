@@ -279,14 +279,14 @@ def test_a_study_refuses_a_read_only_out_in_one_line(tmp_path, capsys, small_dis
 
 
 def test_a_study_warns_when_its_runs_would_not_fit(tmp_path, small_disk):
-    from contract.plan import load_study
+    from contract.plan import study_plan
     from studies.launch import planned_runs, space_warning
 
     out = small_disk("400k")
     folder = tmp_path / "99_tiny"
     folder.mkdir()
     write_config(folder / "config.toml", {"train": {"epochs": 6}})
-    plans = planned_runs(load_study(folder, "local", quick=False, seeds=2, overrides=[]), "local", out)
+    plans = planned_runs(study_plan(folder, "local", quick=False, seeds=2, overrides=[]), "local", out)
     warning = space_warning(plans, out)
     assert warning.startswith(f"warning: 0.4 MB free in {out}; a run needs about ") and "2 run(s)" in warning
     assert space_warning(plans, tmp_path) is None

@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import write_config
 from contract.config import ConfigError
-from contract.plan import load_study
+from contract.plan import study_plan
 from studies.launch import NO_IDENTITY, planned_runs
 from contract.manifest import VERSION
 
@@ -36,12 +36,12 @@ def test_a_completed_run_without_a_readable_config_is_never_done_for_any_plan(tm
     from suite.__main__ import main
 
     folder = tiny_study(tmp_path)
-    plan = planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")[0]
+    plan = planned_runs(study_plan(folder, "local", False, None, []), "local", tmp_path / "runs")[0]
     completed_folder(plan.run_dir, plan.cfg)
     config = plan.run_dir / "config.json"
     {"delete": config.unlink, "garbage": lambda: config.write_text("{not json"),
      "list": lambda: config.write_text("[1, 2]")}[damage]()
-    other = load_study(folder, "local", False, None, ["train.epochs=3", "optim.momentum=0.5"])
+    other = study_plan(folder, "local", False, None, ["train.epochs=3", "optim.momentum=0.5"])
     assert {p.status for p in planned_runs(other, "local", tmp_path / "runs")} == {NO_IDENTITY}
     # the study refuses in one line naming the folder and the command that clears it; nothing is skipped
     argv = ["study", str(folder), "--out", str(tmp_path / "runs"), "--set", "train.epochs=3"]
@@ -57,9 +57,9 @@ def test_a_completed_run_without_a_readable_config_is_never_done_for_any_plan(tm
 
 def test_an_empty_planned_folder_is_still_a_run_to_start(tmp_path):
     folder = tiny_study(tmp_path)
-    plan = planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")[0]
+    plan = planned_runs(study_plan(folder, "local", False, None, []), "local", tmp_path / "runs")[0]
     plan.run_dir.mkdir(parents=True)  # a study stopped between making the folder and writing its config.json
-    assert planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")[0].status == "missing"
+    assert planned_runs(study_plan(folder, "local", False, None, []), "local", tmp_path / "runs")[0].status == "missing"
 
 
 # ---- item 2: the report and exp13-next name a folder without config.json as a problem, never a traceback -------------
@@ -252,7 +252,7 @@ def test_an_edited_planned_config_is_one_line_before_the_run_starts(tmp_path, ca
     from studies.launch import write_planned
     from suite.__main__ import main
 
-    plan = planned_runs(load_study(tiny_study(tmp_path), "local", False, None, []), "local", tmp_path / "runs")[0]
+    plan = planned_runs(study_plan(tiny_study(tmp_path), "local", False, None, []), "local", tmp_path / "runs")[0]
     write_planned(plan)
     config = plan.run_dir / "config.json"
     document = json.loads(config.read_text())
@@ -269,7 +269,7 @@ def test_a_planned_config_as_its_study_wrote_it_passes_the_check(tmp_path):
     from contract.fingerprint import config_fingerprint
     from studies.launch import write_planned
 
-    for plan in planned_runs(load_study(tiny_study(tmp_path, 'vary = { "train.workers" = [1, 4] }'), "local", False,
+    for plan in planned_runs(study_plan(tiny_study(tmp_path, 'vary = { "train.workers" = [1, 4] }'), "local", False,
                                         None, []), "local", tmp_path / "runs"):
         write_planned(plan)
         assert config_fingerprint(load_planned(plan.run_dir / "config.json")) == plan.fingerprint
@@ -277,7 +277,7 @@ def test_a_planned_config_as_its_study_wrote_it_passes_the_check(tmp_path):
 
 # ---- item 3: "this machine" is a label of a run's recorded identity, never of where its folder lies ------------------
 def test_a_run_copied_from_another_machine_is_never_labelled_this_machines(tmp_path, monkeypatch):
-    from analysis.compare import machine_of
+    from analysis.machines import machine_of
     from contract import machine
 
     here = {"cpu_model": "AMD EPYC", "isa": None, "cores": 2, "memory_gib": 24, "gpu_model": None, "torch": "2.14.1"}
@@ -300,11 +300,11 @@ def test_a_run_another_study_finished_after_this_one_planned_it_is_not_reported_
     from studies.supervise import drive
 
     folder = tiny_study(tmp_path)
-    plans = planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")
+    plans = planned_runs(study_plan(folder, "local", False, None, []), "local", tmp_path / "runs")
     assert [p.status for p in plans] == ["missing"]
     # the other study, started 2 s earlier, finishes the run between this study's plan and its start
     cfg = plans[0].cfg if meanwhile == "completed" else \
-        load_study(folder, "local", False, None, ["train.epochs=5"]).runs[0].cfg
+        study_plan(folder, "local", False, None, ["train.epochs=5"]).runs[0].cfg
     completed_folder(plans[0].run_dir, cfg)
     failures = drive(list(enumerate(plans, start=1)), [], 1, Progress(1), True)
     out = capsys.readouterr().out
@@ -320,7 +320,7 @@ def test_a_slurm_dry_run_says_it_would_refuse_a_run_without_a_readable_config(tm
 
     folder = tiny_study(tmp_path)
     (folder / "slurm.sbatch").write_text("#!/bin/bash\n")
-    plan = planned_runs(load_study(folder, "local", False, None, []), "local", tmp_path / "runs")[0]
+    plan = planned_runs(study_plan(folder, "local", False, None, []), "local", tmp_path / "runs")[0]
     (completed_folder(plan.run_dir, plan.cfg) / "config.json").unlink()
     argv = ["study", str(folder), "--launcher", "slurm", "--cluster", "local", "--out", str(tmp_path / "runs")]
     assert main([*argv, "--dry-run"]) == 0

@@ -76,13 +76,13 @@ def test_quick_at_the_thesis_scale_is_a_capped_run_in_a_short_job(capsys, monkey
 
 @pytest.mark.parametrize("scale", ["gpu", "node", "thesis"])
 def test_quick_caps_the_steps_at_the_imagenet_scales_and_not_at_the_local_one(scale):
-    from contract.plan import load_study
+    from contract.plan import study_plan
     from tests.helpers import REPO
 
     exp5 = REPO / "experiments" / "05_linear_scaling"
-    quick = load_study(exp5, scale, quick=True, seeds=None, overrides=[])
+    quick = study_plan(exp5, scale, quick=True, seeds=None, overrides=[])
     assert "train.max_steps=20" in quick.overrides and quick.time_limit == "15"
     assert not any("slurm." in o for o in quick.overrides)  # the job's table is no trainer setting
-    local = load_study(exp5, "local", quick=True, seeds=None, overrides=[])
+    local = study_plan(exp5, "local", quick=True, seeds=None, overrides=[])
     assert not any("max_steps" in o for o in local.overrides) and local.time_limit == ""
-    assert load_study(exp5, scale, quick=False, seeds=None, overrides=[]).time_limit == ""
+    assert study_plan(exp5, scale, quick=False, seeds=None, overrides=[]).time_limit == ""

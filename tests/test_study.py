@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import REPO
 from contract.config import ConfigError, load_config
-from contract.plan import expand, load_study
+from contract.plan import expand, study_plan
 from studies.launch import default_jobs, planned_runs, threads_per_process
 from studies.run import run_study
 from contract.manifest import VERSION
@@ -26,7 +26,7 @@ def test_the_nine_experiments_and_the_studies_beyond_each_have_config_sbatch_and
 @pytest.mark.parametrize("scale", ["local", "gpu", "thesis"])
 def test_every_experiment_plans_at_every_scale(folder, scale, monkeypatch):
     monkeypatch.setenv("IMAGENET_DIR", "/data/ilsvrc2012")
-    study = load_study(folder, scale, quick=False, seeds=None, overrides=[])
+    study = study_plan(folder, scale, quick=False, seeds=None, overrides=[])
     assert study.runs and study.question
     assert len({r.name for r in study.runs}) == len(study.runs)
 
@@ -66,42 +66,42 @@ def test_experiment_4_is_naive_and_experiment_5_linear(capsys, monkeypatch, tmp_
 
 
 def test_local_quality_studies_run_three_seeds_as_emulated_workers():
-    study = load_study(REPO / "experiments/08_gradual_warmup_5", "local", quick=False, seeds=None, overrides=[])
+    study = study_plan(REPO / "experiments/08_gradual_warmup_5", "local", quick=False, seeds=None, overrides=[])
     assert [r.name for r in study.runs] == [f"w{w}-s{s}" for w in (16, 24, 32) for s in range(3)]
     plans = planned_runs(study, "local", Path("/nonexistent"))
     assert {p.backend for p in plans} == {"emulated"} and {p.status for p in plans} == {"missing"}
 
 
 def test_only_keeps_the_runs_named_and_refuses_a_pattern_that_names_none():
-    study = load_study(REPO / "experiments/05_linear_scaling", "local", quick=False, seeds=4, overrides=[],
+    study = study_plan(REPO / "experiments/05_linear_scaling", "local", quick=False, seeds=4, overrides=[],
                        only=["w32-*", "w1-s3"])
     assert [r.name for r in study.runs] == ["w1-s3", "w32-s0", "w32-s1", "w32-s2", "w32-s3"]
     with pytest.raises(ConfigError, match="matches none of 05_linear_scaling's runs"):
-        load_study(REPO / "experiments/05_linear_scaling", "local", quick=False, seeds=None, overrides=[],
+        study_plan(REPO / "experiments/05_linear_scaling", "local", quick=False, seeds=None, overrides=[],
                    only=["w7-*"])
     with pytest.raises(ConfigError, match="and [0-9]+ more: DRY_RUN=1 lists them all") as refused:
-        load_study(REPO / "experiments/13_steps_to_target", "local", quick=False, seeds=None, overrides=[],
+        study_plan(REPO / "experiments/13_steps_to_target", "local", quick=False, seeds=None, overrides=[],
                    only=["nomatch*"])
     assert len(str(refused.value)) < 400  # a study of a hundred runs still refuses in one readable line
 
 
 def test_quick_shrinks_a_quality_study_without_turning_it_into_a_benchmark():
-    study = load_study(REPO / "experiments/04_naive_scaling", "local", quick=True, seeds=None, overrides=[])
+    study = study_plan(REPO / "experiments/04_naive_scaling", "local", quick=True, seeds=None, overrides=[])
     cfg = planned_runs(study, "local", Path("/nonexistent"))[0].cfg
     assert cfg.train.epochs == 2 and cfg.bench.batches == 0 and len(study.runs) == 5
 
 
 def test_quick_leaves_out_a_run_whose_batch_its_small_set_cannot_hold_and_says_so(capsys):
-    quick = load_study(REPO / "experiments/12_large_batch", "local", quick=True, seeds=None, overrides=[])
+    quick = study_plan(REPO / "experiments/12_large_batch", "local", quick=True, seeds=None, overrides=[])
     assert quick.left_out == ["sgd-w256-s0", "lars-w256-s0", "lamb-w256-s0", "radam-w256-s0"]  # 1,024 > 800 images
     assert not {r.name for r in quick.runs} & set(quick.left_out) and len(quick.runs) > 0
-    full = load_study(REPO / "experiments/12_large_batch", "local", quick=False, seeds=None, overrides=[])
+    full = study_plan(REPO / "experiments/12_large_batch", "local", quick=False, seeds=None, overrides=[])
     assert full.left_out == [] and {"sgd-w256-s0", "lamb-w256-s2"} <= {r.name for r in full.runs}
     with pytest.raises(ConfigError, match="no run of this study fits QUICK's training set"):
         run_study(REPO / "experiments/12_large_batch", quick=True, dry_run=True, only=["sgd-w256-*"])
     assert "QUICK: 1 run(s) left out" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="larger than the 800 training images"):  # a full study still refuses one
-        load_study(REPO / "experiments/12_large_batch", "local", quick=False, seeds=None,
+        study_plan(REPO / "experiments/12_large_batch", "local", quick=False, seeds=None,
                    overrides=["data.per_class=16"], only=["sgd-w256-s0"])
 
 
@@ -113,21 +113,21 @@ def test_experiment_3_local_uses_several_torchrun_nodes():
 
 
 def test_local_runs_share_the_cores_evenly_between_jobs_and_ranks():
-    study = load_study(REPO / "experiments/03_throughput_distributed_data_parallel", "local", quick=True, seeds=None,
+    study = study_plan(REPO / "experiments/03_throughput_distributed_data_parallel", "local", quick=True, seeds=None,
                        overrides=[])
     plans = {p.run.name: p for p in planned_runs(study, "local", Path("/nonexistent"))}
     assert threads_per_process(plans["n1-t1-ddp-s0"], jobs=1, cores=16) == 16
     assert threads_per_process(plans["n2-ddp-t2-s0"], jobs=1, cores=16) == 4   # 2 torchrun nodes x 2 ranks
     assert threads_per_process(plans["n2-horovod-t2-s0"], jobs=1, cores=16) == 4
     assert threads_per_process(plans["n2-horovod-t2-s0"], jobs=1, cores=2) == 1  # never below one
-    quality = load_study(REPO / "experiments/05_linear_scaling", "local", quick=True, seeds=None, overrides=[])
+    quality = study_plan(REPO / "experiments/05_linear_scaling", "local", quick=True, seeds=None, overrides=[])
     emulated = planned_runs(quality, "local", Path("/nonexistent"))[-1]
     assert emulated.run.workers == 32 and threads_per_process(emulated, jobs=2, cores=16) == 8  # one process
 
 
 def test_by_default_cpu_quality_runs_go_side_by_side_and_throughput_runs_alone():
     def plans(experiment, scale="local", seeds=None):
-        study = load_study(REPO / "experiments" / experiment, scale, quick=False, seeds=seeds, overrides=[])
+        study = study_plan(REPO / "experiments" / experiment, scale, quick=False, seeds=seeds, overrides=[])
         return study, planned_runs(study, scale, Path("/nonexistent"))
 
     quality, runs = plans("05_linear_scaling")  # 2 worker counts x 3 seeds, emulated on the CPU
@@ -151,7 +151,7 @@ def test_committed_reference_runs_are_never_this_machines_results(tmp_path):
     from contract.reader import folder_fingerprint
     from studies.launch import FULL_OUT
 
-    study = load_study(REPO / "experiments/03_throughput_distributed_data_parallel", "local", quick=False, seeds=None,
+    study = study_plan(REPO / "experiments/03_throughput_distributed_data_parallel", "local", quick=False, seeds=None,
                        overrides=[])
     reference = REPO / "results/reference/vm-2cpu/03_throughput_distributed_data_parallel"
     # the committed runs are these plans (same config fingerprints), but for the 1-process Horovod run, added to the
@@ -174,10 +174,10 @@ def test_a_smoke_run_never_counts_for_the_full_study(tmp_path):
 
     assert QUICK_OUT != FULL_OUT  # by default smoke runs have their own runs root
     folder = REPO / "experiments/05_linear_scaling"
-    quick = load_study(folder, "local", quick=True, seeds=3, overrides=[])
+    quick = study_plan(folder, "local", quick=True, seeds=3, overrides=[])
     for plan in planned_runs(quick, "local", tmp_path):  # a completed smoke study under the same names
         fake_run(plan.run_dir, plan.cfg)
-    full = load_study(folder, "local", quick=False, seeds=None, overrides=[])
+    full = study_plan(folder, "local", quick=False, seeds=None, overrides=[])
     plans = planned_runs(full, "local", tmp_path)
     assert {p.status for p in plans} == {OTHER_CONFIG}  # neither skipped as completed nor resumed
     with pytest.raises(ConfigError, match="holds a run of another config"):
@@ -210,7 +210,7 @@ def test_named_extra_runs_and_the_studies_beyond_the_thesis_match_their_committe
 
     # experiment 11's committed sweep has a second seed at base 0.1 (`make exp11 SEEDS=2 ONLY=base0.1-s1`)
     for experiment, seeds in (("10_more_steps_pilot", None), ("11_base_rate_sweep", 2)):
-        study = load_study(REPO / "experiments" / experiment, "local", quick=False, seeds=seeds, overrides=[])
+        study = study_plan(REPO / "experiments" / experiment, "local", quick=False, seeds=seeds, overrides=[])
         plans: dict[str, set] = {}  # fingerprint -> run names (the seeds of a configuration share one)
         for p in planned_runs(study, "local", Path("/nonexistent")):
             plans.setdefault(p.fingerprint, set()).add(p.run.name)
@@ -255,7 +255,7 @@ def test_the_default_references_quality_runs_are_the_local_scales_own_plans():
     for folder in sorted(reference.glob("0[4-9]_*")):
         runs = list(folder.iterdir())
         seeds = 1 + max(int(r.name.rsplit("-s", 1)[1]) for r in runs)
-        study = load_study(REPO / "experiments" / folder.name, "local", quick=False, seeds=seeds, overrides=[])
+        study = study_plan(REPO / "experiments" / folder.name, "local", quick=False, seeds=seeds, overrides=[])
         plans = {p.run.name: p.fingerprint for p in planned_runs(study, "local", Path("/nonexistent"))}
         for run_dir in runs:
             assert plans.get(run_dir.name) == folder_fingerprint(run_dir), run_dir
@@ -296,11 +296,11 @@ def test_a_study_that_declares_its_next_step_names_it_with_its_folder_and_scale(
     """Experiment 13 runs in steps: a `make exp13` that finished step 1 must say what writes step 2, not just stop."""
     from studies.progress import next_hint
 
-    study = load_study(REPO / "experiments" / "13_steps_to_target", "gpu", False, None, [], ["gpu-e2-tune-sgd-w1-*"])
+    study = study_plan(REPO / "experiments" / "13_steps_to_target", "gpu", False, None, [], ["gpu-e2-tune-sgd-w1-*"])
     hint = next_hint(study.next_step, Path("/data/runs"), "gpu")
     assert "`make exp13-next SCALE=gpu OUT=/data/runs WRITE=1`" in hint
     assert next_hint("", Path("/x"), "local") == ""
-    quick = load_study(REPO / "experiments" / "13_steps_to_target", "local", True, None, [], ["e2-tune-sgd-w1-*"])
+    quick = study_plan(REPO / "experiments" / "13_steps_to_target", "local", True, None, [], ["e2-tune-sgd-w1-*"])
     assert quick.next_step == ""  # QUICK's smoke runs choose nothing: no next step is named
     err = refuse_study(capsys, tiny_experiment(tmp_path, 'next = "make it {outt}"'))
     assert "study.next names {outt}" in err and "{out} and {scale}" in err
@@ -328,7 +328,7 @@ def test_a_runs_time_left_comes_from_its_epochs_then_this_studys_runs_then_the_r
 def test_the_committed_references_times_are_found_by_fingerprint():
     from studies.clock import reference_seconds
 
-    study = load_study(REPO / "experiments/05_linear_scaling", "local", quick=False, seeds=None, overrides=[])
+    study = study_plan(REPO / "experiments/05_linear_scaling", "local", quick=False, seeds=None, overrides=[])
     times = reference_seconds(study.experiment.name)
     plans = planned_runs(study, "local", Path("/nonexistent"))
     assert all(times.get(p.fingerprint) for p in plans)  # every plan of the study has a reference time
@@ -343,7 +343,7 @@ def test_every_progress_line_of_a_study_carries_elapsed_time_and_time_left(tmp_p
     from studies.launch import Active
     from studies.progress import Progress
 
-    plans = planned_runs(load_study(REPO / "experiments/05_linear_scaling", "local", quick=True, seeds=1,
+    plans = planned_runs(study_plan(REPO / "experiments/05_linear_scaling", "local", quick=True, seeds=1,
                                     overrides=[]), "local", tmp_path)
 
     class FakeProcess:
@@ -444,7 +444,7 @@ def test_a_study_skips_a_run_another_process_holds_and_names_its_pid(tmp_path, c
     from contract.locks import RankLock
     from studies.run import run_local
 
-    study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
+    study = study_plan(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
                        seeds=None, overrides=[])
     lock = RankLock(tmp_path / "runs" / "99_tiny" / "w1-s3", 0)  # another study's trainer
     try:  # nothing failed: the run is the other process's to finish
@@ -463,7 +463,7 @@ def test_two_studies_never_both_start_a_run_and_the_second_reports_only_its_own(
     from contract.runfolder import CONSOLE
     from studies.run import run_local
 
-    study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
+    study = study_plan(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
                        seeds=None, overrides=[])
     run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
     first = StudyClaim.take(run_dir)  # the first study, between its claim and its trainer's lock
@@ -485,7 +485,7 @@ def test_a_study_that_loses_the_race_for_a_run_says_so_on_its_own_console(tmp_pa
     from contract.locks import RankLock
     from studies.run import run_local
 
-    study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
+    study = study_plan(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
                        seeds=None, overrides=[])
     run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
     lock = RankLock(run_dir, 0)  # the first study's trainer, taken after this study looked
@@ -604,7 +604,7 @@ def test_a_run_folder_whose_manifest_has_no_status_is_resumed_by_the_next_study(
     from contract.reader import read_manifest
     from studies.run import run_local
 
-    study = load_study(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
+    study = study_plan(tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }'), "local", quick=False,
                        seeds=None, overrides=[])
     run_dir = tmp_path / "runs" / "99_tiny" / "w1-s3"
     run_dir.mkdir(parents=True)

@@ -77,26 +77,26 @@ def test_the_pytorch_front_door_never_trains_tensorflow_in_its_own_process(tmp_p
 
 @pytest.mark.parametrize("scale", ["local", "gpu", "node", "thesis"])
 def test_experiments_1_to_3_have_both_tensorflow_backends_at_every_scale(scale):
-    from contract.plan import load_study
+    from contract.plan import study_plan
 
     for experiment in (EXP1, EXP2) + ((EXP3,) if scale != "node" else ()):
-        study = load_study(experiment, scale, quick=False, seeds=None, overrides=[])
+        study = study_plan(experiment, scale, quick=False, seeds=None, overrides=[])
         tf_rows = [r for r in study.runs if r.settings.get("train.framework") == "tensorflow"]
         assert {r.settings["train.backend"] for r in tf_rows} == {"horovod", "mwms"}, (experiment.name, scale)
         pytorch = [r for r in study.runs if "train.framework" not in r.settings]
         assert {r.settings.get("train.backend") for r in pytorch} >= {"ddp", "horovod"}
-    exp1 = load_study(EXP1, "local", quick=False, seeds=None, overrides=[])
+    exp1 = study_plan(EXP1, "local", quick=False, seeds=None, overrides=[])
     assert {r.name for r in exp1.runs} >= {"b32-tensorflow-horovod-s0", "b128-tensorflow-mwms-s0", "b32-ddp-s0"}
 
 
 def test_the_study_launches_tensorflow_runs_in_processes_of_their_own_and_skips_them_without_it(tmp_path,
                                                                                                monkeypatch):
-    from contract.plan import load_study
+    from contract.plan import study_plan
     from studies import tf_launch
     from studies.launch import local_commands, planned_runs
     from trainers.tf import available
 
-    study = load_study(EXP2, "local", quick=False, seeds=None, overrides=[], only=["w2-b32-tensorflow-*"])
+    study = study_plan(EXP2, "local", quick=False, seeds=None, overrides=[], only=["w2-b32-tensorflow-*"])
     plans = {p.backend: p for p in planned_runs(study, "local", tmp_path)}
     (horovod,) = local_commands(plans["horovod"])
     assert horovod[0].endswith("horovodrun") and horovod[1:5] == ["-np", "2", "-H", "localhost:2"]

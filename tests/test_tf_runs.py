@@ -61,7 +61,8 @@ def manifest(run_dir: Path) -> dict:
 
 def test_a_tensorflow_run_keeps_the_run_folder_contract(tmp_path):
     """Started as any run (python -m trainers train), handed to trainers.tf: the same files, read alike."""
-    from analysis.logs import log_throughput, parse_tf_cnn_benchmarks
+    from analysis.logs import parse_tf_cnn_benchmarks
+    from analysis.numbers import log_throughput
 
     config = tf_config(tmp_path, "mwms", 1)
     result = run([sys.executable, "-m", "trainers", "train", str(config), "--out", str(tmp_path), "--run", "one"],

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import steps_to_target_e2 as e2
+from analysis.experiments import steps_to_target_e2 as e2
 from analysis.runs import load_runs
 from analysis.smoke import smoke_paths
 from contract import tuned

@@ -1,4 +1,5 @@
-"""Rewrite run folders' manifest.json of older versions at the current one (contract/manifest.py VERSION), in place.
+"""Rewrite run folders' manifest.json of older versions at the current one (contract/manifest.py VERSION), and
+their config.json where an older writer left out what the readers now take as written, in place.
 
     python -m tools migrate-manifests results/runs
 
@@ -7,7 +8,8 @@ Every manifest.json under each folder given is brought up to the current version
 a run is changes: the steps add fields the older writers did not write, computed from what the folder already holds
 (its config.json's fingerprint, the machine its older manifest recorded), and keep every field it had. This is the
 one place that knows the older versions: the readers know only the current one, and stop with this command's name
-when given an older one. Stop the studies writing into a folder before migrating it.
+when given an older one. Stop the studies writing into a folder before migrating it. A config.json gains only what
+its run already was (config_migrated), so its fingerprint, read through the schema, stays what it was.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from contract import manifest as declared
 from contract.fingerprint import document_fingerprint
 from contract.plan import carries_quick
 from contract.reader import read_config, read_document
-from contract.runfolder import MANIFEST, write_json_atomic
+from contract.runfolder import CONFIG, MANIFEST, write_json_atomic
 
 QUICK_ROOT = "quick"  # a QUICK study's runs root (results/quick): smoke runs, before `smoke` was recorded
 
@@ -67,6 +69,31 @@ def migrated(manifest: dict, run_dir: Path) -> dict:
     return manifest
 
 
+def config_migrated(config: dict) -> dict:
+    """A config.json as the current writer writes it: [optim] named (a run from before it had a name ran SGD, the
+    schema's default)."""
+    optim = config.get("optim") if isinstance(config.get("optim"), dict) else {}
+    return {**config, "optim": {"name": "sgd", **optim}}
+
+
+def migrate_configs(root: Path) -> int:
+    """Every config.json under root as config_migrated writes it: how many were rewritten. A config the schema
+    refuses is fingerprinted as written (contract/fingerprint.py), so its manifest's recorded fingerprint follows it."""
+    rewritten = 0
+    for path in sorted(root.rglob(CONFIG)):
+        config, problem = read_document(path)
+        if problem is not None or config_migrated(config) == config:
+            continue
+        write_json_atomic(path, config_migrated(config))
+        manifest, _ = read_document(path.with_name(MANIFEST))
+        if manifest and manifest.get("config_fingerprint") == document_fingerprint(config):
+            new = document_fingerprint(config_migrated(config))
+            if new != manifest["config_fingerprint"]:
+                write_json_atomic(path.with_name(MANIFEST), {**manifest, "config_fingerprint": new})
+        rewritten += 1
+    return rewritten
+
+
 def migrate(root: Path) -> tuple[int, int]:
     """Every manifest.json under root at the current version: (how many were rewritten, how many already were)."""
     paths = sorted(root.rglob(MANIFEST))
@@ -92,5 +119,5 @@ def main(argv: list[str] | None = None) -> int:
             raise declared.ManifestError(f"{root} is no folder: give a folder of run folders, e.g. results/runs")
         rewritten, current = migrate(root)
         print(f"migrate-manifests: {root}: {rewritten} manifest(s) rewritten at version {declared.VERSION}, "
-              f"{current} already current")
+              f"{current} already current; {migrate_configs(root)} config.json rewritten")
     return 0

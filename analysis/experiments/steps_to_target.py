@@ -24,23 +24,24 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from scipy import optimize  # noqa: E402
 
 from contract.config import ConfigError, load_config  # noqa: E402
 from contract.plan import study_table  # noqa: E402
 
-from . import figures as fg  # noqa: E402
-from .large_batch import NOISE_FILES, THESIS_WORKERS, noise_scales  # noqa: E402
-from .smoke import smoke_paths  # noqa: E402
+from .. import figures as fg  # noqa: E402
+from ..entries import Drawn, Figure, Table  # noqa: E402
+from ..smoke import smoke_paths  # noqa: E402
+from ..noise import fit_noise_model, noise_scales, percentile_interval  # noqa: E402
+from ..reference import THESIS_WORKERS  # noqa: E402
 
 EXPERIMENT = 13
-CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "13_steps_to_target" / "edition1.toml"  # the first
+CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "13_steps_to_target" / "edition1.toml"  # the first
 # edition (superseded by the second, declared_2026-11-28-edition2.txt): its plan as it ran, read as it was
 TUNE_RUN = re.compile(r"^tune-(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-base(?P<base>[0-9.e-]+)-s(?P<seed>\d+)$")
 STUDY_RUN = re.compile(r"^(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-s(?P<seed>\d+)$")
 PERFECT_RATIO, FLAT_RATIO = 0.6, 0.9  # declared: a doubling that saves < 40 % ends perfect scaling, < 10 % ends it all
 AGREEMENT_FACTOR = 10.0  # declared: B_simple "predicted" B_crit when the intervals lie within this factor
-BOOTSTRAPS, CONFIDENCE = 2000, 0.90
+BOOTSTRAPS = 2000
 GRID_RATES, EDGE_EXTENSIONS = 3, 2  # declared: three rates per (optimizer, batch), at most two more by the edge rule
 STUDY_SEEDS, FIRST_STUDY_SEED = 3, 1  # declared: the study's seeds 1-3, never the tuning seed 0
 GOYAL_FACTOR = 2  # Goyal et al.'s 8k against the thesis's 4k: the stand-in doubled
@@ -185,30 +186,6 @@ def study_steps(steps: pd.DataFrame) -> pd.DataFrame:
     return steps[~steps["tuning"].astype(bool)]
 
 
-def fit_noise_model(batches, steps) -> tuple[float, float]:
-    """(S_min, B_noise) of S = S_min (1 + B_noise / B), least squares on log S over the points given. For a given
-    B_noise the best log S_min is the mean residual, so only B_noise is searched (in log space, between 1/1000 of
-    the smallest batch and 1000 x the largest: a fit at a bound means the data do not place it)."""
-    b, log_s = np.asarray(batches, float), np.log(np.asarray(steps, float))
-    # (a fit at the top bound returns (nan, inf): no flattening in the batches measured)
-    if len(np.unique(b)) < 2:
-        return math.nan, math.nan
-
-    def residual(log_noise: float) -> float:
-        shape = np.log1p(np.exp(log_noise) / b)
-        return float(np.sum((log_s - shape - np.mean(log_s - shape)) ** 2))
-
-    low, high = math.log(b.min() / 1000), math.log(b.max() * 1000)
-    grid = np.linspace(low, high, 121)
-    start = grid[int(np.argmin([residual(x) for x in grid]))]
-    found = optimize.minimize_scalar(residual, bounds=(max(low, start - 0.2), min(high, start + 0.2)),
-                                     method="bounded", options={"xatol": 1e-6})
-    if found.x > high - 0.01:  # steps fall in proportion throughout: B_noise lies above every batch, unplaced
-        return math.nan, math.inf
-    noise = math.exp(found.x)
-    return float(np.exp(np.mean(log_s - np.log1p(noise / b)))), noise
-
-
 def curve_points(study: pd.DataFrame) -> pd.DataFrame:
     """Per scale, optimizer and batch: seeds run, how many reached the target, the geometric mean of their steps
     (and examples), the smallest and largest, and the epoch resolution."""
@@ -271,24 +248,6 @@ def bootstrap(study: pd.DataFrame, draws: int = BOOTSTRAPS, seed: int = 0) -> di
                 ratios[b].append(means[2 * b] / means[b])
     return {"s_min": percentile_interval([f[0] for f in fits]), "b_noise": percentile_interval([f[1] for f in fits]),
             "ratios": {b: percentile_interval(v) for b, v in ratios.items() if v}}
-
-
-def percentile_interval(draws: list[float]) -> tuple[float, float]:
-    """The 90 % percentile interval (numpy's linear percentiles) of bootstrap draws, where a draw may be inf (a fit
-    that found no bend): an end whose interpolation touches an inf draw is inf, where numpy would give NaN."""
-    if not len(draws):
-        return math.nan, math.nan
-    ordered = np.sort(np.asarray(draws, dtype=float))
-    tail = 100 * (1 - CONFIDENCE) / 2
-
-    def end(q: float) -> float:
-        rank = q / 100 * (len(ordered) - 1)
-        below, above = ordered[math.floor(rank)], ordered[math.ceil(rank)]
-        if np.isinf(above) and rank > math.floor(rank):
-            return float(above)
-        return float(below) if np.isinf(below) else float(np.percentile(ordered, q))
-
-    return end(tail), end(100 - tail)
 
 
 def regimes(ratios: dict[int, float]) -> dict:
@@ -639,3 +598,42 @@ def started_before(run_dirs, declared_at: str) -> list[str]:
         if not starts or min(starts) < when:
             early.append(str(run_dir))
     return early
+
+
+# ============================================================================================ the report's entries
+
+
+def steps_to_target(inputs, entry: Figure) -> Drawn | str | None:
+    """Experiment 13's curve; nothing at all without its runs (the committed report stays as it was), a line when
+    only its rate selection has run."""
+    if not (inputs.df["exp"] == 13).any():
+        return None
+    figure = steps_figure(inputs.df)
+    return "no experiment 13 study runs yet (step 1 only)" if figure is None else Drawn(figure, inputs.source)
+
+
+def steps_to_target_table(inputs, entry: Table) -> pd.DataFrame | None:
+    table = steps_table(inputs.df)
+    return None if table.empty else table
+
+
+def rate_selection_table(inputs, entry: Table) -> pd.DataFrame | None:
+    table = selection_table(inputs.df)
+    return None if table.empty else table
+
+
+TABLES = (
+    Table("exp13_steps_to_target", "", (12, 13), steps_to_target_table,
+          "Experiment 13: steps to the target top-1 per global batch, each batch at its tuned rate",
+          ("steps: geometric mean over the seeds that reached the target (NaN where any did not), steps_low/high "
+           "their range; epoch_steps: one epoch's steps, the count's resolution (no interpolation); ratio_next: "
+           "S(2B)/S(B) with its 90 % seed-bootstrap interval; experiment 12's rows: its fixed 72-epoch recipes "
+           "read at the same target.",)),
+    Table("exp13_rate_selection", "", (13,), rate_selection_table,
+          "Experiment 13, step 1: every tuning run on the held-out split and the rate the declared rule chose",
+          ("steps: to the target on the held-out 20 % of the training set (NaN: not reached within the budget); "
+           "best_top1: its best held-out top-1; choice: the rule's pick per (optimizer, batch), fewest steps, a tie "
+           "the lower rate, none reaching: the highest best_top1; named only once every planned rate has finished.",)),
+)
+FIGURES = (Figure("exp13_steps_to_target", "", (13,), steps_to_target),)
+EXPORTS = ("rq5_reading", "selection_table", "steps_figure", "steps_table", "tuned_beside_recipes", "tuned_optimizers")

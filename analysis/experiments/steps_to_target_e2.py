@@ -21,9 +21,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .smoke import smoke_paths
-from .steps_to_target import EXPERIMENT, declared_target, fit_noise_model, percentile_interval
+from contract.config import ConfigError, load_config
 
+from ..entries import Table
+from ..noise import fit_noise_model, percentile_interval
+from ..smoke import smoke_paths
+
+EXPERIMENT = 13
+CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "13_steps_to_target" / "config.toml"  # this edition's
 PREFIX = "e2-"
 TUNE_RUN = re.compile(r"^e2-tune-(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-base(?P<base>[0-9.e-]+)-s(?P<seed>\d+)$")
 STUDY_RUN = re.compile(r"^e2-(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-s(?P<seed>\d+)$")
@@ -63,6 +68,14 @@ def first_reach(points: pd.DataFrame, target: float) -> dict:
     steps = float(points["step"].iloc[at])
     before = float(points["step"].iloc[at - 1]) if at else 0.0
     return {"reached": True, "steps": steps, "resolution": steps - before}
+
+
+def declared_target(scale: str) -> float:
+    """The edition's target at a scale: its config's train.stop_at_top1 (the declared value, read, not typed)."""
+    try:
+        return float(load_config(CONFIG, scale, need_data=False).train.stop_at_top1)
+    except ConfigError:
+        return math.nan
 
 
 def run_steps(df: pd.DataFrame) -> pd.DataFrame:
@@ -326,7 +339,7 @@ def fit_table(steps: pd.DataFrame, b_simple: dict[str, list[dict]] | None = None
     return pd.DataFrame(rows)
 
 
-B_SIMPLE_FILES = {optimizer: Path(__file__).resolve().parents[1] / "results" / "noise_scale" / f"exp13_e2_{optimizer}.json"
+B_SIMPLE_FILES = {optimizer: Path(__file__).resolve().parents[2] / "results" / "noise_scale" / f"exp13_e2_{optimizer}.json"
                   for optimizer in ("sgd", "lamb")}  # `python -m tools noise-scale ... --json` (the README's command)
 
 
@@ -347,3 +360,19 @@ def fit_report_table(df: pd.DataFrame) -> pd.DataFrame | None:
     steps = run_steps(df)
     table = fit_table(steps, measured_b_simple()) if len(steps) else pd.DataFrame()
     return None if table.empty else table
+
+
+TABLES = (
+    Table("exp13_e2_steps_to_target", "", (13,), lambda inputs, entry: steps_cells_table(inputs.df),
+          "Experiment 13, second edition: steps to the target per global batch, counted every k steps",
+          ("steps: geometric mean over the 5 study seeds (NaN where any did not reach the target), steps_low/high "
+           "their range; eval_every: k, the count's resolution; resolution_share: k over the fewest steps, met "
+           "where k <= 5 % for every seed (a cell that misses it is left out of the fit); declared in "
+           "experiments/13_steps_to_target/declared_2026-11-28-edition2.txt.",)),
+    Table("exp13_e2_fit", "", (13,), lambda inputs, entry: fit_report_table(inputs.df),
+          "Experiment 13, second edition: S_min, B_noise (= B_crit) with intervals over batches and seeds, the fit's "
+          "goodness, the regimes it allows, B_simple at the target beside B_crit",
+          ("intervals: 90 % percentile, 2,000 bootstrap draws over batches and seeds; goodness: the fit's log RMS "
+           "against seed noise and a power law's, and B_noise with one batch left out; regimes: only where B_noise's "
+           "whole interval puts the batch in one; b_simple: the declared factor-3 rule.",)),
+)

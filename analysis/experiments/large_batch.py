@@ -3,7 +3,7 @@ whether LARS, LAMB or RAdam carry it further.
 
 study_points: best top-1 per optimizer and global batch (mean over seeds, 90 % t interval of the mean) from the
 study's runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs chose the rates and are left out),
-the runs that diverged (analysis.findings' DIVERGED_SHARE, a reading rule added after the runs) counted, not averaged.
+the runs that diverged (analysis.smoke's DIVERGED_SHARE, a reading rule added after the runs) counted, not averaged.
 plot_large_batch draws them against the global batch with experiment 5's 1-worker baseline and its equivalence
 region (baseline ± the scale's declared margin), the batch that stands in for the thesis's 4,096 (32 workers), and
 the critical batch the gradient noise scale estimates: B_simple of the same model and data, measured on the study's
@@ -12,7 +12,6 @@ rq4_reading reads the verdicts (analysis.findings' large_batch_matches_baseline 
 """
 from __future__ import annotations
 
-import json
 import re
 import math
 from pathlib import Path
@@ -24,15 +23,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from . import figures as fg  # noqa: E402
 from contract.reader import read_config  # noqa: E402
 
-from .compare import REPO, reference_machines  # noqa: E402
-from .findings import CONFIDENCE, DIVERGED_SHARE, LARGE_BATCH, OPTIMIZERS, STUDY_RUN, diverged_runs  # noqa: E402
+from .. import figures as fg  # noqa: E402
+from .. import findings as fd  # noqa: E402
+from ..entries import Drawn, Figure  # noqa: E402
+from ..findings import CONFIDENCE, DIVERGED_SHARE, LARGE_BATCH, OPTIMIZERS, STUDY_RUN, diverged_runs  # noqa: E402
+from ..noise import examples_words, noise_scales, noise_text  # noqa: E402
+from ..reference import THESIS_WORKERS  # noqa: E402
 
-NOISE_FILES = tuple(Path(__file__).resolve().parents[1] / "results" / "noise_scale" / f"large_batch_{weights}.json"
-                    for weights in ("initial", "final"))
-THESIS_WORKERS = 32  # the thesis's largest run: 32 GPUs x 128 = 4,096 images a step
 FINDING = "large_batch_matches_baseline"
 NAMES = {"sgd": "SGD + linear scaling + warm-up", "lars": "LARS", "lamb": "LAMB", "radam": "RAdam"}
 POINT_COLUMNS = ["scale", "numerics", "optimizer", "workers", "global_batch", "n", "best_top1", "ci_low", "ci_high",
@@ -62,7 +61,7 @@ def study_runs(df: pd.DataFrame) -> pd.DataFrame:
 
 def study_points(df: pd.DataFrame) -> pd.DataFrame:
     """One row per scale, numerics, optimizer and worker count: seeds, mean best top-1 and its 90 % interval over
-    the runs that did not diverge (analysis.findings' DIVERGED_SHARE rule); how many diverged, left out (and the worst
+    the runs that did not diverge (analysis.smoke's DIVERGED_SHARE rule); how many diverged, left out (and the worst
     training loss among them, with its epoch); the seeds that repeat one of the sweep's runs (the same config: the
     run the sweep selected the rate by)."""
     rows = []
@@ -92,7 +91,7 @@ def _decay(run_dir: str) -> str:
 
 def failed_trainings(df: pd.DataFrame) -> dict[str, tuple[float, int]]:
     """Study run folder -> (its worst training loss, that epoch), for each run that diverged by the reading rule in
-    one place, analysis.findings' DIVERGED_SHARE (its last training loss not finite or above that share of its first
+    one place, analysis.smoke's DIVERGED_SHARE (its last training loss not finite or above that share of its first
     epoch's). Such a run measures a failed optimisation at that rate and warm-up, not the batch size at which
     accuracy stops keeping up: it is left out of the means and counted apart."""
     gone = diverged_runs(df) & set(study_runs(df)["path"])
@@ -125,51 +124,6 @@ def baseline_band(df: pd.DataFrame, scale: str, numerics: str) -> dict:
               & (df["scale"] == scale) & (df["numerics"] == numerics)]
     mean, low, high = _mean_interval(base["best_val_top1"])
     return {"n": len(base), "mean": mean, "ci_low": low, "ci_high": high}
-
-
-def noise_scales(paths=NOISE_FILES) -> pd.DataFrame:
-    """The noise-scale measurements of experiment 12's runs (`make noise-scale`, python -m tools noise-scale's JSON):
-    weights, B_simple and its range; a file that is missing or unreadable gives no rows."""
-    columns = ["run", "weights", "b_simple", "b_simple_low", "b_simple_high", "b_big", "groups", "file"]
-    rows = []
-    for path in paths:
-        try:
-            found = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
-            continue
-        rows += [{**r, "run": measured_run(r.get("run")), "file": _from_repo(Path(path))} for r in found]
-    return pd.DataFrame([{c: r.get(c) for c in columns} for r in rows], columns=columns)
-
-
-def _from_repo(path: Path) -> str:
-    try:
-        return path.resolve().relative_to(REPO).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def measured_run(recorded) -> str:
-    """Where the run a noise-scale row was measured on is now: the JSON records the folder as the measuring
-    machine saw it (its results/runs/...), which on a clone is a run this machine never made. The committed
-    reference's copy of that run when there is one, else the recorded path, said to be absent."""
-    if not recorded:
-        return ""
-    name = Path(*Path(recorded).parts[-2:])  # <experiment>/<run>
-    for _, folder, _ in reference_machines():
-        if (folder / name).is_dir():
-            return _from_repo(folder / name)
-    return str(recorded) if (REPO / recorded).is_dir() else f"{recorded} (not in this clone)"
-
-
-def _examples(x) -> str:
-    return "unbounded" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:,.0f}"
-
-
-def noise_text(row) -> str:
-    """'910 (range 667-1,433)' or 'at least 2,350 (|G|^2 not resolved from zero)'."""
-    if row.b_simple_high is None or pd.isna(row.b_simple_high) or pd.isna(row.b_simple):
-        return f"at least {_examples(row.b_simple_low)} (|G|² not resolved from zero)"
-    return f"{_examples(row.b_simple)} (range {_examples(row.b_simple_low)}–{_examples(row.b_simple_high)})"
 
 
 # ============================================================================================ the figure
@@ -222,7 +176,7 @@ def _draw_noise_scale(ax, row) -> None:
     colour = "#D55E00"
     if row.b_simple_high is None or pd.isna(row.b_simple_high) or pd.isna(row.b_simple):
         ax.axvline(row.b_simple_low, color=colour, ls="-.", lw=1,
-                   label=f"B_simple, {row.weights} weights: ≥ {_examples(row.b_simple_low)} (hatched: beyond)")
+                   label=f"B_simple, {row.weights} weights: ≥ {examples_words(row.b_simple_low)} (hatched: beyond)")
         ax.axvspan(row.b_simple_low, ax.get_xlim()[1], facecolor="none", edgecolor=colour, hatch="//", alpha=0.25,
                    lw=0)
         return
@@ -468,3 +422,26 @@ def _against_noise(images: int, r) -> str:
     if r.b_simple_high is None or pd.isna(r.b_simple_high) or images <= r.b_simple_high:
         return "inside the range of"
     return "above"
+
+
+# ============================================================================================ the report's entries
+
+
+def large_batch(inputs, entry: Figure) -> Drawn | str:
+    figure = large_batch_figure(inputs.df, fd.margins())
+    return "no experiment 12 study runs" if figure is None else Drawn(figure, inputs.source)
+
+
+def large_batch_differences(inputs, entry: Figure) -> Drawn | None:
+    points = study_points(inputs.df)
+    if points.empty:  # no study runs: large_batch says so
+        return None
+    figure = differences_figure(inputs.verdicts, points, fd.margins())
+    return None if figure is None else Drawn(figure, inputs.source)
+
+
+FIGURES = (
+    Figure("exp12_large_batch", "", (5, 12), large_batch),
+    Figure("exp12_differences", "", (5, 12), large_batch_differences),
+)
+EXPORTS = ("differences_figure", "large_batch_figure", "rq4_reading", "study_points")

@@ -1,0 +1,102 @@
+"""Where runs were measured: the committed reference's machines and this one.
+
+Committed run folders are a reference measured on a named machine: results/reference/<label>/ holds them, with
+machine.toml saying what the machine was. A clone's own studies write to results/runs/ (gitignored), so they
+measure the machine they run on. Which machine a runs root or a run folder is, and what the report reads by default.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+
+from contract import machine, reader
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE_ROOT = REPO / "results" / "reference"
+EXPERIMENT_DIR = re.compile(r"^\d\d_")  # an experiment's folder in a runs root: 13_steps_to_target
+
+
+def reference_machines(root: Path = REFERENCE_ROOT) -> list[tuple[str, Path, str]]:
+    """(label, folder, one-line description) of every reference machine: a folder of root with a machine.toml."""
+    found = []
+    for folder in sorted(p for p in Path(root).glob("*") if (p / "machine.toml").is_file()):
+        try:
+            info = tomllib.loads((folder / "machine.toml").read_text())
+        except (OSError, tomllib.TOMLDecodeError):
+            info = {}
+        found.append((str(info.get("label", folder.name)), folder, str(info.get("description", ""))))
+    return found
+
+
+def default_runs_root(own: Path = Path("results/runs"), root: Path = REFERENCE_ROOT) -> tuple[Path, str]:
+    """(runs root, what it is) for the report: this machine's results/runs when it holds runs, else the committed
+    reference (the first machine's)."""
+    if reader.holds_runs(own):
+        return own, "this machine"
+    machines = reference_machines(root)
+    if machines:
+        label, folder, _ = machines[0]
+        try:  # as a user would type it (and as the report's index names it)
+            folder = folder.relative_to(Path.cwd())
+        except ValueError:
+            pass
+        return folder, f"the committed reference, machine {label}"
+    return own, "this machine"
+
+
+def runs_label(runs: Path, root: Path = REFERENCE_ROOT) -> str:
+    """The machine a runs root was measured on: a reference machine's label (its machine.toml), else this machine."""
+    runs = Path(runs).resolve()
+    for label, folder, _ in reference_machines(root):
+        if folder.resolve() == runs:
+            return f"reference machine {label}"
+    return "this machine"
+
+
+def machine_cores(runs: Path, root: Path = REFERENCE_ROOT) -> int | None:
+    """The CPU cores of the machine a runs root was measured on: a reference machine's machine.toml `cores`, else
+    this machine's (its own results/runs)."""
+    runs = Path(runs).resolve()
+    for _, folder, _ in reference_machines(root):
+        if folder.resolve() == runs:
+            try:
+                return tomllib.loads((folder / "machine.toml").read_text()).get("cores")
+            except (OSError, tomllib.TOMLDecodeError):
+                return None
+    return os.cpu_count()
+
+
+def machine_of(path, root: Path = REFERENCE_ROOT) -> str:
+    """The reference machine whose folder holds a run folder (its label; reference-add let in only runs of its
+    identity), else "this machine" -- where the run's manifest records this machine's identity or none to compare
+    (contract/machine.py) -- else "another machine (its CPU model)": a run folder copied here from elsewhere is
+    never labelled this machine's by where it lies."""
+    where = Path(path).resolve()
+    for label, folder, _ in reference_machines(root):
+        if where.is_relative_to(folder.resolve()):
+            return label
+    recorded = machine.recorded(reader.read_manifest(path) or {})
+    here = {k: v for k, v in machine.this_machine(None, None).items() if v is not None}
+    if machine.REQUIRED in recorded and machine.mismatch(recorded, here):
+        return f"another machine ({recorded[machine.REQUIRED]})"
+    return "this machine"
+
+
+def complements(runs: Path, root: Path = REFERENCE_ROOT) -> list[tuple[str, Path]]:
+    """When `runs` is the committed reference (the first machine's folder): every experiment folder another
+    reference machine holds and the first does not, as (that machine's label, the folder, found beside `runs` as
+    it was written). The committed report shows such an experiment from that machine, and says so: an experiment
+    comes from one machine, never pooled across machines, and no machine's runs stand in for another's."""
+    machines = reference_machines(root)
+    if not machines or Path(runs).resolve() != machines[0][1].resolve():
+        return []
+    held = {p.name for p in machines[0][1].iterdir() if p.is_dir()}
+    found = []
+    for label, folder, _ in machines[1:]:
+        for experiment in sorted(p.name for p in folder.iterdir() if p.is_dir() and EXPERIMENT_DIR.match(p.name)):
+            if experiment not in held:
+                found.append((label, Path(runs).parent / folder.name / experiment))
+                held.add(experiment)
+    return found
