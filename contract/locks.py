@@ -24,6 +24,12 @@ class RunInUse(ConfigError):
 IN_USE = "is in use by another process (pid {pid})"  # the words of RunInUse, which in_use_by reads back
 
 
+def in_use(run_dir: Path, rank: int = 0) -> RunInUse:
+    """The one line a second process training a held run folder gets."""
+    return RunInUse(f"run folder {run_dir} {IN_USE.format(pid=lock_holder(run_dir, rank))}; wait for it to end or "
+                    "pick another --run")
+
+
 def in_use_by(console_text: str) -> str | None:
     """The pid a trainer named when it was refused because another process held its run, from its console output."""
     head, tail = IN_USE.split("{pid}")
@@ -97,8 +103,7 @@ class RankLock:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     os.close(fd)
-                    raise RunInUse(f"run folder {run_dir} {IN_USE.format(pid=lock_holder(run_dir, rank))}; "
-                                   "wait for it to end or pick another --run") from None
+                    raise in_use(run_dir, rank) from None
                 if not told:
                     told = True
                     print(f"=> rank {rank}: run folder {run_dir} is held by pid {lock_holder(run_dir, rank)} (this "

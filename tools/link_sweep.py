@@ -31,7 +31,7 @@ def run_rate(rate: str, cluster_dir: Path, out: Path, only: list[str], env: dict
     """Limit the links to `rate`, run experiment 3's study into out/<rate>, wait for its jobs."""
     subprocess.run([sys.executable, "-m", "slurm.local_cluster", "link", "--dir", str(cluster_dir), "--rate", rate],
                    check=True, env=env, cwd=REPO)
-    study = subprocess.run([sys.executable, "-m", "trainers", "study", str(EXP3), "--launcher", "slurm", "--cluster",
+    study = subprocess.run([sys.executable, "-m", "suite", "study", str(EXP3), "--launcher", "slurm", "--cluster",
                             "local", "--out", str(out / rate), *(["--only", *only] if only else [])],
                            env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     if study.returncode != 0:

@@ -19,9 +19,10 @@ from typing import Any
 import torch
 
 from contract.config import SECTIONS, Config, ConfigError, TrainConfig, check_writable, cpu_isa_env
+from contract.locks import in_use, is_locked
 from contract.machine import cpuinfo
 from contract.runfolder import CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS
-from trainers import backends, checkpoint, compute
+from trainers import backends, checkpoint, compute, rendezvous
 
 
 def check_launch(cfg: Config, run_dir: Path, resume: bool, force: bool) -> tuple[backends.Launch, str, dict]:
@@ -32,6 +33,10 @@ def check_launch(cfg: Config, run_dir: Path, resume: bool, force: bool) -> tuple
     check_run_files(run_dir)
     launch = backends.detect_launch()
     name = backends.resolve(cfg, launch)
+    # a run another process trains is refused as such (not as "exists": --resume would not help), before the checks
+    # that read its folder; a requeued job's rank waits for its earlier attempt's lock instead (trainers/run.py)
+    if rendezvous.restarts(os.environ) == 0 and is_locked(run_dir, launch.rank):
+        raise in_use(run_dir, launch.rank)
     if launch.rank == 0 and not resume and (run_dir / MANIFEST).exists():  # no manifest: nothing started, restart
         raise ConfigError(f"run folder {run_dir} exists; continue it with --resume auto or pick another --run")
     pinned = {}
