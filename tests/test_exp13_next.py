@@ -37,8 +37,11 @@ def selection(workers: int, hits: dict[float, int | None], optimizer: str = "sgd
 
 
 def plan_copy(tmp_path):
+    """The declared plan before any decision: edition2.toml, and the decisions file's header with no entries (the
+    committed file gains entries as the study goes)."""
     shutil.copy(EXP13 / "edition2.toml", tmp_path / "edition2.toml")
-    shutil.copy(EXP13 / "edition2_decisions.toml", tmp_path / "edition2_decisions.toml")
+    header = [line for line in (EXP13 / "edition2_decisions.toml").read_text().splitlines() if line.startswith("#")]
+    (tmp_path / "edition2_decisions.toml").write_text("\n".join(header) + "\nextend = []\nchoose = []\n")
     return tmp_path / "edition2.toml"
 
 
@@ -82,10 +85,22 @@ def test_write_adds_decisions_as_data_the_planner_reads_and_a_dated_line_with_th
     assert step(runs, plan, workers=4).action == "chosen"  # never decided twice
 
 
-def test_the_committed_plan_is_every_rate_of_every_pair_on_two_seeds_before_any_decision():
-    runs = expand(EXP13 / "config.toml", "local", need_data=False)
-    assert len(runs) == 2 * 10 * 4 * 2 and all(r.name.startswith("e2-tune-") for r in runs)
-    assert {r.cfg.train.eval_every for r in runs} == {128, 64, 32, 16, 8, 4, 2}
+def test_the_declared_plan_is_every_rate_of_every_pair_on_two_seeds_before_any_decision(tmp_path):
+    rows = tuned.rows(plan_copy(tmp_path))
+    assert sum(r["seeds"] for r in rows) == 2 * 10 * 4 * 2 and all(r["run"].startswith("e2-tune-") for r in rows)
+    assert {r["train.eval_every"] for r in rows} == {128, 64, 32, 16, 8, 4, 2}
+
+
+def test_every_committed_decision_adds_its_rows_to_the_committed_plan():
+    """What exp13-next --write committed is what the study runs: an edge rate's two selection seeds, a chosen
+    rate's five study seeds."""
+    decisions = tuned.load_decisions(tuned.load_plan(EXP13 / "edition2.toml"))
+    runs = {r.name for r in expand(EXP13 / "config.toml", "local", need_data=False)}
+    for d in decisions["extend"]:
+        stem = f"e2-tune-{d['optimizer']}-w{d['workers']}-base{d['base']:g}"
+        assert {f"{stem}-s0", f"{stem}-s1"} <= runs, stem
+    for d in decisions["choose"]:
+        assert {f"e2-{d['optimizer']}-w{d['workers']}-s{seed}" for seed in range(2, 7)} <= runs, d
 
 
 def test_a_runs_folder_that_is_not_there_is_one_line_and_an_empty_one_says_what_writes_it(tmp_path, capsys):
