@@ -258,7 +258,7 @@ def test_bench_step_charges_the_epochs_augmentation_once_an_epoch_not_to_the_blo
 
     trainer = bench_step.make_trainer(1, 1, tmp_path, "plain")
     try:
-        dataset = trainer.train_ds
+        dataset = trainer.s.train_ds
         assert dataset.holds_epochs and bench_step.prepare_epoch(trainer, "before", 3) == 0.0
         assert bench_step.prepare_epoch(trainer, "after", 3) > 0.0
         prepared = dataset._epoch_images[1]
@@ -271,5 +271,5 @@ def test_bench_step_charges_the_epochs_augmentation_once_an_epoch_not_to_the_blo
         conv = next(op for op in profile["top"] if op["op"] == "aten::convolution")
         assert conv["calls_per_step"] == 9  # ResNet-8: the stem, two per block and two shortcuts
     finally:
-        trainer.stop.restore()
-        trainer.backend.close()
+        trainer.s.stop.restore()
+        trainer.s.backend.close()
