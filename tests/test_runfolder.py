@@ -360,7 +360,7 @@ def test_a_requeued_rank_waits_for_the_lock_its_cut_off_predecessor_holds(tmp_pa
 
 def test_only_a_requeued_or_successor_job_waits_for_its_run_lock(monkeypatch):
     from trainers import backends
-    from trainers.run import earlier_attempt_wait
+    from trainers.checks import earlier_attempt_wait
 
     for name in ("SLURM_RESTART_COUNT", "CHAIN_DEPTH"):
         monkeypatch.delenv(name, raising=False)

@@ -35,7 +35,7 @@ def check_launch(cfg: Config, run_dir: Path, resume: bool, force: bool) -> tuple
     name = backends.resolve(cfg, launch)
     # a run another process trains is refused as such (not as "exists": --resume would not help), before the checks
     # that read its folder; a requeued job's rank waits for its earlier attempt's lock instead (trainers/run.py)
-    if rendezvous.restarts(os.environ) == 0 and is_locked(run_dir, launch.rank):
+    if earlier_attempt_wait() == 0 and is_locked(run_dir, launch.rank):
         raise in_use(run_dir, launch.rank)
     if launch.rank == 0 and not resume and (run_dir / MANIFEST).exists():  # no manifest: nothing started, restart
         raise ConfigError(f"run folder {run_dir} exists; continue it with --resume auto or pick another --run")
@@ -43,6 +43,14 @@ def check_launch(cfg: Config, run_dir: Path, resume: bool, force: bool) -> tuple
     if resume and (run_dir / CHECKPOINT).exists():
         pinned = pin_arithmetic(cfg, run_dir / CHECKPOINT, force, launch.world_size)
     return launch, name, pinned
+
+
+def earlier_attempt_wait() -> float:
+    """Seconds a rank of a requeued (or successor) Slurm job waits for its run lock. The same rank of the attempt
+    before may still hold it: on a node whose link went down Slurm cannot end its processes, and they stay cut off
+    in a collective until its timeout (a shared file system's lock outlives the node's network). Anywhere else a
+    held lock is a second launch of the run, refused at once."""
+    return backends.COLLECTIVE_TIMEOUT.total_seconds() + 10 if rendezvous.restarts(os.environ) > 0 else 0.0
 
 
 def check_paths(cfg: Config) -> None:

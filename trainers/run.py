@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from trainers import backends, bench, checkpoint, compute, loop, rendezvous
+from trainers import backends, bench, checkpoint, compute, loop
 from contract.config import Config
 from contract.locks import RankLock, dead_ranks, mark_failed
 from contract.plan import carries_quick
@@ -25,7 +25,7 @@ from contract.reader import read_manifest
 from contract.runfolder import MANIFEST, WRITE_FAILURES, RunFolder, config_document, now_iso
 from contract.versions import git_commit, versions
 from trainers.checkpoint import TrainState
-from trainers.checks import check_launch
+from trainers.checks import check_launch, earlier_attempt_wait
 from trainers.loop import Diverged, Preempted
 from trainers.setup import Setup, build_setup, placement_record
 from trainers.tallies import unreadable_lines
@@ -44,14 +44,6 @@ def run_training(cfg: Config, run_dir: Path, resume: bool = False, echo: bool = 
         if made and not (run_dir / MANIFEST).exists():  # refused before it started (a data or config mistake)
             lock.discard(made)
         lock.release()
-
-
-def earlier_attempt_wait() -> float:
-    """Seconds a rank of a requeued (or successor) Slurm job waits for its run lock. The same rank of the attempt
-    before may still hold it: on a node whose link went down Slurm cannot end its processes, and they stay cut off
-    in a collective until its timeout (a shared file system's lock outlives the node's network). Anywhere else a
-    held lock is a second launch of the run, refused at once."""
-    return backends.COLLECTIVE_TIMEOUT.total_seconds() + 10 if rendezvous.restarts(os.environ) > 0 else 0.0
 
 
 def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: backends.Launch, name: str,
