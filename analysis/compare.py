@@ -16,7 +16,7 @@ import pandas as pd
 from contract import placement, reader
 
 from . import numbers as nb
-from .machines import REFERENCE_ROOT, REPO, complements, reference_machines, runs_label
+from .machines import REFERENCE_ROOT, REPO, complements, reference_machines, runs_label, superseded
 from .runs import experiment_number, load_study, run_frame
 from .smoke import SMOKE, is_smoke_run, smoke_paths
 
@@ -162,8 +162,10 @@ def _hosts(df: pd.DataFrame) -> list[str]:
 
 
 def load_report_study(runs, logs=None, root: Path = REFERENCE_ROOT) -> pd.DataFrame:
-    """The report's frame: load_study of `runs`, with the committed reference's complements (see complements)."""
-    return load_study(runs, logs, also=[folder for _, folder in complements(runs, root)])
+    """The report's frame: load_study of `runs`, with the committed reference's complements in place of what they
+    supersede (see complements)."""
+    return load_study(runs, logs, also=[folder for _, folder in complements(runs, root)],
+                      leave_out=superseded(runs, root))
 
 
 def _repo_relative(path: Path) -> Path:

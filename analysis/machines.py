@@ -84,19 +84,42 @@ def machine_of(path, root: Path = REFERENCE_ROOT) -> str:
     return "this machine"
 
 
+def report_draws(folder: Path) -> list[str]:
+    """The experiments a reference machine's machine.toml declares the committed report draws from it (`report_draws`),
+    in place of the first machine's: e.g. experiments 1-3 rerun with every framework side by side in one sitting."""
+    try:
+        return list(tomllib.loads((Path(folder) / "machine.toml").read_text()).get("report_draws", []))
+    except (OSError, tomllib.TOMLDecodeError):
+        return []
+
+
 def complements(runs: Path, root: Path = REFERENCE_ROOT) -> list[tuple[str, Path]]:
     """When `runs` is the committed reference (the first machine's folder): every experiment folder another
-    reference machine holds and the first does not, as (that machine's label, the folder, found beside `runs` as
-    it was written). The committed report shows such an experiment from that machine, and says so: an experiment
-    comes from one machine, never pooled across machines, and no machine's runs stand in for another's."""
+    reference machine holds and the first does not, and every one another machine declares the report draws from it
+    (report_draws), as (that machine's label, the folder, found beside `runs` as it was written). The committed
+    report shows such an experiment from that machine alone, and says so: an experiment comes from one machine, never
+    pooled across machines, and no machine's runs stand in for another's."""
     machines = reference_machines(root)
     if not machines or Path(runs).resolve() != machines[0][1].resolve():
         return []
-    held = {p.name for p in machines[0][1].iterdir() if p.is_dir()}
-    found = []
+    first = {p.name for p in machines[0][1].iterdir() if p.is_dir()}
+    found, taken = [], set()
     for label, folder, _ in machines[1:]:
+        declared = set(report_draws(folder))
         for experiment in sorted(p.name for p in folder.iterdir() if p.is_dir() and EXPERIMENT_DIR.match(p.name)):
-            if experiment not in held:
-                found.append((label, Path(runs).parent / folder.name / experiment))
-                held.add(experiment)
+            if experiment in taken or (experiment in first and experiment not in declared):
+                continue
+            found.append((label, Path(runs).parent / folder.name / experiment))
+            taken.add(experiment)
     return found
+
+
+def superseded(runs: Path, root: Path = REFERENCE_ROOT) -> list[str]:
+    """When `runs` is the committed reference (the first machine's folder): its experiment folders another reference
+    machine declares the report draws from it instead (report_draws). They stay committed, read as they were by
+    anyone who points the report at them, and the committed report leaves them out."""
+    machines = reference_machines(root)
+    if not machines or Path(runs).resolve() != machines[0][1].resolve():
+        return []
+    return sorted({name for _, folder, _ in machines[1:] for name in report_draws(folder)
+                   if (machines[0][1] / name).is_dir()})

@@ -478,11 +478,14 @@ def load_logs(paths) -> pd.DataFrame:
     return _finish([load_log(f) for f in files])
 
 
-def load_study(runs: str | Path = "results/runs", logs=None, also=()) -> pd.DataFrame:
+def load_study(runs: str | Path = "results/runs", logs=None, also=(), leave_out=()) -> pd.DataFrame:
     """Run folders plus any upstream logs: the one frame everything else is made from. also: more folders of run
-    folders (machines.complements: an experiment another reference machine holds), read into the same frame."""
-    roots = [runs, *also]
-    raw = pd.concat([reader.read_runs(root) for root in roots], ignore_index=True) if also else reader.read_runs(runs)
+    folders (machines.complements: an experiment another reference machine holds), read into the same frame;
+    leave_out: experiment folders of `runs` not read (machines.superseded: another machine's runs replace them)."""
+    own = [p for p in sorted(Path(runs).iterdir()) if p.is_dir() and p.name not in leave_out] if leave_out else [runs]
+    roots = [*own, *also]
+    raw = pd.concat([reader.read_runs(root) for root in roots], ignore_index=True) if len(roots) > 1 \
+        else reader.read_runs(runs)
     a = runs_frame(raw)
     problems = list(a.attrs.get("problems", [])) + [p for root in roots for p in empty_run_folders(root)]
     if logs:

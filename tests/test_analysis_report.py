@@ -301,6 +301,31 @@ def test_the_committed_report_takes_an_experiment_only_another_reference_machine
     assert said.endswith("(reference machine b-machine).")
 
 
+def test_an_experiment_another_reference_machine_declares_is_drawn_from_it_in_place_of_the_first_machines(tmp_path):
+    from analysis.compare import load_report_study, made_from
+    from analysis.machines import complements, superseded
+
+    ref = Path("results/reference/vm-2cpu")
+    first, second = tmp_path / "a-machine", tmp_path / "b-machine"
+    for machine, experiments in ((first, ["01_throughput_single_gpu", "05_linear_scaling"]),
+                                 (second, ["01_throughput_single_gpu", "05_linear_scaling"])):
+        (machine / "machine.toml").parent.mkdir(parents=True)
+        draws = 'report_draws = ["01_throughput_single_gpu"]\n' if machine is second else ""
+        (machine / "machine.toml").write_text(f'label = "{machine.name}"\n{draws}')
+        for experiment in experiments:
+            for run in [p for p in sorted((ref / experiment).iterdir()) if (p / "metrics.jsonl").is_file()][:2]:
+                shutil.copytree(run, machine / experiment / run.name)
+    assert superseded(first, tmp_path) == ["01_throughput_single_gpu"]
+    assert complements(first, tmp_path) == [("b-machine", first.parent / "b-machine" / "01_throughput_single_gpu")]
+    runs = load_report_study(first, root=tmp_path)
+    runs = runs[runs["kind"] == "run"]
+    assert sorted(runs["exp"]) == [1, 1, 5, 5]
+    assert all(Path(p).is_relative_to(second) for p in runs.loc[runs["exp"] == 1, "path"])  # never the first's too
+    assert all(Path(p).is_relative_to(first) for p in runs.loc[runs["exp"] == 5, "path"])  # 5 is not declared
+    said = made_from(runs, first, tmp_path)
+    assert said.startswith("Made from 2 runs in ") and "01_throughput_single_gpu: 2 runs in " in said
+
+
 def test_a_table_of_the_thesis_alone_names_no_runs(tmp_path):
     from analysis import catalogue as ct
     from analysis import report as rp
