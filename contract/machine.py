@@ -35,6 +35,19 @@ def cpuinfo() -> tuple[str | None, set[str]]:
     return fields.get("model name") or platform.processor() or None, set(fields.get("flags", "").split())
 
 
+def cpu_vector_isa() -> str | None:
+    """The CPU's vector instruction set in torch's names (get_cpu_capability: AVX512, AVX2, DEFAULT), read from its
+    flags and capped where ONEDNN_MAX_CPU_ISA says AVX2: the identity's isa for a process without torch (the
+    TensorFlow trainer, whose oneDNN kernels dispatch on the same flags). None where the flags cannot be read."""
+    flags = cpuinfo()[1]
+    if not flags:
+        return None
+    capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper().startswith("AVX2")
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags and not capped:
+        return "AVX512"
+    return "AVX2" if {"avx2", "fma"} <= flags else "DEFAULT"
+
+
 def memory_gib() -> int | None:
     """The machine's memory in whole GiB (/proc/meminfo's MemTotal, rounded: the kernel's reserve moves it a little
     from boot to boot), None where it cannot be read."""

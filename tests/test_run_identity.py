@@ -337,3 +337,17 @@ def test_every_new_manifest_records_the_machine_identity(tmp_path):
     assert train_in_process(write_config(tmp_path / "c.toml"), tmp_path, "m") == 0
     recorded = read_manifest(tmp_path / "c" / "m")["machine"]
     assert set(recorded) == set(FIELDS) and recorded["cpu_model"] == cpuinfo()[0] and recorded["cores"] >= 1
+
+
+@pytest.mark.parametrize("flags, cap, isa", [
+    ("fma avx2 avx512f avx512bw avx512vl avx512dq", "", "AVX512"),
+    ("fma avx2 avx512f avx512bw avx512vl avx512dq", "AVX2", "AVX2"),  # oneDNN capped as torch's ATen is
+    ("fma avx2 avx512f", "", "AVX2"),  # AVX-512 foundation alone is not torch's AVX512 capability
+    ("sse4_1 avx", "", "DEFAULT"),
+    ("", "", None)])  # no flags read: unknown, and reference-add then refuses the run
+def test_a_process_without_torch_names_the_cpus_vector_isa_as_torch_would(monkeypatch, flags, cap, isa):
+    from contract import machine
+
+    monkeypatch.setattr(machine, "cpuinfo", lambda: ("a CPU", set(flags.split())))
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    assert machine.cpu_vector_isa() == isa

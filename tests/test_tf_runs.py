@@ -74,6 +74,8 @@ def test_a_tensorflow_run_keeps_the_run_folder_contract(tmp_path):
     assert (m["status"], m["backend"], m["world_size"], m["weights_agree"]["ranks"]) == ("completed", "mwms", 1, 1)
     assert m["versions"]["tensorflow"] == "2.21.0"
     assert declared.problem(m) is None  # the declared record, written through the run folder as PyTorch's is
+    from contract.machine import cpu_vector_isa
+    assert m["machine"]["isa"] == cpu_vector_isa() is not None  # reference-add compares it: never left unknown
     (bench,) = records(run_dir, "bench")
     assert (bench["batches"], bench["warmup_batches"], bench["world_size"]) == (4, 1, 1)
     assert bench["images_per_s_steady"] > 0 and bench["images_per_s_thesis"] is None  # fewer than 200 steps

@@ -24,7 +24,7 @@ import tensorflow as tf
 from contract import events, placement
 from contract.config import Config, ConfigError
 from contract.runfolder import MANIFEST, RunFolder, bench_throughput, config_document, now_iso
-from contract.machine import this_machine
+from contract.machine import cpu_vector_isa, this_machine
 from contract.plan import carries_quick
 from contract.versions import git_commit, package_version, versions
 from trainers.tf import strategies
@@ -152,7 +152,7 @@ def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, threads:
         versions={**versions(), "tensorflow": tf.__version__, "tf_keras": package_version("tf-keras")},
         git_commit=git_commit(), threads=threads,
         cpu={"machine": platform.machine(), "processor": platform.processor()},
-        machine=this_machine(None, first_gpu_model()),  # contract/machine.py; no torch here: no torch ISA to record
+        machine=this_machine(cpu_vector_isa(), first_gpu_model()),  # no torch here: the ISA from the CPU's flags
         backend=backend.name, world_size=backend.world_size,
         workers=backend.world_size, devices=["cpu"] if not tf.config.list_physical_devices("GPU") else
         [d.name for d in tf.config.list_physical_devices("GPU")], hosts=backend.hosts(), framework="tensorflow")
