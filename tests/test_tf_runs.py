@@ -16,6 +16,7 @@ import pytest
 
 from contract import events
 from contract import manifest as declared
+from contract import placement
 from tests.helpers import REPO, f32, free_port, read_back, records, run, trainer_env, write_config
 from trainers.tf.available import horovod_has_tensorflow, tensorflow_installed
 
@@ -96,6 +97,8 @@ def test_mwms_two_workers_end_with_the_same_weights_and_a_broken_average_is_caug
     m = manifest(tmp_path / config.stem / "averaged")
     assert m["status"] == "completed" and m["weights_agree"] == {"ranks": 2, "max_relative_difference": 0.0,
                                                                  "rtol": 1e-05}
+    assert [r["local_rank"] for r in m["placement"]] == [0, 1]  # every rank's placement, gathered, as PyTorch's
+    assert not placement.problems(m["placement"]) and all(r["threads"] >= 1 for r in m["placement"])
     broken = finish(start_workers(config, tmp_path, "broken", 2, TRAINERS_TF_FAULT="skip-averaging"))
     assert all(code == 1 for code, _ in broken), [o[-2000:] for _, o in broken]
     m = manifest(tmp_path / config.stem / "broken")
@@ -115,6 +118,7 @@ def test_horovod_tensorflow_two_ranks_average_and_a_broken_average_is_caught(tmp
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     m = manifest(tmp_path / config.stem / "averaged")
     assert (m["status"], m["world_size"], m["weights_agree"]["max_relative_difference"]) == ("completed", 2, 0.0)
+    assert [r["local_rank"] for r in m["placement"]] == [0, 1] and not placement.problems(m["placement"])
     assert json.loads((tmp_path / config.stem / "averaged" / "config.json").read_text())["resolved"][
         "framework"] == "horovod+tensorflow"
     broken = horovodrun(config, tmp_path, "broken", TRAINERS_TF_FAULT="skip-averaging")

@@ -31,6 +31,7 @@ from trainers.tf import strategies
 
 EXIT_COMPLETED, EXIT_FAILED = 0, 1
 RANK_KEYS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "RANK")  # each launcher's
+LOCAL_RANK_KEYS = ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK")
 AGREE_RTOL = 1e-5  # averaged ranks apply the same update bit for bit; a rank's own gradients differ at 1e-3 and more
 
 
@@ -38,9 +39,10 @@ class WeightsDisagree(RuntimeError):
     """The ranks' weights differ at the end: their gradients were not averaged."""
 
 
-def set_threads(cfg: Config) -> dict:
+def set_threads(cfg: Config) -> tuple[dict, dict]:
     """TensorFlow's CPU pools from this rank's allocation, by the PyTorch trainer's rule (contract/placement.py):
-    train.threads, else OMP_NUM_THREADS (a user's or the study's), else the CPUs the rank was given."""
+    train.threads, else OMP_NUM_THREADS (a user's or the study's), else the CPUs the rank was given. Returns the
+    manifest's thread settings and this rank's placement entry (contract/placement.py record), as PyTorch's."""
     alloc = placement.read_allocation(local_ranks(os.environ))
     placed = placement.decide(alloc, cfg.train.threads, None, placement.user_omp_threads(launcher_name()))
     rank = int(next((os.environ[k] for k in RANK_KEYS if k in os.environ), 0))
@@ -49,8 +51,10 @@ def set_threads(cfg: Config) -> dict:
         print(warning, file=sys.stderr, flush=True)
     tf.config.threading.set_intra_op_parallelism_threads(placed.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    return {"tensorflow_intra_op": placed.threads, "cpus": placed.cpus, "threads_from": placed.threads_from,
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+    local_rank = int(next((os.environ[k] for k in LOCAL_RANK_KEYS if k in os.environ), 0))
+    return ({"tensorflow_intra_op": placed.threads, "cpus": placed.cpus, "threads_from": placed.threads_from,
+             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
+            placement.record(placed, alloc, os.uname().nodename, local_rank))
 
 
 def local_ranks(env) -> int:
@@ -144,8 +148,9 @@ def measure(cfg: Config, backend, run: RunFolder) -> dict:
     return {"weights_agree": {"ranks": backend.world_size, "max_relative_difference": worst, "rtol": AGREE_RTOL}}
 
 
-def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, threads: dict) -> None:
+def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, threads: dict, placed: dict) -> None:
     document = config_document(cfg, run_dir.name, backend.name)
+    ranks = backend.gather_objects(placed)  # every rank's, in rank order (contract/placement.py), as PyTorch's
     run.begin(
         document, {"start": now_iso(), "threads_env": threads}, smoke=carries_quick(document),
         launcher=launcher_name(), seed=cfg.train.seed, link=os.environ.get("CLUSTER_LINK"),
@@ -153,7 +158,7 @@ def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, threads:
         git_commit=git_commit(), threads=threads,
         cpu={"machine": platform.machine(), "processor": platform.processor()},
         machine=this_machine(cpu_vector_isa(), first_gpu_model()),  # no torch here: the ISA from the CPU's flags
-        backend=backend.name, world_size=backend.world_size,
+        backend=backend.name, world_size=backend.world_size, placement=ranks,
         workers=backend.world_size, devices=["cpu"] if not tf.config.list_physical_devices("GPU") else
         [d.name for d in tf.config.list_physical_devices("GPU")], hosts=backend.hosts(), framework="tensorflow")
 
@@ -177,7 +182,7 @@ def run_benchmark(cfg: Config, run_dir: Path, resume: bool) -> int:
     """One TensorFlow benchmark run on whatever launched it; the exit code of a PyTorch run's."""
     if not cfg.bench.batches:
         raise ConfigError("the TensorFlow trainer runs the throughput benchmark only: set bench.batches > 0")
-    threads = set_threads(cfg)
+    threads, placed = set_threads(cfg)
     backend = strategies.create_strategy(cfg)  # first: MWMS must exist before any other TensorFlow op
     if backend.world_size != cfg.train.workers:  # a process a worker: none emulated in TensorFlow
         raise ConfigError(f"train.workers = {cfg.train.workers} but {backend.world_size} process(es) were launched; "
@@ -188,7 +193,7 @@ def run_benchmark(cfg: Config, run_dir: Path, resume: bool) -> int:
     # a benchmark has no checkpoint: a rerun starts afresh; TensorBoard's tags are the PyTorch trainer's
     run = RunFolder(run_dir, writes=main, events=events.live(run_dir, main))
     try:
-        start_manifest(cfg, run_dir, backend, run, threads)
+        start_manifest(cfg, run_dir, backend, run, threads, placed)
         checks = measure(cfg, backend, run)
     except Exception as e:  # one line for the study's console and the manifest, after the traceback
         if not isinstance(e, WeightsDisagree):

@@ -27,6 +27,8 @@ from trainers.tf import cluster
 from trainers.tf.cluster import tf_config
 from trainers.tf.models import build_keras_model
 
+GATHERED_BYTES = 2048  # a rank's placement record is about 200
+
 FAULT = "TRAINERS_TF_FAULT"
 
 
@@ -84,6 +86,9 @@ class HorovodTF:
     def gather_strings(self, text: str) -> list[str]:
         return self.hvd.allgather_object(text)
 
+    def gather_objects(self, obj) -> list:
+        return self.hvd.allgather_object(obj)
+
 
 class MultiWorkerMirrored:
     """tf.distribute.MultiWorkerMirroredStrategy, its cluster from TF_CONFIG (trainers/tf/cluster.py)."""
@@ -140,6 +145,15 @@ class MultiWorkerMirrored:
             return self.strategy.run(replica)
 
         return self.strategy.experimental_local_results(all_gather())[0].numpy()
+
+    def gather_objects(self, obj) -> list:
+        """Every rank's JSON-able obj, in rank order: its JSON's bytes padded to one length, gathered as numbers
+        (the strategy gathers tensors only)."""
+        data = json.dumps(obj).encode()
+        if len(data) > GATHERED_BYTES:
+            raise ValueError(f"an object of {len(data)} bytes to gather; at most {GATHERED_BYTES}")
+        padded = np.frombuffer(data.ljust(GATHERED_BYTES), dtype=np.uint8).astype(np.float32)
+        return [json.loads(bytes(row.astype(np.uint8)).rstrip()) for row in self.gather(padded)]
 
     def hosts(self) -> list[str]:
         """Each worker's host in rank order (a loopback address: this machine, by its name, as the other runs')."""
