@@ -196,13 +196,12 @@ def made_from(df: pd.DataFrame, runs: Path, root: Path = REFERENCE_ROOT, experim
     extra = complements(runs, root)
     counted = [(label, folder, _count(df, folder)) for label, folder in extra]
     n = _count(df) - sum(k for _, _, k in counted)
-    text = f"Made from {n} run{'' if n == 1 else 's'} in {_repo_relative(runs)} ({machine})"
-    for label, folder, k in counted:
-        if experiments and experiment_number(folder.name) not in experiments:
-            continue
-        runs_there = f"{k} run{'' if k == 1 else 's'} in {_repo_relative(folder)}"
-        text += f"; {folder.name}: {runs_there} (reference machine {label})"
-    return text + "."
+    parts = [f"{folder.name}: {k} run{'' if k == 1 else 's'} in {_repo_relative(folder)} (reference machine {label})"
+             for label, folder, k in counted
+             if not experiments or experiment_number(folder.name) in experiments]
+    if n or not parts:  # the first machine's runs, unless the entry reads only experiments drawn from another
+        parts.insert(0, f"{n} run{'' if n == 1 else 's'} in {_repo_relative(runs)} ({machine})")
+    return "Made from " + "; ".join(parts) + "."
 
 
 def without_thesis_beside_smoke(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

@@ -324,6 +324,8 @@ def test_an_experiment_another_reference_machine_declares_is_drawn_from_it_in_pl
     assert all(Path(p).is_relative_to(first) for p in runs.loc[runs["exp"] == 5, "path"])  # 5 is not declared
     said = made_from(runs, first, tmp_path)
     assert said.startswith("Made from 2 runs in ") and "01_throughput_single_gpu: 2 runs in " in said
+    only_one = made_from(runs, first, tmp_path, experiments=[1])  # a table of experiment 1 names its machine alone
+    assert only_one.startswith("Made from 01_throughput_single_gpu: 2 runs in ") and "a-machine (" not in only_one
 
 
 def test_a_table_of_the_thesis_alone_names_no_runs(tmp_path):
