@@ -35,6 +35,8 @@ REFUSED = {OTHER_CONFIG: "another config's run", NO_IDENTITY: "a run without a r
 MISSING, NO_STATUS = "missing", "no-status"  # no manifest; a manifest without a readable status (run_status)
 FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PEER_GRACE_S = 60  # how long a run's other processes may outlive one that failed (they wait for it forever)
+PEER_KILL_S = 10  # then SIGTERM, and this long after it SIGKILL
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -188,13 +190,29 @@ class Active:
         except OSError:
             return ""
 
+    failed_at: float | None = None  # when one of the run's processes first exited with a failure
+
     def poll(self) -> int | None:
-        if any(p.poll() is None for p in self.procs):
+        codes = [p.poll() for p in self.procs]
+        if any(c is None for c in codes):
+            self.end_stranded_peers(codes)
             return None
         self.console.close()
         if self.claim is not None:
             self.claim.release()
         return max(abs(p.returncode) for p in self.procs)
+
+    def end_stranded_peers(self, codes: list[int | None]) -> None:
+        """A run's process that failed (an MWMS worker whose gRPC server could not start, one node's torchrun) leaves
+        its peers waiting for it forever: after PEER_GRACE_S they are sent SIGTERM, PEER_KILL_S later SIGKILL (a
+        TensorFlow worker blocked in gRPC ignores SIGTERM), so the run ends failed and the study goes on."""
+        if not any(c not in (None, 0) for c in codes):
+            return
+        self.failed_at = self.failed_at or time.monotonic()
+        waited = time.monotonic() - self.failed_at
+        for proc, code in zip(self.procs, codes):
+            if code is None and waited > PEER_GRACE_S:
+                proc.kill() if waited > PEER_GRACE_S + PEER_KILL_S else proc.terminate()
 
 
 def threads_per_process(plan: Plan, jobs: int, cores: int | None = None) -> int:

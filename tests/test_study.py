@@ -652,3 +652,26 @@ def test_the_default_cluster_and_the_largest_seed_count_are_accepted(tmp_path, c
     folder = tiny_experiment(tmp_path, 'vary = { "train.workers" = [1] }')
     assert main(["study", str(folder), "--dry-run", "--cluster", "local", "--seeds", "100"]) == 0
     assert capsys.readouterr().out.count("# w1-s") == 100
+
+
+def test_a_run_whose_process_failed_ends_its_waiting_peers_after_the_grace(monkeypatch, tmp_path):
+    """An MWMS worker whose gRPC server could not start exits 1 and its three peers wait for it forever: the study
+    ends them (SIGTERM, then SIGKILL for one that ignores it) and the run ends failed instead of hanging the study."""
+    import subprocess
+    import sys
+    import time
+
+    from studies import launch
+
+    monkeypatch.setattr(launch, "PEER_GRACE_S", 0.2)
+    monkeypatch.setattr(launch, "PEER_KILL_S", 0.5)
+    ignores_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    procs = [subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"]),
+             subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]),
+             subprocess.Popen([sys.executable, "-c", ignores_term])]
+    active = launch.Active(None, 1, procs, open(os.devnull, "w"), time.time())
+    deadline = time.monotonic() + 120  # generous: the grace is 0.2 s and SIGKILL 0.5 s after it
+    while (code := active.poll()) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert code is not None and code != 0, "the stranded peers were never ended"
+    assert [p.returncode for p in procs] == [1, -15, -9]
