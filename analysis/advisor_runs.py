@@ -161,11 +161,15 @@ def cause(row, threads: int | None, cpus: float | None) -> str:
     return "; ".join([threads_said, *parts] if oversubscribed else [*parts, threads_said])
 
 
+PYTORCH_FRAMEWORKS = ("pytorch", "horovod+pytorch")  # the frameworks whose step the advisor models
+
+
 def prediction_table(df: pd.DataFrame, steps: Path = STEPS, check_root: Path = advisor.CHECK_ROOT,
                      tolerance: float | None = None) -> pd.DataFrame:
-    """Every experiment-3 bench run beside its prediction (COLUMNS); empty without such runs."""
+    """Every PyTorch (DDP, Horovod+PyTorch) experiment-3 bench run beside its prediction (COLUMNS); empty without
+    such runs. TensorFlow's runs have none: the advisor's step split and buckets are the PyTorch trainer's."""
     tolerance = advisor.declaration()["tolerance"] if tolerance is None else tolerance
-    bench = df[df["kind"].isin(["bench", LINK_BENCH]) & (df["exp"] == 3)]
+    bench = df[df["kind"].isin(["bench", LINK_BENCH]) & (df["exp"] == 3) & df["framework"].isin(PYTORCH_FRAMEWORKS)]
     records, rows = step_records(steps), []
     for row in bench.itertuples():
         facts = run_facts(Path(row.path))

@@ -35,7 +35,7 @@ def parts(tmp_path, rate="20mbit", threads=(1,), cpu=CPU, shared_cores=2):
 
 
 def run(tmp_path, name, hosts, threads=1, link="20mbit", cpu=CPU, measured=100.0, comm_s=0.5, data_s=0.1,
-        backend="ddp"):
+        backend="ddp", framework="pytorch"):
     """A run folder (manifest with placement, config) and its bench row as analysis.runs.load_study has it."""
     folder = tmp_path / "runs" / name
     folder.mkdir(parents=True)
@@ -44,7 +44,7 @@ def run(tmp_path, name, hosts, threads=1, link="20mbit", cpu=CPU, measured=100.0
                                                       "machine": {"cpu_model": cpu, "cores": 2}}))
     (folder / "config.json").write_text(json.dumps({"model": {"name": "cifar_resnet20"},
                                                     "train": {"per_worker_batch": 32}, "data": {"image_size": 32}}))
-    return {"kind": "bench", "exp": 3, "run": name, "backend": backend, "processes": len(hosts),
+    return {"kind": "bench", "exp": 3, "run": name, "backend": backend, "framework": framework, "processes": len(hosts),
             "steady_images_per_s": measured, "data_s": data_s, "compute_s": 1.0, "comm_s": comm_s,
             "cpus_per_rank": 1.0, "path": str(folder)}
 
@@ -105,3 +105,11 @@ def test_links_timed_between_another_clusters_nodes_are_not_the_runs(tmp_path):
     table = advisor_runs.prediction_table(df, steps, checks, tolerance=0.15).set_index("run")
     assert table.loc["elsewhere", "cause"].startswith("no prediction: no link fit for this machine at 20mbit")
     assert not math.isnan(table.loc["here", "predicted"])
+
+
+def test_tensorflow_runs_get_no_row_the_advisor_models_pytorchs_step(tmp_path):
+    steps, checks = parts(tmp_path)
+    df = pd.DataFrame([run(tmp_path, "tf", ["n1", "n2"], backend="horovod", framework="horovod+tensorflow"),
+                       run(tmp_path, "mwms", ["n1", "n2"], backend="mwms", framework="tensorflow"),
+                       run(tmp_path, "hvd", ["n1", "n2"], backend="horovod", framework="horovod+pytorch")])
+    assert list(advisor_runs.prediction_table(df, steps, checks, tolerance=0.15)["run"]) == ["hvd"]
