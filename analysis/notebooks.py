@@ -85,8 +85,8 @@ RQ2 = [
     ("code", "an.first_batch_penalty(ref)"),
     ("md", "## Our runs (same formula and the steady-state estimate from per-iteration records)"),
     ("code", "an.tables.throughput_summary(df)"),
-    ("md", "## The frameworks in our runs: PyTorch and Horovod+PyTorch; Horovod+TensorFlow and TensorFlow's "
-           "MultiWorkerMirroredStrategy only where TensorFlow ran (the committed reference has no TensorFlow run)"),
+    ("md", "## The frameworks in our runs: PyTorch DDP, Horovod+PyTorch, Horovod+TensorFlow and TensorFlow's "
+           "MultiWorkerMirroredStrategy, each where it ran (the 'Made from' line above names the runs)"),
     ("code", "an.frameworks.framework_table(df)"),
     ("code", "an.markdown(an.frameworks.frameworks_reading(df))"),
 ]
