@@ -11,17 +11,11 @@
     python -m slurm.local_cluster status --dir D
     python -m slurm.local_cluster stop   --dir D
 
-Two modes. With nodes=N >= 2 every node is a host of its own (slurm/netns.py): a network namespace with its own
-address, hostname and hosts file, so a job's ranks really are on different hosts and the bugs of a first multi-node
-run (a rank that advertises 127.0.0.1, a name that does not resolve, a shared /tmp) can happen here; the controller
-is a host too (`ctl`). Each node's jobs get a TMPDIR of their own (a TaskProlog), as on a cluster with node-local
-scratch. With nodes=1 (or where namespaces cannot be made: no root) it is one node on localhost.
-
-Everything (slurm.conf, state, spool, logs, PID files, hosts files, the job-completion log read by `sacct -c`) lives
-in `workdir`; a system-wide Slurm is left alone. The configuration is the smallest that behaves like a real cluster
-for our purposes: cons_tres with CR_Core (two jobs can share a node core by core), no cgroups (proctrack/linuxproc,
-task/none: works in containers), no accounting database (jobcomp/filetxt instead), ReturnToService=2 (a node that
-was down comes back by itself).
+With nodes=N >= 2 every node is a host of its own (slurm/netns.py; slurm/README.md says what that makes possible),
+else one node on localhost. Everything (slurm.conf, state, spool, logs, PID files, hosts files, the job-completion
+log `sacct -c` reads) lives in `workdir`; a system-wide Slurm is left alone. The configuration is the smallest that
+behaves like a real cluster: cons_tres with CR_Core, no cgroups (proctrack/linuxproc, task/none: works in
+containers), no accounting database (jobcomp/filetxt), ReturnToService=2 (a node that was down comes back by itself).
 
 Needs the Debian packages from slurm/install.sh and, for slurmd, root (slurmd must switch to the job's user).
 """

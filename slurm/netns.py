@@ -6,10 +6,8 @@
     net.limit("100mbit")                                           # every host's link shaped by tbf
     net.destroy()                                                  # namespaces, links and bridge removed
 
-Traffic stays on this machine: the /24 is one that no route or address here uses (checked first), the namespaces
-have no default route and the bridge has no uplink; the root namespace keeps one address on the bridge (.254) so the
-Slurm clients there reach the controller. A namespace's name starts with the cluster's tag, so two clusters (two
-test runs) coexist. Needs root and iproute2.
+Traffic stays on this machine (slurm/README.md: a /24 nothing here uses, no default route, no uplink). A namespace's
+name starts with the cluster's tag, so two clusters coexist. Needs root and iproute2.
 """
 from __future__ import annotations
 
