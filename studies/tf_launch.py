@@ -15,10 +15,6 @@ from trainers.rendezvous import free_port
 from trainers.tf.available import skip_reason
 
 
-def is_tensorflow(plan) -> bool:
-    return plan.cfg.train.framework == "tensorflow"
-
-
 def tf_commands(plan, args: list[str], python: str) -> list[list[str]]:
     """The commands of one TensorFlow run: one horovodrun, or one process a MultiWorkerMirroredStrategy worker."""
     trainer = [python, "-m", "trainers.tf", "train", *args]
@@ -33,7 +29,7 @@ def tf_commands(plan, args: list[str], python: str) -> list[list[str]]:
 
 def tf_skip_line(plan) -> str | None:
     """The progress line of a TensorFlow run that cannot run here; None for any other run, or one that can."""
-    if not is_tensorflow(plan):
+    if plan.cfg.train.framework != "tensorflow":
         return None
     reason = skip_reason(plan.backend)
     return f"skipped: {reason}" if reason else None
