@@ -2,13 +2,9 @@
 
 FIELDS are what every new manifest records (`machine`, written by the trainer from this_machine()), what a reference
 machine's machine.toml declares, and what tools/reference_add.py compares: a run counts as a machine's only where
-each field both sides know is the same, and a mismatch is one line naming the field.
-
-Manifests written before this identity existed recorded its measured fields elsewhere (the CPU model, the torch
-kernels' instruction set, torch's version); tools/migrate_manifests.py moved them into `machine`, so the fields such a
-run never measured (cores, memory, GPU model) are absent there and not compared, and the CPU model, which two
-machines with one host name and one instruction set do not share (the AMD EPYC and the Intel Xeon behind
-results/reference/), is required instead.
+each field both sides know is the same, and a mismatch is one line naming the field. Runs migrated from before this
+identity (tools/migrate_manifests.py) lack the fields they never measured (cores, memory, GPU model), so the CPU
+model, which tells apart the two machines behind results/reference/, is the one field required.
 """
 from __future__ import annotations
 
