@@ -48,6 +48,8 @@ FINAL_STATES = frozenset({
 
 MUNGED = "/usr/sbin/munged"
 MUNGE_PIDFILE = Path("/run/munge/munged.pid")
+CONTROLLER = "ctl"  # the controller's host name in the multi-host mode
+LINK_FILE = "link"  # in workdir: the rate every node's link is limited to, when one is
 
 
 class ClusterError(RuntimeError):
@@ -91,12 +93,6 @@ def _hardware(cpus: int | None = None) -> tuple[str, str]:
             tok = f"{key}=1"
         parts.append(tok)
     return line.split()[0].split("=", 1)[1], " ".join(parts)
-
-
-CONTROLLER = "ctl"  # the controller's host name in the multi-host mode
-
-
-LINK_FILE = "link"  # in workdir: the rate every node's link is limited to, when one is
 
 
 def _task_prolog(workdir: Path) -> Path:
@@ -417,9 +413,7 @@ class Cluster:
             for host in self.network.names:  # a step whose slurmd went first (a node lost, a hung srun) is orphaned
                 self.crash_node(host)
             self.network.destroy()
-        state_file = self.workdir / "cluster.json"
-        if state_file.exists():
-            state_file.unlink()
+        (self.workdir / "cluster.json").unlink(missing_ok=True)
 
     def save(self) -> None:
         (self.workdir / "cluster.json").write_text(json.dumps(

@@ -95,10 +95,6 @@ class Network:
     def address(self, name: str) -> str:
         return str(ipaddress.ip_network(self.subnet)[self.names.index(name) + 1])
 
-    @property
-    def bridge_address(self) -> str:
-        return str(ipaddress.ip_network(self.subnet)[BRIDGE_HOST])
-
     def hosts_file(self, name: str) -> Path:
         return Path(self.hosts_dir) / name
 
@@ -170,7 +166,7 @@ def _build(net: Network) -> None:
     prefix = ipaddress.ip_network(net.subnet).prefixlen
     try:
         _ip("link", "add", net.bridge, "type", "bridge")
-        _ip("addr", "add", f"{net.bridge_address}/{prefix}", "dev", net.bridge)
+        _ip("addr", "add", f"{ipaddress.ip_network(net.subnet)[BRIDGE_HOST]}/{prefix}", "dev", net.bridge)
         _ip("link", "set", net.bridge, "up")
         for name in net.names:
             ns = net.netns(name)

@@ -89,7 +89,7 @@ def expand(value: str, environ: Mapping[str, str] | None = None) -> str:
 def _check_type(name: str, key: str, value):
     want = _FIELDS[key].type
     if want == "int" and isinstance(value, str) and "$" in value:
-        return  # read from the environment: checked once expanded (_whole_number)
+        return  # read from the environment: checked once expanded (load_profile)
     if want == "str":
         ok = isinstance(value, str)
     elif want == "int":
@@ -103,15 +103,6 @@ def _check_type(name: str, key: str, value):
     if not ok:
         want = {"tuple[str, ...]": "a list of strings", "int": 'int (or a "${VAR:-default}" string)'}.get(want, want)
         raise ProfileError(f"cluster profile {name!r}: {key} must be {want}, got {value!r}")
-
-
-def _whole_number(name: str, key: str, raw: str, environ: Mapping[str, str] | None) -> int:
-    """An int key given as "${VAR:-default}": its expansion, which must be a whole number."""
-    value = expand(raw, environ).strip()
-    if not value.isdigit():
-        raise ProfileError(f"cluster profile {name}: {key} = {raw!r} is {value!r}, not a whole number "
-                           f"(set the variable it names to one)")
-    return int(value)
 
 
 def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile:
@@ -130,8 +121,12 @@ def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile
             raise ProfileError(f"cluster profile {path.name}: unknown key {key!r} "
                                f"(known: {', '.join(k for k in _FIELDS if k != 'name')})")
         _check_type(path.name, key, value)
-        if _FIELDS[key].type == "int" and isinstance(value, str):
-            value = _whole_number(path.name, key, value, environ)
+        if _FIELDS[key].type == "int" and isinstance(value, str):  # "${VAR:-default}": must expand to a whole number
+            raw, value = value, expand(value, environ).strip()
+            if not value.isdigit():
+                raise ProfileError(f"cluster profile {path.name}: {key} = {raw!r} is {value!r}, not a whole number "
+                                   f"(set the variable it names to one)")
+            value = int(value)
         elif isinstance(value, str) and key not in ("scratch", "description"):
             value = expand(value, environ)
         elif isinstance(value, list):

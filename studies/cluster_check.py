@@ -229,15 +229,11 @@ def start_requeued(job: int) -> None:
     subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], capture_output=True, timeout=60)
 
 
-def rank_results(folder: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))]
-
-
 def judge(layer: str, state: str, folder: Path, nodes: int, requeues: bool = True) -> Finding:
     """Pass or fail, and the one detail a user needs, from the job's state and what each rank wrote."""
     if layer == "train":
         return judge_train(state, folder / "train" / "05_linear_scaling" / "check", nodes, requeues)
-    ranks = rank_results(folder / layer)
+    ranks = [json.loads(p.read_text()) for p in sorted((folder / layer).glob("rank*.json"))]
     failed = [r for r in ranks if not r.get("ok")]
     if failed:
         r = failed[0]
@@ -261,19 +257,13 @@ def first_of(problems: list[str]) -> str:
 
 
 def judge_placement(layer: str, ranks: list[dict], nodes: int) -> Finding:
-    """Every rank placed without a problem (judge checked): say what each got."""
+    """Every rank placed without a problem (judge checked): say what each got, once where they all got the same."""
     seen = [r["placement"] for r in ranks]
-    gpus = f", GPU {', '.join(str(p['gpu_index']) for p in seen)}" if "gpu_index" in seen[0] else ""
-    return Finding(layer, True, f"{len(seen)} ranks on {len({p['host'] for p in seen})} hosts: "
-                                f"{describe_ranks(seen)}{gpus}")
-
-
-def describe_ranks(seen: list[dict]) -> str:
-    """"1 CPU(s), 1 thread(s), 0 loader worker(s) a rank (allocation)", or rank by rank where they differ."""
     said = [f"{p['cpus']} CPU(s), {p['threads']} thread(s), {p['loader_workers']} loader worker(s)" for p in seen]
-    if len(set(said)) == 1:
-        return f"{said[0]} a rank ({seen[0]['threads_from']})"
-    return "; ".join(f"rank {r}: {s}" for r, s in enumerate(said))
+    each = (f"{said[0]} a rank ({seen[0]['threads_from']})" if len(set(said)) == 1
+            else "; ".join(f"rank {r}: {s}" for r, s in enumerate(said)))
+    gpus = f", GPU {', '.join(str(p['gpu_index']) for p in seen)}" if "gpu_index" in seen[0] else ""
+    return Finding(layer, True, f"{len(seen)} ranks on {len({p['host'] for p in seen})} hosts: {each}{gpus}")
 
 
 def judge_hosts(layer: str, ranks: list[dict], nodes: int) -> Finding:
