@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import platform
-from importlib import metadata
 from typing import Any
+
+from contract.versions import package_version
 
 #: the fields of a machine's identity, in the order a mismatch is looked for
 FIELDS = ("cpu_model", "isa", "cores", "memory_gib", "gpu_model", "torch")
@@ -46,12 +47,8 @@ def memory_gib() -> int | None:
 def this_machine(isa: str | None, gpu_model: str | None) -> dict[str, Any]:
     """This machine's identity. isa: torch's CPU capability and gpu_model: the first GPU's name (None without one),
     both from the caller that has torch loaded (contract/ never imports it)."""
-    try:
-        torch_version = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        torch_version = None
     return {"cpu_model": cpuinfo()[0], "isa": isa, "cores": os.cpu_count(), "memory_gib": memory_gib(),
-            "gpu_model": gpu_model, "torch": torch_version}
+            "gpu_model": gpu_model, "torch": package_version("torch")}
 
 
 def recorded(manifest: dict) -> dict[str, Any]:

@@ -73,9 +73,9 @@ def link_fit(profile, probe: bool, root: Path = advisor.CHECK_ROOT) -> Path:
     """The profile's newest link fit; where none is recorded, the check's two link layers run now (probe) or the
     line that says how to make one."""
     path = advisor.latest_link_fit(profile.name, root)
-    if path or not probe:
-        if path:
-            return path
+    if path:
+        return path
+    if not probe:
         raise AdviseError(f"no link fit recorded for {profile.name} under {root}: make cluster-check "
                           f"CLUSTER={profile.name} (its link-intra and link-inter layers) makes one")
     from studies.cluster_check import run_check
