@@ -131,26 +131,26 @@ def _no_identity_line(p: Plan) -> str:
 
 
 def local_commands(plan: Plan) -> list[list[str]]:
-    """The processes one run needs on this machine: one per torchrun node, or one horovodrun, or one python."""
-    run, args, py = plan.run, plan.trainer_args, sys.executable
-    if plan.status != MISSING:
-        args = args + ["--resume", "auto"]
-    if plan.cfg.train.framework == "tensorflow":  # its own trainer and launch (studies/tf_launch.py)
-        return tf_launch.tf_commands(plan, args, py)
+    """The processes one run needs on this machine: one per torchrun node, or one horovodrun, or one python; a
+    TensorFlow run runs its own trainer (studies/tf_launch.py)."""
+    run, py = plan.run, sys.executable
+    args = plan.trainer_args + (["--resume", "auto"] if plan.status != MISSING else [])
+    tensorflow = plan.cfg.train.framework == "tensorflow"
+    trainer = [py, "-m", "trainers.tf" if tensorflow else "trainers", "train", *args]
+    if plan.backend == "horovod":  # with Gloo, PyTorch's and TensorFlow's alike
+        horovodrun = str(Path(py).parent / "horovodrun")
+        return [[horovodrun, "-np", str(plan.ranks()), "-H", f"localhost:{plan.ranks()}", "--gloo", *trainer]]
+    if tensorflow:
+        return tf_launch.mwms_commands(plan.ranks(), trainer)
     if plan.backend == "ddp":
         per_node = plan.ranks() // run.nodes
         if run.nodes == 1:
-            return [[*torchrun_command(py), "--standalone", "--nproc-per-node", str(per_node),
-                     "-m", "trainers", "train", *args]]
+            return [[*torchrun_command(py), "--standalone", "--nproc-per-node", str(per_node), *trainer[1:]]]
         port = str(free_port())  # a fresh rendezvous per run: several torchrun nodes on localhost
         return [[*torchrun_command(py), "--nnodes", str(run.nodes), "--node-rank", str(node),
                  "--nproc-per-node", str(per_node), "--master-addr", "127.0.0.1", "--master-port", port,
-                 "-m", "trainers", "train", *args] for node in range(run.nodes)]
-    if plan.backend == "horovod":
-        horovodrun = str(Path(py).parent / "horovodrun")
-        return [[horovodrun, "-np", str(plan.ranks()), "-H", f"localhost:{plan.ranks()}", "--gloo",
-                 py, "-m", "trainers", "train", *args]]
-    return [[py, "-m", "trainers", "train", *args]]
+                 *trainer[1:]] for node in range(run.nodes)]
+    return [trainer]
 
 
 def last_epoch(run_dir: Path) -> dict | None:
