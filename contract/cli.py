@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from contract.config import Config, ConfigError, load_config, load_planned
-from contract.runfolder import check_run_name
-from contract.runfolder import WRITE_FAILURES
+from contract.runfolder import WRITE_FAILURES, check_run_name
 
 
 def one_line_errors(command: Callable[[], int], mistakes: tuple[type[BaseException], ...] = ()) -> int:

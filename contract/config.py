@@ -249,18 +249,10 @@ class Config:
     def lr_policy(self) -> lr_policy.Policy:
         lr = self.lr
         per_worker = self.train.per_worker_batch * self.horovod.batches_per_allreduce
-        return lr_policy.Policy(
-            target=lr_policy.scaled_lr(lr.base, lr.base_batch, self.global_batch, lr.scaling),
-            start=lr_policy.single_worker_lr(lr.base, lr.base_batch, per_worker),
-            warmup=lr.warmup,
-            warmup_epochs=lr.warmup_epochs,
-            decay=lr.decay,
-            step_every=lr.step_every,
-            milestones=lr.milestones,
-            gamma=lr.gamma,
-            epochs=self.train.epochs,
-            power=lr.power,
-        )
+        same = ("warmup", "warmup_epochs", "decay", "step_every", "milestones", "gamma", "power")  # as [lr] says
+        return lr_policy.Policy(target=lr_policy.scaled_lr(lr.base, lr.base_batch, self.global_batch, lr.scaling),
+                                start=lr_policy.single_worker_lr(lr.base, lr.base_batch, per_worker),
+                                epochs=self.train.epochs, **{name: getattr(lr, name) for name in same})
 
     def framework(self, backend: str | None = None) -> str:
         """What the run measures: Horovod+PyTorch, PyTorch (DDP, DP, one process) or emulated workers; or
@@ -384,11 +376,6 @@ def build(values: dict[str, dict[str, Any]], experiment: str, scale: str, need_d
     return cfg
 
 
-def experiment_name(config_path: Path) -> str:
-    """experiments/05_linear_scaling/config.toml -> 05_linear_scaling; any other file -> its stem."""
-    return config_path.parent.name if config_path.name == "config.toml" else config_path.stem
-
-
 def load_config(path: str | Path, scale: str = "local", overrides: list[str] = (), need_data: bool = True,
                 settings: dict[str, Any] | None = None, expand: bool = True) -> Config:
     """Read an experiment's config at a scale, apply `--set` overrides, then a study run's own `settings`
@@ -413,7 +400,8 @@ def load_config(path: str | Path, scale: str = "local", overrides: list[str] = (
     for dotted, value in (settings or {}).items():
         section, key = dotted.split(".", 1)
         merge(values, {section: {key: value}}, f"the study's {dotted}")
-    return build(values, experiment_name(path), scale, need_data, expand)
+    experiment = path.parent.name if path.name == "config.toml" else path.stem  # experiments/05_x/config.toml: 05_x
+    return build(values, experiment, scale, need_data, expand)
 
 
 def chosen_backend(cfg: Config, launcher: str = "none", world_size: int = 1) -> str:
@@ -486,10 +474,16 @@ def from_dict(document: dict[str, Any], overrides: list[str] = (), origin: str =
 # ----------------------------------------------------------------------------------------------------------------
 # Validation: impossible values are refused here, not ten hours into a run
 # ----------------------------------------------------------------------------------------------------------------
-def one_of(where: str, value: str) -> None:
-    """Refuse a value outside the setting's ALLOWED ones, naming them."""
-    if value not in ALLOWED[where]:
-        raise ConfigError(f"{where} = {value!r} is not one of {', '.join(ALLOWED[where])}")
+# Sizes, counts and rates that must be > 0, and those that must be >= 0 (the others have lines of their own below)
+POSITIVE = ("train.epochs", "train.per_worker_batch", "train.workers", "train.print_freq", "model.num_classes",
+            "model.width", "data.image_size", "data.max_image_pixels", "lr.base", "lr.base_batch", "lr.step_every",
+            "lr.gamma", "lr.power", "horovod.batches_per_allreduce", "optim.trust_coefficient")
+NOT_NEGATIVE = ("optim.momentum", "optim.weight_decay", "train.seed", "data.data_seed", "telemetry.interval_s")
+
+
+def value_of(cfg: Config, where: str) -> Any:
+    section, key = where.split(".")
+    return getattr(getattr(cfg, section), key)
 
 
 def positive(where: str, value: float) -> None:
@@ -497,26 +491,14 @@ def positive(where: str, value: float) -> None:
         raise ConfigError(f"{where} = {value} must be > 0")
 
 
-def at_most(where: str, value: float, limit: float) -> None:
-    if value > limit:
-        raise ConfigError(f"{where} = {value} is more than this suite's limit of {limit:,}; use a smaller value")
-
-
-def check_limits(cfg: Config) -> None:
-    """Every size and count within LIMITS, before any folder or cache is written."""
-    for where, limit in LIMITS.items():
-        section, key = where.split(".")
-        at_most(where, getattr(getattr(cfg, section), key), limit)
+def not_negative(where: str, value: float) -> None:
+    if not (value >= 0 and math.isfinite(value)):
+        raise ConfigError(f"{where} = {value} must be >= 0")
 
 
 def cpu_isa_env(cpu_isa: str) -> dict[str, str]:
     """The environment that pins the CPU kernels' instruction set (empty: unpinned)."""
     return dict(CPU_ISAS.get(cpu_isa, {}))
-
-
-def not_negative(where: str, value: float) -> None:
-    if not (value >= 0 and math.isfinite(value)):
-        raise ConfigError(f"{where} = {value} must be >= 0")
 
 
 def check_writable(folder: Path) -> None:
@@ -533,26 +515,17 @@ def check_writable(folder: Path) -> None:
                           "pick another --out") from None
 
 
-def check_optim(o: OptimConfig) -> None:
-    one_of("optim.name", o.name)
-    positive("optim.trust_coefficient", o.trust_coefficient)
-    for where, beta in (("optim.beta1", o.beta1), ("optim.beta2", o.beta2)):
-        if not 0.0 <= beta < 1.0:
-            raise ConfigError(f"{where} = {beta} must be in [0, 1)")
-
-
 def validate(cfg: Config, need_data: bool = True) -> None:
     """Refuse a config that cannot run, in one line, before any folder or data is made (in this order)."""
+    for where, allowed in ALLOWED.items():
+        if value_of(cfg, where) not in allowed:
+            raise ConfigError(f"{where} = {value_of(cfg, where)!r} is not one of {', '.join(allowed)}")
     check_ranges(cfg)
-    one_of("model.name", cfg.model.name)
     check_data_sizes(cfg)
     check_train_choices(cfg.train)
-    for where in ("data.kind", "data.val_mode", "data.decoder"):
-        one_of(where, getattr(cfg.data, where.split(".")[1]))
-    for where in ("lr.scaling", "lr.warmup", "lr.decay"):
-        one_of(where, getattr(cfg.lr, where.split(".")[1]))
-    check_optim(cfg.optim)
-    positive("lr.power", cfg.lr.power)
+    for where in ("optim.beta1", "optim.beta2"):
+        if not 0.0 <= value_of(cfg, where) < 1.0:
+            raise ConfigError(f"{where} = {value_of(cfg, where)} must be in [0, 1)")
     if cfg.data.loader_workers < 0 or cfg.train.threads < 0:
         raise ConfigError("data.loader_workers and train.threads must be >= 0")
     check_schedule(cfg.lr, cfg.train.epochs)
@@ -563,7 +536,6 @@ def validate(cfg: Config, need_data: bool = True) -> None:
 def check_tensorflow(cfg: Config) -> None:
     """What the TensorFlow trainer (trainers/tf/) can run, and the one backend only it has."""
     t = cfg.train
-    one_of("train.framework", t.framework)
     if t.framework != "tensorflow":
         if t.backend == "mwms":
             raise ConfigError("train.backend = 'mwms' is TensorFlow's MultiWorkerMirroredStrategy: set "
@@ -585,37 +557,22 @@ def check_tensorflow(cfg: Config) -> None:
 
 
 def check_ranges(cfg: Config) -> None:
-    """Sizes and counts that must be positive, within LIMITS, or not negative."""
-    t, lr, d = cfg.train, cfg.lr, cfg.data
-    for where, value in [
-        ("train.epochs", t.epochs),
-        ("train.per_worker_batch", t.per_worker_batch),
-        ("train.workers", t.workers),
-        ("train.print_freq", t.print_freq),
-        ("model.num_classes", cfg.model.num_classes),
-        ("model.width", cfg.model.width),
-        ("data.image_size", d.image_size),
-        ("data.max_image_pixels", d.max_image_pixels),
-        ("lr.base", lr.base),
-        ("lr.base_batch", lr.base_batch),
-        ("lr.step_every", lr.step_every),
-        ("lr.gamma", lr.gamma),
-        ("horovod.batches_per_allreduce", cfg.horovod.batches_per_allreduce),
-    ]:
-        positive(where, value)
+    """POSITIVE, then LIMITS (before any folder or cache is written), then NOT_NEGATIVE."""
+    for where in POSITIVE:
+        positive(where, value_of(cfg, where))
+    d = cfg.data
     if d.kind == "generated" and d.image_size > MAX_GENERATED_SIZE:  # a typo (3200 for 32): terabytes of JPEGs
         raise ConfigError(f"data.image_size = {d.image_size} is too large for the generated data set "
                           f"(at most {MAX_GENERATED_SIZE} px)")
-    check_limits(cfg)
-    for where, value in [("optim.momentum", cfg.optim.momentum), ("optim.weight_decay", cfg.optim.weight_decay),
-                         ("train.seed", t.seed), ("data.data_seed", d.data_seed),
-                         ("telemetry.interval_s", cfg.telemetry.interval_s)]:
-        not_negative(where, value)
+    for where, limit in LIMITS.items():
+        if value_of(cfg, where) > limit:
+            raise ConfigError(f"{where} = {value_of(cfg, where)} is more than this suite's limit of {limit:,}; "
+                              "use a smaller value")
+    for where in NOT_NEGATIVE:
+        not_negative(where, value_of(cfg, where))
 
 
 def check_train_choices(t: TrainConfig) -> None:
-    for where in ("train.backend", "train.device", "train.precision", "train.cpu_isa"):
-        one_of(where, getattr(t, where.split(".")[1]))
     if t.max_steps < 0:
         raise ConfigError(f"train.max_steps = {t.max_steps} must be >= 0 (0 = no cap: the whole schedule)")
     if not 0 <= t.stop_at_top1 <= 100:

@@ -32,7 +32,8 @@ import socket
 import time
 from pathlib import Path
 
-from contract.runfolder import EVENTS_GLOB, EVENTS_PREFIX, METRICS, parse_lines
+from contract.reader import read_metrics
+from contract.runfolder import EVENTS_GLOB, EVENTS_PREFIX
 
 Scalar = tuple[str, float]
 
@@ -110,15 +111,6 @@ class Scalars:
         return step, rec["time"], _copied(rec) + _derived(rec)
 
 
-def read_records(run_dir: Path) -> list[dict]:
-    """metrics.jsonl's records (a bad line counted by the reader elsewhere, skipped here)."""
-    path = Path(run_dir) / METRICS
-    if not path.exists():
-        return []
-    with open(path, "rb") as f:
-        return parse_lines(f)[0]
-
-
 # ============================================================================================ the event file
 
 
@@ -149,11 +141,6 @@ class EventFile:
         self._file.close()
 
 
-def remove_event_files(run_dir: Path) -> None:
-    for path in Path(run_dir).glob(EVENTS_GLOB):
-        path.unlink()
-
-
 class RunEvents:
     """A run folder's event files kept equal to its metrics.jsonl: `add` each record as it is written; after the
     writer starts, or after metrics.jsonl was cut back, `stale()` makes the next scalar rebuild them first."""
@@ -181,9 +168,10 @@ class RunEvents:
     def rebuild(self) -> int:
         """The event files anew from metrics.jsonl; returns the steps written."""
         self.close()
-        remove_event_files(self.run_dir)
+        for path in self.run_dir.glob(EVENTS_GLOB):
+            path.unlink()
         self.mapping, self.file = Scalars(), EventFile(self.run_dir)
-        points = [p for p in map(self.mapping.of, read_records(self.run_dir)) if p]
+        points = [p for p in map(self.mapping.of, read_metrics(self.run_dir).records) if p]
         for point in points:
             self.file.add(*point)
         self.file.flush()

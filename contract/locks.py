@@ -49,11 +49,6 @@ def _lock_target(run_dir: Path, rank: int) -> Path:
     return run_dir if rank == 0 else _lock_path(run_dir, rank)
 
 
-def _open_lock_target(run_dir: Path, rank: int) -> int:
-    target = _lock_target(run_dir, rank)
-    return os.open(target, os.O_RDONLY) if rank == 0 else os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
-
-
 def lock_holder(run_dir: Path, rank: int = 0) -> str:
     """The pid holding a rank's lock: from the kernel's table of locks where there is one (Linux), else from the
     note the holder wrote into its lock file ("?" when neither says)."""
@@ -83,18 +78,15 @@ def _pid_note(path: Path) -> str | None:
 
 
 class RankLock:
-    """An exclusive flock held while this rank trains the run: rank 0's, on the run folder, is the run's lock.
-
-    The kernel drops it when the process dies, however it dies, so peers can tell a dead rank from a live one.
-    The holder's pid is written into the lock file (`.lock` for rank 0), for the message a second process gets.
-    """
+    """An exclusive flock held while this rank trains the run (the module's docstring): rank 0's is the run's."""
 
     def __init__(self, run_dir: Path, rank: int, wait_s: float = 0.0):
         """wait_s: how long a lock held by another process may take to be let go before this is refused (a rank of
         an earlier attempt still ending); 0 = refused at once (a second launch of the run)."""
         self.path = _lock_path(run_dir, rank)
         run_dir.mkdir(parents=True, exist_ok=True)
-        fd = _open_lock_target(run_dir, rank)
+        target = _lock_target(run_dir, rank)
+        fd = os.open(target, os.O_RDONLY) if rank == 0 else os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
         deadline, told = time.monotonic() + wait_s, False
         while True:
             try:

@@ -2,21 +2,18 @@
 
 FIELDS are what every new manifest records (`machine`, written by the trainer from this_machine()), what a reference
 machine's machine.toml declares, and what tools/reference_add.py compares: a run counts as a machine's only where
-each field both sides know is the same, and a mismatch is one line naming the field.
-
-Manifests written before this identity existed recorded its measured fields elsewhere (the CPU model, the torch
-kernels' instruction set, torch's version); tools/migrate_manifests.py moved them into `machine`, so the fields such a
-run never measured (cores, memory, GPU model) are absent there and not compared, and the CPU model, which two
-machines with one host name and one instruction set do not share (the AMD EPYC and the Intel Xeon behind
-results/reference/), is required instead.
+each field both sides know is the same, and a mismatch is one line naming the field. Runs migrated from before this
+identity (tools/migrate_manifests.py) lack the fields they never measured (cores, memory, GPU model), so the CPU
+model, which tells apart the two machines behind results/reference/, is the one field required.
 """
 from __future__ import annotations
 
 import json
 import os
 import platform
-from importlib import metadata
 from typing import Any
+
+from contract.versions import package_version
 
 #: the fields of a machine's identity, in the order a mismatch is looked for
 FIELDS = ("cpu_model", "isa", "cores", "memory_gib", "gpu_model", "torch")
@@ -63,12 +60,8 @@ def memory_gib() -> int | None:
 def this_machine(isa: str | None, gpu_model: str | None) -> dict[str, Any]:
     """This machine's identity. isa: torch's CPU capability and gpu_model: the first GPU's name (None without one),
     both from the caller that has torch loaded (contract/ never imports it)."""
-    try:
-        torch_version = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        torch_version = None
     return {"cpu_model": cpuinfo()[0], "isa": isa, "cores": os.cpu_count(), "memory_gib": memory_gib(),
-            "gpu_model": gpu_model, "torch": torch_version}
+            "gpu_model": gpu_model, "torch": package_version("torch")}
 
 
 def recorded(manifest: dict) -> dict[str, Any]:

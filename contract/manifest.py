@@ -1,19 +1,11 @@
 """manifest.json declared: the run record's sections, their fields, and the version a manifest is written at.
 
-A manifest is one flat JSON object (the readers look a field up by its name, whichever section declares it); the
-sections below say which part of the record each field is and what it must hold:
-  identity     what the run is beside its config.json: the config's fingerprint, seed, machine (contract/machine.py),
-               backend and processes, the link it ran over, and whether it is a smoke run;
-  placement    where it ran: hosts and devices in rank order, each rank's CPUs and threads (contract/placement.py);
-  environment  the software: versions, git commit, the CPU's kernels;
-  attempts     its start, and each attempt's start and arithmetic (a resume appends one);
-  status       how far it got and how it ended (contract/runfolder.py STATUSES), and what the epochs tallied.
-Only RunFolder.begin/progress/end (contract/runfolder.py) write one, and each write is checked here: a field no
-section declares, or a value of the wrong kind, is a bug in the writer, raised before anything is written.
-
-`manifest_version` is VERSION in every manifest written today. A reader given an older one (no version: the
-manifests written before this declaration) stops with one line naming `python -m tools migrate-manifests`, which
-rewrites it (tools/migrate_manifests.py, the one place that knows the older versions).
+A manifest is one flat JSON object (the readers look a field up by its name, whichever section declares it);
+SECTIONS says which part of the record (docs/architecture.md) each field is and what it must hold. Only
+RunFolder.begin/progress/end (contract/runfolder.py) write one, and each write is checked here: a field no section
+declares, or a value of the wrong kind, is a bug in the writer, raised before anything is written. A reader given a
+manifest older than VERSION stops with one line naming `python -m tools migrate-manifests`
+(tools/migrate_manifests.py, the one place that knows the older versions).
 """
 from __future__ import annotations
 

@@ -5,18 +5,8 @@ holds `record`'s dict per rank (`placement`), `make cluster-check` and the study
 
 Why from the allocation: a launcher left to its defaults gives a rank torch's default threads (all the CPUs it
 sees) under srun and torchrun, but one core under mpirun (Open MPI binds a rank to a core): two backends of one
-study then compare different machines. Each rank therefore counts the CPUs it was given, the same way whoever
-started it:
-
-  1. `SLURM_CPUS_PER_TASK` when the job asked for CPUs a task (the profile's cpus_per_task), at most the CPUs the
-     process may run on (its affinity);
-  2. else the CPUs it may run on (os.sched_getaffinity) over the ranks that share them: when a launcher bound the
-     rank to CPUs of its own (mpirun binds to a core, or a socket) its affinity is narrower than its parent's and is
-     shared by fewer ranks; when nothing bound it, its node's local ranks share the whole set.
-
-Threads: `train.threads`, else a resumed run's pinned threads, else OMP_NUM_THREADS (a user's or the study's), else
-the CPUs counted above. Loader workers: data.loader_workers, at most the rank's CPUs (each is a process decoding
-on a CPU of its own). More threads than CPUs is allowed (explicit settings win) and said in one warning line.
+study then compare different machines. So each rank counts the CPUs it was given the same way whoever started it
+(`cpus_given`), and explicit settings win over them (`decide`; docs/training.md states the order).
 """
 from __future__ import annotations
 
@@ -53,11 +43,12 @@ class Placement:
 
 
 def cpus_given(alloc: Allocation) -> int:
-    """The CPUs this rank may count as its own (the module's docstring says why in this order)."""
+    """The CPUs this rank may count as its own: SLURM_CPUS_PER_TASK where the job asked for CPUs a task (at most its
+    affinity), else the CPUs it may run on over the ranks sharing them: a launcher that bound the rank (mpirun, to a
+    core or a socket) narrowed its affinity, shared by fewer ranks; unbound, its node's local ranks share the set."""
     mine = max(1, len(alloc.affinity))
     if alloc.cpus_per_task:
         return max(1, min(alloc.cpus_per_task, mine))
-    # Ranks sharing this affinity: all local ranks when unbound (same set as the launcher's), fewer when bound.
     whole = max(mine, len(alloc.parent_affinity))
     sharing = max(1, round(alloc.local_ranks * mine / whole))
     return max(1, mine // sharing)
@@ -65,7 +56,8 @@ def cpus_given(alloc: Allocation) -> int:
 
 def decide(alloc: Allocation, threads: int = 0, pinned_threads: int | None = None, omp_env: str | None = None,
            loader_workers: int = 0) -> Placement:
-    """This rank's placement: explicit settings first, then the allocation (the module's docstring)."""
+    """This rank's placement: train.threads, else a resumed run's pinned threads, else OMP_NUM_THREADS, else its CPUs;
+    loader workers at most its CPUs (each a process decoding on a CPU of its own)."""
     cpus = cpus_given(alloc)
     omp = int(omp_env) if omp_env and omp_env.strip().isdigit() and int(omp_env) > 0 else 0
     for value, source in ((threads, "train.threads"), (pinned_threads or 0, "checkpoint"), (omp, "OMP_NUM_THREADS"),

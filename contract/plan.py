@@ -72,7 +72,7 @@ class Study:
     baseline: str = ""
     kind: str = "quality"
     overrides: list[str] = field(default_factory=list)  # --set for every run (QUICK, the user's own), in each cfg
-    time_limit: str = ""  # a Slurm job's -t (QUICK's short one); "" = the cluster profile's
+    time_limit: str = ""  # a Slurm job's -t ([quick.<scale>.slurm] time_limit); "" = the cluster profile's
     left_out: list[str] = field(default_factory=list)  # QUICK: runs whose global batch its small set cannot hold
     next_step: str = ""  # [study] next: the command after these runs (a study run in steps), {out} and {scale} in it
 
@@ -121,9 +121,6 @@ def check_study_table(table: dict[str, Any], config: Path) -> None:
                           "{out} and {scale}")
     if table.get("kind", "quality") not in KINDS:
         raise ConfigError(f"study.kind = {table['kind']!r} in {config} is not one of {', '.join(KINDS)}")
-    for key in ("seeds", "nodes", "tasks_per_node"):
-        if key in table:
-            (seed_count if key == "seeds" else whole_number)(f"study.{key}", table[key])
     vary = table.get("vary", {})
     if not isinstance(vary, dict):
         raise ConfigError(f"study.vary in {config} must be a table of lists, e.g. {{ \"train.workers\" = [1, 32] }}")
@@ -133,10 +130,11 @@ def check_study_table(table: dict[str, Any], config: Path) -> None:
     extras = table.get("extra", [])
     if not isinstance(extras, list) or not all(isinstance(e, dict) for e in extras):
         raise ConfigError(f"study.extra in {config} must be a list of tables, e.g. [{{ \"train.workers\" = 32 }}]")
-    for combo in [{k: v for k, v in zip(vary, values)} for values in itertools.product(*vary.values())] + extras:
-        for key in ("nodes", "tasks_per_node", "seeds"):
+    combos = [dict(zip(vary, values)) for values in itertools.product(*vary.values())] + extras
+    for prefix, combo in [("study.", table)] + [("study ", combo) for combo in combos]:  # the table's, each run's
+        for key in ("seeds", "nodes", "tasks_per_node"):
             if key in combo:
-                (seed_count if key == "seeds" else whole_number)(f"study {key}", combo[key])
+                (seed_count if key == "seeds" else whole_number)(prefix + key, combo[key])
         if "first_seed" in combo:
             whole_number("study first_seed", combo["first_seed"], at_least=0)
         if "scale" in combo and combo["scale"] not in SCALES:
@@ -262,13 +260,8 @@ def quick_overrides(quick: dict[str, dict[str, Any]], table: dict[str, Any]) -> 
     benchmarks: a quick quality study stays a training."""
     benchmark = table.get("kind", "quality") == "throughput"
     return [f"{section}.{key}={json.dumps(value)}" for section, values in quick.items() for key, value in values.items()
-            if section != "slurm"  # the job's, not the trainer's (quick_time_limit)
+            if section != "slurm"  # the job's, not the trainer's (Study.time_limit)
             and (section != "bench" or benchmark)]
-
-
-def quick_time_limit(quick: dict[str, dict[str, Any]]) -> str:
-    """A quick run's Slurm time limit (`[quick.<scale>.slurm] time_limit`); "" = the profile's."""
-    return str(quick.get("slurm", {}).get("time_limit", ""))
 
 
 ONLY_NAMES_SHOWN = 8  # an --only that matches nothing names this many of the runs, so its line stays one line
@@ -287,7 +280,8 @@ def study_plan(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
     quick_tables_here = quick_tables(config, scale) if quick else {}
     quick_lines = quick_overrides(quick_tables_here, table)
     extra = quick_lines + list(overrides)
-    planned = [dataclasses.replace(shape, settings={**shape.settings, **dict(quick_settings(quick_lines))})
+    quick_settings = {f"{section}.{key}": value for section, key, value in map(parse_override, quick_lines)}
+    planned = [dataclasses.replace(shape, settings={**shape.settings, **quick_settings})
                for shape in shapes(table, 1 if quick and not seeds else seeds)]
     refuse_multi_node(planned, experiment, scale)
     left_out: list[str] | None = [] if quick else None
@@ -298,13 +292,9 @@ def study_plan(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
                                                         "lists them all" if len(names) > ONLY_NAMES_SHOWN else "")
         raise ConfigError(f"--only {' '.join(only)} matches none of {experiment.name}'s runs ({shown})")
     return Study(experiment, config, table.get("question", ""), runs, table.get("baseline", ""),
-                 table.get("kind", "quality"), extra, quick_time_limit(quick_tables_here), left_out or [],
+                 table.get("kind", "quality"), extra, str(quick_tables_here.get("slurm", {}).get("time_limit", "")),
+                 left_out or [],
                  "" if quick else table.get("next", ""))  # a smoke run's results choose nothing
-
-
-def quick_settings(lines: list[str]) -> list[tuple[str, Any]]:
-    """quick_overrides' --set lines as a run's settings ("section.key", value)."""
-    return [(f"{section}.{key}", value) for section, key, value in map(parse_override, lines)]
 
 
 # ----------------------------------------------------------------------------------------------------------------

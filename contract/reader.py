@@ -107,16 +107,13 @@ def identity_problem(run_dir: str | Path) -> str | None:
     manifest, never from its folder's name; without a config.json it cannot count for any plan."""
     run_dir = Path(run_dir)
     problem = read_document(run_dir / CONFIG)[1]
-    return f"{CONFIG} is {problem}" if problem and _holds_a_run(run_dir) else None
-
-
-def _holds_a_run(run_dir: Path) -> bool:
-    """Whether the folder holds what could count as a run or be resumed: a config.json (even unreadable), records,
-    a checkpoint, or a manifest's status. A manifest without a readable status and nothing else (a trainer killed
-    as it started) holds no run: it is started afresh, whatever its config."""
-    if any((run_dir / name).exists() for name in (CONFIG, METRICS, CHECKPOINT)):
-        return True
-    return (read_manifest(run_dir) or {}).get("status") in STATUSES
+    # it holds a run where it holds what could count or be resumed: a config.json (even unreadable), records, a
+    # checkpoint, or a manifest's status; a manifest without one and nothing else (a trainer killed as it started)
+    # holds no run: it is started afresh, whatever its config
+    if problem and (any((run_dir / name).exists() for name in (CONFIG, METRICS, CHECKPOINT))
+                    or (read_manifest(run_dir) or {}).get("status") in STATUSES):
+        return f"{CONFIG} is {problem}"
+    return None
 
 
 @dataclass

@@ -1,21 +1,14 @@
 """The run folder: its record schema and its one writer. No torch here, so the analysis imports it.
 
-A run is a folder `<out>/<experiment>/<run>/` holding
-  config.json    the resolved config;
-  manifest.json  the run record, declared and versioned in contract/manifest.py (identity, placement, environment,
-                 attempts, status), written only by begin/progress/end below;
-  metrics.jsonl  one JSON object a line, the source of truth: each line one of the record kinds declared below;
-  train.log      human lines in pytorch/examples' format (trainers/runlog.py formats them);
-  events.out.tfevents.*  TensorBoard's event files: the records as scalars (contract/events.py), where TensorBoard
-                 is installed (the trainer's rank 0 writes them live; `python -m analysis tensorboard` after the fact);
-  checkpoint.pt  the trainer's checkpoint, which also stores how many bytes of metrics.jsonl and train.log it covers;
-  console.log    the trainer's stdout and stderr as a study started it (studies/launch.py; none by hand);
-  .lock          the pid of rank 0 while the run trains; `.rank<r>.lock` each other rank's (contract/locks.py).
+A run is a folder `<out>/<experiment>/<run>/` (docs/architecture.md draws it) holding the files named below:
+config.json; manifest.json, declared in contract/manifest.py and written only by begin/progress/end below;
+metrics.jsonl, one record of a kind declared below a line, the source of truth; train.log (trainers/runlog.py's
+lines); TensorBoard's event files (contract/events.py); checkpoint.pt, which also stores how many bytes of
+metrics.jsonl and train.log it covers; console.log; and the ranks' lock files (contract/locks.py).
 
-Writing: `RunFolder.record(kind, **fields)` checks the fields against the declared record type (an unknown kind or
-field, a missing field or a wrong type is an error at write time), so the files cannot drift from the schema.
-Reading is contract/reader.py's, the one reader: a line that is not a JSON object of a declared kind
-(`parse_record`, below) is counted as bad, never guessed at.
+`RunFolder.record(kind, **fields)` checks the fields against the declared record type (an unknown kind or field, a
+missing field or a wrong type is an error at write time), so the files cannot drift from the schema. Reading is
+contract/reader.py's: a line that is not a JSON object of a declared kind (`parse_record`) is counted as bad.
 """
 from __future__ import annotations
 
@@ -241,43 +234,35 @@ def _type_ok(value: Any, hint: Any) -> bool:
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
-def make_record(kind: str, **fields) -> dict:
-    """The record as written: checked against its declaration, `kind` first."""
-    cls = RECORDS.get(kind)
-    if cls is None:
-        raise RecordError(f"unknown record kind {kind!r}; declared: {', '.join(RECORDS)}")
+def _checked(cls: type, what: str, fields: dict) -> dict:
+    """`fields` as a dict of `cls`'s declared fields: an unknown or missing field or a wrong type is a RecordError."""
     hints = _HINTS.setdefault(cls, typing.get_type_hints(cls))
     unknown = set(fields) - hints.keys()
     if unknown:
-        raise RecordError(f"{kind} record: unknown field(s) {', '.join(sorted(unknown))}")
+        raise RecordError(f"{what}: unknown field(s) {', '.join(sorted(unknown))}")
     try:
-        rec = cls(**fields)
+        values = dataclasses.asdict(cls(**fields))
     except TypeError as e:
-        raise RecordError(f"{kind} record: {e}") from None
-    values = dataclasses.asdict(rec)
+        raise RecordError(f"{what}: {e}") from None
     for name, value in values.items():
         if not _type_ok(value, hints[name]):
-            raise RecordError(f"{kind} record: {name} = {value!r} is not {hints[name]}")
+            raise RecordError(f"{what}: {name} = {value!r} is not {hints[name]}")
+    return values
+
+
+def make_record(kind: str, **fields) -> dict:
+    """The record as written: checked against its declaration (a util record's gpus too), `kind` first."""
+    if kind not in RECORDS:
+        raise RecordError(f"unknown record kind {kind!r}; declared: {', '.join(RECORDS)}")
+    values = _checked(RECORDS[kind], f"{kind} record", fields)
     if kind == "status" and values["status"] not in STATUSES:
         raise RecordError(f"status record: unknown status {values['status']!r}")
     if kind == "util":
-        values["gpus"] = [make_gpu_sample(g) for g in values["gpus"]]
+        if not all(isinstance(sample, dict) for sample in values["gpus"]):
+            names = [f.name for f in dataclasses.fields(GPUSample)]
+            raise RecordError(f"util record: a gpus entry must be a dict of {names}")
+        values["gpus"] = [_checked(GPUSample, "util record, gpus entry", sample) for sample in values["gpus"]]
     return {"kind": kind, **values}
-
-
-def make_gpu_sample(sample: dict) -> dict:
-    """One entry of a util record's `gpus`, checked against GPUSample."""
-    if not isinstance(sample, dict):
-        raise RecordError(f"util record: a gpus entry must be a dict of {[f.name for f in dataclasses.fields(GPUSample)]}")
-    hints = _HINTS.setdefault(GPUSample, typing.get_type_hints(GPUSample))
-    try:
-        values = dataclasses.asdict(GPUSample(**sample))
-    except TypeError as e:
-        raise RecordError(f"util record, gpus entry: {e}") from None
-    for name, value in values.items():
-        if not _type_ok(value, hints[name]):
-            raise RecordError(f"util record, gpus entry: {name} = {value!r} is not {hints[name]}")
-    return values
 
 
 # ================================================================================================================

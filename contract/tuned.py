@@ -40,12 +40,6 @@ class TunedPlan:
     epochs: dict[int, int]
     eval_every: dict[int, int]
 
-    def tuning_name(self, optimizer: str, workers: int, base: float) -> str:
-        return f"{self.prefix}tune-{optimizer}-w{workers}-base{base:g}"
-
-    def study_name(self, optimizer: str, workers: int) -> str:
-        return f"{self.prefix}{optimizer}-w{workers}"
-
 
 def per_workers(where: str, table: Any, workers: tuple[int, ...]) -> dict[int, int]:
     """A {workers: whole number} table (TOML keys are strings); every planned workers count needs its entry."""
@@ -77,8 +71,9 @@ def load_plan(path: Path) -> TunedPlan:
     first_study, first_sel = int(table["first_study_seed"]), int(table["first_selection_seed"])
     if first_study < first_sel + int(table["selection_seeds"]) and first_study + int(table["study_seeds"]) > first_sel:
         raise ConfigError(f"{path} [tuned]: the study seeds overlap the selection seeds; a study seed must be new")
-    return TunedPlan(str(table["prefix"]), str(table.get("scale", "")), path.parent / str(table["decisions"]), int(table["per_worker_batch"]),
-                     workers, int(table["selection_seeds"]), first_sel, int(table["study_seeds"]), first_study,
+    return TunedPlan(str(table["prefix"]), str(table.get("scale", "")), path.parent / str(table["decisions"]),
+                     int(table["per_worker_batch"]), workers, int(table["selection_seeds"]), first_sel,
+                     int(table["study_seeds"]), first_study,
                      float(table["holdout_share"]), int(table["max_extensions"]), grid,
                      per_workers(f"{path} [tuned.epochs]", table["epochs"], workers),
                      per_workers(f"{path} [tuned.eval_every]", table["eval_every"], workers))
@@ -105,23 +100,12 @@ def rates(plan: TunedPlan, decisions: dict[str, list[dict]], optimizer: str, wor
     return sorted(set(plan.grid[optimizer]) | set(extra))
 
 
-def scale_of(plan: TunedPlan) -> dict[str, str]:
-    """A row's `scale` key where the plan names one (the planner then plans it there alone)."""
-    return {"scale": plan.scale} if plan.scale else {}
-
-
-def tuning_row(plan: TunedPlan, optimizer: str, workers: int, base: float) -> dict[str, Any]:
-    return {"run": plan.tuning_name(optimizer, workers, base), **scale_of(plan), "optim.name": optimizer, "lr.base": base,
+def pair_row(plan: TunedPlan, optimizer: str, workers: int, base: float) -> dict[str, Any]:
+    """What every row of a pair holds: the plan's scale where it names one (the planner plans it there alone), the
+    optimizer, rate, workers, budget and evaluation steps."""
+    return {**({"scale": plan.scale} if plan.scale else {}), "optim.name": optimizer, "lr.base": base,
             "train.workers": workers, "train.epochs": plan.epochs[workers],
-            "train.eval_every": plan.eval_every[workers], "data.holdout_share": plan.holdout_share,
-            "seeds": plan.selection_seeds, "first_seed": plan.first_selection_seed}
-
-
-def study_row(plan: TunedPlan, optimizer: str, workers: int, base: float) -> dict[str, Any]:
-    return {"run": plan.study_name(optimizer, workers), **scale_of(plan), "optim.name": optimizer, "lr.base": base,
-            "train.workers": workers, "train.epochs": plan.epochs[workers],
-            "train.eval_every": plan.eval_every[workers], "seeds": plan.study_seeds,
-            "first_seed": plan.first_study_seed}
+            "train.eval_every": plan.eval_every[workers]}
 
 
 def rows(path: Path) -> list[dict[str, Any]]:
@@ -135,6 +119,9 @@ def rows(path: Path) -> list[dict[str, Any]]:
         if pair in chosen:
             raise ConfigError(f"{plan.decisions}: {pair[0]} at {pair[1]} workers is chosen twice; one choice a pair")
         chosen[pair] = float(entry["base"])
-    found = [tuning_row(plan, opt, w, base) for opt in plan.grid for w in plan.workers
-             for base in rates(plan, decisions, opt, w)]
-    return found + [study_row(plan, opt, w, base) for (opt, w), base in chosen.items()]
+    found = [{"run": f"{plan.prefix}tune-{opt}-w{w}-base{base:g}", **pair_row(plan, opt, w, base),
+              "data.holdout_share": plan.holdout_share, "seeds": plan.selection_seeds,
+              "first_seed": plan.first_selection_seed}
+             for opt in plan.grid for w in plan.workers for base in rates(plan, decisions, opt, w)]
+    return found + [{"run": f"{plan.prefix}{opt}-w{w}", **pair_row(plan, opt, w, base), "seeds": plan.study_seeds,
+                     "first_seed": plan.first_study_seed} for (opt, w), base in chosen.items()]

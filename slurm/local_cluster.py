@@ -11,17 +11,11 @@
     python -m slurm.local_cluster status --dir D
     python -m slurm.local_cluster stop   --dir D
 
-Two modes. With nodes=N >= 2 every node is a host of its own (slurm/netns.py): a network namespace with its own
-address, hostname and hosts file, so a job's ranks really are on different hosts and the bugs of a first multi-node
-run (a rank that advertises 127.0.0.1, a name that does not resolve, a shared /tmp) can happen here; the controller
-is a host too (`ctl`). Each node's jobs get a TMPDIR of their own (a TaskProlog), as on a cluster with node-local
-scratch. With nodes=1 (or where namespaces cannot be made: no root) it is one node on localhost.
-
-Everything (slurm.conf, state, spool, logs, PID files, hosts files, the job-completion log read by `sacct -c`) lives
-in `workdir`; a system-wide Slurm is left alone. The configuration is the smallest that behaves like a real cluster
-for our purposes: cons_tres with CR_Core (two jobs can share a node core by core), no cgroups (proctrack/linuxproc,
-task/none: works in containers), no accounting database (jobcomp/filetxt instead), ReturnToService=2 (a node that
-was down comes back by itself).
+With nodes=N >= 2 every node is a host of its own (slurm/netns.py; slurm/README.md says what that makes possible),
+else one node on localhost. Everything (slurm.conf, state, spool, logs, PID files, hosts files, the job-completion
+log `sacct -c` reads) lives in `workdir`; a system-wide Slurm is left alone. The configuration is the smallest that
+behaves like a real cluster: cons_tres with CR_Core, no cgroups (proctrack/linuxproc, task/none: works in
+containers), no accounting database (jobcomp/filetxt), ReturnToService=2 (a node that was down comes back by itself).
 
 Needs the Debian packages from slurm/install.sh and, for slurmd, root (slurmd must switch to the job's user).
 """
@@ -54,6 +48,8 @@ FINAL_STATES = frozenset({
 
 MUNGED = "/usr/sbin/munged"
 MUNGE_PIDFILE = Path("/run/munge/munged.pid")
+CONTROLLER = "ctl"  # the controller's host name in the multi-host mode
+LINK_FILE = "link"  # in workdir: the rate every node's link is limited to, when one is
 
 
 class ClusterError(RuntimeError):
@@ -97,12 +93,6 @@ def _hardware(cpus: int | None = None) -> tuple[str, str]:
             tok = f"{key}=1"
         parts.append(tok)
     return line.split()[0].split("=", 1)[1], " ".join(parts)
-
-
-CONTROLLER = "ctl"  # the controller's host name in the multi-host mode
-
-
-LINK_FILE = "link"  # in workdir: the rate every node's link is limited to, when one is
 
 
 def _task_prolog(workdir: Path) -> Path:
@@ -423,9 +413,7 @@ class Cluster:
             for host in self.network.names:  # a step whose slurmd went first (a node lost, a hung srun) is orphaned
                 self.crash_node(host)
             self.network.destroy()
-        state_file = self.workdir / "cluster.json"
-        if state_file.exists():
-            state_file.unlink()
+        (self.workdir / "cluster.json").unlink(missing_ok=True)
 
     def save(self) -> None:
         (self.workdir / "cluster.json").write_text(json.dumps(

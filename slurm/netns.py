@@ -6,10 +6,8 @@
     net.limit("100mbit")                                           # every host's link shaped by tbf
     net.destroy()                                                  # namespaces, links and bridge removed
 
-Traffic stays on this machine: the /24 is one that no route or address here uses (checked first), the namespaces
-have no default route and the bridge has no uplink; the root namespace keeps one address on the bridge (.254) so the
-Slurm clients there reach the controller. A namespace's name starts with the cluster's tag, so two clusters (two
-test runs) coexist. Needs root and iproute2.
+Traffic stays on this machine (slurm/README.md: a /24 nothing here uses, no default route, no uplink). A namespace's
+name starts with the cluster's tag, so two clusters coexist. Needs root and iproute2.
 """
 from __future__ import annotations
 
@@ -97,10 +95,6 @@ class Network:
     def address(self, name: str) -> str:
         return str(ipaddress.ip_network(self.subnet)[self.names.index(name) + 1])
 
-    @property
-    def bridge_address(self) -> str:
-        return str(ipaddress.ip_network(self.subnet)[BRIDGE_HOST])
-
     def hosts_file(self, name: str) -> Path:
         return Path(self.hosts_dir) / name
 
@@ -172,7 +166,7 @@ def _build(net: Network) -> None:
     prefix = ipaddress.ip_network(net.subnet).prefixlen
     try:
         _ip("link", "add", net.bridge, "type", "bridge")
-        _ip("addr", "add", f"{net.bridge_address}/{prefix}", "dev", net.bridge)
+        _ip("addr", "add", f"{ipaddress.ip_network(net.subnet)[BRIDGE_HOST]}/{prefix}", "dev", net.bridge)
         _ip("link", "set", net.bridge, "up")
         for name in net.names:
             ns = net.netns(name)

@@ -7,15 +7,10 @@
                        train_args=["experiments/05_linear_scaling/config.toml", "--run", "w8-s0", "--scale", "thesis"])
     subprocess.run(argv)          # or print(shlex.join(argv)) for --dry-run
 
-A profile says how one cluster is used: partition, account, QoS, node constraint, GPU syntax, CPUs and memory per
-task, modules, node-local scratch, the data tar to stage, the preemption signal, requeue, and how MPI starts. No
-paths or projects of any user are written in a profile: string values may name environment variables, `${VAR}` or
-`${VAR:-default}`, expanded when the profile is loaded on the submitting machine, except in `description` and in
-`scratch`, the node-local folder, which is resolved on the compute node (`$TMPDIR` means the job's own TMPDIR
-there). A whole-number key may be such a string too (`gpus_per_node = "${GPUS_PER_NODE:-4}"`): it must expand to
-a whole number. docs/cluster.md is the guide to writing one.
-
-The job script (slurm/job.sh) receives the profile as environment variables; see `profile_env`.
+A profile says how one cluster is used (docs/cluster.md is the guide to writing one; slurm/job.sh receives it as
+the environment variables of `profile_env`). String values may name environment variables, `${VAR}` or
+`${VAR:-default}`, expanded on the submitting machine, except `description` and `scratch` (resolved on the compute
+node, where `$TMPDIR` is the job's own); a whole-number key may be such a string if it expands to a whole number.
 """
 
 from __future__ import annotations
@@ -94,11 +89,13 @@ def expand(value: str, environ: Mapping[str, str] | None = None) -> str:
 def _check_type(name: str, key: str, value):
     want = _FIELDS[key].type
     if want == "int" and isinstance(value, str) and "$" in value:
-        return  # read from the environment: checked once expanded (_whole_number)
-    if want in ("str",):
+        return  # read from the environment: checked once expanded (load_profile)
+    if want == "str":
         ok = isinstance(value, str)
     elif want == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and value < 0:  # a negative gpus_per_node would drop --gres from every job, max_restarts never requeue
+            raise ProfileError(f"cluster profile {name}: {key} = {value!r} must be a whole number >= 0")
     elif want == "bool":
         ok = isinstance(value, bool)
     else:  # tuple[str, ...]
@@ -106,15 +103,6 @@ def _check_type(name: str, key: str, value):
     if not ok:
         want = {"tuple[str, ...]": "a list of strings", "int": 'int (or a "${VAR:-default}" string)'}.get(want, want)
         raise ProfileError(f"cluster profile {name!r}: {key} must be {want}, got {value!r}")
-
-
-def _whole_number(name: str, key: str, raw: str, environ: Mapping[str, str] | None) -> int:
-    """An int key given as "${VAR:-default}": its expansion, which must be a whole number."""
-    value = expand(raw, environ).strip()
-    if not value.isdigit():
-        raise ProfileError(f"cluster profile {name}: {key} = {raw!r} is {value!r}, not a whole number "
-                           f"(set the variable it names to one)")
-    return int(value)
 
 
 def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile:
@@ -133,8 +121,12 @@ def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile
             raise ProfileError(f"cluster profile {path.name}: unknown key {key!r} "
                                f"(known: {', '.join(k for k in _FIELDS if k != 'name')})")
         _check_type(path.name, key, value)
-        if _FIELDS[key].type == "int" and isinstance(value, str):
-            value = _whole_number(path.name, key, value, environ)
+        if _FIELDS[key].type == "int" and isinstance(value, str):  # "${VAR:-default}": must expand to a whole number
+            raw, value = value, expand(value, environ).strip()
+            if not value.isdigit():
+                raise ProfileError(f"cluster profile {path.name}: {key} = {raw!r} is {value!r}, not a whole number "
+                                   f"(set the variable it names to one)")
+            value = int(value)
         elif isinstance(value, str) and key not in ("scratch", "description"):
             value = expand(value, environ)
         elif isinstance(value, list):
@@ -146,7 +138,6 @@ def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile
                            f"got {prof.mpi_launcher!r}")
     if prof.gres_template and "{n}" not in prof.gres_template:
         raise ProfileError(f"cluster profile {path.name}: gres_template needs '{{n}}', got {prof.gres_template!r}")
-    _check_counts(path.name, prof)
     if prof.signal and not SIGNAL.match(prof.signal):
         raise ProfileError(f"cluster profile {path.name}: signal = {prof.signal!r} is not Slurm's SIGNAL[@SECONDS] "
                            "(e.g. \"USR1@120\"), or \"\" for none")
@@ -155,15 +146,6 @@ def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile
 
 # Slurm's --signal: a signal's name or number, then optionally @ and the seconds before the time limit
 SIGNAL = re.compile(r"^(?:SIG)?(?:[A-Z][A-Z0-9]*|\d+)(?:@\d+)?$")
-
-
-def _check_counts(name: str, prof: Profile) -> None:
-    """Every count a profile gives is a whole number >= 0: a negative gpus_per_node would drop --gres from every
-    job (CPU-only) rather than fail, and a negative max_restarts would never requeue."""
-    for key, field in _FIELDS.items():
-        value = getattr(prof, key)
-        if field.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ProfileError(f"cluster profile {name}: {key} = {value!r} must be a whole number >= 0")
 
 
 def profile_env(profile: Profile) -> dict[str, str]:
@@ -190,8 +172,6 @@ def profile_env(profile: Profile) -> dict[str, str]:
         env["MPI_ARGS"] = " ".join(profile.mpi_args)
     if profile.mpi_allow_root:
         env["MPI_ALLOW_ROOT"] = "1"
-    if profile.signal:
-        env["JOB_SIGNAL"] = f"B:{profile.signal}"   # for a successor job (scontrol does not show --signal)
     return env
 
 
@@ -262,6 +242,7 @@ def sbatch_argv(profile: Profile, script: str | os.PathLike, nodes: int, tasks_p
     # The rendezvous is derived on the nodes (slurm/job.sh: the allocation's first host, a port from the job id),
     # never inherited: a MASTER_ADDR or MASTER_PORT left in the submitting shell (a login node's, an earlier run's)
     # would send every job to one address and port. --export=ALL would carry them, so they go in empty.
+    # JOB_SIGNAL: the signal again, for a successor job (scontrol does not show --signal)
     merged = {"MASTER_ADDR": "", "MASTER_PORT": "", **profile_env(profile),
               **({"JOB_SIGNAL": f"B:{signal}"} if signal else {}), **(env or {})}
     for k, v in merged.items():

@@ -6,9 +6,8 @@ import sys
 from pathlib import Path
 
 from contract.cli import one_line_errors, out_folder
-from contract.config import SCALES
+from contract.config import SCALES, DataError
 from studies.run import run_study
-from contract.config import DataError
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,18 +1,8 @@
 """`make advise CLUSTER=P` (`python -m suite advise --cluster P`; `python -m suite analysis advise --cluster P` comes
-here too): a cluster's predicted images/s for 1...N processes (N = nodes x ranks a node) for DDP and Horovod, from
-measured parts only (issue #51):
-
-- the links: the profile's newest `make cluster-check` link fit (results/cluster_check/<P>-<time>/link_fit.json,
-  its link-intra and link-inter layers); where none is recorded and the cluster answers (sinfo), those two layers
-  are run now (a minute or two), else one line says how to make one;
-- one worker's step at the scale (`python -m tools step-split`: experiment 3's model and batch, timed on this
-  machine with a rank's threads), or --step FILE measured on one of the cluster's workers;
-- the input pipeline's images/s: experiment 3's training data through its loader at the scale, timed with the step.
-
-The nodes and their CPUs come from sinfo (or --nodes); the ranks a node are a study's (one a GPU, else the profile's
-ranks_per_node, at least 2: studies/cluster_check.ranks_a_node); a CPU rank's threads are its node's CPUs shared
-by them. On a profile whose nodes share one machine (the local cluster) the ranks' threads beyond this machine's
-cores stretch the compute (analysis/advisor.predict's shared_cores).
+here too): a cluster's predicted images/s for 1...N processes for DDP and Horovod, from measured parts only (issue
+#51): the profile's newest `make cluster-check` link fit (its two link layers run now where none is recorded), one
+worker's step and the input pipeline's images/s timed at the scale (`python -m tools step-split`). docs/advisor.md
+says how each part is measured and where it is kept.
 """
 from __future__ import annotations
 
@@ -83,9 +73,9 @@ def link_fit(profile, probe: bool, root: Path = advisor.CHECK_ROOT) -> Path:
     """The profile's newest link fit; where none is recorded, the check's two link layers run now (probe) or the
     line that says how to make one."""
     path = advisor.latest_link_fit(profile.name, root)
-    if path or not probe:
-        if path:
-            return path
+    if path:
+        return path
+    if not probe:
         raise AdviseError(f"no link fit recorded for {profile.name} under {root}: make cluster-check "
                           f"CLUSTER={profile.name} (its link-intra and link-inter layers) makes one")
     from studies.cluster_check import run_check

@@ -3,35 +3,10 @@ table of passes and failures that names the failing layer.
 
     python -m tools cluster-check --cluster P [--scale S] [--nodes N] [--out DIR] [--layers L ...]
 
-Each layer but the first is one short job of N nodes, one task a node, submitted with the profile as a study's
-runs are (slurm/job.sh: modules, staging, rendezvous, srun / mpirun), one after another; a failed layer does not
-stop the others, so one run names every broken layer:
-
-  nodes     N nodes answer (sinfo), before any job waits for them
-  hosts     srun reaches N distinct hosts; each resolves its own name to a network address, not loopback (a rank
-            that advertises 127.0.1.1 is the first multi-node bug), and the rendezvous host to the same address
-  staging   the profile's staging (job.sh's stage_data) of a small tar into each node's scratch
-  ddp       a torch.distributed all_reduce across the nodes (gloo on CPU, NCCL on GPUs) and its bus bandwidth
-  horovod   a Horovod allreduce across the nodes, started as the profile starts Horovod (mpirun or srun --mpi)
-  link-intra, link-inter
-            the interconnect the scaling advisor predicts from: all_reduce time against message size (4 KB to
-            32 MB, log-spaced, at most LINK_BUDGET_S seconds a job) within a node (2 ranks on one host) and across
-            nodes (1 rank on each of 2 hosts), Hockney's latency + bytes / bandwidth fitted to each
-            (analysis/advisor.py: fit_link); the points and both fits go to DIR/<profile>-<time>/link_fit.json,
-            which `make advise CLUSTER=P` reads, and the row shows the fit
-  placement the profile's ranks a node on each node (GPUs a node, else ranks_per_node, else 2), each counting its
-            CPUs, threads, loader workers and GPU by the trainer's rule (contract/placement.py); fails naming the
-            rank and the fix where threads or loader workers exceed its CPUs, ranks of one host share CPUs beyond
-            their threads or share a GPU, or a rank's GPU is not its local rank's. The ddp and horovod layers'
-            ranks (srun, mpirun) and the train layer's manifest are held to the same
-  train     a few steps of the scale's real model (experiment 5's config, train.max_steps) across the nodes,
-            ending completed with its checkpoint and every rank's host in its manifest; half-way the run rehearses
-            a preemption (the time limit's warning to the batch shell, at a step chosen in advance), so it
-            checkpoints, the job requeues itself and the second attempt resumes from that checkpoint (where the
-            profile requeues; `requeue = false` checks the steps alone)
-
-Each rank writes what it saw (tools/cluster_probe.py); this module reads it and decides. The table goes to
-DIR/<profile>-<time>/cluster_check.md beside every job's log.
+Each layer but `nodes` is one short job, submitted with the profile as a study's runs are (slurm/job.sh), one after
+another; a failed layer does not stop the others, so one run names every broken layer. What each layer checks:
+slurm/README.md. Each rank writes what it saw (tools/cluster_probe.py); this module reads it and decides. The table
+goes to DIR/<profile>-<time>/cluster_check.md beside every job's log.
 """
 from __future__ import annotations
 
@@ -254,15 +229,11 @@ def start_requeued(job: int) -> None:
     subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], capture_output=True, timeout=60)
 
 
-def rank_results(folder: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))]
-
-
 def judge(layer: str, state: str, folder: Path, nodes: int, requeues: bool = True) -> Finding:
     """Pass or fail, and the one detail a user needs, from the job's state and what each rank wrote."""
     if layer == "train":
         return judge_train(state, folder / "train" / "05_linear_scaling" / "check", nodes, requeues)
-    ranks = rank_results(folder / layer)
+    ranks = [json.loads(p.read_text()) for p in sorted((folder / layer).glob("rank*.json"))]
     failed = [r for r in ranks if not r.get("ok")]
     if failed:
         r = failed[0]
@@ -286,19 +257,13 @@ def first_of(problems: list[str]) -> str:
 
 
 def judge_placement(layer: str, ranks: list[dict], nodes: int) -> Finding:
-    """Every rank placed without a problem (judge checked): say what each got."""
+    """Every rank placed without a problem (judge checked): say what each got, once where they all got the same."""
     seen = [r["placement"] for r in ranks]
-    gpus = f", GPU {', '.join(str(p['gpu_index']) for p in seen)}" if "gpu_index" in seen[0] else ""
-    return Finding(layer, True, f"{len(seen)} ranks on {len({p['host'] for p in seen})} hosts: "
-                                f"{describe_ranks(seen)}{gpus}")
-
-
-def describe_ranks(seen: list[dict]) -> str:
-    """"1 CPU(s), 1 thread(s), 0 loader worker(s) a rank (allocation)", or rank by rank where they differ."""
     said = [f"{p['cpus']} CPU(s), {p['threads']} thread(s), {p['loader_workers']} loader worker(s)" for p in seen]
-    if len(set(said)) == 1:
-        return f"{said[0]} a rank ({seen[0]['threads_from']})"
-    return "; ".join(f"rank {r}: {s}" for r, s in enumerate(said))
+    each = (f"{said[0]} a rank ({seen[0]['threads_from']})" if len(set(said)) == 1
+            else "; ".join(f"rank {r}: {s}" for r, s in enumerate(said)))
+    gpus = f", GPU {', '.join(str(p['gpu_index']) for p in seen)}" if "gpu_index" in seen[0] else ""
+    return Finding(layer, True, f"{len(seen)} ranks on {len({p['host'] for p in seen})} hosts: {each}{gpus}")
 
 
 def judge_hosts(layer: str, ranks: list[dict], nodes: int) -> Finding:

@@ -32,7 +32,7 @@ FINISHED = ("completed", "diverged")
 OTHER_CONFIG = "other-config"  # a run folder made by a config other than the plan's
 NO_IDENTITY = "no-identity"  # a run folder whose config.json cannot be read: whose run it holds is unknown
 REFUSED = {OTHER_CONFIG: "another config's run", NO_IDENTITY: "a run without a readable config.json"}  # what each holds
-MISSING, NO_STATUS = "missing", "no-status"  # no manifest; a manifest without a readable status (run_status)
+MISSING, NO_STATUS = "missing", "no-status"  # no manifest; a manifest without a readable status (folder_status)
 FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PEER_GRACE_S = 60  # how long a run's other processes may outlive one that failed (they wait for it forever)
@@ -102,7 +102,12 @@ def folder_status(run_dir: Path, fingerprint: str) -> str:
     found = folder_fingerprint(run_dir)
     if found is not None and found != fingerprint:
         return OTHER_CONFIG
-    return run_status(run_dir)
+    # no manifest: nothing started (the trainer starts afresh); one the study cannot read a status from (written half,
+    # or by a writer killed before its status): started with --resume auto, which continues or starts afresh
+    if not (run_dir / runfolder.MANIFEST).exists():
+        return MISSING
+    status = (reader.read_manifest(run_dir) or {}).get("status")
+    return status if status in runfolder.STATUSES else NO_STATUS
 
 
 def refuse_unknown_runs(plans: list[Plan]) -> None:
@@ -128,36 +133,26 @@ def _no_identity_line(p: Plan) -> str:
 
 
 def local_commands(plan: Plan) -> list[list[str]]:
-    """The processes one run needs on this machine: one per torchrun node, or one horovodrun, or one python."""
-    run, args, py = plan.run, plan.trainer_args, sys.executable
-    if plan.status != MISSING:
-        args = args + ["--resume", "auto"]
-    if tf_launch.is_tensorflow(plan):  # its own trainer and launch (studies/tf_launch.py)
-        return tf_launch.tf_commands(plan, args, py)
+    """The processes one run needs on this machine: one per torchrun node, or one horovodrun, or one python; a
+    TensorFlow run runs its own trainer (studies/tf_launch.py)."""
+    run, py = plan.run, sys.executable
+    args = plan.trainer_args + (["--resume", "auto"] if plan.status != MISSING else [])
+    tensorflow = plan.cfg.train.framework == "tensorflow"
+    trainer = [py, "-m", "trainers.tf" if tensorflow else "trainers", "train", *args]
+    if plan.backend == "horovod":  # with Gloo, PyTorch's and TensorFlow's alike
+        horovodrun = str(Path(py).parent / "horovodrun")
+        return [[horovodrun, "-np", str(plan.ranks()), "-H", f"localhost:{plan.ranks()}", "--gloo", *trainer]]
+    if tensorflow:
+        return tf_launch.mwms_commands(plan.ranks(), trainer)
     if plan.backend == "ddp":
         per_node = plan.ranks() // run.nodes
         if run.nodes == 1:
-            return [[*torchrun_command(py), "--standalone", "--nproc-per-node", str(per_node),
-                     "-m", "trainers", "train", *args]]
+            return [[*torchrun_command(py), "--standalone", "--nproc-per-node", str(per_node), *trainer[1:]]]
         port = str(free_port())  # a fresh rendezvous per run: several torchrun nodes on localhost
         return [[*torchrun_command(py), "--nnodes", str(run.nodes), "--node-rank", str(node),
                  "--nproc-per-node", str(per_node), "--master-addr", "127.0.0.1", "--master-port", port,
-                 "-m", "trainers", "train", *args] for node in range(run.nodes)]
-    if plan.backend == "horovod":
-        horovodrun = str(Path(py).parent / "horovodrun")
-        return [[horovodrun, "-np", str(plan.ranks()), "-H", f"localhost:{plan.ranks()}", "--gloo",
-                 py, "-m", "trainers", "train", *args]]
-    return [[py, "-m", "trainers", "train", *args]]
-
-
-def run_status(run_dir: Path) -> str:
-    """MISSING where the folder has no manifest (nothing started: the trainer starts afresh), else its status, or
-    NO_STATUS where the study cannot read one (a manifest written half, or by a writer killed before its status):
-    that run is started with --resume auto, which continues it from its checkpoint or starts it afresh."""
-    if not (run_dir / runfolder.MANIFEST).exists():
-        return MISSING
-    status = (reader.read_manifest(run_dir) or {}).get("status")
-    return status if status in runfolder.STATUSES else NO_STATUS
+                 *trainer[1:]] for node in range(run.nodes)]
+    return [trainer]
 
 
 def last_epoch(run_dir: Path) -> dict | None:

@@ -1,12 +1,6 @@
-"""The `node` scale: one machine with all its GPUs.
-
-Quality studies run their W workers over P = min(W, GPUs) processes, one a GPU (W/P emulated workers in each,
-trainers/backends/rank_workers.py); throughput studies measure real DDP/Horovod on 1...N of the node's GPUs, and a
-run that asks for more GPUs than the node has is left out with a line; a study that launches several nodes
-(experiment 3) is refused in one line (SCALE=thesis). The placement rules are the plan's (contract/plan.py, shared
-with `make cost`); here: the node's GPU count. `--gpus N` (make GPUS=N), else the GPUs visible here
-(torch.cuda.device_count()), else experiments/scales.toml [node.study] gpus (8), so a dry run on a machine without
-GPUs prints the launches of an 8-GPU node.
+"""The `node` scale's GPU count (docs/scales.md): `--gpus N` (make GPUS=N), else the GPUs visible here, else
+experiments/scales.toml [node.study] gpus (8), so a dry run on a machine without GPUs prints an 8-GPU node's launches.
+How a run is placed on the node is the plan's (contract/plan.py, shared with `make cost`).
 """
 from __future__ import annotations
 

@@ -68,14 +68,6 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
 MAX_JOBS = 64  # runs side by side; past the cores, more only time-share them (--jobs 100000: a typo, not a plan)
 
 
-def job_count(jobs: int) -> None:
-    """--jobs: at least 1, at most MAX_JOBS (each run's processes get the cores / jobs threads, at least 1 each)."""
-    whole_number("--jobs", jobs)
-    if jobs > MAX_JOBS:
-        raise ConfigError(f"--jobs = {jobs} is more than {MAX_JOBS} runs side by side: each takes at least a core, so "
-                          f"more only time-share the cores; give at most {MAX_JOBS} (by default one run a core)")
-
-
 def check_options(scale: str, launcher: str, cluster: str, gpus: int | None) -> None:
     """An option this study would not use is a mistake, not a default: one line each."""
     if gpus is not None and scale == NODE_SCALE:
@@ -103,7 +95,10 @@ def run_study(experiment: Path, scale: str = "local", launcher: str = "local", c
               dry_run: bool = False, quick: bool = False, out: Path | None = None, seeds: int | None = None,
               overrides: list[str] = (), jobs: int | None = None, only: list[str] = (), gpus: int | None = None) -> int:
     if jobs is not None:
-        job_count(jobs)
+        whole_number("--jobs", jobs)
+        if jobs > MAX_JOBS:
+            raise ConfigError(f"--jobs = {jobs} is more than {MAX_JOBS} runs side by side: each takes at least a core, "
+                              f"so more only time-share the cores; give at most {MAX_JOBS} (by default one run a core)")
     if out is not None and not str(out):
         raise ConfigError("--out is empty; give the runs' folder (default results/runs)")
     study = study_plan(experiment, scale, quick, seeds, list(overrides), list(only))

@@ -45,8 +45,9 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
     script = study.experiment / "slurm.sbatch"
     if not script.is_file():
         raise ConfigError(f"{study.experiment} has no slurm.sbatch")
-    if not dry_run:
-        require_sbatch()
+    if not dry_run and shutil.which("sbatch") is None:  # before any run's config.json is written: no study half
+        raise ConfigError("sbatch is not on PATH: submit from a Slurm login node (or `make cluster` for a local "
+                          "cluster), or see the jobs first with --dry-run")
     failures, previous_job, submitted = 0, None, 0
     plans = planned_runs(study, scale, out, gpus or profile.gpus_per_node or None)
     if not dry_run:
@@ -76,18 +77,11 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
             result = subprocess.run(argv, capture_output=True, text=True)
             print(f"#   {result.stdout.strip() or result.stderr.strip()}")
             failures += result.returncode != 0
-            previous_job = job_id(result.stdout) or previous_job
+            words = result.stdout.split()  # "Submitted batch job 123"
+            previous_job = words[-1] if words and words[-1].isdigit() else previous_job
     if not dry_run:
         closing(study, plans, submitted)
     return 1 if failures else 0
-
-
-def require_sbatch() -> None:
-    """One line before any run's config.json is written, where this machine cannot submit a job: a study half
-    submitted would leave planned folders behind a FileNotFoundError."""
-    if shutil.which("sbatch") is None:
-        raise ConfigError("sbatch is not on PATH: submit from a Slurm login node (or `make cluster` for a local "
-                          "cluster), or see the jobs first with --dry-run")
 
 
 def closing(study: Study, plans, submitted: int) -> None:
@@ -112,7 +106,11 @@ def job_argv(plan, profile, study: Study, script) -> tuple[list[str], str]:
         nodes, per_node, gpus = placement(plan.run.workers, plan.backend, plan.run.nodes, profile.gpus_per_node,
                                           profile.ranks_per_node)
     train_args = plan.trainer_args + (["--resume", "auto"] if plan.status not in ("missing",) else [])
-    env = job_env(plan, profile)
+    # beyond the profile: the backend, this venv's Python, the harness; on a shared machine also each rank's threads,
+    # as a local run of the same shape gets them (studies/launch.py)
+    env = {"BACKEND": plan.backend, "PYTHON": sys.executable, "HARNESS_DIR": str(REPO / "slurm")}
+    if profile.shared_machine and plan.cfg.train.device == "cpu":
+        env["OMP_NUM_THREADS"] = str(threads_per_process(plan, 1))
     cpus = profile.cpus_per_task or cpus_per_task_for(profile.cpus_per_node, per_node)
     try:  # a run the profile's nodes cannot hold (more tasks a node than GPUs) is one line
         argv = sbatch_argv(dataclasses.replace(profile, cpus_per_task=cpus), script, nodes, per_node, gpus,
@@ -123,18 +121,3 @@ def job_argv(plan, profile, study: Study, script) -> tuple[list[str], str]:
         raise ConfigError(f"{plan.run.name}: {e}") from None
     print(f"# {plan.describe(nodes, per_node)}")
     return argv, planned_line(cpus, per_node, env.get("OMP_NUM_THREADS"))
-
-
-def job_env(plan, profile) -> dict[str, str]:
-    """What the job script reads beyond the profile: the backend, this venv's Python, the harness; on a shared
-    machine also each rank's threads, as a local run of the same shape gets them (studies/launch.py)."""
-    env = {"BACKEND": plan.backend, "PYTHON": sys.executable, "HARNESS_DIR": str(REPO / "slurm")}
-    if profile.shared_machine and plan.cfg.train.device == "cpu":
-        env["OMP_NUM_THREADS"] = str(threads_per_process(plan, 1))
-    return env
-
-
-def job_id(sbatch_stdout: str) -> str | None:
-    """The id in sbatch's "Submitted batch job 123"."""
-    words = sbatch_stdout.split()
-    return words[-1] if words and words[-1].isdigit() else None

@@ -9,23 +9,12 @@ torch and TensorFlow never share a process.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from trainers.rendezvous import free_port
 from trainers.tf.available import skip_reason
 
 
-def is_tensorflow(plan) -> bool:
-    return plan.cfg.train.framework == "tensorflow"
-
-
-def tf_commands(plan, args: list[str], python: str) -> list[list[str]]:
-    """The commands of one TensorFlow run: one horovodrun, or one process a MultiWorkerMirroredStrategy worker."""
-    trainer = [python, "-m", "trainers.tf", "train", *args]
-    ranks = plan.ranks()
-    if plan.backend == "horovod":
-        horovodrun = str(Path(python).parent / "horovodrun")
-        return [[horovodrun, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", *trainer]]
+def mwms_commands(ranks: int, trainer: list[str]) -> list[list[str]]:
+    """One process a MultiWorkerMirroredStrategy worker, each told its place as torchrun would tell it."""
     port = free_port()
     return [["env", f"RANK={r}", f"WORLD_SIZE={ranks}", f"LOCAL_RANK={r}", f"LOCAL_WORLD_SIZE={ranks}",
              "MASTER_ADDR=127.0.0.1", f"MASTER_PORT={port}", *trainer] for r in range(ranks)]
@@ -33,7 +22,7 @@ def tf_commands(plan, args: list[str], python: str) -> list[list[str]]:
 
 def tf_skip_line(plan) -> str | None:
     """The progress line of a TensorFlow run that cannot run here; None for any other run, or one that can."""
-    if not is_tensorflow(plan):
+    if plan.cfg.train.framework != "tensorflow":
         return None
     reason = skip_reason(plan.backend)
     return f"skipped: {reason}" if reason else None
