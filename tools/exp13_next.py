@@ -1,10 +1,8 @@
 """Experiment 13's next decisions (second edition), read from its finished selection runs by the declared rules
 (experiments/13_steps_to_target/declared_2026-11-28-edition2.txt): per (optimizer, workers), wait while a selection
-run of that pair is unfinished; where a rate tied with the best sits at an edge of the pair's grid, one more rate a
-factor 2 beyond that edge (`extend`); otherwise the pair's chosen rate (`choose`: its study rows, seeds 2-6).
-`--write` adds the due decisions to the decisions file (edition2_decisions.toml: data the planner reads, never the
-config's text) and a dated line, with the number of second-edition runs started at that moment, to the declared
-file, so that both are committed before any run they add starts.
+run is unfinished; where a rate tied with the best sits at an edge of the grid, one more rate a factor 2 beyond it
+(`extend`); otherwise the pair's chosen rate (`choose`). `--write` adds the due decisions to edition2_decisions.toml
+(data the planner reads) and a dated line to the declared file, to be committed before any run they add starts.
 
     python -m tools exp13-next [--runs results/runs] [--write]      (make exp13-next [WRITE=1])
 """

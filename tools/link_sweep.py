@@ -1,17 +1,11 @@
 """RQ2 where communication costs: experiment 3 across the local cluster's hosts at several link rates, one table and
 one figure of throughput against the link's rate per backend.
 
-    python -m tools link-sweep --cluster-dir .cluster --rates 100mbit 1gbit none [--only RUN ...] [--out DIR]
-    make link-sweep LINK="100mbit 1gbit none"
+    make link-sweep LINK="100mbit 1gbit none"   (python -m tools link-sweep --rates ... [--only RUN ...] [--out DIR])
 
-For each rate in turn: every node's link is limited to it (`python -m slurm.local_cluster link`, tc's token bucket;
-`none` = unlimited), experiment 3's study is submitted to the cluster into DIR/<rate>/ (its jobs one at a time: the
-hosts share this machine's cores), and the sweep waits for its jobs. The links are unlimited again at the end, also
-after an interrupt. Each rate has a runs folder of its own; each run's manifest names its link, so runs at different
-rates are never pooled. Then DIR/link_sweep.{csv,md,png}: the report's link-rate table and figure (analysis/link.py:
-steady-state images/s, the speed-up over the 1-process run at the same link and the share of the timed steps spent
-communicating, by backend, processes and rate), from the run folders alone; `make report OUT=DIR` writes the same
-table and figure into the whole report of these runs.
+For each rate: every node's link limited to it (tc's token bucket; `none` = unlimited), experiment 3's study run on
+the cluster into DIR/<rate>/ and waited for; the links are unlimited again at the end, also after an interrupt. Each
+run's manifest names its link, so rates are never pooled. Then DIR/link_sweep.{csv,md,png} (analysis/link.py).
 """
 from __future__ import annotations
 

@@ -89,9 +89,7 @@ def measure(model: nn.Module, loss_fn: Callable, batches: Iterator, workers: int
     return estimate(small_sq, big_sq, b_small, b_small * workers)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# A run folder's model on its own training data
-# ----------------------------------------------------------------------------------------------------------------
+# ---- A run folder's model on its own training data -------------------------------------------------------------------
 def training_batches(cfg, seed: int) -> Iterator:
     """Endless per-worker batches of the run's training set, with its training transforms, in a seeded order."""
     train_ds, _ = data.build_datasets(cfg.data, cfg.model.num_classes, cfg.train.seed)  # the loop's own data set

@@ -1,13 +1,7 @@
-"""Every check of a run's config against where it runs, in one function the trainer calls once, before anything
-in the run folder is touched or any process group exists: `check_launch`. Each refusal is one line (a ConfigError)
-that says what to fix.
+"""Every check of a run's config against where it runs, in one function called before anything in the run folder
+is touched or any process group exists; each refusal is one line (a ConfigError) that says what to fix.
 
     launch, backend_name, pinned = check_launch(cfg, run_dir, resume, force)
-
-What it checks, in order: the paths and counts the config names exist here (data, threads, loader workers, the
-rendezvous file's folder), the pinned CPU instruction set, the run folder can be written and its files are files,
-the backend against the launch (trainers.backends.resolve), a run folder reused without --resume, and a resume's
-config and arithmetic against its checkpoint (what a resumed run keeps: `pin_arithmetic`).
 """
 from __future__ import annotations
 
@@ -166,9 +160,7 @@ def check_same_config(path: Path, saved: dict[str, dict], current: dict[str, dic
         )
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Resume is the same run: what decides the arithmetic is fixed at the run's first start and reused on resume
-# ----------------------------------------------------------------------------------------------------------------
+# ---- Resume is the same run: what decides the arithmetic is fixed at the run's first start and reused on resume ------
 def arithmetic_differences(saved: dict[str, Any], would_be: dict[str, Any]) -> list[str]:
     """The settings that change the numbers (threads, device kind, processes, passes, the CPU kernels' instruction
     set) in which this attempt would differ from the run's start; a key this attempt leaves open (None) takes the

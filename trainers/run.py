@@ -2,11 +2,8 @@
 
     exit_code = run_training(cfg, run_dir, resume, echo, force)   # what `python -m trainers train` runs on each rank
 
-Read top to bottom: `run_training` (every check before anything is touched, trainers/checks.py, then the folder's
-lock), `train_locked` (the setup and the state it starts from, trainers/setup.py, the manifest's running status and
-this attempt), `train_to_the_end` (the loop, trainers/loop.py, or the benchmark, trainers/bench.py, and how each
-way out ends: completed, diverged, preempted, failed), then the failure's one line: which rank, which host, which
-disk.
+`run_training` (the checks, trainers/checks.py, then the lock), `train_locked` (setup, state, the manifest's
+running status), `train_to_the_end` (the loop or the benchmark, and how each way out ends), then a failure's line.
 """
 from __future__ import annotations
 

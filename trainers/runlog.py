@@ -1,16 +1,8 @@
 """The human side of a run: train.log's lines, the meters behind them, and `LogEvery`, the one place that decides
 when a loop reads its meters and writes them (the records themselves are contract/runfolder.py).
 
-train.log keeps the line format of pytorch/examples' imagenet/main.py as the thesis ran it (early 2019), so the
-thesis's way of reading logs (throughput = per-GPU batch x GPUs / running-mean batch time at batch 199) still works.
-
-    totals = DeviceTotals(device)
-    every = LogEvery(totals, print_freq, write=lambda i, meters: ...)   # write: train.log's line, the iter record
-    for i, (images, target, skipped) in every(enumerate(batches)):
-        ...                                                           # one step
-        totals.add(loss, output, target)
-        reading = every.end_step(i)            # read (and write) where the cadence says: the reading, else None
-    sums = every.final_sums()
+train.log keeps pytorch/examples' imagenet/main.py line format as the thesis ran it (early 2019), so the thesis's
+way of reading logs (per-GPU batch x GPUs / running-mean batch time at batch 199) still works.
 """
 from __future__ import annotations
 
@@ -54,9 +46,7 @@ def summary_line(top1: float, top5: float) -> str:
     return f" * Acc@1 {top1:.3f} Acc@5 {top5:.3f}"
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Loss and hits: summed on the device, read where the loop logs
-# ----------------------------------------------------------------------------------------------------------------
+# ---- Loss and hits: summed on the device, read where the loop logs ---------------------------------------------------
 @dataclass
 class Sums:
     """Loss and correct predictions summed over images: reduced across ranks as sums, never means of means."""
@@ -161,9 +151,7 @@ class DeviceTotals:
         return Readout(loss, *readings, Sums(*sums, self.images))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The cadence: one iterator for training, validation and the benchmark
-# ----------------------------------------------------------------------------------------------------------------
+# ---- The cadence: one iterator for training, validation and the benchmark --------------------------------------------
 class LogEvery:
     """A loop's batches with its read-and-log cadence, as MetricLogger.log_every of torchvision's references.
 

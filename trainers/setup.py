@@ -1,12 +1,10 @@
 """What a run trains with, built by one function: the model, optimizer, loaders and backend of this process.
 
     setup, state = build_setup(cfg, run_dir, backend_name, launch, resume, echo, pinned)
-    loop.fit(setup, state)
 
-`Setup` holds what does not change while the run trains (the model's and optimizer's weights change, the objects
-do not); what does (epoch, step, best top-1, the epoch's running sums) is the `TrainState` (checkpoint.py), the
-only thing a checkpoint saves beside the model, optimizer and scaler. A resume builds the same Setup and takes its
-TrainState from the checkpoint, at the same point of the build as ever (the generators' states included).
+`Setup` holds what does not change while the run trains (the objects, not their weights); what does is the
+`TrainState` (checkpoint.py). A resume builds the same Setup and takes its TrainState from the checkpoint, at the
+same point of the build as ever (the generators' states included).
 """
 from __future__ import annotations
 
@@ -33,9 +31,7 @@ from trainers.tallies import SkippedSteps, StepTimes, UnreadableFiles
 EVAL_BATCH = 250  # train.eval_every's evaluations: batches at least this large (forward only, in eval mode)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Preemption: Slurm sends SIGUSR1 (--signal) or SIGTERM before it kills a job; stop at the next iteration boundary
-# ----------------------------------------------------------------------------------------------------------------
+# ---- Preemption: Slurm sends SIGUSR1 (--signal) or SIGTERM before it kills a job; stop at a step's end ------------
 class StopSignal:
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 

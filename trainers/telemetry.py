@@ -29,9 +29,7 @@ import psutil
 GB = 1024 ** 3
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# CPU and memory (psutil)
-# ----------------------------------------------------------------------------------------------------------------
+# ---- CPU and memory (psutil) -----------------------------------------------------------------------------------------
 class ProcessTreeCpu:
     """CPU seconds of a process and its live children, turned into a percent of the node between two samples."""
 
@@ -86,9 +84,7 @@ class NodeCpu:
         return min(max(100.0 * (busy1 - busy0) / (total1 - total0), 0.0), 100.0) if total1 > total0 else 0.0
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# GPUs (NVML)
-# ----------------------------------------------------------------------------------------------------------------
+# ---- GPUs (NVML) -----------------------------------------------------------------------------------------------------
 class Nvml:
     """Per-GPU utilisation, memory and power through NVML; `available` is False (and samples empty) without it."""
 
@@ -155,9 +151,7 @@ def visible_nvml_indices(nvml, cuda_visible: str | None) -> list[int]:
     return chosen
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The sampler thread
-# ----------------------------------------------------------------------------------------------------------------
+# ---- The sampler thread ----------------------------------------------------------------------------------------------
 class Sampler:
     """Samples every `interval_s` seconds on a daemon thread into a buffer that `drain()` empties."""
 
@@ -225,9 +219,7 @@ def as_record(sample: dict, run_start: float) -> dict:
     return {"t": sample["time"] - run_start, **sample}
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The run's util records
-# ----------------------------------------------------------------------------------------------------------------
+# ---- The run's util records ------------------------------------------------------------------------------------------
 class UtilRecords:
     """This node's sampler (on its local rank 0) and the `util` records its samples become in the run folder."""
 

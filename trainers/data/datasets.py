@@ -51,10 +51,7 @@ def _split_index(item) -> tuple[int | None, int]:
     return None, int(item)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Transforms
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Transforms ------------------------------------------------------------------------------------------------------
 class ToNormalizedTensor:
     """ToTensor + Normalize(ImageNet mean/std) in one pass over a PIL RGB image (the same arithmetic)."""
 
@@ -105,10 +102,7 @@ def torchvision_transforms(image_size: int, min_scale: float = 0.08):
 
 
 
-# ---------------------------------------------------------------------------------------------------------
-# ImageFolder with bad-image tolerance
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- ImageFolder with bad-image tolerance ----------------------------------------------------------------------------
 class ImageFolderDataset(Dataset):
     """An ImageFolder split whose unreadable files are counted and, in training, replaced by the next readable
     index (validation: excluded, `replace_unreadable=False`).
@@ -194,10 +188,7 @@ class ImageFolderDataset(Dataset):
         raise DataError(f"{self.root}: none of its {len(self.samples)} image files can be read")
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Synthetic data (tf_cnn_benchmarks' --data_name=imagenet without --data_dir)
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Synthetic data (tf_cnn_benchmarks' --data_name=imagenet without --data_dir) -------------------------------------
 class SyntheticDataset(Dataset):
     """n fixed random images: item i is drawn from a generator seeded by (seed, i), the same every epoch."""
 
@@ -230,10 +221,7 @@ def synthetic_batch(batch: int, image_size: int, num_classes: int, seed: int, de
     return images.to(device), targets.to(device)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The one entry point
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The one entry point ---------------------------------------------------------------------------------------------
 DECODERS = ALLOWED["data.decoder"]  # declared once, with the config
 
 

@@ -30,10 +30,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 JPEG_MAGIC = b"\xff\xd8"
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The boxes: what RandomResizedCrop / Resize + CenterCrop would take from a width x height image
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The boxes: what RandomResizedCrop / Resize + CenterCrop would take from a width x height image ------------------
 def random_resized_box(width: int, height: int, scale, ratio) -> tuple[int, int, int, int]:
     """torchvision's RandomResizedCrop.get_params (10 tries, then the centre fallback) as (left, top, w, h),
     drawing from torch's global RNG; a 0 x H x W tensor stands in for the image (no pixels needed)."""
@@ -59,10 +56,7 @@ def dct_scale(box_w: float, box_h: float, size: int) -> int:
     return next(n for n in (1, 2, 4, 8) if n >= need - 1e-9 or n == 8)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Decoding a box to size x size uint8
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Decoding a box to size x size uint8 -----------------------------------------------------------------------------
 def _resize_box(arr: np.ndarray, box, size: int) -> torch.Tensor:
     """arr's box (left, top, right, bottom) resized to size x size, H x W x 3 uint8. A whole-pixel box (the
     training crops at 8/8) goes through torch's uint8 antialiased bilinear (SIMD; Pillow's filter to +-1, measured
@@ -149,10 +143,7 @@ def _hwc(img: Image.Image) -> torch.Tensor:
     return torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The transforms (they take a path: the file is decoded inside, after the box is known)
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The transforms (they take a path: the file is decoded inside, after the box is known) ---------------------------
 class FastTrainTransform:
     """RandomResizedCrop(size, scale, ratio) + RandomHorizontalFlip as uint8 HWC, same draws as torchvision."""
 
@@ -187,10 +178,7 @@ class FastValTransform:
         return f.decode_box(box, self.size, self.max_pixels)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# On the device
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- On the device ---------------------------------------------------------------------------------------------------
 def normalize(images: torch.Tensor) -> torch.Tensor:
     """uint8 N x H x W x 3 (already on the device) -> float N x 3 x H x W, ImageNet mean/std: the arithmetic of
     ToTensor + Normalize (datasets.ToNormalizedTensor), hence the same values."""

@@ -57,10 +57,7 @@ SHAPES = ("circle", "square", "triangle", "diamond", "cross", "ring", "star", "b
 MAX_CLASSES = N_HUES * N_ACCENTS * N_TEXTURES * len(SHAPES)  # 1440
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Drawing one image
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Drawing one image -----------------------------------------------------------------------------------------------
 
 def default_signals() -> None:
     """A forked worker must die on the pool's SIGTERM even when its parent (a Trainer) catches SIGTERM/SIGUSR1."""
@@ -215,10 +212,7 @@ def _write_class(job) -> int:
     return cls
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Writing a dataset folder
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Writing a dataset folder ----------------------------------------------------------------------------------------
 def _args(classes, per_class, val_per_class, image_size, seed) -> dict:
     return {"classes": int(classes), "per_class": int(per_class), "val_per_class": int(val_per_class),
             "image_size": int(image_size), "seed": int(seed), "generator_version": GENERATOR_VERSION}
@@ -303,10 +297,7 @@ def generate_dataset(out: Path, classes: int, per_class: int, val_per_class: int
     return out
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The cache: <repo>/.cache/datasets/<name>-<hash>/, made once, safe under concurrent ranks
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The cache: <repo>/.cache/datasets/<name>-<hash>/, made once, safe under concurrent ranks ------------------------
 SPEC_KEYS = ("classes", "per_class", "val_per_class", "image_size", "seed")
 
 

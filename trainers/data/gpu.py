@@ -91,10 +91,7 @@ class GpuValPlan:
         return item
 
 
-# ---------------------------------------------------------------------------------------------------------
-# On the device
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- On the device ---------------------------------------------------------------------------------------------------
 def drain(device: torch.device) -> None:
     """Wait for the work queued on the device's current stream. nvJPEG's hardware decoder (A100, H100) writes its
     outputs without waiting for that stream, into blocks the caching allocator may have just freed while queued

@@ -39,10 +39,7 @@ def progress(message: str) -> None:
     print(f"imagenet: {message}", file=sys.stderr, flush=True)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Checks: the archives are what ILSVRC-2012 published
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Checks: the archives are what ILSVRC-2012 published -------------------------------------------------------------
 def verify(path: Path, kind: str, out: Path) -> None:
     """The archive's MD5 against torchvision's ARCHIVE_META; a pass is remembered (by size and time) in OUT."""
     name, md5 = tv_imagenet.ARCHIVE_META[kind]
@@ -87,10 +84,7 @@ def _reading(path: Path):
                         f"archive; download it again") from e
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The steps
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The steps -------------------------------------------------------------------------------------------------------
 def devkit_labels(devkit: Path, out: Path, check: bool) -> tuple[list[str], list[str]]:
     """(the 1000 wnids, the validation images' wnids in file order) from the devkit, via torchvision."""
     if not (out / tv_imagenet.META_FILE).exists():
@@ -220,10 +214,7 @@ def staging_tar(root: Path) -> Path:
     return target
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The command
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The command -----------------------------------------------------------------------------------------------------
 def prepare(train_tar: Path, val_tar: Path, devkit: Path, out: Path, resize: int | None = None,
             check: bool = True, make_tar: bool = True) -> dict:
     out.mkdir(parents=True, exist_ok=True)

@@ -47,10 +47,7 @@ EPOCH_CACHE_BYTES = 256 * 2 ** 20  # a training split whose augmented epoch fits
 EPOCH_CHUNK = 1024  # images a vectorised augmentation pass holds (int32 buffers of ~3 x 12 KiB an image)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Per-sample random numbers, vectorised
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Per-sample random numbers, vectorised ---------------------------------------------------------------------------
 _GOLDEN = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
 
@@ -97,10 +94,7 @@ def crop_params(u: np.ndarray, height: int, width: int, scale: tuple[float, floa
     return torch.from_numpy(np.stack([top, left, h, w, flip.astype(np.int64)], axis=1))
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Pillow's bilinear resize on uint8 tensors
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Pillow's bilinear resize on uint8 tensors -----------------------------------------------------------------------
 def pil_bilinear_coefficients(in_size: int, out_size: int) -> np.ndarray:
     """(out_size, in_size) integer coefficients (as float64) of Pillow's BILINEAR resize of one axis.
 
@@ -214,10 +208,7 @@ def normalize(images: torch.Tensor) -> torch.Tensor:
     return images.permute(0, 3, 1, 2).float().div_(255).sub_(mean).div_(std).contiguous()
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The datasets
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The datasets ----------------------------------------------------------------------------------------------------
 class DecodedDataset(Dataset):
     """A split held as one uint8 tensor; `__getitems__` makes a whole Batch with tensor ops.
 
