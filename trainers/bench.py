@@ -62,12 +62,7 @@ def bench_batches(s: Setup, per_process: int):
     cfg = s.cfg
     if cfg.data.kind != "synthetic":
         loader, _ = loop.batches(s, 0, 0)
-        return forever(loader)
+        return itertools.chain.from_iterable(itertools.repeat(loader))  # epoch 0 over and over
     images, target = data.synthetic_batch(per_process, cfg.data.image_size, cfg.model.num_classes,
                                           cfg.train.seed, s.backend.device)
     return itertools.repeat((s.compute.layout(images), target, 0))  # channels_last once, as by hand
-
-
-def forever(loader):
-    while True:
-        yield from loader

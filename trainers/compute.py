@@ -139,11 +139,6 @@ class Compute:
             self.scaler.load_state_dict(state)
 
 
-def compile_model(model: nn.Module, t: TrainConfig) -> nn.Module:
-    """torch.compile of the wrapped model (DDP's optimizer splits the graph at its buckets)."""
-    return torch.compile(model) if t.compile else model
-
-
 # ---- Emulated workers per pass: the most whole workers whose forward/backward fits in GPU memory ---------------------
 MEMORY_HEADROOM = 0.9  # a pass may use 90 % of the GPU: the optimizer state and allocator slack come on top
 

@@ -130,7 +130,8 @@ def build_setup(cfg: Config, run_dir: Path, backend_name: str, launch: backends.
     b.start_run(run_dir)
     torch.manual_seed(t.seed)
     c = compute.Compute(t, b.device)
-    model = compute.compile_model(b.wrap_model(compute.prepare_model(build_model(cfg.model), t)), t)
+    model = b.wrap_model(compute.prepare_model(build_model(cfg.model), t))
+    model = torch.compile(model) if t.compile else model  # the wrapped model (DDP's optimizer splits the graph)
     criterion = nn.CrossEntropyLoss().to(b.device)
     optimizer = b.wrap_optimizer(build_optimizer(model, cfg.optim, policy.target), model)
     per_shard_batch = t.per_worker_batch * b.batch_multiplier

@@ -35,11 +35,6 @@ BACKENDS: dict[str, str] = {  # as entry points are written: "module:class"
 }
 
 
-def backend_class(name: str) -> type[Backend]:
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
-
-
 def pick_device(cfg: Config, launch: Launch) -> torch.device:
     """One GPU per process, or the CPU. More processes on a node than GPUs: "auto" takes the CPU (gloo) on every
     rank alike, "cuda" is refused; NCCL cannot put two ranks on one GPU, and sharing one would be no test anyway."""
@@ -58,10 +53,6 @@ def pick_device(cfg: Config, launch: Launch) -> torch.device:
         torch.cuda.set_device(launch.local_rank)
         return torch.device("cuda", launch.local_rank)
     return torch.device("cpu")
-
-
-def choose_backend(cfg: Config, launch: Launch) -> str:
-    return chosen_backend(cfg, launch.launcher, launch.world_size)
 
 
 def check_world(cfg: Config, launch: Launch, name: str) -> None:
@@ -114,7 +105,7 @@ def check_horovod_launch(launch: Launch) -> None:
 
 def resolve(cfg: Config, launch: Launch) -> str:
     """The backend's name, checked against the launch; raises ConfigError before anything starts."""
-    name = choose_backend(cfg, launch)
+    name = chosen_backend(cfg, launch.launcher, launch.world_size)
     if name == "horovod":
         try:
             import trainers.backends.horovod  # noqa: F401  (fails without Horovod)
@@ -129,4 +120,5 @@ def resolve(cfg: Config, launch: Launch) -> str:
 
 def create(cfg: Config, launch: Launch, name: str) -> Backend:
     """Backend `name` (resolved: its checks passed) on this process's device."""
-    return backend_class(name)(cfg, launch, pick_device(cfg, launch))
+    module, cls = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(cfg, launch, pick_device(cfg, launch))

@@ -130,9 +130,5 @@ class Backend:
         """Every rank's device, in rank order ("cuda:<local index> <name>"; "cpu" once on CPU)."""
         if self.device.type == "cpu":
             return [str(self.device)]
-        return [name for names in self.gather_objects(device_names(self.device)) for name in names]
-
-
-def device_names(device: torch.device) -> list[str]:
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return [f"{device.type}:{index} {torch.cuda.get_device_name(index)}"]
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        return self.gather_objects(f"{self.device.type}:{index} {torch.cuda.get_device_name(index)}")

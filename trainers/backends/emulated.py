@@ -1,13 +1,9 @@
 """k data-parallel workers emulated in one process: exactly synchronous data-parallel SGD.
 
-Each step reads k per-worker batches in the order a k-replica DistributedSampler gives them, normalises each with
-its own BatchNorm batch statistics, averages the gradients (the mean loss over the k equal batches) and takes one
-optimizer step. Running statistics follow worker 0, as in a real run: DDP broadcasts rank 0's buffers before each
-forward and Horovod saves rank 0's.
-
-Passes: when k workers' batches don't fit in memory at once (32 x 128 ResNet-50 images on one GPU), the step runs
-in passes of `workers_per_pass` whole workers, gradients accumulating to the same mean over all k batches; each
-worker still normalises on its own batch, and only the first pass (worker 0's) updates the running statistics.
+Each step reads k per-worker batches in a k-replica DistributedSampler's order, normalises each with its own
+BatchNorm statistics, averages the gradients and takes one optimizer step. Running statistics follow worker 0, as
+in a real run (DDP broadcasts rank 0's buffers, Horovod saves rank 0's). When k batches don't fit in memory the step
+runs in passes of `workers_per_pass` whole workers, gradients accumulating to the same mean.
 """
 from __future__ import annotations
 

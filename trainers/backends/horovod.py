@@ -1,27 +1,14 @@
 """Horovod+PyTorch: the thesis's second framework (Horovod 0.15.2 then; 0.28.1 here).
 
-Every use of `horovod.torch` in the project lives in this module, each line marked `# Horovod: ...` as in Horovod's
-own examples. What it does, in the order of those examples:
-  1. hvd.init(); pin each rank to its local GPU when there are GPUs;
-  2. broadcast rank 0's parameters, buffers and (when there is any) optimizer state;
-  3. wrap the optimizer in hvd.DistributedOptimizer: gradients averaged by allreduce during backward, optionally
-     compressed to fp16 (the thesis left compression off), optionally accumulated locally over
-     `horovod.batches_per_allreduce` backward passes before one allreduce;
-  4. metrics summed with hvd.allreduce(op=Sum); data sharded by (hvd.rank(), hvd.size()).
+Every use of `horovod.torch` lives in this module, each line marked `# Horovod: ...` as in Horovod's examples:
+hvd.init() and a GPU a rank; rank 0's parameters, buffers and optimizer state broadcast; hvd.DistributedOptimizer
+(gradients averaged during backward, optionally fp16-compressed, optionally accumulated over
+`horovod.batches_per_allreduce` passes); metrics summed with hvd.allreduce.
 
-Launchers. Horovod forms its world itself, from its launcher's environment:
-  - `horovodrun -np N python -m trainers train ...`: Gloo (HOROVOD_RANK/SIZE/... and a rendezvous server) or MPI;
-  - `mpirun -np N python -m trainers train ...` (the thesis's way, also inside a Slurm allocation): MPI controller,
-    Gloo or MPI collectives on CPU, NCCL on GPUs when Horovod was built with it;
-  - `srun --mpi=pmix ...` (Open MPI with PMIx); a plain srun is refused before MPI_Init, which would abort or hang;
-  - torchrun cannot start Horovod: refused with a line that says what to use.
-These launchers are checked before anything starts (trainers.backends.check_world).
-The world Horovod sees is checked against the launch the trainer detected, so a wrong launch is one clear line.
-
-Timeline (`horovod.timeline = true`): Horovod only records a timeline when HOROVOD_TIMELINE is set before hvd.init().
-The backend sets it to DYNAMIC before init, and `start_run(run_dir)` (called by the loop once the run folder exists)
-starts recording into run_dir/horovod_timeline.json. A file given by the launcher (`horovodrun --timeline-filename F`
-or `-x HOROVOD_TIMELINE=F`) wins and is left alone.
+Horovod forms its world from its launcher (horovodrun, mpirun as the thesis did, srun --mpi=pmix); the launch is
+checked before anything starts (backends.check_world) and Horovod's world against it after init. Timeline
+(`horovod.timeline = true`): HOROVOD_TIMELINE=DYNAMIC before init, then `start_run` records into
+run_dir/horovod_timeline.json; a file the launcher names wins.
 """
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """The fast ImageFolder path: decode only the crop, at the smallest DCT scale that covers the output, in uint8.
 
-    RandomResizedCrop's box is drawn first, from the JPEG header's size and torch's global RNG, exactly as
-    torchvision draws it (same calls, same order), then only that box is decoded: libjpeg's partial decoding
-    (jpeg_region.py) at the smallest scale n/8 at which the box still has >= `size` pixels each way, then resized
-    to size x size (antialiased bilinear, as torchvision's) and flipped. Images stay uint8 H x W x 3 until the
-    device (`to_device` permutes and normalises there). At scale 8/8 the pixels equal the exact path's to +-1;
-    smaller scales differ by libjpeg's scaled IDCT (tests bound the difference).
-
-Files that are not JPEG (PNG, CMYK JPEGs...) or that libjpeg refuses take the careful path, the same box: Pillow
-decodes the whole image (`load_rgb`), which also decides whether the file is readable at all.
+RandomResizedCrop's box is drawn first, from the JPEG header's size and torch's global RNG exactly as torchvision
+draws it, then only that box is decoded (libjpeg's partial decoding, jpeg_region.py, at the smallest scale n/8
+that still covers `size`), resized (antialiased bilinear) and flipped; `to_device` normalises on the device. At
+8/8 the pixels equal the exact path's to +-1 (tests bound the smaller scales). Files libjpeg can't take (PNG,
+CMYK...) are decoded whole by Pillow (`load_rgb`), which also decides whether a file is readable at all.
 """
 
 from __future__ import annotations
@@ -23,10 +19,9 @@ from PIL import Image
 from torchvision import transforms
 
 from . import jpeg_region
+from .folder import IMAGENET_MEAN, IMAGENET_STD
 from .images import MAX_IMAGE_PIXELS, check_size, load_rgb
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 JPEG_MAGIC = b"\xff\xd8"
 
 

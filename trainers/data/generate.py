@@ -1,22 +1,15 @@
 """A generated ImageNet-shaped dataset for the `local` scale, and its on-disk cache.
 
-Photographs are not available at the local scale, so `generate_dataset` draws class folders of JPEGs
-procedurally (numpy + PIL) in the ILSVRC-2012 ImageFolder layout. A class is one combination of four
-factors of graded difficulty, so a small ResNet makes progress from its first epoch (colour is easy) and
-keeps improving for many (accent, texture, shape are harder):
+`generate_dataset` draws class folders of JPEGs (numpy + PIL) in the ILSVRC-2012 ImageFolder layout. A class is one
+combination of four factors of graded difficulty, so a small ResNet progresses from its first epoch (colour is easy)
+and keeps improving for many: hue (8) x accent (3) x texture (6) x shape (10). Nuisances make it a task: a random
+gradient background, 0-3 clutter shapes, random position / scale / rotation / aspect, colour jitter, noise and JPEG
+compression; a fraction AMBIGUOUS of images shows a confusable class's object (as ILSVRC-2012 has mislabelled
+images), so about 1 - AMBIGUOUS is reachable.
 
-    hue (8 hues) x accent (dark / light / complementary) x texture (6 patterns) x shape (10 shapes)
-
-Nuisances make it a task and not a lookup: a random two-colour background gradient, 0-3 clutter shapes of
-random colour, texture and shape (behind or occluding), random position / scale / rotation / aspect,
-colour jitter, pixel noise and JPEG compression. A fixed fraction of images (AMBIGUOUS, in train and val)
-shows an object of a confusable class (one that shares the most factors with the label's class), as
-ILSVRC-2012 has mislabelled and multi-object images; so 100 % is unreachable (about 1 - AMBIGUOUS is).
-
-Determinism: every image is drawn from its own numpy Generator seeded with (seed, split, class, n), so the
-files do not depend on the order or process they are made in, and the same arguments give byte-identical
-files (with the same PIL / libjpeg). GENERATOR_VERSION is part of the cache key: bump it whenever a change
-here changes the pixels.
+Every image is drawn from its own Generator seeded with (seed, split, class, n): byte-identical files whatever the
+order or process (with the same PIL / libjpeg). GENERATOR_VERSION is part of the cache key: bump it whenever a
+change here changes the pixels.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """`python -m trainers data imagenet`: ILSVRC-2012's three downloads -> the ImageFolder layout, and a staging tar.
 
-    OUT/train/<wnid>/*.JPEG    from ILSVRC2012_img_train.tar (one tar per class inside)
-    OUT/val/<wnid>/*.JPEG      from ILSVRC2012_img_val.tar (flat), sorted by the devkit's ground truth
-    OUT-<N>/...                with --resize N: the same images, shorter side N (what training reads at 224 px)
-    OUT.tar / OUT-<N>.tar      one uncompressed tar of the data set for slurm/job.sh's node-local staging
-                               (DATA_TAR=OUT.tar DATA_SUBDIR=<name of OUT>)
+    OUT/train/<wnid>/*.JPEG, OUT/val/<wnid>/*.JPEG (sorted by the devkit's ground truth); with --resize N also
+    OUT-<N>/ (shorter side N); OUT.tar (or OUT-<N>.tar) for slurm/job.sh's node-local staging
 
-torchvision.datasets.imagenet supplies the archives' names and published MD5s (ARCHIVE_META, checked by default,
---no-verify skips it) and the devkit parsing (parse_devkit_archive: scipy.io.loadmat of meta.mat, the ground
-truth, the 1000 leaf synsets). Its train/val extraction is not used: it starts over on every run and fails on a
-half-extracted folder. Here every piece is resumable: a class folder, a validation image, a resized file or the
-tar that exists complete is skipped on a re-run (each is written under a temporary name, then renamed).
+torchvision.datasets.imagenet supplies the archives' MD5s (checked unless --no-verify) and the devkit parsing. Its
+extraction is not used (it starts over and fails on a half-extracted folder): here every piece is written under a
+temporary name and renamed, so a re-run skips what is complete.
 """
 
 from __future__ import annotations

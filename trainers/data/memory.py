@@ -1,23 +1,15 @@
 """The generated dataset decoded once into memory and augmented a batch at a time on tensors.
 
-The JPEG files stay the dataset's on-disk form; their decode (8,000 images of 32 x 32 x 3 at the local scale,
-24 MB) is cached beside them in decoded.npz, made once per machine and per decoder. A batch is then a few
-tensor operations instead of one JPEG decode, PIL crop, resize and normalisation per image:
+The JPEG files stay the on-disk form; their decode (24 MB at the local scale) is cached beside them in decoded.npz,
+once per machine and decoder. A batch is then a few tensor operations instead of a decode, crop, resize and
+normalisation per image (train: RandomResizedCrop + flip; val: Resize + CenterCrop, once at load).
 
-  train: RandomResizedCrop(size, scale) + RandomHorizontalFlip + ToTensor + Normalize, as imagenet_transforms;
-  val:   Resize(size * 256 / 224) + CenterCrop(size), done once for the whole split when it is loaded.
-
-Exact, not approximate: the resize reproduces Pillow's fixed-point bilinear resampling (libImaging/Resample.c:
-per-output-pixel coefficients normalised and rounded to 22 fractional bits, two passes each rounded to uint8, in
-Pillow 13's order), so an image equals the PIL path's given the same crop box and flip (tests check it for every
-box shape). Another Pillow version may round a few pixels one level differently; the pinned one is 13.0.0.
-
-Per-sample determinism: the crop and flip of sample i in epoch e are drawn from a counter-based generator keyed by
-(seed, e, i) (splitmix64 of the key and the draw number), vectorised over the batch. So a sample's pixels do not
-depend on the batch it is in, its position there, the worker count or the process: the emulated = DDP and the
-bit-exact resume properties hold. The draws follow torchvision's RandomResizedCrop.get_params (ten tries at a
-box of random area and log-uniform aspect ratio, else the whole image), a different stream from the torch RNG
-the per-file path (ImageFolderDataset) seeds, so the two paths give equally distributed, not identical, crops.
+Exact, not approximate: the resize reproduces Pillow's fixed-point bilinear resampling (Resample.c's coefficients at
+22 fractional bits, two passes each rounded to uint8, in Pillow 13's order, the pinned version), so an image equals
+the PIL path's given the same box and flip (tests check every box shape). The crop and flip of sample i in epoch e
+come from a counter-based generator keyed by (seed, e, i) (splitmix64), so a sample's pixels depend on nothing else
+(emulated = DDP, bit-exact resume). The draws follow RandomResizedCrop.get_params, from another stream than the
+per-file path's torch RNG: equally distributed crops, not identical ones.
 """
 from __future__ import annotations
 
@@ -33,7 +25,8 @@ import PIL.features
 import torch
 from torch.utils.data import Dataset
 
-from .folder import GENERATED_MIN_SCALE, IMAGENET_MEAN, IMAGENET_STD, held_out_split, scan_imagefolder
+from .fast import normalize  # (B, H, W, 3) integer values -> normalised float (B, 3, H, W)
+from .folder import GENERATED_MIN_SCALE, held_out_split, scan_imagefolder
 from .generate import DataError
 from .images import load_rgb
 from .sampling import Batch
@@ -198,14 +191,6 @@ class Resizer:
                 pick = lambda taps: tuple(t[rows] for t in taps)  # noqa: E731
                 out[rows] = self._resize(images[rows], pick(horizontal), pick(vertical), vertical_first)
         return out
-
-
-def normalize(images: torch.Tensor) -> torch.Tensor:
-    """(B, H, W, 3) uint8 values (any integer dtype) -> float32 (B, 3, H, W): ToTensor + Normalize(ImageNet),
-    the same arithmetic as datasets.ToNormalizedTensor."""
-    mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
-    return images.permute(0, 3, 1, 2).float().div_(255).sub_(mean).div_(std).contiguous()
 
 
 # ---- The datasets ----------------------------------------------------------------------------------------------------

@@ -1,11 +1,9 @@
 """Which sample goes to which worker and step: DistributedSampler's sharding, step batches, the loader.
 
-One rule serves real ranks and emulated workers: epoch e's permutation is DistributedSampler's
-(randperm seeded by seed + e, padded by wrapping to a multiple of the world size, shard r takes r::world).
-StepBatchSampler yields, per optimizer step, the concatenation over its shards of each shard's next
-per-shard batch, so step s of k emulated workers in one process is exactly the concatenation of step s of
-the k real ranks. With W logical workers over P ranks (W a multiple of P) rank r holds logical workers
-r*W/P ... (r+1)*W/P - 1 (logical_shards): the P ranks' step batches, concatenated, are the one-process W-worker batch.
+One rule serves real ranks and emulated workers: epoch e's permutation is DistributedSampler's (randperm seeded by
+seed + e, padded to a multiple of the world size, shard r takes r::world), and a step's batch is the concatenation
+of its shards' next batches, so step s of k emulated workers is exactly step s of k real ranks (and of W logical
+workers over P ranks: logical_shards).
 """
 
 from __future__ import annotations
