@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from analysis import advisor, advisor_local, advisor_runs
+from tools.link_sweep import set_link
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES, FIGURES = REPO / "results" / "tables", REPO / "results" / "figures"
@@ -27,8 +27,7 @@ def probe_rate(rate: str, cluster_dir: Path, check_root: Path) -> None:
     """The links limited to `rate`, then timed and fitted by cluster-check's two link layers."""
     from studies.cluster_check import run_check
 
-    subprocess.run([sys.executable, "-m", "slurm.local_cluster", "link", "--dir", str(cluster_dir), "--rate", rate],
-                   check=True, cwd=REPO)
+    set_link(cluster_dir, rate, check=True)
     print(f"advisor-local: link {rate}: timing all_reduces within and across hosts", flush=True)
     run_check("local", "local", 2, check_root, timeout=600, layers=("link-intra", "link-inter"))
     if not advisor.latest_link_fit("local", check_root, None if rate == "none" else rate):
@@ -100,8 +99,7 @@ def measure(args) -> None:
         for rate in args.rates:
             probe_rate(rate, args.cluster_dir, advisor.CHECK_ROOT)
     finally:  # the links are never left limited
-        subprocess.run([sys.executable, "-m", "slurm.local_cluster", "link", "--dir", str(args.cluster_dir),
-                        "--rate", "none"], cwd=REPO, capture_output=True)
+        set_link(args.cluster_dir, "none", capture_output=True)
     threads = sweep_threads(args.sweep)
     if not threads:
         raise SystemExit(f"error: no run under {args.sweep} records its ranks' placement (threads): rerun the sweep")

@@ -21,10 +21,15 @@ EXP3 = REPO / "experiments" / "03_throughput_distributed_data_parallel"
 SWEEP_OUT = Path("results/link_sweep")
 
 
+def set_link(cluster_dir: Path, rate: str, env: dict | None = None, **run) -> None:
+    """Every node's link of the local cluster limited to `rate` (tc's token bucket; `none` = unlimited)."""
+    subprocess.run([sys.executable, "-m", "slurm.local_cluster", "link", "--dir", str(cluster_dir), "--rate", rate],
+                   env=env, cwd=REPO, **run)
+
+
 def run_rate(rate: str, cluster_dir: Path, out: Path, only: list[str], env: dict, timeout: float) -> None:
     """Limit the links to `rate`, run experiment 3's study into out/<rate>, wait for its jobs."""
-    subprocess.run([sys.executable, "-m", "slurm.local_cluster", "link", "--dir", str(cluster_dir), "--rate", rate],
-                   check=True, env=env, cwd=REPO)
+    set_link(cluster_dir, rate, env, check=True)
     study = subprocess.run([sys.executable, "-m", "suite", "study", str(EXP3), "--launcher", "slurm", "--cluster",
                             "local", "--out", str(out / rate), *(["--only", *only] if only else [])],
                            env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -83,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         for rate in args.rates:
             run_rate(rate, args.cluster_dir, args.out, args.only, env, args.timeout)
     finally:  # the links are never left limited
-        subprocess.run([sys.executable, "-m", "slurm.local_cluster", "link", "--dir", str(args.cluster_dir),
-                        "--rate", "none"], env=env, cwd=REPO, capture_output=True)
+        set_link(args.cluster_dir, "none", env, capture_output=True)
     tabulate(args.out, args.out)
     print((args.out / "link_sweep.md").read_text(), end="")
     print(f"link-sweep: {len(args.rates)} rates -> {args.out}/link_sweep.{{md,csv,png}}; the whole report of these "

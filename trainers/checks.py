@@ -40,10 +40,9 @@ def check_launch(cfg: Config, run_dir: Path, resume: bool, force: bool) -> tuple
 
 
 def earlier_attempt_wait() -> float:
-    """Seconds a rank of a requeued (or successor) Slurm job waits for its run lock. The same rank of the attempt
-    before may still hold it: on a node whose link went down Slurm cannot end its processes, and they stay cut off
-    in a collective until its timeout (a shared file system's lock outlives the node's network). Anywhere else a
-    held lock is a second launch of the run, refused at once."""
+    """Seconds a rank of a requeued (or successor) Slurm job waits for its run lock: the attempt before may still
+    hold it, cut off in a collective until its timeout on a node whose link went down. Anywhere else a held lock is
+    a second launch of the run, refused at once."""
     return backends.COLLECTIVE_TIMEOUT.total_seconds() + 10 if rendezvous.restarts(os.environ) > 0 else 0.0
 
 

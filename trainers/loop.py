@@ -114,12 +114,8 @@ def train_epoch(s: Setup, state: TrainState, epoch: int) -> Sums:
 
 
 def step(s: Setup, images: torch.Tensor, target: torch.Tensor):
-    """Forward, backward, update: the batch's logits and mean loss, on the device (nothing waits for the GPU).
-
-    The backend may split the batch into passes (Horovod's local accumulation; emulated workers that don't
-    fit in one pass); each pass's loss is weighted by its share of the images, so the accumulated gradient is
-    the whole batch's mean loss gradient.
-    """
+    """Forward, backward, update: the batch's logits and mean loss, on the device (nothing waits for the GPU). Each
+    of the backend's passes has its loss weighted by its share of the images: the whole batch's mean loss gradient."""
     c = s.compute
     images = c.layout(images)
     s.optimizer.zero_grad()

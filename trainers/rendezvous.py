@@ -33,11 +33,8 @@ def horovod_available() -> bool:
 
 
 def job_port(env: Mapping[str, str]) -> int:
-    """MASTER_PORT when set; else a port fresh for each job and each restart of it (a stale rendezvous hangs).
-
-    10000 + (job id mod 4000) x 10 + (restarts mod 10), where restarts count Slurm's requeues
-    (SLURM_RESTART_COUNT) and job.sh's successor jobs (CHAIN_DEPTH): 40,000 ports from 10000 to 49999.
-    """
+    """MASTER_PORT when set; else a port fresh for each job and each restart of it (a stale rendezvous hangs):
+    10000 + (job id mod 4000) x 10 + (restarts mod 10), 40,000 ports from 10000 to 49999."""
     if env.get("MASTER_PORT"):
         return int(env["MASTER_PORT"])
     job = int(env.get("SLURM_JOB_ID") or 0)

@@ -150,11 +150,8 @@ def failure_message(dead: list[int], rank: int, world_size: int, workers: int, n
 
 
 def report_failure(run_dir: Path, run: RunFolder, b: backends.Backend, error: Exception) -> None:
-    """Name the rank that failed and set the manifest to failed, whichever rank it was.
-
-    A rank that dies (a signal, the OOM killer) drops its lock, so the others can tell it from the one that merely
-    noticed. Rank 0 writes the manifest; if rank 0 is the one gone, the lowest live rank does.
-    """
+    """Name the rank that failed (a dead one has dropped its lock) and set the manifest to failed: rank 0, or the
+    lowest live rank when rank 0 is the one gone."""
     dead = dead_ranks(run_dir, b.world_size, b.rank) if b.world_size > 1 else []
     # DDP wraps a collective's error once per callback it passes through: keep the innermost words
     noticed = f"{type(error).__name__}: {error}".splitlines()[0]

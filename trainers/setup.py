@@ -48,11 +48,9 @@ class StopSignal:
             signal.signal(sig, handler)
 
     def rehearse(self, step: int, is_main: bool, log) -> None:
-        """TRAINERS_REHEARSE_PREEMPTION=S (make cluster-check's train layer): once a Slurm job's first attempt has
-        done S optimizer steps, rank 0 has Slurm send its batch shell the time limit's warning (`scancel --batch
-        --signal=USR1`, as `--signal=B:USR1@N` would) and waits until the launcher has forwarded it here. So the whole
-        path (job.sh's trap, srun's forwarding, the checkpoint, the requeue, the resume) is rehearsed at a step
-        chosen in advance, on any machine; a signal that never arrives is said, and the run goes on."""
+        """TRAINERS_REHEARSE_PREEMPTION=S (cluster-check's train layer): after S steps of a Slurm job's first attempt,
+        rank 0 has Slurm send its batch shell the time limit's warning (`scancel --batch --signal=USR1`) and waits
+        for it here, so job.sh's trap, the forwarding, checkpoint, requeue and resume are rehearsed on any machine."""
         at = int(os.environ.get("TRAINERS_REHEARSE_PREEMPTION") or 0)
         if not at or step < at or not is_main or self.received is not None or self.rehearsed \
                 or rendezvous.restarts(os.environ) > 0 or "SLURM_JOB_ID" not in os.environ:

@@ -39,6 +39,7 @@ class Backend:
     backward_passes_per_step = 1  # > 1: local gradient accumulation before one allreduce (Horovod)
     batch_multiplier = 1  # images a shard reads per step, in per-worker batches (DataParallel splits k of them)
     workers_per_pass: int | None = None  # emulated workers per forward/backward pass (EmulatedBackend only)
+    local = None  # DDP, Horovod with W workers over P < W ranks: this rank's W/P workers (rank_workers.RankWorkers)
 
     def __init__(self, cfg: Config, launch: Launch, device: torch.device):
         self.device = device
@@ -60,7 +61,7 @@ class Backend:
 
     def shards(self) -> list[tuple[int, int]]:
         """(shard, num_shards) pairs this process reads each step, per_worker_batch images each."""
-        return [(self.rank, self.world_size)]
+        return self.local.shards() if self.local else [(self.rank, self.world_size)]
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         return model.to(self.device)
@@ -117,13 +118,9 @@ class Backend:
         return [socket.gethostname()]
 
     def describe(self) -> dict:
-        return {
-            "backend": self.name,
-            "world_size": self.world_size,
-            "workers": self.workers,
-            "devices": self.devices(),
-            "hosts": self.hosts(),
-        }
+        info = {"backend": self.name, "world_size": self.world_size, "workers": self.workers,
+                "devices": self.devices(), "hosts": self.hosts()}
+        return {**info, **self.local.describe()} if self.local else info
 
 
     def devices(self) -> list[str]:

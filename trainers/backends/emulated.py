@@ -170,23 +170,23 @@ class EmulatedBackend(Backend):
 
     def __init__(self, cfg: Config, launch: Launch, device: torch.device):
         super().__init__(cfg, launch, device)
-        self.local = EmulatedWorkers(device, self.workers, cfg.train.workers_per_pass)
+        self.emulated = EmulatedWorkers(device, self.workers, cfg.train.workers_per_pass)
 
     @property
     def workers_per_pass(self) -> int:
-        return self.local.workers_per_pass  # 0 until fit_passes measured it (auto on a GPU)
+        return self.emulated.workers_per_pass  # 0 until fit_passes measured it (auto on a GPU)
 
     def shards(self) -> list[tuple[int, int]]:
         return [(worker, self.workers) for worker in range(self.workers)]
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
-        return self.local.wrap_model(model)
+        return self.emulated.wrap_model(model)
 
     def micro_batches(self, images: torch.Tensor, target: torch.Tensor):
-        return self.local.micro_batches(images, target)
+        return self.emulated.micro_batches(images, target)
 
     def fit_passes(self, optimizer: torch.optim.Optimizer, try_pass, pinned: int | None = None) -> str | None:
-        return self.local.fit_passes(optimizer, try_pass, pinned)
+        return self.emulated.fit_passes(optimizer, try_pass, pinned)
 
     def describe(self) -> dict:
         return {**super().describe(), "workers_per_pass": self.workers_per_pass or self.workers}

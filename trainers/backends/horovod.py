@@ -64,7 +64,6 @@ class HorovodBackend(Backend):
         self.fp16_allreduce = options.fp16_allreduce
         # W logical workers over P ranks (W > P): W/P emulated workers in this rank, their passes accumulated
         # locally before the one allreduce of the step (rank_workers.py)
-        self.local = None
         if self.workers > self.world_size:  # (batches_per_allreduce > 1 with it is refused before launch)
             self.local = RankWorkers(self.device, self.rank, self.world_size, self.workers, cfg.train.workers_per_pass)
             self.workers_per_pass = self.local.workers_per_pass
@@ -77,9 +76,6 @@ class HorovodBackend(Backend):
             self.timeline_file = launcher_timeline  # given by the launcher; Horovod records it from init
 
     # ---- the Backend interface ----------------------------------------------------------------------------------
-    def shards(self) -> list[tuple[int, int]]:
-        return self.local.shards() if self.local else super().shards()
-
     def wrap_model(self, model: nn.Module) -> nn.Module:
         model = model.to(self.device)  # Horovod needs no model wrapper: the optimizer does the allreduce
         return self.local.wrap_model(model) if self.local else model  # this rank's workers' own BatchNorms
@@ -165,7 +161,7 @@ class HorovodBackend(Backend):
             "batches_per_allreduce": self.batch_multiplier,
             "timeline": self.timeline_file,
         }
-        return {**info, **self.local.describe()} if self.local else info
+        return info
 
 
 def time_synchronize(optimizer: torch.optim.Optimizer, clock: CommClock) -> None:

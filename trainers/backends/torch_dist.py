@@ -74,7 +74,6 @@ class DDPBackend(Backend):
         # rank 0's buffers are the ones saved and evaluated; other ranks' only matter when they validate a shard
         self.broadcast_buffers = cfg.data.val_mode == "sharded"
         # W logical workers over P ranks (W > P): W/P emulated workers in this rank (rank_workers.py)
-        self.local = None
         if self.workers > self.world_size:
             self.local = RankWorkers(device, self.rank, self.world_size, self.workers, cfg.train.workers_per_pass)
             self.workers_per_pass = self.local.workers_per_pass
@@ -88,9 +87,6 @@ class DDPBackend(Backend):
             world_size=self.world_size,
             timeout=COLLECTIVE_TIMEOUT,
         )
-
-    def shards(self) -> list[tuple[int, int]]:
-        return self.local.shards() if self.local else super().shards()
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         model = model.to(self.device)
@@ -159,10 +155,6 @@ class DDPBackend(Backend):
         names: list = [None] * self.world_size
         dist.all_gather_object(names, super().hosts()[0])
         return names  # rank order: which host each rank ran on
-
-    def describe(self) -> dict:
-        info = super().describe()
-        return {**info, **self.local.describe()} if self.local else info
 
 
 def rendezvous(init_method: str, launch: Launch, device: torch.device) -> str:
