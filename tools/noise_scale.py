@@ -15,7 +15,6 @@ fewer useful steps per epoch: the reason a miniature with a small noise scale ca
 from __future__ import annotations
 
 import argparse
-
 import json
 import math
 import statistics

@@ -29,11 +29,8 @@ class CommClock:
 
 
 class Backend:
-    """One process's view of data-parallel training. Subclasses override what differs from one worker.
-
-    Every backend is built the same way, `Backend(cfg, launch, device)` (trainers.backends.create), and holds all
-    its state from then on; its checks against the config and the launch ran before, in trainers.backends.check_world.
-    """
+    """One process's view of data-parallel training; subclasses override what differs from one worker. Built as
+    `Backend(cfg, launch, device)` (backends.create) after its checks ran (backends.check_world)."""
 
     name = "single"
     backward_passes_per_step = 1  # > 1: local gradient accumulation before one allreduce (Horovod)

@@ -19,11 +19,8 @@ from trainers.compute import MEMORY_HEADROOM, largest_fitting_pass
 
 class WorkerBatchNorm2d(nn.BatchNorm2d):
     """BatchNorm2d whose training batch is k workers' batches, interleaved: row i * k + j is image i of worker j.
-
     In that order the (b * k, C, H, W) batch is, without a copy, the (b, k * C, H, W) batch whose channel group j is
-    worker j's: one native batch-norm call normalises each worker on its own statistics, with the affine parameters
-    repeated k times. WorkerInterleaved puts a model's batches in that order.
-    """
+    worker j's: one native batch-norm call normalises each worker on its own statistics."""
 
     def __init__(self, num_features: int, workers: int, **kwargs):
         super().__init__(num_features, **kwargs)

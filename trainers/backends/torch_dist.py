@@ -20,11 +20,9 @@ from trainers.backends.rank_workers import RankWorkers
 class ExposedAllreduce:
     """A DDP communication hook's state: how long each backward waited for its gradient allreduce.
 
-    DDP launches a bucket's allreduce as soon as backward has produced its gradients, and backward returns once every
-    bucket is reduced. The collectives run one after another (gloo's queue, NCCL's stream), so the last bucket of a
-    step completes last; it is launched when backward's own computation is about done. The time from that launch to
-    its completion is what the step waits for communication beyond what backward hid; it is added to the clock per
-    step. Host clocks on CPU; on a GPU CUDA events on the stream, read once per epoch (no sync per step).
+    The collectives run one after another, so the step's last bucket completes last, and it is launched when
+    backward's own computation is about done: from its launch to its completion is the communication backward did
+    not hide. Host clocks on CPU; on a GPU CUDA events, read once per epoch (no sync per step).
     """
 
     def __init__(self, clock: CommClock, device: torch.device):

@@ -241,13 +241,9 @@ class _Progress:
 
 def generate_dataset(out: Path, classes: int, per_class: int, val_per_class: int, image_size: int, seed: int,
                      progress: bool = True, processes: int | None = None) -> Path:
-    """Write out/train/<class>/<n>.jpg, out/val/<class>/<n>.jpg and, last, out/dataset.json.
-
-    Returns out. If out already holds a complete dataset with the same arguments, nothing is written. A
-    half-made one (ours: has .generating, no matching marker) is removed and made again. A folder with
-    train/ or val/ that we did not make is refused rather than overwritten. processes=None uses every
-    core (the files do not depend on it).
-    """
+    """Write out/train/<class>/<n>.jpg, out/val/<class>/<n>.jpg and, last, out/dataset.json; return out. A complete
+    dataset of the same arguments is kept, a half-made one of ours (.generating) made again, a train/ or val/ we did
+    not make refused. processes=None uses every core (the files do not depend on it)."""
     out = Path(out)
     args = _args(classes, per_class, val_per_class, image_size, seed)
     if min(per_class, image_size) < 1 or val_per_class < 0:
@@ -324,11 +320,8 @@ def size_line(path: Path, spec: dict) -> str:
 
 
 def ensure_generated(spec: dict, progress: bool = True) -> Path:
-    """The folder of the generated dataset `spec` describes, made on first use.
-
-    Several ranks or processes may call this at once: an exclusive fcntl lock next to the folder lets one
-    generate while the others wait, and they all find the complete dataset afterwards.
-    """
+    """The folder of the generated dataset `spec` describes, made on first use; of ranks calling at once, one
+    generates under an fcntl lock while the others wait."""
     path = cache_path(spec)
     args = _args(*(spec[k] for k in SPEC_KEYS))
     if is_complete(path, args):

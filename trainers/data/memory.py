@@ -114,16 +114,11 @@ def pil_bilinear_coefficients(in_size: int, out_size: int) -> np.ndarray:
 
 
 class Resizer:
-    """Crops boxes out of a batch of equal-sized square uint8 HWC images and resizes them to out x out, as
-    PIL's img.crop(box).resize((out, out), BILINEAR) (then an optional horizontal flip) does, all at once;
-    the result is (B, out, out, 3) int32 holding values 0..255.
-
-    Each output pixel of a pass is a sum over a few neighbouring input pixels (its taps: 2 when enlarging).
-    A pass works on the axis it resizes held first, so a tap is one row copy (index_select) and one
-    multiply-add over whole rows, in int32 like Pillow (the sums stay below 2^31). Pillow resizes in two
-    passes, each rounded to uint8: horizontal then vertical, except (since Pillow 13, the version pinned
-    here) vertical first when the height shrinks by more than twice as many pixels as the width. The order
-    changes a few pixels by one level, so it is followed too."""
+    """PIL's img.crop(box).resize((out, out), BILINEAR) (then an optional flip) of a batch of equal-sized square
+    uint8 HWC images at once: (B, out, out, 3) int32 holding 0..255. A pass holds the axis it resizes first, so each
+    tap is one row copy and one int32 multiply-add over whole rows. Pillow's two passes, each rounded to uint8, run
+    horizontal then vertical, except (Pillow 13) vertical first when the height shrinks by more than twice as many
+    pixels as the width; the order changes a few pixels by one level, so it is followed too."""
 
     def __init__(self, in_size: int, out_size: int):
         self.in_size, self.out_size = in_size, out_size
@@ -195,16 +190,13 @@ class Resizer:
 
 # ---- The datasets ----------------------------------------------------------------------------------------------------
 class DecodedDataset(Dataset):
-    """A split held as one uint8 tensor; `__getitems__` makes a whole Batch with tensor ops.
+    """A split held as one uint8 tensor; `__getitems__` makes a whole Batch with tensor ops. Items are addressed
+    like ImageFolderDataset's: an index, or (epoch, index).
 
-    train (random=True): the decoded images (N, S, S, 3), cropped, resized, flipped and normalised as
-    described above. At an epoch's first batch all N samples are augmented at once, in chunks (one vectorised
-    pass costs about what 30 batches of 4 do one by one), and kept until another epoch is asked for; a batch is
-    then one index. Each sample's pixels depend only on (seed, epoch, index), so this equals augmenting batch by
-    batch, bit for bit. Splits too large to hold an epoch (> EPOCH_CACHE_BYTES) are augmented batch by batch.
-    val (random=False): the images already resized and centre-cropped, (N, size, size, 3); a batch is only
-    normalised.
-    Items are addressed like ImageFolderDataset's: an index, or (epoch, index) as make_loader sends them.
+    train (random=True): at an epoch's first batch all N samples are augmented at once, in chunks (one vectorised
+    pass costs about what 30 batches of 4 do one by one), and kept for the epoch: the same pixels as batch by batch,
+    as each depends only on (seed, epoch, index). A split over EPOCH_CACHE_BYTES is augmented batch by batch.
+    val (random=False): the images already resized and centre-cropped; a batch is only normalised.
     """
 
     def __init__(self, images: torch.Tensor, targets: torch.Tensor, classes: list[str], image_size: int,
