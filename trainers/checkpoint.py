@@ -202,8 +202,7 @@ def save_state(s, state: TrainState, partial: Sums) -> None:
 
 
 def restore_state(s) -> TrainState:
-    """The checkpoint's model, optimizer, scaler, counts and generators into the Setup `s`; its position (epoch,
-    iteration, the epoch's sums so far) returned; what the run folder holds beyond it is cut."""
+    """The checkpoint's state into the Setup `s`, its position returned; the run files beyond it are cut."""
     path = s.ckpt_path
     saved = load(path)
     state = TrainState(saved["epoch"], saved["step"], float(saved["best_top1"]))

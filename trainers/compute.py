@@ -36,8 +36,7 @@ def configure_torch(t: TrainConfig) -> None:
 
 
 def machine_identity() -> dict:
-    """This machine's identity (contract/machine.py), with what only torch can say: its CPU kernels' instruction
-    set and the first GPU's model."""
+    """This machine's identity (contract/machine.py), with the CPU kernels' ISA and first GPU torch reports."""
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return this_machine(torch.backends.cpu.get_cpu_capability(), gpu)
 

@@ -33,8 +33,7 @@ class Preempted(Exception):
 
 # ---- the run: epochs ----------------------------------------------------------------------------------------------
 def fit(s: Setup, state: TrainState) -> None:
-    """Each epoch from the start (or the checkpoint): train, validate, record, checkpoint; a stop signal that
-    reached any rank ends the run after the epoch."""
+    """Each epoch from the start (or the checkpoint): train, validate, record, checkpoint."""
     last_epoch = epochs_to_train(s)
     for epoch in range(state.epoch, last_epoch):
         if reached_target(s, state):  # the epoch before reached it (or did, before a resume)

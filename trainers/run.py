@@ -107,8 +107,7 @@ def thread_settings() -> dict:
 
 
 def capped(s: Setup) -> dict:
-    """The completed status's message and manifest field of a run the step cap cut short: a smoke run, whose
-    numbers are no result of the study."""
+    """The completed status's message and field of a run the step cap cut short (a smoke run)."""
     cap = s.cfg.train.max_steps
     if s.cfg.bench.batches or not loop.cut_by_cap(s):
         return {}
@@ -116,8 +115,7 @@ def capped(s: Setup) -> dict:
 
 
 def stopped_at_target(s: Setup, state: TrainState, epochs: int) -> dict:
-    """The completed status's message of a run that train.stop_at_top1 ended at its target (a result: the epochs
-    before it are the schedule's, and none after is wanted)."""
+    """The completed status's message of a run that train.stop_at_top1 ended at its target."""
     if s.cfg.bench.batches or not loop.reached_target(s, state):
         return {}
     return {"message": f"stopped at the target: validation top-1 {state.best_top1:.2f} >= "

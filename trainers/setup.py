@@ -83,8 +83,7 @@ def place(cfg: Config, launch: backends.Launch, pinned: dict) -> tuple[placement
 
 @dataclasses.dataclass
 class Setup:
-    """One process's part of a run: its config and launch, where it runs, the backend, the model, optimizer and
-    criterion, the data, the run folder and the counters that write its records."""
+    """One process's part of a run: what it trains with and the counters that write its records."""
     cfg: Config
     launch: backends.Launch
     allocation: placement.Allocation
@@ -113,8 +112,7 @@ class Setup:
 
 def build_setup(cfg: Config, run_dir: Path, backend_name: str, launch: backends.Launch, resume: bool,
                 echo: bool = True, pinned: dict | None = None) -> tuple[Setup, checkpoint.TrainState]:
-    """The Setup and the state training starts from: epoch 0's, or the checkpoint's (resume). `pinned`: a resumed
-    run's arithmetic, as it started (checks.pin_arithmetic)."""
+    """The Setup and the state training starts from; `pinned`: a resumed run's arithmetic (checks.pin_arithmetic)."""
     t, pinned = cfg.train, pinned or {}
     allocation, placed = place(cfg, launch, pinned)
     torch.set_num_threads(placed.threads)  # the same rule under every launcher (contract/placement.py)

@@ -190,8 +190,7 @@ class Sampler:
         return out
 
     def stop(self) -> None:
-        """Stop the thread and take a last sample (so a run shorter than the interval has one too); the samples
-        stay in the buffer for a last drain()."""
+        """Stop the thread and take a last sample (so a run shorter than the interval has one too)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
@@ -231,8 +230,7 @@ class UtilRecords:
             self.run.record("util", t=sample["time"] - origin, **sample)  # t: seconds since the run started
 
     def finish(self) -> None:
-        """Stop the sampler; rank 0 writes what its node sampled since the last epoch (other nodes' last samples
-        are lost)."""
+        """Stop the sampler; rank 0 writes its node's last samples (other nodes' are lost)."""
         if not self.sampler:
             return
         self.sampler.stop()

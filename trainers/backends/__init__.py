@@ -56,8 +56,7 @@ def pick_device(cfg: Config, launch: Launch) -> torch.device:
 
 
 def check_world(cfg: Config, launch: Launch, name: str) -> None:
-    """Every check of backend `name` against the config and the launch: refused here, before any process group
-    exists (the backends' constructors check nothing of the config)."""
+    """Every check of backend `name` against the config and the launch, before any process group exists."""
     check_processes(cfg, launch, name)
     if cfg.train.device == "cuda" and not torch.cuda.is_available():  # here, not after the data set is made
         raise ConfigError("train.device = 'cuda' but no GPU is visible; use --set train.device=cpu")

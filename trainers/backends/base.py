@@ -77,8 +77,7 @@ class Backend:
         return zip(images.chunk(n), target.chunk(n)) if n > 1 else ((images, target),)
 
     def fit_passes(self, optimizer: torch.optim.Optimizer, try_pass, pinned: int | None = None) -> str | None:
-        """Settle, once before training, how a step splits into passes where that is left to measure (emulated
-        workers on a GPU); the line to log, if any. Here a step's passes are fixed: nothing to measure."""
+        """Settle how a step splits into passes where that is left to measure (emulated workers on a GPU)."""
         return None
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, scaler=None) -> None:

@@ -101,8 +101,7 @@ def use_worker_batchnorm(model: nn.Module, workers: int) -> nn.Module:
 
 
 class EmulatedWorkers:
-    """k workers in one process: their own BatchNorms (WorkerInterleaved) and the passes a step runs them in. The
-    emulated backend's whole work, and the W/P workers inside each rank of a DDP or Horovod run (rank_workers.py)."""
+    """k workers in one process, with their own BatchNorms, in passes: for EmulatedBackend and RankWorkers."""
 
     def __init__(self, device: torch.device, workers: int, workers_per_pass: int = 0):
         self.device, self.workers = device, workers
