@@ -86,17 +86,14 @@ def next_steps(runs: pd.DataFrame, plan_path: Path = PLAN) -> list[Step]:
             for workers in plan.workers]
 
 
-def toml_entry(entry: dict) -> str:
-    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in entry.items()) + " }"
-
-
 def decisions_text(decisions: dict, header: str) -> str:
     """The decisions file regenerated from its data (its header comment kept): never an edit of a config's text."""
     lines = [header.rstrip("\n")]
     for kind in ("extend", "choose"):
         entries = decisions[kind]
         lines.append(f"{kind} = [" + ("" if entries else "]"))
-        lines += [f"    {toml_entry(e)}," for e in entries] + (["]"] if entries else [])
+        lines += ["    { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in e.items()) + " },"
+                  for e in entries] + (["]"] if entries else [])
     return "\n".join(lines) + "\n"
 
 

@@ -76,11 +76,6 @@ def confusers(factors: list[tuple[int, int, int, int]]) -> list[list[tuple[int, 
     return out
 
 
-def class_names(classes: int) -> list[str]:
-    """Folder names that sort in class order, shaped like WordNet ids (n00000000, n00000001, ...)."""
-    return [f"n{c:08d}" for c in range(classes)]
-
-
 def _shape_field(shape: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Approximate signed distance (object units, < 0 inside) of a shape of radius ~1 at the origin."""
     name = SHAPES[shape]
@@ -187,10 +182,6 @@ def render(size: int, factors: tuple[int, int, int, int], rng: np.random.Generat
     return (np.clip(img, 0.0, 1.0) * 255 + 0.5).astype(np.uint8)
 
 
-def _image_seed(seed: int, split: int, cls: int, n: int) -> list[int]:
-    return [seed, GENERATOR_VERSION, split, cls, n]
-
-
 def _write_class(job) -> int:
     """Draw and write every image of one class (both splits). Runs in a worker process."""
     root, cls, name, factors, confusable, per_class, val_per_class, size, seed = job
@@ -198,7 +189,7 @@ def _write_class(job) -> int:
         folder = Path(root) / ("train", "val")[split] / name
         folder.mkdir(parents=True, exist_ok=True)
         for n in range(count):
-            rng = np.random.default_rng(_image_seed(seed, split, cls, n))
+            rng = np.random.default_rng([seed, GENERATOR_VERSION, split, cls, n])
             buf = io.BytesIO()
             Image.fromarray(render(size, factors, rng, confusable)).save(buf, format="JPEG", quality=JPEG_QUALITY)
             (folder / f"{n}.jpg").write_bytes(buf.getvalue())
@@ -260,7 +251,7 @@ def generate_dataset(out: Path, classes: int, per_class: int, val_per_class: int
     out.mkdir(parents=True, exist_ok=True)
     (out / IN_PROGRESS).write_text("")
 
-    names = class_names(classes)
+    names = [f"n{c:08d}" for c in range(classes)]  # sort in class order, shaped like WordNet ids
     near = confusers(factors)
     jobs = [(str(out), c, names[c], factors[c], near[c], per_class, val_per_class, image_size, seed)
             for c in range(classes)]
@@ -313,12 +304,6 @@ def estimated_bytes(spec: dict) -> int:
     return int(images * 4.5 * spec["image_size"] ** 2)
 
 
-def size_line(path: Path, spec: dict) -> str:
-    images = spec["classes"] * (spec["per_class"] + spec["val_per_class"])
-    return (f"generating the data set once: {images:,} images of {spec['image_size']} px, about "
-            f"{estimated_bytes(spec) / 1e6:,.1f} MB in {path}")
-
-
 def ensure_generated(spec: dict, progress: bool = True) -> Path:
     """The folder of the generated dataset `spec` describes, made on first use; of ranks calling at once, one
     generates under an fcntl lock while the others wait."""
@@ -333,7 +318,9 @@ def ensure_generated(spec: dict, progress: bool = True) -> Path:
             if not is_complete(path, args):
                 shutil.rmtree(path, ignore_errors=True)  # the cache folder is ours: a half-made one goes
                 check_free_space(path, spec)
-                print(size_line(path, spec), file=sys.stderr, flush=True)
+                images = spec["classes"] * (spec["per_class"] + spec["val_per_class"])
+                print(f"generating the data set once: {images:,} images of {spec['image_size']} px, about "
+                      f"{estimated_bytes(spec) / 1e6:,.1f} MB in {path}", file=sys.stderr, flush=True)
                 generate_cached(path, spec, progress)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
