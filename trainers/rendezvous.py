@@ -1,15 +1,38 @@
-"""The rendezvous port of a Slurm job: the one formula, used by the backends and by slurm/job.sh; and what a study
-needs to start ranks (a free port, torchrun's command, whether Horovod is there).
-
-`python -m trainers.rendezvous` prints it for the environment it runs in (job.sh exports it as MASTER_PORT).
-No torch import here: the batch shell calls it before every launch, and the study runner plans without torch.
+"""The rendezvous of a Slurm job: its node list's hosts and the port (the one formula, used by the backends and by
+slurm/job.sh: `python -m trainers.rendezvous` prints it); and what a study needs to start ranks (a free port,
+torchrun's command, whether Horovod is there). No torch import: the batch shell and the study runner call it.
 """
 from __future__ import annotations
 
 import os
+import re
 import socket
+import subprocess
 import sys
 from typing import Mapping
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """A Slurm node list's hosts ("gpu[1-3,7],login" -> gpu1 gpu2 gpu3 gpu7 login), by scontrol where there is one
+    (it knows every form), else by the common forms: ranges and lists in one bracket, zero-padding kept."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.split():
+            return out.stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    hosts = []
+    for part in re.split(r",(?![^\[]*\])", nodelist):
+        match = re.fullmatch(r"(.*)\[([^\]]+)\](.*)", part)
+        if not match:
+            hosts.append(part)
+            continue
+        head, ranges, tail = match.groups()
+        for item in ranges.split(","):
+            low, _, high = item.partition("-")
+            for n in range(int(low), int(high or low) + 1):
+                hosts.append(f"{head}{n:0{len(low)}d}{tail}")
+    return hosts
 
 
 def free_port() -> int:

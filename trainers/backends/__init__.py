@@ -1,8 +1,7 @@
 """All distributed setup lives here: launcher detection (launch.py), the backend registry, its checks, and `create`.
 
-The training loop sees only a `Backend` (base.py); it never imports torch.distributed or horovod. Every backend is
-built one way, `cls(cfg, launch, device)`, after `resolve` ran every check of it against the config and the launch
-(`check_world`: the one place those live).
+The training loop sees only a `Backend` (base.py), never torch.distributed or horovod; every backend is built as
+`cls(cfg, launch, device)` after `resolve` ran every check of it (`check_world`: the one place those live).
 """
 from __future__ import annotations
 
