@@ -5,11 +5,13 @@
     batches = DeviceBatches(make_loader(train_ds, sampler, loader_workers), device)   # Batch(images, targets, skipped)
 """
 
-from .datasets import (IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset, SyntheticDataset, build_datasets,
-                       generated_spec, imagenet_transforms, load_rgb, open_datasets, sample_seed, synthetic_batch)
-from .datasets import DECODERS, imagefolder_transforms
+from .datasets import IMAGENET_STD, build_datasets, generated_spec, open_datasets, synthetic_batch
 from .fast import to_device
+from .generate import DataError, ensure_generated, generate_dataset, is_complete
 from .prefetch import DeviceBatches
-from .generate import DataError, cache_path, ensure_generated, generate_dataset, is_complete
-from .sampling import (Batch, IndexBatches, StepBatchSampler, collate, epoch_permutation, make_loader,
-                       shard_indices, val_indices)
+from .sampling import (IndexBatches, StepBatchSampler, collate, epoch_permutation, make_loader, shard_indices,
+                       val_indices)
+
+__all__ = ["DataError", "DeviceBatches", "IMAGENET_STD", "IndexBatches", "StepBatchSampler", "build_datasets",
+           "collate", "ensure_generated", "epoch_permutation", "generate_dataset", "generated_spec", "is_complete",
+           "make_loader", "open_datasets", "shard_indices", "synthetic_batch", "to_device", "val_indices"]

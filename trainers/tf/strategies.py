@@ -77,10 +77,7 @@ class HorovodTF:
         return self.hvd.allgather(tf.constant(vector[None, :])).numpy()
 
     def hosts(self) -> list[str]:
-        return [str(h) for h in self.gather_strings(os.uname().nodename)]
-
-    def gather_strings(self, text: str) -> list[str]:
-        return self.hvd.allgather_object(text)
+        return [str(h) for h in self.hvd.allgather_object(os.uname().nodename)]
 
 
 class MultiWorkerMirrored:
