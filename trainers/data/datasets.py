@@ -85,18 +85,6 @@ def imagenet_transforms(image_size: int, min_scale: float = 0.08):
     return TrainTransform(image_size, scale=(min_scale, 1.0)), val
 
 
-def torchvision_transforms(image_size: int, min_scale: float = 0.08):
-    """The same transforms written with torchvision only (the reference the fast ones are tested against)."""
-    normalize = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)
-    train = transforms.Compose([transforms.RandomResizedCrop(image_size, scale=(min_scale, 1.0)),
-                                transforms.RandomHorizontalFlip(), transforms.ToTensor(), normalize])
-    val = transforms.Compose([transforms.Resize(round(image_size * 256 / 224)), transforms.CenterCrop(image_size),
-                              transforms.ToTensor(), normalize])
-    return train, val
-
-
-
-
 # ---- ImageFolder with bad-image tolerance ----------------------------------------------------------------------------
 class ImageFolderDataset(Dataset):
     """An ImageFolder split whose unreadable files are counted and, in training, replaced by the next readable
