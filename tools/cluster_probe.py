@@ -193,8 +193,7 @@ def bus_bandwidth(dist, device, megabytes: float, world: int, repeats: int = 3) 
 
 
 def all_reduce_times(dist, device, data, repeats: int) -> list[float]:
-    """Seconds of `repeats` all_reduces of `data`, each started together (a barrier), after one untimed (buffers
-    and connections set up)."""
+    """Seconds of `repeats` all_reduces of `data`, each started together (a barrier), after one untimed."""
     import torch
 
     dist.all_reduce(data)

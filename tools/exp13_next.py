@@ -42,8 +42,7 @@ class Step:
 
 
 def pair_rates(runs: pd.DataFrame, optimizer: str, workers: int) -> tuple[dict, dict, set]:
-    """A pair's finished selection runs: steps per rate (its seeds'), mean best held-out top-1 per rate, and the
-    (rate, seed) pairs finished."""
+    """A pair's finished selection runs: steps and mean best top-1 per rate, and the (rate, seed) pairs finished."""
     mine = runs[runs["tuning"].astype(bool) & (runs["optimizer"] == optimizer) & (runs["workers"] == workers)]
     steps = {float(b): g.sort_values("seed")["steps"].tolist() for b, g in mine.groupby("base")}
     top1 = {float(b): float(g["best_top1"].mean()) for b, g in mine.groupby("base")}
@@ -98,8 +97,7 @@ def decisions_text(decisions: dict, header: str) -> str:
 
 
 def runs_started(runs_dir: Path) -> int:
-    """Second-edition run folders with a manifest under `runs_dir`, the runs root or the study's own folder (each
-    started at least once)."""
+    """Second-edition run folders with a manifest (each started once) under the runs root or the study's folder."""
     found = set(runs_dir.glob(f"{e2.PREFIX}*")) | set(runs_dir.glob(f"*/{e2.PREFIX}*"))  # a study's folder or its root
     return sum(1 for p in found if (p / MANIFEST).is_file())
 
@@ -110,8 +108,7 @@ def commit_of_tree() -> str:
 
 
 def write_due(due: list[Step], plan_path: Path, declared: Path, runs_dir: Path) -> str:
-    """Add the due decisions to the decisions file and say so, with when, from what and how many runs had started,
-    in the declared file."""
+    """Add the due decisions to the decisions file and a line saying so to the declared file."""
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     plan = tuned.load_plan(plan_path)
     decisions = tuned.load_decisions(plan)

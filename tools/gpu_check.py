@@ -247,8 +247,7 @@ def machine_facts() -> dict:
 
 
 def selected_checks(names: str | None) -> list[Callable]:
-    """The checks named (comma-separated: tests, bench, jpegs, exp1), in the order named; all of them for None. A
-    short device lease runs the ones it has time for, the most wanted first."""
+    """The checks named (comma-separated), in that order (a short lease runs the most wanted first); all for None."""
     known = {check.__name__.removeprefix("check_"): check for check in CHECKS}
     if names is None:
         return list(CHECKS)
@@ -279,8 +278,7 @@ def check_machine(data: str | None, out_root: str, checks: list[Callable] = CHEC
 
 
 def prepared_copy(folder: Path, size: int, tmp: Path) -> Path:
-    """The real-JPEG rows' data in the suite's prepared format: every image's shorter side `size`, written by the
-    same code as `python -m trainers data imagenet --resize` (trainers/data/imagenet.py), into `tmp`."""
+    """The real-JPEG rows' data with every image's shorter side `size`, as `data imagenet --resize` writes it."""
     from trainers.data.imagenet import resize_copy
 
     target = tmp / f"{folder.name}-{size}"

@@ -54,8 +54,7 @@ def wait_for(jobs: list[str], env: dict, timeout: float) -> None:
 
 
 def tabulate(runs: Path, out: Path) -> list[Path]:
-    """out/link_sweep.{csv,md,png,pdf}: the report's link-rate table and figure (analysis/link.py) of the runs under
-    `runs`, every rate's folder read together."""
+    """out/link_sweep.{csv,md,png,pdf}: the report's link-rate table and figure of every rate's runs under `runs`."""
     from analysis import catalogue as ct
     from analysis import figures as fg
     from analysis import link as lk

@@ -51,8 +51,7 @@ STEPS: dict[int, Callable[[dict, Path], dict]] = {0: to_v1}
 
 
 def migrated(manifest: dict, run_dir: Path) -> dict:
-    """The manifest at the current version (itself where it is current); ManifestError naming the file and field
-    where it cannot be, or where the result is not the declared record."""
+    """The manifest at the current version; ManifestError naming the file and field where it cannot be."""
     version = manifest.get("manifest_version", 0)
     if not isinstance(version, int) or isinstance(version, bool) or version > declared.VERSION:
         raise declared.ManifestError(f"{run_dir / MANIFEST}: manifest_version {version!r} is none this suite knows "

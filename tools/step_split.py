@@ -55,8 +55,7 @@ def synchronize(device: torch.device) -> float:
 
 
 class Phases:
-    """The model, its optimizer and one synthetic batch on the device; `split` times one step phase by phase,
-    `whole` one step unsynchronised."""
+    """The model, its optimizer and one synthetic batch on the device, a step timed by phase or whole."""
 
     def __init__(self, args, cfg):
         self.device = torch.device(args.device)
