@@ -124,4 +124,5 @@ class Backend:
         if self.device.type == "cpu":
             return [str(self.device)]
         index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-        return self.gather_objects(f"{self.device.type}:{index} {torch.cuda.get_device_name(index)}")
+        mine = [f"{self.device.type}:{index} {torch.cuda.get_device_name(index)}"]  # a rank may hold several
+        return [name for names in self.gather_objects(mine) for name in names]
