@@ -284,9 +284,23 @@ def test_augmentation_is_a_pure_function_of_seed_epoch_index(cache):
     assert not torch.equal(other_seed[(0, 5)][0], x0)
 
 
+def torchvision_transforms(image_size: int, min_scale: float = 0.08):
+    """The thesis's transforms written with torchvision only: the reference the fast ones are tested against."""
+    from torchvision import transforms
+
+    from trainers.data.folder import IMAGENET_MEAN, IMAGENET_STD
+
+    normalize = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    train = transforms.Compose([transforms.RandomResizedCrop(image_size, scale=(min_scale, 1.0)),
+                                transforms.RandomHorizontalFlip(), transforms.ToTensor(), normalize])
+    val = transforms.Compose([transforms.Resize(round(image_size * 256 / 224)), transforms.CenterCrop(image_size),
+                              transforms.ToTensor(), normalize])
+    return train, val
+
+
 @pytest.mark.parametrize("size,min_scale", [(16, 0.35), (224, 0.08)])
 def test_fast_transforms_equal_torchvision(size, min_scale):
-    from trainers.data.datasets import imagenet_transforms, torchvision_transforms
+    from trainers.data.datasets import imagenet_transforms
     rng = np.random.default_rng(1)
     fast_train, fast_val = imagenet_transforms(size, min_scale)
     ref_train, ref_val = torchvision_transforms(size, min_scale)

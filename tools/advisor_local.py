@@ -1,31 +1,23 @@
 """`make advise-local LINK="20mbit 100mbit none"` (python -m tools advisor-local): the scaling advisor against
 experiment 3 on the local cluster at several link rates (issue #51), after `make link-sweep` with the same rates.
 
-    python -m tools advisor-local [--sweep results/link_sweep] [--rates 20mbit 100mbit none] [--cluster-dir .cluster]
-                                  [--no-probe]
-
-1. per rate: every node's link limited to it (`python -m slurm.local_cluster link`), then cluster-check's link-intra
-   and link-inter layers time all_reduces at several sizes and fit the link (results/cluster_check/local-<time>/
-   link_fit.json, its rate recorded); the links are unlimited again at the end, also after an interrupt;
-2. one worker's step timed here (python -m tools step-split, experiment 3's model and batch at the local scale) at
-   each thread count the sweep's runs had a rank (results/advisor/steps/);
-3. every experiment-3 run of the sweep predicted for its own placement from its own rate's link fit and its threads'
-   step (analysis/advisor_runs.py), never another's: results/tables/advisor_local.csv, the local rows of
-   results/tables/advisor_validation.md beside the thesis's (median and worst error per source), and
+1. per rate: the nodes' links limited to it, then cluster-check's link-intra and link-inter layers time all_reduces
+   and fit the link (results/cluster_check/local-<time>/link_fit.json); the links are unlimited again at the end;
+2. one worker's step timed (tools step-split) at each thread count the sweep's ranks had (results/advisor/steps/);
+3. every experiment-3 run of the sweep predicted from its own rate's link fit and its threads' step
+   (analysis/advisor_runs.py): results/tables/advisor_local.csv, advisor_validation.md and
    results/figures/advisor_validation.png.
-
---no-probe skips 1 and 2 and predicts from the link fits and steps already recorded (the table again, in seconds).
-Time it on an idle machine: the steps and the probes are timings.
+--no-probe skips 1 and 2. Time it on an idle machine: the steps and the probes are timings.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from analysis import advisor, advisor_local, advisor_runs
+from tools.link_sweep import set_link
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES, FIGURES = REPO / "results" / "tables", REPO / "results" / "figures"
@@ -35,8 +27,7 @@ def probe_rate(rate: str, cluster_dir: Path, check_root: Path) -> None:
     """The links limited to `rate`, then timed and fitted by cluster-check's two link layers."""
     from studies.cluster_check import run_check
 
-    subprocess.run([sys.executable, "-m", "slurm.local_cluster", "link", "--dir", str(cluster_dir), "--rate", rate],
-                   check=True, cwd=REPO)
+    set_link(cluster_dir, rate, check=True)
     print(f"advisor-local: link {rate}: timing all_reduces within and across hosts", flush=True)
     run_check("local", "local", 2, check_root, timeout=600, layers=("link-intra", "link-inter"))
     if not advisor.latest_link_fit("local", check_root, None if rate == "none" else rate):
@@ -108,8 +99,7 @@ def measure(args) -> None:
         for rate in args.rates:
             probe_rate(rate, args.cluster_dir, advisor.CHECK_ROOT)
     finally:  # the links are never left limited
-        subprocess.run([sys.executable, "-m", "slurm.local_cluster", "link", "--dir", str(args.cluster_dir),
-                        "--rate", "none"], cwd=REPO, capture_output=True)
+        set_link(args.cluster_dir, "none", capture_output=True)
     threads = sweep_threads(args.sweep)
     if not threads:
         raise SystemExit(f"error: no run under {args.sweep} records its ranks' placement (threads): rerun the sweep")

@@ -1,25 +1,19 @@
 """`python -m tools bench`: what the trainer's abstractions cost, measured in one run.
 
-1. The trainer's images/s on synthetic data / a minimal hand-written PyTorch loop of the same model and batch
-   (goal >= 0.95: the loop, meters, logs and backend cost nothing).
-2. One step of `emulated` workers / one plain step of the same global batch (goal <= 1.15: emulating 32 GPUs costs
-   little more than the batch itself).
-Each figure is the best of `--repeats` interleaved measurements, so a busy machine biases neither side.
+On the CPU: the trainer's images/s on synthetic data against a minimal hand-written loop of the same model and batch
+(goal >= 0.95), and one step of `emulated` workers against one plain step of the same global batch (goal <= 1.15);
+each the best of `--repeats` interleaved measurements, so a busy machine biases neither side.
 
-With a CUDA GPU (and `--device auto`), one run measures instead, on ResNet-50 at 224 px with synthetic data:
-  - the trainer against a hand-written loop of the same model, batch, precision, layout and wrapper (plain for the
-    `single` backend, DDP at world size 1 for `ddp`), for fp32, bf16 + channels_last and compiled (bf16 +
-    channels_last + torch.compile), at per-GPU batch 32, 128 and 256 (goal >= 0.95 in every row). The hand-written
-    loop reads the loss once at the end, the GPU's limit; the trainer reads it every print_freq steps;
-  - one step of 32 emulated workers x 128 against 32 plain batch-128 steps (goal <= 1.10);
-and writes the figures, with the GPU's name, as JSON (`--json`, default results/bench_gpu.json). `--variants
-fp32,compiled` measures only those rows and `--skip-emulated` leaves the emulated step out, so the bench can be
-split over calls where GPU time comes in slices (`--batches 256` likewise) (torch.compile alone takes minutes).
+With a CUDA GPU (`--device auto`), ResNet-50 at 224 px: the trainer against a hand-written loop of the same model,
+batch, precision, layout and wrapper (plain for `single`, DDP at world size 1 for `ddp`) for fp32,
+bf16_channels_last and compiled, at per-GPU batch 32, 128 and 256 (goal >= 0.95 each; the hand-written loop reads
+the loss once at the end, the trainer every print_freq steps); and one step of 32 emulated workers x 128 against 32
+plain steps (goal <= 1.10). The JSON (`--json`, default results/bench_gpu.json) is rewritten after every row;
+`--variants`, `--batches` and `--skip-emulated` split the bench over short GPU leases.
 """
 from __future__ import annotations
 
 import argparse
-
 import datetime
 import json
 import tempfile
@@ -83,27 +77,24 @@ def run_bench(args) -> int:
     torch.manual_seed(0)
     print(f"model {args.model}, {args.image_size} px, batch {args.batch}, {args.steps} timed steps after "
           f"{args.warmup}, {torch.get_num_threads()} threads, best of {args.repeats}", flush=True)
-    hand, ours, plain, emulated = [], [], [], []
+    hand, ours, emulated = [], [], []
     per_worker = max(1, args.batch // args.workers)
     for r in range(args.repeats):
         hand.append(hand_written_loop(args.model, args.batch, args.image_size, args.steps, args.warmup))
         ours.append(trainer_images_per_s(args.model, 1, args.batch, args.image_size, args.steps, args.warmup))
-        plain.append(ours[-1])
         emulated.append(trainer_images_per_s(args.model, args.workers, per_worker, args.image_size, args.steps,
                                              args.warmup))
         print(f"  repeat {r + 1}: hand-written {hand[-1]:.1f} img/s, trainer {ours[-1]:.1f} img/s, "
               f"emulated {args.workers}x{per_worker} {emulated[-1]:.1f} img/s", flush=True)
     ratio = max(ours) / max(hand)
-    cost = max(plain) / max(emulated)
+    cost = max(ours) / max(emulated)
     print(f"trainer / hand-written loop: {ratio:.3f}  (goal >= 0.95)")
     print(f"emulated {args.workers} workers / one plain step of batch {per_worker * args.workers}: {cost:.3f} "
           f"(goal <= 1.15)")
     return 0
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# On a GPU: the trainer against the hand-written limit, per precision, layout, compile and wrapper
-# ----------------------------------------------------------------------------------------------------------------
+# ---- On a GPU: the trainer against the hand-written limit, per precision, layout, compile and wrapper ----------------
 GPU_MODEL, GPU_IMAGE_SIZE, GPU_BATCHES = "resnet50", 224, (32, 128, 256)
 GPU_STEPS, GPU_WARMUP = 50, 15  # compiled variants compile during the warm-up
 GPU_VARIANTS = {

@@ -1,32 +1,19 @@
 """The local scale's training step, before and after the in-memory data path, timed in one run.
 
     python -m tools bench-step [--steps-1 200] [--steps-32 12] [--repeats 5] [--threads 1] [--interop 0]
-                                  [--variants channels_last,compile,channels_last+compile] [--copies 1]
-                                  [--profile]
-                                  [--json results/bench_step.json]
+                               [--variants channels_last,compile,channels_last+compile] [--copies 1] [--profile]
+                               [--json results/bench_step.json]
 
-The local scale of experiment 5 (experiments/scales.toml: ResNet-8 at width 8, the generated 32-px data set),
-each step the real loop's whole training step (next batch, learning rate, forward, backward, SGD, meters,
-logging: trainers.loop.train_epoch cut to a block of steps), at
-  1 worker  x 4 images (the 1-worker baseline's step) and
-  32 workers x 4 images (emulated in one process, 128 images a step).
-  before    the JPEG files decoded and augmented one by one in the training process (ImageFolderDataset, as every
-            run read the generated data until the in-memory path), the loader built afresh for every epoch
-  after     the decoded data set in memory, augmented an epoch at a time (trainers/data/memory.py), the loader
-            built once per run
-  after+VARIANT (with --variants, at both worker counts): a run's own numerics settings, each variant one or
-            more of `channels_last` (train.channels_last: the model and its input in channels_last memory format)
-            and `compile` (train.compile: the wrapped model through torch.compile, its compile time reported
-            apart) joined by '+', e.g. --variants channels_last,compile,channels_last+compile
-Blocks of steps of every row are interleaved, repeats times, so a busy machine slows every row alike; a row's figure
-is its median block (ms per step). The in-memory path augments a whole epoch at the epoch's first batch: that is
-timed apart (`epoch_prep_s`) and charged per step as a run pays it, once per epoch's steps (a block holds a tenth of
-an epoch or less, so paying it inside a block would charge the block for a whole epoch): `ms_per_step_in_a_run`,
-which the ratios before / after compare. `compute_ms_median` is loop.step alone on one fixed batch (forward,
-backward, SGD: no data, meters or logging), the floor a step can reach without faster kernels.
-Validation (the whole val split) is timed once per repeat and row, so `estimate` can give a run's length:
-epochs x (steps an epoch x step in a run + validation).
---copies N runs N copies of this benchmark at once (each with --threads), to see two runs side by side.
+Experiment 5's local scale (ResNet-8, the generated 32-px data), each step the loop's whole training step
+(trainers.loop.train_epoch cut to a block of steps), at 1 worker x 4 and 32 emulated workers x 4, reading
+  before    the JPEGs decoded one by one (ImageFolderDataset), the loader built afresh every epoch
+  after     the decoded data set in memory, augmented an epoch at a time (trainers/data/memory.py)
+  after+V   with a run's numerics settings (train.channels_last, train.compile, joined by '+')
+Blocks of every row are interleaved, so a busy machine slows every row alike; a row's figure is its median block.
+The in-memory path's once-an-epoch augmentation is timed apart (`epoch_prep_s`) and charged per step as a run pays
+it (`ms_per_step_in_a_run`, what the before / after ratios compare); `compute_ms_median` is loop.step alone on one
+batch, the floor without faster kernels; validation is timed per repeat, so `estimate` gives a run's length.
+--copies N runs N copies side by side.
 """
 from __future__ import annotations
 
@@ -52,9 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = REPO / "experiments" / "05_linear_scaling"
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# A trainer whose epochs are blocks of steps, reading the data the old way or the new
-# ----------------------------------------------------------------------------------------------------------------
+# ---- A trainer whose epochs are blocks of steps, reading the data the old way or the new -----------------------------
 class Cut:
     """The first `steps` batches of `loader`, taken when iterated (after the loop has moved its sampler on)."""
 
@@ -182,9 +167,7 @@ def time_validation(trainer: BlockTrainer, path: str) -> float:
     return time.perf_counter() - start
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The benchmark
-# ----------------------------------------------------------------------------------------------------------------
+# ---- The benchmark ---------------------------------------------------------------------------------------------------
 def rows_to_run(variants: list[str]) -> list[tuple[int, str, str]]:
     """(workers, data path, model variant) of every row, in the order they are interleaved."""
     rows = []

@@ -1,20 +1,11 @@
 """What one rank of a cluster-check job sees: `python -m tools cluster-probe LAYER --dir D` (started by srun or
-mpirun inside the job that studies/cluster_check.py submits; not meant to be run by hand).
+mpirun inside the job studies/cluster_check.py submits; not meant to be run by hand).
 
-Each rank writes D/LAYER/rank<r>.json with what it found; the check that submitted the job reads every rank's
-file and decides. A rank that fails writes its error there too, so the table can name it with its host.
-
-  hosts     this host's name and the address it resolves to, and the rendezvous host's address, as seen here
-  staging   whether the data staged into node-local scratch ($DATA_PATH) is there on this node
-  ddp       a torch.distributed all_reduce (gloo on CPU, NCCL on a GPU) gives the right sum, and its bus bandwidth
-  horovod   a Horovod allreduce gives the right average
-  link-intra, link-inter
-            all_reduce time against message size (log-spaced, 4 KB to 32 MB, within a time budget): the points the
-            scaling advisor fits its link's latency and bandwidth to (analysis/advisor.py); within a node (2 ranks on
-            one host) and across nodes (1 rank on each of 2 hosts) alike: the job decides where the ranks are
-  placement the CPUs, threads, loader workers and GPU this rank gets by the trainer's rule (contract/placement.py)
-
-Every layer's rank also writes its placement, so the check judges it under srun (ddp) and mpirun (horovod) alike.
+Each rank writes D/LAYER/rank<r>.json with what it found, or its error (so the table names it with its host), and
+its placement (contract/placement.py); the check reads every rank's file and decides. Layers: hosts (names and
+addresses as seen here), staging (the staged data on this node), ddp (an all_reduce's sum and bus bandwidth),
+horovod (an allreduce's average), placement, link-intra / link-inter (all_reduce time against message size, 4 KB to
+32 MB within a time budget, within a node or across two: the points the scaling advisor fits its link to).
 """
 from __future__ import annotations
 
@@ -202,8 +193,7 @@ def bus_bandwidth(dist, device, megabytes: float, world: int, repeats: int = 3) 
 
 
 def all_reduce_times(dist, device, data, repeats: int) -> list[float]:
-    """Seconds of `repeats` all_reduces of `data`, each started together (a barrier), after one untimed (buffers
-    and connections set up)."""
+    """Seconds of `repeats` all_reduces of `data`, each started together (a barrier), after one untimed."""
     import torch
 
     dist.all_reduce(data)

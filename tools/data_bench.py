@@ -1,23 +1,16 @@
 """`python -m suite data bench DIR` (python -m tools data-bench): images/s of torchvision's ImageFolder pipeline
 and each of our decoders.
 
-All read DIR/train (or DIR itself) in the ImageFolder layout with RandomResizedCrop 224 + flip, through a DataLoader
-of the same batch size and worker count. They alternate pass by pass (rounds), so a machine that others share slows
-all alike; each loader's first pass (start-up, page cache, DALI's pipeline build) is not timed. torchvision's figure
-includes ToTensor + Normalize (its loader's output is float). Ours end where the loop's `to_device` takes over,
-which is timed apart: the "cpu" decoder's uint8 is normalised there (on a GPU by the GPU), the "gpu" and "dali"
-decoders decode there (nvJPEG / DALI; on a CPU-only machine DALI's CPU pipeline). Per loader: `images_per_s`, the
-loader's work without what a GPU would do; `cpu_images_per_s`, all of it on this machine's CPU (the per-core figure
-with --workers 0 and --threads 1, the default: DALI then gets one thread too).
-
---decoder all (the default) benchmarks every decoder this machine can run: "gpu" only with a CUDA GPU, "dali" only
-with DALI installed (`make setup-dali`); each one left out is named with the reason.
+All read DIR/train (or DIR) with RandomResizedCrop 224 + flip through a DataLoader of the same batch and workers,
+alternating pass by pass so a shared machine slows all alike; each loader's first pass is untimed. Ours end where
+the loop's `to_device` takes over, timed apart ("gpu"/"dali" decode there): `images_per_s` leaves out what a GPU
+would do, `cpu_images_per_s` counts all of it on this CPU. --decoder all skips, with the reason, the decoders this
+machine cannot run ("gpu" needs CUDA, "dali" DALI).
 """
 
 from __future__ import annotations
 
 import argparse
-
 import json
 import time
 from pathlib import Path
@@ -75,11 +68,8 @@ def runnable(decoder: str) -> str | None:
     if decoder == "gpu" and not torch.cuda.is_available():
         return "needs a CUDA GPU; this machine has none"
     if decoder == "dali":
-        from trainers.data.dali import require_dali
-        try:
-            require_dali()
-        except DataError as e:
-            return str(e)
+        from trainers.data.dali import dali_missing
+        return dali_missing()
     return None
 
 
@@ -142,7 +132,8 @@ def run(args) -> int:
     return 0
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools data-bench", description=__doc__.split("\n")[0])
     p.add_argument("dir", help="an ImageFolder (DIR/train/<class>/*.jpg, or DIR/<class>/*.jpg)")
     p.add_argument("--workers", type=int, default=0,
                    help="loader worker processes (0: the main process only); the dali decoder's threads (at least 1)")
@@ -152,9 +143,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="timed passes of each pipeline, alternating")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: images/s per core)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools data-bench", description=__doc__.split("\n")[0])
-    add_arguments(p)
     return run(p.parse_args(argv))

@@ -1,10 +1,8 @@
 """Experiment 13's next decisions (second edition), read from its finished selection runs by the declared rules
 (experiments/13_steps_to_target/declared_2026-11-28-edition2.txt): per (optimizer, workers), wait while a selection
-run of that pair is unfinished; where a rate tied with the best sits at an edge of the pair's grid, one more rate a
-factor 2 beyond that edge (`extend`); otherwise the pair's chosen rate (`choose`: its study rows, seeds 2-6).
-`--write` adds the due decisions to the decisions file (edition2_decisions.toml: data the planner reads, never the
-config's text) and a dated line, with the number of second-edition runs started at that moment, to the declared
-file, so that both are committed before any run they add starts.
+run is unfinished; where a rate tied with the best sits at an edge of the grid, one more rate a factor 2 beyond it
+(`extend`); otherwise the pair's chosen rate (`choose`). `--write` adds the due decisions to edition2_decisions.toml
+(data the planner reads) and a dated line to the declared file, to be committed before any run they add starts.
 
     python -m tools exp13-next [--runs results/runs] [--write]      (make exp13-next [WRITE=1])
 """
@@ -44,8 +42,7 @@ class Step:
 
 
 def pair_rates(runs: pd.DataFrame, optimizer: str, workers: int) -> tuple[dict, dict, set]:
-    """A pair's finished selection runs: steps per rate (its seeds'), mean best held-out top-1 per rate, and the
-    (rate, seed) pairs finished."""
+    """A pair's finished selection runs: steps and mean best top-1 per rate, and the (rate, seed) pairs finished."""
     mine = runs[runs["tuning"].astype(bool) & (runs["optimizer"] == optimizer) & (runs["workers"] == workers)]
     steps = {float(b): g.sort_values("seed")["steps"].tolist() for b, g in mine.groupby("base")}
     top1 = {float(b): float(g["best_top1"].mean()) for b, g in mine.groupby("base")}
@@ -88,23 +85,19 @@ def next_steps(runs: pd.DataFrame, plan_path: Path = PLAN) -> list[Step]:
             for workers in plan.workers]
 
 
-def toml_entry(entry: dict) -> str:
-    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in entry.items()) + " }"
-
-
 def decisions_text(decisions: dict, header: str) -> str:
     """The decisions file regenerated from its data (its header comment kept): never an edit of a config's text."""
     lines = [header.rstrip("\n")]
     for kind in ("extend", "choose"):
         entries = decisions[kind]
         lines.append(f"{kind} = [" + ("" if entries else "]"))
-        lines += [f"    {toml_entry(e)}," for e in entries] + (["]"] if entries else [])
+        lines += ["    { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in e.items()) + " },"
+                  for e in entries] + (["]"] if entries else [])
     return "\n".join(lines) + "\n"
 
 
 def runs_started(runs_dir: Path) -> int:
-    """Second-edition run folders with a manifest under `runs_dir`, the runs root or the study's own folder (each
-    started at least once)."""
+    """Second-edition run folders with a manifest (each started once) under the runs root or the study's folder."""
     found = set(runs_dir.glob(f"{e2.PREFIX}*")) | set(runs_dir.glob(f"*/{e2.PREFIX}*"))  # a study's folder or its root
     return sum(1 for p in found if (p / MANIFEST).is_file())
 
@@ -115,8 +108,7 @@ def commit_of_tree() -> str:
 
 
 def write_due(due: list[Step], plan_path: Path, declared: Path, runs_dir: Path) -> str:
-    """Add the due decisions to the decisions file and say so, with when, from what and how many runs had started,
-    in the declared file."""
+    """Add the due decisions to the decisions file and a line saying so to the declared file."""
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     plan = tuned.load_plan(plan_path)
     decisions = tuned.load_decisions(plan)

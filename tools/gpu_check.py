@@ -1,25 +1,19 @@
 """`python -m tools gpu-check` (`make gpu-check`): is this GPU machine ready for a 34-hour job? ~10 minutes.
 
-1. tests      the GPU tests (tests/test_gpu.py): deterministic resume, passes, bf16 / fp16 / compile train
+1. tests      tests/test_gpu.py: deterministic resume, passes, bf16 / fp16 / compile train
 2. bench      `tools bench` at bf16 + channels_last, batch 256: the trainer >= 0.95 x a hand-written loop
-3. jpeg-<d>   real JPEGs (--data, default $IMAGENET_DIR: train/ and val/ class folders) with decoder d = cpu, gpu,
-              dali against synthetic data, bf16 + channels_last, batch 256, loader workers from the allocation (its
-              CPUs less the training process's; the dali decoder: as many reader processes and 8 DALI threads);
-              the goal is >= 0.9 x synthetic for the best decoder, which the README names as the one to use here.
-              --resize N reads a copy of the data in the suite's prepared format (shorter side N, as `data
-              imagenet --resize N` writes). Without a data folder these rows are skipped, not failed; the dali row
-              is skipped without DALI (`make setup-dali`).
+3. jpeg-<d>   real JPEGs (--data, default $IMAGENET_DIR) decoded by d = cpu, gpu, dali against synthetic data,
+              loader workers from the allocation; goal >= 0.9 x synthetic for the best decoder, which the README
+              names. --resize N reads a prepared copy (`data imagenet --resize N`). Skipped without data (dali:
+              without DALI).
 4. exp1       experiment 1's thesis rows: strict fp32, DDP, per-GPU batch 32 / 64 / 128 (the P100 gave 207 at 128)
-`--checks tests,jpegs` runs only those (a device lease shorter than all four).
 
-It writes results/gpu_checks/<gpu>-<date>/ (two levels, nothing deeper): checks.json (every check's figures, pass
-or fail, seconds), README.md (the table) and one <check>.log of its console each. Exit 0 when every check passed,
-1 when one failed, 2 when no GPU is visible.
+It writes results/gpu_checks/<gpu>-<date>/: checks.json, README.md (the table), one <check>.log each. Exit 0 when
+every check passed, 1 when one failed, 2 when no GPU is visible.
 """
 from __future__ import annotations
 
 import argparse
-
 import datetime
 import json
 import os
@@ -33,6 +27,8 @@ from pathlib import Path
 from typing import Callable
 
 from contract.config import ConfigError
+from contract.reader import read_manifest, read_metrics
+from trainers.data.dali import dali_missing
 
 REPO = Path(__file__).resolve().parents[1]
 EXP1 = REPO / "experiments" / "01_throughput_single_gpu"
@@ -74,26 +70,17 @@ def command(args: list[str], log: Path, timeout: int) -> tuple[int, str]:
     return code, "\n".join(text.strip().splitlines()[-3:])
 
 
-def bench_record(run_dir: Path) -> dict | None:
-    from contract.reader import read_metrics
-
-    records = read_metrics(run_dir).of("bench")
-    return records[-1] if records else None
-
-
 def train_bench(out: Path, runs: Path, name: str, *settings: str, launcher: tuple[str, ...] = (),
                 timeout: int = 150) -> tuple[dict | None, str]:
     """Experiment 1's config at the gpu scale as one benchmark run; its bench record and the console's tail."""
     python = list(launcher) or [sys.executable]
     code, tail = command([*python, "-m", "trainers", "train", str(EXP1), "--scale", "gpu", "--out", str(runs),
                           "--run-name", name, *settings], out / f"{name}.log", timeout)
-    record = bench_record(runs / EXP1.name / name) if code == 0 else None
-    return record, tail
+    records = read_metrics(runs / EXP1.name / name).of("bench") if code == 0 else []
+    return (records[-1] if records else None), tail
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The checks
-# ---------------------------------------------------------------------------------------------------------------
+# ---- The checks ------------------------------------------------------------------------------------------------------
 def check_tests(out: Path, data: Path | None) -> Check:
     code, tail = command([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"],
                          out / "tests.log", 330)
@@ -107,7 +94,7 @@ def check_bench(out: Path, data: Path | None) -> Check:
     if code or not result.exists():
         return Check("bench", False, tail or f"exit {code}")
     figures = json.loads(result.read_text())
-    ratios = [v for k, v in _walk(figures) if k == "ratio"]
+    ratios = [row["ratio"] for row in figures.get("rows", [])]
     ok = bool(ratios) and min(ratios) >= BENCH_GOAL
     return Check("bench", ok, f"trainer / hand-written {min(ratios):.3f} (goal >= {BENCH_GOAL})" if ratios
                  else "no ratio in the bench's output", {"ratios": ratios})
@@ -135,25 +122,6 @@ def decoder_named(decoder: str, workers: int) -> str:
             "processes read the files")
 
 
-def rank0_placement(run_dir: Path) -> dict:
-    """Rank 0's placement as its manifest records it (contract/placement.py); {} where it has none."""
-    from contract.reader import read_manifest
-
-    ranks = (read_manifest(run_dir) or {}).get("placement") or [{}]
-    return ranks[0]
-
-
-def dali_missing() -> str | None:
-    from trainers.data.dali import require_dali
-    from contract.config import DataError
-
-    try:
-        require_dali()
-    except DataError as e:
-        return str(e)
-    return None
-
-
 def check_jpegs(out: Path, data: Path | None) -> list[Check]:
     if data is None:
         why = "no data folder: pass --data DIR or set IMAGENET_DIR (train/ and val/ class folders)"
@@ -174,8 +142,8 @@ def check_jpegs(out: Path, data: Path | None) -> list[Check]:
             record, tail = train_bench(out, runs, f"jpeg-{decoder}", *BENCH_ROW, "--set", 'data.kind="imagefolder"',
                                        "--set", f'data.path="{data}"', "--set", f'data.decoder="{decoder}"',
                                        "--set", f"data.loader_workers={allocated_loader_workers()}")
-            checks.append(jpeg_check(decoder, record, synthetic, tail,
-                                     rank0_placement(runs / EXP1.name / f"jpeg-{decoder}")))
+            placed = (read_manifest(runs / EXP1.name / f"jpeg-{decoder}") or {}).get("placement") or [{}]
+            checks.append(jpeg_check(decoder, record, synthetic, tail, placed[0]))
             checks[-1].seconds = round(time.time() - started, 1)
             checks[-1].figures["synthetic_seconds"] = synthetic_seconds
     best = max((c.figures.get("ratio", 0.0) for c in checks), default=0.0)
@@ -233,21 +201,7 @@ def check_exp1(out: Path, data: Path | None) -> Check:
 CHECKS: list[Callable] = [check_tests, check_bench, check_jpegs, check_exp1]
 
 
-def _walk(tree, key=None):
-    """(key, value) of every leaf of a JSON tree."""
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            yield from _walk(v, k)
-    elif isinstance(tree, list):
-        for v in tree:
-            yield from _walk(v, key)
-    else:
-        yield key, tree
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Running them and writing the folder
-# ---------------------------------------------------------------------------------------------------------------
+# ---- Running them and writing the folder -----------------------------------------------------------------------------
 def run_checks(checks: list[Callable], out: Path, data: Path | None, machine: dict) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results: list[Check] = []
@@ -293,8 +247,7 @@ def machine_facts() -> dict:
 
 
 def selected_checks(names: str | None) -> list[Callable]:
-    """The checks named (comma-separated: tests, bench, jpegs, exp1), in the order named; all of them for None. A
-    short device lease runs the ones it has time for, the most wanted first."""
+    """The checks named (comma-separated), in that order (a short lease runs the most wanted first); all for None."""
     known = {check.__name__.removeprefix("check_"): check for check in CHECKS}
     if names is None:
         return list(CHECKS)
@@ -325,8 +278,7 @@ def check_machine(data: str | None, out_root: str, checks: list[Callable] = CHEC
 
 
 def prepared_copy(folder: Path, size: int, tmp: Path) -> Path:
-    """The real-JPEG rows' data in the suite's prepared format: every image's shorter side `size`, written by the
-    same code as `python -m trainers data imagenet --resize` (trainers/data/imagenet.py), into `tmp`."""
+    """The real-JPEG rows' data with every image's shorter side `size`, as `data imagenet --resize` writes it."""
     from trainers.data.imagenet import resize_copy
 
     target = tmp / f"{folder.name}-{size}"

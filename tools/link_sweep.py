@@ -1,17 +1,11 @@
 """RQ2 where communication costs: experiment 3 across the local cluster's hosts at several link rates, one table and
 one figure of throughput against the link's rate per backend.
 
-    python -m tools link-sweep --cluster-dir .cluster --rates 100mbit 1gbit none [--only RUN ...] [--out DIR]
-    make link-sweep LINK="100mbit 1gbit none"
+    make link-sweep LINK="100mbit 1gbit none"   (python -m tools link-sweep --rates ... [--only RUN ...] [--out DIR])
 
-For each rate in turn: every node's link is limited to it (`python -m slurm.local_cluster link`, tc's token bucket;
-`none` = unlimited), experiment 3's study is submitted to the cluster into DIR/<rate>/ (its jobs one at a time: the
-hosts share this machine's cores), and the sweep waits for its jobs. The links are unlimited again at the end, also
-after an interrupt. Each rate has a runs folder of its own; each run's manifest names its link, so runs at different
-rates are never pooled. Then DIR/link_sweep.{csv,md,png}: the report's link-rate table and figure (analysis/link.py:
-steady-state images/s, the speed-up over the 1-process run at the same link and the share of the timed steps spent
-communicating, by backend, processes and rate), from the run folders alone; `make report OUT=DIR` writes the same
-table and figure into the whole report of these runs.
+For each rate: every node's link limited to it (tc's token bucket; `none` = unlimited), experiment 3's study run on
+the cluster into DIR/<rate>/ and waited for; the links are unlimited again at the end, also after an interrupt. Each
+run's manifest names its link, so rates are never pooled. Then DIR/link_sweep.{csv,md,png} (analysis/link.py).
 """
 from __future__ import annotations
 
@@ -27,10 +21,15 @@ EXP3 = REPO / "experiments" / "03_throughput_distributed_data_parallel"
 SWEEP_OUT = Path("results/link_sweep")
 
 
+def set_link(cluster_dir: Path, rate: str, env: dict | None = None, **run) -> None:
+    """Every node's link of the local cluster limited to `rate` (tc's token bucket; `none` = unlimited)."""
+    subprocess.run([sys.executable, "-m", "slurm.local_cluster", "link", "--dir", str(cluster_dir), "--rate", rate],
+                   env=env, cwd=REPO, **run)
+
+
 def run_rate(rate: str, cluster_dir: Path, out: Path, only: list[str], env: dict, timeout: float) -> None:
     """Limit the links to `rate`, run experiment 3's study into out/<rate>, wait for its jobs."""
-    subprocess.run([sys.executable, "-m", "slurm.local_cluster", "link", "--dir", str(cluster_dir), "--rate", rate],
-                   check=True, env=env, cwd=REPO)
+    set_link(cluster_dir, rate, env, check=True)
     study = subprocess.run([sys.executable, "-m", "suite", "study", str(EXP3), "--launcher", "slurm", "--cluster",
                             "local", "--out", str(out / rate), *(["--only", *only] if only else [])],
                            env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -55,8 +54,7 @@ def wait_for(jobs: list[str], env: dict, timeout: float) -> None:
 
 
 def tabulate(runs: Path, out: Path) -> list[Path]:
-    """out/link_sweep.{csv,md,png,pdf}: the report's link-rate table and figure (analysis/link.py) of the runs under
-    `runs`, every rate's folder read together."""
+    """out/link_sweep.{csv,md,png,pdf}: the report's link-rate table and figure of every rate's runs under `runs`."""
     from analysis import catalogue as ct
     from analysis import figures as fg
     from analysis import link as lk
@@ -89,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         for rate in args.rates:
             run_rate(rate, args.cluster_dir, args.out, args.only, env, args.timeout)
     finally:  # the links are never left limited
-        subprocess.run([sys.executable, "-m", "slurm.local_cluster", "link", "--dir", str(args.cluster_dir),
-                        "--rate", "none"], env=env, cwd=REPO, capture_output=True)
+        set_link(args.cluster_dir, "none", env, capture_output=True)
     tabulate(args.out, args.out)
     print((args.out / "link_sweep.md").read_text(), end="")
     print(f"link-sweep: {len(args.rates)} rates -> {args.out}/link_sweep.{{md,csv,png}}; the whole report of these "

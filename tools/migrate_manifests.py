@@ -3,13 +3,10 @@ their config.json where an older writer left out what the readers now take as wr
 
     python -m tools migrate-manifests results/runs
 
-Every manifest.json under each folder given is brought up to the current version, one version's step after another
-(STEPS); a manifest already current is left as it is, byte for byte, so running this twice changes nothing. Nothing
-a run is changes: the steps add fields the older writers did not write, computed from what the folder already holds
-(its config.json's fingerprint, the machine its older manifest recorded), and keep every field it had. This is the
-one place that knows the older versions: the readers know only the current one, and stop with this command's name
-when given an older one. Stop the studies writing into a folder before migrating it. A config.json gains only what
-its run already was (config_migrated), so its fingerprint, read through the schema, stays what it was.
+Each manifest is brought up one version's step after another (STEPS); a current one is left byte for byte, so a
+second run changes nothing. The steps only add fields computed from what the folder holds and keep every field.
+This is the one place that knows the older versions: the readers know only the current one. Stop the studies
+writing into a folder before migrating it.
 """
 from __future__ import annotations
 
@@ -54,8 +51,7 @@ STEPS: dict[int, Callable[[dict, Path], dict]] = {0: to_v1}
 
 
 def migrated(manifest: dict, run_dir: Path) -> dict:
-    """The manifest at the current version (itself where it is current); ManifestError naming the file and field
-    where it cannot be, or where the result is not the declared record."""
+    """The manifest at the current version; ManifestError naming the file and field where it cannot be."""
     version = manifest.get("manifest_version", 0)
     if not isinstance(version, int) or isinstance(version, bool) or version > declared.VERSION:
         raise declared.ManifestError(f"{run_dir / MANIFEST}: manifest_version {version!r} is none this suite knows "

@@ -15,7 +15,6 @@ fewer useful steps per epoch: the reason a miniature with a small noise scale ca
 from __future__ import annotations
 
 import argparse
-
 import json
 import math
 import statistics
@@ -65,10 +64,6 @@ def estimate(small_sq: list[float], big_sq: list[float], b_small: int, b_big: in
     return NoiseScale(point, low, high, grad_sq, grad_sq_se, trace_cov, b_small, b_big, len(big_sq))
 
 
-def flat_grad(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
-
-
 def measure(model: nn.Module, loss_fn: Callable, batches: Iterator, workers: int, groups: int,
             b_small: int, progress: Callable[[int], None] = lambda done: None) -> NoiseScale:
     """`groups` times: `workers` small-batch gradients, their squared norms, and the squared norm of their mean."""
@@ -79,7 +74,7 @@ def measure(model: nn.Module, loss_fn: Callable, batches: Iterator, workers: int
             x, y = next(batches)
             model.zero_grad(set_to_none=True)
             loss_fn(model(x), y).backward()
-            g = flat_grad(model).detach().double()
+            g = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]).detach().double()
             sq += float(g @ g)
             total = g.clone() if total is None else total.add_(g)
         mean = total / workers
@@ -89,9 +84,7 @@ def measure(model: nn.Module, loss_fn: Callable, batches: Iterator, workers: int
     return estimate(small_sq, big_sq, b_small, b_small * workers)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# A run folder's model on its own training data
-# ----------------------------------------------------------------------------------------------------------------
+# ---- A run folder's model on its own training data -------------------------------------------------------------------
 def training_batches(cfg, seed: int) -> Iterator:
     """Endless per-worker batches of the run's training set, with its training transforms, in a seeded order."""
     train_ds, _ = data.build_datasets(cfg.data, cfg.model.num_classes, cfg.train.seed)  # the loop's own data set

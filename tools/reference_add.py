@@ -1,14 +1,10 @@
 """Add a study's finished runs to a committed reference machine's folder, the way its runs were committed: each
-run folder whose manifest says completed or diverged, copied without its checkpoint and lock files (a reference
-keeps the records, never the trainer's state), and only where the run was measured on that machine (its hosts and
-its machine identity, contract/machine.py, as machine.toml declares them: a mismatch is one line naming the field),
-so that no other machine's run is ever pooled into it, and only once (two folders of one run identity are refused).
+run folder whose manifest says completed or diverged, copied without its checkpoint and lock files, only where its
+hosts and machine identity (contract/machine.py) are those machine.toml declares, and only once per run identity.
 
-    python -m tools reference-add results/runs/13_steps_to_target --machine xeon-2cpu
-        (make reference-add RUNS=results/runs/13_steps_to_target MACHINE=xeon-2cpu)
+    make reference-add RUNS=results/runs/13_steps_to_target MACHINE=xeon-2cpu
 
-Running, failed or preempted runs are left out with a count; a finished run already there is copied again (its
-records are final, so the copy is the same unless the run was resumed past its end, which the trainer never does).
+Unfinished runs are left out with a count; a finished run already there is copied again (its records are final).
 """
 from __future__ import annotations
 

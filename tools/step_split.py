@@ -2,18 +2,11 @@
 size of the gradients it reduces: the measured parts `python -m suite analysis advise --step` predicts a cluster's
 scaling from (issue #51).
 
-    python -m tools step-split [--config experiments/01_throughput_single_gpu/config.toml] [--scale gpu]
-                               [--batch 128] [--precision fp32|bf16] [--channels-last] [--steps 30] [--warmup 10]
-                               [--threads T] [--input-batches B | --input-images-per-s X] [--json PATH]
-
-The model and optimizer are the experiment's at the scale (ResNet-50 and SGD at the gpu scale), the batch synthetic
-and already on the device, so the split is the compute alone: the input pipeline's rate is measured apart (`make
-gpu-check`'s real-JPEG rows, `python -m suite data bench`) and passed with --input-images-per-s, or timed here
-with --input-batches B: B batches of the config's own training data set through its loader (data.loader_workers),
-no model (at the local scale the generated or synthetic data the miniature trains on). --threads T times the step
-with T torch threads (a CPU rank's threads). Each phase is timed between two device synchronisations, which drains
-the launch queue three times a step: the whole step is timed unsynchronised too, and both are recorded, so the
-split's own overhead shows (`split_overhead`).
+The model and optimizer are the config's at the scale, the batch synthetic and on the device: the compute alone.
+The input pipeline's rate is passed (--input-images-per-s, from `make gpu-check` or `suite data bench`) or timed
+here (--input-batches B: the config's own training data through its loader, no model). Each phase is timed between
+device synchronisations, which drains the launch queue; the whole step is also timed unsynchronised, so the split's
+own overhead shows (`split_overhead`).
 """
 from __future__ import annotations
 
@@ -62,8 +55,7 @@ def synchronize(device: torch.device) -> float:
 
 
 class Phases:
-    """The model, its optimizer and one synthetic batch on the device; `split` times one step phase by phase,
-    `whole` one step unsynchronised."""
+    """The model, its optimizer and one synthetic batch on the device, a step timed by phase or whole."""
 
     def __init__(self, args, cfg):
         self.device = torch.device(args.device)

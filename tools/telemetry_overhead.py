@@ -30,8 +30,7 @@ def sample_cost_s(samples: int = 50) -> float:
 
 
 def measure_overhead(config: str, scale: str, overrides: list[str], repeats: int, out) -> dict:
-    """The same training with the sampler at the configured interval and off, interleaved (on-off, off-on, ...)
-    after one untimed warm-up run."""
+    """The same training with the sampler on and off, interleaved, after one untimed warm-up run."""
     base = load_config(config, scale, overrides)
     interval = base.telemetry.interval_s or TelemetryConfig().interval_s
     if generated_spec(base.data):  # made once before the clock starts, not inside the first timed run

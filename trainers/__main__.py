@@ -1,9 +1,8 @@
 """The trainer's command line: python -m trainers {train, schedule, config, data} ...
 
-What a launcher starts on every rank (torchrun, srun, mpirun, horovodrun). The suite's front door is python -m suite
-(suite/), which hands these commands here; studies and the data-path benchmark are its own (python -m suite study,
-python -m suite data bench). The trainer starts itself again only where a function call cannot do: a pinned CPU
-instruction set (torch reads it once, at start) and the TensorFlow trainer (a process without torch).
+What a launcher starts on every rank (torchrun, srun, mpirun, horovodrun); the suite's front door is python -m
+suite. The trainer starts itself again only where a function call cannot do: a pinned CPU instruction set (torch
+reads it once, at start) and the TensorFlow trainer (a process without torch).
 """
 from __future__ import annotations
 

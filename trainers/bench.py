@@ -17,8 +17,7 @@ from trainers.setup import Setup
 
 
 def benchmark(s: Setup, state: TrainState) -> None:
-    """Time `bench.batches` training steps (loop.step) after `bench.warmup_batches` untimed ones; the bench record,
-    the manifest's data_wait_share and every node's util records."""
+    """Time `bench.batches` steps (loop.step) after `bench.warmup_batches` untimed ones into the bench record."""
     cfg, b = s.cfg, s.backend
     warm, timed = cfg.bench.warmup_batches, cfg.bench.batches
     per_process = s.per_shard_batch * len(b.shards())
@@ -57,17 +56,11 @@ def benchmark(s: Setup, state: TrainState) -> None:
 
 
 def bench_batches(s: Setup, per_process: int):
-    """The benchmark's endless batches: in synthetic mode tf_cnn_benchmarks' one batch, already on the device;
-    else the configured data's, epoch 0 over and over (on the device already: DeviceBatches)."""
+    """The benchmark's endless batches, on the device: tf_cnn_benchmarks' one batch in synthetic mode."""
     cfg = s.cfg
     if cfg.data.kind != "synthetic":
         loader, _ = loop.batches(s, 0, 0)
-        return forever(loader)
+        return itertools.chain.from_iterable(itertools.repeat(loader))  # epoch 0 over and over
     images, target = data.synthetic_batch(per_process, cfg.data.image_size, cfg.model.num_classes,
                                           cfg.train.seed, s.backend.device)
     return itertools.repeat((s.compute.layout(images), target, 0))  # channels_last once, as by hand
-
-
-def forever(loader):
-    while True:
-        yield from loader

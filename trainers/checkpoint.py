@@ -1,12 +1,9 @@
-"""Checkpoints: a plain dict, written atomically, loadable with torch.load(weights_only=True).
+"""Checkpoints: a plain dict, written atomically, loadable with torch.load(weights_only=True) (torch >= 2.6 refuses
+pickled objects such as the argparse namespaces pytorch/examples saved).
 
-torch >= 2.6 loads with weights_only=True by default and refuses pickled objects such as the argparse namespaces
-pytorch/examples used to save; everything here is tensors, numbers, strings, lists and dicts.
-What a run saves is declared: `TrainState` (epoch, step, best top-1, the epoch's sums so far; with the generators'
-states and fp16's skipped steps taken when it is saved) beside the model's, optimizer's and scaler's state dicts,
-and what a resume checks itself against (the config, the arithmetic, the run files' sizes). `save_state` writes it,
-`restore_state` reads it back into a Setup (trainers/setup.py) and returns the TrainState. A checkpoint carries
-VERSION; one written before it (no version) is refused with one line.
+What a run saves is declared: `TrainState` beside the model's, optimizer's and scaler's state dicts, the generators'
+states, and what a resume checks itself against (the config, the arithmetic, the run files' sizes). A checkpoint
+carries VERSION; one written before it is refused with one line.
 """
 from __future__ import annotations
 
@@ -179,9 +176,7 @@ def damaged(path: Path, why: str) -> str:
             f"again to restart the run from epoch 0 (no earlier checkpoint is kept)")
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# A run's checkpoint: the TrainState and the state dicts it saves, what a resume puts back (`s`: a trainers.setup.Setup)
-# ----------------------------------------------------------------------------------------------------------------
+# ---- A run's checkpoint: the TrainState and state dicts it saves, what a resume puts back (`s`: a Setup) -----------
 def save_state(s, state: TrainState, partial: Sums) -> None:
     """Rank 0 writes the run's state at state.epoch, state.step (partial: this rank's sums of the epoch so far;
     every rank calls it, and mid-epoch every rank's sums are gathered, so each resumes its own); train.checkpoint
@@ -207,8 +202,7 @@ def save_state(s, state: TrainState, partial: Sums) -> None:
 
 
 def restore_state(s) -> TrainState:
-    """The checkpoint's model, optimizer, scaler, counts and generators into the Setup `s`; its position (epoch,
-    iteration, the epoch's sums so far) returned; what the run folder holds beyond it is cut."""
+    """The checkpoint's state into the Setup `s`, its position returned; the run files beyond it are cut."""
     path = s.ckpt_path
     saved = load(path)
     state = TrainState(saved["epoch"], saved["step"], float(saved["best_top1"]))

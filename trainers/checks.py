@@ -1,13 +1,7 @@
-"""Every check of a run's config against where it runs, in one function the trainer calls once, before anything
-in the run folder is touched or any process group exists: `check_launch`. Each refusal is one line (a ConfigError)
-that says what to fix.
+"""Every check of a run's config against where it runs, in one function called before anything in the run folder
+is touched or any process group exists; each refusal is one line (a ConfigError) that says what to fix.
 
     launch, backend_name, pinned = check_launch(cfg, run_dir, resume, force)
-
-What it checks, in order: the paths and counts the config names exist here (data, threads, loader workers, the
-rendezvous file's folder), the pinned CPU instruction set, the run folder can be written and its files are files,
-the backend against the launch (trainers.backends.resolve), a run folder reused without --resume, and a resume's
-config and arithmetic against its checkpoint (what a resumed run keeps: `pin_arithmetic`).
 """
 from __future__ import annotations
 
@@ -46,10 +40,9 @@ def check_launch(cfg: Config, run_dir: Path, resume: bool, force: bool) -> tuple
 
 
 def earlier_attempt_wait() -> float:
-    """Seconds a rank of a requeued (or successor) Slurm job waits for its run lock. The same rank of the attempt
-    before may still hold it: on a node whose link went down Slurm cannot end its processes, and they stay cut off
-    in a collective until its timeout (a shared file system's lock outlives the node's network). Anywhere else a
-    held lock is a second launch of the run, refused at once."""
+    """Seconds a rank of a requeued (or successor) Slurm job waits for its run lock: the attempt before may still
+    hold it, cut off in a collective until its timeout on a node whose link went down. Anywhere else a held lock is
+    a second launch of the run, refused at once."""
     return backends.COLLECTIVE_TIMEOUT.total_seconds() + 10 if rendezvous.restarts(os.environ) > 0 else 0.0
 
 
@@ -134,7 +127,7 @@ def pin_arithmetic(cfg: Config, path: Path, force: bool, processes: int = 1) -> 
     return {key: saved.get(key) for key in ("threads", "workers_per_pass") if not force or would_be[key] is None}
 
 
-def config_differences(saved: dict[str, dict], current: dict[str, dict]) -> list[str]:
+def check_same_config(path: Path, saved: dict[str, dict], current: dict[str, dict]) -> None:
     diffs = []
     for section, values in current.items():
         for key, value in values.items():
@@ -148,7 +141,9 @@ def config_differences(saved: dict[str, dict], current: dict[str, dict]) -> list
                 old = list(old)
             if old != value:
                 diffs.append(f"{section}.{key} was {old!r}, the config says {value!r}")
-    return diffs
+    if diffs:
+        raise ConfigError(f"cannot resume {path}: {first_of(diffs)}; resume with the run's own config or start a new "
+                          "--run")
 
 
 def schema_default(section: str, key: str) -> Any:
@@ -156,33 +151,17 @@ def schema_default(section: str, key: str) -> Any:
     return fields.get(key)
 
 
-def check_same_config(path: Path, saved: dict[str, dict], current: dict[str, dict]) -> None:
-    diffs = config_differences(saved, current)
-    if diffs:
-        raise ConfigError(
-            f"cannot resume {path}: {diffs[0]}"
-            + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else "")
-            + "; resume with the run's own config or start a new --run"
-        )
+def first_of(diffs: list[str]) -> str:
+    return diffs[0] + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else "")
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Resume is the same run: what decides the arithmetic is fixed at the run's first start and reused on resume
-# ----------------------------------------------------------------------------------------------------------------
-def arithmetic_differences(saved: dict[str, Any], would_be: dict[str, Any]) -> list[str]:
-    """The settings that change the numbers (threads, device kind, processes, passes, the CPU kernels' instruction
-    set) in which this attempt would differ from the run's start; a key this attempt leaves open (None) takes the
-    saved value."""
-    return [f"{key} was {saved[key]!r}, this attempt's is {value!r}" for key, value in would_be.items()
-            if key in saved and value is not None and value != saved[key]]
-
-
+# ---- Resume is the same run: what decides the arithmetic is fixed at the run's first start and reused on resume ------
 def check_same_arithmetic(path: Path, saved: dict[str, Any], would_be: dict[str, Any], force: bool) -> None:
-    diffs = arithmetic_differences(saved, would_be)
+    """The settings that change the numbers (threads, device kind, processes, passes, the CPU kernels' instruction
+    set) are the run's start's; a key this attempt leaves open (None) takes the saved value."""
+    diffs = [f"{key} was {saved[key]!r}, this attempt's is {value!r}" for key, value in would_be.items()
+             if key in saved and value is not None and value != saved[key]]
     if diffs and not force:
-        raise ConfigError(
-            f"cannot resume {path} as the same run: {diffs[0]}"
-            + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else "")
-            + "; resume with the run's own settings (where it started), or --resume force to continue with "
-            "different arithmetic (the manifest's attempts record it)"
-        )
+        raise ConfigError(f"cannot resume {path} as the same run: {first_of(diffs)}; resume with the run's own "
+                          "settings (where it started), or --resume force to continue with different arithmetic "
+                          "(the manifest's attempts record it)")

@@ -1,15 +1,9 @@
 """How the model computes: precision, memory layout, torch.compile, cuDNN autotuning and determinism.
 
-`[train] precision`:
-  - "fp32": strict IEEE fp32, as on the thesis's P100s (TF32 off for matmuls and convolutions);
-  - "tf32": fp32 tensors, TF32 tensor-core math in matmuls and convolutions (Ampere and later; no effect on CPU);
-  - "bf16": autocast to bfloat16 (works on CPU too);
-  - "fp16": autocast to float16 with a gradient scaler; the scaler's state is checkpointed, so resume stays exact,
-    and a step the scaler skips (inf/NaN gradients) lowers the scale instead of counting as divergence; skipped
-    steps are counted (the epoch records' `skipped_steps`), so a run that skips many of its steps shows.
-`channels_last` stores activations NHWC, the tensor cores' layout; `compile` runs the wrapped model through
-torch.compile; `cudnn_benchmark` lets cuDNN time its algorithms on the first batch of each shape, as the thesis's
-scripts did; `deterministic` asks for deterministic kernels everywhere, so a resumed GPU run ends bit-identical.
+`[train] precision`: "fp32" strict IEEE (TF32 off, as on the thesis's P100s); "tf32" TF32 tensor-core math in
+matmuls and convolutions; "bf16" autocast to bfloat16 (CPU too); "fp16" autocast to float16 with a gradient scaler,
+checkpointed so resume stays exact, whose skipped steps (inf/NaN gradients) are counted, not taken for divergence.
+`deterministic` asks for deterministic kernels everywhere, so a resumed GPU run ends bit-identical.
 """
 from __future__ import annotations
 
@@ -42,8 +36,7 @@ def configure_torch(t: TrainConfig) -> None:
 
 
 def machine_identity() -> dict:
-    """This machine's identity (contract/machine.py), with what only torch can say: its CPU kernels' instruction
-    set and the first GPU's model."""
+    """This machine's identity (contract/machine.py), with the CPU kernels' ISA and first GPU torch reports."""
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return this_machine(torch.backends.cpu.get_cpu_capability(), gpu)
 
@@ -110,14 +103,9 @@ class Compute:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def optimizer_step(self, backend, optimizer: torch.optim.Optimizer) -> None:
-        """The backend's update; with fp16, a step the scaler skips is counted in `skipped`, on the device.
-
-        update() halves the scale exactly when step() found inf/NaN gradients and skipped the update (growth only
-        ever raises it), so a drop of the scale is a skipped step, on every backend. The count stays on the device:
-        get_scale() would make the host wait for the GPU each step, and GradScaler has no public device-side view
-        of its scale, hence _get_scale_async(). All ranks step on the same reduced gradients, so they skip the same
-        steps and the count needs no collective.
-        """
+        """The backend's update; with fp16, a skipped step is counted in `skipped`, on the device: update() halves
+        the scale exactly when step() skipped the update, and _get_scale_async() reads it without making the host
+        wait (GradScaler has no public device-side view). All ranks skip alike: no collective."""
         if self.scaler is None:
             backend.optimizer_step(optimizer)
             return
@@ -139,14 +127,7 @@ class Compute:
             self.scaler.load_state_dict(state)
 
 
-def compile_model(model: nn.Module, t: TrainConfig) -> nn.Module:
-    """torch.compile of the wrapped model (DDP's optimizer splits the graph at its buckets)."""
-    return torch.compile(model) if t.compile else model
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Emulated workers per pass: the most whole workers whose forward/backward fits in GPU memory
-# ----------------------------------------------------------------------------------------------------------------
+# ---- Emulated workers per pass: the most whole workers whose forward/backward fits in GPU memory ---------------------
 MEMORY_HEADROOM = 0.9  # a pass may use 90 % of the GPU: the optimizer state and allocator slack come on top
 
 

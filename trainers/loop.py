@@ -3,16 +3,10 @@
     setup, state = build_setup(cfg, run_dir, backend_name, launch, resume)   # trainers/setup.py
     fit(setup, state)   # per epoch: train_epoch (step after step), validate, the epoch record, the checkpoint
 
-Explicit arguments in, numbers out: `setup` (trainers/setup.py) is what the run trains with, `state`
-(checkpoint.TrainState) where it stands (epoch, step, best top-1, the epoch's sums so far), the only thing the loop
-changes besides the weights. Read top to bottom: `fit` (the epochs), `train_epoch` (the steps, and the checks that
-stop a run: a NaN loss raises Diverged, a stop signal Preempted, agreed by all ranks where the meters are read),
-`step`, `validate`, the step cap. A step cap (train.max_steps, a smoke run) ends the run early: the epoch it ends in
-is validated on as many batches as the cap and recorded as the last. Beside the loop: a `Backend`
-(trainers/backends) for everything distributed, trainers.data for batches, LogEvery (runlog.py) for train.log's
-cadence, what it counts (tallies.py), the util records (telemetry.py), the checkpoint (checkpoint.py) and RunFolder
-for its records. Who starts it and turns its way out into a status and an exit code: trainers/run.py; its
-benchmark mode: bench.py.
+Explicit arguments in, numbers out: `setup` is what the run trains with, `state` (checkpoint.TrainState) where it
+stands, the only thing the loop changes besides the weights. A NaN loss raises Diverged, a stop signal Preempted,
+agreed by all ranks where the meters are read. A step cap (train.max_steps, a smoke run) ends the run early: its
+last epoch is validated on as many batches as the cap. trainers/run.py turns the way out into a status.
 """
 from __future__ import annotations
 
@@ -39,8 +33,7 @@ class Preempted(Exception):
 
 # ---- the run: epochs ----------------------------------------------------------------------------------------------
 def fit(s: Setup, state: TrainState) -> None:
-    """Each epoch from the start (or the checkpoint): train, validate, record, checkpoint; a stop signal that
-    reached any rank ends the run after the epoch."""
+    """Each epoch from the start (or the checkpoint): train, validate, record, checkpoint."""
     last_epoch = epochs_to_train(s)
     for epoch in range(state.epoch, last_epoch):
         if reached_target(s, state):  # the epoch before reached it (or did, before a resume)
@@ -120,12 +113,8 @@ def train_epoch(s: Setup, state: TrainState, epoch: int) -> Sums:
 
 
 def step(s: Setup, images: torch.Tensor, target: torch.Tensor):
-    """Forward, backward, update: the batch's logits and mean loss, on the device (nothing waits for the GPU).
-
-    The backend may split the batch into passes (Horovod's local accumulation; emulated workers that don't
-    fit in one pass); each pass's loss is weighted by its share of the images, so the accumulated gradient is
-    the whole batch's mean loss gradient.
-    """
+    """Forward, backward, update: the batch's logits and mean loss, on the device (nothing waits for the GPU). Each
+    of the backend's passes has its loss weighted by its share of the images: the whole batch's mean loss gradient."""
     c = s.compute
     images = c.layout(images)
     s.optimizer.zero_grad()

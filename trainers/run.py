@@ -2,11 +2,8 @@
 
     exit_code = run_training(cfg, run_dir, resume, echo, force)   # what `python -m trainers train` runs on each rank
 
-Read top to bottom: `run_training` (every check before anything is touched, trainers/checks.py, then the folder's
-lock), `train_locked` (the setup and the state it starts from, trainers/setup.py, the manifest's running status and
-this attempt), `train_to_the_end` (the loop, trainers/loop.py, or the benchmark, trainers/bench.py, and how each
-way out ends: completed, diverged, preempted, failed), then the failure's one line: which rank, which host, which
-disk.
+`run_training` (the checks, trainers/checks.py, then the lock), `train_locked` (setup, state, the manifest's
+running status), `train_to_the_end` (the loop or the benchmark, and how each way out ends), then a failure's line.
 """
 from __future__ import annotations
 
@@ -110,8 +107,7 @@ def thread_settings() -> dict:
 
 
 def capped(s: Setup) -> dict:
-    """The completed status's message and manifest field of a run the step cap cut short: a smoke run, whose
-    numbers are no result of the study."""
+    """The completed status's message and field of a run the step cap cut short (a smoke run)."""
     cap = s.cfg.train.max_steps
     if s.cfg.bench.batches or not loop.cut_by_cap(s):
         return {}
@@ -119,8 +115,7 @@ def capped(s: Setup) -> dict:
 
 
 def stopped_at_target(s: Setup, state: TrainState, epochs: int) -> dict:
-    """The completed status's message of a run that train.stop_at_top1 ended at its target (a result: the epochs
-    before it are the schedule's, and none after is wanted)."""
+    """The completed status's message of a run that train.stop_at_top1 ended at its target."""
     if s.cfg.bench.batches or not loop.reached_target(s, state):
         return {}
     return {"message": f"stopped at the target: validation top-1 {state.best_top1:.2f} >= "
@@ -153,11 +148,8 @@ def failure_message(dead: list[int], rank: int, world_size: int, workers: int, n
 
 
 def report_failure(run_dir: Path, run: RunFolder, b: backends.Backend, error: Exception) -> None:
-    """Name the rank that failed and set the manifest to failed, whichever rank it was.
-
-    A rank that dies (a signal, the OOM killer) drops its lock, so the others can tell it from the one that merely
-    noticed. Rank 0 writes the manifest; if rank 0 is the one gone, the lowest live rank does.
-    """
+    """Name the rank that failed (a dead one has dropped its lock) and set the manifest to failed: rank 0, or the
+    lowest live rank when rank 0 is the one gone."""
     dead = dead_ranks(run_dir, b.world_size, b.rank) if b.world_size > 1 else []
     # DDP wraps a collective's error once per callback it passes through: keep the innermost words
     noticed = f"{type(error).__name__}: {error}".splitlines()[0]

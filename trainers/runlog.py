@@ -1,16 +1,8 @@
 """The human side of a run: train.log's lines, the meters behind them, and `LogEvery`, the one place that decides
 when a loop reads its meters and writes them (the records themselves are contract/runfolder.py).
 
-train.log keeps the line format of pytorch/examples' imagenet/main.py as the thesis ran it (early 2019), so the
-thesis's way of reading logs (throughput = per-GPU batch x GPUs / running-mean batch time at batch 199) still works.
-
-    totals = DeviceTotals(device)
-    every = LogEvery(totals, print_freq, write=lambda i, meters: ...)   # write: train.log's line, the iter record
-    for i, (images, target, skipped) in every(enumerate(batches)):
-        ...                                                           # one step
-        totals.add(loss, output, target)
-        reading = every.end_step(i)            # read (and write) where the cadence says: the reading, else None
-    sums = every.final_sums()
+train.log keeps pytorch/examples' imagenet/main.py line format as the thesis ran it (early 2019), so the thesis's
+way of reading logs (per-GPU batch x GPUs / running-mean batch time at batch 199) still works.
 """
 from __future__ import annotations
 
@@ -54,13 +46,10 @@ def summary_line(top1: float, top5: float) -> str:
     return f" * Acc@1 {top1:.3f} Acc@5 {top5:.3f}"
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Loss and hits: summed on the device, read where the loop logs
-# ----------------------------------------------------------------------------------------------------------------
+# ---- Loss and hits: summed on the device, read where the loop logs ---------------------------------------------------
 @dataclass
 class Sums:
     """Loss and correct predictions summed over images: reduced across ranks as sums, never means of means."""
-
     loss: float = 0.0
     top1: float = 0.0
     top5: float = 0.0
@@ -101,7 +90,6 @@ def topk_hits(output: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> list[tor
 @dataclass
 class Reading:
     """A meter's value at one iteration and its running mean, read from the device (train_line's .val/.avg)."""
-
     val: float
     avg: float
 
@@ -109,7 +97,6 @@ class Reading:
 @dataclass
 class Readout:
     """One reading of DeviceTotals: the last step's mean loss, the loss / top-1 / top-5 meters, the epoch's sums."""
-
     loss: float
     losses: Reading
     top1: Reading
@@ -118,14 +105,9 @@ class Readout:
 
 
 class DeviceTotals:
-    """Loss x images and top-1/top-5 hits summed on the device, step after step, in float64.
-
-    Reading a GPU value waits for every step queued before it, so the loop reads these only where it logs (every
-    print_freq steps and at the epoch's end): the logged values are the same, the GPU never idles in between.
-    One sum serves the epoch and the meters' running means: a resumed checkpoint's partial sums are this process's
-    meters as they stood, so the iter records after a mid-epoch resume equal an uninterrupted run's, bit for bit.
-    On the CPU reading costs nothing and Python floats are cheaper than tensor ops, so the sums stay on the host.
-    """
+    """Loss x images and top-1/top-5 hits summed on the device in float64, read only where the loop logs (reading
+    waits for every queued step). One sum serves the epoch and the running means, so iter records after a mid-epoch
+    resume equal an uninterrupted run's. On the CPU the sums stay Python floats (cheaper than tensor ops)."""
 
     def __init__(self, device: torch.device, start: Sums | None = None):
         self.start = start = start or Sums()
@@ -161,23 +143,14 @@ class DeviceTotals:
         return Readout(loss, *readings, Sums(*sums, self.images))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The cadence: one iterator for training, validation and the benchmark
-# ----------------------------------------------------------------------------------------------------------------
+# ---- The cadence: one iterator for training, validation and the benchmark --------------------------------------------
 class LogEvery:
     """A loop's batches with its read-and-log cadence, as MetricLogger.log_every of torchvision's references.
 
-    `every(numbered)` yields the (i, batch) pairs of `numbered` (enumerate(batches, start), or a filtered one that
-    keeps the batches' own numbers), timing the wait for each batch (`data_time`) and the whole iteration
-    (`batch_time`), pytorch/examples' Data and Time. The loop ends each iteration's step with `end_step(i)`:
-
-    - at every `print_freq`-th iteration and those in `also`, it reads the totals (the one place the host waits
-      for the device), then calls write(i, self), which writes train.log's line and the iter record;
-    - with read=True (the loop's own reason: a stop signal in a lone process) it reads without a line;
-    - it returns the reading where it read, else None: what the loop checks (a NaN, a stop) comes after it.
-
-    The reading's wait counts in its iteration's batch_time; writing, and what the loop does after end_step, count
-    in none. keep_times=True keeps every iteration's times (`batch_times`, `data_times`: the benchmark's).
+    `every(numbered)` yields (i, batch), timing the wait for each batch (`data_time`) and the whole iteration
+    (`batch_time`). `end_step(i)` reads the totals at every print_freq-th iteration and those in `also` (the one
+    place the host waits for the device) and calls write(i, self); read=True reads without a line. The reading's
+    wait counts in its iteration's batch_time, the writing in none. keep_times=True keeps every iteration's times.
     """
 
     def __init__(self, totals: DeviceTotals, print_freq: int, write: Callable[[int, LogEvery], None],

@@ -1,12 +1,10 @@
 """What a run trains with, built by one function: the model, optimizer, loaders and backend of this process.
 
     setup, state = build_setup(cfg, run_dir, backend_name, launch, resume, echo, pinned)
-    loop.fit(setup, state)
 
-`Setup` holds what does not change while the run trains (the model's and optimizer's weights change, the objects
-do not); what does (epoch, step, best top-1, the epoch's running sums) is the `TrainState` (checkpoint.py), the
-only thing a checkpoint saves beside the model, optimizer and scaler. A resume builds the same Setup and takes its
-TrainState from the checkpoint, at the same point of the build as ever (the generators' states included).
+`Setup` holds what does not change while the run trains (the objects, not their weights); what does is the
+`TrainState` (checkpoint.py). A resume builds the same Setup and takes its TrainState from the checkpoint, at the
+same point of the build as ever (the generators' states included).
 """
 from __future__ import annotations
 
@@ -33,9 +31,7 @@ from trainers.tallies import SkippedSteps, StepTimes, UnreadableFiles
 EVAL_BATCH = 250  # train.eval_every's evaluations: batches at least this large (forward only, in eval mode)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Preemption: Slurm sends SIGUSR1 (--signal) or SIGTERM before it kills a job; stop at the next iteration boundary
-# ----------------------------------------------------------------------------------------------------------------
+# ---- Preemption: Slurm sends SIGUSR1 (--signal) or SIGTERM before it kills a job; stop at a step's end ------------
 class StopSignal:
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
@@ -52,11 +48,9 @@ class StopSignal:
             signal.signal(sig, handler)
 
     def rehearse(self, step: int, is_main: bool, log) -> None:
-        """TRAINERS_REHEARSE_PREEMPTION=S (make cluster-check's train layer): once a Slurm job's first attempt has
-        done S optimizer steps, rank 0 has Slurm send its batch shell the time limit's warning (`scancel --batch
-        --signal=USR1`, as `--signal=B:USR1@N` would) and waits until the launcher has forwarded it here. So the whole
-        path (job.sh's trap, srun's forwarding, the checkpoint, the requeue, the resume) is rehearsed at a step
-        chosen in advance, on any machine; a signal that never arrives is said, and the run goes on."""
+        """TRAINERS_REHEARSE_PREEMPTION=S (cluster-check's train layer): after S steps of a Slurm job's first attempt,
+        rank 0 has Slurm send its batch shell the time limit's warning (`scancel --batch --signal=USR1`) and waits
+        for it here, so job.sh's trap, the forwarding, checkpoint, requeue and resume are rehearsed on any machine."""
         at = int(os.environ.get("TRAINERS_REHEARSE_PREEMPTION") or 0)
         if not at or step < at or not is_main or self.received is not None or self.rehearsed \
                 or rendezvous.restarts(os.environ) > 0 or "SLURM_JOB_ID" not in os.environ:
@@ -89,8 +83,7 @@ def place(cfg: Config, launch: backends.Launch, pinned: dict) -> tuple[placement
 
 @dataclasses.dataclass
 class Setup:
-    """One process's part of a run: its config and launch, where it runs, the backend, the model, optimizer and
-    criterion, the data, the run folder and the counters that write its records."""
+    """One process's part of a run: what it trains with and the counters that write its records."""
     cfg: Config
     launch: backends.Launch
     allocation: placement.Allocation
@@ -119,8 +112,7 @@ class Setup:
 
 def build_setup(cfg: Config, run_dir: Path, backend_name: str, launch: backends.Launch, resume: bool,
                 echo: bool = True, pinned: dict | None = None) -> tuple[Setup, checkpoint.TrainState]:
-    """The Setup and the state training starts from: epoch 0's, or the checkpoint's (resume). `pinned`: a resumed
-    run's arithmetic, as it started (checks.pin_arithmetic)."""
+    """The Setup and the state training starts from; `pinned`: a resumed run's arithmetic (checks.pin_arithmetic)."""
     t, pinned = cfg.train, pinned or {}
     allocation, placed = place(cfg, launch, pinned)
     torch.set_num_threads(placed.threads)  # the same rule under every launcher (contract/placement.py)
@@ -134,7 +126,8 @@ def build_setup(cfg: Config, run_dir: Path, backend_name: str, launch: backends.
     b.start_run(run_dir)
     torch.manual_seed(t.seed)
     c = compute.Compute(t, b.device)
-    model = compute.compile_model(b.wrap_model(compute.prepare_model(build_model(cfg.model), t)), t)
+    model = b.wrap_model(compute.prepare_model(build_model(cfg.model), t))
+    model = torch.compile(model) if t.compile else model  # the wrapped model (DDP's optimizer splits the graph)
     criterion = nn.CrossEntropyLoss().to(b.device)
     optimizer = b.wrap_optimizer(build_optimizer(model, cfg.optim, policy.target), model)
     per_shard_batch = t.per_worker_batch * b.batch_multiplier

@@ -1,6 +1,5 @@
-"""What the training loop counts beside its steps, each an object it calls where an epoch ends (or the benchmark's
-timed steps): where the step time went (StepTimes), the optimizer steps fp16's scaler skipped (SkippedSteps), the
-files no decoder could read (UnreadableFiles). Each also gives its line for the end of the run.
+"""What the training loop counts beside its steps, each called where an epoch ends: where the step time went
+(StepTimes), the steps fp16's scaler skipped (SkippedSteps), the files no decoder could read (UnreadableFiles).
 """
 from __future__ import annotations
 

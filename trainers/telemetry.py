@@ -1,18 +1,14 @@
 """Telemetry: a sampler per node that records CPU, memory and GPU utilisation as `util` records.
 
-One daemon thread on the process with local rank 0 of each node samples every `telemetry.interval_s` seconds:
-  cpu_process_pct  this process and its children (data-loader workers) as a percent of all the node's logical
-                   cores, so it reads on the same 0-100 scale as cpu_system_pct (one busy core of 8 = 12.5)
+One daemon thread on local rank 0 of each node samples every `telemetry.interval_s` seconds:
+  cpu_process_pct  this process and its children (loader workers), a percent of all the node's logical cores
+                   (the scale of cpu_system_pct: one busy core of 8 = 12.5)
   cpu_system_pct   the whole node's CPU use over the same interval
-  mem_process_gb   resident memory of this process and its children
-  mem_system_pct   the node's memory in use
-  gpus             per GPU this job sees (CUDA_VISIBLE_DEVICES): {"index" as CUDA numbers it, "nvml_index" as the
-                   node numbers it, "util_pct", "mem_used_gb", "power_w"}; empty without one
-NVML (the nvidia-ml-py package) is optional: when it is missing or fails, the sampler says so in one line and
-carries on with the CPU fields. The thread only appends samples to a buffer; UtilRecords, which the training loop
-calls, drains it (rank 0 writes its own node's samples as the loop logs, and gathers the other nodes' through the
-backend at each epoch's end, as only rank 0 writes metrics.jsonl). No torch import: the sampler costs one psutil
-call per process a sample.
+  mem_process_gb   resident memory of this process and its children;  mem_system_pct  the node's memory in use
+  gpus             per GPU this job sees: {"index" (CUDA's), "nvml_index" (the node's), "util_pct",
+                   "mem_used_gb", "power_w"}; empty without one (NVML is optional: one line says so)
+UtilRecords drains the buffer: rank 0 writes its node's samples as the loop logs and gathers the other nodes' at each
+epoch's end. No torch import.
 """
 from __future__ import annotations
 
@@ -29,9 +25,7 @@ import psutil
 GB = 1024 ** 3
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# CPU and memory (psutil)
-# ----------------------------------------------------------------------------------------------------------------
+# ---- CPU and memory (psutil) -----------------------------------------------------------------------------------------
 class ProcessTreeCpu:
     """CPU seconds of a process and its live children, turned into a percent of the node between two samples."""
 
@@ -86,9 +80,7 @@ class NodeCpu:
         return min(max(100.0 * (busy1 - busy0) / (total1 - total0), 0.0), 100.0) if total1 > total0 else 0.0
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# GPUs (NVML)
-# ----------------------------------------------------------------------------------------------------------------
+# ---- GPUs (NVML) -----------------------------------------------------------------------------------------------------
 class Nvml:
     """Per-GPU utilisation, memory and power through NVML; `available` is False (and samples empty) without it."""
 
@@ -155,9 +147,7 @@ def visible_nvml_indices(nvml, cuda_visible: str | None) -> list[int]:
     return chosen
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The sampler thread
-# ----------------------------------------------------------------------------------------------------------------
+# ---- The sampler thread ----------------------------------------------------------------------------------------------
 class Sampler:
     """Samples every `interval_s` seconds on a daemon thread into a buffer that `drain()` empties."""
 
@@ -200,8 +190,7 @@ class Sampler:
         return out
 
     def stop(self) -> None:
-        """Stop the thread and take a last sample (so a run shorter than the interval has one too); the samples
-        stay in the buffer for a last drain()."""
+        """Stop the thread and take a last sample (so a run shorter than the interval has one too)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
@@ -220,14 +209,7 @@ def start_sampler(interval_s: float, rank: int, local_rank: int, warn=print) -> 
     return Sampler(interval_s, rank, warn).start()
 
 
-def as_record(sample: dict, run_start: float) -> dict:
-    """A sample as the fields of a `util` record: `t` in seconds since the run started, `time` when sampled."""
-    return {"t": sample["time"] - run_start, **sample}
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The run's util records
-# ----------------------------------------------------------------------------------------------------------------
+# ---- The run's util records ------------------------------------------------------------------------------------------
 class UtilRecords:
     """This node's sampler (on its local rank 0) and the `util` records its samples become in the run folder."""
 
@@ -245,11 +227,10 @@ class UtilRecords:
         start = self.run.manifest.get("start")
         origin = datetime.datetime.fromisoformat(start).timestamp() if start else self.started
         for sample in samples:
-            self.run.record("util", **as_record(sample, origin))
+            self.run.record("util", t=sample["time"] - origin, **sample)  # t: seconds since the run started
 
     def finish(self) -> None:
-        """Stop the sampler; rank 0 writes what its node sampled since the last epoch (other nodes' last samples
-        are lost)."""
+        """Stop the sampler; rank 0 writes its node's last samples (other nodes' are lost)."""
         if not self.sampler:
             return
         self.sampler.stop()

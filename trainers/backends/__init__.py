@@ -1,8 +1,7 @@
 """All distributed setup lives here: launcher detection (launch.py), the backend registry, its checks, and `create`.
 
-The training loop sees only a `Backend` (base.py); it never imports torch.distributed or horovod. Every backend is
-built one way, `cls(cfg, launch, device)`, after `resolve` ran every check of it against the config and the launch
-(`check_world`: the one place those live).
+The training loop sees only a `Backend` (base.py), never torch.distributed or horovod; every backend is built as
+`cls(cfg, launch, device)` after `resolve` ran every check of it (`check_world`: the one place those live).
 """
 from __future__ import annotations
 
@@ -35,11 +34,6 @@ BACKENDS: dict[str, str] = {  # as entry points are written: "module:class"
 }
 
 
-def backend_class(name: str) -> type[Backend]:
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
-
-
 def pick_device(cfg: Config, launch: Launch) -> torch.device:
     """One GPU per process, or the CPU. More processes on a node than GPUs: "auto" takes the CPU (gloo) on every
     rank alike, "cuda" is refused; NCCL cannot put two ranks on one GPU, and sharing one would be no test anyway."""
@@ -60,13 +54,8 @@ def pick_device(cfg: Config, launch: Launch) -> torch.device:
     return torch.device("cpu")
 
 
-def choose_backend(cfg: Config, launch: Launch) -> str:
-    return chosen_backend(cfg, launch.launcher, launch.world_size)
-
-
 def check_world(cfg: Config, launch: Launch, name: str) -> None:
-    """Every check of backend `name` against the config and the launch: refused here, before any process group
-    exists (the backends' constructors check nothing of the config)."""
+    """Every check of backend `name` against the config and the launch, before any process group exists."""
     check_processes(cfg, launch, name)
     if cfg.train.device == "cuda" and not torch.cuda.is_available():  # here, not after the data set is made
         raise ConfigError("train.device = 'cuda' but no GPU is visible; use --set train.device=cpu")
@@ -114,7 +103,7 @@ def check_horovod_launch(launch: Launch) -> None:
 
 def resolve(cfg: Config, launch: Launch) -> str:
     """The backend's name, checked against the launch; raises ConfigError before anything starts."""
-    name = choose_backend(cfg, launch)
+    name = chosen_backend(cfg, launch.launcher, launch.world_size)
     if name == "horovod":
         try:
             import trainers.backends.horovod  # noqa: F401  (fails without Horovod)
@@ -129,4 +118,5 @@ def resolve(cfg: Config, launch: Launch) -> str:
 
 def create(cfg: Config, launch: Launch, name: str) -> Backend:
     """Backend `name` (resolved: its checks passed) on this process's device."""
-    return backend_class(name)(cfg, launch, pick_device(cfg, launch))
+    module, cls = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(cfg, launch, pick_device(cfg, launch))

@@ -29,16 +29,14 @@ class CommClock:
 
 
 class Backend:
-    """One process's view of data-parallel training. Subclasses override what differs from one worker.
-
-    Every backend is built the same way, `Backend(cfg, launch, device)` (trainers.backends.create), and holds all
-    its state from then on; its checks against the config and the launch ran before, in trainers.backends.check_world.
-    """
+    """One process's view of data-parallel training; subclasses override what differs from one worker. Built as
+    `Backend(cfg, launch, device)` (backends.create) after its checks ran (backends.check_world)."""
 
     name = "single"
     backward_passes_per_step = 1  # > 1: local gradient accumulation before one allreduce (Horovod)
     batch_multiplier = 1  # images a shard reads per step, in per-worker batches (DataParallel splits k of them)
     workers_per_pass: int | None = None  # emulated workers per forward/backward pass (EmulatedBackend only)
+    local = None  # DDP, Horovod with W workers over P < W ranks: this rank's W/P workers (rank_workers.RankWorkers)
 
     def __init__(self, cfg: Config, launch: Launch, device: torch.device):
         self.device = device
@@ -60,7 +58,7 @@ class Backend:
 
     def shards(self) -> list[tuple[int, int]]:
         """(shard, num_shards) pairs this process reads each step, per_worker_batch images each."""
-        return [(self.rank, self.world_size)]
+        return self.local.shards() if self.local else [(self.rank, self.world_size)]
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         return model.to(self.device)
@@ -79,8 +77,7 @@ class Backend:
         return zip(images.chunk(n), target.chunk(n)) if n > 1 else ((images, target),)
 
     def fit_passes(self, optimizer: torch.optim.Optimizer, try_pass, pinned: int | None = None) -> str | None:
-        """Settle, once before training, how a step splits into passes where that is left to measure (emulated
-        workers on a GPU); the line to log, if any. Here a step's passes are fixed: nothing to measure."""
+        """Settle how a step splits into passes where that is left to measure (emulated workers on a GPU)."""
         return None
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, scaler=None) -> None:
@@ -117,22 +114,15 @@ class Backend:
         return [socket.gethostname()]
 
     def describe(self) -> dict:
-        return {
-            "backend": self.name,
-            "world_size": self.world_size,
-            "workers": self.workers,
-            "devices": self.devices(),
-            "hosts": self.hosts(),
-        }
+        info = {"backend": self.name, "world_size": self.world_size, "workers": self.workers,
+                "devices": self.devices(), "hosts": self.hosts()}
+        return {**info, **self.local.describe()} if self.local else info
 
 
     def devices(self) -> list[str]:
         """Every rank's device, in rank order ("cuda:<local index> <name>"; "cpu" once on CPU)."""
         if self.device.type == "cpu":
             return [str(self.device)]
-        return [name for names in self.gather_objects(device_names(self.device)) for name in names]
-
-
-def device_names(device: torch.device) -> list[str]:
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return [f"{device.type}:{index} {torch.cuda.get_device_name(index)}"]
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        mine = [f"{self.device.type}:{index} {torch.cuda.get_device_name(index)}"]  # a rank may hold several
+        return [name for names in self.gather_objects(mine) for name in names]

@@ -1,13 +1,9 @@
 """k data-parallel workers emulated in one process: exactly synchronous data-parallel SGD.
 
-Each step reads k per-worker batches in the order a k-replica DistributedSampler gives them, normalises each with
-its own BatchNorm batch statistics, averages the gradients (the mean loss over the k equal batches) and takes one
-optimizer step. Running statistics follow worker 0, as in a real run: DDP broadcasts rank 0's buffers before each
-forward and Horovod saves rank 0's.
-
-Passes: when k workers' batches don't fit in memory at once (32 x 128 ResNet-50 images on one GPU), the step runs
-in passes of `workers_per_pass` whole workers, gradients accumulating to the same mean over all k batches; each
-worker still normalises on its own batch, and only the first pass (worker 0's) updates the running statistics.
+Each step reads k per-worker batches in a k-replica DistributedSampler's order, normalises each with its own
+BatchNorm statistics, averages the gradients and takes one optimizer step. Running statistics follow worker 0, as
+in a real run (DDP broadcasts rank 0's buffers, Horovod saves rank 0's). When k batches don't fit in memory the step
+runs in passes of `workers_per_pass` whole workers, gradients accumulating to the same mean.
 """
 from __future__ import annotations
 
@@ -23,11 +19,8 @@ from trainers.compute import MEMORY_HEADROOM, largest_fitting_pass
 
 class WorkerBatchNorm2d(nn.BatchNorm2d):
     """BatchNorm2d whose training batch is k workers' batches, interleaved: row i * k + j is image i of worker j.
-
     In that order the (b * k, C, H, W) batch is, without a copy, the (b, k * C, H, W) batch whose channel group j is
-    worker j's: one native batch-norm call normalises each worker on its own statistics, with the affine parameters
-    repeated k times. WorkerInterleaved puts a model's batches in that order.
-    """
+    worker j's: one native batch-norm call normalises each worker on its own statistics."""
 
     def __init__(self, num_features: int, workers: int, **kwargs):
         super().__init__(num_features, **kwargs)
@@ -108,8 +101,7 @@ def use_worker_batchnorm(model: nn.Module, workers: int) -> nn.Module:
 
 
 class EmulatedWorkers:
-    """k workers in one process: their own BatchNorms (WorkerInterleaved) and the passes a step runs them in. The
-    emulated backend's whole work, and the W/P workers inside each rank of a DDP or Horovod run (rank_workers.py)."""
+    """k workers in one process, with their own BatchNorms, in passes: for EmulatedBackend and RankWorkers."""
 
     def __init__(self, device: torch.device, workers: int, workers_per_pass: int = 0):
         self.device, self.workers = device, workers
@@ -174,23 +166,23 @@ class EmulatedBackend(Backend):
 
     def __init__(self, cfg: Config, launch: Launch, device: torch.device):
         super().__init__(cfg, launch, device)
-        self.local = EmulatedWorkers(device, self.workers, cfg.train.workers_per_pass)
+        self.emulated = EmulatedWorkers(device, self.workers, cfg.train.workers_per_pass)
 
     @property
     def workers_per_pass(self) -> int:
-        return self.local.workers_per_pass  # 0 until fit_passes measured it (auto on a GPU)
+        return self.emulated.workers_per_pass  # 0 until fit_passes measured it (auto on a GPU)
 
     def shards(self) -> list[tuple[int, int]]:
         return [(worker, self.workers) for worker in range(self.workers)]
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
-        return self.local.wrap_model(model)
+        return self.emulated.wrap_model(model)
 
     def micro_batches(self, images: torch.Tensor, target: torch.Tensor):
-        return self.local.micro_batches(images, target)
+        return self.emulated.micro_batches(images, target)
 
     def fit_passes(self, optimizer: torch.optim.Optimizer, try_pass, pinned: int | None = None) -> str | None:
-        return self.local.fit_passes(optimizer, try_pass, pinned)
+        return self.emulated.fit_passes(optimizer, try_pass, pinned)
 
     def describe(self) -> dict:
         return {**super().describe(), "workers_per_pass": self.workers_per_pass or self.workers}

@@ -1,27 +1,14 @@
 """Horovod+PyTorch: the thesis's second framework (Horovod 0.15.2 then; 0.28.1 here).
 
-Every use of `horovod.torch` in the project lives in this module, each line marked `# Horovod: ...` as in Horovod's
-own examples. What it does, in the order of those examples:
-  1. hvd.init(); pin each rank to its local GPU when there are GPUs;
-  2. broadcast rank 0's parameters, buffers and (when there is any) optimizer state;
-  3. wrap the optimizer in hvd.DistributedOptimizer: gradients averaged by allreduce during backward, optionally
-     compressed to fp16 (the thesis left compression off), optionally accumulated locally over
-     `horovod.batches_per_allreduce` backward passes before one allreduce;
-  4. metrics summed with hvd.allreduce(op=Sum); data sharded by (hvd.rank(), hvd.size()).
+Every use of `horovod.torch` lives in this module, each line marked `# Horovod: ...` as in Horovod's examples:
+hvd.init() and a GPU a rank; rank 0's parameters, buffers and optimizer state broadcast; hvd.DistributedOptimizer
+(gradients averaged during backward, optionally fp16-compressed, optionally accumulated over
+`horovod.batches_per_allreduce` passes); metrics summed with hvd.allreduce.
 
-Launchers. Horovod forms its world itself, from its launcher's environment:
-  - `horovodrun -np N python -m trainers train ...`: Gloo (HOROVOD_RANK/SIZE/... and a rendezvous server) or MPI;
-  - `mpirun -np N python -m trainers train ...` (the thesis's way, also inside a Slurm allocation): MPI controller,
-    Gloo or MPI collectives on CPU, NCCL on GPUs when Horovod was built with it;
-  - `srun --mpi=pmix ...` (Open MPI with PMIx); a plain srun is refused before MPI_Init, which would abort or hang;
-  - torchrun cannot start Horovod: refused with a line that says what to use.
-These launchers are checked before anything starts (trainers.backends.check_world).
-The world Horovod sees is checked against the launch the trainer detected, so a wrong launch is one clear line.
-
-Timeline (`horovod.timeline = true`): Horovod only records a timeline when HOROVOD_TIMELINE is set before hvd.init().
-The backend sets it to DYNAMIC before init, and `start_run(run_dir)` (called by the loop once the run folder exists)
-starts recording into run_dir/horovod_timeline.json. A file given by the launcher (`horovodrun --timeline-filename F`
-or `-x HOROVOD_TIMELINE=F`) wins and is left alone.
+Horovod forms its world from its launcher (horovodrun, mpirun as the thesis did, srun --mpi=pmix); the launch is
+checked before anything starts (backends.check_world) and Horovod's world against it after init. Timeline
+(`horovod.timeline = true`): HOROVOD_TIMELINE=DYNAMIC before init, then `start_run` records into
+run_dir/horovod_timeline.json; a file the launcher names wins.
 """
 from __future__ import annotations
 
@@ -77,7 +64,6 @@ class HorovodBackend(Backend):
         self.fp16_allreduce = options.fp16_allreduce
         # W logical workers over P ranks (W > P): W/P emulated workers in this rank, their passes accumulated
         # locally before the one allreduce of the step (rank_workers.py)
-        self.local = None
         if self.workers > self.world_size:  # (batches_per_allreduce > 1 with it is refused before launch)
             self.local = RankWorkers(self.device, self.rank, self.world_size, self.workers, cfg.train.workers_per_pass)
             self.workers_per_pass = self.local.workers_per_pass
@@ -90,9 +76,6 @@ class HorovodBackend(Backend):
             self.timeline_file = launcher_timeline  # given by the launcher; Horovod records it from init
 
     # ---- the Backend interface ----------------------------------------------------------------------------------
-    def shards(self) -> list[tuple[int, int]]:
-        return self.local.shards() if self.local else super().shards()
-
     def wrap_model(self, model: nn.Module) -> nn.Module:
         model = model.to(self.device)  # Horovod needs no model wrapper: the optimizer does the allreduce
         return self.local.wrap_model(model) if self.local else model  # this rank's workers' own BatchNorms
@@ -178,7 +161,7 @@ class HorovodBackend(Backend):
             "batches_per_allreduce": self.batch_multiplier,
             "timeline": self.timeline_file,
         }
-        return {**info, **self.local.describe()} if self.local else info
+        return info
 
 
 def time_synchronize(optimizer: torch.optim.Optimizer, clock: CommClock) -> None:

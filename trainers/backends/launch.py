@@ -6,12 +6,11 @@ import datetime
 import os
 import re
 import socket
-import subprocess
 from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple
 
 from contract.config import ConfigError
-from trainers.rendezvous import job_port
+from trainers.rendezvous import expand_nodelist, job_port
 
 # How long a collective may wait on a slow peer (TRAINERS_COLLECTIVE_TIMEOUT_S). A peer that dies closes its sockets
 # and is noticed at once; one cut off (its node's link down) is given up on after this.
@@ -29,19 +28,6 @@ class Launch:
     master_port: int | None = None
     hosts: list[str] = field(default_factory=list)
     local_world_size: int = 1  # processes on this node: more than its GPUs means CPU, never two ranks on one GPU
-
-
-def first_host(nodelist: str) -> str:
-    """The first host of a Slurm node list ("gpu[12-15],gpu20" -> "gpu12"), via scontrol when there is one."""
-    try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=10)
-        if out.returncode == 0 and out.stdout.split():
-            return out.stdout.split()[0]
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    head = re.split(r",(?![^\[]*\])", nodelist)[0]
-    match = re.fullmatch(r"(.*)\[(\d+)[^\]]*\]", head)
-    return match.group(1) + match.group(2) if match else head
 
 
 class Route(NamedTuple):
@@ -87,7 +73,7 @@ def detect_launch(env: Mapping[str, str] = os.environ) -> Launch:
         )
     if "OMPI_COMM_WORLD_RANK" in env:  # mpirun (also horovodrun over MPI), on one host or in a Slurm allocation
         nodes = env.get("SLURM_JOB_NODELIST")
-        addr = env.get("MASTER_ADDR") or (first_host(nodes) if nodes else "127.0.0.1")
+        addr = env.get("MASTER_ADDR") or (expand_nodelist(nodes)[0] if nodes else "127.0.0.1")
         port = job_port(env) if ("MASTER_PORT" in env or "SLURM_JOB_ID" in env) else 29500
         return Launch(
             "mpi", num("OMPI_COMM_WORLD_RANK"), num("OMPI_COMM_WORLD_SIZE"),
@@ -98,7 +84,7 @@ def detect_launch(env: Mapping[str, str] = os.environ) -> Launch:
         nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "127.0.0.1")
         return Launch(
             "slurm", num("SLURM_PROCID"), num("SLURM_STEP_NUM_TASKS"), int(env.get("SLURM_LOCALID", "0")),
-            env.get("MASTER_ADDR") or first_host(nodes), job_port(env),
+            env.get("MASTER_ADDR") or expand_nodelist(nodes)[0], job_port(env),
             local_world_size=per_node("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"),
         )
     return Launch()

@@ -1,17 +1,10 @@
 """W logical workers over P real ranks: W/P emulated workers inside each rank of a DDP or Horovod run.
 
-A launch of P processes (torchrun, srun, mpirun, horovodrun) with train.workers = W, W a multiple of P, trains the
-W-worker synchronous SGD step exactly: rank r holds logical workers r*W/P ... (r+1)*W/P - 1, reads their batches
-(trainers.data.sampling.logical_shards: the slice of the one-process W-worker step batch those workers hold),
-normalises each with its own BatchNorm statistics (emulated.py's EmulatedWorkers, in passes of
-`train.workers_per_pass` whole workers), accumulates their gradients locally and averages them over the ranks with
-the run's backend once per step. Rank 0's local worker 0 is logical worker 0: its running statistics are the ones
-kept (DDP broadcasts rank 0's buffers, Horovod broadcasts at the start and rank 0 saves).
-
-Each rank's gradient is the mean over its W/P workers (each pass's loss weighted by its share of the rank's images),
-and the allreduce averages the P ranks' means: the mean over all W workers, as one process with W workers computes
-it. Only the order of the floating-point sums differs (per rank, then across ranks); with the same passes per worker
-(e.g. one worker a pass on both sides) the runs agree to rounding (tests/test_rank_workers.py).
+Rank r holds logical workers r*W/P ... (r+1)*W/P - 1 (sampling.logical_shards), normalises each on its own batch
+(emulated.py, in passes of train.workers_per_pass), accumulates their gradients and averages over the ranks once a
+step: the mean over all W workers, as one process computes it, up to the order of the float sums (with the same
+passes per worker the runs agree to rounding: tests/test_rank_workers.py). Rank 0's worker 0 is logical worker 0,
+whose running statistics are kept.
 """
 from __future__ import annotations
 

@@ -20,11 +20,9 @@ from trainers.backends.rank_workers import RankWorkers
 class ExposedAllreduce:
     """A DDP communication hook's state: how long each backward waited for its gradient allreduce.
 
-    DDP launches a bucket's allreduce as soon as backward has produced its gradients, and backward returns once every
-    bucket is reduced. The collectives run one after another (gloo's queue, NCCL's stream), so the last bucket of a
-    step completes last; it is launched when backward's own computation is about done. The time from that launch to
-    its completion is what the step waits for communication beyond what backward hid; it is added to the clock per
-    step. Host clocks on CPU; on a GPU CUDA events on the stream, read once per epoch (no sync per step).
+    The collectives run one after another, so the step's last bucket completes last, and it is launched when
+    backward's own computation is about done: from its launch to its completion is the communication backward did
+    not hide. Host clocks on CPU; on a GPU CUDA events, read once per epoch (no sync per step).
     """
 
     def __init__(self, clock: CommClock, device: torch.device):
@@ -74,7 +72,6 @@ class DDPBackend(Backend):
         # rank 0's buffers are the ones saved and evaluated; other ranks' only matter when they validate a shard
         self.broadcast_buffers = cfg.data.val_mode == "sharded"
         # W logical workers over P ranks (W > P): W/P emulated workers in this rank (rank_workers.py)
-        self.local = None
         if self.workers > self.world_size:
             self.local = RankWorkers(device, self.rank, self.world_size, self.workers, cfg.train.workers_per_pass)
             self.workers_per_pass = self.local.workers_per_pass
@@ -88,9 +85,6 @@ class DDPBackend(Backend):
             world_size=self.world_size,
             timeout=COLLECTIVE_TIMEOUT,
         )
-
-    def shards(self) -> list[tuple[int, int]]:
-        return self.local.shards() if self.local else super().shards()
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         model = model.to(self.device)
@@ -159,10 +153,6 @@ class DDPBackend(Backend):
         names: list = [None] * self.world_size
         dist.all_gather_object(names, super().hosts()[0])
         return names  # rank order: which host each rank ran on
-
-    def describe(self) -> dict:
-        info = super().describe()
-        return {**info, **self.local.describe()} if self.local else info
 
 
 def rendezvous(init_method: str, launch: Launch, device: torch.device) -> str:

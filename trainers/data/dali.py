@@ -1,32 +1,16 @@
 """data.decoder = "dali": NVIDIA DALI decodes, crops, resizes and flips each batch; the loader only reads files.
 
-    train_tf, val_tf = imagefolder_transforms("dali", 224, threads=8)   # the plans the loader workers run
-    images = to_device(batch.images, device)   # DaliBatch.decode_on: DALI's pipeline, then normalised there
+The loader stays the suite's own (ImageFolderDataset over StepBatchSampler): a worker's item is the file's bytes,
+crop box and flip drawn from the (seed, epoch, index) seed as the "cpu" and "gpu" decoders draw them, and the batch
+goes to one DALI pipeline through `external_source`. DALI's own `readers.file` would shard and shuffle its own way:
+with ours W emulated workers equal W ranks and a resume is bit-identical.
 
-The loader is the suite's own: ImageFolderDataset over the same StepBatchSampler, so the sharding by logical worker,
-the per-sample crop draws (torchvision's RandomResizedCrop.get_params from the (seed, epoch, index) seed, as the
-"cpu" and "gpu" decoders draw them), the unreadable-file counting and the Batch contract are those of every other
-decoder. A worker's item is the file's bytes, its crop box and flip (gpu.py's EncodedImage, as a DaliImage); the
-batch goes to one DALI pipeline fed through `external_source`, rather than DALI's own `readers.file`, whose
-sharding and shuffling are its own: with ours, a sample's pixels depend on (seed, epoch, index) only, so W emulated
-workers equal W ranks and a resumed run is bit-identical, as with the other decoders.
-
-The pipeline: `decoders.image_slice` decodes only the region the resize reads ("mixed": nvJPEG on the GPU with
-`hw_decoder_load` of the baseline JPEGs on the hardware JPEG decoder of an A100 / H100, which takes no SMs from
-training; without a GPU, device_id=None and libjpeg-turbo on DALI's CPU threads), `resize` takes the box to
-size x size (antialiased linear: Pillow's BILINEAR filter), `flip` mirrors. The region is the box itself for a
-training crop (RandomResizedCrop crops, then resizes: nothing outside the box is read) and the box plus the filter's
-reach for a validation crop (Resize(256) + CenterCrop(224) resizes the whole image: pixels just outside the box
-count); so both equal the "pil" pipeline's to +-1 grey level (tests). Out come uint8 N x size x size x 3 on the
-device, normalised there by `to_device` as the "cpu" decoder's are. EXIF orientation is ignored, as Pillow's
-ImageFolder does.
-
-Files DALI is not given (PNG, CMYK JPEG...: the worker has decoded them with Pillow), and a batch DALI fails on (a
-JPEG whose header reads but whose data does not), take Pillow with the same region, box and flip.
-
-DALI is an optional extra (`make setup-dali`); without it this decoder is one line naming the target. On the CPU the
-pipeline runs when the loop asks for the batch, so the loop's data time holds the whole decode; on a GPU,
-DeviceBatches asks two batches ahead and counts the host's wait and the training stream's, as for "gpu".
+The pipeline decodes only the region the resize reads (`image_slice`; "mixed": nvJPEG with HW_DECODER_LOAD on the
+A100/H100 hardware decoder, which takes no SMs; without a GPU, libjpeg-turbo on DALI's threads), resizes
+(antialiased linear, Pillow's BILINEAR) and flips. A training crop reads its box alone; a validation crop (Resize +
+CenterCrop) also the filter's reach past it, so both equal "pil" to +-1 grey level (tests). EXIF orientation is
+ignored, as Pillow's ImageFolder does. Files DALI is not given (PNG, CMYK...) and a batch DALI fails on take Pillow
+with the same region, box and flip. DALI is optional (`make setup-dali`).
 """
 from __future__ import annotations
 
@@ -56,10 +40,16 @@ def require_dali() -> None:
         raise DataError(f'data.decoder = "dali" needs NVIDIA DALI, which is not installed: {SETUP} ({e})') from None
 
 
-# ---------------------------------------------------------------------------------------------------------
-# In the loader workers: the files, their boxes and flips
-# ---------------------------------------------------------------------------------------------------------
+def dali_missing() -> str | None:
+    """Why this machine cannot run DALI (require_dali's line), or None."""
+    try:
+        require_dali()
+    except DataError as e:
+        return str(e)
+    return None
 
+
+# ---- In the loader workers: the files, their boxes and flips ---------------------------------------------------------
 class DaliImage(EncodedImage):
     """One sample for DALI. `outside`: the resize reads past the box (validation's Resize + CenterCrop)."""
 
@@ -117,10 +107,7 @@ def region(item: DaliImage) -> tuple[tuple[int, int, int, int], tuple[float, flo
     return (x0, y0, x1, y1), (left - x0, top - y0, right - x0, bottom - y0)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# In the training process: the pipeline
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- In the training process: the pipeline ---------------------------------------------------------------------------
 def _graph(size: int, mixed: bool):
     """The pipeline's operators: encoded JPEGs, their regions, boxes and flips in; uint8 HWC size x size out."""
     from nvidia.dali import fn, types
@@ -195,10 +182,7 @@ def pipe_for(device: torch.device, size: int, threads: int, batch: int) -> Pipe:
     return pipe
 
 
-# ---------------------------------------------------------------------------------------------------------
-# A batch: DALI for the JPEGs, Pillow for the rest
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- A batch: DALI for the JPEGs, Pillow for the rest ----------------------------------------------------------------
 def pillow_crop(item: DaliImage) -> torch.Tensor:
     """The item's crop as DALI would make it, with Pillow: size x size x 3 uint8 (for what DALI is not given)."""
     if item.encoded:

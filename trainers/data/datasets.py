@@ -1,15 +1,10 @@
 """Datasets: ImageFolder (ILSVRC-2012 layout), the generated miniature, and synthetic tensors.
 
-Every dataset item is (image, target, unreadable): `unreadable` is (index,) when the item's own file could not
-be read (a training item is then the next readable file; a validation item's image is None and the collate
-drops it), else (); the indices travel with the batch through DataLoader worker processes (see sampling.py), so
-the loop counts distinct files per epoch.
-
-Deterministic augmentation: the random crop / flip of sample i in epoch e is a pure function of
-(seed, e, i). torchvision's v1 transforms draw from torch's global RNG, so __getitem__ seeds it from those
-three numbers and restores it afterwards. The epoch travels with the index when the loader asks for
-(epoch, i) (make_loader does that), so persistent workers, which hold their own copy of the dataset, never
-need `set_epoch`; plain integer indices use the epoch last given to `set_epoch`.
+Every item is (image, target, unreadable): `unreadable` is (index,) when the item's own file could not be read (a
+training item is then the next readable file; a validation item's image is None and collate drops it), so the loop
+counts distinct files per epoch across loader processes. The random crop / flip of sample i in epoch e is a pure
+function of (seed, e, i): torchvision's transforms draw from torch's global RNG, so __getitem__ seeds it and restores
+it after. The epoch travels with the index ((epoch, i), make_loader), so persistent workers need no `set_epoch`.
 """
 
 from __future__ import annotations
@@ -51,10 +46,7 @@ def _split_index(item) -> tuple[int | None, int]:
     return None, int(item)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Transforms
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Transforms ------------------------------------------------------------------------------------------------------
 class ToNormalizedTensor:
     """ToTensor + Normalize(ImageNet mean/std) in one pass over a PIL RGB image (the same arithmetic)."""
 
@@ -93,30 +85,11 @@ def imagenet_transforms(image_size: int, min_scale: float = 0.08):
     return TrainTransform(image_size, scale=(min_scale, 1.0)), val
 
 
-def torchvision_transforms(image_size: int, min_scale: float = 0.08):
-    """The same transforms written with torchvision only (the reference the fast ones are tested against)."""
-    normalize = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)
-    train = transforms.Compose([transforms.RandomResizedCrop(image_size, scale=(min_scale, 1.0)),
-                                transforms.RandomHorizontalFlip(), transforms.ToTensor(), normalize])
-    val = transforms.Compose([transforms.Resize(round(image_size * 256 / 224)), transforms.CenterCrop(image_size),
-                              transforms.ToTensor(), normalize])
-    return train, val
-
-
-
-
-# ---------------------------------------------------------------------------------------------------------
-# ImageFolder with bad-image tolerance
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- ImageFolder with bad-image tolerance ----------------------------------------------------------------------------
 class ImageFolderDataset(Dataset):
     """An ImageFolder split whose unreadable files are counted and, in training, replaced by the next readable
-    index (validation: excluded, `replace_unreadable=False`).
-
-    The replacement keeps every rank's batch the same size (needed for exact synchronous SGD); its crop
-    is still seeded by the original index, so it stays deterministic. A transform with `reads_files` (the fast
-    and GPU decoders) takes the path and decodes the file itself; the others take a Pillow RGB image.
-    """
+    index, which keeps every rank's batch the same size (exact synchronous SGD) and its crop seeded by the original
+    index; in validation excluded (`replace_unreadable=False`). A transform with `reads_files` takes the path."""
 
     def __init__(self, root: Path, transform, seed: int = 0, class_to_idx: dict[str, int] | None = None,
                  random_transform: bool = True, replace_unreadable: bool = True,
@@ -194,10 +167,7 @@ class ImageFolderDataset(Dataset):
         raise DataError(f"{self.root}: none of its {len(self.samples)} image files can be read")
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Synthetic data (tf_cnn_benchmarks' --data_name=imagenet without --data_dir)
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Synthetic data (tf_cnn_benchmarks' --data_name=imagenet without --data_dir) -------------------------------------
 class SyntheticDataset(Dataset):
     """n fixed random images: item i is drawn from a generator seeded by (seed, i), the same every epoch."""
 
@@ -206,12 +176,6 @@ class SyntheticDataset(Dataset):
 
     def __len__(self) -> int:
         return self.n
-
-    def set_epoch(self, epoch: int) -> None:  # fixed data: nothing changes between epochs
-        pass
-
-    def skipped_count(self) -> int:
-        return 0
 
     def __getitem__(self, item):
         _, index = _split_index(item)
@@ -230,18 +194,13 @@ def synthetic_batch(batch: int, image_size: int, num_classes: int, seed: int, de
     return images.to(device), targets.to(device)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The one entry point
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The one entry point ---------------------------------------------------------------------------------------------
 DECODERS = ALLOWED["data.decoder"]  # declared once, with the config
 
 
 def imagefolder_transforms(decoder: str, image_size: int, max_pixels: int = MAX_IMAGE_PIXELS, threads: int = 1):
-    """(train, val) transforms of an ImageFolder for data.decoder: "cpu" decodes only the crop, at a reduced DCT
-    scale, in uint8 (fast.py); "gpu" reads the file and its crop box, nvJPEG decodes and crops the batch on the
-    device (gpu.py); "pil" is torchvision's pipeline (Pillow, full resolution, float); "dali" reads the file and
-    its crop box, NVIDIA DALI decodes and crops the batch with `threads` CPU threads (dali.py)."""
+    """(train, val) transforms of an ImageFolder for data.decoder: "cpu" (fast.py), "gpu" (gpu.py), "dali" (dali.py,
+    with `threads` CPU threads) or "pil" (torchvision's pipeline)."""
     resize = round(image_size * 256 / 224)
     if decoder == "dali":
         from .dali import DaliTrainPlan, DaliValPlan, require_dali
@@ -280,12 +239,9 @@ def open_datasets(kind: str, path: str | None, image_size: int, num_classes: int
                   generated: dict | None, synthetic_size: int = SYNTHETIC_TRAIN, decoder: str = "pil",
                   max_pixels: int = MAX_IMAGE_PIXELS, decoded: bool = True, threads: int = 1,
                   holdout_share: float = 0.0):
-    """(train_ds, val_ds) for kind "imagefolder", "generated" (made from the `generated` spec) or "synthetic".
-    holdout_share > 0: val_ds is that share of the training images held out (held_out_split), seen as validation
-    images are, and train_ds the rest.
-    `decoder` applies to "imagefolder" (`threads`: the "dali" decoder's, data.loader_workers); the generated kind
-    (32-pixel JPEGs) is read from its decode cached in memory (memory.py) unless decoded=False: then file by file
-    with Pillow, as ImageFolder."""
+    """(train_ds, val_ds) for kind "imagefolder", "generated" (made from the `generated` spec) or "synthetic";
+    holdout_share > 0: val_ds is that share of the training images held out. The generated kind is read from its
+    decode cached in memory (memory.py) unless decoded=False: then file by file with Pillow, as ImageFolder."""
     if decoder == "dali":  # whatever the kind: a run that names DALI and trains without it would record "dali" falsely
         from .dali import require_dali
         require_dali()

@@ -1,14 +1,10 @@
 """The fast ImageFolder path: decode only the crop, at the smallest DCT scale that covers the output, in uint8.
 
-    RandomResizedCrop's box is drawn first, from the JPEG header's size and torch's global RNG, exactly as
-    torchvision draws it (same calls, same order), then only that box is decoded: libjpeg's partial decoding
-    (jpeg_region.py) at the smallest scale n/8 at which the box still has >= `size` pixels each way, then resized
-    to size x size (antialiased bilinear, as torchvision's) and flipped. Images stay uint8 H x W x 3 until the
-    device (`to_device` permutes and normalises there). At scale 8/8 the pixels equal the exact path's to +-1;
-    smaller scales differ by libjpeg's scaled IDCT (tests bound the difference).
-
-Files that are not JPEG (PNG, CMYK JPEGs...) or that libjpeg refuses take the careful path, the same box: Pillow
-decodes the whole image (`load_rgb`), which also decides whether the file is readable at all.
+RandomResizedCrop's box is drawn first, from the JPEG header's size and torch's global RNG exactly as torchvision
+draws it, then only that box is decoded (libjpeg's partial decoding, jpeg_region.py, at the smallest scale n/8
+that still covers `size`), resized (antialiased bilinear) and flipped; `to_device` normalises on the device. At
+8/8 the pixels equal the exact path's to +-1 (tests bound the smaller scales). Files libjpeg can't take (PNG,
+CMYK...) are decoded whole by Pillow (`load_rgb`), which also decides whether a file is readable at all.
 """
 
 from __future__ import annotations
@@ -23,17 +19,13 @@ from PIL import Image
 from torchvision import transforms
 
 from . import jpeg_region
+from .folder import IMAGENET_MEAN, IMAGENET_STD
 from .images import MAX_IMAGE_PIXELS, check_size, load_rgb
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 JPEG_MAGIC = b"\xff\xd8"
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The boxes: what RandomResizedCrop / Resize + CenterCrop would take from a width x height image
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The boxes: what RandomResizedCrop / Resize + CenterCrop would take from a width x height image ------------------
 def random_resized_box(width: int, height: int, scale, ratio) -> tuple[int, int, int, int]:
     """torchvision's RandomResizedCrop.get_params (10 tries, then the centre fallback) as (left, top, w, h),
     drawing from torch's global RNG; a 0 x H x W tensor stands in for the image (no pixels needed)."""
@@ -59,10 +51,7 @@ def dct_scale(box_w: float, box_h: float, size: int) -> int:
     return next(n for n in (1, 2, 4, 8) if n >= need - 1e-9 or n == 8)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Decoding a box to size x size uint8
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Decoding a box to size x size uint8 -----------------------------------------------------------------------------
 def _resize_box(arr: np.ndarray, box, size: int) -> torch.Tensor:
     """arr's box (left, top, right, bottom) resized to size x size, H x W x 3 uint8. A whole-pixel box (the
     training crops at 8/8) goes through torch's uint8 antialiased bilinear (SIMD; Pillow's filter to +-1, measured
@@ -149,10 +138,7 @@ def _hwc(img: Image.Image) -> torch.Tensor:
     return torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The transforms (they take a path: the file is decoded inside, after the box is known)
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The transforms (they take a path: the file is decoded inside, after the box is known) ---------------------------
 class FastTrainTransform:
     """RandomResizedCrop(size, scale, ratio) + RandomHorizontalFlip as uint8 HWC, same draws as torchvision."""
 
@@ -187,10 +173,7 @@ class FastValTransform:
         return f.decode_box(box, self.size, self.max_pixels)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# On the device
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- On the device ---------------------------------------------------------------------------------------------------
 def normalize(images: torch.Tensor) -> torch.Tensor:
     """uint8 N x H x W x 3 (already on the device) -> float N x 3 x H x W, ImageNet mean/std: the arithmetic of
     ToTensor + Normalize (datasets.ToNormalizedTensor), hence the same values."""

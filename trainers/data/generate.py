@@ -1,22 +1,15 @@
 """A generated ImageNet-shaped dataset for the `local` scale, and its on-disk cache.
 
-Photographs are not available at the local scale, so `generate_dataset` draws class folders of JPEGs
-procedurally (numpy + PIL) in the ILSVRC-2012 ImageFolder layout. A class is one combination of four
-factors of graded difficulty, so a small ResNet makes progress from its first epoch (colour is easy) and
-keeps improving for many (accent, texture, shape are harder):
+`generate_dataset` draws class folders of JPEGs (numpy + PIL) in the ILSVRC-2012 ImageFolder layout. A class is one
+combination of four factors of graded difficulty, so a small ResNet progresses from its first epoch (colour is easy)
+and keeps improving for many: hue (8) x accent (3) x texture (6) x shape (10). Nuisances make it a task: a random
+gradient background, 0-3 clutter shapes, random position / scale / rotation / aspect, colour jitter, noise and JPEG
+compression; a fraction AMBIGUOUS of images shows a confusable class's object (as ILSVRC-2012 has mislabelled
+images), so about 1 - AMBIGUOUS is reachable.
 
-    hue (8 hues) x accent (dark / light / complementary) x texture (6 patterns) x shape (10 shapes)
-
-Nuisances make it a task and not a lookup: a random two-colour background gradient, 0-3 clutter shapes of
-random colour, texture and shape (behind or occluding), random position / scale / rotation / aspect,
-colour jitter, pixel noise and JPEG compression. A fixed fraction of images (AMBIGUOUS, in train and val)
-shows an object of a confusable class (one that shares the most factors with the label's class), as
-ILSVRC-2012 has mislabelled and multi-object images; so 100 % is unreachable (about 1 - AMBIGUOUS is).
-
-Determinism: every image is drawn from its own numpy Generator seeded with (seed, split, class, n), so the
-files do not depend on the order or process they are made in, and the same arguments give byte-identical
-files (with the same PIL / libjpeg). GENERATOR_VERSION is part of the cache key: bump it whenever a change
-here changes the pixels.
+Every image is drawn from its own Generator seeded with (seed, split, class, n): byte-identical files whatever the
+order or process (with the same PIL / libjpeg). GENERATOR_VERSION is part of the cache key: bump it whenever a
+change here changes the pixels.
 """
 
 from __future__ import annotations
@@ -57,10 +50,7 @@ SHAPES = ("circle", "square", "triangle", "diamond", "cross", "ring", "star", "b
 MAX_CLASSES = N_HUES * N_ACCENTS * N_TEXTURES * len(SHAPES)  # 1440
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Drawing one image
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Drawing one image -----------------------------------------------------------------------------------------------
 
 def default_signals() -> None:
     """A forked worker must die on the pool's SIGTERM even when its parent (a Trainer) catches SIGTERM/SIGUSR1."""
@@ -84,11 +74,6 @@ def confusers(factors: list[tuple[int, int, int, int]]) -> list[list[tuple[int, 
         best = max((s for s, _ in shared), default=0)
         out.append([g for s, g in shared if s == best])
     return out
-
-
-def class_names(classes: int) -> list[str]:
-    """Folder names that sort in class order, shaped like WordNet ids (n00000000, n00000001, ...)."""
-    return [f"n{c:08d}" for c in range(classes)]
 
 
 def _shape_field(shape: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -197,10 +182,6 @@ def render(size: int, factors: tuple[int, int, int, int], rng: np.random.Generat
     return (np.clip(img, 0.0, 1.0) * 255 + 0.5).astype(np.uint8)
 
 
-def _image_seed(seed: int, split: int, cls: int, n: int) -> list[int]:
-    return [seed, GENERATOR_VERSION, split, cls, n]
-
-
 def _write_class(job) -> int:
     """Draw and write every image of one class (both splits). Runs in a worker process."""
     root, cls, name, factors, confusable, per_class, val_per_class, size, seed = job
@@ -208,17 +189,14 @@ def _write_class(job) -> int:
         folder = Path(root) / ("train", "val")[split] / name
         folder.mkdir(parents=True, exist_ok=True)
         for n in range(count):
-            rng = np.random.default_rng(_image_seed(seed, split, cls, n))
+            rng = np.random.default_rng([seed, GENERATOR_VERSION, split, cls, n])
             buf = io.BytesIO()
             Image.fromarray(render(size, factors, rng, confusable)).save(buf, format="JPEG", quality=JPEG_QUALITY)
             (folder / f"{n}.jpg").write_bytes(buf.getvalue())
     return cls
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Writing a dataset folder
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Writing a dataset folder ----------------------------------------------------------------------------------------
 def _args(classes, per_class, val_per_class, image_size, seed) -> dict:
     return {"classes": int(classes), "per_class": int(per_class), "val_per_class": int(val_per_class),
             "image_size": int(image_size), "seed": int(seed), "generator_version": GENERATOR_VERSION}
@@ -254,13 +232,9 @@ class _Progress:
 
 def generate_dataset(out: Path, classes: int, per_class: int, val_per_class: int, image_size: int, seed: int,
                      progress: bool = True, processes: int | None = None) -> Path:
-    """Write out/train/<class>/<n>.jpg, out/val/<class>/<n>.jpg and, last, out/dataset.json.
-
-    Returns out. If out already holds a complete dataset with the same arguments, nothing is written. A
-    half-made one (ours: has .generating, no matching marker) is removed and made again. A folder with
-    train/ or val/ that we did not make is refused rather than overwritten. processes=None uses every
-    core (the files do not depend on it).
-    """
+    """Write out/train/<class>/<n>.jpg, out/val/<class>/<n>.jpg and, last, out/dataset.json; return out. A complete
+    dataset of the same arguments is kept, a half-made one of ours (.generating) made again, a train/ or val/ we did
+    not make refused. processes=None uses every core (the files do not depend on it)."""
     out = Path(out)
     args = _args(classes, per_class, val_per_class, image_size, seed)
     if min(per_class, image_size) < 1 or val_per_class < 0:
@@ -277,7 +251,7 @@ def generate_dataset(out: Path, classes: int, per_class: int, val_per_class: int
     out.mkdir(parents=True, exist_ok=True)
     (out / IN_PROGRESS).write_text("")
 
-    names = class_names(classes)
+    names = [f"n{c:08d}" for c in range(classes)]  # sort in class order, shaped like WordNet ids
     near = confusers(factors)
     jobs = [(str(out), c, names[c], factors[c], near[c], per_class, val_per_class, image_size, seed)
             for c in range(classes)]
@@ -303,10 +277,7 @@ def generate_dataset(out: Path, classes: int, per_class: int, val_per_class: int
     return out
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The cache: <repo>/.cache/datasets/<name>-<hash>/, made once, safe under concurrent ranks
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The cache: <repo>/.cache/datasets/<name>-<hash>/, made once, safe under concurrent ranks ------------------------
 SPEC_KEYS = ("classes", "per_class", "val_per_class", "image_size", "seed")
 
 
@@ -333,18 +304,9 @@ def estimated_bytes(spec: dict) -> int:
     return int(images * 4.5 * spec["image_size"] ** 2)
 
 
-def size_line(path: Path, spec: dict) -> str:
-    images = spec["classes"] * (spec["per_class"] + spec["val_per_class"])
-    return (f"generating the data set once: {images:,} images of {spec['image_size']} px, about "
-            f"{estimated_bytes(spec) / 1e6:,.1f} MB in {path}")
-
-
 def ensure_generated(spec: dict, progress: bool = True) -> Path:
-    """The folder of the generated dataset `spec` describes, made on first use.
-
-    Several ranks or processes may call this at once: an exclusive fcntl lock next to the folder lets one
-    generate while the others wait, and they all find the complete dataset afterwards.
-    """
+    """The folder of the generated dataset `spec` describes, made on first use; of ranks calling at once, one
+    generates under an fcntl lock while the others wait."""
     path = cache_path(spec)
     args = _args(*(spec[k] for k in SPEC_KEYS))
     if is_complete(path, args):
@@ -356,7 +318,9 @@ def ensure_generated(spec: dict, progress: bool = True) -> Path:
             if not is_complete(path, args):
                 shutil.rmtree(path, ignore_errors=True)  # the cache folder is ours: a half-made one goes
                 check_free_space(path, spec)
-                print(size_line(path, spec), file=sys.stderr, flush=True)
+                images = spec["classes"] * (spec["per_class"] + spec["val_per_class"])
+                print(f"generating the data set once: {images:,} images of {spec['image_size']} px, about "
+                      f"{estimated_bytes(spec) / 1e6:,.1f} MB in {path}", file=sys.stderr, flush=True)
                 generate_cached(path, spec, progress)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

@@ -1,22 +1,19 @@
 """data.decoder = "gpu": loader workers only read files and draw crop boxes; the device decodes and crops.
 
-A worker's item is an `EncodedImage`: the file's bytes (or, for what nvJPEG can't take - PNG, CMYK JPEG - the
-pixels Pillow decoded), the crop box in original pixels and the flip, drawn exactly as the "cpu" decoder draws
-them (fast.py: torchvision's RandomResizedCrop.get_params from the per-sample seed). On the device, `decode_on`
-decodes the batch with nvJPEG (torchvision.io.decode_jpeg on a list, one call), pastes the images into padded
-tensors (chunks of similar size, so one huge photo doesn't pad the batch to its size) and resamples every crop
-box to size x size in one torchvision.ops.roi_align call per chunk (bilinear, several samples per output pixel
-when shrinking: an antialiased resize like Pillow's); the flips are one torch.where. On a CPU device the same code
-runs with libjpeg (torchvision's CPU decode_jpeg): that is how the tests check it.
+A worker's item is an `EncodedImage`: the file's bytes (or Pillow's pixels for what nvJPEG can't take: PNG, CMYK),
+its crop box and flip, drawn as the "cpu" decoder draws them. `decode_on` decodes the batch with nvJPEG in one
+decode_jpeg call, pastes the images into padded tensors (chunks of similar size) and resamples every box in one
+roi_align call per chunk (several samples per output pixel when shrinking: an antialiased resize like Pillow's). On
+a CPU device the same code runs with libjpeg: that is how the tests check it.
 
-Still torchvision.io, deprecated since torchvision 0.29 for TorchCodec (>= 0.16, `torchcodec.decoders.decode_jpeg`):
-not moved, because TorchCodec is not a pinned dependency and its CUDA decode (the only reason for this decoder)
-cannot be tested without a GPU; the maintained GPU decode path is data.decoder = "dali" (dali.py), which reads the
-same items. When torchvision drops decode_jpeg, this decoder goes (or moves to TorchCodec with a GPU to test on).
+Still torchvision.io (deprecated since torchvision 0.29 for TorchCodec): TorchCodec is not a pinned dependency and
+its CUDA decode cannot be tested without a GPU; the maintained GPU path is data.decoder = "dali", which reads the
+same items. When torchvision drops decode_jpeg, this decoder goes.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torchvision
 from torchvision.io import ImageReadMode
@@ -47,13 +44,8 @@ def _encoded_item(path: str, box_of, max_pixels: int, draw_flip: bool, kind: typ
     flip = bool(torch.rand(1) < 0.5) if draw_flip else False
     if f.jpeg:
         return kind(torch.frombuffer(bytearray(f.data), dtype=torch.uint8), True, f.width, f.height, box, flip)
-    pixels = torch.from_numpy(_array(load_rgb(path, max_pixels)))
+    pixels = torch.from_numpy(np.array(load_rgb(path, max_pixels), dtype=np.uint8))  # a writable copy
     return kind(pixels, False, f.width, f.height, box, flip)
-
-
-def _array(img):
-    import numpy as np
-    return np.array(img, dtype=np.uint8)  # a writable copy
 
 
 class GpuTrainPlan:
@@ -91,10 +83,7 @@ class GpuValPlan:
         return item
 
 
-# ---------------------------------------------------------------------------------------------------------
-# On the device
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- On the device ---------------------------------------------------------------------------------------------------
 def drain(device: torch.device) -> None:
     """Wait for the work queued on the device's current stream. nvJPEG's hardware decoder (A100, H100) writes its
     outputs without waiting for that stream, into blocks the caching allocator may have just freed while queued

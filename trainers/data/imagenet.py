@@ -1,16 +1,11 @@
 """`python -m trainers data imagenet`: ILSVRC-2012's three downloads -> the ImageFolder layout, and a staging tar.
 
-    OUT/train/<wnid>/*.JPEG    from ILSVRC2012_img_train.tar (one tar per class inside)
-    OUT/val/<wnid>/*.JPEG      from ILSVRC2012_img_val.tar (flat), sorted by the devkit's ground truth
-    OUT-<N>/...                with --resize N: the same images, shorter side N (what training reads at 224 px)
-    OUT.tar / OUT-<N>.tar      one uncompressed tar of the data set for slurm/job.sh's node-local staging
-                               (DATA_TAR=OUT.tar DATA_SUBDIR=<name of OUT>)
+    OUT/train/<wnid>/*.JPEG, OUT/val/<wnid>/*.JPEG (sorted by the devkit's ground truth); with --resize N also
+    OUT-<N>/ (shorter side N); OUT.tar (or OUT-<N>.tar) for slurm/job.sh's node-local staging
 
-torchvision.datasets.imagenet supplies the archives' names and published MD5s (ARCHIVE_META, checked by default,
---no-verify skips it) and the devkit parsing (parse_devkit_archive: scipy.io.loadmat of meta.mat, the ground
-truth, the 1000 leaf synsets). Its train/val extraction is not used: it starts over on every run and fails on a
-half-extracted folder. Here every piece is resumable: a class folder, a validation image, a resized file or the
-tar that exists complete is skipped on a re-run (each is written under a temporary name, then renamed).
+torchvision.datasets.imagenet supplies the archives' MD5s (checked unless --no-verify) and the devkit parsing. Its
+extraction is not used (it starts over and fails on a half-extracted folder): here every piece is written under a
+temporary name and renamed, so a re-run skips what is complete.
 """
 
 from __future__ import annotations
@@ -39,10 +34,7 @@ def progress(message: str) -> None:
     print(f"imagenet: {message}", file=sys.stderr, flush=True)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Checks: the archives are what ILSVRC-2012 published
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Checks: the archives are what ILSVRC-2012 published -------------------------------------------------------------
 def verify(path: Path, kind: str, out: Path) -> None:
     """The archive's MD5 against torchvision's ARCHIVE_META; a pass is remembered (by size and time) in OUT."""
     name, md5 = tv_imagenet.ARCHIVE_META[kind]
@@ -87,10 +79,7 @@ def _reading(path: Path):
                         f"archive; download it again") from e
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The steps
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The steps -------------------------------------------------------------------------------------------------------
 def devkit_labels(devkit: Path, out: Path, check: bool) -> tuple[list[str], list[str]]:
     """(the 1000 wnids, the validation images' wnids in file order) from the devkit, via torchvision."""
     if not (out / tv_imagenet.META_FILE).exists():
@@ -220,10 +209,7 @@ def staging_tar(root: Path) -> Path:
     return target
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The command
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The command -----------------------------------------------------------------------------------------------------
 def prepare(train_tar: Path, val_tar: Path, devkit: Path, out: Path, resize: int | None = None,
             check: bool = True, make_tar: bool = True) -> dict:
     out.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,8 @@
 """Partial JPEG decoding: one region of the image at a DCT scale of n/8, through the system's libjpeg(-turbo).
 
-No Python package here can decode only a region: PyTurboJPEG 2.x needs TurboJPEG 3 (`tj3Init`), which Debian 12
-and Ubuntu 22.04 don't ship (their libturbojpeg0 is 2.1), simplejpeg and Pillow decode whole images. libjpeg's own
-API can (jpeg_crop_scanline, jpeg_skip_scanlines, scale_num/8), so _jpeg_region.c calls it and is compiled here on
-first use (cc + the libjpeg headers, e.g. Debian's libjpeg-dev) into the cache folder. Without a compiler or the
-headers `available()` is False and the caller decodes with simplejpeg instead: nothing needs root.
+No Python package here decodes only a region (PyTurboJPEG 2.x needs TurboJPEG 3, which Debian 12 and Ubuntu 22.04
+don't ship), so _jpeg_region.c calls libjpeg's own API and is compiled on first use (cc + libjpeg-dev) into the cache
+folder. Without a compiler or the headers `available()` is False and the caller decodes with simplejpeg instead.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """The generated dataset decoded once into memory and augmented a batch at a time on tensors.
 
-The JPEG files stay the dataset's on-disk form; their decode (8,000 images of 32 x 32 x 3 at the local scale,
-24 MB) is cached beside them in decoded.npz, made once per machine and per decoder. A batch is then a few
-tensor operations instead of one JPEG decode, PIL crop, resize and normalisation per image:
+The JPEG files stay the on-disk form; their decode (24 MB at the local scale) is cached beside them in decoded.npz,
+once per machine and decoder. A batch is then a few tensor operations instead of a decode, crop, resize and
+normalisation per image (train: RandomResizedCrop + flip; val: Resize + CenterCrop, once at load).
 
-  train: RandomResizedCrop(size, scale) + RandomHorizontalFlip + ToTensor + Normalize, as imagenet_transforms;
-  val:   Resize(size * 256 / 224) + CenterCrop(size), done once for the whole split when it is loaded.
-
-Exact, not approximate: the resize reproduces Pillow's fixed-point bilinear resampling (libImaging/Resample.c:
-per-output-pixel coefficients normalised and rounded to 22 fractional bits, two passes each rounded to uint8, in
-Pillow 13's order), so an image equals the PIL path's given the same crop box and flip (tests check it for every
-box shape). Another Pillow version may round a few pixels one level differently; the pinned one is 13.0.0.
-
-Per-sample determinism: the crop and flip of sample i in epoch e are drawn from a counter-based generator keyed by
-(seed, e, i) (splitmix64 of the key and the draw number), vectorised over the batch. So a sample's pixels do not
-depend on the batch it is in, its position there, the worker count or the process: the emulated = DDP and the
-bit-exact resume properties hold. The draws follow torchvision's RandomResizedCrop.get_params (ten tries at a
-box of random area and log-uniform aspect ratio, else the whole image), a different stream from the torch RNG
-the per-file path (ImageFolderDataset) seeds, so the two paths give equally distributed, not identical, crops.
+Exact, not approximate: the resize reproduces Pillow's fixed-point bilinear resampling (Resample.c's coefficients at
+22 fractional bits, two passes each rounded to uint8, in Pillow 13's order, the pinned version), so an image equals
+the PIL path's given the same box and flip (tests check every box shape). The crop and flip of sample i in epoch e
+come from a counter-based generator keyed by (seed, e, i) (splitmix64), so a sample's pixels depend on nothing else
+(emulated = DDP, bit-exact resume). The draws follow RandomResizedCrop.get_params, from another stream than the
+per-file path's torch RNG: equally distributed crops, not identical ones.
 """
 from __future__ import annotations
 
@@ -33,7 +25,8 @@ import PIL.features
 import torch
 from torch.utils.data import Dataset
 
-from .folder import GENERATED_MIN_SCALE, IMAGENET_MEAN, IMAGENET_STD, held_out_split, scan_imagefolder
+from .fast import normalize  # (B, H, W, 3) integer values -> normalised float (B, 3, H, W)
+from .folder import GENERATED_MIN_SCALE, held_out_split, scan_imagefolder
 from .generate import DataError
 from .images import load_rgb
 from .sampling import Batch
@@ -47,10 +40,7 @@ EPOCH_CACHE_BYTES = 256 * 2 ** 20  # a training split whose augmented epoch fits
 EPOCH_CHUNK = 1024  # images a vectorised augmentation pass holds (int32 buffers of ~3 x 12 KiB an image)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Per-sample random numbers, vectorised
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Per-sample random numbers, vectorised ---------------------------------------------------------------------------
 _GOLDEN = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
 
@@ -97,10 +87,7 @@ def crop_params(u: np.ndarray, height: int, width: int, scale: tuple[float, floa
     return torch.from_numpy(np.stack([top, left, h, w, flip.astype(np.int64)], axis=1))
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Pillow's bilinear resize on uint8 tensors
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- Pillow's bilinear resize on uint8 tensors -----------------------------------------------------------------------
 def pil_bilinear_coefficients(in_size: int, out_size: int) -> np.ndarray:
     """(out_size, in_size) integer coefficients (as float64) of Pillow's BILINEAR resize of one axis.
 
@@ -127,16 +114,11 @@ def pil_bilinear_coefficients(in_size: int, out_size: int) -> np.ndarray:
 
 
 class Resizer:
-    """Crops boxes out of a batch of equal-sized square uint8 HWC images and resizes them to out x out, as
-    PIL's img.crop(box).resize((out, out), BILINEAR) (then an optional horizontal flip) does, all at once;
-    the result is (B, out, out, 3) int32 holding values 0..255.
-
-    Each output pixel of a pass is a sum over a few neighbouring input pixels (its taps: 2 when enlarging).
-    A pass works on the axis it resizes held first, so a tap is one row copy (index_select) and one
-    multiply-add over whole rows, in int32 like Pillow (the sums stay below 2^31). Pillow resizes in two
-    passes, each rounded to uint8: horizontal then vertical, except (since Pillow 13, the version pinned
-    here) vertical first when the height shrinks by more than twice as many pixels as the width. The order
-    changes a few pixels by one level, so it is followed too."""
+    """PIL's img.crop(box).resize((out, out), BILINEAR) (then an optional flip) of a batch of equal-sized square
+    uint8 HWC images at once: (B, out, out, 3) int32 holding 0..255. A pass holds the axis it resizes first, so each
+    tap is one row copy and one int32 multiply-add over whole rows. Pillow's two passes, each rounded to uint8, run
+    horizontal then vertical, except (Pillow 13) vertical first when the height shrinks by more than twice as many
+    pixels as the width; the order changes a few pixels by one level, so it is followed too."""
 
     def __init__(self, in_size: int, out_size: int):
         self.in_size, self.out_size = in_size, out_size
@@ -206,29 +188,15 @@ class Resizer:
         return out
 
 
-def normalize(images: torch.Tensor) -> torch.Tensor:
-    """(B, H, W, 3) uint8 values (any integer dtype) -> float32 (B, 3, H, W): ToTensor + Normalize(ImageNet),
-    the same arithmetic as datasets.ToNormalizedTensor."""
-    mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
-    return images.permute(0, 3, 1, 2).float().div_(255).sub_(mean).div_(std).contiguous()
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The datasets
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The datasets ----------------------------------------------------------------------------------------------------
 class DecodedDataset(Dataset):
-    """A split held as one uint8 tensor; `__getitems__` makes a whole Batch with tensor ops.
+    """A split held as one uint8 tensor; `__getitems__` makes a whole Batch with tensor ops. Items are addressed
+    like ImageFolderDataset's: an index, or (epoch, index).
 
-    train (random=True): the decoded images (N, S, S, 3), cropped, resized, flipped and normalised as
-    described above. At an epoch's first batch all N samples are augmented at once, in chunks (one vectorised
-    pass costs about what 30 batches of 4 do one by one), and kept until another epoch is asked for; a batch is
-    then one index. Each sample's pixels depend only on (seed, epoch, index), so this equals augmenting batch by
-    batch, bit for bit. Splits too large to hold an epoch (> EPOCH_CACHE_BYTES) are augmented batch by batch.
-    val (random=False): the images already resized and centre-cropped, (N, size, size, 3); a batch is only
-    normalised.
-    Items are addressed like ImageFolderDataset's: an index, or (epoch, index) as make_loader sends them.
+    train (random=True): at an epoch's first batch all N samples are augmented at once, in chunks (one vectorised
+    pass costs about what 30 batches of 4 do one by one), and kept for the epoch: the same pixels as batch by batch,
+    as each depends only on (seed, epoch, index). A split over EPOCH_CACHE_BYTES is augmented batch by batch.
+    val (random=False): the images already resized and centre-cropped; a batch is only normalised.
     """
 
     def __init__(self, images: torch.Tensor, targets: torch.Tensor, classes: list[str], image_size: int,

@@ -1,18 +1,10 @@
 """Batches on the device, the next ones prepared while the GPU trains on this one.
 
-    batches = DeviceBatches(loader, device)        # yields (images, target, skipped) on the device
-    for images, target, skipped in batches: ...
-    batches.gpu_wait_s()                            # seconds the training stream sat waiting for a batch
-
-On a CUDA device each batch is moved, and with data.decoder = "gpu" decoded, cropped and flipped, on a stream of
-its own, `AHEAD` batches in advance; the training stream waits on that batch's event alone, and what crosses
-streams is `record_stream`ed so the caching allocator never hands its memory to the other stream early. The
-decode's own guard (gpu.drain: nvJPEG's hardware decoder ignores stream order) then waits for the prefetch
-stream's earlier work only, not for the step queued on the training stream: decoding and training overlap.
-
-The time split stays honest: the host's wait for the loader and the time to queue the move/decode count as data
-time in the loop, and `gpu_wait_s` adds the time the training stream stood idle on a batch's event (CUDA events
-around the wait, read once an epoch). On the CPU everything is synchronous and the wait is already host time.
+On a CUDA device each batch is moved (with data.decoder = "gpu", decoded) on a stream of its own, `AHEAD` batches
+in advance; the training stream waits on that batch's event alone, and what crosses streams is `record_stream`ed so
+the caching allocator never hands its memory over early. The host's wait counts as data time in the loop;
+`gpu_wait_s` adds the time the training stream stood idle on a batch's event (read once an epoch). On the CPU
+everything is synchronous.
 """
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Which sample goes to which worker and step: DistributedSampler's sharding, step batches, the loader.
 
-One rule serves real ranks and emulated workers: epoch e's permutation is DistributedSampler's
-(randperm seeded by seed + e, padded by wrapping to a multiple of the world size, shard r takes r::world).
-StepBatchSampler yields, per optimizer step, the concatenation over its shards of each shard's next
-per-shard batch, so step s of k emulated workers in one process is exactly the concatenation of step s of
-the k real ranks. With W logical workers over P ranks (W a multiple of P) rank r holds logical workers
-r*W/P ... (r+1)*W/P - 1 (logical_shards): the P ranks' step batches, concatenated, are the one-process W-worker batch.
+One rule serves real ranks and emulated workers: epoch e's permutation is DistributedSampler's (randperm seeded by
+seed + e, padded to a multiple of the world size, shard r takes r::world), and a step's batch is the concatenation
+of its shards' next batches, so step s of k emulated workers is exactly step s of k real ranks (and of W logical
+workers over P ranks: logical_shards).
 """
 
 from __future__ import annotations
@@ -37,9 +35,8 @@ def _pad(indices: list[int], num_shards: int) -> list[int]:
 
 
 def logical_shards(rank: int, world_size: int, workers: int) -> list[tuple[int, int]]:
-    """The (shard, num_shards) pairs rank `rank` of `world_size` reads when the run has `workers` logical workers:
-    logical workers rank * k ... (rank + 1) * k - 1 of `workers`, k = workers / world_size, in order. Their step batch
-    is then exactly the slice of one process's `workers`-worker step batch that those workers hold."""
+    """The (shard, num_shards) pairs rank `rank` of `world_size` reads with `workers` logical workers: workers
+    rank * k ... (rank + 1) * k - 1, k = workers / world_size, whose step batch is that slice of one process's."""
     if world_size < 1 or workers % world_size or not 0 <= rank < world_size:
         raise ValueError(f"{workers} workers do not split evenly over {world_size} ranks (rank {rank})")
     k = workers // world_size
@@ -56,14 +53,10 @@ def shard_indices(n: int, num_shards: int, shard: int, epoch: int, seed: int, sh
 class StepBatchSampler:
     """Per optimizer step, the concatenated indices of the given shards' next `per_shard_batch` samples.
 
-    shards=[(rank, world)] for a real rank; [(0, k), (1, k), ..., (k-1, k)] for k emulated workers. Like
-    DistributedSampler(drop_last=False) every shard holds ceil(n / world) samples, so the last step's
-    micro-batches are smaller than per_shard_batch but equal across shards (a batch of B images from
-    len(shards) shards splits into len(shards) equal micro-batches, in shard order).
-
-    len() is the number of steps in a full epoch, whatever start_step is; iteration yields steps
-    start_step..len()-1 (mid-epoch resume). set_epoch(e, start_step) reuses the sampler (and the loader's
-    persistent workers) for the next epoch.
+    shards=[(rank, world)] for a real rank; [(0, k), ..., (k-1, k)] for k emulated workers. Every shard holds
+    ceil(n / world) samples (DistributedSampler(drop_last=False)), so the last step's micro-batches are smaller but
+    equal across shards. len() is a full epoch's steps; iteration yields steps start_step..len()-1 (mid-epoch
+    resume); set_epoch(e, start_step) reuses the sampler (and the loader's persistent workers).
     """
 
     def __init__(self, n: int, shards: list[tuple[int, int]], per_shard_batch: int, epoch: int = 0, seed: int = 0,
@@ -124,10 +117,7 @@ class IndexBatches:
             yield self.indices[s:s + self.batch_size]
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The loader
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- The loader ------------------------------------------------------------------------------------------------------
 class Batch(NamedTuple):
     images: torch.Tensor
     targets: torch.Tensor

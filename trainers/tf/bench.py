@@ -1,11 +1,9 @@
 """The TensorFlow throughput benchmark: the thesis's protocol on synthetic data, into a run folder like any run's.
 
-`bench.warmup_batches` untimed steps, then `bench.batches` timed ones, each step timed to its end (its loss read
-back); the Bench record's images/s come from contract/runfolder.py's bench_throughput (the steady state after the
-warm-up, and the thesis's formula at batch 199), and train.log gets tf_cnn_benchmarks' lines, `total images/sec`
-last. Every rank's synthetic batch is its own (seeded by the rank), so ranks that stepped on their own gradients
-would end with different weights: at the end every rank's weights are gathered and must agree, else the run
-failed (the averaging did not happen).
+`bench.warmup_batches` untimed steps, then `bench.batches` timed ones, each timed to its end (its loss read back);
+the bench record's figures come from contract/runfolder.py's bench_throughput and train.log gets tf_cnn_benchmarks'
+lines. Every rank's synthetic batch is its own, so at the end every rank's weights are gathered and must agree, else
+the run failed (the averaging did not happen).
 """
 from __future__ import annotations
 

@@ -12,36 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from typing import Mapping
 
 from contract.config import ConfigError
-from trainers.rendezvous import job_port
+from trainers.rendezvous import expand_nodelist, job_port
 
 LOCAL_HOST = "127.0.0.1"
-
-
-def expand_nodelist(nodelist: str) -> list[str]:
-    """A Slurm node list's hosts ("gpu[1-3,7],login" -> gpu1 gpu2 gpu3 gpu7 login), by scontrol where there is one
-    (it knows every form), else by the common forms: ranges and lists in one bracket, zero-padding kept."""
-    try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=10)
-        if out.returncode == 0 and out.stdout.split():
-            return out.stdout.split()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    hosts = []
-    for part in re.split(r",(?![^\[]*\])", nodelist):
-        match = re.fullmatch(r"(.*)\[([^\]]+)\](.*)", part)
-        if not match:
-            hosts.append(part)
-            continue
-        head, ranges, tail = match.groups()
-        for item in ranges.split(","):
-            low, _, high = item.partition("-")
-            for n in range(int(low), int(high or low) + 1):
-                hosts.append(f"{head}{n:0{len(low)}d}{tail}")
-    return hosts
 
 
 def tasks_per_node(spec: str, nodes: int) -> list[int]:

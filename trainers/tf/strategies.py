@@ -1,15 +1,13 @@
 """The TensorFlow trainer's two ways to average gradients over its processes, behind one small interface:
 
   horovod  Horovod+TensorFlow, the thesis's: a gradient tape whose gradients Horovod allreduces (averages);
-  mwms     TensorFlow's own MultiWorkerMirroredStrategy: the optimizer sums the replicas' gradients of a loss
-           scaled by the global batch, which is their average.
+  mwms     MultiWorkerMirroredStrategy: the optimizer sums the replicas' gradients of a loss scaled by the global
+           batch, which is their average.
 
-Each builds the model and optimizer where its variables belong, makes the one training step (a tf.function), and
-gathers a vector from every rank (the check that the ranks' weights agree, bench.py). Weight decay is PyTorch's
-(coupled: wd x weight added to every trainable variable's gradient), the optimizer SGD with momentum, as the thesis.
-
-TRAINERS_TF_FAULT=skip-averaging (a test's fault injection, never a setting): each rank steps on its own gradients,
-which the end-of-run check must catch.
+Each builds the model and optimizer where its variables belong, makes the training step (a tf.function) and gathers
+a vector from every rank (bench.py's check that the weights agree). Weight decay is PyTorch's (coupled), the
+optimizer SGD with momentum, as the thesis. TRAINERS_TF_FAULT=skip-averaging (a test's fault injection): each rank
+steps on its own gradients, which the end-of-run check must catch.
 """
 from __future__ import annotations
 
@@ -81,10 +79,7 @@ class HorovodTF:
         return self.hvd.allgather(tf.constant(vector[None, :])).numpy()
 
     def hosts(self) -> list[str]:
-        return [str(h) for h in self.gather_strings(os.uname().nodename)]
-
-    def gather_strings(self, text: str) -> list[str]:
-        return self.hvd.allgather_object(text)
+        return [str(h) for h in self.hvd.allgather_object(os.uname().nodename)]
 
     def gather_objects(self, obj) -> list:
         return self.hvd.allgather_object(obj)
