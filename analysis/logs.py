@@ -278,10 +278,7 @@ def _pytorch_epochs(train: pd.DataFrame, rare: list) -> pd.DataFrame:
     if not rows:
         return _empty(EPOCH_COLUMNS)
     df = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows.values()])
-    for c in EPOCH_COLUMNS:
-        if c not in df:
-            df[c] = np.nan
-    return df[EPOCH_COLUMNS].sort_values("epoch").reset_index(drop=True)
+    return df.reindex(columns=EPOCH_COLUMNS).sort_values("epoch").reset_index(drop=True)
 
 
 # ============================================================================================ Horovod example
@@ -344,11 +341,8 @@ def parse_horovod_example(raw: bytes, path: str = "<memory>") -> ParsedLog:
             row.update(val_loss=last["loss"], val_top1=last["accuracy"])
             row["epoch_time"] = row.get("epoch_time", 0.0) + last["elapsed"]
         rows[int(e)] = row
-    epochs = pd.DataFrame(list(rows.values()))
-    for c in EPOCH_COLUMNS:
-        if c not in epochs:
-            epochs[c] = np.nan
-    return ParsedLog(path, "horovod-example", "tqdm", train[TRAIN_COLUMNS], epochs[EPOCH_COLUMNS],
+    epochs = pd.DataFrame(list(rows.values())).reindex(columns=EPOCH_COLUMNS)
+    return ParsedLog(path, "horovod-example", "tqdm", train[TRAIN_COLUMNS], epochs,
                      lines=n_lines, bad_lines=bad)
 
 
