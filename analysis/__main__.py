@@ -122,9 +122,14 @@ def cmd_bench_report(args) -> int:
 
 
 def cmd_headline(args) -> int:
-    from .headline import main as headline_main
+    from .headline import COPIES, write_all
 
-    return headline_main(["--write"] if args.write else [])
+    if args.write:
+        write_all()
+        return 0
+    for copy in COPIES:
+        sys.stdout.write(copy.block(copy.table.read_text()) + "\n")
+    return 0
 
 
 def cmd_advise(args) -> int:

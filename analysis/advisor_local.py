@@ -1,14 +1,7 @@
 """The advisor against experiment 3 on the local cluster at several link rates (issue #51): the rows of
-results/tables/advisor_validation.md beside the thesis's, and its figure.
-
-    local_rows(sweep)            every experiment-3 run of `make link-sweep`'s folder beside its prediction for its
-                                 own placement, machine and link rate (analysis/advisor_runs.py), with its error
-    write_local_rows / read_local_rows
-                                 results/tables/advisor_local.csv: the rows, kept so that `make advise` renders the
-                                 committed table again without the (uncommitted) runs
-    validation_figure            predicted against measured images/s, both sources, the declared tolerance shaded
-
-`python -m tools advisor-local` (make advise-local) probes each rate's link, times the steps and writes all three.
+results/tables/advisor_validation.md beside the thesis's, kept in results/tables/advisor_local.csv so that `make
+advise` renders the committed table again without the (uncommitted) runs, and its figure. `python -m tools
+advisor-local` (make advise-local) probes each rate's link, times the steps and writes all three.
 """
 from __future__ import annotations
 

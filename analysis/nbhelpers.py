@@ -1,7 +1,6 @@
 """Small functions the notebooks call, so that each notebook cell stays one or two lines."""
 from __future__ import annotations
 
-import functools
 import io
 
 import matplotlib
@@ -19,8 +18,7 @@ from . import tables as tb  # noqa: E402
 
 def subplots(nrows: int = 1, ncols: int = 1, width: float = 6.5, height: float = 4.2):
     """plt.subplots with a size per panel; returns (fig, axes) (axes a single Axes for 1x1)."""
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows))
-    return fig, axes
+    return plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows))
 
 
 def show(fig_or_ax):
@@ -44,17 +42,10 @@ def overview(df: pd.DataFrame) -> pd.DataFrame:
     return (r.groupby(["experiment", "scale", "status"], dropna=False).size().rename("runs").reset_index())
 
 
-def shown(draw):
-    """A figure function as a notebook shows it: its figure rendered to a PNG image (show)."""
-    @functools.wraps(draw)
-    def view(*args, **kwargs):
-        return show(draw(*args, **kwargs))
-    return view
-
-
-#: Figures 14-17 as the notebooks show them: the report's figure function (the thesis's P100 row; ours at other
-#: scales on a row below), as an image
-scaling_figure = shown(fg.scaling_figure)
+def scaling_figure(*args, **kwargs):
+    """Figures 14-17 as the notebooks show them: the report's figure function (the thesis's P100 row; ours at other
+    scales on a row below), as an image."""
+    return show(fg.scaling_figure(*args, **kwargs))
 
 
 def speedup_pivot(scaling: pd.DataFrame, framework) -> pd.DataFrame:

@@ -1,16 +1,8 @@
-"""Experiment 13 (beyond the thesis): optimizer steps to a target validation accuracy per global batch, each batch
-at its own tuned rate (Shallue et al. 2019), and McCandlish et al.'s (2018) model S = S_min (1 + B_noise / B) fitted
-to them. The rules are declared in experiments/13_steps_to_target/README.md before any run; this module computes
-exactly those:
-
-    first_reach       the first epoch whose val_top1 >= target: steps (and examples) to it, no interpolation
-    run_steps         one row per run of experiment 13 (tuning runs `tune-<opt>-w<W>-base<b>-s0`, study runs
-                      `<opt>-w<W>-s<seed>`) or of experiment 12 (read at experiment 13's target, beside it)
-    selection         step 1's choice per (optimizer, workers): fewest steps on the held-out split, the edge rule
-    fit_noise_model   least squares on log S over every seed of the batches where all seeds reached the target
-    bootstrap         seeds resampled within each batch: 90 % percentile intervals of B_noise, S_min, the ratios
-    regimes           the end of perfect scaling (S(2B)/S(B) > 0.6) and of data parallelism (> 0.9)
-    noise_sentence    the fitted B_noise against make noise-scale's B_simple: the factor-10 rule
+"""Experiment 13 (beyond the thesis), its first edition: optimizer steps to a target validation accuracy per global
+batch, each batch at its own tuned rate (Shallue et al. 2019), and McCandlish et al.'s (2018) model
+S = S_min (1 + B_noise / B) fitted to them. The rules are declared in experiments/13_steps_to_target/README.md
+before any run; this module computes exactly those (its functions, in the order of the rules: one run's steps,
+step 1's choice of rate, step 2's curve, its fit, bootstrap and regimes, and the noise scale beside it).
 """
 from __future__ import annotations
 

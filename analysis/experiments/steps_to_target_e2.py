@@ -1,14 +1,6 @@
 """Experiment 13, second edition: the reading rules of experiments/13_steps_to_target/declared_2026-11-28-edition2.txt,
-computed (the first edition, superseded, keeps its own in steps_to_target.py and is read as it was).
-
-    curve / first_reach    a run's evaluations (eval records every k steps, epoch ends) and its first at the target
-    run_steps              one row per second-edition run (e2-tune-<opt>-w<W>-base<b>-s<seed>, e2-<opt>-w<W>-s<seed>)
-    resolution_met         k <= 5 % of every seed's steps (a rule that can fail: the cell is then left out)
-    choose                 step 1: the score per rate, the tie rule (the middle of the tied rates), the edge rule
-    fit_with_misfit        S = S_min (1 + B_noise / B) with 90 % intervals from a bootstrap over batches and seeds
-    goodness               the fit's RMS against seed noise and against a power law; leave-one-batch-out B_noise
-    regime_word            a batch's regime from the fit, only where B_noise's interval allows one
-    b_simple_verdict       B_simple at the target against B_crit: agrees / disagrees / cannot tell (factor 3)
+computed in the order the declaration states them (the first edition, superseded, keeps its own in
+steps_to_target.py and is read as it was).
 """
 from __future__ import annotations
 
