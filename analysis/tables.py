@@ -40,12 +40,8 @@ def run_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def _status_label(status, done, planned) -> str:
     if status == "running":
-        return f"running (half-written, {_int(done)}/{_int(planned)} epochs)"
+        return f"running (half-written, {nb.int_text(done)}/{nb.int_text(planned)} epochs)"
     return str(status)
-
-
-def _int(x) -> str:
-    return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
 
 
 # backend: DDP and DataParallel are both "pytorch"; numerics: fp32 and bf16 at one batch are two measurements;
@@ -89,7 +85,8 @@ def unlike_rows(frame: pd.DataFrame) -> list[str]:
         for column, what in (("threads_per_rank", "threads"), ("cpus_per_rank", "CPUs")):
             values = group[column]
             if values.nunique(dropna=False) > 1 and values.notna().any():
-                said = ", ".join(f"{r.framework} ({r.backend}) {_int(v)}" for r, v in zip(group.itertuples(), values))
+                said = ", ".join(f"{r.framework} ({r.backend}) {nb.int_text(v)}"
+                                 for r, v in zip(group.itertuples(), values))
                 lines.append(f"Not like for like: {int(key[2])} GPU(s), batch {key[1]}, {key[4]} scale ran with "
                              f"different {what} a rank: {said}.")
     return lines
