@@ -167,7 +167,6 @@ def break_even_nodes(rows: list[Prediction]) -> int | None:
     return None
 
 
-# ---- the thesis's Tables 8-9 ------------------------------------------------------------------------------------
 def declaration() -> dict:
     with open(DECLARATION, "rb") as f:
         return tomllib.load(f)
@@ -266,7 +265,6 @@ def validation_line(r: dict, why: str, with_why: bool) -> str:
     return line + (f" {why.replace('|', '/')} |" if with_why else "")
 
 
-# ---- a machine's prediction from its measured step -----------------------------------------------------------
 def nominal_link(name: str) -> Link:
     """A published link rate from analysis/reference/links.toml."""
     with open(REFERENCE / "links.toml", "rb") as f:
@@ -316,7 +314,6 @@ def scaling_markdown(rows: list[Prediction], title: str, unit: str = "GPUs") -> 
     return "\n".join(lines) + "\n"
 
 
-# ---- a cluster's links, measured by make cluster-check's link probes --------------------------------------------
 LINK_FIT = "link_fit.json"  # in a cluster-check's folder: {"intra": record, "inter": record}
 CHECK_ROOT = Path("results/cluster_check")
 LINK_MODEL = ("Hockney's alpha-beta: a message of n bytes costs alpha + n / beta; an all_reduce of n bytes over p "

@@ -159,9 +159,6 @@ def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFra
     return rows
 
 
-# ============================================================================================ the node scale
-
-
 def scaled_source(source: str, gpus: int) -> str:
     """The rate_source of a 1-GPU measurement taken for a run on `gpus` GPUs."""
     return f"{source} x {gpus}: the 1-GPU measurement x {gpus} GPUs, {SCALING_UNMEASURED}"
@@ -255,9 +252,6 @@ def node_row(cfg, nodes: int, ours: pd.DataFrame, bench: pd.DataFrame | None, no
     return {"gpus_per_run": node_gpus_used(w, backend, node_gpus), "images_per_run": int(images),
             "images_per_s": speed, "rate_source": source, "run_wallclock_s": images / speed if speed == speed
             else math.nan, "node_hours": math.nan, "thesis_wallclock_s": math.nan, "estimate_over_thesis": math.nan}
-
-
-# ============================================================================================ the table
 
 
 def cost_table(df: pd.DataFrame, ref: pd.DataFrame, experiments: Path = Path("experiments"),
@@ -361,9 +355,6 @@ def write_cost(df: pd.DataFrame, ref: pd.DataFrame, out: Path, experiments: Path
     md = out / "cost.md"
     md.write_text(tb.to_markdown(sums, title, said) + "\n" + md.read_text())
     return written, sums
-
-
-# ============================================================================================ local studies, measured
 
 
 def list_schedule_s(durations: list[float], slots: int) -> float:

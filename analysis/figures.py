@@ -119,9 +119,6 @@ def save(fig, out_dir: str | Path, name: str, source: str | None = None) -> list
     return paths
 
 
-# ============================================================================================ scaling
-
-
 def _series(scaling: pd.DataFrame, framework=None, per_gpu_batch=None):
     s = scaling
     if framework is not None:
@@ -255,9 +252,6 @@ def _our_row(axes, other: pd.DataFrame, cores: int | None, kw: dict) -> None:
             on = f" on {cores} core{'' if cores == 1 else 's'}" if cores else ""
             ax.set_xlabel(ax.get_xlabel().replace("GPUs (workers)", f"CPU processes{on}")
                           .replace("1-GPU run", "1-process run"))
-
-
-# ============================================================================================ error curves
 
 
 def warmup_text(warmup, epochs) -> str:
@@ -431,9 +425,6 @@ def quality_figure(data: pd.DataFrame, title: str, reference: pd.DataFrame | Non
         plot_error_curves(data, ax=ax, which=layout, title=title, reference=reference)
         legend_beside(ax)
     return fig
-
-
-# ============================================================================================ schedules, utilisation
 
 
 def plot_lr_schedules(schedules: pd.DataFrame, ax=None, experiment: int | None = None):

@@ -48,9 +48,6 @@ SCALES_FILE = Path(__file__).resolve().parents[1] / "experiments" / "scales.toml
 MOST_SEEDS = 1000  # seeds_needed searches up to this many
 
 
-# ============================================================================================ margins and verdicts
-
-
 def margins(path: Path = SCALES_FILE) -> dict[str, dict]:
     """{scale: {"points": m, "reason": why}} from experiments/scales.toml [margins.<scale>]."""
     try:
@@ -82,9 +79,6 @@ def holds(finding: str, ci_low: float, verdict_: str, margin: float) -> str:
             return "yes"
         return "no" if verdict_ == "worse" else "undecided"
     return {"equivalent": "yes", "worse": "no", "better": "no"}.get(verdict_, "undecided")
-
-
-# ============================================================================================ intervals
 
 
 def _paired(a: pd.Series, b: pd.Series) -> bool:
@@ -142,9 +136,6 @@ def seeds_needed(diff: float, sd_a: float | None, sd_b: float | None, sd_diff: f
     return None, target
 
 
-# ============================================================================================ family-wise: Holm
-
-
 def _one_sided(a: pd.Series, b: pd.Series, paired: bool, shift: float, alternative: str) -> float:
     """scipy's one-sided t test p-value of mean(a) + shift against mean(b) (paired by seed, or Welch's)."""
     a, b = a.dropna().astype(float), b.dropna().astype(float)
@@ -195,9 +186,6 @@ def with_holm(rows: list[dict]) -> list[dict]:
     return rows
 
 
-# ============================================================================================ seeds added after a look
-
-
 @functools.lru_cache(maxsize=None)
 def look(root: Path) -> dict:
     """A runs root's machine.toml [look]: the run folders (patterns) declared before a look at an interval, and those
@@ -239,9 +227,6 @@ def declared_only(a: pd.DataFrame, b: pd.DataFrame, margin: float) -> dict:
                 declared_n=len(a), declared_n_against=len(b), declared_difference=got["difference"],
                 declared_ci_low=got["ci_low"], declared_ci_high=got["ci_high"],
                 declared_verdict=verdict(got["ci_low"], got["ci_high"], margin))
-
-
-# ============================================================================================ one comparison
 
 
 def _completed(df: pd.DataFrame) -> pd.DataFrame:
@@ -289,9 +274,6 @@ def compare(finding: str, exp: int, workers: int, against: str, a: pd.DataFrame,
                final_verdict=verdict(final["ci_low"], final["ci_high"], margin) if not _mixed(a, b)
                else "inconclusive")
     return row
-
-
-# ============================================================================================ the findings
 
 
 def _thesis_top1(ref: pd.DataFrame, exp: int, gpus: int) -> float:

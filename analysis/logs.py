@@ -33,9 +33,6 @@ import numpy as np
 import pandas as pd
 
 
-# ============================================================================================ result type
-
-
 @dataclass
 class ParsedLog:
     """What one upstream log holds, normalised."""
@@ -62,9 +59,6 @@ EPOCH_COLUMNS = ["epoch", "train_loss", "train_top1", "train_top5", "val_loss", 
 
 def _empty(columns) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=float) for c in columns})
-
-
-# ============================================================================================ entry points
 
 
 def sniff(head: bytes) -> str:
@@ -96,8 +90,6 @@ def parse_log(path: str | Path, raw: bytes | None = None) -> ParsedLog:
     return ParsedLog(path, "unknown", "unknown", _empty(TRAIN_COLUMNS), _empty(EPOCH_COLUMNS), lines=n,
                      bad_lines=0, info={"note": "no known log format recognised"})
 
-
-# ============================================================================================ pytorch/examples
 
 _TRAIN_MARK = b"Epoch: ["
 _NUM = rb"([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))"
@@ -281,8 +273,6 @@ def _pytorch_epochs(train: pd.DataFrame, rare: list) -> pd.DataFrame:
     return df.reindex(columns=EPOCH_COLUMNS).sort_values("epoch").reset_index(drop=True)
 
 
-# ============================================================================================ Horovod example
-
 _TQDM_RE = re.compile(
     rb"(Train|Validate) Epoch +#(\d+): +(\d+)%\|[^|\r\n]*\| *(\d+)/(\d+) \[([\d:]+)<([\d:?]+), +"
     rb"([\d.?]+)(s/it|it/s)(?:, *loss=([^,\]\s]+))?(?:, *accuracy=([^,\]\s]+))?\]")
@@ -345,8 +335,6 @@ def parse_horovod_example(raw: bytes, path: str = "<memory>") -> ParsedLog:
     return ParsedLog(path, "horovod-example", "tqdm", train[TRAIN_COLUMNS], epochs,
                      lines=n_lines, bad_lines=bad)
 
-
-# ============================================================================================ tf_cnn_benchmarks
 
 _TF_STEP_RE = re.compile(
     rb"^(?:\[\d+,(\d+)\]<stdout>:)?(\d+)\timages/sec: ([\d.]+)(?: \+/- ([\d.]+) \(jitter = ([\d.]+)\))?"

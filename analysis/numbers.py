@@ -145,9 +145,6 @@ def numerics_suffix(numerics, sep: str = " ") -> str:
     return f"{sep}{numerics}" if isinstance(numerics, str) and numerics != FP32 else ""
 
 
-# ============================================================================================ throughput
-
-
 def _closest_count(counts: np.ndarray, target: int) -> int | None:
     if counts.size == 0:
         return None

@@ -38,9 +38,6 @@ def _pts(x: float) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.1f}"
 
 
-# ============================================================================================ RQ3
-
-
 def _thesis_claim(finding: str, ref: pd.DataFrame) -> str:
     top1 = ref.dropna(subset=["top1"])
 
@@ -282,9 +279,6 @@ def baseline_rate_note(df: pd.DataFrame) -> str:
     if not lines:
         return ""
     return "**The baseline's learning rate.**\n\n" + "\n".join(lines) + "\n"
-
-
-# ============================================================================================ RQ1
 
 
 def _speedups_by_batch(scaling: pd.DataFrame) -> list[str]:

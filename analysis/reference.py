@@ -115,9 +115,6 @@ def rq2_steady_state(ref: pd.DataFrame | None = None) -> pd.DataFrame:
     return out
 
 
-# ============================================================================================ lr schedules
-
-
 def thesis_lr(epoch: int, target_lr: float, warmup: str = "none", per_gpu_batch: int = 128,
               decay: str = "milestones", base_lr: float | None = None) -> float:
     """Learning rate at the start of an epoch, by the thesis's appendix pseudocode.

@@ -105,9 +105,6 @@ def _number(x) -> float:
     return math.nan if x is None else float(x)
 
 
-# ============================================================================================ one run's rows
-
-
 def records_of(raw: pd.DataFrame, kind: str, fields: list[str]) -> list[dict]:
     """A run's records of one kind in the order written, as {field: value} of these fields (None where a record
     does not hold one), from the reader's frame."""
@@ -268,7 +265,6 @@ def _nonfinite_loss(epoch: dict) -> bool:
     return any(epoch[k] is not None and not _finite(epoch[k]) for k in ("train_loss", "val_loss"))
 
 
-# ============================================================================================ a run's own problems
 # Files that parse but hold nothing usable, or the wrong kind of thing, are a problem line each: never a silent row
 # (a run with no epochs counted as a result, a NaN accuracy left out of a mean unsaid), never a crash.
 #: the manifest's fields read here; one its declaration (contract/manifest.py) does not allow is read as absent
@@ -397,9 +393,6 @@ def load_runs(root: str | Path = "results/runs") -> pd.DataFrame:
     return df
 
 
-# ============================================================================================ upstream logs
-
-
 def load_log(path: str | Path, meta: dict | None = None) -> pd.DataFrame:
     """One upstream log as a run: rows like load_run's, source='log'.
 
@@ -489,7 +482,6 @@ def load_study(runs: str | Path = "results/runs", logs=None, also=(), leave_out=
     return set_link_runs_apart(df)
 
 
-# ============================================================================================ what each run is
 # Runs are averaged only within one config fingerprint (contract/fingerprint.py: the resolved config without seed,
 # names, paths and launcher details). A group the tables would average (POOL_KEYS) that holds runs of more than one
 # fingerprint -- a smoke run beside full ones, runs from before and after a config change -- is refused: its runs get

@@ -19,8 +19,6 @@ from . import numbers as nb
 from . import reference as rf
 from .smoke import diverged_runs
 
-# ============================================================================================ summaries
-
 
 def scale_label(scale) -> str:
     s = scale if isinstance(scale, str) and scale else "unknown"
@@ -134,9 +132,6 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
                          n=int(done["best_val_top1"].notna().sum()), wallclock_s=done["wallclock_s"].mean(),
                          runs=len(g), status=status))
     return pd.DataFrame(rows, columns=cols)
-
-
-# ============================================================================================ thesis tables
 
 
 # TensorFlow's frameworks: the thesis's Horovod+TensorFlow (tf_cnn_benchmarks) and, in our runs, also TensorFlow's
@@ -265,9 +260,6 @@ def scaling_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
                              "wallclock_90_s": nb.wallclock_estimate_s(v) if sc == "thesis" else math.nan})
     out = pd.concat([thesis, pd.DataFrame(rows)], ignore_index=True) if rows else thesis
     return out
-
-
-# ============================================================================================ writing
 
 
 def is_duration(col: str) -> bool:

@@ -41,9 +41,6 @@ STEP_COLUMNS = ["exp", "scale", "optimizer", "workers", "global_batch", "seed", 
                 "reached", "epoch", "steps", "examples", "best_top1", "epoch_steps", "path"]
 
 
-# ============================================================================================ one run
-
-
 def first_reach(epochs: pd.DataFrame, global_batch: int, target: float) -> dict:
     """Steps and examples until the first epoch whose val_top1 >= target. An epoch's steps are its images over the
     global batch, rounded up (the sampler's last step is a short one); no interpolation inside an epoch, so the
@@ -93,9 +90,6 @@ def run_steps(df: pd.DataFrame, exp: int = EXPERIMENT) -> pd.DataFrame:
                          best_top1=float(r.best_val_top1) if pd.notna(r.best_val_top1) else math.nan,
                          path=r.path, **reach))
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
-
-
-# ============================================================================================ step 1: the choice
 
 
 def planned_rows(config: Path = CONFIG, scale: str = "local") -> list[dict]:
@@ -168,9 +162,6 @@ def selection(steps: pd.DataFrame) -> pd.DataFrame:
                          steps=float(best["steps"]), at_edge=edge))
     return pd.DataFrame(rows, columns=["scale", "optimizer", "workers", "global_batch", "rates", "chosen_base",
                                        "reached", "steps", "at_edge"])
-
-
-# ============================================================================================ step 2: the curve
 
 
 def study_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -279,9 +270,6 @@ def noise_sentence(b_noise: float, interval: tuple[float, float], noise: pd.Data
         parts.append(f"B_simple at the {r.weights} weights{of} ({s_low:,.0f}-{top}) {verdict}")
     upper = f"{high:,.0f}" if np.isfinite(high) else "unplaced"
     return (f"Fitted B_noise {b_noise:,.0f} images (90 % interval {low:,.0f}-{upper}); " + "; ".join(parts) + ".")
-
-
-# ============================================================================================ what the report shows
 
 
 def stand_ins(per_gpu_batch: int) -> dict[str, int]:
@@ -573,9 +561,6 @@ def _curve_lines(scale: str, optimizer: str, s: pd.DataFrame, noise: pd.DataFram
     return lines
 
 
-# ============================================================================================ declared before run
-
-
 def started_before(run_dirs, declared_at: str) -> list[str]:
     """The runs (their folders) whose first attempt started before `declared_at` (ISO 8601): a run the
     declaration cannot have preceded. A folder without a readable manifest start counts as such too."""
@@ -590,9 +575,6 @@ def started_before(run_dirs, declared_at: str) -> list[str]:
         if not starts or min(starts) < when:
             early.append(str(run_dir))
     return early
-
-
-# ============================================================================================ the report's entries
 
 
 def steps_to_target(inputs, entry: Figure) -> Drawn | str | None:

@@ -34,9 +34,6 @@ STEP_COLUMNS = ["optimizer", "workers", "global_batch", "seed", "base", "tuning"
                 "resolution", "eval_every", "best_top1", "path"]
 
 
-# ============================================================================================ one run
-
-
 def curve(evals: pd.DataFrame, epochs: pd.DataFrame, global_batch: int) -> pd.DataFrame:
     """Every evaluation of a run in step order: its eval records (their own step) and its epoch ends (the epoch's
     images over the global batch, rounded up, summed). An epoch cut short at its target has the eval's top-1 at a
@@ -102,9 +99,6 @@ def resolution_met(eval_every: int, steps) -> bool:
     return bool(reached) and all(eval_every <= RESOLUTION_SHARE * s for s in reached)
 
 
-# ============================================================================================ step 1: the choice
-
-
 @dataclass(frozen=True)
 class Choice:
     winner: float            # the chosen base rate (the middle of the tied ones)
@@ -135,9 +129,6 @@ def choose(per_rate: dict[float, list[float]], best_top1: dict[float, float], ev
     winner = tied[(len(tied) - 1) // 2]
     edges = tuple(edge for edge, rate in (("low", grid[0]), ("high", grid[-1])) if rate in tied)
     return Choice(winner, tuple(tied), edges, not math.isinf(scores[winner]))
-
-
-# ============================================================================================ the fit
 
 
 def fit_with_misfit(cells: dict[int, list[float]], draws: int = BOOTSTRAPS, seed: int = 0) -> dict:
@@ -271,9 +262,6 @@ def b_simple_cells(measured: list[dict], optimizer: str, reached: set[str] | Non
             continue
         cells.setdefault(4 * int(name["workers"]), []).append(float(value))
     return cells
-
-
-# ============================================================================================ the tables
 
 
 CELL_COLUMNS = ["optimizer", "global_batch", "workers", "base", "seeds", "reached", "steps", "steps_low", "steps_high",
