@@ -80,12 +80,10 @@ def parse_log(path: str | Path, raw: bytes | None = None) -> ParsedLog:
     tool = sniff(raw[:1 << 20])
     if tool == "unknown" and len(raw) > 1 << 20:
         tool = sniff(raw)
-    if tool == "pytorch-examples":
-        return parse_pytorch_examples(raw, path)
-    if tool == "horovod-example":
-        return parse_horovod_example(raw, path)
-    if tool == "tf_cnn_benchmarks":
-        return parse_tf_cnn_benchmarks(raw, path)
+    parser = {"pytorch-examples": parse_pytorch_examples, "horovod-example": parse_horovod_example,
+              "tf_cnn_benchmarks": parse_tf_cnn_benchmarks}.get(tool)
+    if parser:
+        return parser(raw, path)
     n = raw.count(b"\n") + (0 if raw.endswith(b"\n") or not raw else 1)
     return ParsedLog(path, "unknown", "unknown", _empty(TRAIN_COLUMNS), _empty(EPOCH_COLUMNS), lines=n,
                      bad_lines=0, info={"note": "no known log format recognised"})
@@ -359,10 +357,8 @@ def parse_tf_cnn_benchmarks(raw: bytes, path: str = "<memory>") -> ParsedLog:
     if len(df):
         keep = min(ranks)
         df = df[df["rank"] == keep].drop_duplicates("step", keep="first")
-    total = None
-    if totals:
-        labelled = [v for r, v in totals if r >= 0]
-        total = (min(((r, v) for r, v in totals if r >= 0), default=totals[0])[1] if labelled else totals[0][1])
+    # the lowest labelled rank's total, else the first printed
+    total = min(((r, v) for r, v in totals if r >= 0), default=totals[0])[1] if totals else None
     train = pd.DataFrame({"epoch": 0, "batch": df["step"] - 1, "count": df["step"], "total": np.nan,
                           "time": np.nan, "time_avg": np.nan, "data": np.nan, "data_avg": np.nan,
                           "loss": df["loss"], "loss_avg": np.nan, "top1": np.nan, "top1_avg": np.nan,
