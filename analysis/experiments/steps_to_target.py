@@ -561,22 +561,6 @@ def _curve_lines(scale: str, optimizer: str, s: pd.DataFrame, noise: pd.DataFram
     return lines
 
 
-def started_before(run_dirs, declared_at: str) -> list[str]:
-    """The runs (their folders) whose first attempt started before `declared_at` (ISO 8601): a run the
-    declaration cannot have preceded. A folder without a readable manifest start counts as such too."""
-    from contract.reader import read_manifest
-
-    when = pd.Timestamp(declared_at)
-    early = []
-    for run_dir in run_dirs:
-        manifest = read_manifest(run_dir) or {}
-        starts = [a.get("start") for a in manifest.get("attempts", [])] + [manifest.get("start")]
-        starts = [pd.Timestamp(s) for s in starts if s]
-        if not starts or min(starts) < when:
-            early.append(str(run_dir))
-    return early
-
-
 def steps_to_target(inputs, entry: Figure) -> Drawn | str | None:
     """Experiment 13's curve; nothing at all without its runs (the committed report stays as it was), a line when
     only its rate selection has run."""
