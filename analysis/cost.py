@@ -15,6 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from contract.config import load_config
+from contract.fingerprint import config_fingerprint
+from contract.plan import (check_node_gpus, declared_node_gpus, expand, node_fits, node_gpus_used,
+                           node_processes)
+
+from . import advisor
 from . import numbers as nb
 from . import tables as tb
 from .machines import machine_of
@@ -132,9 +138,6 @@ def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFra
                steps: list | None = None) -> list[dict]:
     """A row per configuration of the experiment's study at the scale (its seeds counted in `runs`); node_gpus: the
     node scale's N (default: experiments/scales.toml's)."""
-    from contract.config import load_config
-    from contract.plan import declared_node_gpus, expand
-
     config = experiment / "config.toml"
     if scale == NODE and node_gpus is None:
         node_gpus = declared_node_gpus(config)
@@ -186,8 +189,6 @@ def predicted_rate(steps: list[tuple[Path, dict]] | None, model: str | None, bac
                    processes: int, numerics: str, node_gpus: int):
     """(images/s, source) the scaling advisor predicts for `processes` GPUs of one node from the newest step of
     the same model, per-GPU batch and numerics; None where no such step was timed."""
-    from . import advisor
-
     for path, doc in reversed(steps or []):
         label = nb.numerics_label(doc.get("precision", "fp32"), doc.get("channels_last", False), False)
         if (doc.get("model"), doc.get("batch"), label) == (model, batch, numerics):
@@ -236,8 +237,6 @@ def node_row(cfg, nodes: int, ours: pd.DataFrame, bench: pd.DataFrame | None, no
              steps: list | None = None) -> dict | None:
     """A configuration's row at the node scale, placed as the study places it (contract/plan.py); None for a run
     the node does not hold (several nodes; a throughput run or DataParallel on more GPUs than it has)."""
-    from contract.plan import node_fits, node_gpus_used, node_processes
-
     w, backend = cfg.train.workers, cfg.train.backend
     if backend == "auto":  # no launcher: as the trainer picks one process
         backend = "emulated" if w > 1 else "single"
@@ -340,8 +339,6 @@ def write_cost(df: pd.DataFrame, ref: pd.DataFrame, out: Path, experiments: Path
                node_gpus: int | None = None) -> tuple[list[Path], pd.DataFrame]:
     """cost.md (totals, then per configuration) and the CSVs; returns (paths, totals). node_gpus: the node scale's
     N (default: experiments/scales.toml's)."""
-    from contract.plan import check_node_gpus, declared_node_gpus
-
     n = check_node_gpus(node_gpus) if node_gpus is not None else declared_node_gpus(Path(experiments) / "scales.toml")
     cost = cost_table(df, ref, experiments, node_gpus=n)
     node = f"node-hours of a node of {n} GPUs at the node scale"
@@ -369,10 +366,6 @@ def local_study_times(df: pd.DataFrame, experiments: Path = EXPERIMENTS, jobs: i
     """Per local quality study with a measured run, its default plan (`make expN`): the planned runs the frame holds
     (same name and config fingerprint, completed), their measured wall-clock, and the study's at JOBS=jobs from
     those times."""
-    from contract.config import load_config
-    from contract.fingerprint import config_fingerprint
-    from contract.plan import expand
-
     done = df[(df["kind"] == "run") & (df["scale"] == "local") & (df["status"] == "completed")] if len(df) else df
     rows = []
     for folder in sorted(p for p in Path(experiments).iterdir() if (p / "config.toml").is_file()

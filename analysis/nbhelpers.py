@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import matplotlib
 
@@ -14,6 +15,8 @@ from . import figures as fg  # noqa: E402
 from . import numbers as nb  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
+from .findings import seed_summary  # noqa: E402
+from .runs import load_runs  # noqa: E402
 
 
 def subplots(nrows: int = 1, ncols: int = 1, width: float = 6.5, height: float = 4.2):
@@ -151,11 +154,6 @@ def error_figures(df: pd.DataFrame, ref: pd.DataFrame | None = None, experiments
 
 def pilot_summary(path: str = "reference/vm-2cpu/10_more_steps_pilot"):
     """The more-steps pilot's runs by configuration, or one line on how to make them."""
-    from pathlib import Path
-
-    from .findings import seed_summary
-    from .runs import load_runs
-
     if not Path(path).is_dir():
         return f"no runs in {path}: make exp10 makes them"
     return seed_summary(load_runs(path))
