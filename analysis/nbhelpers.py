@@ -1,6 +1,7 @@
 """Small functions the notebooks call, so that each notebook cell stays one or two lines."""
 from __future__ import annotations
 
+import functools
 import io
 from pathlib import Path
 
@@ -45,9 +46,10 @@ def overview(df: pd.DataFrame) -> pd.DataFrame:
     return (r.groupby(["experiment", "scale", "status"], dropna=False).size().rename("runs").reset_index())
 
 
+#: Figures 14-17 as the notebooks show them: the report's figure function (the thesis's P100 row; ours at other
+#: scales on a row below), as an image
+@functools.wraps(fg.scaling_figure)
 def scaling_figure(*args, **kwargs):
-    """Figures 14-17 as the notebooks show them: the report's figure function (the thesis's P100 row; ours at other
-    scales on a row below), as an image."""
     return show(fg.scaling_figure(*args, **kwargs))
 
 
