@@ -35,12 +35,9 @@ def cmd_throughput(args) -> int:
                    "per_gpu_batch": _clean(r["per_gpu_batch"]), "gpus": _clean(r["gpus"]),
                    "thesis_images_per_s": None, "steady_images_per_s": None, "bad_lines": int(r["bad_lines"]),
                    "problems": [q.split(": ", 1)[-1] for q in problems]}
-            if len(b):
-                row["thesis_images_per_s"] = _clean(round(float(b["thesis_images_per_s"].iloc[0]), 2)
-                                                    if b["thesis_images_per_s"].notna().iloc[0] else math.nan)
-                row["steady_images_per_s"] = _clean(round(float(b["steady_images_per_s"].iloc[0]), 2)
-                                                    if b["steady_images_per_s"].notna().iloc[0] else math.nan)
-            else:
+            for column in ("thesis_images_per_s", "steady_images_per_s"):
+                row[column] = round(float(b[column].iloc[0]), 2) if len(b) and b[column].notna().iloc[0] else None
+            if b.empty:
                 row["note"] = "no bench or iteration records"
             results.append(row)
             continue
@@ -122,9 +119,14 @@ def cmd_bench_report(args) -> int:
 
 
 def cmd_headline(args) -> int:
-    from .headline import main as headline_main
+    from .headline import COPIES, write_all
 
-    return headline_main(["--write"] if args.write else [])
+    if args.write:
+        write_all()
+        return 0
+    for copy in COPIES:
+        sys.stdout.write(copy.block(copy.table.read_text()) + "\n")
+    return 0
 
 
 def cmd_advise(args) -> int:

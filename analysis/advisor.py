@@ -18,8 +18,11 @@ tolerance): contention for a node's PCIe or network port among its GPUs, straggl
 """
 from __future__ import annotations
 
+import csv
 import functools
+import json
 import math
+import re
 import statistics
 import tomllib
 from dataclasses import dataclass
@@ -164,7 +167,6 @@ def break_even_nodes(rows: list[Prediction]) -> int | None:
     return None
 
 
-# ---- the thesis's Tables 8-9 ------------------------------------------------------------------------------------
 def declaration() -> dict:
     with open(DECLARATION, "rb") as f:
         return tomllib.load(f)
@@ -192,8 +194,6 @@ THESIS_ROWS = ((8, "pytorch", 2, "ddp"), (9, "horovod+pytorch", 3, "horovod"))
 
 def thesis_validation() -> list[dict]:
     """Each row of Tables 8-9 predicted from the thesis's 1-GPU figure and the declared published link rates."""
-    import csv
-
     d = declaration()
     t = d["thesis"]
     rows = list(csv.DictReader((REFERENCE / "thesis.csv").read_text().splitlines()))
@@ -265,7 +265,6 @@ def validation_line(r: dict, why: str, with_why: bool) -> str:
     return line + (f" {why.replace('|', '/')} |" if with_why else "")
 
 
-# ---- a machine's prediction from its measured step -----------------------------------------------------------
 def nominal_link(name: str) -> Link:
     """A published link rate from analysis/reference/links.toml."""
     with open(REFERENCE / "links.toml", "rb") as f:
@@ -279,8 +278,6 @@ def load_step(path: Path) -> tuple[Step, dict]:
     """A step measured by `python -m tools step-split` (its JSON), and the rest of what it recorded. The phases
     are timed between synchronisations, which cost time of their own: their proportions are kept and scaled to
     the whole step timed unsynchronised, which is what a run pays."""
-    import json
-
     record = json.loads(Path(path).read_text())
     phases = [record[k] for k in ("forward_s", "backward_s", "optimizer_s")]
     scale = record["whole_step_s"] / sum(phases)
@@ -317,7 +314,6 @@ def scaling_markdown(rows: list[Prediction], title: str, unit: str = "GPUs") -> 
     return "\n".join(lines) + "\n"
 
 
-# ---- a cluster's links, measured by make cluster-check's link probes --------------------------------------------
 LINK_FIT = "link_fit.json"  # in a cluster-check's folder: {"intra": record, "inter": record}
 CHECK_ROOT = Path("results/cluster_check")
 LINK_MODEL = ("Hockney's alpha-beta: a message of n bytes costs alpha + n / beta; an all_reduce of n bytes over p "
@@ -363,8 +359,6 @@ def human_bytes(n: float) -> str:
 
 def write_link_fit(folder: Path, which: str, record: dict) -> Path:
     """Put one link's record ("intra" or "inter") into folder/link_fit.json beside the other's."""
-    import json
-
     path = Path(folder) / LINK_FIT
     fits = json.loads(path.read_text()) if path.exists() else {}
     fits[which] = record
@@ -375,8 +369,6 @@ def write_link_fit(folder: Path, which: str, record: dict) -> Path:
 def annotate_link_fit(folder: Path, profile: str, shared_cores: int | None) -> None:
     """The profile the links were timed on, and where its nodes are hosts on one machine, that machine's cores
     (every rank's threads share them: analysis/advisor.predict's shared_cores)."""
-    import json
-
     path = Path(folder) / LINK_FIT
     if path.exists():
         fits = json.loads(path.read_text())
@@ -385,8 +377,6 @@ def annotate_link_fit(folder: Path, profile: str, shared_cores: int | None) -> N
 
 def read_link_fit(path: Path) -> tuple[Link, Link, dict]:
     """(within a node, across nodes, the whole record) of a cluster-check's link_fit.json."""
-    import json
-
     fits = json.loads(Path(path).read_text())
     missing = [k for k in ("intra", "inter") if k not in fits]
     if missing:
@@ -399,9 +389,6 @@ def read_link_fit(path: Path) -> tuple[Link, Link, dict]:
 def latest_link_fit(profile: str, root: Path = CHECK_ROOT, rate: str | None = "any") -> Path | None:
     """The newest cluster-check of `profile` under root with both links fitted; rate (the local cluster's tc rate,
     None = unlimited) keeps only checks whose across-nodes probe ran at that rate ("any": whatever rate)."""
-    import json
-    import re
-
     pattern = re.compile(rf"{re.escape(profile)}-\d{{8}}-\d{{6}}")
     for folder in sorted((p for p in Path(root).glob(f"{profile}-*") if pattern.fullmatch(p.name)), reverse=True):
         path = folder / LINK_FIT

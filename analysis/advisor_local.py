@@ -1,14 +1,7 @@
 """The advisor against experiment 3 on the local cluster at several link rates (issue #51): the rows of
-results/tables/advisor_validation.md beside the thesis's, and its figure.
-
-    local_rows(sweep)            every experiment-3 run of `make link-sweep`'s folder beside its prediction for its
-                                 own placement, machine and link rate (analysis/advisor_runs.py), with its error
-    write_local_rows / read_local_rows
-                                 results/tables/advisor_local.csv: the rows, kept so that `make advise` renders the
-                                 committed table again without the (uncommitted) runs
-    validation_figure            predicted against measured images/s, both sources, the declared tolerance shaded
-
-`python -m tools advisor-local` (make advise-local) probes each rate's link, times the steps and writes all three.
+results/tables/advisor_validation.md beside the thesis's, kept in results/tables/advisor_local.csv so that `make
+advise` renders the committed table again without the (uncommitted) runs, and its figure. `python -m tools
+advisor-local` (make advise-local) probes each rate's link, times the steps and writes all three.
 """
 from __future__ import annotations
 
@@ -16,10 +9,19 @@ import csv
 import math
 from pathlib import Path
 
-import pandas as pd
+import matplotlib
+import matplotlib.ticker
 
-from . import advisor, advisor_runs
-from .advisor import predicted_rows, summary  # noqa: F401 -- the table's, here too
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from contract import reader  # noqa: E402
+
+from . import advisor, advisor_runs  # noqa: E402
+from .advisor import predicted_rows, summary  # noqa: E402, F401 -- the table's, here too
+from .link import mbit_s  # noqa: E402
+from .runs import load_study  # noqa: E402
 
 LOCAL_CSV = Path(__file__).resolve().parents[1] / "results" / "tables" / "advisor_local.csv"
 FIGURE = "advisor_validation"
@@ -30,16 +32,12 @@ FRAMEWORK = {"ddp": "pytorch", "horovod": "horovod+pytorch"}
 
 def started_of(path: str) -> str:
     """The run's start (its manifest), so a test can hold every local row to after the declaration."""
-    from contract import reader
-
     return str((reader.read_manifest(path) or {}).get("start") or "")
 
 
 def local_rows(sweep: Path, steps: Path = advisor_runs.STEPS, check_root: Path = advisor.CHECK_ROOT,
                tolerance: float | None = None) -> list[dict]:
     """The sweep's experiment-3 runs beside their predictions (runs with no prediction keep the reason in `why`)."""
-    from .runs import load_study
-
     tolerance = advisor.declaration()["tolerance"] if tolerance is None else tolerance
     table = advisor_runs.prediction_table(load_study(sweep), steps, check_root, tolerance)
     rows = []
@@ -55,8 +53,6 @@ def local_rows(sweep: Path, steps: Path = advisor_runs.STEPS, check_root: Path =
 
 def rate_order(source: str) -> float:
     """The slowest link first, unlimited last."""
-    from .link import mbit_s
-
     rate = source.rsplit(" ", 1)[-1]
     value = mbit_s(rate)
     return math.inf if math.isnan(value) else value
@@ -88,12 +84,6 @@ def read_local_rows(path: Path = LOCAL_CSV) -> list[dict]:
 def validation_figure(thesis: list[dict], local: list[dict], tolerance: float, title: str):
     """Predicted against measured images/s (log-log): the line of a perfect prediction, the tolerance shaded, the
     thesis's rows and each link rate's local rows."""
-    import matplotlib
-    import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6.5, 5))
     groups = [("thesis Tables 8-9", thesis)] + [(s, [r for r in local if r["source"] == s])
                                                 for s in dict.fromkeys(r["source"] for r in local)]

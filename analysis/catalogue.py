@@ -112,9 +112,6 @@ class Inputs:
         return epoch_rows(self.df, exp)
 
 
-# ============================================================================================ the rows drawn
-
-
 def warmup_phrase(data: pd.DataFrame, exp: int) -> str:
     """'stepping warm-up 4 of 72 epochs (thesis: 5 of 90)': the runs' own warm-up beside the thesis's, so a title
     never says the thesis's 5 epochs over curves that warmed up for 4 of 72."""
@@ -209,9 +206,6 @@ def schedules_frame(df: pd.DataFrame, experiments=QUALITY_EXPERIMENTS) -> pd.Dat
     return pd.concat(parts, ignore_index=True)
 
 
-# ============================================================================================ figure makers
-
-
 def scaling(inputs: Inputs, entry: Figure) -> Drawn:
     """Throughput and speed-up (fg.scaling_figure); a figure of the thesis's points alone says so, not 'N runs'."""
     drawn = len(fg.scaling_rows(inputs.scaling, **entry.options)[1])
@@ -277,9 +271,6 @@ def link_rates(inputs: Inputs, entry: Figure) -> Drawn | str | None:
     return "no link-sweep runs (make link-sweep, then make report OUT=results/link_sweep)" if across.any() else None
 
 
-# ============================================================================================ table makers
-
-
 def throughput(inputs: Inputs, entry: Table) -> pd.DataFrame:
     return tb.throughput_table(inputs.df, inputs.ref, entry.options["table"])
 
@@ -325,9 +316,6 @@ def this_machine(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
 
 def ordering_notes(inputs: Inputs, frame: pd.DataFrame) -> list[str]:
     return [f"What the rows say: {line}" for line in finding_summary(frame)] + fd.notes()
-
-
-# ============================================================================================ the declaration
 
 
 TABLES = (

@@ -1,34 +1,11 @@
 """`python -m analysis cost`: what each experiment costs at the gpu and thesis scales, in GPU-hours, and at the node
-scale in node-hours of a node of N GPUs; and what each local quality study took, from its measured runs.
+scale in node-hours of a node of N GPUs (`--gpus N`; default experiments/scales.toml [node.study], not the GPUs
+visible here, so the table is the same on any machine); and what each local quality study took, from its runs.
 
-Per run of a study (expanded exactly as `make expN SCALE=...` would): images processed = epochs x training images
-(ILSVRC-2012: 1,281,167) for a training, (batches + warm-up batches) x global batch for a throughput benchmark;
-wall-clock = images / images/s; GPU-hours = wall-clock x the GPUs the run holds (its workers; 1 for emulated workers).
-images/s, always a measurement of the row's own numerics (fp32, bf16+cl, ...), and named with its GPU: ours where a
-run at that scale measured it (the study frame's bench rows); else, at the gpu scale, the GPU benchmark
-(results/bench_gpu*.json: `make bench` on a GPU, the trainer's step at a per-GPU batch, one GPU); else, in fp32 only,
-at the thesis scale (the P100s, fp32 only), the thesis's measurement for the same framework, per-GPU batch and GPU
-count (Tables 1-9); else 'no measurement' and no estimate -- never another precision's or another GPU's rate. The
-check: the thesis's own 90-epoch wall-clocks (Tables 11-15) beside the estimate. Validation passes (50,000 images an
-epoch, forward only) and start-up are not counted.
-
-The node scale (one machine of N GPUs: `--gpus N`, make GPUS=N; default experiments/scales.toml [node.study], 8 --
-not the GPUs visible here, so the table is the same on any machine) places each run as the study would
-(contract/plan.py: W workers over P = min(W, N) processes, one a GPU; a throughput run needing more than N GPUs is
-left out, experiment 3's several nodes are refused) and prices it in node-hours: each run holds the whole node (an
-exclusive Slurm job; a study runs one at a time on GPUs), so node-hours = runs x wall-clock. Its images/s: ours at the
-node scale for the same W over the same P; else the GPU benchmark's 1-GPU DDP rate of the same numerics and per-GPU
-batch -- for a run on one GPU as measured; for a run on P > 1 GPUs that rate x P, which assumes perfect scaling:
-no multi-GPU run has measured it, so its rate_source says "the 1-GPU measurement x P GPUs, scaling unmeasured" and
-the totals count such configurations apart (optimistic: a node is that fast only if its GPUs scale perfectly);
-Horovod and DataParallel have no 1-GPU benchmark: 'no measurement' unless our node runs measured them.
-
-Where no node run measured a configuration and a step of its model, per-GPU batch and numerics was timed on a GPU
-(`python -m tools step-split`: results/advisor/steps/, results/gpu_checks/), the scaling advisor's prediction
-(analysis/advisor.py: that GPU's step, DDP's buckets or Horovod's fusion, a ring over the node's nominal
-NVLink 4, NODE_LINK) prices a run on P > 1 GPUs instead of the 1-GPU rate x P, and a Horovod run that has no
-benchmark; its rate_source says "predicted, no measurement" with the step's file and GPU, and the totals count such
-configurations apart (configurations_predicted).
+Each study is expanded exactly as `make expN SCALE=...` would (the node scale placed as contract/plan.py places it)
+and priced at a measured images/s of the row's own numerics, named with its GPU in `rate_source`, never another
+precision's or another GPU's rate: where each rate comes from, and what the node scale assumes or predicts (the
+scaling advisor, analysis/advisor.py, over NODE_LINK), is NOTES below, the notes the table carries.
 """
 from __future__ import annotations
 
@@ -38,6 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from contract.config import load_config
+from contract.fingerprint import config_fingerprint
+from contract.plan import (check_node_gpus, declared_node_gpus, expand, node_fits, node_gpus_used,
+                           node_processes)
+
+from . import advisor
 from . import numbers as nb
 from . import tables as tb
 from .machines import machine_of
@@ -112,7 +95,7 @@ def _bench_rate(bench: pd.DataFrame, framework: str, batch: int, gpus: int, nume
 def rate(ours: pd.DataFrame, thesis: pd.DataFrame, scale: str, framework: str, batch: int, gpus: int,
          numerics: str = nb.FP32, bench: pd.DataFrame | None = None):
     """(images/s, where it comes from) for a run holding `gpus` GPUs at per-GPU batch `batch` in `numerics`: a
-    measurement of that numerics or none (see the module docstring)."""
+    measurement of that numerics or none (see NOTES)."""
     fw = "pytorch" if framework == "emulated" else framework  # emulated workers: one PyTorch process on one GPU
     o = ours[(ours["scale"] == scale) & (ours["framework"] == fw) & (ours["per_gpu_batch"] == batch)
              & (ours["gpus"] == gpus) & (ours["numerics"] == numerics)]
@@ -138,7 +121,7 @@ def thesis_wallclock(ref: pd.DataFrame, exp: int, framework: str, batch: int, gp
 
 
 def row_of(cfg, exp: int, scale: str, ours: pd.DataFrame, ref: pd.DataFrame, bench: pd.DataFrame | None) -> dict:
-    """A configuration's row at the gpu or thesis scale (see the module docstring), runs and totals aside."""
+    """A configuration's row at the gpu or thesis scale (see NOTES), runs and totals aside."""
     images, gpus = run_work(cfg)
     fw, b = cfg.framework(), cfg.train.per_worker_batch
     numerics = nb.numerics_label(cfg.train.precision, cfg.train.channels_last, cfg.train.compile)
@@ -155,9 +138,6 @@ def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFra
                steps: list | None = None) -> list[dict]:
     """A row per configuration of the experiment's study at the scale (its seeds counted in `runs`); node_gpus: the
     node scale's N (default: experiments/scales.toml's)."""
-    from contract.config import load_config
-    from contract.plan import declared_node_gpus, expand
-
     config = experiment / "config.toml"
     if scale == NODE and node_gpus is None:
         node_gpus = declared_node_gpus(config)
@@ -180,9 +160,6 @@ def study_rows(experiment: Path, scale: str, ours: pd.DataFrame, ref: pd.DataFra
         if scale == NODE:
             r["node_hours"] = r["runs"] * r["run_wallclock_s"] / 3600.0  # each run holds the whole node
     return rows
-
-
-# ============================================================================================ the node scale
 
 
 def scaled_source(source: str, gpus: int) -> str:
@@ -212,8 +189,6 @@ def predicted_rate(steps: list[tuple[Path, dict]] | None, model: str | None, bac
                    processes: int, numerics: str, node_gpus: int):
     """(images/s, source) the scaling advisor predicts for `processes` GPUs of one node from the newest step of
     the same model, per-GPU batch and numerics; None where no such step was timed."""
-    from . import advisor
-
     for path, doc in reversed(steps or []):
         label = nb.numerics_label(doc.get("precision", "fp32"), doc.get("channels_last", False), False)
         if (doc.get("model"), doc.get("batch"), label) == (model, batch, numerics):
@@ -231,7 +206,7 @@ def predicted(source: str) -> bool:
 def node_rate(ours: pd.DataFrame, bench: pd.DataFrame | None, backend: str, batch: int, workers: int,
               processes: int, numerics: str, steps: list | None = None, model: str | None = None,
               node_gpus: int = 8):
-    """(images/s, where it comes from) of a node run of `workers` over `processes` GPUs (see the module docstring):
+    """(images/s, where it comes from) of a node run of `workers` over `processes` GPUs (see NOTES):
     ours at the node scale for the same W over the same P; else, for P = 1, the GPU benchmark's 1-GPU DDP rate of
     the same numerics and per-GPU batch; else the advisor's prediction from a step of the same model, batch and
     numerics (`steps`); else the 1-GPU rate x P (said in the source); else no measurement."""
@@ -262,8 +237,6 @@ def node_row(cfg, nodes: int, ours: pd.DataFrame, bench: pd.DataFrame | None, no
              steps: list | None = None) -> dict | None:
     """A configuration's row at the node scale, placed as the study places it (contract/plan.py); None for a run
     the node does not hold (several nodes; a throughput run or DataParallel on more GPUs than it has)."""
-    from contract.plan import node_fits, node_gpus_used, node_processes
-
     w, backend = cfg.train.workers, cfg.train.backend
     if backend == "auto":  # no launcher: as the trainer picks one process
         backend = "emulated" if w > 1 else "single"
@@ -280,13 +253,10 @@ def node_row(cfg, nodes: int, ours: pd.DataFrame, bench: pd.DataFrame | None, no
             else math.nan, "node_hours": math.nan, "thesis_wallclock_s": math.nan, "estimate_over_thesis": math.nan}
 
 
-# ============================================================================================ the table
-
-
 def cost_table(df: pd.DataFrame, ref: pd.DataFrame, experiments: Path = Path("experiments"),
                scales=SCALES, bench: pd.DataFrame | None = None, node_gpus: int | None = None,
                steps: list | None = None) -> pd.DataFrame:
-    """One row per configuration of every numbered experiment at each scale (see the module docstring); bench: the
+    """One row per configuration of every numbered experiment at each scale (see NOTES); bench: the
     GPU benchmarks' rates (default: results/bench_gpu*.json); node_gpus: the node scale's N (default: scales.toml's);
     steps: GPU step splits the advisor predicts from (default: STEP_SOURCES')."""
     ours = tb.throughput_summary(df)
@@ -369,8 +339,6 @@ def write_cost(df: pd.DataFrame, ref: pd.DataFrame, out: Path, experiments: Path
                node_gpus: int | None = None) -> tuple[list[Path], pd.DataFrame]:
     """cost.md (totals, then per configuration) and the CSVs; returns (paths, totals). node_gpus: the node scale's
     N (default: experiments/scales.toml's)."""
-    from contract.plan import check_node_gpus, declared_node_gpus
-
     n = check_node_gpus(node_gpus) if node_gpus is not None else declared_node_gpus(Path(experiments) / "scales.toml")
     cost = cost_table(df, ref, experiments, node_gpus=n)
     node = f"node-hours of a node of {n} GPUs at the node scale"
@@ -386,9 +354,6 @@ def write_cost(df: pd.DataFrame, ref: pd.DataFrame, out: Path, experiments: Path
     return written, sums
 
 
-# ============================================================================================ local studies, measured
-
-
 def list_schedule_s(durations: list[float], slots: int) -> float:
     """Wall-clock of jobs started in plan order, each on the first slot to come free (as `study --jobs N` does)."""
     free = [0.0] * slots
@@ -401,10 +366,6 @@ def local_study_times(df: pd.DataFrame, experiments: Path = EXPERIMENTS, jobs: i
     """Per local quality study with a measured run, its default plan (`make expN`): the planned runs the frame holds
     (same name and config fingerprint, completed), their measured wall-clock, and the study's at JOBS=jobs from
     those times."""
-    from contract.config import load_config
-    from contract.fingerprint import config_fingerprint
-    from contract.plan import expand
-
     done = df[(df["kind"] == "run") & (df["scale"] == "local") & (df["status"] == "completed")] if len(df) else df
     rows = []
     for folder in sorted(p for p in Path(experiments).iterdir() if (p / "config.toml").is_file()

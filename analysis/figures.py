@@ -119,9 +119,6 @@ def save(fig, out_dir: str | Path, name: str, source: str | None = None) -> list
     return paths
 
 
-# ============================================================================================ scaling
-
-
 def _series(scaling: pd.DataFrame, framework=None, per_gpu_batch=None):
     s = scaling
     if framework is not None:
@@ -257,16 +254,14 @@ def _our_row(axes, other: pd.DataFrame, cores: int | None, kw: dict) -> None:
                           .replace("1-GPU run", "1-process run"))
 
 
-# ============================================================================================ error curves
-
-
 def warmup_text(warmup, epochs) -> str:
     """'stepping-4' of a 72-epoch run -> 'stepping warm-up 4 of 72 epochs' (the miniature's 4 of 72 stands for the
     thesis's 5 of 90); '' for none."""
     if not warmup or warmup == "none" or "-" not in str(warmup):
         return ""
     kind, n = str(warmup).rsplit("-", 1)
-    return f"{kind} warm-up {n} of {_i(epochs)} epochs" if epochs == epochs and epochs else f"{kind} warm-up {n} epochs"
+    return f"{kind} warm-up {n} of {nb.int_text(epochs)} epochs" if epochs == epochs and epochs \
+        else f"{kind} warm-up {n} epochs"
 
 
 def curve_label(key: dict, seeds: int | None = None) -> str:
@@ -274,10 +269,10 @@ def curve_label(key: dict, seeds: int | None = None) -> str:
     emulate: '32 emulated workers (bs=128, ...)' (synchronous data-parallel SGD in one process); seeds: how many runs
     the curve averages."""
     fw = FRAMEWORK_NAME.get(key.get("framework"), key.get("framework"))
-    n = _i(key.get("gpus"))
+    n = nb.int_text(key.get("gpus"))
     who = (f"{n} emulated worker{'' if n == '1' else 's'}" if key.get("framework") == "emulated"
            else f"{fw} {n} GPU{'' if n == '1' else 's'}")
-    s = f"{who} (bs={_i(key.get('global_batch'))}, lr={key.get('lr'):g}"
+    s = f"{who} (bs={nb.int_text(key.get('global_batch'))}, lr={key.get('lr'):g}"
     warm = warmup_text(key.get("warmup"), key.get("epochs"))
     if warm:
         s += f", {warm}"
@@ -288,10 +283,6 @@ def curve_label(key: dict, seeds: int | None = None) -> str:
     if key.get("scale") not in (None, "thesis"):
         s += f" [{key['scale']} scale]"
     return s
-
-
-def _i(x) -> str:
-    return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
 
 
 def error_curves(df: pd.DataFrame) -> pd.DataFrame:
@@ -399,7 +390,7 @@ def plot_error_grid(df: pd.DataFrame, axes=None, ncols: int = 2, reference: pd.D
     several = curves["exp"].nunique() > 1  # e.g. Figure 26, 30: say which experiment each panel is
     for ax, (key, g) in zip(flat, groups):
         k = dict(zip(CURVE_KEYS, key))
-        plot_error_panel(g, ax=ax, title=(f"exp {_i(k['exp'])}: " if several else "")
+        plot_error_panel(g, ax=ax, title=(f"exp {nb.int_text(k['exp'])}: " if several else "")
                          + curve_label(k, int(g["n"].max())), reference=reference)
     for ax in flat[len(groups):]:
         ax.set_visible(False)
@@ -434,9 +425,6 @@ def quality_figure(data: pd.DataFrame, title: str, reference: pd.DataFrame | Non
         plot_error_curves(data, ax=ax, which=layout, title=title, reference=reference)
         legend_beside(ax)
     return fig
-
-
-# ============================================================================================ schedules, utilisation
 
 
 def plot_lr_schedules(schedules: pd.DataFrame, ax=None, experiment: int | None = None):

@@ -6,31 +6,16 @@ tables record the best epoch: its scripts keep best_acc1, and its text reports "
                            where the global batch is at most the one the fixed rate is tuned for (lr.base_batch):
                            the rate there is the linear rule's or above, and the thesis claims no fall (its 2 GPUs at
                            0.1 per 256 images were its best run);
-  warmup_not_worse         experiments 6, 8, 9 at 32 workers against experiment 5 at 32 (no warm-up); holds when the
-                           interval's low end is above -margin (`equivalent` or `better`: not worse by the margin);
+  warmup_not_worse         experiments 6, 8, 9 at 32 workers against experiment 5 at 32 (no warm-up);
   warmup_matches_baseline  experiments 6, 8, 9 at each worker count against experiment 5's 1-worker baseline;
-                           holds when `equivalent`;
   warmup_schemes_alike     experiment 8 (gradual) against 6 (stepping) and 9 (the longer gradual) against 8, at
-                           each worker count both ran; holds when `equivalent` (the thesis: "no additional benefits");
+                           each worker count both ran (the thesis: "no additional benefits");
   large_batch_matches_baseline  experiment 12 (beyond the thesis), each optimizer at each worker count of its
-                           study runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs chose the
-                           rates and are no verdicts) against the same baseline; holds when `equivalent`; its
-                           diverged runs (DIVERGED_SHARE) are left out and counted in `diverged`.
-verdict, from the 90 % confidence interval [ci_low, ci_high] of the difference and the scale's margin m (declared
-with its reason in experiments/scales.toml [margins.<scale>]):
-  equivalent    -m < ci_low and ci_high < m (two one-sided tests at 5 % each reject |difference| >= m: TOST);
-  worse         ci_high < -m (the difference is beyond -m, one-sided at 5 %);
-  better        ci_low > m;
-  inconclusive  otherwise, and whenever there is no interval (fewer than 2 runs a side, or mixed configs).
-The interval is scipy's t interval: paired by seed when both sides ran the same seeds (same initial weights), else
-Welch's (unpaired); `method` says which. Each row is its own comparison at 90 %; `holds_holm` is the family-wise view:
-Holm's correction over each finding's rows (at one scale and numerics, the rows that claim something) of the one-sided
-tests behind `holds` at 5 % each -- the level the 90 % interval's ends test -- so a row keeps `yes` only where its
-adjusted p-value (`p_holm`) stays below 5 %. `seeds_needed` says how many seeds a side the interval would need, at the
-measured difference and spread, to reach a verdict other than `inconclusive` (`needed_for`). Final-epoch top-1 gets
-the same interval and verdict in the final_* columns. A row whose treated runs were declared before a look at an
-interval and that holds runs added after it (the runs root's machine.toml [look]) is flagged in `after_a_look`, with
-the interval over its declared runs alone in the declared_* columns.
+                           study runs (the base-rate sweep's runs chose the rates and are no verdicts) against the
+                           same baseline; its diverged runs (DIVERGED_SHARE) are left out and counted in `diverged`.
+The verdict (`verdict`), what supports a finding (`holds`), Holm's family-wise view (`holds_holm`), the seeds a
+verdict would need and the after-a-look flag are each a function below; notes() says them as the table does. The
+margin of each scale is declared with its reason in experiments/scales.toml [margins.<scale>].
 """
 from __future__ import annotations
 
@@ -61,9 +46,6 @@ OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # the order rows and curves take
 CONFIDENCE = 0.90
 SCALES_FILE = Path(__file__).resolve().parents[1] / "experiments" / "scales.toml"
 MOST_SEEDS = 1000  # seeds_needed searches up to this many
-
-
-# ============================================================================================ margins and verdicts
 
 
 def margins(path: Path = SCALES_FILE) -> dict[str, dict]:
@@ -97,9 +79,6 @@ def holds(finding: str, ci_low: float, verdict_: str, margin: float) -> str:
             return "yes"
         return "no" if verdict_ == "worse" else "undecided"
     return {"equivalent": "yes", "worse": "no", "better": "no"}.get(verdict_, "undecided")
-
-
-# ============================================================================================ intervals
 
 
 def _paired(a: pd.Series, b: pd.Series) -> bool:
@@ -157,9 +136,6 @@ def seeds_needed(diff: float, sd_a: float | None, sd_b: float | None, sd_diff: f
     return None, target
 
 
-# ============================================================================================ family-wise: Holm
-
-
 def _one_sided(a: pd.Series, b: pd.Series, paired: bool, shift: float, alternative: str) -> float:
     """scipy's one-sided t test p-value of mean(a) + shift against mean(b) (paired by seed, or Welch's)."""
     a, b = a.dropna().astype(float), b.dropna().astype(float)
@@ -210,9 +186,6 @@ def with_holm(rows: list[dict]) -> list[dict]:
     return rows
 
 
-# ============================================================================================ seeds added after a look
-
-
 @functools.lru_cache(maxsize=None)
 def look(root: Path) -> dict:
     """A runs root's machine.toml [look]: the run folders (patterns) declared before a look at an interval, and those
@@ -254,9 +227,6 @@ def declared_only(a: pd.DataFrame, b: pd.DataFrame, margin: float) -> dict:
                 declared_n=len(a), declared_n_against=len(b), declared_difference=got["difference"],
                 declared_ci_low=got["ci_low"], declared_ci_high=got["ci_high"],
                 declared_verdict=verdict(got["ci_low"], got["ci_high"], margin))
-
-
-# ============================================================================================ one comparison
 
 
 def _completed(df: pd.DataFrame) -> pd.DataFrame:
@@ -304,9 +274,6 @@ def compare(finding: str, exp: int, workers: int, against: str, a: pd.DataFrame,
                final_verdict=verdict(final["ci_low"], final["ci_high"], margin) if not _mixed(a, b)
                else "inconclusive")
     return row
-
-
-# ============================================================================================ the findings
 
 
 def _thesis_top1(ref: pd.DataFrame, exp: int, gpus: int) -> float:

@@ -10,8 +10,6 @@ tests/test_readme.py checks that every block agrees with its table.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,15 +72,3 @@ COPIES = (HEADLINE, COST_TOTALS)
 def write_all(copies=COPIES) -> None:
     for copy in copies:
         print(f"{copy.doc.relative_to(REPO)} {copy.name} " + ("rewritten" if copy.write() else "already current"))
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis headline", description=__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true", help="put each block into its guide")
-    args = ap.parse_args(argv)
-    if args.write:
-        write_all()
-    else:
-        for copy in COPIES:
-            sys.stdout.write(copy.block(copy.table.read_text()) + "\n")
-    return 0

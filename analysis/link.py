@@ -1,14 +1,10 @@
 """Experiment 3 against the link's rate (RQ2 where communication costs): make link-sweep's runs, each across the
 local cluster's hosts with every host's link limited by tc (its manifest's `link`), one table and one figure.
 
-    link_table(df)       a row per backend, processes and link rate: steady-state images/s, the speed-up over the
-                         1-process run at the same link, the share of the timed steps spent communicating
-    link_figure(table)   images/s against the link's rate (log scale), a line per backend and processes
-
 The runs come from runs.load_study's frame: a limited run's bench rows are LINK_BENCH rows (never averaged into the
 standard throughput tables), and the sweep's unlimited runs (`none`: tc lifts the limit, the manifest names no link)
 are its ordinary bench rows of the same config fingerprint, drawn here as "unlimited". The report's entries
-(analysis/catalogue.py) and tools/link_sweep.py's own link_sweep.md both draw with these two functions.
+(analysis/catalogue.py) and tools/link_sweep.py's own link_sweep.md both draw with link_table and link_figure.
 """
 from __future__ import annotations
 

@@ -33,9 +33,6 @@ import numpy as np
 import pandas as pd
 
 
-# ============================================================================================ result type
-
-
 @dataclass
 class ParsedLog:
     """What one upstream log holds, normalised."""
@@ -64,9 +61,6 @@ def _empty(columns) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=float) for c in columns})
 
 
-# ============================================================================================ entry points
-
-
 def sniff(head: bytes) -> str:
     """Which tool wrote a log, from its first bytes."""
     if b"images/sec:" in head or b"Img/sec" in head:
@@ -86,18 +80,14 @@ def parse_log(path: str | Path, raw: bytes | None = None) -> ParsedLog:
     tool = sniff(raw[:1 << 20])
     if tool == "unknown" and len(raw) > 1 << 20:
         tool = sniff(raw)
-    if tool == "pytorch-examples":
-        return parse_pytorch_examples(raw, path)
-    if tool == "horovod-example":
-        return parse_horovod_example(raw, path)
-    if tool == "tf_cnn_benchmarks":
-        return parse_tf_cnn_benchmarks(raw, path)
+    parser = {"pytorch-examples": parse_pytorch_examples, "horovod-example": parse_horovod_example,
+              "tf_cnn_benchmarks": parse_tf_cnn_benchmarks}.get(tool)
+    if parser:
+        return parser(raw, path)
     n = raw.count(b"\n") + (0 if raw.endswith(b"\n") or not raw else 1)
     return ParsedLog(path, "unknown", "unknown", _empty(TRAIN_COLUMNS), _empty(EPOCH_COLUMNS), lines=n,
                      bad_lines=0, info={"note": "no known log format recognised"})
 
-
-# ============================================================================================ pytorch/examples
 
 _TRAIN_MARK = b"Epoch: ["
 _NUM = rb"([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))"
@@ -278,13 +268,8 @@ def _pytorch_epochs(train: pd.DataFrame, rare: list) -> pd.DataFrame:
     if not rows:
         return _empty(EPOCH_COLUMNS)
     df = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows.values()])
-    for c in EPOCH_COLUMNS:
-        if c not in df:
-            df[c] = np.nan
-    return df[EPOCH_COLUMNS].sort_values("epoch").reset_index(drop=True)
+    return df.reindex(columns=EPOCH_COLUMNS).sort_values("epoch").reset_index(drop=True)
 
-
-# ============================================================================================ Horovod example
 
 _TQDM_RE = re.compile(
     rb"(Train|Validate) Epoch +#(\d+): +(\d+)%\|[^|\r\n]*\| *(\d+)/(\d+) \[([\d:]+)<([\d:?]+), +"
@@ -344,15 +329,10 @@ def parse_horovod_example(raw: bytes, path: str = "<memory>") -> ParsedLog:
             row.update(val_loss=last["loss"], val_top1=last["accuracy"])
             row["epoch_time"] = row.get("epoch_time", 0.0) + last["elapsed"]
         rows[int(e)] = row
-    epochs = pd.DataFrame(list(rows.values()))
-    for c in EPOCH_COLUMNS:
-        if c not in epochs:
-            epochs[c] = np.nan
-    return ParsedLog(path, "horovod-example", "tqdm", train[TRAIN_COLUMNS], epochs[EPOCH_COLUMNS],
+    epochs = pd.DataFrame(list(rows.values())).reindex(columns=EPOCH_COLUMNS)
+    return ParsedLog(path, "horovod-example", "tqdm", train[TRAIN_COLUMNS], epochs,
                      lines=n_lines, bad_lines=bad)
 
-
-# ============================================================================================ tf_cnn_benchmarks
 
 _TF_STEP_RE = re.compile(
     rb"^(?:\[\d+,(\d+)\]<stdout>:)?(\d+)\timages/sec: ([\d.]+)(?: \+/- ([\d.]+) \(jitter = ([\d.]+)\))?"
@@ -377,10 +357,8 @@ def parse_tf_cnn_benchmarks(raw: bytes, path: str = "<memory>") -> ParsedLog:
     if len(df):
         keep = min(ranks)
         df = df[df["rank"] == keep].drop_duplicates("step", keep="first")
-    total = None
-    if totals:
-        labelled = [v for r, v in totals if r >= 0]
-        total = (min(((r, v) for r, v in totals if r >= 0), default=totals[0])[1] if labelled else totals[0][1])
+    # the lowest labelled rank's total, else the first printed
+    total = min(((r, v) for r, v in totals if r >= 0), default=totals[0])[1] if totals else None
     train = pd.DataFrame({"epoch": 0, "batch": df["step"] - 1, "count": df["step"], "total": np.nan,
                           "time": np.nan, "time_avg": np.nan, "data": np.nan, "data_avg": np.nan,
                           "loss": df["loss"], "loss_avg": np.nan, "top1": np.nan, "top1_avg": np.nan,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import io
+from pathlib import Path
 
 import matplotlib
 
@@ -15,12 +16,13 @@ from . import figures as fg  # noqa: E402
 from . import numbers as nb  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
+from .findings import seed_summary  # noqa: E402
+from .runs import load_runs  # noqa: E402
 
 
 def subplots(nrows: int = 1, ncols: int = 1, width: float = 6.5, height: float = 4.2):
     """plt.subplots with a size per panel; returns (fig, axes) (axes a single Axes for 1x1)."""
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows))
-    return fig, axes
+    return plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows))
 
 
 def show(fig_or_ax):
@@ -44,17 +46,11 @@ def overview(df: pd.DataFrame) -> pd.DataFrame:
     return (r.groupby(["experiment", "scale", "status"], dropna=False).size().rename("runs").reset_index())
 
 
-def shown(draw):
-    """A figure function as a notebook shows it: its figure rendered to a PNG image (show)."""
-    @functools.wraps(draw)
-    def view(*args, **kwargs):
-        return show(draw(*args, **kwargs))
-    return view
-
-
 #: Figures 14-17 as the notebooks show them: the report's figure function (the thesis's P100 row; ours at other
 #: scales on a row below), as an image
-scaling_figure = shown(fg.scaling_figure)
+@functools.wraps(fg.scaling_figure)
+def scaling_figure(*args, **kwargs):
+    return show(fg.scaling_figure(*args, **kwargs))
 
 
 def speedup_pivot(scaling: pd.DataFrame, framework) -> pd.DataFrame:
@@ -160,11 +156,6 @@ def error_figures(df: pd.DataFrame, ref: pd.DataFrame | None = None, experiments
 
 def pilot_summary(path: str = "reference/vm-2cpu/10_more_steps_pilot"):
     """The more-steps pilot's runs by configuration, or one line on how to make them."""
-    from pathlib import Path
-
-    from .findings import seed_summary
-    from .runs import load_runs
-
     if not Path(path).is_dir():
         return f"no runs in {path}: make exp10 makes them"
     return seed_summary(load_runs(path))

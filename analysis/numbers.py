@@ -110,6 +110,11 @@ def format_duration(seconds: float) -> str:
     return f"{days} d {hours} h {mins} min" if days else f"{hours} h {mins} min"
 
 
+def int_text(x) -> str:
+    """A whole number as text, '?' where it is unknown (None or NaN)."""
+    return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
+
+
 def natural_key(text) -> tuple:
     """Sort key that orders numbers inside names by value: w1, w2, w16, w24 (not w1, w16, w2, w24)."""
     return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
@@ -138,9 +143,6 @@ def numerics_label(precision: str | None = None, channels_last: bool | None = No
 def numerics_suffix(numerics, sep: str = " ") -> str:
     """' bf16+cl' for a label or legend; '' for fp32 (the thesis's, and most runs'), so their labels stay unmarked."""
     return f"{sep}{numerics}" if isinstance(numerics, str) and numerics != FP32 else ""
-
-
-# ============================================================================================ throughput
 
 
 def _closest_count(counts: np.ndarray, target: int) -> int | None:

@@ -89,9 +89,6 @@ def read_markdown_table(text: str) -> MarkdownTable:
     return table
 
 
-# ============================================================================================ sections
-
-
 def esc(text) -> str:
     return html.escape(str(text), quote=True)
 
@@ -172,9 +169,6 @@ def listed(title: str, anchor: str, lines: list[str]) -> str:
         "</ul></section>"
 
 
-# ============================================================================================ the page
-
-
 @dataclass
 class PageInputs:
     """What the report made, as make_report holds it."""
@@ -214,8 +208,6 @@ def write_page(inputs: PageInputs) -> Path:
     path.write_text(page)
     return path
 
-
-# ============================================================================================ notebooks as HTML
 
 # nbconvert's lab template, less its scripts: require.js, MathJax and mermaid come from a CDN, and the page must
 # open without a network (the notebooks draw no widgets, no math and no diagrams)

@@ -1,9 +1,8 @@
 """The notebooks' "Reading" cells, computed from the runs shown: each function returns Markdown that states the
 thesis's finding (from its published numbers) and then, per scale, where our runs support it and where they don't.
 
-rq3_reading reads a verdict table with the columns ``finding, experiment, workers, difference, ci_low, ci_high,
-margin, verdict`` (and ``scale``, ``numerics``; ``holds`` when present) -- results/tables/orderings.csv -- so it
-needs nothing else of analysis.findings. rq1_reading reads the study frame through the scaling and quality tables.
+rq3_reading reads a verdict table (``finding, experiment, workers, difference, ci_low, ci_high, margin, verdict``,
+and ``scale``, ``numerics``, ``holds`` when present): results/tables/orderings.csv.
 """
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import pandas as pd
 
 from . import numbers as nb
 from . import tables as tb
-from .findings import DIVERGED_SHARE, OPTIMIZERS
+from .findings import DIVERGED_SHARE, OPTIMIZERS, holds
 from .smoke import SMOKE
 
 # `holds` words of rows that claim nothing: n/a (nothing claimed there), diverged (every run diverged: no verdict)
@@ -37,21 +36,6 @@ def markdown(text: str):
 
 def _pts(x: float) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.1f}"
-
-
-# ============================================================================================ RQ3
-
-
-def supports(finding: str, verdict: str, ci_low: float, margin: float) -> str:
-    """'yes' / 'no' / 'undecided': whether a verdict supports the thesis's finding (the rule of orderings.csv's
-    `holds`: naive_degrades needs `worse`; warmup_not_worse an interval above -margin; matching needs `equivalent`)."""
-    if finding == "naive_degrades":
-        return {"worse": "yes", "equivalent": "no", "better": "no"}.get(verdict, "undecided")
-    if finding == "warmup_not_worse":
-        if not (math.isnan(ci_low) or math.isnan(margin)) and ci_low > -margin:
-            return "yes"
-        return "no" if verdict == "worse" else "undecided"
-    return {"equivalent": "yes", "worse": "no", "better": "no"}.get(verdict, "undecided")
 
 
 def _thesis_claim(finding: str, ref: pd.DataFrame) -> str:
@@ -122,7 +106,7 @@ def _said(finding: str, g: pd.DataFrame) -> list[str]:
     """Per row: yes / no / undecided / n/a, from the table's `holds` when it has one."""
     if "holds" in g:
         return ["n/a" if pd.isna(h) else str(h) for h in g["holds"]]
-    return [supports(finding, r.verdict, float(r.ci_low), float(r.margin)) for r in g.itertuples()]
+    return [holds(finding, float(r.ci_low), r.verdict, float(r.margin)) for r in g.itertuples()]
 
 
 def finding_summary(verdicts: pd.DataFrame) -> list[str]:
@@ -174,7 +158,7 @@ def _only_after_a_look(finding: str, g: pd.DataFrame, said: list[str]) -> list[s
         declared = getattr(r, "declared_verdict", None)
         if s != "yes" or not isinstance(declared, str) or declared == SMOKE:
             continue
-        if supports(finding, declared, float(r.declared_ci_low), float(r.margin)) != "yes":
+        if holds(finding, float(r.declared_ci_low), declared, float(r.margin)) != "yes":
             out.append(f"{_row_name(r)} (its declared seeds alone: {r.declared_difference:+.2f} "
                        f"[{r.declared_ci_low:+.2f}, {r.declared_ci_high:+.2f}], {declared})")
     return out
@@ -295,9 +279,6 @@ def baseline_rate_note(df: pd.DataFrame) -> str:
     if not lines:
         return ""
     return "**The baseline's learning rate.**\n\n" + "\n".join(lines) + "\n"
-
-
-# ============================================================================================ RQ1
 
 
 def _speedups_by_batch(scaling: pd.DataFrame) -> list[str]:

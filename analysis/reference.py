@@ -41,21 +41,12 @@ THESIS_WORKERS = 32  # the thesis's largest run: 32 GPUs x 128 = 4,096 images a 
 #: experiment -> caption table numbers
 EXPERIMENT_TABLES = {1: (1, 2, 3), 2: (4, 5, 6), 3: (7, 8, 9), 4: (10,), 5: (11,), 6: (12,), 7: (13,), 8: (14,),
                      9: (15,)}
-#: throughput tables by experiment and framework
-THROUGHPUT_TABLE = {(1, "horovod+tensorflow"): 1, (1, "pytorch"): 2, (1, "horovod+pytorch"): 3,
-                    (2, "horovod+tensorflow"): 4, (2, "pytorch"): 5, (2, "horovod+pytorch"): 6,
-                    (3, "horovod+tensorflow"): 7, (3, "pytorch"): 8, (3, "horovod+pytorch"): 9}
 #: the 1-GPU baseline repeated in tables 12 and 14 is stored once, under table 11
 BASELINE_REPEATED_IN = {12: 11, 14: 11}
-
-FRAMEWORK_LABEL = {"pytorch": "PyTorch 1.0.0", "horovod+pytorch": "Horovod 0.15.2 + PyTorch 1.0.0",
-                   "horovod+tensorflow": "Horovod 0.15.2 + TensorFlow 1.12.0 + cnn_tf_v1.12_compatible"}
 
 #: Figures 12 and 13: time of the first training batch printed by each script (seconds)
 FIRST_BATCH_S = {("pytorch", 2): 18.532, ("horovod+pytorch", 2): 9.696,
                  ("pytorch", 32): 21.925, ("horovod+pytorch", 32): 9.950}
-#: Figure 11: the running mean at batch 199, 1 GPU, per-GPU batch 128
-FIGURE_11 = {"per_gpu_batch": 128, "gpus": 1, "batch_time_avg_at_199": 0.633, "images_per_s": 202.21}
 #: speed-ups the text states (section 5.3)
 STATED_SPEEDUP_32 = {("horovod+tensorflow", 32): 22.7, ("horovod+tensorflow", 64): 26.5,
                      ("horovod+tensorflow", 128): 26.7, ("horovod+pytorch", 128): 29.4, ("pytorch", 128): 27.5}
@@ -122,9 +113,6 @@ def rq2_steady_state(ref: pd.DataFrame | None = None) -> pd.DataFrame:
                      else math.nan})
     out = pd.DataFrame(rows).sort_values(["gpus", "framework"], kind="stable").reset_index(drop=True)
     return out
-
-
-# ============================================================================================ lr schedules
 
 
 def thesis_lr(epoch: int, target_lr: float, warmup: str = "none", per_gpu_batch: int = 128,

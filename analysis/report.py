@@ -32,9 +32,6 @@ OTHER_WRITERS = frozenset({"cost.csv", "cost.md", "cost_totals.csv", "cost_total
                            "advisor_local.csv", "advisor_validation.png", "advisor_validation.pdf"})
 
 
-# ============================================================================================ tables and figures
-
-
 def entry_source(inputs: ct.Inputs, entry, source: str | None) -> str | None:
     """The runs line an entry carries: the report's, naming another reference machine's experiment only on the
     entries that read it (made_from's `experiments`); a maker's own line (the thesis's) is kept."""
@@ -81,9 +78,6 @@ def figure_caption(inputs: ct.Inputs, entry) -> str:
     """A figure's heading on the web page: its title, and the thesis's figure it stands beside."""
     title = ct.titled(inputs, entry) if entry.title else entry.name
     return f"{title} ({entry.thesis})" if entry.thesis else title
-
-
-# ============================================================================================ entry point
 
 
 class ReportError(ValueError):

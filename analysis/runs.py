@@ -3,27 +3,18 @@
 One row per (run, record): ``kind`` says which record --
   run       one per run: status, best validation accuracy, wall-clock, bad lines (always present, so a
             half-written or failed run still shows up);
-  epoch     one per epoch: train/val loss, top-1, top-5 (percent), learning rate, epoch time, optimizer steps
-            fp16's gradient scaler skipped (skipped_steps; missing for runs from before it was recorded);
-  bench     throughput summary: thesis-formula and steady-state images/s (from the trainer's bench record,
-            or derived from per-iteration records, or from an upstream log);
-  util      utilisation samples (trainers/telemetry.py), one row per sample and device: t (seconds since the
-            run started), device ("cpu process", "cpu system", "gpu0", ...; "rank8 gpu0" for another node),
-            util_pct, mem_gb, power_w;
+  epoch     one per epoch: losses, top-1, top-5 (percent), learning rate, epoch time, skipped fp16 steps;
+  eval      one per evaluation inside an epoch (train.eval_every): step, val_top1, val_loss;
+  bench     throughput: thesis-formula and steady-state images/s (the bench record, the iteration records, or a log);
+  util      utilisation samples (trainers/telemetry.py), one row per sample and device ("cpu process", "gpu0",
+            "rank8 gpu0" for another node): t (seconds since the run started), util_pct, mem_gb, power_w;
   schedule  the planned learning rate of each epoch (config.json resolved.schedule);
-  link bench  a bench row of a run under a limited link (manifest `link`, make link-sweep): throughput at that link,
-            which analysis/link.py tabulates and the tables that average a configuration's bench rows never see.
-Every row carries the run's identity and configuration columns (RUN_COLUMNS), so any table or figure is a
-filter and a group-by away; ``gpus`` is the run's workers W (the thesis's GPUs, what every comparison with the thesis
-counts), ``processes`` its real ranks P (manifest.json world_size: W/P emulated workers in each, the node scale's
-W over the node's GPUs; 1 for emulated workers and DataParallel; NaN where the manifest does not say); ``numerics`` (numbers.numerics_label: 'fp32', 'tf32', 'bf16+cl', 'bf16+cl+compiled')
-is part of that identity, since the same configuration in another precision is another measurement.
-Nothing here raises on bad content: unreadable files and lines are counted, and every problem (a missing, empty or
-unreadable metrics.jsonl, bad lines) is listed in ``df.attrs['problems']``.
-
-Run folders are read by contract.reader, the one reader, into its DataFrame of the records as written; everything
-here is derived from that frame: the renamed fields (EPOCH_COLUMNS, BENCH_COLUMNS), the run's identity from its
-config, throughput from iteration records by the thesis's formulas, and the run's status, wall-clock and accuracy.
+  link bench  a bench row of a run under a limited link (LINK_BENCH below).
+Every row carries the run's identity and configuration columns (RUN_COLUMNS), so any table or figure is a filter
+and a group-by away: ``gpus`` is the run's workers W (the thesis's GPUs), ``processes`` its real ranks P (manifest
+world_size), ``numerics`` (numbers.numerics_label) part of its identity. Nothing here raises on bad content: every
+problem (a missing or unreadable file, bad lines) is a line in ``df.attrs['problems']``. Run folders are read by
+contract.reader, the one reader; everything here is derived from its frame.
 """
 from __future__ import annotations
 
@@ -112,9 +103,6 @@ def _finite(x) -> bool:
 def _number(x) -> float:
     """A field as a float: NaN where the record does not hold it (None), an error where it holds no number."""
     return math.nan if x is None else float(x)
-
-
-# ============================================================================================ one run's rows
 
 
 def records_of(raw: pd.DataFrame, kind: str, fields: list[str]) -> list[dict]:
@@ -277,7 +265,6 @@ def _nonfinite_loss(epoch: dict) -> bool:
     return any(epoch[k] is not None and not _finite(epoch[k]) for k in ("train_loss", "val_loss"))
 
 
-# ============================================================================================ a run's own problems
 # Files that parse but hold nothing usable, or the wrong kind of thing, are a problem line each: never a silent row
 # (a run with no epochs counted as a result, a NaN accuracy left out of a mean unsaid), never a crash.
 #: the manifest's fields read here; one its declaration (contract/manifest.py) does not allow is read as absent
@@ -406,9 +393,6 @@ def load_runs(root: str | Path = "results/runs") -> pd.DataFrame:
     return df
 
 
-# ============================================================================================ upstream logs
-
-
 def load_log(path: str | Path, meta: dict | None = None) -> pd.DataFrame:
     """One upstream log as a run: rows like load_run's, source='log'.
 
@@ -494,12 +478,10 @@ def load_study(runs: str | Path = "results/runs", logs=None, also=(), leave_out=
         problems += [f"{r.path}: {int(r.bad_lines)} bad line(s) skipped" for r in counted.itertuples()]
         a = _finish([x for x in (a, b) if len(x)])
     a.attrs["problems"] = problems
-    df = add_identities(add_placement(add_links(add_fingerprints(a, fingerprints(raw)), raw), raw), raw)
-    df = refuse_mixed_configs(count_runs_once(df))
+    df = refuse_mixed_configs(count_runs_once(add_run_facts(a, raw)))
     return set_link_runs_apart(df)
 
 
-# ============================================================================================ config fingerprints
 # Runs are averaged only within one config fingerprint (contract/fingerprint.py: the resolved config without seed,
 # names, paths and launcher details). A group the tables would average (POOL_KEYS) that holds runs of more than one
 # fingerprint -- a smoke run beside full ones, runs from before and after a config change -- is refused: its runs get
@@ -509,64 +491,46 @@ def load_study(runs: str | Path = "results/runs", logs=None, also=(), leave_out=
 POOL_KEYS = ["exp", "framework", "numerics", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "optimizer",
              "holdout", "scale"]
 MIXED = "mixed-config"
-
-
-def fingerprints(raw: pd.DataFrame) -> dict[str, str | None]:
-    """Run folder -> its config fingerprint, from the reader's frame (None without a readable config.json), with the
-    link it ran under where the local cluster limited one (manifest `link`): the same config over another
-    interconnect is another measurement, so runs under different links are never averaged, nor one another's copies."""
-    folders = raw[raw["kind"] == "run"]
-    return {path: with_link(fp, manifest)
-            for path, fp, manifest in zip(folders["path"], folders["fingerprint"], folders["manifest"])}
-
-
-def with_link(fingerprint: str | None, manifest) -> str | None:
-    link = manifest.get("link") if isinstance(manifest, dict) else None
-    return f"{fingerprint} (link {link})" if fingerprint and isinstance(link, str) and link else fingerprint
-
-
-def add_fingerprints(df: pd.DataFrame, found: dict[str, str | None]) -> pd.DataFrame:
-    """A `fingerprint` column: each run folder's config fingerprint (found: fingerprints(); empty for upstream
-    logs)."""
-    df = df.copy()
-    df["fingerprint"] = df["path"].map(found) if len(df) else pd.Series(dtype=object)
-    df.attrs = dict(df.attrs)
-    return df
-
-
-# ============================================================================================ the link a run ran under
 # make link-sweep runs experiment 3 across the local cluster's hosts with each host's link limited by tc (manifest
 # `link`). Such a run's throughput is a point on a curve against the link's rate (analysis/link.py), not one more
 # measurement of its configuration: its bench rows become LINK_BENCH rows, which the throughput tables, the cost and
-# the verdicts (all reading kind "bench") never average. Its run row stays: every run is listed.
+# the verdicts (all reading kind "bench") never average. Its run row stays: every run is listed. The same config over
+# another link is another measurement: its fingerprint names the link, so such runs are never averaged together.
 LINK_BENCH = "link bench"
+# A run counts once, by what it is (contract/reader.py RUN_IDENTITY: its experiment, config fingerprint, how it ran,
+# seed, scale and machine) -- never by its folder's name or the name it was trained under: a copied folder (`cp -a w1-s0
+# w1-s0.bak`), or the same config and seed trained under `--run a` and `--run b`, would otherwise count as another
+# seed, narrowing every interval with a std of 0.000 and perhaps changing a verdict.
+#: the columns add_run_facts adds beside `fingerprint`, and their value on rows of no run folder (upstream logs)
+FACTS_ABSENT = {"link": None, "hosts": math.nan, "threads_per_rank": None, "cpus_per_rank": None, "identity": None,
+                "ended": ""}
 
 
-def add_links(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
-    """Columns `link` (the manifest's link, None where not limited) and `hosts` (how many distinct hosts its ranks
-    ran on; NaN where the manifest does not say), from the reader's frame."""
+def run_facts(fingerprint: str | None, config, manifest) -> dict:
+    """A run folder's fingerprint (with its link), the link it ran under and its distinct hosts, each rank's
+    threads and CPUs where all ranks had the same (contract/placement.py), its identity and its manifest's end."""
+    m = manifest if isinstance(manifest, dict) else {}
+    link = m.get("link") if isinstance(m.get("link"), str) and m.get("link") else None
+    return {"fingerprint": f"{fingerprint} (link {link})" if fingerprint and link else fingerprint, "link": link,
+            "hosts": len(set(m["hosts"])) if isinstance(m.get("hosts"), list) and m["hosts"] else math.nan,
+            "threads_per_rank": placement.per_rank(m.get("placement"), "threads"),
+            "cpus_per_rank": placement.per_rank(m.get("placement"), "cpus"),
+            "identity": reader.identity_of(config, manifest) if isinstance(config, dict) else None,
+            "ended": str(m.get("end") or "")}
+
+
+def add_run_facts(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
+    """Columns `fingerprint` and FACTS_ABSENT's, each row's run folder's (run_facts), from the reader's frame."""
     folders = raw[raw["kind"] == "run"]
-    facts = {path: (m.get("link") if isinstance(m.get("link"), str) and m.get("link") else None,
-                    len(set(m["hosts"])) if isinstance(m.get("hosts"), list) and m["hosts"] else math.nan)
-             for path, m in zip(folders["path"], (m if isinstance(m, dict) else {} for m in folders["manifest"]))}
+    facts = {path: run_facts(fp, config, manifest) for path, fp, config, manifest in
+             zip(folders["path"], folders["fingerprint"], folders["config"], folders["manifest"])}
     attrs = dict(df.attrs)
-    df = df.assign(link=[facts.get(p, (None, math.nan))[0] for p in df["path"]],
-                   hosts=[facts.get(p, (None, math.nan))[1] for p in df["path"]])
+    found = {path: f["fingerprint"] for path, f in facts.items()}
+    values = {c: [facts[p][c] if p in facts else absent for p in df["path"]] for c, absent in FACTS_ABSENT.items()}
+    for column in ("threads_per_rank", "cpus_per_rank"):
+        values[column] = pd.to_numeric(values[column], errors="coerce")
+    df = df.assign(fingerprint=df["path"].map(found) if len(df) else pd.Series(dtype=object), **values)
     df["hosts"] = pd.to_numeric(df["hosts"], errors="coerce")
-    df.attrs = attrs
-    return df
-
-
-def add_placement(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
-    """Columns `threads_per_rank` and `cpus_per_rank` from the manifest's per-rank `placement` (one number where
-    every rank had the same; NaN where the ranks differ or the manifest predates the record): what a like-for-like
-    comparison of two backends needs equal (contract/placement.py)."""
-    folders = raw[raw["kind"] == "run"]
-    facts = {path: tuple(placement.per_rank(m.get("placement"), key) for key in ("threads", "cpus"))
-             for path, m in zip(folders["path"], (m if isinstance(m, dict) else {} for m in folders["manifest"]))}
-    attrs = dict(df.attrs)
-    df = df.assign(**{column: pd.to_numeric([facts.get(p, (None, None))[i] for p in df["path"]], errors="coerce")
-                      for i, column in enumerate(("threads_per_rank", "cpus_per_rank"))})
     df.attrs = attrs
     return df
 
@@ -576,27 +540,6 @@ def set_link_runs_apart(df: pd.DataFrame) -> pd.DataFrame:
     limited = (df["kind"] == "bench") & df["link"].notna()
     if limited.any():
         df.loc[limited, "kind"] = LINK_BENCH
-    return df
-
-
-# ============================================================================================ run identity
-# A run counts once, by what it is (contract/reader.py RUN_IDENTITY: its experiment, config fingerprint, how it ran,
-# seed, scale and machine) -- never by its folder's name or the name it was trained under: a copied folder (`cp -a w1-s0
-# w1-s0.bak`), or the same config and seed trained under `--run a` and `--run b`, would otherwise count as another
-# seed, narrowing every interval with a std of 0.000 and perhaps changing a verdict.
-
-
-def add_identities(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
-    """Columns `identity` (each run folder's, contract/reader.py identity_of; None without a readable config.json)
-    and `ended` (its manifest's end time, "" where it has none), from the reader's frame."""
-    folders = raw[raw["kind"] == "run"]
-    facts = {path: (reader.identity_of(config, manifest) if isinstance(config, dict) else None,
-                    str(manifest.get("end") or "") if isinstance(manifest, dict) else "")
-             for path, config, manifest in zip(folders["path"], folders["config"], folders["manifest"])}
-    attrs = dict(df.attrs)
-    df = df.assign(identity=[facts.get(p, (None, ""))[0] for p in df["path"]],
-                   ended=[facts.get(p, (None, ""))[1] for p in df["path"]])
-    df.attrs = attrs
     return df
 
 

@@ -18,8 +18,6 @@ from contract import lr, runfolder
 
 from . import numbers as nb
 
-# ============================================================================================ upstream logs
-
 
 def pytorch_train_line(fmt: str, epoch: int, i: int, n: int, t: float, ta: float, d: float, da: float,
                        loss: float, la: float, a1: float, a1a: float, a5: float, a5a: float) -> str:
@@ -102,9 +100,6 @@ def write_pytorch_log(path: str | Path, lines_wanted: int, fmt: str = "early-201
             if n >= lines_wanted:
                 break
     return n
-
-
-# ============================================================================================ run folders
 
 
 def _iso(t: float) -> str:

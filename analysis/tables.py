@@ -19,8 +19,6 @@ from . import numbers as nb
 from . import reference as rf
 from .smoke import diverged_runs
 
-# ============================================================================================ summaries
-
 
 def scale_label(scale) -> str:
     s = scale if isinstance(scale, str) and scale else "unknown"
@@ -40,12 +38,8 @@ def run_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def _status_label(status, done, planned) -> str:
     if status == "running":
-        return f"running (half-written, {_int(done)}/{_int(planned)} epochs)"
+        return f"running (half-written, {nb.int_text(done)}/{nb.int_text(planned)} epochs)"
     return str(status)
-
-
-def _int(x) -> str:
-    return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
 
 
 # backend: DDP and DataParallel are both "pytorch"; numerics: fp32 and bf16 at one batch are two measurements;
@@ -89,7 +83,8 @@ def unlike_rows(frame: pd.DataFrame) -> list[str]:
         for column, what in (("threads_per_rank", "threads"), ("cpus_per_rank", "CPUs")):
             values = group[column]
             if values.nunique(dropna=False) > 1 and values.notna().any():
-                said = ", ".join(f"{r.framework} ({r.backend}) {_int(v)}" for r, v in zip(group.itertuples(), values))
+                said = ", ".join(f"{r.framework} ({r.backend}) {nb.int_text(v)}"
+                                 for r, v in zip(group.itertuples(), values))
                 lines.append(f"Not like for like: {int(key[2])} GPU(s), batch {key[1]}, {key[4]} scale ran with "
                              f"different {what} a rank: {said}.")
     return lines
@@ -137,9 +132,6 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
                          n=int(done["best_val_top1"].notna().sum()), wallclock_s=done["wallclock_s"].mean(),
                          runs=len(g), status=status))
     return pd.DataFrame(rows, columns=cols)
-
-
-# ============================================================================================ thesis tables
 
 
 # TensorFlow's frameworks: the thesis's Horovod+TensorFlow (tf_cnn_benchmarks) and, in our runs, also TensorFlow's
@@ -268,9 +260,6 @@ def scaling_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
                              "wallclock_90_s": nb.wallclock_estimate_s(v) if sc == "thesis" else math.nan})
     out = pd.concat([thesis, pd.DataFrame(rows)], ignore_index=True) if rows else thesis
     return out
-
-
-# ============================================================================================ writing
 
 
 def is_duration(col: str) -> bool:

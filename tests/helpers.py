@@ -11,9 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
+from contract.reader import read_manifest
 from trainers.backends import free_port
 from trainers.show_config import toml_value
 
@@ -183,3 +185,17 @@ def read_back(run_dir) -> dict[str, list[tuple[int, float, float]]]:
 def f32(value: float) -> float:
     """A value as an event file stores it (a scalar's simple_value is a 32-bit float)."""
     return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def started_before(run_dirs, declared_at: str) -> list[str]:
+    """The runs (their folders) whose first attempt started before `declared_at` (ISO 8601): a run the
+    declaration cannot have preceded. A folder without a readable manifest start counts as such too."""
+    when = pd.Timestamp(declared_at)
+    early = []
+    for run_dir in run_dirs:
+        manifest = read_manifest(run_dir) or {}
+        starts = [a.get("start") for a in manifest.get("attempts", [])] + [manifest.get("start")]
+        starts = [pd.Timestamp(s) for s in starts if s]
+        if not starts or min(starts) < when:
+            early.append(str(run_dir))
+    return early

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis.experiments import steps_to_target as st
-from tests.helpers import REPO
+from tests.helpers import REPO, started_before
 from contract.manifest import VERSION
 
 DECLARED = "experiments/13_steps_to_target/declared_2026-11-25-exp13.txt"
@@ -218,7 +218,7 @@ def test_a_run_that_started_before_the_declaration_is_caught(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "start": start, "attempts": [{"start": start}]}))
     (tmp_path / "unreadable").mkdir()
-    early = st.started_before(sorted(tmp_path.iterdir()), "2026-11-25T22:00:00+00:00")
+    early = started_before(sorted(tmp_path.iterdir()), "2026-11-25T22:00:00+00:00")
     assert [p.rsplit("/", 1)[1] for p in early] == ["early", "unreadable"]
 
 
@@ -229,7 +229,7 @@ def test_the_declaration_was_committed_before_every_committed_experiment_13_run_
                            capture_output=True, text=True, timeout=60).stdout.split()
     assert added, f"{DECLARED} is not in the git history"
     runs = sorted(p for p in (REPO / "results" / "reference").glob("*/13_steps_to_target/*") if p.is_dir())
-    assert st.started_before(runs, added[-1]) == []
+    assert started_before(runs, added[-1]) == []
 
 
 def test_every_committed_experiment_13_run_started_after_the_commit_that_planned_its_row():
@@ -242,7 +242,7 @@ def test_every_committed_experiment_13_run_started_after_the_commit_that_planned
         added = subprocess.run(["git", "log", "--format=%cI", "-S", f'run = "{row}"', "--", config], cwd=REPO,
                                capture_output=True, text=True, timeout=60).stdout.split()
         assert added, f"no commit of {config} adds the row of {row}"
-        assert st.started_before([r for r in runs if re.sub(r"-s\d+$", "", r.name) == row], added[-1]) == []
+        assert started_before([r for r in runs if re.sub(r"-s\d+$", "", r.name) == row], added[-1]) == []
 
 
 def test_the_selection_table_marks_the_rules_choice_only_once_every_planned_rate_has_finished(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from analysis.experiments import steps_to_target_e2 as e2
 from contract import tuned
 from contract.config import ConfigError
-from tests.helpers import REPO
+from tests.helpers import REPO, started_before
 
 EXP13 = REPO / "experiments" / "13_steps_to_target"
 DECLARED = EXP13 / "declared_2026-11-28-edition2.txt"
@@ -207,8 +207,6 @@ def test_every_dated_line_of_the_second_edition_follows_no_run_it_claims_to_prec
 def test_the_second_edition_was_declared_before_any_of_its_runs_started():
     import shutil
     import subprocess
-
-    from analysis.experiments.steps_to_target import started_before
 
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("no git history here to date the declaration by")

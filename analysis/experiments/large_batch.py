@@ -40,9 +40,6 @@ POINT_COLUMNS = ["scale", "numerics", "optimizer", "workers", "global_batch", "n
 BORDERLINE = 0.1
 
 
-# ============================================================================================ the numbers
-
-
 def _mean_interval(values: pd.Series) -> tuple[float, float, float]:
     """Mean and its 90 % t interval (NaN bounds with fewer than two values)."""
     values = values.dropna().astype(float)
@@ -124,9 +121,6 @@ def baseline_band(df: pd.DataFrame, scale: str, numerics: str) -> dict:
               & (df["scale"] == scale) & (df["numerics"] == numerics)]
     mean, low, high = _mean_interval(base["best_val_top1"])
     return {"n": len(base), "mean": mean, "ci_low": low, "ci_high": high}
-
-
-# ============================================================================================ the figure
 
 
 def plot_large_batch(points: pd.DataFrame, band: dict, margin: float, noise: pd.DataFrame, ax=None,
@@ -259,9 +253,6 @@ def differences_figure(verdicts: pd.DataFrame, points: pd.DataFrame, margins: di
                          title=f"Experiment 12 at the {scale} scale ({numerics}): each row's difference from the "
                                "1-worker baseline, its 90 % interval and verdict")
     return fig
-
-
-# ============================================================================================ the reading
 
 
 def _verdict_text(r, point=None) -> str:
@@ -422,9 +413,6 @@ def _against_noise(images: int, r) -> str:
     if r.b_simple_high is None or pd.isna(r.b_simple_high) or images <= r.b_simple_high:
         return "inside the range of"
     return "above"
-
-
-# ============================================================================================ the report's entries
 
 
 def large_batch(inputs, entry: Figure) -> Drawn | str:

@@ -1,16 +1,8 @@
-"""Experiment 13 (beyond the thesis): optimizer steps to a target validation accuracy per global batch, each batch
-at its own tuned rate (Shallue et al. 2019), and McCandlish et al.'s (2018) model S = S_min (1 + B_noise / B) fitted
-to them. The rules are declared in experiments/13_steps_to_target/README.md before any run; this module computes
-exactly those:
-
-    first_reach       the first epoch whose val_top1 >= target: steps (and examples) to it, no interpolation
-    run_steps         one row per run of experiment 13 (tuning runs `tune-<opt>-w<W>-base<b>-s0`, study runs
-                      `<opt>-w<W>-s<seed>`) or of experiment 12 (read at experiment 13's target, beside it)
-    selection         step 1's choice per (optimizer, workers): fewest steps on the held-out split, the edge rule
-    fit_noise_model   least squares on log S over every seed of the batches where all seeds reached the target
-    bootstrap         seeds resampled within each batch: 90 % percentile intervals of B_noise, S_min, the ratios
-    regimes           the end of perfect scaling (S(2B)/S(B) > 0.6) and of data parallelism (> 0.9)
-    noise_sentence    the fitted B_noise against make noise-scale's B_simple: the factor-10 rule
+"""Experiment 13 (beyond the thesis), its first edition: optimizer steps to a target validation accuracy per global
+batch, each batch at its own tuned rate (Shallue et al. 2019), and McCandlish et al.'s (2018) model
+S = S_min (1 + B_noise / B) fitted to them. The rules are declared in experiments/13_steps_to_target/README.md
+before any run; this module computes exactly those (its functions, in the order of the rules: one run's steps,
+step 1's choice of rate, step 2's curve, its fit, bootstrap and regimes, and the noise scale beside it).
 """
 from __future__ import annotations
 
@@ -47,9 +39,6 @@ STUDY_SEEDS, FIRST_STUDY_SEED = 3, 1  # declared: the study's seeds 1-3, never t
 GOYAL_FACTOR = 2  # Goyal et al.'s 8k against the thesis's 4k: the stand-in doubled
 STEP_COLUMNS = ["exp", "scale", "optimizer", "workers", "global_batch", "seed", "base", "tuning", "status",
                 "reached", "epoch", "steps", "examples", "best_top1", "epoch_steps", "path"]
-
-
-# ============================================================================================ one run
 
 
 def first_reach(epochs: pd.DataFrame, global_batch: int, target: float) -> dict:
@@ -101,9 +90,6 @@ def run_steps(df: pd.DataFrame, exp: int = EXPERIMENT) -> pd.DataFrame:
                          best_top1=float(r.best_val_top1) if pd.notna(r.best_val_top1) else math.nan,
                          path=r.path, **reach))
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
-
-
-# ============================================================================================ step 1: the choice
 
 
 def planned_rows(config: Path = CONFIG, scale: str = "local") -> list[dict]:
@@ -176,9 +162,6 @@ def selection(steps: pd.DataFrame) -> pd.DataFrame:
                          steps=float(best["steps"]), at_edge=edge))
     return pd.DataFrame(rows, columns=["scale", "optimizer", "workers", "global_batch", "rates", "chosen_base",
                                        "reached", "steps", "at_edge"])
-
-
-# ============================================================================================ step 2: the curve
 
 
 def study_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -287,9 +270,6 @@ def noise_sentence(b_noise: float, interval: tuple[float, float], noise: pd.Data
         parts.append(f"B_simple at the {r.weights} weights{of} ({s_low:,.0f}-{top}) {verdict}")
     upper = f"{high:,.0f}" if np.isfinite(high) else "unplaced"
     return (f"Fitted B_noise {b_noise:,.0f} images (90 % interval {low:,.0f}-{upper}); " + "; ".join(parts) + ".")
-
-
-# ============================================================================================ what the report shows
 
 
 def stand_ins(per_gpu_batch: int) -> dict[str, int]:
@@ -579,28 +559,6 @@ def _curve_lines(scale: str, optimizer: str, s: pd.DataFrame, noise: pd.DataFram
             f"{r.global_batch:,} ({r.seeds - r.reached} of {r.seeds} seeds)" for r in missed.itertuples()) + ".")
     lines.append("  " + noise_sentence(fit[1], boot["b_noise"], noise))
     return lines
-
-
-# ============================================================================================ declared before run
-
-
-def started_before(run_dirs, declared_at: str) -> list[str]:
-    """The runs (their folders) whose first attempt started before `declared_at` (ISO 8601): a run the
-    declaration cannot have preceded. A folder without a readable manifest start counts as such too."""
-    from contract.reader import read_manifest
-
-    when = pd.Timestamp(declared_at)
-    early = []
-    for run_dir in run_dirs:
-        manifest = read_manifest(run_dir) or {}
-        starts = [a.get("start") for a in manifest.get("attempts", [])] + [manifest.get("start")]
-        starts = [pd.Timestamp(s) for s in starts if s]
-        if not starts or min(starts) < when:
-            early.append(str(run_dir))
-    return early
-
-
-# ============================================================================================ the report's entries
 
 
 def steps_to_target(inputs, entry: Figure) -> Drawn | str | None:

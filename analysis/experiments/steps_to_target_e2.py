@@ -1,14 +1,6 @@
 """Experiment 13, second edition: the reading rules of experiments/13_steps_to_target/declared_2026-11-28-edition2.txt,
-computed (the first edition, superseded, keeps its own in steps_to_target.py and is read as it was).
-
-    curve / first_reach    a run's evaluations (eval records every k steps, epoch ends) and its first at the target
-    run_steps              one row per second-edition run (e2-tune-<opt>-w<W>-base<b>-s<seed>, e2-<opt>-w<W>-s<seed>)
-    resolution_met         k <= 5 % of every seed's steps (a rule that can fail: the cell is then left out)
-    choose                 step 1: the score per rate, the tie rule (the middle of the tied rates), the edge rule
-    fit_with_misfit        S = S_min (1 + B_noise / B) with 90 % intervals from a bootstrap over batches and seeds
-    goodness               the fit's RMS against seed noise and against a power law; leave-one-batch-out B_noise
-    regime_word            a batch's regime from the fit, only where B_noise's interval allows one
-    b_simple_verdict       B_simple at the target against B_crit: agrees / disagrees / cannot tell (factor 3)
+computed in the order the declaration states them (the first edition, superseded, keeps its own in
+steps_to_target.py and is read as it was).
 """
 from __future__ import annotations
 
@@ -40,9 +32,6 @@ FIT_WITHIN_NOISE, MISFIT_NO_REGIMES, POWER_LAW_AS_WELL = 1.5, 2.0, 1.1  # declar
 AGREE_FACTOR = 3.0        # declared: B_simple agrees with B_crit within this factor of its interval
 STEP_COLUMNS = ["optimizer", "workers", "global_batch", "seed", "base", "tuning", "status", "reached", "steps",
                 "resolution", "eval_every", "best_top1", "path"]
-
-
-# ============================================================================================ one run
 
 
 def curve(evals: pd.DataFrame, epochs: pd.DataFrame, global_batch: int) -> pd.DataFrame:
@@ -110,9 +99,6 @@ def resolution_met(eval_every: int, steps) -> bool:
     return bool(reached) and all(eval_every <= RESOLUTION_SHARE * s for s in reached)
 
 
-# ============================================================================================ step 1: the choice
-
-
 @dataclass(frozen=True)
 class Choice:
     winner: float            # the chosen base rate (the middle of the tied ones)
@@ -143,9 +129,6 @@ def choose(per_rate: dict[float, list[float]], best_top1: dict[float, float], ev
     winner = tied[(len(tied) - 1) // 2]
     edges = tuple(edge for edge, rate in (("low", grid[0]), ("high", grid[-1])) if rate in tied)
     return Choice(winner, tuple(tied), edges, not math.isinf(scores[winner]))
-
-
-# ============================================================================================ the fit
 
 
 def fit_with_misfit(cells: dict[int, list[float]], draws: int = BOOTSTRAPS, seed: int = 0) -> dict:
@@ -279,9 +262,6 @@ def b_simple_cells(measured: list[dict], optimizer: str, reached: set[str] | Non
             continue
         cells.setdefault(4 * int(name["workers"]), []).append(float(value))
     return cells
-
-
-# ============================================================================================ the tables
 
 
 CELL_COLUMNS = ["optimizer", "global_batch", "workers", "base", "seeds", "reached", "steps", "steps_low", "steps_high",
