@@ -61,7 +61,7 @@ def test_the_local_cluster_picks_a_slash_24_nothing_here_uses():
         pick_subnet([ipaddress.ip_network("10.213.0.0/16")])
 
 
-def test_a_throughput_study_on_shared_nodes_runs_one_job_at_a_time(capsys):
+def test_a_throughput_study_on_shared_nodes_runs_one_job_at_a_time(capsys, tmp_path):
     """The local cluster's nodes share this machine's cores: each job waits for the one before, and each rank gets
     the threads a local run's rank gets; a real cluster's profile (generic) does neither."""
     from studies.run import run_study
@@ -70,7 +70,7 @@ def test_a_throughput_study_on_shared_nodes_runs_one_job_at_a_time(capsys):
     from trainers.tf.available import skip_reason
 
     exp3 = REPO / "experiments" / "03_throughput_distributed_data_parallel"
-    assert run_study(exp3, launcher="slurm", cluster="local", dry_run=True) == 0
+    assert run_study(exp3, launcher="slurm", cluster="local", dry_run=True, out=tmp_path) == 0  # none run yet
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("sbatch")]
     # the 6 TensorFlow rows (issue 37) are submitted only where they can run (issue 47), skipped with a line else
@@ -81,7 +81,7 @@ def test_a_throughput_study_on_shared_nodes_runs_one_job_at_a_time(capsys):
     four_ranks = next(line for line in lines if "-J 03-n2-ddp-t2-s0" in line)
     threads = max(1, (os.cpu_count() or 1) // 4)  # 4 ranks share the machine's cores, as in a local run
     assert re.search(rf",OMP_NUM_THREADS={threads}[,' ]", four_ranks)  # ' ends the quoted --export=
-    assert run_study(exp3, scale="thesis", launcher="slurm", cluster="generic", dry_run=True) == 0
+    assert run_study(exp3, scale="thesis", launcher="slurm", cluster="generic", dry_run=True, out=tmp_path) == 0
     out = capsys.readouterr().out
     assert "--dependency" not in out and "OMP_NUM_THREADS" not in out
 
