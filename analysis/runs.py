@@ -119,10 +119,8 @@ def run_identity(folder: pd.Series) -> dict:
     lr = cfg.get("lr") or {}
     res = cfg.get("resolved") or {}
     experiment = cfg.get("experiment") or folder["experiment"]
-    gpus = res.get("world_size", train.get("workers"))
+    gpus, gb, backend = res.get("world_size"), res.get("global_batch"), res.get("backend")  # as the plan resolved them
     b = train.get("per_worker_batch")
-    gb = res.get("global_batch", (b * gpus) if (b and gpus) else None)
-    backend = res.get("backend", train.get("backend"))
     # emulated workers are neither DDP nor Horovod: labelled by what they are, whatever framework the config names
     framework = "emulated" if backend == "emulated" else res.get("framework")
     return {
@@ -131,7 +129,7 @@ def run_identity(folder: pd.Series) -> dict:
         "backend": backend, "numerics": nb.numerics_label(train.get("precision"), train.get("channels_last"),
                                                           train.get("compile")),
         "gpus": gpus, "per_gpu_batch": b,
-        "global_batch": gb, "lr": res.get("lr", lr.get("base")),
+        "global_batch": gb, "lr": res.get("lr"),
         "warmup": nb.warmup_label(lr.get("warmup"), lr.get("warmup_epochs")) if lr else None,
         "optimizer": (cfg.get("optim") or {}).get("name"),
         "seed": train.get("seed"), "epochs": train.get("epochs"),
@@ -189,22 +187,6 @@ def parse_iters(records: list[dict]) -> tuple[pd.DataFrame, int]:
     return pd.DataFrame(recs, columns=ITER_FIELDS), bad
 
 
-def iteration_bench_row(it: pd.DataFrame, config: dict, per_gpu_batch, gpus) -> dict:
-    """A throughput benchmark without a bench record (older runs): the thesis's formula and the steady state from
-    the first epoch's iteration records."""
-    first = it[it["epoch"] == it["epoch"].min()]
-    warm = int((config.get("bench") or {}).get("warmup_batches") or nb.DEFAULT_WARMUP_BATCHES)
-    at199 = first.loc[first["iter"] == nb.THESIS_BATCH_INDEX, "batch_time_avg"]
-    avg199 = float(at199.iloc[0]) if len(at199) else math.nan
-    steady_t = nb.steady_batch_time(first["iter"] + 1, first["batch_time_avg"], first["batch_time"], warmup=warm)
-    last_avg = first["batch_time_avg"].iloc[-1]
-    return {"kind": "bench", "thesis_images_per_s": nb.thesis_throughput(per_gpu_batch, gpus, avg199),
-            "steady_images_per_s": nb.steady_throughput(per_gpu_batch, gpus, steady_t),
-            "batch_time_avg_at_199": avg199, "warmup_batches": warm,
-            "data_share": float(first["data_time_avg"].iloc[-1] / last_avg) if last_avg else math.nan,
-            "note": "from iteration records"}
-
-
 def first_time(raw: pd.DataFrame) -> float | None:
     """When the run's first record other than an iteration's was written (Unix seconds), if any says."""
     for t in raw.loc[~raw["kind"].isin(["run", "iter"]), "time"]:
@@ -244,14 +226,9 @@ def run_summary(epochs: dict[int, dict], problems: tuple[str, ...]) -> dict:
             "best_val_top5": max(val5) if val5 else math.nan, "note": "; ".join(problems) or None}
 
 
-def throughput_rows(raw: pd.DataFrame, iters: pd.DataFrame, config: dict, ident: dict) -> list[dict]:
-    """A row per bench record; a throughput benchmark without one (older runs) gets a row from its iterations."""
-    benches = bench_rows(records_of(raw, "bench", list(BENCH_COLUMNS)))
-    b, g = ident["per_gpu_batch"], ident["gpus"]
-    is_bench = bool((config.get("bench") or {}).get("batches")) or (ident["exp"] or 99) <= 3
-    if not benches and is_bench and len(iters) and b and g:
-        return [iteration_bench_row(iters, config, b, g)]
-    return benches
+def throughput_rows(raw: pd.DataFrame) -> list[dict]:
+    """A row per bench record (the trainers write one at a benchmark's end)."""
+    return bench_rows(records_of(raw, "bench", list(BENCH_COLUMNS)))
 
 
 def utilisation_rows(raw: pd.DataFrame, manifest: dict) -> list[dict]:
@@ -313,7 +290,7 @@ def run_frame(raw: pd.DataFrame) -> pd.DataFrame:
     epochs, bad_epochs = latest_epochs(records_of(raw, "epoch", ["epoch", *EPOCH_COLUMNS]))
     iters, bad_iters = parse_iters(records_of(raw, "iter", ITER_FIELDS))
     rows = epoch_record_rows(epochs) + eval_rows(records_of(raw, "eval", ["step", "val_top1", "val_loss"]))
-    rows += throughput_rows(raw, iters, config, ident) + utilisation_rows(raw, manifest)
+    rows += throughput_rows(raw) + utilisation_rows(raw, manifest)
     rows += [{"kind": "schedule", "epoch": e, "planned_lr": v}
              for e, v in enumerate((config.get("resolved") or {}).get("schedule") or [])]
     diverged = any(_nonfinite_loss(epochs[e]) for e in epochs) or \

@@ -134,7 +134,7 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
               milestones=(3, 4, 5), step_every: int = 30, bench_batches: int = 0, warmup_batches: int = 0,
               iters_per_epoch: int = 20, print_freq: int = 5, images_per_epoch: int = 2000,
               final_acc: float = 70.0, start: float = 1_700_000_000.0, batch_s: float = 0.05,
-              first_batch_s: float = 0.5, bench_record: bool = True, truncate_tail: bool = False,
+              first_batch_s: float = 0.5, truncate_tail: bool = False,
               train_extra: dict | None = None, processes: int | None = None, backend: str | None = None,
               comm_share: float = 0.0, manifest_extra: dict | None = None) -> Path:
     """One run folder written by the trainer's own writer (contract.runfolder), with made-up numbers.
@@ -177,8 +177,7 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
     train.comm_share = comm_share
     if bench_batches:
         avg199 = train.iterations(0, bench_batches, sched[0] if sched else target)
-        if bench_record:
-            train.bench(per_gpu_batch, gpus, bench_batches, warmup_batches, sched[0], avg199)
+        train.bench(per_gpu_batch, gpus, bench_batches, warmup_batches, sched[0], avg199)
     else:
         for e in range(done):
             ep_start = clock.now
