@@ -114,6 +114,8 @@ def save(fig, out_dir: str | Path, name: str, source: str | None = None) -> list
         fig.text(0.005, strip / 2, "\n".join(lines), fontsize=7, color="dimgray", ha="left", va="center")
     fig.savefig(paths[0], dpi=100, metadata={"Software": None})
     fig.set_layout_engine("none")  # the layout is done: the PDF reuses it instead of solving it again
+    for ax in fig.axes:  # the solver's last digits vary from run to run (1e-9 of the figure): the PDF's must not
+        ax.set_position([round(v, 4) for v in ax.get_position().bounds])
     fig.savefig(paths[1], metadata={"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None})
     plt.close(fig)
     return paths
