@@ -40,15 +40,6 @@ def framework_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def repeat_spread(df: pd.DataFrame) -> tuple[float, int]:
-    """(the largest ratio between two throughput runs of one config fingerprint, how many configs were measured
-    more than once): the noise of a single measurement, from the runs themselves; (nan, 0) without repeats."""
-    bench = df[(df["kind"] == "bench") & df["exp"].le(3)].dropna(subset=["fingerprint", "steady_images_per_s"])
-    runs = bench.groupby("fingerprint")["steady_images_per_s"].agg(["count", "min", "max"])
-    runs = runs[runs["count"] > 1]
-    return (float((runs["max"] / runs["min"]).max()), len(runs)) if len(runs) else (math.nan, 0)
-
-
 def _line(r, spread: float) -> str | None:
     present = [fw for fw in FRAMEWORKS if not math.isnan(r[fw])]
     if len(present) < 2:
@@ -70,9 +61,10 @@ def _line(r, spread: float) -> str | None:
 
 def frameworks_reading(df: pd.DataFrame) -> str:
     """RQ2 over the three frameworks: where our runs measured two or more of them at one configuration. A framework
-    is named fastest only where it leads the next by more than one configuration's repeats differ (repeat_spread)."""
+    is named fastest only where it leads the next by more than one configuration's repeats differ
+    (tables.repeat_spread)."""
     table = framework_table(df)
-    spread, repeated = repeat_spread(df)
+    spread, repeated = tb.repeat_spread(df)
     noise = (f"The same configuration measured twice ({repeated} configuration(s), equal config fingerprints) "
              f"differed by up to {spread:.2f}x, so a framework is named fastest only where it leads the next by more."
              if repeated else "No configuration was measured twice, so no measurement's noise is known and no "

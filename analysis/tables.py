@@ -66,6 +66,18 @@ def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def repeat_spread(df: pd.DataFrame) -> tuple[float, int]:
+    """(the largest ratio between two throughput runs of one config fingerprint, how many configs were measured
+    more than once): the noise of a single measurement, from the runs themselves; (nan, 0) without repeats."""
+    bench = df[(df["kind"] == "bench") & df["exp"].le(3)]
+    if bench.empty:
+        return math.nan, 0
+    bench = bench.dropna(subset=["fingerprint", "steady_images_per_s"])
+    runs = bench.groupby("fingerprint")["steady_images_per_s"].agg(["count", "min", "max"])
+    runs = runs[runs["count"] > 1]
+    return (float((runs["max"] / runs["min"]).max()), len(runs)) if len(runs) else (math.nan, 0)
+
+
 def one_value(values: pd.Series) -> float:
     """The configuration's runs' value where they agree; NaN where they differ or none recorded it."""
     found = values.dropna().unique()

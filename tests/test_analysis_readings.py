@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import pytest
 
 from analysis import readings as rd
 from analysis import reference as rf
@@ -111,12 +112,24 @@ def test_rq1_speedups_by_batch_compare_runs_of_one_numerics():
     scaling = pd.DataFrame([{"source": "ours (steady state)", "scale": "local scale", "framework": "pytorch",
                              "numerics": n, "per_gpu_batch": b, "gpus": g, "speedup": sp if g > 1 else 1.0}
                             for n, b, sp in rows for g in (1, 2)])
-    lines = rd._speedups_by_batch(scaling)
+    lines = rd._speedups_by_batch(scaling, 1.05)  # repeats 1.05x apart: speed-ups may differ by 1.1025x alone
     assert lines == [
         "- ours, local scale, pytorch bf16+cl, 2 GPUs/workers: speed-up 1.9x at batch 32, 1.7x at batch 64 — smaller "
         "batch scales worse: **fails**.",
         "- ours, local scale, pytorch, 2 GPUs/workers: speed-up 1.5x at batch 32, 1.8x at batch 64 — smaller batch "
         "scales worse: holds."]
+
+
+@pytest.mark.parametrize("spread, said", [
+    (1.2, "not shown (the speed-ups differ by less than 1.44x, the repeats' spread squared"),  # 1.8/1.5 = 1.2
+    (1.05, "holds"),
+    (float("nan"), "not tested (no configuration was measured twice, so no noise is known)")])
+def test_rq1_calls_a_rise_in_speed_up_only_beyond_what_single_measurements_differ_by(spread, said):
+    scaling = pd.DataFrame([{"source": "ours (steady state)", "scale": "local scale", "framework": "pytorch",
+                             "numerics": "fp32", "per_gpu_batch": b, "gpus": g, "speedup": sp if g > 1 else 1.0}
+                            for b, sp in ((32, 1.5), (64, 1.8)) for g in (1, 2)])
+    [line] = rd._speedups_by_batch(scaling, spread)
+    assert f"smaller batch scales worse: {said}" in line
 
 
 def run_rows(rows):
