@@ -32,17 +32,31 @@ def cpuinfo() -> tuple[str | None, set[str]]:
     return fields.get("model name") or platform.processor() or None, set(fields.get("flags", "").split())
 
 
-def cpu_vector_isa() -> str | None:
-    """The CPU's vector instruction set in torch's names (get_cpu_capability: AVX512, AVX2, DEFAULT), read from its
-    flags and capped where ONEDNN_MAX_CPU_ISA says AVX2: the identity's isa for a process without torch (the
-    TensorFlow trainer, whose oneDNN kernels dispatch on the same flags). None where the flags cannot be read."""
+# oneDNN's instruction sets, best first, with the /proc/cpuinfo flags each needs
+ONEDNN_ISAS = [("AVX512_CORE_AMX", ("amx_tile", "avx512_bf16")), ("AVX512_CORE_BF16", ("avx512_bf16",)),
+               ("AVX512_CORE_VNNI", ("avx512_vnni",)), ("AVX512_CORE", ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
+               ("AVX2_VNNI", ("avx_vnni", "avx2")), ("AVX2", ("avx2",)), ("AVX", ("avx",)), ("SSE41", ("sse4_1",))]
+
+
+def onednn_isa() -> str | None:
+    """The instruction set oneDNN's kernels compute with here: the CPU's best (its flags), capped where
+    ONEDNN_MAX_CPU_ISA names a lower one. None where the flags cannot be read."""
     flags = cpuinfo()[1]
-    if not flags:
+    best = next((isa for isa, needs in ONEDNN_ISAS if all(f in flags for f in needs)), None)
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    names = [isa for isa, _ in ONEDNN_ISAS]
+    if best and cap in names and names.index(cap) > names.index(best):  # capped below the CPU's best
+        return cap
+    return best
+
+
+def cpu_vector_isa() -> str | None:
+    """onednn_isa in torch's names (get_cpu_capability: AVX512, AVX2, DEFAULT): the identity's isa for a process
+    without torch (the TensorFlow trainer, whose oneDNN kernels dispatch on the same flags)."""
+    isa = onednn_isa()
+    if isa is None:
         return None
-    capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper().startswith("AVX2")
-    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags and not capped:
-        return "AVX512"
-    return "AVX2" if {"avx2", "fma"} <= flags else "DEFAULT"
+    return next((name for name in ("AVX512", "AVX2") if isa.startswith(name)), "DEFAULT")
 
 
 def memory_gib() -> int | None:

@@ -342,6 +342,7 @@ def test_every_new_manifest_records_the_machine_identity(tmp_path):
 @pytest.mark.parametrize("flags, cap, isa", [
     ("fma avx2 avx512f avx512bw avx512vl avx512dq", "", "AVX512"),
     ("fma avx2 avx512f avx512bw avx512vl avx512dq", "AVX2", "AVX2"),  # oneDNN capped as torch's ATen is
+    ("fma avx2 avx512f avx512bw avx512vl avx512dq", "AVX", "DEFAULT"),  # capped below AVX2: the manifest's rule
     ("fma avx2 avx512f", "", "AVX2"),  # AVX-512 foundation alone is not torch's AVX512 capability
     ("sse4_1 avx", "", "DEFAULT"),
     ("", "", None)])  # no flags read: unknown, and reference-add then refuses the run

@@ -14,15 +14,9 @@ import torch
 import torch.nn as nn
 
 from contract.config import TrainConfig
-from contract.machine import cpuinfo, this_machine
+from contract.machine import cpuinfo, onednn_isa, this_machine
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# oneDNN's instruction sets, best first, with the /proc/cpuinfo flags each needs
-ONEDNN_ISAS = [("AVX512_CORE_AMX", ("amx_tile", "avx512_bf16")), ("AVX512_CORE_BF16", ("avx512_bf16",)),
-               ("AVX512_CORE_VNNI", ("avx512_vnni",)), ("AVX512_CORE", ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
-               ("AVX2_VNNI", ("avx_vnni", "avx2")), ("AVX2", ("avx2",)), ("AVX", ("avx",)), ("SSE41", ("sse4_1",))]
-
-
 def configure_torch(t: TrainConfig) -> None:
     """Process-wide switches; call before the first CUDA kernel (cuBLAS reads its workspace setting at init)."""
     tf32 = t.precision == "tf32"
@@ -44,14 +38,8 @@ def machine_identity() -> dict:
 def cpu_description() -> dict:
     """The CPU and the kernels' instruction sets this process computes with: a result reruns bit-identically only
     with the same ATen capability and oneDNN ISA (and threads)."""
-    model, flags = cpuinfo()
-    best = next((isa for isa, needs in ONEDNN_ISAS if all(f in flags for f in needs)), None)
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
-    names = [isa for isa, _ in ONEDNN_ISAS]
-    onednn = best
-    if best and cap in names and names.index(cap) > names.index(best):  # capped below the CPU's best
-        onednn = cap
-    return {"model": model, "torch_capability": torch.backends.cpu.get_cpu_capability(), "onednn_isa": onednn,
+    return {"model": cpuinfo()[0], "torch_capability": torch.backends.cpu.get_cpu_capability(),
+            "onednn_isa": onednn_isa(),
             **{k: os.environ.get(k) for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}}
 
 
