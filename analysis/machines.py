@@ -115,11 +115,7 @@ def complements(runs: Path, root: Path = REFERENCE_ROOT) -> list[tuple[str, Path
 
 
 def superseded(runs: Path, root: Path = REFERENCE_ROOT) -> list[str]:
-    """When `runs` is the committed reference (the first machine's folder): its experiment folders another reference
-    machine declares the report draws from it instead (report_draws). They stay committed, read as they were by
-    anyone who points the report at them, and the committed report leaves them out."""
-    machines = reference_machines(root)
-    if not machines or Path(runs).resolve() != machines[0][1].resolve():
-        return []
-    return sorted({name for _, folder, _ in machines[1:] for name in report_draws(folder)
-                   if (machines[0][1] / name).is_dir()})
+    """When `runs` is the committed reference (the first machine's folder): its experiment folders that complements
+    draws from another reference machine instead (only a declared report_draws does). They stay committed, and the
+    committed report leaves them out."""
+    return sorted(folder.name for _, folder in complements(runs, root) if (Path(runs) / folder.name).is_dir())
