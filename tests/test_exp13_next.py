@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 
 import pandas as pd
+import pytest
 
 from contract import tuned
 from contract.plan import expand
@@ -111,3 +112,48 @@ def test_a_runs_folder_that_is_not_there_is_one_line_and_an_empty_one_says_what_
         "results/runs)"]
     assert nx.main(["--runs", str(tmp_path)]) == 0
     assert f"exp13-next: no experiment-13 runs under {tmp_path} yet: `make exp13` writes them" in capsys.readouterr().out
+
+
+def decided(plan, entries: list[tuple[str, int, float, str]]) -> None:
+    """Write decisions (kind, workers, base, at) for sgd into the plan's decisions file, as --write would."""
+    decisions = {"extend": [], "choose": []}
+    for kind, workers, base, at in entries:
+        decisions[kind].append({"optimizer": "sgd", "workers": workers, "base": base, "at": at, "runs_done": 0})
+    path = plan.parent / "edition2_decisions.toml"
+    header = "".join(line + "\n" for line in path.read_text().splitlines() if line.startswith("#"))
+    path.write_text(nx.decisions_text(decisions, header))
+
+
+def test_audit_replays_each_decision_with_only_the_decisions_before_it_and_names_one_the_runs_do_not_give(tmp_path):
+    """After the runs a decision was read from are lost and rerun: each committed decision is read again from the
+    finished selection runs, with the grid as it stood then; one the reruns do not give is said, and fails."""
+    plan = plan_copy(tmp_path)
+    runs = selection(8, {0.0125: 700, 0.025: 300, 0.05: 320, 0.1: 600, 0.2: 900}) + selection(4, {0.025: 800})
+    decided(plan, [("extend", 8, 0.0125, "2026-11-28T06:04Z"), ("choose", 8, 0.025, "2026-11-28T08:10Z")])
+    replays = nx.audit(pd.DataFrame(runs), plan)
+    assert [(r.workers, r.at, r.written, r.read, r.reproduced) for r in replays] == [
+        (8, "2026-11-28T06:04Z", "extend 0.0125", "extend 0.0125", True),
+        (8, "2026-11-28T08:10Z", "choose 0.025", "choose 0.025", True)]
+    decided(plan, [("extend", 8, 0.0125, "2026-11-28T06:04Z"), ("choose", 8, 0.05, "2026-11-28T08:10Z"),
+                   ("choose", 4, 0.05, "2026-11-28T08:10Z")])
+    replays = {(r.workers, r.at): r for r in nx.audit(pd.DataFrame(runs), plan)}
+    assert not replays[8, "2026-11-28T08:10Z"].reproduced
+    assert replays[8, "2026-11-28T08:10Z"].read == "choose 0.025"
+    assert replays[4, "2026-11-28T08:10Z"].read == "wait: 6 of 8 selection runs unfinished"
+    assert not replays[4, "2026-11-28T08:10Z"].reproduced and not replays[4, "2026-11-28T08:10Z"].differs
+
+
+def test_every_committed_decision_is_given_again_by_the_committed_selection_runs():
+    """The second edition's decisions against its committed selection runs (the study's, committed as they finish,
+    and the reference's): none differs. A pair whose runs are not all committed yet waits."""
+    from analysis.runs import load_runs
+
+    roots = [p for p in (REPO / "results" / "in_progress" / "13_steps_to_target",
+                         *(REPO / "results" / "reference").glob("*/13_steps_to_target")) if p.is_dir()]
+    frames = [load_runs(root) for root in roots]
+    runs = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else None
+    if runs is None or not (runs["run"].astype(str).str.startswith("e2-tune-")).any():
+        pytest.skip("no second-edition selection run committed yet")
+    differ = [f"{r.optimizer} w{r.workers} {r.at}: wrote {r.written}, the runs give {r.read}"
+              for r in nx.audit(runs) if r.differs]
+    assert differ == []

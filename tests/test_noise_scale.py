@@ -1,6 +1,8 @@
 """Gradient noise scale B_simple = tr(Σ) / |G|² (McCandlish et al. 2018, appendix A.1)."""
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -88,6 +90,21 @@ def test_noise_scale_of_a_run_folder_from_the_command_line(tmp_path, capsys):
     torch.save(state, ckpt)
     assert cli(["noise-scale", str(tmp_path / "n" / "run"), "--workers", "4", "--groups", "3", "--json", str(out)]) == 0
     assert json.loads(out.read_text()) == rows
+
+
+def test_update_adds_each_runs_row_to_the_file_and_replaces_only_that_runs(tmp_path):
+    """A long study measures each run as it finishes (its checkpoint may not outlive the machine): --update keeps
+    the other runs' rows and replaces a run measured again."""
+    cfg = write_config(tmp_path / "n.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "run") == 0
+    shutil.copytree(tmp_path / "n" / "run", tmp_path / "n" / "other")
+    out = tmp_path / "ns.json"
+    measure = ["--workers", "4", "--groups", "3", "--json", str(out), "--update"]
+    for name in ("run", "other", "run"):
+        assert cli(["noise-scale", str(tmp_path / "n" / name), *measure]) == 0
+    rows = json.loads(out.read_text())
+    assert [Path(r["run"]).name for r in rows] == ["other", "run"]
+    assert rows[0]["b_simple"] == rows[1]["b_simple"]  # one checkpoint, one data order: one measurement
 
 
 def test_a_run_without_a_checkpoint_is_one_clear_error(tmp_path, capsys):

@@ -5,6 +5,10 @@ run is unfinished; where a rate tied with the best sits at an edge of the grid, 
 (data the planner reads) and a dated line to the declared file, to be committed before any run they add starts.
 
     python -m tools exp13-next [--runs results/runs] [--write]      (make exp13-next [WRITE=1])
+    python -m tools exp13-next --runs results/in_progress --audit    each committed decision read again
+
+`--audit` replays every committed decision over the finished selection runs (after runs were lost and rerun, the
+decisions must come out again); it exits 1 when one differs.
 """
 from __future__ import annotations
 
@@ -85,6 +89,48 @@ def next_steps(runs: pd.DataFrame, plan_path: Path = PLAN) -> list[Step]:
             for workers in plan.workers]
 
 
+@dataclass(frozen=True)
+class Replay:
+    """One committed decision read again from the finished selection runs: what was written, what they give now."""
+    optimizer: str
+    workers: int
+    at: str
+    written: str   # "extend 0.0125", "choose 0.025"
+    read: str      # the same words, or "wait: ..." while the pair's runs of that moment are unfinished
+
+    @property
+    def reproduced(self) -> bool:
+        return self.read == self.written
+
+    @property
+    def differs(self) -> bool:
+        return not self.reproduced and not self.read.startswith("wait")
+
+
+def audit(runs: pd.DataFrame, plan_path: Path = PLAN) -> list[Replay]:
+    """Each committed decision replayed over the finished selection runs, its pair's rule read with only the
+    decisions made before it (the grid as it stood then): runs lost and rerun must give the decisions again."""
+    plan = tuned.load_plan(plan_path)
+    decisions = tuned.load_decisions(plan)
+    steps = e2.run_steps(runs)
+    entries = [{**d, "kind": kind} for kind in ("extend", "choose") for d in decisions[kind]]
+    moments = sorted({(d["at"], d["optimizer"], int(d["workers"])) for d in entries},
+                     key=lambda m: (m[0], list(plan.grid).index(m[1]), m[2]))
+    replays = []
+    for at, optimizer, workers in moments:
+        before = {kind: [d for d in decisions[kind] if d["at"] < at] for kind in ("extend", "choose")}
+        written = [d for d in entries if (d["at"], d["optimizer"], int(d["workers"])) == (at, optimizer, workers)]
+        step = next_step(plan, before, steps, optimizer, workers)
+        read = decision_words(step.decisions) if step.decisions else f"{step.action}: {step.why}"
+        replays.append(Replay(optimizer, workers, at, decision_words(written), read))
+    return replays
+
+
+def decision_words(decisions) -> str:
+    return "; ".join(f"{d['kind']} {float(d['base']):g}" for d in sorted(decisions, key=lambda d: (d["kind"],
+                                                                                                     d["base"])))
+
+
 def decisions_text(decisions: dict, header: str) -> str:
     """The decisions file regenerated from its data (its header comment kept): never an edit of a config's text."""
     lines = [header.rstrip("\n")]
@@ -141,12 +187,24 @@ def show(steps: list[Step]) -> str:
     return "\n".join(lines)
 
 
+def show_audit(replays: list[Replay]) -> int:
+    """One line a committed decision; 1 when the runs give any decision other than the one written."""
+    for r in replays:
+        said = "reproduced" if r.reproduced else (f"DIFFERS: the runs give {r.read}" if r.differs else r.read)
+        print(f"{r.optimizer} w{r.workers} {r.at}: {r.written}: {said}")
+    differ = sum(r.differs for r in replays)
+    print(f"exp13-next --audit: {sum(r.reproduced for r in replays)} of {len(replays)} decision(s) reproduced, "
+          f"{differ} differ")
+    return 1 if differ else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools exp13-next", description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=Path, default=Path("results/runs"), help="the run folders `make exp13` wrote")
     p.add_argument("--plan", type=Path, default=PLAN, help="the second edition's plan (edition2.toml)")
     p.add_argument("--declared", type=Path, default=DECLARED, help="the declared file a --write line goes to")
     p.add_argument("--write", action="store_true", help="add the due decisions and a line to the declared file")
+    p.add_argument("--audit", action="store_true", help="replay every committed decision over the finished runs")
     p.add_argument("--scale", default="local", choices=["local"], help="the second edition runs at the local scale")
     args = p.parse_args(argv)
     if not args.runs.is_dir():
@@ -164,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.audit:
+        return show_audit(audit(runs, args.plan))
     print(show(steps))
     smoke = smoke_paths(runs[runs["exp"] == e2.EXPERIMENT]) if len(runs) else set()
     if smoke:

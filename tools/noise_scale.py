@@ -123,7 +123,8 @@ def measure_run(run_dir: Path, workers: int, groups: int, at_init: bool = False,
     return {"run": str(run_dir), "weights": weights, "seed": seed, **asdict(result)}
 
 
-def report(run_dirs: list[str], workers: int, groups: int, at_init: bool, seed: int, json_path: str | None) -> int:
+def report(run_dirs: list[str], workers: int, groups: int, at_init: bool, seed: int, json_path: str | None,
+           update: bool = False) -> int:
     rows = [measure_run(Path(d), workers, groups, at_init, seed) for d in run_dirs]
     for r in rows:
         high = "unbounded: |G|^2 not resolved from 0" if math.isinf(r["b_simple_high"]) else f"{r['b_simple_high']:.0f}"
@@ -133,6 +134,10 @@ def report(run_dirs: list[str], workers: int, groups: int, at_init: bool, seed: 
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         finite = [{k: (None if v == math.inf else v) for k, v in r.items()} for r in rows]  # JSON has no inf
+        if update and Path(json_path).is_file():  # the other runs' rows kept, a run measured again replaced
+            measured = {Path(r["run"]).name for r in finite}
+            kept = [r for r in json.loads(Path(json_path).read_text()) if Path(r["run"]).name not in measured]
+            finite = sorted(kept + finite, key=lambda r: Path(r["run"]).name)
         Path(json_path).write_text(json.dumps(finite, indent=1) + "\n")
     return 0
 
@@ -145,5 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--init", action="store_true", help="measure the runs' initial weights instead of their last")
     p.add_argument("--seed", type=int, default=0, help="the order the training examples are drawn in")
     p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--update", action="store_true", help="with --json: keep the file's rows of other runs (a study "
+                                                          "measured run by run, as each finishes)")
     args = p.parse_args(argv)
-    return report(args.runs, args.workers, args.groups, args.init, args.seed, args.json)
+    return report(args.runs, args.workers, args.groups, args.init, args.seed, args.json, args.update)
