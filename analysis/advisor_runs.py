@@ -29,7 +29,10 @@ from . import advisor
 from .runs import LINK_BENCH
 
 STEPS = Path("results/advisor/steps")  # step-split records the report predicts from (make advise writes them)
-COLUMNS = ["run", "backend", "processes", "hosts", "ranks_per_host", "threads_per_rank", "link", "measured",
+# The link fits the committed report predicts from: the local cluster's, timed on this CPU model and committed with
+# the advisor's local validation, so a fresh clone redraws exp3_predicted from the repository alone.
+COMMITTED_LINK_FITS = Path(__file__).resolve().parents[1] / "results" / "advisor" / "local_validation" / "links"
+COLUMNS = ["run", "backend", "processes", "hosts", "ranks_per_host", "threads_per_rank", "link", "link_fit", "measured",
            "predicted", "error", "bound", "exposed_ms", "flag", "cause", "path"]
 NOTES = ("measured: the run's steady-state images/s; predicted: the advisor's (analysis/advisor.py) for the run's "
          "own placement (manifest.json: ranks, hosts, threads a rank), from a step timed by python -m tools "
@@ -39,7 +42,10 @@ NOTES = ("measured: the run's steady-state images/s; predicted: the advisor's (a
          "flag: the run is more than the declared tolerance below its prediction; cause: its share of the timed step "
          "spent communicating and waiting for data, and its threads a rank (the likeliest first). Where a part is "
          "missing the row names it instead of a number: no prediction is borrowed from another machine, placement "
-         "or link rate.")
+         "or link rate.",
+         "link_fit: the make cluster-check folder whose link fit the row used: for the committed report one of "
+         "results/advisor/local_validation/links/ (committed), for any other report this machine's "
+         "results/cluster_check/.")
 
 
 def placement_of(manifest: dict) -> dict | None:
@@ -178,7 +184,8 @@ def prediction_table(df: pd.DataFrame, steps: Path = STEPS, check_root: Path = a
         links = matching_links(facts, check_root) if p else None
         base = {"run": row.run, "backend": row.backend, "processes": row.processes, "hosts": p.get("hosts"),
                 "ranks_per_host": p.get("ranks_per_host"), "threads_per_rank": p.get("threads"),
-                "link": facts["link"] or "unlimited", "measured": row.steady_images_per_s, "path": row.path}
+                "link": facts["link"] or "unlimited", "link_fit": links.parent.name if links else None,
+                "measured": row.steady_images_per_s, "path": row.path}
         why = missing(facts, step, links)
         if why:
             rows.append({**base, "flag": "", "cause": why})

@@ -87,6 +87,7 @@ class Inputs:
     source: str | None = None  # the line saying which runs: "Made from N runs in ... (this machine)."
     cores: int | None = None  # the measuring machine's cores: a local-scale scaling row's ideal line stops there
     runs: Path | None = None  # the runs folder (whether it is this machine's)
+    link_fits: Path = advisor_runs.advisor.CHECK_ROOT  # the cluster checks' link fits the predictions use
 
     @cached_property
     def scaling(self) -> pd.DataFrame:
@@ -283,7 +284,7 @@ def throughput_notes(inputs: Inputs, frame: pd.DataFrame) -> list[str]:
 
 def predicted_beside_measured(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
     """Experiment 3's throughput runs beside the advisor's prediction for each one's placement (none: no such runs)."""
-    table = advisor_runs.prediction_table(inputs.df)
+    table = advisor_runs.prediction_table(inputs.df, check_root=inputs.link_fits)
     return table if len(table) else None
 
 

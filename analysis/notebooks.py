@@ -154,20 +154,28 @@ RQ5 = [
            "Goyal et al.). Experiment 13 (`experiments/13_steps_to_target`, declared before any run) measures the "
            "miniature's: the optimizer steps until the validation top-1 first reaches the declared target, for "
            "global batches from the 1-worker batch to 16x the thesis's 4k stand-in, SGD with momentum and LAMB, "
-           "each batch at the rate chosen for it on a held-out split of the training set, 3 new seeds at that "
-           "rate; McCandlish et al.'s S = S_min (1 + B_noise / B) is fitted to the curve and its B_noise set "
-           "beside `make noise-scale`'s B_simple. Experiment 12's runs are read at the same target beside it."),
+           "each batch at the rate chosen for it on a held-out split of the training set; McCandlish et al.'s "
+           "S = S_min (1 + B_noise / B) is fitted to the curve. Its second edition "
+           "(`declared_2026-11-28-edition2.txt`) counts steps every k steps (k <= 5 % of the steps), on 5 seeds a "
+           "batch, with intervals that hold the fit's misfit, and names regimes only where they allow it; the first "
+           "edition (whole epochs, 3 seeds) is superseded by it and read below as it was."),
     ("code", None),
-    ("md", "## Step 1: the rate chosen for each batch on the held-out split (never the validation set)"),
+    ("md", "## Second edition: steps to the target per optimizer and batch, counted every k steps"),
+    ("code", "cells = an.steps_cells_table(df)\n"
+             "an.markdown('No second-edition study run has finished yet.') if cells is None else cells"),
+    ("md", "## Second edition: reading, from the fit"),
+    ("code", "an.markdown(an.rq5_reading_e2(df))"),
+    ("md", "## First edition (superseded by the second): step 1, the rate chosen for each batch on the held-out "
+           "split (never the validation set)"),
     ("code", "chosen = an.selection_table(df)\n"
              "an.markdown('No tuning run has finished yet.') if chosen.empty else chosen"),
-    ("md", "## Steps to the target per optimizer and global batch"),
+    ("md", "## First edition (superseded): steps to the target per optimizer and global batch, in whole epochs"),
     ("code", "table = an.steps_table(df)\n"
              "an.markdown('Not drawn: no experiment 13 runs (`make exp13` runs the declared plan).') if table.empty "
              "else table"),
     ("code", "fig = an.steps_figure(df)\n"
              "an.show(fig) if fig is not None else an.markdown('Not drawn: no experiment 13 study runs.')"),
-    ("md", "## Reading"),
+    ("md", "## First edition (superseded): reading, by its own rules as declared then"),
     ("code", "an.markdown(an.rq5_reading(df))"),
 ]
 

@@ -16,6 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from . import advisor_runs  # noqa: E402
 from . import catalogue as ct  # noqa: E402
 from . import figures as fg  # noqa: E402
 from . import page as pg  # noqa: E402
@@ -105,6 +106,13 @@ def committed_runs() -> Path:
     return machines[0][1] if machines else COMMITTED_REPORT / "reference"
 
 
+def link_fits_for(runs: Path) -> Path:
+    """The link fits a report's predictions use: the committed ones for the committed reference's runs (its report
+    must redraw from the repository alone), else this machine's own cluster checks."""
+    committed = Path(runs).resolve() == committed_runs().resolve()
+    return advisor_runs.COMMITTED_LINK_FITS if committed else advisor_runs.advisor.CHECK_ROOT
+
+
 def refuse_committed_place(runs: Path, out: Path) -> None:
     """Only the committed reference's runs may write the committed report (or anything under results/reference)."""
     out, base = out.resolve(), COMMITTED_REPORT.resolve()
@@ -141,7 +149,7 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
     clear_report(out)
     df = load_report_study(runs, logs)
     source = made_from(df, runs)
-    inputs = ct.Inputs(df, rf.load_reference(), source, machine_cores(runs), runs)
+    inputs = ct.Inputs(df, rf.load_reference(), source, machine_cores(runs), runs, link_fits_for(runs))
     tables = build_tables(inputs, out / "tables")
     worker, nb_result = _start_notebooks(out, runs, logs) if notebooks else (None, {})
     captions: dict = {}

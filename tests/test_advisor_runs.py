@@ -113,3 +113,24 @@ def test_tensorflow_runs_get_no_row_the_advisor_models_pytorchs_step(tmp_path):
                        run(tmp_path, "mwms", ["n1", "n2"], backend="mwms", framework="tensorflow"),
                        run(tmp_path, "hvd", ["n1", "n2"], backend="horovod", framework="horovod+pytorch")])
     assert list(advisor_runs.prediction_table(df, steps, checks, tolerance=0.15)["run"]) == ["hvd"]
+
+
+def test_each_prediction_names_the_link_fit_it_used(tmp_path):
+    steps, checks = parts(tmp_path)
+    table = advisor_runs.prediction_table(pd.DataFrame([run(tmp_path, "a", ["n1", "n2"])]), steps, checks)
+    assert table["link_fit"].tolist() == ["local-20261128-010000"]
+
+
+def test_the_committed_report_predicts_from_committed_link_fits_only():
+    """The committed exp3_predicted is redrawn from the repository alone: the committed reference's report reads the
+    committed link fits, never this machine's gitignored results/cluster_check (which a fresh clone lacks)."""
+    from analysis import report
+    from tests.helpers import REPO
+
+    assert report.link_fits_for(report.committed_runs()) == advisor_runs.COMMITTED_LINK_FITS
+    assert advisor_runs.COMMITTED_LINK_FITS.is_relative_to(REPO) and any(advisor_runs.COMMITTED_LINK_FITS.glob(
+        f"*/{advisor.LINK_FIT}"))
+    assert report.link_fits_for(REPO / "results" / "runs") == advisor.CHECK_ROOT
+    committed = pd.read_csv(REPO / "results" / "tables" / "exp3_predicted.csv")
+    used = set(committed["link_fit"].dropna())
+    assert used and all((advisor_runs.COMMITTED_LINK_FITS / name / advisor.LINK_FIT).is_file() for name in used)

@@ -306,3 +306,27 @@ def test_the_reports_second_edition_tables_are_absent_until_its_runs_exist(tmp_p
     assert e2.measured_b_simple({"sgd": tmp_path / "none.json"}) == {}
     (tmp_path / "sgd.json").write_text('[{"run": "x/e2-sgd-w1-s2", "b_simple": 310.0}]')
     assert e2.measured_b_simple({"sgd": tmp_path / "sgd.json"}) == {"sgd": [{"run": "x/e2-sgd-w1-s2", "b_simple": 310.0}]}
+
+
+# ---- the RQ5 reading, from the fit --------------------------------------------------------------------------------
+def test_a_cell_without_every_declared_seed_stays_out_of_the_fit():
+    """While the study runs, a batch with 3 of its 5 seeds finished is not fitted (the declared cells have all 5)."""
+    cells = fabricated()
+    cells[256] = cells[256][:3]
+    assert 256 not in e2.fitted_cells(step_rows(cells), "sgd") and 128 in e2.fitted_cells(step_rows(cells), "sgd")
+
+
+def test_the_rq5_reading_says_what_has_run_until_a_fit_exists_then_reads_the_fit_and_lamb_beside_sgd():
+    assert "no run yet" in e2.rq5_reading_e2(pd.DataFrame(), steps=step_rows({}))
+    few = step_rows({4: fabricated()[4], 8: fabricated()[8]})
+    said = e2.rq5_reading_e2(pd.DataFrame(), steps=few, draws=50)
+    assert "10 study runs finished" in said and "waits for three batches" in said
+    sgd, lamb = fabricated(), fabricated(s_min=100.0, rng_seed=2)
+    lamb[4] = [s * 3 for s in sgd[4]]  # every LAMB seed above every SGD seed at batch 4
+    steps = pd.concat([step_rows(sgd), step_rows(lamb, optimizer="lamb")], ignore_index=True)
+    said = e2.rq5_reading_e2(pd.DataFrame(), steps=steps, draws=200, b_simple={})
+    row = e2.fit_table(steps, {}, draws=200).set_index("optimizer").loc["sgd"]
+    assert f"B_noise = B_crit {row['b_noise']:.0f} examples [{row['b_noise_low']:.0f}, {row['b_noise_high']:.0f}]" \
+        in said
+    assert "4: perfect scaling" in said and "fits within seed noise" in said and "not measured yet" in said
+    assert "batch 4: LAMB more" in said and "batch 8: LAMB fewer" in said

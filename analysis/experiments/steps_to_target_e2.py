@@ -4,6 +4,7 @@ steps_to_target.py and is read as it was).
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from contract import tuned
 from contract.config import ConfigError, load_config
 
 from ..entries import Table
@@ -286,12 +288,19 @@ def cells_table(steps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
 
 
+@functools.cache
+def declared_seeds() -> int:
+    """The study seeds a cell has when its runs have all finished (edition2.toml's study_seeds)."""
+    return tuned.load_plan(CONFIG.parent / "edition2.toml").study_seeds
+
+
 def fitted_cells(steps: pd.DataFrame, optimizer: str) -> dict[int, list[float]]:
-    """The cells the fit uses: every seed reached the target and the resolution is met."""
+    """The cells the fit uses: every declared seed finished and reached the target, and the resolution is met."""
     study = steps[~steps["tuning"].astype(bool) & (steps["optimizer"] == optimizer)]
     cells = {}
     for batch, g in study.groupby("global_batch", sort=True):
-        if g["reached"].astype(bool).all() and resolution_met(int(g["eval_every"].max()), g["steps"]):
+        if len(g) >= declared_seeds() and g["reached"].astype(bool).all() \
+                and resolution_met(int(g["eval_every"].max()), g["steps"]):
             cells[int(batch)] = g["steps"].astype(float).tolist()
     return cells
 
@@ -328,6 +337,45 @@ def measured_b_simple(files: dict[str, Path] = B_SIMPLE_FILES) -> dict[str, list
     return {optimizer: json.loads(path.read_text()) for optimizer, path in files.items() if path.is_file()}
 
 
+def lamb_beside_sgd(steps: pd.DataFrame) -> list[str]:
+    """The declared comparison per batch where both optimizers' cells are fitted: "LAMB fewer" (or "more") only
+    where every seed of one took fewer steps than every seed of the other, else "overlapping"."""
+    sgd, lamb = fitted_cells(steps, "sgd"), fitted_cells(steps, "lamb")
+    words = []
+    for batch in sorted(set(sgd) & set(lamb)):
+        fewer = max(lamb[batch]) < min(sgd[batch])
+        more = min(lamb[batch]) > max(sgd[batch])
+        words.append(f"batch {batch}: " + ("LAMB fewer" if fewer else "LAMB more" if more else "overlapping"))
+    return words
+
+
+def rq5_reading_e2(df: pd.DataFrame, steps: pd.DataFrame | None = None, b_simple: dict | None = None,
+                   draws: int = BOOTSTRAPS) -> str:
+    """RQ5's reading of the second edition, every sentence from the fit and its declared words: what has run until
+    an optimizer has three fitted batches; then S_min, B_noise = B_crit with their intervals, the goodness of fit,
+    the regimes the interval allows, B_simple beside B_crit, and LAMB beside SGD."""
+    steps = run_steps(df) if steps is None else steps
+    if steps.empty:
+        return "- Second edition: no run yet (`make exp13` runs its declared plan)."
+    study = steps[~steps["tuning"].astype(bool)]
+    fits = fit_table(steps, measured_b_simple() if b_simple is None else b_simple, draws)
+    if fits.empty:
+        return (f"- Second edition: {int(steps['tuning'].astype(bool).sum())} selection runs and {len(study)} study "
+                f"runs finished; the fit waits for three batches of an optimizer with all {declared_seeds()} seeds "
+                "at the target at the declared resolution.")
+    lines = [f"- **{r.optimizer.upper()}**, second edition ({r.batches} batches fitted, {declared_seeds()} seeds "
+             f"each): S_min {r.s_min:.0f} steps [{r.s_min_low:.0f}, {r.s_min_high:.0f}], B_noise = B_crit "
+             f"{r.b_noise:.0f} examples [{r.b_noise_low:.0f}, {r.b_noise_high:.0f}] (90 % intervals over batches "
+             f"and seeds). Goodness of fit: {r.goodness}. Regimes by batch: {r.regimes}. B_simple at the target: "
+             f"{r.b_simple}" + (f" ([{r.b_simple_low:.0f}, {r.b_simple_high:.0f}] examples)."
+                                if np.isfinite(r.b_simple_low) else ".") for r in fits.itertuples()]
+    beside = lamb_beside_sgd(steps)
+    if beside:
+        lines.append("- LAMB beside SGD, both tuned (fewer or more only where every seed of one lies beyond every "
+                     "seed of the other): " + "; ".join(beside) + ".")
+    return "\n".join(lines)
+
+
 def steps_cells_table(df: pd.DataFrame) -> pd.DataFrame | None:
     """The report's exp13_e2_steps_to_target: None until second-edition study runs exist."""
     steps = run_steps(df)
@@ -356,3 +404,4 @@ TABLES = (
            "against seed noise and a power law's, and B_noise with one batch left out; regimes: only where B_noise's "
            "whole interval puts the batch in one; b_simple: the declared factor-3 rule.",)),
 )
+EXPORTS = ("rq5_reading_e2", "steps_cells_table")
