@@ -10,7 +10,7 @@ import pytest
 from contract.config import ConfigError
 from trainers.backends import launch as launch_module
 from trainers.backends import Launch, bind_gloo_towards
-from trainers.backends.launch import Route, interface_towards
+from trainers.launch import Route, interface_towards
 
 TWO_HOSTS = Launch("slurm", rank=1, world_size=2, local_rank=0, master_addr="n1", master_port=10010,
                    local_world_size=1)

@@ -19,7 +19,7 @@ import time
 import traceback
 from pathlib import Path
 
-from trainers.backends.launch import detect_launch
+from trainers.launch import detect_launch
 
 LAYERS = ("hosts", "staging", "ddp", "horovod", "placement", "link-intra", "link-inter")
 # the all_reduce sizes a link probe times, smallest first: 4 KB to 16 MB by fours, then 32 MB

@@ -11,7 +11,7 @@ import os
 import torch
 
 from trainers.backends.base import Backend
-from trainers.backends.launch import (COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards, detect_launch,
+from trainers.launch import (COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards, detect_launch,
                                        interface_towards, is_loopback)
 from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, chosen_backend
 from trainers.backends.rank_workers import workers_per_rank

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 from contract.config import Config
-from trainers.backends.launch import Launch
+from trainers.launch import Launch
 
 
 class CommClock:

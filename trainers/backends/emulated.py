@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from contract.config import Config
 from trainers.backends.base import Backend
-from trainers.backends.launch import Launch
+from trainers.launch import Launch
 from trainers.compute import MEMORY_HEADROOM, largest_fitting_pass
 
 

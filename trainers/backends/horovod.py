@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from trainers.backends.launch import Launch
+from trainers.launch import Launch
 from trainers.backends.base import Backend, CommClock
 from trainers.backends.rank_workers import RankWorkers
 from contract.config import Config, ConfigError

@@ -12,7 +12,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from contract.config import Config
 from trainers.backends.base import Backend, CommClock
-from trainers.backends.launch import COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards
+from trainers.launch import COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards
 from trainers.rendezvous import free_port
 from trainers.backends.rank_workers import RankWorkers
 

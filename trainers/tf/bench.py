@@ -7,7 +7,6 @@ the run failed (the averaging did not happen).
 """
 from __future__ import annotations
 
-import itertools
 import os
 import platform
 import statistics
@@ -25,11 +24,10 @@ from contract.runfolder import MANIFEST, RunFolder, bench_throughput, config_doc
 from contract.machine import cpu_vector_isa, this_machine
 from contract.plan import carries_quick
 from contract.versions import git_commit, package_version, versions
+from trainers.launch import Launch, detect_launch
 from trainers.tf import strategies
 
 EXIT_COMPLETED, EXIT_FAILED = 0, 1
-RANK_KEYS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "RANK")  # each launcher's
-LOCAL_RANK_KEYS = ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK")
 AGREE_RTOL = 1e-5  # averaged ranks apply the same update bit for bit; a rank's own gradients differ at 1e-3 and more
 
 
@@ -37,31 +35,20 @@ class WeightsDisagree(RuntimeError):
     """The ranks' weights differ at the end: their gradients were not averaged."""
 
 
-def set_threads(cfg: Config) -> tuple[dict, dict]:
+def set_threads(cfg: Config, launch: Launch) -> tuple[dict, dict]:
     """TensorFlow's CPU pools from this rank's allocation, by the PyTorch trainer's rule (contract/placement.py):
     train.threads, else OMP_NUM_THREADS (a user's or the study's), else the CPUs the rank was given. Returns the
     manifest's thread settings and this rank's placement entry (contract/placement.py record), as PyTorch's."""
-    alloc = placement.read_allocation(local_ranks(os.environ))
-    placed = placement.decide(alloc, cfg.train.threads, None, placement.user_omp_threads(launcher_name()))
-    rank = int(next((os.environ[k] for k in RANK_KEYS if k in os.environ), 0))
-    warning = placed.warning(rank, os.uname().nodename)
-    if warning and rank == 0:  # one line, not one a rank
+    alloc = placement.read_allocation(launch.local_world_size)
+    placed = placement.decide(alloc, cfg.train.threads, None, placement.user_omp_threads(launcher_name(launch)))
+    warning = placed.warning(launch.rank, os.uname().nodename)
+    if warning and launch.rank == 0:  # one line, not one a rank
         print(warning, file=sys.stderr, flush=True)
     tf.config.threading.set_intra_op_parallelism_threads(placed.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    local_rank = int(next((os.environ[k] for k in LOCAL_RANK_KEYS if k in os.environ), 0))
     return ({"tensorflow_intra_op": placed.threads, "cpus": placed.cpus, "threads_from": placed.threads_from,
              "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
-            placement.record(placed, alloc, os.uname().nodename, local_rank))
-
-
-def local_ranks(env) -> int:
-    """This node's ranks, as each launcher says it (Slurm's "2(x3)": this node's first number)."""
-    for key in ("LOCAL_WORLD_SIZE", "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_STEP_TASKS_PER_NODE"):
-        digits = "".join(itertools.takewhile(str.isdigit, env.get(key, "")))
-        if digits:
-            return int(digits)
-    return 1
+            placement.record(placed, alloc, os.uname().nodename, launch.local_rank))
 
 
 def synthetic_batch(cfg: Config, rank: int):
@@ -146,12 +133,13 @@ def measure(cfg: Config, backend, run: RunFolder) -> dict:
     return {"weights_agree": {"ranks": backend.world_size, "max_relative_difference": worst, "rtol": AGREE_RTOL}}
 
 
-def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, threads: dict, placed: dict) -> None:
+def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, launch: Launch, threads: dict,
+                   placed: dict) -> None:
     document = config_document(cfg, run_dir.name, backend.name)
     ranks = backend.gather_objects(placed)  # every rank's, in rank order (contract/placement.py), as PyTorch's
     run.begin(
         document, {"start": now_iso(), "threads_env": threads}, smoke=carries_quick(document),
-        launcher=launcher_name(), seed=cfg.train.seed, link=os.environ.get("CLUSTER_LINK"),
+        launcher=launcher_name(launch), seed=cfg.train.seed, link=os.environ.get("CLUSTER_LINK"),
         versions={**versions(), "tensorflow": tf.__version__, "tf_keras": package_version("tf-keras")},
         git_commit=git_commit(), threads=threads,
         cpu={"machine": platform.machine(), "processor": platform.processor()},
@@ -167,20 +155,18 @@ def first_gpu_model() -> str | None:
     return tf.config.experimental.get_device_details(gpus[0]).get("device_name") if gpus else None
 
 
-def launcher_name() -> str:
-    env = os.environ
-    for key, name in (("HOROVOD_RANK", "horovodrun"), ("OMPI_COMM_WORLD_RANK", "mpi"), ("SLURM_PROCID", "slurm"),
-                      ("RANK", "study")):
-        if key in env:
-            return name
-    return "none"
+def launcher_name(launch: Launch) -> str:
+    """The launcher as the manifest names it: the study starts its MultiWorkerMirroredStrategy workers with
+    torchrun's environment (studies/tf_launch.py), and a TensorFlow run is never started by torchrun itself."""
+    return "study" if launch.launcher == "torchrun" else launch.launcher
 
 
 def run_benchmark(cfg: Config, run_dir: Path, resume: bool) -> int:
     """One TensorFlow benchmark run on whatever launched it; the exit code of a PyTorch run's."""
     if not cfg.bench.batches:
         raise ConfigError("the TensorFlow trainer runs the throughput benchmark only: set bench.batches > 0")
-    threads, placed = set_threads(cfg)
+    launch = detect_launch()
+    threads, placed = set_threads(cfg, launch)
     backend = strategies.create_strategy(cfg)  # first: MWMS must exist before any other TensorFlow op
     if backend.world_size != cfg.train.workers:  # a process a worker: none emulated in TensorFlow
         raise ConfigError(f"train.workers = {cfg.train.workers} but {backend.world_size} process(es) were launched; "
@@ -191,7 +177,7 @@ def run_benchmark(cfg: Config, run_dir: Path, resume: bool) -> int:
     # a benchmark has no checkpoint: a rerun starts afresh; TensorBoard's tags are the PyTorch trainer's
     run = RunFolder(run_dir, writes=main, events=events.live(run_dir, main))
     try:
-        start_manifest(cfg, run_dir, backend, run, threads, placed)
+        start_manifest(cfg, run_dir, backend, run, launch, threads, placed)
         checks = measure(cfg, backend, run)
     except Exception as e:  # one line for the study's console and the manifest, after the traceback
         if not isinstance(e, WeightsDisagree):
