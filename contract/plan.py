@@ -216,10 +216,9 @@ def resolve(config: Path, scale: str, planned: list[Shape], overrides: list[str]
     return runs
 
 
-def expand(config: Path, scale: str, seeds: int | None = None, overrides: list[str] = (),
-           need_data: bool = True) -> list[Run]:
+def expand(config: Path, scale: str, seeds: int | None = None, need_data: bool = True) -> list[Run]:
     """The study's runs, each with its resolved config (resolve)."""
-    return resolve(config, scale, shapes(study_table(config, scale), seeds), overrides, need_data)
+    return resolve(config, scale, shapes(study_table(config, scale), seeds), need_data=need_data)
 
 
 def refuse_duplicate_names(runs: list[Run], config: Path) -> None:

@@ -91,14 +91,13 @@ def link_fit(profile, probe: bool, root: Path = advisor.CHECK_ROOT) -> Path:
     return path
 
 
-def measured_step(scale: str, threads: int, config: Path = EXP3,
-                  steps: Path | None = None) -> tuple[advisor.Step, dict]:
+def measured_step(scale: str, threads: int) -> tuple[advisor.Step, dict]:
     """One worker's step and its input pipeline, timed here in a process of its own (its threads are its own), kept
     in results/advisor/steps/ (the report predicts each run of this machine, model, batch and threads from it)."""
     from analysis.advisor_runs import STEPS
 
-    out = (steps or STEPS) / f"{scale}-{config.parent.name[:2]}-t{threads}.json"
-    argv = [sys.executable, "-m", "tools", "step-split", "--config", str(config), "--scale", scale,
+    out = STEPS / f"{scale}-{EXP3.parent.name[:2]}-t{threads}.json"
+    argv = [sys.executable, "-m", "tools", "step-split", "--config", str(EXP3), "--scale", scale,
             "--threads", str(threads), "--steps", str(STEP_STEPS), "--warmup", str(STEP_WARMUP),
             "--input-batches", str(INPUT_BATCHES), "--json", str(out.resolve())]
     if scale == "local":

@@ -41,11 +41,11 @@ def run_seconds(run_dir: Path) -> float | None:
     return (end - start).total_seconds()
 
 
-def reference_seconds(experiment: str, root: Path = REFERENCE_ROOT) -> dict[str, list[float]]:
+def reference_seconds(experiment: str) -> dict[str, list[float]]:
     """Config fingerprint -> wall-clocks of the committed reference's completed runs of `experiment` (every
     reference machine)."""
     found: dict[str, list[float]] = {}
-    for run_dir in sorted(Path(root).glob(f"*/{experiment}/*")):
+    for run_dir in sorted(REFERENCE_ROOT.glob(f"*/{experiment}/*")):
         seconds = run_seconds(run_dir) if run_dir.is_dir() else None
         fingerprint = folder_fingerprint(run_dir) if seconds is not None else None
         if fingerprint:

@@ -6,7 +6,7 @@ import datetime
 import os
 import re
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, NamedTuple
 
 from contract.config import ConfigError
@@ -26,7 +26,6 @@ class Launch:
     local_rank: int = 0
     master_addr: str | None = None
     master_port: int | None = None
-    hosts: list[str] = field(default_factory=list)
     local_world_size: int = 1  # processes on this node: more than its GPUs means CPU, never two ranks on one GPU
 
 
