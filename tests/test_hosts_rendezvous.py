@@ -8,7 +8,7 @@ import re
 import pytest
 
 from contract.config import ConfigError
-from trainers.backends import launch as launch_module
+from trainers import launch as launch_module
 from trainers.backends import Launch, bind_gloo_towards
 from trainers.launch import Route, interface_towards
 
