@@ -35,7 +35,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurm import netns
@@ -56,9 +56,7 @@ class ClusterError(RuntimeError):
     """Slurm could not be started or did not answer; the message is one line meant for a skip reason."""
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Configuration
-# --------------------------------------------------------------------------------------------------------------
+# ---- Configuration ---------------------------------------------------------------------------------------------------
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -167,9 +165,7 @@ PartitionName=debug Nodes={",".join(names)} Default=YES MaxTime=INFINITE State=U
     return path
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Processes
-# --------------------------------------------------------------------------------------------------------------
+# ---- Processes -------------------------------------------------------------------------------------------------------
 
 def _pid_alive(pid: int | None) -> bool:
     if not pid:
@@ -266,9 +262,7 @@ def _start_munged() -> int | None:
     raise ClusterError("munged started but `munge -n | unmunge` still fails")
 
 
-# --------------------------------------------------------------------------------------------------------------
-# The cluster
-# --------------------------------------------------------------------------------------------------------------
+# ---- The cluster -----------------------------------------------------------------------------------------------------
 
 @dataclass
 class Cluster:
@@ -418,7 +412,7 @@ class Cluster:
     def save(self) -> None:
         (self.workdir / "cluster.json").write_text(json.dumps(
             {"conf": str(self.conf), "munged_pid": self.munged_pid, "nodes": self.nodes,
-             "network": self.network.to_json() if self.network else None}, indent=1))
+             "network": asdict(self.network) if self.network else None}, indent=1))
 
     @classmethod
     def load(cls, workdir: str | Path) -> "Cluster":
@@ -570,9 +564,7 @@ def _wait_idle(cluster: Cluster, timeout: float) -> None:
     raise ClusterError(f"nodes not idle after {timeout:.0f} s (state {state!r}); slurmctld.log: {tail}")
 
 
-# --------------------------------------------------------------------------------------------------------------
-# CLI
-# --------------------------------------------------------------------------------------------------------------
+# ---- CLI -------------------------------------------------------------------------------------------------------------
 
 def cli_start(workdir: Path, args) -> int:
     if (workdir / "cluster.json").exists() and Cluster.load(workdir).running():

@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 # Where the /24 is looked for: 10.213.0.0/24 ... 10.213.255.0/24, the first that nothing here uses.
@@ -140,9 +140,6 @@ class Network:
             (f"v{self.tag}", f"b{self.tag}"))]
         spaces = [x for x in _ip("netns", "list", check=False).stdout.split() if x.startswith(f"{self.tag}-")]
         return links + spaces
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def create(tag: str, names: list[str], workdir: Path) -> Network:
