@@ -1,14 +1,7 @@
 """Experiment 12 (beyond the thesis): where linear scaling with warm-up stops matching the 1-worker baseline, and
-whether LARS, LAMB or RAdam carry it further.
-
-study_points: best top-1 per optimizer and global batch (mean over seeds, 90 % t interval of the mean) from the
-study's runs (named <optimizer>-w<workers>-s<seed>; the base-rate sweep's runs chose the rates and are left out),
-the runs that diverged (analysis.smoke's DIVERGED_SHARE, a reading rule added after the runs) counted, not averaged.
-plot_large_batch draws them against the global batch with experiment 5's 1-worker baseline and its equivalence
-region (baseline ± the scale's declared margin), the batch that stands in for the thesis's 4,096 (32 workers), and
-the critical batch the gradient noise scale estimates: B_simple of the same model and data, measured on the study's
-own runs by `make noise-scale` (results/noise_scale/large_batch_{initial,final}.json), never a constant.
-rq4_reading reads the verdicts (analysis.findings' large_batch_matches_baseline rows) and the noise scale together.
+whether LARS, LAMB or RAdam carry it further. Only the study's runs are read (the base-rate sweep's chose the rates);
+diverged runs (analysis.smoke's DIVERGED_SHARE, a rule added after the runs) are counted, not averaged; the critical
+batch drawn is B_simple measured on the study's own runs by `make noise-scale`, never a constant.
 """
 from __future__ import annotations
 
@@ -57,10 +50,8 @@ def study_runs(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def study_points(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per scale, numerics, optimizer and worker count: seeds, mean best top-1 and its 90 % interval over
-    the runs that did not diverge (analysis.smoke's DIVERGED_SHARE rule); how many diverged, left out (and the worst
-    training loss among them, with its epoch); the seeds that repeat one of the sweep's runs (the same config: the
-    run the sweep selected the rate by)."""
+    """One row per scale, numerics, optimizer and worker count: mean best top-1 of the runs that did not diverge,
+    the diverged ones counted apart, and the seeds that repeat the sweep's run that selected the rate."""
     rows = []
     rank = {name: i for i, name in enumerate(OPTIMIZERS)}
     failures, swept = failed_trainings(df), sweep_runs(df)
@@ -87,10 +78,8 @@ def _decay(run_dir: str) -> str:
 
 
 def failed_trainings(df: pd.DataFrame) -> dict[str, tuple[float, int]]:
-    """Study run folder -> (its worst training loss, that epoch), for each run that diverged by the reading rule in
-    one place, analysis.smoke's DIVERGED_SHARE (its last training loss not finite or above that share of its first
-    epoch's). Such a run measures a failed optimisation at that rate and warm-up, not the batch size at which
-    accuracy stops keeping up: it is left out of the means and counted apart."""
+    """Study run folder -> (its worst training loss, that epoch) of each diverged run: a failed optimisation at that
+    rate and warm-up, not the batch at which accuracy stops keeping up, so it is left out of the means."""
     gone = diverged_runs(df) & set(study_runs(df)["path"])
     epochs = df[(df["kind"] == "epoch") & df["path"].isin(gone)]
     failed = {}
@@ -158,15 +147,14 @@ def plot_large_batch(points: pd.DataFrame, band: dict, margin: float, noise: pd.
 
 def _batch_range(points: pd.DataFrame, noise: pd.DataFrame) -> tuple[float, float]:
     """The x range: every batch drawn and every noise-scale value, with a margin on the log axis."""
-    xs = [float(x) for x in points["global_batch"]] + [float(x) for col in ("b_simple", "b_simple_low",
-                                                                            "b_simple_high")
-                                                       for x in noise[col] if x is not None and not pd.isna(x)]
+    limits = ("b_simple", "b_simple_low", "b_simple_high")
+    xs = [float(x) for x in points["global_batch"]] + [float(x) for col in limits for x in noise[col]
+                                                       if x is not None and not pd.isna(x)]
     return (min(xs) / 1.3, max(xs) * 1.3) if xs else (1.0, 2.0)
 
 
 def _draw_noise_scale(ax, row) -> None:
-    """B_simple as a dashed line and its 2-SE range as a band; a lower bound alone (|G|^2 not resolved from zero)
-    as a dash-dotted line with a hatched band from it to the axis's end."""
+    """B_simple and its 2-SE range; a lower bound alone (|G|^2 not resolved from zero) hatched to the axis's end."""
     colour = "#D55E00"
     if row.b_simple_high is None or pd.isna(row.b_simple_high) or pd.isna(row.b_simple):
         ax.axvline(row.b_simple_low, color=colour, ls="-.", lw=1,
@@ -196,10 +184,8 @@ def large_batch_figure(df: pd.DataFrame, margins: dict, noise: pd.DataFrame | No
 
 
 def plot_differences(v: pd.DataFrame, batch: dict, margin: float, ax=None, title: str | None = None):
-    """What the verdicts rest on: each row's difference from experiment 5's 1-worker baseline and its 90 % interval
-    (the verdict's own: paired or Welch) against the global batch, the ±margin band, the verdict as the marker (filled:
-    equivalent; open: inconclusive; a cross: worse or better). Rows beyond the axis are drawn at its edge with their
-    value written, so the band stays readable."""
+    """Each row's difference from experiment 5's 1-worker baseline, its 90 % interval and verdict, against the
+    global batch; rows beyond the axis are drawn at its edge with their value, so the margin's band stays readable."""
     ax = fg._ax(ax, figsize=(8.5, 4.8))
     low, high = -5 * margin, 3 * margin
     ax.axhspan(-margin, margin, color="grey", alpha=0.15, label=f"± {margin:g} points (the margin)")
@@ -256,8 +242,7 @@ def differences_figure(verdicts: pd.DataFrame, points: pd.DataFrame, margins: di
 
 
 def _verdict_text(r, point=None) -> str:
-    """One row of the reading: its difference, interval and verdict, and what qualifies it (point: its row of
-    study_points, for failed trainings and the sweep's repeated runs)."""
+    """One row of the reading, with what qualifies it (point: its row of study_points)."""
     seeds = f", {int(r.n)} vs {int(r.n_against)} seeds" if hasattr(r, "n") and not pd.isna(r.n) else ""
     if r.verdict == "diverged":  # every run diverged: nothing to average, no verdict
         return f"{int(r.workers)} workers: no verdict" + "".join(f"; {q}" for q in qualifiers(r, point))
@@ -332,7 +317,7 @@ def _holm_clause(v: pd.DataFrame) -> str:
 
 
 def _scale_reading(scale: str, numerics: str, g: pd.DataFrame, mine: pd.DataFrame, noise: pd.DataFrame) -> list[str]:
-    """mine: this scale's study_points (global batch, failed trainings, the sweep's repeated seeds per row)."""
+    """mine: this scale's study_points."""
     batch = dict(zip(mine["workers"], mine["global_batch"]))
     point = {(p.optimizer, int(p.workers)): p for p in mine.itertuples()}
     lines = [f"*{scale} scale, {numerics}*", "- What is compared: " + _what_ran(mine)]
@@ -383,9 +368,8 @@ def _what_ran(mine: pd.DataFrame) -> str:
 
 
 def _beyond_sgd(g: pd.DataFrame, sgd_first_not: int) -> str:
-    """Which other optimizers are `equivalent` at the worker counts where SGD no longer is, count by count (an
-    optimizer inconclusive below SGD's break still counts where it holds), naming what has run there so far (a
-    study in progress reads as such)."""
+    """Which other optimizers are `equivalent` where SGD no longer is, count by count, naming what has run there so
+    far (a study in progress reads as such)."""
     there = g[(g["optimizer"] != "sgd") & (g["workers"] >= sgd_first_not)].sort_values("workers")
     if there.empty:
         return "no other optimizer has run there yet."

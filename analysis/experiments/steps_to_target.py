@@ -67,9 +67,8 @@ def declared_target(scale: str) -> float:
 
 
 def run_steps(df: pd.DataFrame, exp: int = EXPERIMENT) -> pd.DataFrame:
-    """One row per finished run of experiment `exp` (13, or 12 read at 13's target): its steps to the target.
-    A run still running, or failed, is left out, and so is a smoke run (QUICK: a few epochs of 800 images, never a
-    step count); a diverged run counts as not reaching it."""
+    """One row per finished run of experiment `exp` (13, or 12 read at 13's target): its steps to the target. A smoke
+    run is never a step count; a diverged run counts as not reaching it."""
     if df.empty or not (df["exp"] == exp).any():
         return pd.DataFrame(columns=STEP_COLUMNS)
     runs = df[(df["kind"] == "run") & (df["exp"] == exp) & df["status"].isin(["completed", "diverged"])]
@@ -170,8 +169,7 @@ def study_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def curve_points(study: pd.DataFrame) -> pd.DataFrame:
-    """Per scale, optimizer and batch: seeds run, how many reached the target, the geometric mean of their steps
-    (and examples), the smallest and largest, and the epoch resolution."""
+    """Per scale, optimizer and batch: the seeds, how many reached the target and their steps' geometric mean."""
     rows = []
     for (scale, optimizer, batch), g in study.groupby(["scale", "optimizer", "global_batch"], sort=True):
         hit = g[g["reached"]]
@@ -279,9 +277,7 @@ def stand_ins(per_gpu_batch: int) -> dict[str, int]:
 
 
 def steps_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Experiment 13's curve per optimizer and batch (chosen rate, seeds reaching the target, steps: geometric mean
-    and range, examples, the doubling ratio and its interval), with experiment 12's runs read at the same target
-    beside it (their fixed 72-epoch recipes)."""
+    """Experiment 13's curve per optimizer and batch, with experiment 12's recipes read at the same target beside it."""
     steps = run_steps(df)
     if steps.empty:
         return pd.DataFrame()
@@ -311,9 +307,7 @@ def steps_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def plot_steps_to_target(points: pd.DataFrame, seeds: pd.DataFrame, fit: tuple[float, float], marks: dict,
                          ax=None, title: str = ""):
-    """Steps to the target against the global batch, log-log (Shallue et al.'s Fig. 1): each seed a dot, the
-    geometric mean a line, perfect scaling (slope -1 through the smallest batch's mean) dashed, the fitted
-    S_min (1 + B_noise / B) dotted, B_noise and the stand-in batches as vertical lines."""
+    """Steps to the target against the global batch, log-log, as Shallue et al.'s Fig. 1."""
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
     done = points[np.isfinite(points["steps"])]
     ax.scatter(seeds["global_batch"], seeds["steps"], s=14, alpha=0.6, color=fg.PALETTE[0], label="a seed")
@@ -454,9 +448,8 @@ def beside_recipes_line(tuned: pd.DataFrame, recipes: pd.DataFrame) -> str:
 
 
 def tuned_optimizers_line(study: pd.DataFrame, first: str = "lamb", second: str = "sgd") -> str:
-    """Nado et al.'s question on the miniature: two optimizers, each batch at its own chosen rate, per batch where
-    both have every study seed: "fewer" only where every seed of one took fewer steps than every seed of the other
-    (the seeds' ranges apart, as beside experiment 12's recipes); a batch still running its seeds waits."""
+    """Nado et al.'s question on the miniature, per batch where both optimizers have every study seed: "fewer" only
+    where the seeds' ranges lie apart, as beside experiment 12's recipes."""
     local = study[study["scale"] == "local"]
     points = {o: curve_points(local[local["optimizer"] == o]).set_index("global_batch") for o in (first, second)}
     batches = sorted(set(points[first].index) | set(points[second].index))
@@ -500,12 +493,9 @@ def _selection_line(chosen: pd.DataFrame) -> str:
 def regime_words(at: int | None, threshold: float, what: str, ratios: dict[int, float],
                  intervals: dict[int, tuple[float, float]], resolution: dict[int, tuple[float, float]] | None = None
                  ) -> str:
-    """The declared regime read on the seeds' geometric means, then what the bootstrap intervals allow: a doubling
-    before it whose interval reaches above the threshold (it could end earlier), or its own interval reaching below
-    (it could end later), and the later doublings whose whole interval lies back below the line (the curve falls in
-    proportion again after the first crossing), and, where one epoch's resolution of the step counts lets the
-    ratio lie on either side of the line (`resolution`, from epoch_resolution), that too. The words stay within the
-    intervals."""
+    """The declared regime read on the seeds' geometric means, then what the bootstrap intervals and one epoch's
+    resolution allow (an earlier or later crossing, a fall in proportion again after it): the words stay within
+    the intervals."""
     saves = f"{(1 - threshold) * 100:.0f} %"
     if at is None:
         text = f"no measured doubling saved less than {saves} of the steps"
@@ -570,24 +560,18 @@ def steps_to_target(inputs, entry: Figure) -> Drawn | str | None:
     return "no experiment 13 study runs yet (step 1 only)" if figure is None else Drawn(figure, inputs.source)
 
 
-def steps_to_target_table(inputs, entry: Table) -> pd.DataFrame | None:
-    table = steps_table(inputs.df)
-    return None if table.empty else table
-
-
-def rate_selection_table(inputs, entry: Table) -> pd.DataFrame | None:
-    table = selection_table(inputs.df)
+def _shown(table: pd.DataFrame) -> pd.DataFrame | None:
     return None if table.empty else table
 
 
 TABLES = (
-    Table("exp13_steps_to_target", "", (12, 13), steps_to_target_table,
+    Table("exp13_steps_to_target", "", (12, 13), lambda inputs, entry: _shown(steps_table(inputs.df)),
           "Experiment 13: steps to the target top-1 per global batch, each batch at its tuned rate",
           ("steps: geometric mean over the seeds that reached the target (NaN where any did not), steps_low/high "
            "their range; epoch_steps: one epoch's steps, the count's resolution (no interpolation); ratio_next: "
            "S(2B)/S(B) with its 90 % seed-bootstrap interval; experiment 12's rows: its fixed 72-epoch recipes "
            "read at the same target.",)),
-    Table("exp13_rate_selection", "", (13,), rate_selection_table,
+    Table("exp13_rate_selection", "", (13,), lambda inputs, entry: _shown(selection_table(inputs.df)),
           "Experiment 13, step 1: every tuning run on the held-out split and the rate the declared rule chose",
           ("steps: to the target on the held-out 20 % of the training set (NaN: not reached within the budget); "
            "best_top1: its best held-out top-1; choice: the rule's pick per (optimizer, batch), fewest steps, a tie "
