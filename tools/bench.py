@@ -1,15 +1,9 @@
 """`python -m tools bench`: what the trainer's abstractions cost, measured in one run.
 
-On the CPU: the trainer's images/s on synthetic data against a minimal hand-written loop of the same model and batch
-(goal >= 0.95), and one step of `emulated` workers against one plain step of the same global batch (goal <= 1.15);
-each the best of `--repeats` interleaved measurements, so a busy machine biases neither side.
-
-With a CUDA GPU (`--device auto`), ResNet-50 at 224 px: the trainer against a hand-written loop of the same model,
-batch, precision, layout and wrapper (plain for `single`, DDP at world size 1 for `ddp`) for fp32,
-bf16_channels_last and compiled, at per-GPU batch 32, 128 and 256 (goal >= 0.95 each; the hand-written loop reads
-the loss once at the end, the trainer every print_freq steps); and one step of 32 emulated workers x 128 against 32
-plain steps (goal <= 1.10). The JSON (`--json`, default results/bench_gpu.json) is rewritten after every row;
-`--variants`, `--batches` and `--skip-emulated` split the bench over short GPU leases.
+The trainer's images/s against a hand-written loop of the same model and batch (goal >= 0.95), and one step of
+`emulated` workers against plain steps of the same images (goal <= 1.15 on the CPU, 1.10 on a GPU). On the CPU each
+is the best of `--repeats` interleaved measurements, so a busy machine biases neither side; on a CUDA GPU the rows
+are ResNet-50's precisions, layouts and wrappers, its JSON rewritten after every row (a short lease keeps its rows).
 """
 from __future__ import annotations
 
@@ -72,7 +66,7 @@ def trainer_images_per_s(model_name: str, workers: int, per_worker: int, image_s
 
 
 def run_bench(args) -> int:
-    if getattr(args, "device", "auto") != "cpu" and torch.cuda.is_available():
+    if args.device != "cpu" and torch.cuda.is_available():
         return run_gpu_bench(args)
     torch.manual_seed(0)
     print(f"model {args.model}, {args.image_size} px, batch {args.batch}, {args.steps} timed steps after "
@@ -190,11 +184,10 @@ def emulated_cost(device: str) -> dict:
 
 
 def run_gpu_bench(args, device: str = "cuda") -> int:
-    """The GPU bench; `device="cpu"` runs the same plumbing on the CPU (its tests, with a tiny model). The JSON is
-    rewritten after every row, so a run cut short (a time limit) keeps the rows it measured."""
+    """The GPU bench; `device="cpu"` runs the same plumbing on the CPU (its tests, with a tiny model)."""
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    variants = chosen_variants(getattr(args, "variants", None))
-    batches = getattr(args, "batches", None) or GPU_BATCHES
+    variants = chosen_variants(args.variants)
+    batches = args.batches or GPU_BATCHES
     print(f"GPU bench on {name}: {GPU_MODEL} {GPU_IMAGE_SIZE} px, synthetic data, {GPU_STEPS} timed steps after "
           f"{GPU_WARMUP}", flush=True)
     result = {
@@ -203,7 +196,7 @@ def run_gpu_bench(args, device: str = "cuda") -> int:
         "model": GPU_MODEL, "image_size": GPU_IMAGE_SIZE, "steps": GPU_STEPS, "warmup": GPU_WARMUP,
         "variants": variants, "rows": [], "emulated": None, "worst_ratio": None, "complete": False,
     }
-    out = Path(getattr(args, "json", None) or "results/bench_gpu.json")
+    out = Path(args.json or "results/bench_gpu.json")
     out.parent.mkdir(parents=True, exist_ok=True)
 
     def save() -> None:
@@ -216,7 +209,7 @@ def run_gpu_bench(args, device: str = "cuda") -> int:
             for wrapper in ("single", "ddp"):
                 result["rows"].append(gpu_row(device, variant, settings, batch, wrapper))
                 save()
-    if not getattr(args, "skip_emulated", False):
+    if not args.skip_emulated:
         result["emulated"] = emulated_cost(device)
     result["complete"] = True
     save()

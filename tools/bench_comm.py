@@ -94,8 +94,7 @@ def run_one(label: str, launch: list[str], config: Path, out: Path, sets: list[s
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
         raise SystemExit(f"error: {label} failed (exit {result.returncode}):\n{tail}")
-    bench = read_metrics(out / config.stem / label).of("bench")[-1]
-    return {"run": label, **{k: bench[k] for k in ("world_size", "per_worker_batch", "batches", "images_per_s_steady")}}
+    return row_of(out / config.stem / label, label, "completed")
 
 
 def arguments() -> argparse.ArgumentParser:

@@ -1,19 +1,9 @@
 """The local scale's training step, before and after the in-memory data path, timed in one run.
 
-    python -m tools bench-step [--steps-1 200] [--steps-32 12] [--repeats 5] [--threads 1] [--interop 0]
-                               [--variants channels_last,compile,channels_last+compile] [--copies 1] [--profile]
-                               [--json results/bench_step.json]
-
-Experiment 5's local scale (ResNet-8, the generated 32-px data), each step the loop's whole training step
-(trainers.loop.train_epoch cut to a block of steps), at 1 worker x 4 and 32 emulated workers x 4, reading
-  before    the JPEGs decoded one by one (ImageFolderDataset), the loader built afresh every epoch
-  after     the decoded data set in memory, augmented an epoch at a time (trainers/data/memory.py)
-  after+V   with a run's numerics settings (train.channels_last, train.compile, joined by '+')
-Blocks of every row are interleaved, so a busy machine slows every row alike; a row's figure is its median block.
-The in-memory path's once-an-epoch augmentation is timed apart (`epoch_prep_s`) and charged per step as a run pays
-it (`ms_per_step_in_a_run`, what the before / after ratios compare); `compute_ms_median` is loop.step alone on one
-batch, the floor without faster kernels; validation is timed per repeat, so `estimate` gives a run's length.
---copies N runs N copies side by side.
+Experiment 5's local scale, the loop's whole training step cut to blocks of steps, at 1 worker x 4 and 32 emulated
+workers x 4, reading the JPEGs one by one ("before"), the decoded data set in memory ("after"), and the latter with
+a run's numerics settings ("after+V"). Blocks of every row are interleaved, so a busy machine slows every row alike;
+the in-memory path's once-an-epoch augmentation is timed apart and charged per step as a run pays it.
 """
 from __future__ import annotations
 
@@ -51,9 +41,8 @@ class Cut:
 
 
 class BlockTrainer:
-    """The loop's train_epoch cut to `steps` steps on a Setup; path "before" reads the JPEGs one by one through a
-    loader built for each call (each epoch, as the trainer did before the in-memory data set), "after" the
-    in-memory data set through the loader built once."""
+    """The loop's train_epoch cut to `steps` steps on a Setup; path "before" builds its per-file loader each call,
+    as the trainer did each epoch before the in-memory data set."""
 
     def __init__(self, setup):
         self.s, self.state = setup, TrainState()
@@ -144,9 +133,8 @@ CONVOLUTION_OPS = ("aten::mkldnn_convolution", "aten::convolution_backward", "at
 
 
 def profile_compute(trainer: BlockTrainer, steps: int, top: int = 8) -> dict:
-    """Where loop.step's time goes, by operator (self CPU time, torch.profiler): the convolutions' share and
-    the `top` operators. The shares say which lever is left: a step that is mostly convolution kernels gets
-    faster only with faster kernels (or fewer, larger ones), not with less Python around them."""
+    """Where loop.step's time goes, by operator: a step that is mostly convolution kernels gets faster only with
+    faster kernels (or fewer, larger ones), not with less Python around them."""
     from torch.profiler import ProfilerActivity, profile
 
     time_compute(trainer, 2)  # warm: first calls create oneDNN primitives
@@ -251,8 +239,8 @@ def ratios(table: list[dict]) -> dict:
 
 
 def estimate(table: list[dict]) -> dict:
-    """Minutes for one run of experiment 5's local scale (8,000 images: 2,000 steps an epoch at 1 worker x 4,
-    63 at 32 x 4) at 18 and 72 epochs, from the medians: training steps plus one validation an epoch."""
+    """Minutes for one run of experiment 5's local scale (2,000 steps an epoch at 1 worker x 4, 63 at 32 x 4) at 18
+    and 72 epochs: training steps plus one validation an epoch."""
     steps = {1: 2000, 32: 63}
     out = {}
     for r in table:

@@ -55,9 +55,8 @@ def probe_staging(launch, marker: str) -> dict:
 
 
 def remove_staged(folder: Path, launch, marker: str, wait_s: float = 60) -> None:
-    """The check leaves nothing in a node's scratch (/tmp where a node has no $TMPDIR): once every rank has written
-    what it saw (scratch may be one path on a shared disk, so no rank removes it before all have looked), each
-    removes its node's staged file and job.sh's marker beside it."""
+    """Each rank removes its node's staged file and job.sh's marker once every rank has written what it saw (scratch
+    may be one path on a shared disk, so no rank removes it before all have looked)."""
     if not os.environ.get("DATA_PATH"):
         return
     deadline = time.monotonic() + wait_s
@@ -80,7 +79,7 @@ def probe_placement(launch, loader_workers: int) -> dict:
 
 def gpu_of(launch) -> tuple[int, str] | None:
     """(index, UUID) of the GPU this rank would take: cuda:LOCAL_RANK, or the last it sees where a per-task binding
-    left it fewer (then its index is not its local rank's, which the check names); None without a GPU."""
+    left it fewer (which the check names); None without a GPU."""
     try:
         import torch
     except ImportError:
@@ -170,8 +169,7 @@ def one_machine_cores(where: list[tuple[str, str | None, int | None]]) -> int | 
 
 
 def timed_all_reduce(dist, device, nbytes: int) -> float:
-    """The median of LINK_REPEATS all_reduces of nbytes (float32), each started together (a barrier), and the
-    slowest rank's median, so that every rank holds the same figure (and decides alike where to stop)."""
+    """The slowest rank's median of LINK_REPEATS all_reduces of nbytes, so every rank decides alike where to stop."""
     import statistics
 
     import torch
@@ -183,8 +181,7 @@ def timed_all_reduce(dist, device, nbytes: int) -> float:
 
 
 def bus_bandwidth(dist, device, megabytes: float, world: int, repeats: int = 3) -> float:
-    """nccl-tests' bus bandwidth of an all_reduce of `megabytes` MB: 2 (n-1)/n x bytes / time, in Gbit/s (the
-    figure comparable with a link's rate: what each rank's link carries)."""
+    """nccl-tests' bus bandwidth of an all_reduce of `megabytes` MB in Gbit/s: what each rank's link carries."""
     import torch
 
     data = torch.zeros(int(megabytes * 1e6 / 4), device=device)

@@ -101,16 +101,14 @@ def check_bench(out: Path, data: Path | None) -> Check:
 
 
 def allocated_loader_workers() -> int:
-    """The real-JPEG rows' loader processes: the CPUs this process was given (contract/placement.py, as a rank
-    counts them) less one, which the training process keeps; 15 on a 16-core machine."""
+    """The real-JPEG rows' loader processes: the CPUs this process was given less one, which training keeps."""
     from contract.placement import cpus_given, read_allocation
 
     return max(1, cpus_given(read_allocation(local_ranks=1)) - 1)
 
 
 def decoder_named(decoder: str, workers: int) -> str:
-    """Who decodes in a real-JPEG row, and on which cores or engines (`workers`: the loader processes the run had,
-    as its manifest's placement records them)."""
+    """Who decodes in a real-JPEG row, and on which cores or engines (`workers`: the run's loader processes)."""
     if decoder == "cpu":
         return f"libjpeg-turbo in {workers} loader processes"
     if decoder == "gpu":
@@ -154,8 +152,7 @@ def check_jpegs(out: Path, data: Path | None) -> list[Check]:
 
 
 def jpeg_check(decoder: str, record: dict | None, synthetic: dict, tail: str, placed: dict | None = None) -> Check:
-    """A real-JPEG row against the synthetic one; `placed`: the run's rank-0 placement (its loader workers follow
-    the CPUs it was given: allocated_loader_workers)."""
+    """A real-JPEG row against the synthetic one; `placed`: the run's rank-0 placement."""
     if record is None:
         return Check(f"jpeg-{decoder}", False, tail)
     placed = placed or {}

@@ -59,9 +59,8 @@ class Phases:
 
     def __init__(self, args, cfg):
         self.device = torch.device(args.device)
-        self.model = build_model(cfg.model).to(self.device)
         self.layout = torch.channels_last if args.channels_last else torch.contiguous_format
-        self.model = self.model.to(memory_format=self.layout)
+        self.model = build_model(cfg.model).to(self.device, memory_format=self.layout)
         self.optimizer = build_optimizer(self.model, cfg.optim, 0.1)
         self.criterion = nn.CrossEntropyLoss()
         size, batch = cfg.data.image_size, args.batch or cfg.train.per_worker_batch
