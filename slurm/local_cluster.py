@@ -23,6 +23,7 @@ Needs the Debian packages from slurm/install.sh and, for slurmd, root (slurmd mu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import getpass
 import hashlib
@@ -200,10 +201,8 @@ def _kill(pid: int | None, timeout: float = 10.0) -> None:
         if not _pid_alive(pid):
             return
         time.sleep(0.1)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def processes_in_namespaces(inodes: set[int]) -> list[int]:
@@ -468,10 +467,8 @@ class Cluster:
             return []
         pids = processes_in_namespaces({target})
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         return pids
 
 

@@ -17,6 +17,7 @@ import os
 import socket
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 
 from trainers.launch import detect_launch
@@ -46,7 +47,7 @@ def probe_hosts(launch) -> dict:
             "master_address": resolve(launch.master_addr) if launch.master_addr else None}
 
 
-def probe_staging(launch, marker: str) -> dict:
+def probe_staging(marker: str) -> dict:
     """Whether the marker was staged here, and where scratch came from."""
     path = Path(os.environ.get("DATA_PATH", "")) / marker
     var = os.environ.get("SCRATCH_VAR", "")
@@ -205,7 +206,7 @@ def all_reduce_times(dist, device, data, repeats: int) -> list[float]:
     return times
 
 
-def probe_horovod(launch) -> dict:
+def probe_horovod() -> dict:
     import horovod.torch as hvd
     import torch
 
@@ -229,19 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     # job.sh adds `--set data.path=...` where it staged data: the probe reads $DATA_PATH itself
     args, _ = ap.parse_known_args(argv)
     launch = detect_launch()
+    link = partial(probe_link, launch, args.budget_s)  # within a node or across two: the job's shape decides
+    probes = {"hosts": partial(probe_hosts, launch), "staging": partial(probe_staging, args.marker),
+              "ddp": partial(probe_ddp, launch, args.megabytes), "horovod": probe_horovod, "placement": dict,
+              "link-intra": link, "link-inter": link}
     try:
-        if args.layer == "ddp":
-            result = probe_ddp(launch, args.megabytes)
-        elif args.layer.startswith("link-"):
-            result = probe_link(launch, args.budget_s)
-        elif args.layer == "horovod":
-            result = probe_horovod(launch)
-        elif args.layer == "staging":
-            result = probe_staging(launch, args.marker)
-        elif args.layer == "placement":
-            result = {}
-        else:
-            result = probe_hosts(launch)
+        result = probes[args.layer]()
         write(args.dir / args.layer, launch.rank, {"ok": True, **probe_placement(launch, args.loader_workers),
                                                    **result})
         if args.layer == "staging":
