@@ -37,33 +37,19 @@ from pathlib import Path
 
 from trainers.backends import free_port, torchrun_command
 from contract.reader import read_manifest, read_metrics
+from trainers.show_config import toml_value
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def write_config(path: Path, args: argparse.Namespace, backend: str, workers: int, batches: int, warmup: int) -> Path:
-    path.write_text(
-        f"""[model]
-name = "{args.model}"
-num_classes = {args.classes}
-[data]
-kind = "synthetic"
-image_size = {args.image_size}
-loader_workers = 0
-[train]
-epochs = 1
-per_worker_batch = {args.batch}
-workers = {workers}
-backend = "{backend}"
-seed = 0
-print_freq = 1
-threads = {args.threads}
-checkpoint = false
-[bench]
-batches = {batches}
-warmup_batches = {warmup}
-"""
-    )
+    config = {"model": {"name": args.model, "num_classes": args.classes},
+              "data": {"kind": "synthetic", "image_size": args.image_size, "loader_workers": 0},
+              "train": {"epochs": 1, "per_worker_batch": args.batch, "workers": workers, "backend": backend, "seed": 0,
+                        "print_freq": 1, "threads": args.threads, "checkpoint": False},
+              "bench": {"batches": batches, "warmup_batches": warmup}}
+    path.write_text("".join(f"[{section}]\n" + "".join(f"{key} = {toml_value(value)}\n" for key, value in table.items())
+                            for section, table in config.items()))
     return path
 
 
