@@ -53,13 +53,13 @@ def _finish(ax, xlabel: str, ylabel: str, title: str | None = None, legend_size:
     return ax
 
 
-def legend_beside(ax, fontsize: int = 7) -> None:
+def legend_beside(ax) -> None:
     """The axes' legend moved right of it, off the data (the constrained layout makes room)."""
     pairs = list(zip(*ax.get_legend_handles_labels()))
     pairs.sort(key=lambda hl: hl[1] == THESIS_MARK)  # the curves first, in their order; the thesis's marker last
     if pairs:
         handles, labels = zip(*pairs)
-        ax.legend(handles, labels, fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def share_y(axes) -> None:
@@ -378,16 +378,14 @@ def plot_error_panel(df: pd.DataFrame, ax=None, title: str | None = None, refere
     return _finish(ax, "epoch", "top-1 error (%)", title, legend_size=7, title_size=8)
 
 
-def plot_error_grid(df: pd.DataFrame, axes=None, ncols: int = 2, reference: pd.DataFrame | None = None):
+def plot_error_grid(df: pd.DataFrame, reference: pd.DataFrame | None = None):
     """Grid of train/val error panels, one per configuration, on one y-range (thesis Figures 19, 25, 26, 29, 30);
     each panel's title says its configuration and seeds. Returns the axes."""
     curves = df if "train_err" in df.columns else error_curves(df)
     groups = list(curves.groupby(CURVE_KEYS, dropna=False, sort=True))
     n = max(1, len(groups))
-    if axes is None:
-        nrows = math.ceil(n / ncols)
-        _, axes = plt.subplots(nrows, ncols if n > 1 else 1, figsize=(6.4 * min(n, ncols), 3.8 * nrows),
-                               squeeze=False)
+    nrows = math.ceil(n / 2)
+    _, axes = plt.subplots(nrows, 2 if n > 1 else 1, figsize=(6.4 * min(n, 2), 3.8 * nrows), squeeze=False)
     flat = np.ravel(axes)
     several = curves["exp"].nunique() > 1  # e.g. Figure 26, 30: say which experiment each panel is
     for ax, (key, g) in zip(flat, groups):

@@ -219,20 +219,20 @@ def _normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-async def _execute_all(notebooks, cwd: Path, timeout: int):
+async def _execute_all(notebooks, cwd: Path):
     # coalesce_streams: the kernel chunks printed text by timing; one output per stream keeps reruns byte-identical.
-    clients = [NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False, coalesce_streams=True,
+    clients = [NotebookClient(nb, timeout=300, kernel_name="python3", record_timing=False, coalesce_streams=True,
                               resources={"metadata": {"path": str(cwd)}}, allow_errors=False) for nb in notebooks]
     await asyncio.gather(*(c.async_execute() for c in clients))
 
 
-def execute_all(notebooks, cwd: Path, timeout: int = 300):
+def execute_all(notebooks, cwd: Path):
     """Execute notebooks concurrently (one kernel each) in `cwd`; returns them normalised."""
     old = os.environ.get("JUPYTER_PATH")
     kdir = _kernel_dir()
     os.environ["JUPYTER_PATH"] = kdir + (os.pathsep + old if old else "")
     try:
-        asyncio.run(_execute_all(notebooks, cwd, timeout))
+        asyncio.run(_execute_all(notebooks, cwd))
     finally:
         if old is None:
             os.environ.pop("JUPYTER_PATH", None)
@@ -242,17 +242,13 @@ def execute_all(notebooks, cwd: Path, timeout: int = 300):
     return [_normalise(nb) for nb in notebooks]
 
 
-def run_notebooks(out: str | Path, runs: str | Path, logs=None, names=None) -> list[Path]:
+def run_notebooks(out: str | Path, runs: str | Path, logs=None) -> list[Path]:
     """Write and execute the RQ notebooks into `out` (the notebooks' folder); returns their paths."""
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     runs_rel = os.path.relpath(Path(runs).resolve(), out)
     logs_rel = [os.path.relpath(Path(p).resolve(), out) for p in logs] if logs else None
-    chosen = [(name, cells) for name, cells in NOTEBOOKS.items() if not names or name in names]
-    done = execute_all([build_notebook(cells, runs_rel, logs_rel) for _, cells in chosen], out)
-    written = []
-    for (name, _), nb in zip(chosen, done):
-        path = out / name
-        nbformat.write(nb, str(path))
-        written.append(path)
-    return written
+    done = execute_all([build_notebook(cells, runs_rel, logs_rel) for cells in NOTEBOOKS.values()], out)
+    for name, nb in zip(NOTEBOOKS, done):
+        nbformat.write(nb, str(out / name))
+    return [out / name for name in NOTEBOOKS]

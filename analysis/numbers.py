@@ -31,7 +31,7 @@ def thesis_throughput(per_gpu_batch: float, gpus: float, batch_time_avg_at_199: 
 
 
 def steady_batch_time(counts: Sequence[float], avgs: Sequence[float], vals: Sequence[float] | None = None,
-                      warmup: int = DEFAULT_WARMUP_BATCHES, end_count: int | None = None) -> float:
+                      warmup: int = DEFAULT_WARMUP_BATCHES) -> float:
     """Mean batch time over batches warmup+1 .. end, leaving the first `warmup` batches out.
 
     `counts[k]` is how many batches the running mean `avgs[k]` covers (AverageMeter.count, i.e. the
@@ -48,11 +48,7 @@ def steady_batch_time(counts: Sequence[float], avgs: Sequence[float], vals: Sequ
     order = np.argsort(c, kind="stable")
     c, a = c[order], a[order]
     v = None if vals is None else np.asarray(vals, dtype=float)[order]
-    if end_count is not None:
-        keep = c <= end_count
-        c, a = c[keep], a[keep]
-        v = None if v is None else v[keep]
-    if c.size == 0 or c[-1] <= warmup:
+    if c[-1] <= warmup:
         return math.nan
     window = c > warmup
     n_window = int(c[-1] - warmup)

@@ -11,6 +11,7 @@ from importlib import resources
 import pandas as pd
 
 from contract.config import THESIS_BATCH_INDEX
+from contract.lr import Policy, lr_at
 
 REFERENCE_COLUMNS = ["table", "experiment", "framework", "per_gpu_batch", "global_batch", "nodes", "gpus", "lr",
                      "warmup", "throughput", "top1", "top5", "wallclock_s"]
@@ -47,9 +48,6 @@ BASELINE_REPEATED_IN = {12: 11, 14: 11}
 #: Figures 12 and 13: time of the first training batch printed by each script (seconds)
 FIRST_BATCH_S = {("pytorch", 2): 18.532, ("horovod+pytorch", 2): 9.696,
                  ("pytorch", 32): 21.925, ("horovod+pytorch", 32): 9.950}
-#: speed-ups the text states (section 5.3)
-STATED_SPEEDUP_32 = {("horovod+tensorflow", 32): 22.7, ("horovod+tensorflow", 64): 26.5,
-                     ("horovod+tensorflow", 128): 26.7, ("horovod+pytorch", 128): 29.4, ("pytorch", 128): 27.5}
 
 #: quality experiments' settings (appendices 5, 7, 9, 11, 13, 15)
 QUALITY_SETTINGS = {
@@ -111,59 +109,27 @@ def rq2_steady_state(ref: pd.DataFrame | None = None) -> pd.DataFrame:
         rows.append({"framework": r.framework, "gpus": int(r.gpus), "thesis_images_per_s": r.throughput,
                      "first_batch_s": first, "steady_images_per_s": round(steady, 2) if math.isfinite(steady)
                      else math.nan})
-    out = pd.DataFrame(rows).sort_values(["gpus", "framework"], kind="stable").reset_index(drop=True)
-    return out
+    return pd.DataFrame(rows).sort_values(["gpus", "framework"], kind="stable").reset_index(drop=True)
 
 
 def thesis_lr(epoch: int, target_lr: float, warmup: str = "none", per_gpu_batch: int = 128,
-              decay: str = "milestones", base_lr: float | None = None) -> float:
-    """Learning rate at the start of an epoch, by the thesis's appendix pseudocode.
-
-    stepping-W: target * (e + 1) / (W + 1) for e < W (appendix 9);
-    gradual-W:  base + e * (target - base) / W for e < W, base = per_gpu_batch / 256 * 0.1 (appendix 13);
-    then target, divided by 10 every 30 epochs (experiment 4) or at epochs 30, 60 and 80 (experiments 5-9).
-    """
+              decay: str = "milestones") -> float:
+    """The learning rate at the start of an epoch of a thesis row ('stepping-5' warm-up), as the trainer schedules
+    it (contract.lr); tests/test_analysis_numbers.py holds it against the thesis's appendix pseudocode."""
     kind, _, w = (warmup or "none").partition("-")
-    w = int(float(w)) if w else 0
-    if kind == "stepping" and epoch < w:
-        return target_lr * (epoch + 1) / (w + 1)
-    if kind == "gradual" and epoch < w:
-        base = per_gpu_batch / 256 * 0.1 if base_lr is None else base_lr
-        return base + epoch * (target_lr - base) / w
-    if decay == "step":
-        return target_lr * 0.1 ** (epoch // 30)
-    return target_lr * 0.1 ** sum(epoch >= m for m in MILESTONES)
+    policy = Policy(target=target_lr, start=per_gpu_batch / 256 * 0.1, warmup=kind,
+                    warmup_epochs=int(float(w)) if w else 0, decay=decay, milestones=MILESTONES)
+    return lr_at(epoch, 0, 1, policy)
 
 
-def _trainers_lr():
-    """contract.lr.lr_at as a function of (epoch, target, warmup label, per-GPU batch, decay), if importable."""
-    try:
-        from contract.lr import Policy, lr_at
-    except Exception:  # the analysis package must work without the trainer
-        return None
-
-    def f(epoch, target_lr, warmup="none", per_gpu_batch=128, decay="milestones"):
-        kind, _, w = (warmup or "none").partition("-")
-        pol = Policy(target=target_lr, start=per_gpu_batch / 256 * 0.1, warmup=kind,
-                     warmup_epochs=int(float(w)) if w else 0, decay=decay, milestones=MILESTONES)
-        return lr_at(epoch, 0, 1, pol)
-
-    return f
-
-
-def thesis_schedules(epochs: int = THESIS_EPOCHS) -> pd.DataFrame:
-    """The planned schedules of every quality-table row of experiments 4-9 (epoch, lr per row).
-
-    Uses the trainer's own `contract.lr.lr_at` when it can be imported (so the figure shows what the trainer
-    would run), else `thesis_lr` above; the two agree (tests/test_analysis_numbers.py).
-    """
-    lr_fn = _trainers_lr() or thesis_lr
+def thesis_schedules() -> pd.DataFrame:
+    """The planned schedules of every quality-table row of experiments 4-9 (epoch, lr per row)."""
     ref = load_reference()
     rows = []
     for r in ref[ref["experiment"] >= 4].itertuples(index=False):
         s = QUALITY_SETTINGS[int(r.experiment)]
-        for e in range(epochs):
+        for e in range(THESIS_EPOCHS):
             rows.append({"experiment": int(r.experiment), "framework": r.framework, "gpus": int(r.gpus),
                          "per_gpu_batch": int(r.per_gpu_batch), "target_lr": r.lr, "warmup": r.warmup,
-                         "epoch": e, "lr": lr_fn(e, r.lr, r.warmup, int(r.per_gpu_batch), s["decay"])})
+                         "epoch": e, "lr": thesis_lr(e, r.lr, r.warmup, int(r.per_gpu_batch), s["decay"])})
     return pd.DataFrame(rows)
