@@ -253,19 +253,15 @@ def node_row(cfg, nodes: int, ours: pd.DataFrame, bench: pd.DataFrame | None, no
             else math.nan, "node_hours": math.nan, "thesis_wallclock_s": math.nan, "estimate_over_thesis": math.nan}
 
 
-def cost_table(df: pd.DataFrame, ref: pd.DataFrame, experiments: Path = Path("experiments"),
-               scales=SCALES, bench: pd.DataFrame | None = None, node_gpus: int | None = None,
-               steps: list | None = None) -> pd.DataFrame:
-    """One row per configuration of every numbered experiment at each scale (see NOTES); bench: the
-    GPU benchmarks' rates (default: results/bench_gpu*.json); node_gpus: the node scale's N (default: scales.toml's);
-    steps: GPU step splits the advisor predicts from (default: STEP_SOURCES')."""
+def cost_table(df: pd.DataFrame, ref: pd.DataFrame, experiments: Path, node_gpus: int) -> pd.DataFrame:
+    """One row per configuration of every numbered experiment at each scale (see NOTES), priced from the GPU
+    benchmarks (results/bench_gpu*.json) and the GPU step splits the advisor predicts from (STEP_SOURCES)."""
     ours = tb.throughput_summary(df)
-    bench = gpu_bench_rates() if bench is None else bench
-    steps = gpu_steps() if steps is None else steps
+    bench, steps = gpu_bench_rates(), gpu_steps()
     rows = []
     for folder in sorted(p for p in Path(experiments).iterdir() if (p / "config.toml").is_file()
                          and p.name[:2].isdigit()):
-        for scale in scales:
+        for scale in SCALES:
             rows += study_rows(folder, scale, ours, ref, bench, node_gpus, steps)
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -340,7 +336,7 @@ def write_cost(df: pd.DataFrame, ref: pd.DataFrame, out: Path, experiments: Path
     """cost.md (totals, then per configuration) and the CSVs; returns (paths, totals). node_gpus: the node scale's
     N (default: experiments/scales.toml's)."""
     n = check_node_gpus(node_gpus) if node_gpus is not None else declared_node_gpus(Path(experiments) / "scales.toml")
-    cost = cost_table(df, ref, experiments, node_gpus=n)
+    cost = cost_table(df, ref, experiments, n)
     node = f"node-hours of a node of {n} GPUs at the node scale"
     written = tb.write_table(cost, out, "cost", f"Cost per configuration at the gpu, node and thesis scales ({node})",
                              NOTES)

@@ -107,13 +107,13 @@ def rq2_verdict(rq2: pd.DataFrame) -> str:
     return "\n".join(lines) if lines else "no first-batch times to re-analyse"
 
 
-def first_batch_penalty(ref: pd.DataFrame, epochs: int = 90) -> pd.DataFrame:
+def first_batch_penalty(ref: pd.DataFrame) -> pd.DataFrame:
     """Extra seconds per run if every epoch pays its first batch (Figures 12-13), vs the wall-clock gap."""
     rows = []
     for g in (2, 32):
         pt, hv = rf.FIRST_BATCH_S[("pytorch", g)], rf.FIRST_BATCH_S[("horovod+pytorch", g)]
         rows.append({"gpus": g, "first_batch_pytorch_s": pt, "first_batch_horovod_s": hv,
-                     "extra_per_epoch_s": round(pt - hv, 3), "extra_over_90_epochs": nb.format_duration(epochs * (pt - hv))})
+                     "extra_per_epoch_s": round(pt - hv, 3), "extra_over_90_epochs": nb.format_duration(rf.THESIS_EPOCHS * (pt - hv))})
     t12 = ref[(ref["table"] == 12) & (ref["gpus"] == 32)].set_index("framework")["wallclock_s"]
     gap = float(t12["pytorch"] - t12["horovod+pytorch"])
     out = pd.DataFrame(rows)
@@ -140,11 +140,11 @@ def schedules_figure(df: pd.DataFrame):
                                   {exp: f"experiment {exp}" for exp in experiments}, figsize=(13, 6.5))
 
 
-def error_figures(df: pd.DataFrame, ref: pd.DataFrame | None = None, experiments=ct.QUALITY_EXPERIMENTS):
+def error_figures(df: pd.DataFrame, ref: pd.DataFrame | None = None):
     """Training and validation error of every quality experiment with runs, one row each, as one image (a notebook
     cell shows only its last value, so one figure rather than a loop of them); the thesis's best validation error
     beside each curve (ref), one legend a row beside its validation panel."""
-    have = [e for e in experiments if len(ct.epoch_rows(df, e))]
+    have = [e for e in ct.QUALITY_EXPERIMENTS if len(ct.epoch_rows(df, e))]
     if not have:
         return pd.DataFrame({"note": ["no epoch records: no error curves to draw"]})
     fig, axes = plt.subplots(len(have), 2, figsize=(16, 3.6 * len(have)), squeeze=False, layout="constrained")

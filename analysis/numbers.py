@@ -85,12 +85,11 @@ def efficiency(speedup_value: float, gpus: float) -> float:
     return speedup_value / gpus if gpus else math.nan
 
 
-def wallclock_estimate_s(images_per_s: float, epochs: int = 90,
-                         images_per_epoch: int = IMAGENET_TRAIN_IMAGES) -> float:
-    """Wall-clock of `epochs` epochs of training at a given throughput (training only, no validation)."""
+def wallclock_estimate_s(images_per_s: float) -> float:
+    """Wall-clock of the thesis's 90 epochs of ImageNet at a given throughput (training only, no validation)."""
     if not (images_per_s and images_per_s > 0):
         return math.nan
-    return epochs * images_per_epoch / images_per_s
+    return 90 * IMAGENET_TRAIN_IMAGES / images_per_s
 
 
 def format_duration(seconds: float) -> str:

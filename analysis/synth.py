@@ -258,8 +258,7 @@ def _close(out: runfolder.RunFolder, d: Path, status: str, done: int, clock: _Cl
             f.write(last[: len(last) // 2])
 
 
-def write_study(root: str | Path, n_runs: int = 50, epochs: int = 18, iters_per_epoch: int = 200,
-                print_freq: int = 10) -> list[Path]:
+def write_study(root: str | Path, n_runs: int = 50) -> list[Path]:
     """About n_runs local-scale runs across experiments 1-9 (throughput studies and seeded quality studies)."""
     out = []
     k = 0
@@ -282,9 +281,9 @@ def write_study(root: str | Path, n_runs: int = 50, epochs: int = 18, iters_per_
                 if k >= n_runs:
                     return out
                 out.append(write_run(root, name, f"w{g}-s{seed}", framework="horovod+pytorch" if g > 1 else "pytorch",
-                                     gpus=g, per_gpu_batch=8 if exp != 7 else 2, epochs=epochs, seed=seed,
-                                     warmup=wk, warmup_epochs=we, scaling=sc, iters_per_epoch=iters_per_epoch,
-                                     print_freq=print_freq, milestones=(6, 12, 16),
+                                     gpus=g, per_gpu_batch=8 if exp != 7 else 2, epochs=18, seed=seed,
+                                     warmup=wk, warmup_epochs=we, scaling=sc, iters_per_epoch=200,
+                                     print_freq=10, milestones=(6, 12, 16),
                                      final_acc=60 - g / 4))
                 k += 1
         seed += 1
