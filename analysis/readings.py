@@ -1,8 +1,7 @@
 """The notebooks' "Reading" cells, computed from the runs shown: each function returns Markdown that states the
 thesis's finding (from its published numbers) and then, per scale, where our runs support it and where they don't.
 
-rq3_reading reads a verdict table (``finding, experiment, workers, difference, ci_low, ci_high, margin, verdict``,
-and ``scale``, ``numerics``, ``holds`` when present): results/tables/orderings.csv.
+rq3_reading reads the verdict table analysis.findings.orderings makes (results/tables/orderings.csv).
 """
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from .smoke import SMOKE
 
 # `holds` words of rows that claim nothing: n/a (nothing claimed there), diverged (every run diverged: no verdict)
 NO_CLAIM = ("n/a", "diverged")
-VERDICT_COLUMNS = ["finding", "experiment", "workers", "difference", "ci_low", "ci_high", "margin", "verdict"]
 FINDINGS = {
     "naive_degrades": "Naive scaling (learning rate fixed) degrades as the global batch grows",
     "warmup_not_worse": "Linear scaling with warm-up is not worse than without it at 32 workers",
@@ -75,21 +73,20 @@ def _against_margin(verdict: str, margin: float) -> str:
 
 
 def _seeds(r) -> str:
-    n, m = getattr(r, "n", math.nan), getattr(r, "n_against", math.nan)
+    n, m = r.n, r.n_against
     return "" if pd.isna(n) else f"{int(n)} vs {int(m)} seeds" if not pd.isna(m) else f"{int(n)} seeds"
 
 
 def _row_name(r) -> str:
     """'exp 6 at 32', or with its optimizer where the study varies it: 'exp 12 lars at 256'."""
-    optimizer = getattr(r, "optimizer", None)
-    named = int(r.experiment) > 9 and isinstance(optimizer, str)  # the thesis's experiments all ran SGD
-    return f"exp {int(r.experiment)}{' ' + optimizer if named else ''} at {int(r.workers)}"
+    named = int(r.experiment) > 9 and isinstance(r.optimizer, str)  # the thesis's experiments all ran SGD
+    return f"exp {int(r.experiment)}{' ' + r.optimizer if named else ''} at {int(r.workers)}"
 
 
 def _row_text(r) -> str:
     """'exp 6 at 32 workers: -1.07 points, 90 % CI -1.8 to -0.3 (excludes 0: measurably below), equivalent within
     ±2, 7 vs 7 seeds; thesis -0.4' -- everything the interval says, nothing more."""
-    thesis = getattr(r, "thesis_difference", math.nan)
+    thesis = r.thesis_difference
     return (f"{_row_name(r)} workers: {_pts(r.difference)} points, 90 % CI "
             f"{_pts(r.ci_low)} to {_pts(r.ci_high)} ({_zero(r)}), {_against_margin(r.verdict, r.margin)}"
             + (f", {_seeds(r)}" if _seeds(r) else "")
@@ -98,33 +95,27 @@ def _row_text(r) -> str:
 
 def _in_order(g: pd.DataFrame) -> pd.DataFrame:
     """Rows by experiment, then optimizer (experiment 12's order: SGD first), then workers."""
-    rank = g["optimizer"].map({name: i for i, name in enumerate(OPTIMIZERS)}) if "optimizer" in g else 0
+    rank = g["optimizer"].map({name: i for i, name in enumerate(OPTIMIZERS)})
     return g.assign(_rank=rank).sort_values(["experiment", "_rank", "workers"], kind="stable").drop(columns="_rank")
 
 
-def _said(finding: str, g: pd.DataFrame) -> list[str]:
-    """Per row: yes / no / undecided / n/a, from the table's `holds` when it has one."""
-    if "holds" in g:
-        return ["n/a" if pd.isna(h) else str(h) for h in g["holds"]]
-    return [holds(finding, float(r.ci_low), r.verdict, float(r.margin)) for r in g.itertuples()]
+def _said(g: pd.DataFrame) -> list[str]:
+    """Per row: yes / no / undecided / n/a (the table's `holds`)."""
+    return ["n/a" if pd.isna(h) else str(h) for h in g["holds"]]
 
 
 def finding_summary(verdicts: pd.DataFrame) -> list[str]:
     """One line per finding and scale: in how many of its rows it holds, which rows, and where a row that holds has
     an interval excluding 0 (equivalent only by the margin). A finding holds only as far as its rows do."""
-    if verdicts.empty or any(c not in verdicts.columns for c in VERDICT_COLUMNS):
-        return []
     v = verdicts.copy()
-    v["where"] = v["scale"].fillna("unknown") if "scale" in v else "unknown"
-    if "numerics" in v:
-        v["where"] += v["numerics"].map(lambda n: nb.numerics_suffix(n, ", "))
+    v["where"] = v["scale"].fillna("unknown") + v["numerics"].map(lambda n: nb.numerics_suffix(n, ", "))
     smoke = v["verdict"] == SMOKE  # smoke runs' rows (never pooled with full ones): a line of their own, no verdict
     lines = [f"{finding} ({where} scale, {len(g)} rows of smoke runs): {SMOKE}."
              for (where, finding), g in v[smoke].groupby(["where", "finding"], sort=True)]
     v = v[~smoke]
     for (where, finding), g in v.groupby(["where", "finding"], sort=True):
         g = _in_order(g)
-        said = _said(finding, g)
+        said = _said(g)
         rows = [_row_name(r) for r in g.itertuples()]
         claimed = [s for s in said if s not in NO_CLAIM]
         yes = [row for row, s in zip(rows, said) if s == "yes"]
@@ -151,11 +142,9 @@ def finding_summary(verdicts: pd.DataFrame) -> list[str]:
 def _only_after_a_look(finding: str, g: pd.DataFrame, said: list[str]) -> list[str]:
     """The rows that support the finding only with seeds added after a look at an interval: their declared seeds
     alone (orderings.csv declared_*) would not, by the same rule -- each named with that interval and verdict."""
-    if "declared_verdict" not in g:
-        return []
     out = []
     for r, s in zip(g.itertuples(), said):
-        declared = getattr(r, "declared_verdict", None)
+        declared = r.declared_verdict
         if s != "yes" or not isinstance(declared, str) or declared == SMOKE:
             continue
         if holds(finding, float(r.declared_ci_low), declared, float(r.margin)) != "yes":
@@ -165,9 +154,7 @@ def _only_after_a_look(finding: str, g: pd.DataFrame, said: list[str]) -> list[s
 
 
 def _holm_words(g: pd.DataFrame, said: list[str]) -> str:
-    """' After Holm's correction over its N rows: K support it (rows).' -- when the table has holds_holm."""
-    if "holds_holm" not in g:
-        return ""
+    """' After Holm's correction over its N rows: K support it (rows).'"""
     rows = [_row_name(r) for r in g.itertuples()]
     yes = [row for row, h in zip(rows, g["holds_holm"]) if h == "yes"]
     claimed = [s for s in said if s not in NO_CLAIM]
@@ -184,8 +171,7 @@ def _interval_text(r) -> str:
 
 def _flag(r) -> str:
     """A row's flag: its seeds added after a look, or its diverged runs (experiment 12) left out of its mean."""
-    look = getattr(r, "after_a_look", None)
-    gone = getattr(r, "diverged", None)
+    look, gone = r.after_a_look, r.diverged
     flags = [look] if isinstance(look, str) and look else []
     if gone is not None and not pd.isna(gone) and int(gone):
         flags.append(f"diverged: {int(gone)} of {int(gone) + int(r.n)} runs left out (their last training loss "
@@ -203,26 +189,18 @@ def verdict_table(verdicts: pd.DataFrame) -> pd.DataFrame:
         "comparison": [f"{_row_name(r)} vs {r.against}" for r in v.itertuples()],
         "seeds": [_seeds(r) for r in v.itertuples()],
         "difference [90 % interval]": [_interval_text(r) for r in v.itertuples()],
-        "method": v.get("method"), "verdict": v["verdict"], "holds": v.get("holds"),
-        "holds after Holm": v.get("holds_holm"),
+        "method": v["method"], "verdict": v["verdict"], "holds": v["holds"], "holds after Holm": v["holds_holm"],
         "flag": [_flag(r) for r in v.itertuples()],
     })
-    where = v["scale"].fillna("unknown") + v["numerics"].map(lambda n: nb.numerics_suffix(n, ", ")) \
-        if {"scale", "numerics"} <= set(v.columns) else pd.Series("", index=v.index)
+    where = v["scale"].fillna("unknown") + v["numerics"].map(lambda n: nb.numerics_suffix(n, ", "))
     return out.assign(scale=where)[["scale", *out.columns]] if where.nunique() > 1 else out
 
 
 def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
     """Per finding: the thesis's numbers, then per scale the comparisons that support it, fail it, or can't tell."""
-    missing = [c for c in VERDICT_COLUMNS if c not in verdicts.columns]
-    if missing:
-        return ("**Reading:** the verdict table lacks " + ", ".join(missing) + "; rerun `python -m analysis "
-                "report` with an analysis that writes equivalence verdicts.")
     v = verdicts.copy()
-    v["scale"] = v["scale"].fillna("unknown") if "scale" in v else "unknown"
-    v["where"] = v["scale"] + " scale"  # runs in other numerics than fp32: a line of their own
-    if "numerics" in v:
-        v["where"] += v["numerics"].map(lambda n: nb.numerics_suffix(n, ", "))
+    # runs in other numerics than fp32: a line of their own
+    v["where"] = v["scale"].fillna("unknown") + " scale" + v["numerics"].map(lambda n: nb.numerics_suffix(n, ", "))
     lines = ["**Reading, computed from the runs above** (each comparison: our mean best top-1 difference, its "
              "90 % interval, whether 0 lies inside it, the verdict against the scale's equivalence margin and the "
              "seeds a side; see the verdict table). A finding holds only as far as its rows do: 'mixed' when some "
@@ -238,7 +216,7 @@ def rq3_reading(verdicts: pd.DataFrame, ref: pd.DataFrame) -> str:
             continue
         for where, g in rows.groupby("where", sort=True):
             g = _in_order(g)
-            said = _said(finding, g)
+            said = _said(g)
             parts = []
             for word, label in (("yes", "holds"), ("no", "**fails**"), ("undecided", "no verdict (interval too wide)"),
                                 ("n/a", "claims nothing (the batch the rate is tuned for, or smaller)")):
