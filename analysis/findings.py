@@ -210,7 +210,7 @@ def looked(path) -> str:
 
 
 def _tags(side: pd.DataFrame) -> pd.Series:
-    return side["path"].map(looked) if "path" in side else pd.Series("", index=side.index)
+    return side["path"].map(looked)
 
 
 def declared_only(a: pd.DataFrame, b: pd.DataFrame, margin: float) -> dict:
@@ -230,19 +230,17 @@ def declared_only(a: pd.DataFrame, b: pd.DataFrame, margin: float) -> dict:
 
 
 def _completed(df: pd.DataFrame) -> pd.DataFrame:
-    names = df["run"] if "run" in df else pd.Series("", index=df.index)
-    quality = df["exp"].between(4, 9) | ((df["exp"] == LARGE_BATCH) & names.str.match(STUDY_RUN, na=False))
+    quality = df["exp"].between(4, 9) | ((df["exp"] == LARGE_BATCH) & df["run"].str.match(STUDY_RUN, na=False))
     r = df[(df["kind"] == "run") & quality & df["status"].isin(["completed", "log"])]
     r = r.dropna(subset=["best_val_top1"]).copy()
-    r["diverged"] = r["path"].isin(diverged_runs(df)) if "path" in r else False
+    r["diverged"] = r["path"].isin(diverged_runs(df))
     epochs = df[df["kind"] == "epoch"].dropna(subset=["val_top1"]).sort_values("epoch")
-    r["final_top1"] = r["path"].map(epochs.groupby("path")["val_top1"].last()) if "path" in r else math.nan
+    r["final_top1"] = r["path"].map(epochs.groupby("path")["val_top1"].last())
     return r
 
 
 def _by_seed(side: pd.DataFrame, column: str) -> pd.Series:
-    seeds = side["seed"] if "seed" in side else pd.Series(range(len(side)), index=side.index)
-    return pd.Series(side[column].to_numpy(dtype=float), index=seeds.to_numpy())
+    return pd.Series(side[column].to_numpy(dtype=float), index=side["seed"].to_numpy())
 
 
 def _mixed(*sides: pd.DataFrame) -> bool:
@@ -300,7 +298,7 @@ def naive_degrades(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list
         thesis = _thesis_top1(ref, 4, int(gpus)) - _thesis_top1(ref, 4, int(base["gpus"].iloc[0]))
         row = compare("naive_degrades", 4, int(gpus), f"exp 4, {int(base['gpus'].iloc[0])} worker(s)", g, base,
                       margin, thesis)
-        if "path" in g and _batch_at_most_tuned(g["path"].iloc[0]):
+        if _batch_at_most_tuned(g["path"].iloc[0]):
             row["holds"] = "n/a"  # the fixed rate is no smaller than the linear rule's: nothing is claimed here
         rows.append(row)
     return rows
@@ -375,7 +373,7 @@ def orderings(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     rows = []
     runs = _completed(df)
     # smoke runs are compared among themselves only, and get no verdict
-    smoke = runs["path"].isin(smoke_paths(df)) if "path" in runs else pd.Series(False, index=runs.index)
+    smoke = runs["path"].isin(smoke_paths(df))
     for (scale, numerics, is_smoke), g in runs.groupby([runs["scale"].fillna("unknown"), runs["numerics"], smoke],
                                                        dropna=False, sort=True):
         margin = float(declared.get(scale, {}).get("points", math.nan))

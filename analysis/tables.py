@@ -126,7 +126,7 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
 
     # experiment 12's study runs that diverged by the reading rule: counted, never averaged
-    r["_gone"] = r["path"].isin(diverged_runs(df)) if "path" in r else False
+    r["_gone"] = r["path"].isin(diverged_runs(df))
     for key, g in r.groupby(QUALITY_KEYS, dropna=False, sort=True):
         done = g[g["status"].isin(["completed", "log"]) & ~g["_gone"]]
         note = f"{int(g['_gone'].sum())} diverged by the reading rule: left out" if g["_gone"].any() else ""

@@ -7,6 +7,7 @@ import pytest
 from scipy import stats
 
 from analysis import reference as rf
+from analysis.runs import COLUMNS
 from analysis.findings import claim_p, holm, interval, look, margins, orderings, seeds_needed, verdict, with_holm
 
 
@@ -18,11 +19,11 @@ def runs(rows, final_drop=1.0, numerics="fp32"):
         for seed, top1 in enumerate(tops):
             path = f"runs/{exp:02d}/w{gpus}-{warmup}-{numerics}-s{seed}"
             ident = dict(exp=exp, gpus=gpus, per_gpu_batch=4, global_batch=4 * gpus, warmup=warmup, seed=seed,
-                         scale="local", numerics=numerics, status="completed", path=path)
+                         scale="local", numerics=numerics, status="completed", path=path, run=path.rsplit("/", 1)[1])
             out.append(dict(ident, kind="run", best_val_top1=top1))
             out.append(dict(ident, kind="epoch", epoch=0, val_top1=top1 - final_drop - 5))
             out.append(dict(ident, kind="epoch", epoch=1, val_top1=top1 - final_drop))
-    return pd.DataFrame(out)
+    return pd.DataFrame(out).reindex(columns=COLUMNS)  # the columns of a loaded study
 
 
 # ---- the verdict: where the 90 % interval lies against the margin --------------------------------------------------
@@ -287,7 +288,7 @@ def study_group(optimizer, workers, tops, losses):
                      optimizer=optimizer)
         out.append(dict(ident, kind="run", best_val_top1=top1))
         out += [dict(ident, kind="epoch", epoch=e, val_top1=top1 - 1, train_loss=v) for e, v in enumerate(by_epoch)]
-    return pd.DataFrame(out)
+    return pd.DataFrame(out).reindex(columns=COLUMNS)
 
 
 def test_diverged_runs_are_labelled_left_out_of_the_mean_and_of_the_fails_and_counted_apart():
