@@ -282,9 +282,6 @@ def totals(cost: pd.DataFrame) -> pd.DataFrame:
     the sums) and how many take a 1-GPU rate x their GPUs (perfect scaling assumed: the node scale)."""
     c = cost.assign(wall_all=cost["runs"] * cost["run_wallclock_s"],
                     unknown=cost["images_per_s"].isna().astype(int))
-    for col, empty in (("rate_source", ""), ("node_hours", math.nan)):
-        if col not in c:
-            c[col] = empty
     c["rates_on"] = c["rate_source"].fillna("").map(_gpu_of).where(c["images_per_s"].notna(), "")
     c["scaled"] = c["rate_source"].map(scaling_assumed).astype(int)
     c["predicted"] = c["rate_source"].map(predicted).astype(int)
@@ -424,11 +421,10 @@ def summary_lines(sums: pd.DataFrame, node_gpus: int | None = None) -> list[str]
 
 
 def _summary_line(scale: str, label: str, part: pd.DataFrame, node_gpus: int | None) -> str:
-    gpus = sorted({x.strip() for s in part.get("rates_on", pd.Series(dtype=str)).fillna("")
-                   for x in s.split(",") if x.strip()})
+    gpus = sorted({x.strip() for s in part["rates_on"] for x in s.split(",") if x.strip()})
     unmeasured = int(part["configurations_unmeasured"].sum())
-    scaled = int(part["configurations_scaling_assumed"].sum()) if "configurations_scaling_assumed" in part else 0
-    guessed = int(part["configurations_predicted"].sum()) if "configurations_predicted" in part else 0
+    scaled = int(part["configurations_scaling_assumed"].sum())
+    guessed = int(part["configurations_predicted"].sum())
     if scale == NODE:
         where = f"{scale} (a node of {node_gpus} GPUs)" if node_gpus else scale
         hours = f"{format_hours(part['node_hours'].sum())} node-hours"

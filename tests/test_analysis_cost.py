@@ -85,7 +85,9 @@ def test_experiment6_at_the_thesis_scale_against_its_own_wall_clock():
 def test_totals_sum_runs_and_leave_unmeasured_configurations_out_loudly():
     c = pd.DataFrame({"experiment": ["07", "07", "06"], "scale": "thesis", "runs": [1, 2, 3],
                       "images_per_s": [math.nan, 100.0, 100.0], "run_wallclock_s": [math.nan, 3600.0, 7200.0],
-                      "gpu_hours": [math.nan, 4.0, 6.0]})
+                      "gpu_hours": [math.nan, 4.0, 6.0],
+                      "rate_source": ["no measurement", "bench_gpu.json (H100)", "bench_gpu.json (H100)"]})
+    c = c.reindex(columns=cost.COLUMNS)  # every column cost_table writes
     t = cost.totals(c).set_index("experiment")
     assert t.loc["07", "gpu_hours"] == 4.0 and t.loc["07", "configurations_unmeasured"] == 1
     assert t.loc["06", "sequential_wallclock_s"] == 3 * 7200.0 and t.loc["07", "runs"] == 3
@@ -96,6 +98,7 @@ def test_the_printed_totals_say_which_experiments_gpus_and_gaps_they_hold():
                       "images_per_s": [100.0, math.nan, 100.0], "run_wallclock_s": [3600.0, math.nan, 3600.0],
                       "gpu_hours": [3.0, math.nan, 2.0],
                       "rate_source": ["bench_gpu.json (H100)", "no measurement", "bench_gpu.json (H100)"]})
+    c = c.reindex(columns=cost.COLUMNS)  # every column cost_table writes
     lines = cost.summary_lines(cost.totals(c))
     assert lines[0].startswith("gpu, the thesis's experiments (experiments 6-7): 3.0 GPU-hours")
     assert "rates measured on H100" in lines[0] and "1 configuration(s) with no measurement left out" in lines[0]
@@ -219,6 +222,7 @@ def test_node_totals_are_node_hours_and_count_the_rows_whose_scaling_is_assumed(
                       "gpu_hours": [6.0, 8.0, math.nan], "node_hours": [6.0, 1.0, math.nan],
                       "rate_source": ["bench_gpu.json (H100)", cost.scaled_source("bench_gpu.json (H100)", 8),
                                       "no measurement"]})
+    c = c.reindex(columns=cost.COLUMNS)  # every column cost_table writes
     t = cost.totals(c).set_index("experiment").loc["05_x"]
     assert t["node_hours"] == 7.0 and t["configurations_scaling_assumed"] == 1 and t["configurations_unmeasured"] == 1
     assert t["node_hours_scaling_assumed"] == 1.0
@@ -297,6 +301,7 @@ def test_the_totals_count_the_predicted_configurations_and_say_so():
                       "run_wallclock_s": 3600.0, "gpu_hours": 8.0, "node_hours": 1.0, "images_per_s": 1000.0,
                       "rate_source": ["bench_gpu.json (H100)", "predicted, no measurement: the advisor from s.json "
                                                                "(NVIDIA H200), nvlink4 nominal"]})
+    c = c.reindex(columns=cost.COLUMNS)  # every column cost_table writes
     sums = cost.totals(c)
     assert sums["configurations_predicted"].tolist() == [1] and sums["rates_on"].tolist() == ["H100, NVIDIA H200"]
     assert "1 configuration(s) at the scaling advisor's prediction (no measurement)" in cost.summary_lines(sums, 8)[0]
