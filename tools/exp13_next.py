@@ -218,12 +218,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"problem: {problem}")
         if not len(runs) or not (runs["exp"] == e2.EXPERIMENT).any():
             print(f"exp13-next: no experiment-13 runs under {args.runs} yet: `make exp13` writes them")
+        if args.audit:  # the decisions replayed instead of the next steps read (each reads the runs' steps)
+            return show_audit(audit(runs, args.plan))
         steps = next_steps(runs, args.plan)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.audit:
-        return show_audit(audit(runs, args.plan))
     print(show(steps))
     smoke = smoke_paths(runs[runs["exp"] == e2.EXPERIMENT]) if len(runs) else set()
     if smoke:
