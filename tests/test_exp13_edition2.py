@@ -317,7 +317,7 @@ def test_a_cell_without_every_declared_seed_stays_out_of_the_fit():
 
 
 def test_the_rq5_reading_says_what_has_run_until_a_fit_exists_then_reads_the_fit_and_lamb_beside_sgd():
-    assert "no run yet" in e2.rq5_reading_e2(pd.DataFrame(), steps=step_rows({}))
+    assert "none of its runs is among these runs yet" in e2.rq5_reading_e2(pd.DataFrame(), steps=step_rows({}))
     few = step_rows({4: fabricated()[4], 8: fabricated()[8]})
     said = e2.rq5_reading_e2(pd.DataFrame(), steps=few, draws=50)
     assert "10 study runs finished" in said and "waits for three batches" in said

@@ -356,7 +356,10 @@ def rq5_reading_e2(df: pd.DataFrame, steps: pd.DataFrame | None = None, b_simple
     the regimes the interval allows, B_simple beside B_crit, and LAMB beside SGD."""
     steps = run_steps(df) if steps is None else steps
     if steps.empty:
-        return "- Second edition: no run yet (`make exp13` runs its declared plan)."
+        # a study still running commits its runs to results/in_progress/, which no report reads (a cell's seeds
+        # would otherwise enter the reading one by one): say where they are rather than that none exist
+        return ("- Second edition: none of its runs is among these runs yet (`make exp13` runs its declared plan; "
+                "a study in progress commits its finished runs to `results/in_progress/`, read here once it ends).")
     study = steps[~steps["tuning"].astype(bool)]
     fits = fit_table(steps, measured_b_simple() if b_simple is None else b_simple, draws)
     if fits.empty:
