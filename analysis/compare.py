@@ -197,8 +197,8 @@ def made_from(df: pd.DataFrame, runs: Path, root: Path = REFERENCE_ROOT, experim
     counted = [(label, folder, _count(df, folder)) for label, folder in extra]
     n = _count(df) - sum(k for _, _, k in counted)
     parts = [f"{folder.name}: {k} run{'' if k == 1 else 's'} in {_repo_relative(folder)} (reference machine {label})"
-             for label, folder, k in counted
-             if not experiments or experiment_number(folder.name) in experiments]
+             for label, folder, k in counted  # an entry's experiment with none of the runs it reads is not named
+             if not experiments or (experiment_number(folder.name) in experiments and k)]
     if n or not parts:  # the first machine's runs, unless the entry reads only experiments drawn from another
         parts.insert(0, f"{n} run{'' if n == 1 else 's'} in {_repo_relative(runs)} ({machine})")
     return "Made from " + "; ".join(parts) + "."

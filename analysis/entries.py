@@ -42,6 +42,7 @@ class Table:
     shown: Callable | None = None  # shown(frame): a shorter table for the .md (the .csv keeps every column)
     options: dict = field(default_factory=dict)  # the maker's own settings
     thesis_only: bool = False  # made from the thesis's values alone: its line names them, never the runs
+    reads: Callable | None = None  # reads(df) -> mask of its rows, where it reads one edition of its experiments
 
 
 @dataclass(frozen=True)
@@ -52,3 +53,4 @@ class Figure:
     make: Callable  # make(inputs, entry) -> Drawn, a sentence why not drawn, or None
     title: str = ""  # {warmupN}: experiment N's warm-up in words (warmup_phrase)
     options: dict = field(default_factory=dict)  # the maker's own settings: layout, rows, framework ...
+    reads: Callable | None = None  # as Table's: the rows of one edition, so its runs line counts those alone

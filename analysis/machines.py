@@ -84,11 +84,13 @@ def machine_of(path, root: Path = REFERENCE_ROOT) -> str:
     return "this machine"
 
 
-def report_draws(folder: Path) -> list[str]:
+def report_draws(folder: Path, key: str = "report_draws") -> list[str]:
     """The experiments a reference machine's machine.toml declares the committed report draws from it (`report_draws`),
-    in place of the first machine's: e.g. experiments 1-3 rerun with every framework side by side in one sitting."""
+    in place of the first machine's: e.g. experiments 1-3 rerun with every framework side by side in one sitting.
+    key="report_draws_beside": those it draws from it beside another machine's runs of the same folder (see
+    complements)."""
     try:
-        return list(tomllib.loads((Path(folder) / "machine.toml").read_text()).get("report_draws", []))
+        return list(tomllib.loads((Path(folder) / "machine.toml").read_text()).get(key, []))
     except (OSError, tomllib.TOMLDecodeError):
         return []
 
@@ -98,24 +100,42 @@ def complements(runs: Path, root: Path = REFERENCE_ROOT) -> list[tuple[str, Path
     reference machine holds and the first does not, and every one another machine declares the report draws from it
     (report_draws), as (that machine's label, the folder, found beside `runs` as it was written). The committed
     report shows such an experiment from that machine alone, and says so: an experiment comes from one machine, never
-    pooled across machines, and no machine's runs stand in for another's."""
+    pooled across machines, and no machine's runs stand in for another's.
+
+    One exception, declared: an experiment folder under a machine's `report_draws_beside` is drawn from it beside
+    the other machines' runs of that folder (experiment 13's second edition, measured on another machine than the
+    first edition it supersedes). Each edition's reading takes its own runs, by name, and refuses runs of two
+    machines (one_machine), so the two are shown side by side and never pooled."""
     machines = reference_machines(root)
     if not machines or Path(runs).resolve() != machines[0][1].resolve():
         return []
     first = {p.name for p in machines[0][1].iterdir() if p.is_dir()}
     found, taken = [], set()
     for label, folder, _ in machines[1:]:
-        declared = set(report_draws(folder))
+        declared, beside = set(report_draws(folder)), set(report_draws(folder, "report_draws_beside"))
         for experiment in sorted(p.name for p in folder.iterdir() if p.is_dir() and EXPERIMENT_DIR.match(p.name)):
-            if experiment in taken or (experiment in first and experiment not in declared):
+            drawn_elsewhere = experiment in taken or (experiment in first and experiment not in declared)
+            if drawn_elsewhere and experiment not in beside:
                 continue
             found.append((label, Path(runs).parent / folder.name / experiment))
-            taken.add(experiment)
+            if experiment not in beside:
+                taken.add(experiment)
     return found
 
 
 def superseded(runs: Path, root: Path = REFERENCE_ROOT) -> list[str]:
     """When `runs` is the committed reference (the first machine's folder): its experiment folders that complements
-    draws from another reference machine instead (only a declared report_draws does). They stay committed, and the
-    committed report leaves them out."""
-    return sorted(folder.name for _, folder in complements(runs, root) if (Path(runs) / folder.name).is_dir())
+    draws from another reference machine instead (only a declared report_draws does; one drawn beside supersedes
+    nothing). They stay committed, and the committed report leaves them out."""
+    return sorted(folder.name for _, folder in complements(runs, root) if (Path(runs) / folder.name).is_dir()
+                  and folder.name not in report_draws(folder.parent, "report_draws_beside"))
+
+
+def one_machine(paths, what: str, root: Path = REFERENCE_ROOT) -> str | None:
+    """The one machine (machine_of) every run folder of a reading was measured on, or None for no run; a reading
+    over runs of two machines is refused: one line naming them, since a cell that pooled them would measure neither."""
+    found = sorted({machine_of(p, root) for p in paths})
+    if len(found) > 1:
+        raise ValueError(f"{what}: runs of {len(found)} machines ({', '.join(found)}) in one reading -- read each "
+                         "machine's runs apart (make report OUT=<one machine's runs>)")
+    return found[0] if found else None

@@ -35,10 +35,12 @@ OTHER_WRITERS = frozenset({"cost.csv", "cost.md", "cost_totals.csv", "cost_total
 
 def entry_source(inputs: ct.Inputs, entry, source: str | None) -> str | None:
     """The runs line an entry carries: the report's, naming another reference machine's experiment only on the
-    entries that read it (made_from's `experiments`); a maker's own line (the thesis's) is kept."""
+    entries that read it (made_from's `experiments`, and of an entry that reads one edition, that edition's runs
+    alone); a maker's own line (the thesis's) is kept."""
     if not source or not inputs.source or not source.startswith(inputs.source) or inputs.runs is None:
         return source
-    return made_from(inputs.df, inputs.runs, experiments=entry.experiments) + source[len(inputs.source):]
+    read = inputs.df[entry.reads(inputs.df)] if getattr(entry, "reads", None) and len(inputs.df) else inputs.df
+    return made_from(read, inputs.runs, experiments=entry.experiments) + source[len(inputs.source):]
 
 
 def build_tables(inputs: ct.Inputs, out: Path, entries=ct.TABLES) -> list[Path]:

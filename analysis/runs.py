@@ -464,9 +464,11 @@ def load_study(runs: str | Path = "results/runs", logs=None, also=(), leave_out=
 # fingerprint -- a smoke run beside full ones, runs from before and after a config change -- is refused: its runs get
 # status MIXED and a line in the report's problem list, and no table or verdict averages them. Numerics (fp32, bf16 +
 # channels_last, compiled...) are a key, not a mix: a study that varies them on purpose gets a row for each; so is the
-# share held out to validate on (experiment 13's tuning run and its study runs share every other key).
+# share held out to validate on (experiment 13's tuning run and its study runs share every other key), and so is how
+# often a run evaluates (experiment 13's second edition counts steps every k steps, its first edition every epoch: two
+# measurements, read apart by each edition's reading, never a mix of one).
 POOL_KEYS = ["exp", "framework", "numerics", "per_gpu_batch", "global_batch", "gpus", "lr", "warmup", "optimizer",
-             "holdout", "scale"]
+             "holdout", "eval_every", "scale"]
 MIXED = "mixed-config"
 # make link-sweep runs experiment 3 across the local cluster's hosts with each host's link limited by tc (manifest
 # `link`). Such a run's throughput is a point on a curve against the link's rate (analysis/link.py), not one more

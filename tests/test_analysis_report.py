@@ -328,6 +328,38 @@ def test_an_experiment_another_reference_machine_declares_is_drawn_from_it_in_pl
     assert only_one.startswith("Made from 01_throughput_single_gpu: 2 runs in ") and "a-machine (" not in only_one
 
 
+def test_an_experiment_declared_beside_is_drawn_from_each_machine_and_each_reading_takes_one(tmp_path):
+    """Experiment 13's second edition on another machine than its first: a machine.toml's report_draws_beside draws
+    its folder beside the other machine's, superseding nothing; an entry that reads one edition names only the
+    machine it reads; a reading over both machines is refused."""
+    from analysis.compare import load_report_study, made_from
+    from analysis.machines import complements, one_machine, superseded
+
+    ref = Path("results/reference/vm-2cpu")
+    first, second, third = tmp_path / "a-machine", tmp_path / "b-machine", tmp_path / "c-machine"
+    for machine, experiments in ((first, ["05_linear_scaling"]), (second, ["05_linear_scaling", "12_large_batch"]),
+                                 (third, ["12_large_batch"])):
+        beside = 'report_draws_beside = ["05_linear_scaling", "12_large_batch"]\n' if machine is second else ""
+        (machine / "machine.toml").parent.mkdir(parents=True)
+        (machine / "machine.toml").write_text(f'label = "{machine.name}"\n{beside}')
+        for experiment in experiments:  # another run on each machine: one run copied twice is counted once
+            done = [p for p in sorted((ref / experiment).iterdir()) if (p / "metrics.jsonl").is_file()]
+            run = done[machine is second]
+            shutil.copytree(run, machine / experiment / run.name)
+    assert complements(first, tmp_path) == [("b-machine", tmp_path / "b-machine" / "05_linear_scaling"),
+                                            ("b-machine", tmp_path / "b-machine" / "12_large_batch"),
+                                            ("c-machine", tmp_path / "c-machine" / "12_large_batch")]
+    assert superseded(first, tmp_path) == []  # the first machine's experiment 5 is still drawn
+    runs = load_report_study(first, root=tmp_path).query("kind == 'run'")
+    assert sorted(runs["exp"]) == [5, 5, 12, 12]
+    assert one_machine(runs.loc[runs["path"].str.contains("c-machine"), "path"], "x", tmp_path) == "c-machine"
+    with pytest.raises(ValueError, match=r"x: runs of 2 machines \(b-machine, c-machine\) in one reading"):
+        one_machine(runs.loc[runs["exp"] == 12, "path"], "x", tmp_path)
+    third_only = runs[~runs["path"].str.contains("b-machine")]  # an entry that reads c-machine's edition alone
+    said = made_from(third_only, first, tmp_path, experiments=[12])
+    assert said == f"Made from 12_large_batch: 1 run in {third / '12_large_batch'} (reference machine c-machine)."
+
+
 def test_a_table_of_the_thesis_alone_names_no_runs(tmp_path):
     from analysis import catalogue as ct
     from analysis import report as rp

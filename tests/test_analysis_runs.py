@@ -242,6 +242,27 @@ def test_a_group_mixing_configs_is_refused_with_a_problem_line(tmp_path):
     assert orderings(df, load_reference()).empty  # no baseline to compare with: it is refused
 
 
+def test_runs_that_evaluate_at_another_cadence_are_two_measurements_not_a_mix(tmp_path):
+    """Experiment 13's second edition evaluates every k steps, its first every epoch: otherwise alike, the two are
+    kept apart (eval_every is a pooling key), so neither edition's runs are refused as a mix of configs."""
+    import shutil
+
+    from analysis.runs import MIXED
+
+    reference = Path(__file__).resolve().parents[1] / "results/reference/vm-2cpu-18ep"
+    for run in ("w1-s0", "w1-s1"):
+        shutil.copytree(reference / "05_linear_scaling" / run, tmp_path / "05_linear_scaling" / run,
+                        ignore=shutil.ignore_patterns("*.pt"))
+    counted = tmp_path / "05_linear_scaling/w1-s1/config.json"
+    config = json.loads(counted.read_text())
+    config["train"]["eval_every"] = 50
+    counted.write_text(json.dumps(config))
+    runs = load_study(tmp_path).query("kind == 'run'").set_index("run")
+    assert runs.loc["w1-s1", "eval_every"] == 50 and runs.loc["w1-s0", "eval_every"] == 0
+    assert runs.loc["w1-s0", "fingerprint"] != runs.loc["w1-s1", "fingerprint"]
+    assert MIXED not in set(runs["status"])
+
+
 def test_the_report_puts_this_machines_runs_beside_the_reference_by_fingerprint(tmp_path):
     import shutil
 

@@ -22,6 +22,8 @@ from contract.plan import study_table  # noqa: E402
 
 from .. import figures as fg  # noqa: E402
 from ..entries import Drawn, Figure, Table  # noqa: E402
+from ..machines import one_machine  # noqa: E402
+from .steps_to_target_e2 import second_edition  # noqa: E402
 from ..smoke import smoke_paths  # noqa: E402
 from ..noise import fit_noise_model, noise_scales, percentile_interval  # noqa: E402
 from ..reference import THESIS_WORKERS  # noqa: E402
@@ -88,6 +90,7 @@ def run_steps(df: pd.DataFrame, exp: int = EXPERIMENT) -> pd.DataFrame:
                          base=float(base) if base else math.nan, tuning=base is not None, status=r.status,
                          best_top1=float(r.best_val_top1) if pd.notna(r.best_val_top1) else math.nan,
                          path=r.path, **reach))
+    one_machine([row["path"] for row in rows], f"experiment {exp}'s steps to the target")
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
 
 
@@ -564,18 +567,25 @@ def _shown(table: pd.DataFrame) -> pd.DataFrame | None:
     return None if table.empty else table
 
 
+def first_edition(df: pd.DataFrame) -> pd.Series:
+    """Every row but the second edition's runs (steps_to_target_e2.second_edition): this edition's entries' runs line
+    counts what they read."""
+    return ~second_edition(df)
+
+
 TABLES = (
     Table("exp13_steps_to_target", "", (12, 13), lambda inputs, entry: _shown(steps_table(inputs.df)),
           "Experiment 13: steps to the target top-1 per global batch, each batch at its tuned rate",
           ("steps: geometric mean over the seeds that reached the target (NaN where any did not), steps_low/high "
            "their range; epoch_steps: one epoch's steps, the count's resolution (no interpolation); ratio_next: "
            "S(2B)/S(B) with its 90 % seed-bootstrap interval; experiment 12's rows: its fixed 72-epoch recipes "
-           "read at the same target.",)),
+           "read at the same target.",), reads=first_edition),
     Table("exp13_rate_selection", "", (13,), lambda inputs, entry: _shown(selection_table(inputs.df)),
           "Experiment 13, step 1: every tuning run on the held-out split and the rate the declared rule chose",
           ("steps: to the target on the held-out 20 % of the training set (NaN: not reached within the budget); "
            "best_top1: its best held-out top-1; choice: the rule's pick per (optimizer, batch), fewest steps, a tie "
-           "the lower rate, none reaching: the highest best_top1; named only once every planned rate has finished.",)),
+           "the lower rate, none reaching: the highest best_top1; named only once every planned rate has finished.",),
+          reads=first_edition),
 )
-FIGURES = (Figure("exp13_steps_to_target", "", (13,), steps_to_target),)
+FIGURES = (Figure("exp13_steps_to_target", "", (13,), steps_to_target, reads=first_edition),)
 EXPORTS = ("rq5_reading", "selection_table", "steps_figure", "steps_table", "tuned_beside_recipes", "tuned_optimizers")

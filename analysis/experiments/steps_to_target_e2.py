@@ -18,6 +18,7 @@ from contract import tuned
 from contract.config import ConfigError, load_config
 
 from ..entries import Table
+from ..machines import one_machine
 from ..noise import fit_noise_model, percentile_interval
 from ..smoke import smoke_paths
 
@@ -69,6 +70,12 @@ def declared_target(scale: str) -> float:
         return math.nan
 
 
+def second_edition(df: pd.DataFrame) -> pd.Series:
+    """The rows of the second edition's runs (its names start e2-): its entries' runs line counts them alone, and the
+    first edition's counts every other row (both editions lie in 13_steps_to_target/, on two machines)."""
+    return (df["exp"] == EXPERIMENT) & df["run"].astype(str).str.startswith(PREFIX)
+
+
 def run_steps(df: pd.DataFrame) -> pd.DataFrame:
     """One row per finished second-edition run (local scale): its steps to the declared target. A smoke run, a
     running or failed one is left out; a diverged run counts as not reaching the target."""
@@ -92,6 +99,7 @@ def run_steps(df: pd.DataFrame) -> pd.DataFrame:
                          status=r.status, eval_every=int(r.eval_every),
                          best_top1=float(r.best_val_top1) if pd.notna(r.best_val_top1) else math.nan,
                          path=r.path, **reach))
+    one_machine([row["path"] for row in rows], "experiment 13's second edition")
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
 
 
@@ -399,12 +407,12 @@ TABLES = (
           ("steps: geometric mean over the 5 study seeds (NaN where any did not reach the target), steps_low/high "
            "their range; eval_every: k, the count's resolution; resolution_share: k over the fewest steps, met "
            "where k <= 5 % for every seed (a cell that misses it is left out of the fit); declared in "
-           "experiments/13_steps_to_target/declared_2026-11-28-edition2.txt.",)),
+           "experiments/13_steps_to_target/declared_2026-11-28-edition2.txt.",), reads=second_edition),
     Table("exp13_e2_fit", "", (13,), lambda inputs, entry: fit_report_table(inputs.df),
           "Experiment 13, second edition: S_min, B_noise (= B_crit) with intervals over batches and seeds, the fit's "
           "goodness, the regimes it allows, B_simple at the target beside B_crit",
           ("intervals: 90 % percentile, 2,000 bootstrap draws over batches and seeds; goodness: the fit's log RMS "
            "against seed noise and a power law's, and B_noise with one batch left out; regimes: only where B_noise's "
-           "whole interval puts the batch in one; b_simple: the declared factor-3 rule.",)),
+           "whole interval puts the batch in one; b_simple: the declared factor-3 rule.",), reads=second_edition),
 )
 EXPORTS = ("rq5_reading_e2", "steps_cells_table")
