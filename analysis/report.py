@@ -39,7 +39,7 @@ def entry_source(inputs: ct.Inputs, entry, source: str | None) -> str | None:
     alone); a maker's own line (the thesis's) is kept."""
     if not source or not inputs.source or not source.startswith(inputs.source) or inputs.runs is None:
         return source
-    read = inputs.df[entry.reads(inputs.df)] if getattr(entry, "reads", None) and len(inputs.df) else inputs.df
+    read = inputs.df[entry.reads(inputs.df)] if entry.reads and len(inputs.df) else inputs.df
     return made_from(read, inputs.runs, experiments=entry.experiments) + source[len(inputs.source):]
 
 
