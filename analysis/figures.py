@@ -95,6 +95,24 @@ def gpu_ticks(ax, gpus) -> None:
 
 
 SOURCE_STRIP_PX = 16  # the strip along the bottom that the "Made from ..." line gets, below everything else
+PNG_DPI = 100
+LAYOUT_DIGITS = 4  # axes positions are pinned to 1e-4 of the figure: far coarser than the solver's noise, < 0.2 px
+
+
+def pin_layout(fig, dpi: float = PNG_DPI) -> None:
+    """Solve the figure's layout once (at the dpi it is drawn at), then pin every axes at its solved position rounded
+    to LAYOUT_DIGITS and turn the layout engine off, so that whatever is drawn next (PNG, PDF) draws the pinned layout.
+
+    Why: the constrained layout's solver (kiwisolver) gives results that differ in their last bits from process to
+    process for the same inputs, and the axes drawn at the unrounded result moved with them: one ulp of an axes'
+    height moved a line's step in Figure 25 by a pixel in about 1 draw of 10 (the PNG's bytes changed with nothing
+    else changed). Rounded, every process draws the same layout (unless a position lies within that noise, 1e-16 of
+    the figure here, of a rounding boundary)."""
+    fig.set_dpi(dpi)
+    fig.draw_without_rendering()  # runs the layout engine, as savefig would
+    fig.set_layout_engine("none")
+    for ax in fig.axes:
+        ax.set_position([round(v, LAYOUT_DIGITS) for v in ax.get_position().bounds])
 
 
 def save(fig, out_dir: str | Path, name: str, source: str | None = None) -> list[Path]:
@@ -112,10 +130,8 @@ def save(fig, out_dir: str | Path, name: str, source: str | None = None) -> list
         strip = SOURCE_STRIP_PX * len(lines) / (fig.get_figheight() * 100)
         fig.get_layout_engine().set(rect=(0, strip, 1, 1 - strip))
         fig.text(0.005, strip / 2, "\n".join(lines), fontsize=7, color="dimgray", ha="left", va="center")
-    fig.savefig(paths[0], dpi=100, metadata={"Software": None})
-    fig.set_layout_engine("none")  # the layout is done: the PDF reuses it instead of solving it again
-    for ax in fig.axes:  # the solver's last digits vary from run to run (1e-9 of the figure): the PDF's must not
-        ax.set_position([round(v, 4) for v in ax.get_position().bounds])
+    pin_layout(fig)  # one layout for both files, the same in every process
+    fig.savefig(paths[0], dpi=PNG_DPI, metadata={"Software": None})
     fig.savefig(paths[1], metadata={"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None})
     plt.close(fig)
     return paths

@@ -235,3 +235,33 @@ def test_figure17_names_local_workers_cpu_processes_and_stops_the_ideal_line_at_
     ideal = [line for line in axes[1, 1].get_lines() if line.get_label() == "ideal"][0]
     assert max(ideal.get_xdata()) == 2 and max(axes[0, 1].get_lines()[-1].get_xdata()) == 32
     plt.close(fig)
+
+
+# ============================================================================================ saved files
+
+
+def with_noisy_solve(fig, ulps: int):
+    """The figure, its constrained layout's solve moved by `ulps` units in the last place of every axes' height: how
+    kiwisolver's solve of the same layout differs from one process to the next."""
+    fig.set_layout_engine("constrained")
+    engine = fig.get_layout_engine()
+    solve = engine.execute
+
+    def noisy_execute(f):
+        solve(f)
+        for ax in f.axes:
+            x, y, w, h = ax.get_position().bounds
+            ax._set_position([x, y, w, h + ulps * np.spacing(h)])  # as the layout engine moves axes
+
+    engine.execute = noisy_execute
+    return fig
+
+
+def test_saved_files_do_not_move_with_the_last_bits_of_the_layout_solve(tmp_path):
+    """3 ulps more height for every axes changed the PNG's bytes when it was drawn at the solve as it came."""
+    df = pd.concat([epochs(6, 1, 60), epochs(6, 32, 90)])
+    files = []
+    for ulps in (0, 3):
+        fig = with_noisy_solve(fg.plot_error_grid(df).flat[0].figure, ulps)
+        files.append([p.read_bytes() for p in fg.save(fig, tmp_path / f"ulps{ulps}", "grid", "made from 4 runs")])
+    assert files[0] == files[1]
