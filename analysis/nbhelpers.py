@@ -33,6 +33,7 @@ def show(fig_or_ax):
     if hasattr(fig_or_ax, "flat"):
         fig = fig_or_ax.flat[0].figure
     buf = io.BytesIO()
+    fg.pin_layout(fig, dpi=80)  # a constrained layout's solve differs in its last bits between processes: pinned
     fig.savefig(buf, format="png", dpi=80, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
     return Image(data=buf.getvalue(), format="png")
