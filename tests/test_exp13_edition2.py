@@ -316,6 +316,15 @@ def test_a_cell_without_every_declared_seed_stays_out_of_the_fit():
     assert 256 not in e2.fitted_cells(step_rows(cells), "sgd") and 128 in e2.fitted_cells(step_rows(cells), "sgd")
 
 
+def test_each_edition_reads_the_rows_the_other_does_not():
+    from analysis.experiments import steps_to_target as e1
+
+    assert e1.SECOND_EDITION_PREFIX == e2.PREFIX
+    df = pd.DataFrame({"exp": [13, 13, 12, 13], "run": ["tune-sgd-w1-base0.05-s0", "e2-sgd-w1-s2", "e2-x", None]})
+    assert e2.second_edition(df).tolist() == [False, True, False, False]
+    assert e1.first_edition(df).tolist() == [True, False, True, True]
+
+
 def test_the_rq5_reading_says_what_has_run_until_a_fit_exists_then_reads_the_fit_and_lamb_beside_sgd():
     assert "none of its runs is among these runs yet" in e2.rq5_reading_e2(pd.DataFrame(), steps=step_rows({}))
     few = step_rows({4: fabricated()[4], 8: fabricated()[8]})

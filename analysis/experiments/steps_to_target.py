@@ -23,7 +23,6 @@ from contract.plan import study_table  # noqa: E402
 from .. import figures as fg  # noqa: E402
 from ..entries import Drawn, Figure, Table  # noqa: E402
 from ..machines import one_machine  # noqa: E402
-from .steps_to_target_e2 import second_edition  # noqa: E402
 from ..smoke import smoke_paths  # noqa: E402
 from ..noise import fit_noise_model, noise_scales, percentile_interval  # noqa: E402
 from ..reference import THESIS_WORKERS  # noqa: E402
@@ -567,10 +566,13 @@ def _shown(table: pd.DataFrame) -> pd.DataFrame | None:
     return None if table.empty else table
 
 
+SECOND_EDITION_PREFIX = "e2-"  # steps_to_target_e2.PREFIX, not imported: one plug-in never imports another
+
+
 def first_edition(df: pd.DataFrame) -> pd.Series:
-    """Every row but the second edition's runs (steps_to_target_e2.second_edition): this edition's entries' runs line
-    counts what they read."""
-    return ~second_edition(df)
+    """Every row but the second edition's runs (named e2-..., in the same folder on another machine): this edition's
+    entries' runs line counts what they read."""
+    return ~((df["exp"] == EXPERIMENT) & df["run"].astype(str).str.startswith(SECOND_EDITION_PREFIX))
 
 
 TABLES = (
