@@ -82,7 +82,7 @@ def run_steps(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty or not (df["exp"] == EXPERIMENT).any():
         return pd.DataFrame(columns=STEP_COLUMNS)
     runs = df[(df["kind"] == "run") & (df["exp"] == EXPERIMENT) & df["status"].isin(["completed", "diverged"])]
-    runs = runs[runs["run"].str.startswith(PREFIX) & (runs["scale"] == "local")]
+    runs = runs[second_edition(runs) & (runs["scale"] == "local")]
     runs = runs[~runs["path"].isin(smoke_paths(runs))]
     target = declared_target("local")
     rows = []
