@@ -222,13 +222,20 @@ def test_a_run_that_started_before_the_declaration_is_caught(tmp_path):
     assert [p.rsplit("/", 1)[1] for p in early] == ["early", "unreadable"]
 
 
+def first_edition_runs():
+    """The committed first-edition runs: the second edition's (e2-) are planned by edition2.toml and its decisions,
+    and dated by tests/test_exp13_edition2.py."""
+    runs = (REPO / "results" / "reference").glob("*/13_steps_to_target/*")
+    return sorted(p for p in runs if p.is_dir() and not p.name.startswith(st.SECOND_EDITION_PREFIX))
+
+
 def test_the_declaration_was_committed_before_every_committed_experiment_13_run_started():
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("no git history here to date the declaration by")
     added = subprocess.run(["git", "log", "--follow", "--diff-filter=A", "--format=%cI", "--", DECLARED], cwd=REPO,
                            capture_output=True, text=True, timeout=60).stdout.split()
     assert added, f"{DECLARED} is not in the git history"
-    runs = sorted(p for p in (REPO / "results" / "reference").glob("*/13_steps_to_target/*") if p.is_dir())
+    runs = first_edition_runs()
     assert started_before(runs, added[-1]) == []
 
 
@@ -237,7 +244,7 @@ def test_every_committed_experiment_13_run_started_after_the_commit_that_planned
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("no git history here to date the rows by")
     config = "experiments/13_steps_to_target/config.toml"
-    runs = sorted(p for p in (REPO / "results" / "reference").glob("*/13_steps_to_target/*") if p.is_dir())
+    runs = first_edition_runs()
     for row in sorted({re.sub(r"-s\d+$", "", run.name) for run in runs}):
         added = subprocess.run(["git", "log", "--format=%cI", "-S", f'run = "{row}"', "--", config], cwd=REPO,
                                capture_output=True, text=True, timeout=60).stdout.split()
