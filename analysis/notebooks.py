@@ -163,8 +163,13 @@ RQ5 = [
     ("md", "## Second edition: steps to the target per optimizer and batch, counted every k steps"),
     ("code", "cells = an.steps_cells_table(df)\n"
              "an.markdown('No second-edition study run has finished yet.') if cells is None else cells"),
+    ("code", "fig = an.steps_figure_e2(df)\n"
+             "an.show(fig) if fig is not None else an.markdown('Not drawn: no second-edition study run yet.')"),
     ("md", "## Second edition: reading, from the fit"),
     ("code", "an.markdown(an.rq5_reading_e2(df))"),
+    ("md", "## Second edition, step 1: every rate on its selection seeds, the declared tie rule and the decision"),
+    ("code", "rates = an.rate_selection_table(df)\n"
+             "an.markdown('No second-edition selection run has finished yet.') if rates is None else rates"),
     ("md", "## First edition (superseded by the second): step 1, the rate chosen for each batch on the held-out "
            "split (never the validation set)"),
     ("code", "chosen = an.selection_table(df)\n"

@@ -296,11 +296,51 @@ def test_the_fit_table_names_regimes_and_the_b_simple_verdict_from_the_declared_
     assert e2.fit_table(steps, None, draws=50).iloc[0]["b_simple"] == "not measured yet"
 
 
+def tune_rows(per_rate: dict[float, list[float]], workers=8, k=4) -> pd.DataFrame:
+    return pd.DataFrame([dict(optimizer="sgd", workers=workers, global_batch=4 * workers, seed=seed, base=base,
+                              tuning=True, status="completed", reached=math.isfinite(s), steps=s, resolution=k,
+                              eval_every=k, best_top1=50.0 + base, path=f"e2-tune-sgd-w{workers}-base{base:g}-s{seed}")
+                         for base, seeds in per_rate.items() for seed, s in enumerate(seeds)])
+
+
+def test_the_selection_table_shows_each_rates_score_the_rules_tie_and_the_committed_decision():
+    """0.05 and 0.1 tie (within 10 %) and the rule takes the lower middle of the tied rates; 0.025 was a grid
+    extension; 0.2 did not reach the target on seed 1, so it scores no steps."""
+    steps = tune_rows({0.025: [1300.0, 1400.0], 0.05: [1000.0, 1040.0], 0.1: [1050.0, 1100.0],
+                       0.2: [900.0, math.nan]})
+    decisions = {"extend": [{"optimizer": "sgd", "workers": 8, "base": 0.025}],
+                 "choose": [{"optimizer": "sgd", "workers": 8, "base": 0.05}]}
+    table = e2.selection_table(steps, decisions, grid={"sgd": (0.05, 0.1, 0.2)}, selection_seeds=2).set_index("base")
+    assert table.loc[0.05, "steps"] == pytest.approx(math.sqrt(1000.0 * 1040.0))
+    assert math.isnan(table.loc[0.2, "steps"]) and table.loc[0.2, "reached"] == 1
+    assert table["rule"].to_dict() == {0.025: "", 0.05: "winner", 0.1: "tied", 0.2: ""}
+    assert table["decision"].to_dict() == {0.025: "added (grid extension)", 0.05: "chosen", 0.1: "", 0.2: ""}
+
+
+def test_the_selection_table_names_no_winner_while_a_pairs_runs_are_unfinished():
+    steps = tune_rows({0.025: [1300.0, 1400.0], 0.05: [1000.0]})
+    table = e2.selection_table(steps, {"extend": [], "choose": []}, grid={"sgd": (0.025, 0.05)}, selection_seeds=2)
+    assert (table["rule"] == "waiting: 1 of 4 selection runs unfinished").all()
+
+
+def test_the_figure_draws_each_optimizers_seeds_its_fit_and_the_b_noise_interval_and_marks_cells_out_of_the_fit():
+    cells = fabricated()
+    steps = pd.concat([step_rows(cells, k_of=lambda b: 64 if b == 2048 else 2), step_rows(cells, "lamb")])
+    fig = e2.steps_figure_e2(pd.DataFrame(), steps, draws=50)
+    sgd, lamb = fig.axes
+    assert "SGD" in sgd.get_title() and "LAMB" in lamb.get_title()
+    labels = [t.get_text() for t in sgd.get_legend().get_texts()]
+    assert any(t.startswith("fit: S_min") for t in labels) and any("B_noise interval" in t for t in labels)
+    assert any("left out of the fit" in t for t in labels)  # batch 2,048 misses the resolution on SGD
+    assert not any("left out of the fit" in t.get_text() for t in lamb.get_legend().get_texts())
+    assert e2.steps_figure_e2(pd.DataFrame(), step_rows({}), draws=50) is None
+
+
 def test_the_reports_second_edition_tables_are_absent_until_its_runs_exist(tmp_path):
     from analysis import catalogue as ct
 
     empty = ct.Inputs(df=pd.DataFrame(columns=["kind", "exp"]), ref=pd.DataFrame())
-    for name in ("exp13_e2_steps_to_target", "exp13_e2_fit"):
+    for name in ("exp13_e2_steps_to_target", "exp13_e2_fit", "exp13_e2_rate_selection"):
         entry = next(t for t in ct.TABLES if t.name == name)
         assert entry.make(empty, entry) is None
     assert e2.measured_b_simple({"sgd": tmp_path / "none.json"}) == {}

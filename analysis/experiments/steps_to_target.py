@@ -354,8 +354,8 @@ def steps_figure(df: pd.DataFrame):
         fit = fit_noise_model(used["global_batch"], used["steps"]) if len(used) and whole else (math.nan, math.nan)
         per_worker = int(s["global_batch"].iloc[0] // s["workers"].iloc[0])
         plot_steps_to_target(curve_points(s), s[s["reached"]], fit, stand_ins(per_worker), ax=ax,
-                             title=f"Experiment 13, {optimizer.upper()} at the {scale} scale: steps to "
-                                   f"{declared_target(scale):g} % top-1, "
+                             title=f"Experiment 13, first edition (superseded), {optimizer.upper()} at the {scale} "
+                                   f"scale: steps to {declared_target(scale):g} % top-1, "
                                    + ("each batch at its tuned rate" if whole else "incomplete, no fit yet"))
     return fig
 
@@ -577,13 +577,15 @@ def first_edition(df: pd.DataFrame) -> pd.Series:
 
 TABLES = (
     Table("exp13_steps_to_target", "", (12, 13), lambda inputs, entry: _shown(steps_table(inputs.df)),
-          "Experiment 13: steps to the target top-1 per global batch, each batch at its tuned rate",
+          "Experiment 13, first edition (superseded by the second, exp13_e2_*): steps to the target top-1 per global "
+          "batch, each batch at its tuned rate",
           ("steps: geometric mean over the seeds that reached the target (NaN where any did not), steps_low/high "
            "their range; epoch_steps: one epoch's steps, the count's resolution (no interpolation); ratio_next: "
            "S(2B)/S(B) with its 90 % seed-bootstrap interval; experiment 12's rows: its fixed 72-epoch recipes "
            "read at the same target.",), reads=first_edition),
     Table("exp13_rate_selection", "", (13,), lambda inputs, entry: _shown(selection_table(inputs.df)),
-          "Experiment 13, step 1: every tuning run on the held-out split and the rate the declared rule chose",
+          "Experiment 13, first edition (superseded by the second), step 1: every tuning run on the held-out split and "
+          "the rate the declared rule chose",
           ("steps: to the target on the held-out 20 % of the training set (NaN: not reached within the budget); "
            "best_top1: its best held-out top-1; choice: the rule's pick per (optimizer, batch), fewest steps, a tie "
            "the lower rate, none reaching: the highest best_top1; named only once every planned rate has finished.",),

@@ -11,16 +11,21 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
+import matplotlib
 
-from contract import tuned
-from contract.config import ConfigError, load_config
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 
-from ..entries import Table
-from ..machines import one_machine
-from ..noise import fit_noise_model, percentile_interval
-from ..smoke import smoke_paths
+from contract import tuned  # noqa: E402
+from contract.config import ConfigError, load_config  # noqa: E402
+
+from .. import figures as fg  # noqa: E402
+from ..entries import Drawn, Figure, Table  # noqa: E402
+from ..machines import one_machine  # noqa: E402
+from ..noise import fit_noise_model, percentile_interval  # noqa: E402
+from ..smoke import smoke_paths  # noqa: E402
 
 EXPERIMENT = 13
 CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "13_steps_to_target" / "config.toml"  # this edition's
@@ -296,6 +301,55 @@ def cells_table(steps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
 
 
+SELECTION_COLUMNS = ["optimizer", "global_batch", "workers", "base", "seeds", "reached", "steps", "steps_low",
+                     "steps_high", "best_top1", "rule", "decision"]
+
+
+def pair_rule(g: pd.DataFrame, rates: list[float], seeds: int) -> dict[float, str]:
+    """The declared rule's word for each rate of one pair: winner, tied (with the winner) or none; every rate
+    "waiting: ..." while any planned selection run of the pair is unfinished."""
+    unfinished = len(rates) * seeds - len(g[g["base"].isin(rates)])
+    if unfinished > 0:
+        return dict.fromkeys(rates, f"waiting: {unfinished} of {len(rates) * seeds} selection runs unfinished")
+    per_rate = {b: g.loc[g["base"] == b, "steps"].astype(float).tolist() for b in rates}
+    top1 = {b: float(g.loc[g["base"] == b, "best_top1"].mean()) for b in rates}
+    choice = choose(per_rate, top1, int(g["eval_every"].max()))
+    return {b: "winner" if b == choice.winner else "tied" if b in choice.tied else "" for b in rates}
+
+
+def selection_table(steps: pd.DataFrame, decisions: dict | None = None, grid: dict | None = None,
+                    selection_seeds: int | None = None) -> pd.DataFrame:
+    """Step 1 per (optimizer, batch, rate): its selection seeds' steps (geometric mean, NaN where a seed missed the
+    target, and range), mean best held-out top-1, the declared rule's word read again from these runs, and the
+    committed decision (edition2_decisions.toml): chosen, or added as a grid extension. Plan values default to
+    edition2.toml's."""
+    plan = tuned.load_plan(CONFIG.parent / "edition2.toml") if grid is None or decisions is None \
+        or selection_seeds is None else None
+    decisions = tuned.load_decisions(plan) if decisions is None else decisions
+    grid = plan.grid if grid is None else grid
+    seeds = plan.selection_seeds if selection_seeds is None else selection_seeds
+    tune = steps[steps["tuning"].astype(bool)]
+    rows = []
+    for (optimizer, workers), g in tune.groupby(["optimizer", "workers"], sort=True):
+        mine = [d for d in decisions["extend"] + decisions["choose"]
+                if d["optimizer"] == optimizer and int(d["workers"]) == workers]
+        extended = {float(d["base"]) for d in mine if d in decisions["extend"]}
+        chosen = {float(d["base"]) for d in mine if d in decisions["choose"]}
+        rates = sorted(set(grid[optimizer]) | extended)
+        rule = pair_rule(g, rates, seeds)
+        for base, r in g.groupby("base", sort=True):
+            hit = r[r["reached"].astype(bool)]
+            rows.append(dict(optimizer=optimizer, global_batch=int(r["global_batch"].iloc[0]), workers=int(workers),
+                             base=float(base), seeds=len(r), reached=len(hit),
+                             steps=score(r["steps"]) if len(hit) == len(r) else math.nan,
+                             steps_low=float(hit["steps"].min()) if len(hit) else math.nan,
+                             steps_high=float(hit["steps"].max()) if len(hit) else math.nan,
+                             best_top1=float(r["best_top1"].mean()), rule=rule.get(float(base), ""),
+                             decision="chosen" if base in chosen else "added (grid extension)" if base in extended
+                             else ""))
+    return pd.DataFrame(rows, columns=SELECTION_COLUMNS)
+
+
 @functools.cache
 def declared_seeds() -> int:
     """The study seeds a cell has when its runs have all finished (edition2.toml's study_seeds)."""
@@ -401,6 +455,64 @@ def fit_report_table(df: pd.DataFrame) -> pd.DataFrame | None:
     return None if table.empty else table
 
 
+def plot_optimizer(ax, study: pd.DataFrame, cells: dict[int, list[float]], fit: dict, title: str) -> None:
+    """One optimizer's panel, log-log as Shallue et al.'s Fig. 1: every seed, the cells' geometric means (hollow:
+    left out of the fit), perfect scaling from the smallest batch, the fit and B_noise's interval as a band."""
+    means = study.groupby("global_batch")["steps"].apply(score).replace(math.inf, math.nan).dropna()
+    kept = means[means.index.isin(list(cells))]
+    out = means[~means.index.isin(list(cells))]
+    ax.scatter(study["global_batch"], study["steps"], s=12, alpha=0.5, color=fg.PALETTE[0], label="a seed")
+    ax.plot(kept.index, kept.to_numpy(), "o-", color=fg.PALETTE[1], label="geometric mean of the seeds (fitted)")
+    if len(out):
+        ax.plot(out.index, out.to_numpy(), "o", mfc="none", color=fg.PALETTE[3],
+                label="geometric mean, left out of the fit (a seed unfinished or missing the target, or k > 5 %)")
+    xs = np.geomspace(float(study["global_batch"].min()), float(study["global_batch"].max()), 100)
+    if len(means):
+        ax.plot(xs, means.iloc[0] * means.index[0] / xs, "--", color="grey", label="perfect scaling (slope -1)")
+    if np.isfinite(fit["b_noise"]):
+        ax.plot(xs, fit["s_min"] * (1 + fit["b_noise"] / xs), ":", color=fg.PALETTE[2],
+                label=f"fit: S_min {fit['s_min']:,.0f} x (1 + {fit['b_noise']:,.0f} / B)")
+        low, high = fit["b_noise_ci"]
+        ax.axvspan(low, high, color=fg.PALETTE[2], alpha=0.15,
+                   label=f"B_noise interval (90 %, batches and seeds): {low:,.0f}-{high:,.0f}")
+    ax.set(xscale="log", yscale="log", xlabel="global batch (images a step)", ylabel="steps to the target",
+           title=title)
+    ax.legend(fontsize=7)
+
+
+def steps_figure_e2(df: pd.DataFrame, steps: pd.DataFrame | None = None, draws: int = BOOTSTRAPS):
+    """A panel per optimizer with second-edition study runs (SGD first); None without any."""
+    steps = run_steps(df) if steps is None else steps
+    if steps.empty:
+        return None
+    study = steps[~steps["tuning"].astype(bool)]
+    optimizers = sorted(study["optimizer"].unique(), key=lambda o: (o != "sgd", o))
+    if not optimizers:
+        return None
+    fig, axes = plt.subplots(len(optimizers), 1, figsize=(9, 4.6 * len(optimizers)), squeeze=False,
+                             layout="constrained")
+    for ax, optimizer in zip(axes[:, 0], optimizers):
+        cells = fitted_cells(steps, optimizer)
+        fit = fit_with_misfit(cells, draws) if len(cells) >= MIN_BATCHES else fit_with_misfit({})
+        plot_optimizer(ax, study[study["optimizer"] == optimizer], cells, fit,
+                       f"Experiment 13 (second edition), {optimizer.upper()}: steps to "
+                       f"{declared_target('local'):g} % top-1, counted every k steps")
+    return fig
+
+
+def steps_to_target_e2(inputs, entry: Figure) -> Drawn | None:
+    """The report's exp13_e2_steps_to_target figure: nothing until second-edition study runs exist."""
+    figure = steps_figure_e2(inputs.df)
+    return None if figure is None else Drawn(figure, inputs.source)
+
+
+def rate_selection_table(df: pd.DataFrame) -> pd.DataFrame | None:
+    """The report's exp13_e2_rate_selection: None until second-edition selection runs exist."""
+    steps = run_steps(df)
+    table = selection_table(steps) if steps["tuning"].astype(bool).any() else pd.DataFrame()
+    return None if table.empty else table
+
+
 TABLES = (
     Table("exp13_e2_steps_to_target", "", (13,), lambda inputs, entry: steps_cells_table(inputs.df),
           "Experiment 13, second edition: steps to the target per global batch, counted every k steps",
@@ -414,5 +526,14 @@ TABLES = (
           ("intervals: 90 % percentile, 2,000 bootstrap draws over batches and seeds; goodness: the fit's log RMS "
            "against seed noise and a power law's, and B_noise with one batch left out; regimes: only where B_noise's "
            "whole interval puts the batch in one; b_simple: the declared factor-3 rule.",), reads=second_edition),
+    Table("exp13_e2_rate_selection", "", (13,), lambda inputs, entry: rate_selection_table(inputs.df),
+          "Experiment 13, second edition, step 1: every rate on its selection seeds (held-out split), the declared "
+          "rule's tie and winner, and the committed decision",
+          ("steps: geometric mean over the selection seeds (NaN where any did not reach the target), steps_low/high "
+           "their range; rule: the declared rule read again from these runs (tied: within max(10 %, 2 k / steps) of "
+           "the best; winner: the lower middle of the tied rates); decision: edition2_decisions.toml, written with a "
+           "dated line before the runs it added started (`python -m tools exp13-next --audit` replays them).",),
+          reads=second_edition),
 )
-EXPORTS = ("rq5_reading_e2", "steps_cells_table")
+FIGURES = (Figure("exp13_e2_steps_to_target", "", (13,), steps_to_target_e2, reads=second_edition),)
+EXPORTS = ("rate_selection_table", "rq5_reading_e2", "steps_cells_table", "steps_figure_e2")
