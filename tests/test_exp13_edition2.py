@@ -277,6 +277,12 @@ def step_rows(cells: dict[int, list[float]], optimizer="sgd", k_of=lambda b: 2) 
                          for b, seeds in cells.items() for i, s in enumerate(seeds)])
 
 
+def test_a_study_runs_base_rate_is_read_from_its_own_config(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"lr": {"base": 0.025, "scaling": "sqrt"}}))
+    assert e2.run_base(tmp_path) == 0.025
+    assert math.isnan(e2.run_base(tmp_path / "missing"))
+
+
 def test_the_cells_table_has_a_resolution_column_and_a_cell_that_misses_it_leaves_the_fit():
     cells = fabricated()
     steps = step_rows(cells, k_of=lambda b: 64 if b == 2048 else 2)  # 64 > 5 % of batch 2,048's ~240 steps

@@ -20,6 +20,7 @@ import pandas as pd  # noqa: E402
 
 from contract import tuned  # noqa: E402
 from contract.config import ConfigError, load_config  # noqa: E402
+from contract.reader import read_config  # noqa: E402
 
 from .. import figures as fg  # noqa: E402
 from ..entries import Drawn, Figure, Table  # noqa: E402
@@ -81,6 +82,12 @@ def second_edition(df: pd.DataFrame) -> pd.Series:
     return (df["exp"] == EXPERIMENT) & df["run"].astype(str).str.startswith(PREFIX)
 
 
+def run_base(path) -> float:
+    """The base rate a run ran with, from its own config.json (a study run's name does not carry it); NaN without."""
+    base = ((read_config(path) or {}).get("lr") or {}).get("base")
+    return float(base) if base is not None else math.nan
+
+
 def run_steps(df: pd.DataFrame) -> pd.DataFrame:
     """One row per finished second-edition run (local scale): its steps to the declared target. A smoke run, a
     running or failed one is left out; a diverged run counts as not reaching the target."""
@@ -100,7 +107,8 @@ def run_steps(df: pd.DataFrame) -> pd.DataFrame:
                                   int(r.global_batch)), target)
         base = name.groupdict().get("base")
         rows.append(dict(optimizer=name["optimizer"], workers=int(name["workers"]), global_batch=int(r.global_batch),
-                         seed=int(name["seed"]), base=float(base) if base else math.nan, tuning=base is not None,
+                         seed=int(name["seed"]), base=float(base) if base else run_base(r.path),
+                         tuning=base is not None,
                          status=r.status, eval_every=int(r.eval_every),
                          best_top1=float(r.best_val_top1) if pd.notna(r.best_val_top1) else math.nan,
                          path=r.path, **reach))
