@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -316,7 +317,9 @@ def test_the_selection_table_shows_each_rates_score_the_rules_tie_and_the_commit
                        0.2: [900.0, math.nan]})
     decisions = {"extend": [{"optimizer": "sgd", "workers": 8, "base": 0.025}],
                  "choose": [{"optimizer": "sgd", "workers": 8, "base": 0.05}]}
-    table = e2.selection_table(steps, decisions, grid={"sgd": (0.05, 0.1, 0.2)}, selection_seeds=2).set_index("base")
+    plan = replace(tuned.load_plan(EXP13 / "edition2.toml"), grid={"sgd": (0.05, 0.1, 0.2)}, selection_seeds=2,
+                   first_selection_seed=0)
+    table = e2.selection_table(steps, plan, decisions).set_index("base")
     assert table.loc[0.05, "steps"] == pytest.approx(math.sqrt(1000.0 * 1040.0))
     assert math.isnan(table.loc[0.2, "steps"]) and table.loc[0.2, "reached"] == 1
     assert table["rule"].to_dict() == {0.025: "", 0.05: "winner", 0.1: "tied", 0.2: ""}
@@ -325,7 +328,9 @@ def test_the_selection_table_shows_each_rates_score_the_rules_tie_and_the_commit
 
 def test_the_selection_table_names_no_winner_while_a_pairs_runs_are_unfinished():
     steps = tune_rows({0.025: [1300.0, 1400.0], 0.05: [1000.0]})
-    table = e2.selection_table(steps, {"extend": [], "choose": []}, grid={"sgd": (0.025, 0.05)}, selection_seeds=2)
+    plan = replace(tuned.load_plan(EXP13 / "edition2.toml"), grid={"sgd": (0.025, 0.05)}, selection_seeds=2,
+                   first_selection_seed=0)
+    table = e2.selection_table(steps, plan, {"extend": [], "choose": []})
     assert (table["rule"] == "waiting: 1 of 4 selection runs unfinished").all()
 
 

@@ -45,27 +45,16 @@ class Step:
     why: str
 
 
-def pair_rates(runs: pd.DataFrame, optimizer: str, workers: int) -> tuple[dict, dict, set]:
-    """A pair's finished selection runs: steps and mean best top-1 per rate, and the (rate, seed) pairs finished."""
-    mine = runs[runs["tuning"].astype(bool) & (runs["optimizer"] == optimizer) & (runs["workers"] == workers)]
-    steps = {float(b): g.sort_values("seed")["steps"].tolist() for b, g in mine.groupby("base")}
-    top1 = {float(b): float(g["best_top1"].mean()) for b, g in mine.groupby("base")}
-    return steps, top1, {(float(r.base), int(r.seed)) for r in mine.itertuples()}
-
-
 def next_step(plan: tuned.TunedPlan, decisions: dict, runs: pd.DataFrame, optimizer: str, workers: int) -> Step:
     """The declared rule for one pair, read over its finished selection runs."""
     chosen = [d for d in decisions["choose"] if d["optimizer"] == optimizer and int(d["workers"]) == workers]
     if chosen:
         return Step(optimizer, workers, "chosen", (), f"base {float(chosen[0]['base']):g} chosen")
-    grid = tuned.rates(plan, decisions, optimizer, workers)
-    seeds = range(plan.first_selection_seed, plan.first_selection_seed + plan.selection_seeds)
-    steps, top1, done = pair_rates(runs, optimizer, workers)
-    waiting = [(b, s) for b in grid for s in seeds if (b, s) not in done]
-    if waiting:
-        return Step(optimizer, workers, "wait", (), f"{len(waiting)} of {len(grid) * len(seeds)} selection runs "
+    reading = e2.read_pair(plan, decisions, runs, optimizer, workers)
+    if reading.choice is None:
+        return Step(optimizer, workers, "wait", (), f"{reading.waiting} of {reading.planned} selection runs "
                                                     "unfinished")
-    choice = e2.choose({b: steps[b] for b in grid}, {b: top1[b] for b in grid}, plan.eval_every[workers])
+    grid, choice = reading.rates, reading.choice
     why = (f"tied {', '.join(f'{b:g}' for b in choice.tied)} of {len(grid)} rates; middle {choice.winner:g}"
            + ("" if choice.reached else " (none reached the target on both seeds: the best held-out top-1)"))
     extensions = len(grid) - len(plan.grid[optimizer])

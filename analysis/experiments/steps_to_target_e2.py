@@ -313,38 +313,52 @@ SELECTION_COLUMNS = ["optimizer", "global_batch", "workers", "base", "seeds", "r
                      "steps_high", "best_top1", "rule", "decision"]
 
 
-def pair_rule(g: pd.DataFrame, rates: list[float], seeds: int) -> dict[float, str]:
-    """The declared rule's word for each rate of one pair: winner, tied (with the winner) or none; every rate
-    "waiting: ..." while any planned selection run of the pair is unfinished."""
-    unfinished = len(rates) * seeds - len(g[g["base"].isin(rates)])
-    if unfinished > 0:
-        return dict.fromkeys(rates, f"waiting: {unfinished} of {len(rates) * seeds} selection runs unfinished")
-    per_rate = {b: g.loc[g["base"] == b, "steps"].astype(float).tolist() for b in rates}
-    top1 = {b: float(g.loc[g["base"] == b, "best_top1"].mean()) for b in rates}
-    choice = choose(per_rate, top1, int(g["eval_every"].max()))
-    return {b: "winner" if b == choice.winner else "tied" if b in choice.tied else "" for b in rates}
+@dataclass(frozen=True)
+class PairReading:
+    rates: list[float]     # the pair's grid with the extensions decided for it, rising
+    waiting: int           # its planned selection runs (rate, seed) not finished yet
+    planned: int
+    choice: Choice | None  # the declared rule's, once none is waiting
 
 
-def selection_table(steps: pd.DataFrame, decisions: dict | None = None, grid: dict | None = None,
-                    selection_seeds: int | None = None) -> pd.DataFrame:
+def read_pair(plan: tuned.TunedPlan, decisions: dict, steps: pd.DataFrame, optimizer: str,
+              workers: int) -> PairReading:
+    """One (optimizer, workers) pair's step 1, read by the declared rule from its finished selection runs: what
+    `exp13-next` writes its decisions by and the report's step-1 table replays."""
+    rates = tuned.rates(plan, decisions, optimizer, workers)
+    mine = steps[steps["tuning"].astype(bool) & (steps["optimizer"] == optimizer) & (steps["workers"] == workers)]
+    done = {(float(r.base), int(r.seed)) for r in mine.itertuples()}
+    seeds = range(plan.first_selection_seed, plan.first_selection_seed + plan.selection_seeds)
+    waiting = sum((rate, seed) not in done for rate in rates for seed in seeds)
+    if waiting:
+        return PairReading(rates, waiting, len(rates) * len(seeds), None)
+    per_rate = {rate: mine[mine["base"] == rate].sort_values("seed")["steps"].tolist() for rate in rates}
+    top1 = {rate: float(mine.loc[mine["base"] == rate, "best_top1"].mean()) for rate in rates}
+    return PairReading(rates, 0, len(rates) * len(seeds), choose(per_rate, top1, plan.eval_every[workers]))
+
+
+def rule_word(reading: PairReading, rate: float) -> str:
+    """A rate's word in the step-1 table: winner, tied (with the winner), none, or the pair still waiting."""
+    if reading.choice is None:
+        return f"waiting: {reading.waiting} of {reading.planned} selection runs unfinished"
+    return "winner" if rate == reading.choice.winner else "tied" if rate in reading.choice.tied else ""
+
+
+def selection_table(steps: pd.DataFrame, plan: tuned.TunedPlan | None = None,
+                    decisions: dict | None = None) -> pd.DataFrame:
     """Step 1 per (optimizer, batch, rate): its selection seeds' steps (geometric mean, NaN where a seed missed the
     target, and range), mean best held-out top-1, the declared rule's word read again from these runs, and the
-    committed decision (edition2_decisions.toml): chosen, or added as a grid extension. Plan values default to
-    edition2.toml's."""
-    plan = tuned.load_plan(CONFIG.parent / "edition2.toml") if grid is None or decisions is None \
-        or selection_seeds is None else None
+    committed decision (edition2_decisions.toml): chosen, or added as a grid extension. The plan and decisions
+    default to edition2.toml's."""
+    plan = tuned.load_plan(CONFIG.parent / "edition2.toml") if plan is None else plan
     decisions = tuned.load_decisions(plan) if decisions is None else decisions
-    grid = plan.grid if grid is None else grid
-    seeds = plan.selection_seeds if selection_seeds is None else selection_seeds
     tune = steps[steps["tuning"].astype(bool)]
     rows = []
     for (optimizer, workers), g in tune.groupby(["optimizer", "workers"], sort=True):
-        mine = [d for d in decisions["extend"] + decisions["choose"]
-                if d["optimizer"] == optimizer and int(d["workers"]) == workers]
-        extended = {float(d["base"]) for d in mine if d in decisions["extend"]}
-        chosen = {float(d["base"]) for d in mine if d in decisions["choose"]}
-        rates = sorted(set(grid[optimizer]) | extended)
-        rule = pair_rule(g, rates, seeds)
+        reading = read_pair(plan, decisions, steps, optimizer, int(workers))
+        extended = set(reading.rates) - set(plan.grid[optimizer])
+        chosen = {float(d["base"]) for d in decisions["choose"]
+                  if d["optimizer"] == optimizer and int(d["workers"]) == workers}
         for base, r in g.groupby("base", sort=True):
             hit = r[r["reached"].astype(bool)]
             rows.append(dict(optimizer=optimizer, global_batch=int(r["global_batch"].iloc[0]), workers=int(workers),
@@ -352,7 +366,7 @@ def selection_table(steps: pd.DataFrame, decisions: dict | None = None, grid: di
                              steps=score(r["steps"]) if len(hit) == len(r) else math.nan,
                              steps_low=float(hit["steps"].min()) if len(hit) else math.nan,
                              steps_high=float(hit["steps"].max()) if len(hit) else math.nan,
-                             best_top1=float(r["best_top1"].mean()), rule=rule.get(float(base), ""),
+                             best_top1=float(r["best_top1"].mean()), rule=rule_word(reading, float(base)),
                              decision="chosen" if base in chosen else "added (grid extension)" if base in extended
                              else ""))
     return pd.DataFrame(rows, columns=SELECTION_COLUMNS)
