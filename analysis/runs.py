@@ -28,6 +28,7 @@ import pandas as pd
 
 from contract import manifest as declared
 from contract import placement, reader
+from contract.invariants import epoch_end_steps
 from contract.runfolder import CONFIG, MANIFEST, METRICS
 
 from . import logs as lg
@@ -155,10 +156,17 @@ def latest_epochs(records: list[dict]) -> tuple[dict[int, dict], int]:
     return epochs, bad
 
 
-def epoch_record_rows(epochs: dict[int, dict]) -> list[dict]:
-    """A row per epoch, in epoch order, its fields under EPOCH_COLUMNS' names."""
-    return [{"kind": "epoch", "epoch": e, **{column: epochs[e][field] for field, column in EPOCH_COLUMNS.items()}}
-            for e in sorted(epochs)]
+def epoch_record_rows(epochs: dict[int, dict], ends: dict[int, int]) -> list[dict]:
+    """A row per epoch, in epoch order, its fields under EPOCH_COLUMNS' names; `step` the step its validation
+    evaluated (ends: contract/invariants.py's epoch_end_steps; None where the records cannot tell)."""
+    return [{"kind": "epoch", "epoch": e, "step": ends.get(e),
+             **{column: epochs[e][field] for field, column in EPOCH_COLUMNS.items()}} for e in sorted(epochs)]
+
+
+def evaluation_records(raw: pd.DataFrame) -> list[dict]:
+    """The records that place a run's evaluations at their steps (epoch_end_steps reads them), each with its kind."""
+    wanted = {"iter": ["iters"], "epoch": ["epoch", "steps", "step"], "eval": ["epoch", "iter", "val_top1"]}
+    return [{"kind": kind, **r} for kind, fields in wanted.items() for r in records_of(raw, kind, fields)]
 
 
 def eval_rows(records: list[dict]) -> list[dict]:
@@ -289,7 +297,8 @@ def run_frame(raw: pd.DataFrame) -> pd.DataFrame:
     ident = run_identity(folder)
     epochs, bad_epochs = latest_epochs(records_of(raw, "epoch", ["epoch", *EPOCH_COLUMNS]))
     iters, bad_iters = parse_iters(records_of(raw, "iter", ITER_FIELDS))
-    rows = epoch_record_rows(epochs) + eval_rows(records_of(raw, "eval", ["step", "val_top1", "val_loss"]))
+    rows = epoch_record_rows(epochs, epoch_end_steps(config, evaluation_records(raw)))
+    rows += eval_rows(records_of(raw, "eval", ["step", "val_top1", "val_loss"]))
     rows += throughput_rows(raw) + utilisation_rows(raw, manifest)
     rows += [{"kind": "schedule", "epoch": e, "planned_lr": v}
              for e, v in enumerate((config.get("resolved") or {}).get("schedule") or [])]

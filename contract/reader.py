@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from contract import machine
 from contract.fingerprint import document_fingerprint
+from contract.invariants import check_run
 from contract.manifest import check_version
 from contract.runfolder import CHECKPOINT, CONFIG, MANIFEST, METRICS, RECORDS, STATUSES, parse_lines, parse_record
 
@@ -235,6 +236,8 @@ def _folder_rows(run_dir: Path) -> list[dict]:
                 ((CONFIG, config_problem), (MANIFEST, manifest_problem), (METRICS, metrics.problem)) if problem]
     if metrics.bad_lines:
         problems.append(f"{METRICS}: {metrics.bad_lines} bad line(s) skipped")
+    # read as it is, never repaired: a breach is the folder's problem line, and its records stay as written
+    problems += [f"breaks {breach}" for breach in check_run(config, manifest, metrics.records)]
     identity = {"experiment": run_dir.parent.name, "run": run_dir.name, "path": str(run_dir)}
     folder = {**identity, "kind": "run", "config": config, "manifest": manifest,
               "fingerprint": None if config is None else document_fingerprint(config),

@@ -118,7 +118,9 @@ class Epoch:
     val_top1: float
     val_top5: float
     epoch_time: float  # seconds, training and validation
-    images: int  # training images over all ranks
+    images: int  # training images over all ranks, every step trained this epoch (a cut-short epoch's too)
+    steps: int  # optimizer steps trained this epoch (fewer than its iterations where the target or the cap cut it)
+    step: int  # optimizer steps done in all at the epoch's end: the step its validation evaluated
     skipped_images: int  # this epoch's distinct unreadable training files (each replaced by a readable one)
     skipped_val_images: int  # this epoch's distinct unreadable validation files (left out, not replaced)
     skipped_steps: int  # optimizer steps fp16's gradient scaler skipped (inf/NaN gradients); 0 in other precisions

@@ -144,7 +144,7 @@ def test_epoch_rows_carry_fp16_skipped_steps_and_older_runs_read_as_missing(tmp_
                   data_s=0.1, compute_s=0.8, comm_s=0.0)
     run = RunFolder(tmp_path / "04_x" / "new", writes=True, echo=False)
     for epoch, skipped in enumerate([3, 0]):
-        run.record("epoch", epoch=epoch, skipped_steps=skipped, **fields)
+        run.record("epoch", epoch=epoch, skipped_steps=skipped, steps=1, step=epoch + 1, **fields)
     run.close()
     (tmp_path / "04_x" / "new" / "config.json").write_text('{"experiment": "04_x", "run": "new"}')
     older = tmp_path / "04_x" / "old"  # an epoch record as the trainer wrote it before skipped_steps existed

@@ -23,18 +23,13 @@ DECLARED = EXP13 / "declared_2026-11-28-edition2.txt"
 
 # ---- a run's steps at k steps' resolution ------------------------------------------------------------------------
 def test_the_first_reach_is_the_first_evaluation_at_the_target_and_its_resolution_the_gap_before_it():
+    # the rows load_runs makes of the trainer's eval and epoch records (an epoch row's step: its last step trained)
     evals = pd.DataFrame({"step": [2, 4, 8, 10], "val_top1": [10.0, 20.0, 49.0, 51.0]})
-    epochs = pd.DataFrame({"epoch": [0, 1], "images": [24, 24], "val_top1": [30.0, 55.0]})  # 6 steps an epoch at 4
-    points = e2.curve(evals, epochs, 4)
+    epochs = pd.DataFrame({"epoch": [0, 1], "step": [6, 12], "val_top1": [30.0, 55.0]})  # 6 steps an epoch
+    points = e2.curve(evals, epochs)
     assert points["step"].tolist() == [2, 4, 6, 8, 10, 12]
     assert e2.first_reach(points, 50.0) == {"reached": True, "steps": 10.0, "resolution": 2.0}
     assert e2.first_reach(points, 60.0)["reached"] is False
-
-
-def test_an_epoch_cut_short_at_its_target_counts_at_the_evaluation_not_at_the_epoch_end():
-    evals = pd.DataFrame({"step": [2, 8], "val_top1": [10.0, 52.0]})
-    epochs = pd.DataFrame({"epoch": [0, 1], "images": [24, 8], "val_top1": [30.0, 52.0]})  # epoch 1: 2 steps, cut
-    assert e2.first_reach(e2.curve(evals, epochs, 4), 50.0)["steps"] == 8.0
 
 
 def test_the_resolution_rule_can_fail():
@@ -245,7 +240,7 @@ def test_one_tiny_second_edition_run_evaluates_every_k_steps_and_exp13_next_read
     evals, epochs = df[df["kind"] == "eval"], df[df["kind"] == "epoch"]
     assert df.loc[df["kind"] == "run", "eval_every"].tolist() == [128]
     assert evals["step"].tolist() == [128, 256] and len(epochs) == 2
-    points = e2.curve(evals, epochs, 4)
+    points = e2.curve(evals, epochs)
     assert points["step"].tolist() == [128, 163, 256, 326]
     assert nx.main(["--runs", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -18,12 +18,14 @@ EXP13 = REPO / "experiments" / "13_steps_to_target"
 
 
 def run(name: str, batch: int, top1_at: dict[int, float], images: int = 6400) -> list[dict]:
-    """A finished run's rows: its run row, its eval records (step -> top-1) and one epoch end."""
+    """A finished run's rows, as load_runs makes them of the trainer's records (tests/test_steps_to_target_runs.py
+    reads a real run's): its run row, its eval records (step -> top-1) and one epoch end, at its last step."""
     path = f"runs/13/{name}"
     row = dict(kind="run", exp=13, run=name, path=path, scale="local", status="completed", global_batch=batch,
                best_val_top1=max(top1_at.values()), eval_every=8)
     evals = [dict(kind="eval", exp=13, run=name, path=path, step=s, val_top1=v) for s, v in sorted(top1_at.items())]
-    return [row] + evals + [dict(kind="epoch", exp=13, run=name, path=path, epoch=0, images=images, val_top1=1.0)]
+    return [row] + evals + [dict(kind="epoch", exp=13, run=name, path=path, epoch=0, images=images, step=-(-images // batch),
+                              val_top1=1.0)]
 
 
 def selection(workers: int, hits: dict[float, int | None], optimizer: str = "sgd") -> list[dict]:

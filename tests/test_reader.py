@@ -8,7 +8,7 @@ from contract.runfolder import RunFolder
 from contract.manifest import VERSION
 
 EPOCH = dict(epoch=0, lr=0.1, train_loss=float("nan"), train_top1=50.0, train_top5=90.0, val_loss=1.0, val_top1=40.0,
-             val_top5=80.0, epoch_time=1.0, images=8, skipped_images=0, skipped_val_images=0, skipped_steps=0,
+             val_top5=80.0, epoch_time=1.0, images=8, steps=1, step=1, skipped_images=0, skipped_val_images=0, skipped_steps=0,
              data_share=0.1, data_s=0.1, compute_s=0.8, comm_s=0.0)
 
 
@@ -16,7 +16,7 @@ def test_a_row_per_folder_then_its_records_each_field_as_written(tmp_path):
     new = tmp_path / "04_x" / "new"
     run = RunFolder(new, writes=True, echo=False)
     run.write_config({"experiment": "04_x", "run": "new", "scale": "local"})
-    run.progress(manifest_version=VERSION, status="completed", hosts=["h"])
+    run.progress(manifest_version=VERSION, status="completed", epochs_done=1, hosts=["h"])
     run.record("epoch", **EPOCH)
     run.close()
     old = tmp_path / "04_x" / "old"  # no config or manifest; an epoch record of two fields; a line that is none

@@ -23,7 +23,7 @@ from trainers.backends import free_port
 from contract.manifest import VERSION
 
 EPOCH = dict(epoch=0, lr=0.1, train_loss=1.0, train_top1=50.0, train_top5=90.0, val_loss=1.0, val_top1=40.0,
-             val_top5=80.0, epoch_time=1.0, images=8, skipped_images=0, skipped_val_images=0, skipped_steps=0,
+             val_top5=80.0, epoch_time=1.0, images=8, steps=1, step=1, skipped_images=0, skipped_val_images=0, skipped_steps=0,
              data_share=0.1, data_s=0.1, compute_s=0.8, comm_s=0.0)
 
 

@@ -187,3 +187,35 @@ def test_a_run_with_eval_every_interrupted_mid_epoch_resumes_to_the_same_evaluat
     assert [(e["step"], e["val_top1"], e["val_loss"]) for e in cut] == \
         [(e["step"], e["val_top1"], e["val_loss"]) for e in whole]
     assert max_difference(final_state(tmp_path / "every" / "whole"), final_state(tmp_path / "every" / "cut")) == 0.0
+
+
+def test_an_epoch_cut_at_its_target_records_the_steps_it_trained_and_counts_at_its_stopping_evaluation(tmp_path):
+    """Issue 62: a run stopped at its target between two progress lines recorded the images, loss and accuracy of
+    its last line (4 images where 8 were trained), and the reader put that epoch's end before the evaluation that
+    reached the target. A real run: its epoch record is every step it trained, and its steps to the target are its
+    stopping evaluation's step, read from evaluations alone."""
+    from analysis.experiments.steps_to_target_e2 import curve, first_reach
+    from analysis.runs import load_runs
+    from contract.invariants import check_run
+    from contract.reader import read_document, read_metrics
+
+    every_step = {**EVERY, "train": {**EVERY["train"], "print_freq": 1}}  # an iter record at every step
+    assert train_in_process(write_config(tmp_path / "whole.toml", every_step), tmp_path, "r") == 0
+    evals = records(tmp_path / "whole" / "r", "eval")
+    first = next((e for e in evals if e["val_top1"] > 0), None)
+    assert first is not None, "no evaluation above 0 % top-1: pick another seed for this test"
+    steps = first["iter"] + 1  # of its epoch: 2 or 4 of 6, never the last (that evaluation is the epoch's own)
+    assert steps < 6
+    stopped = write_config(tmp_path / "stop.toml", {**EVERY, "train": {**EVERY["train"], "print_freq": 1000,
+                                                                       "stop_at_top1": first["val_top1"]}})
+    assert train_in_process(stopped, tmp_path, "r") == 0
+    run_dir = tmp_path / "stop" / "r"
+    cut = records(run_dir, "epoch")[-1]
+    assert (cut["epoch"], cut["steps"], cut["step"], cut["images"]) == (first["epoch"], steps, first["step"], 4 * steps)
+    losses = [r["loss"] for r in records(tmp_path / "whole" / "r", "iter") if r["epoch"] == first["epoch"]][:steps]
+    assert cut["train_loss"] == pytest.approx(sum(losses) / steps, rel=1e-6)  # every step's, not the first's alone
+    assert check_run(read_document(run_dir / "config.json")[0], read_document(run_dir / "manifest.json")[0],
+                     read_metrics(run_dir).records) == []
+    df = load_runs(tmp_path / "stop")
+    reach = first_reach(curve(df[df["kind"] == "eval"], df[df["kind"] == "epoch"]), first["val_top1"])
+    assert reach["steps"] == first["step"]

@@ -39,7 +39,8 @@ def fit(s: Setup, state: TrainState) -> None:
         if reached_target(s, state):  # the epoch before reached it (or did, before a resume)
             break
         started = time.time()
-        train = train_epoch(s, state, epoch).reduced(s.backend)
+        sums, steps = train_epoch(s, state, epoch)
+        train = sums.reduced(s.backend)
         capped = cut_by_cap(s) and epoch + 1 == last_epoch
         val = validate(s, s.cfg.train.max_steps if capped else None)
         train_loss, train_top1, train_top5 = train.means()
@@ -51,7 +52,8 @@ def fit(s: Setup, state: TrainState) -> None:
         s.run.record(
             "epoch", epoch=epoch, lr=lr_at(epoch, 0, 1, s.policy), train_loss=train_loss,
             train_top1=train_top1, train_top5=train_top5, val_loss=val_loss, val_top1=val_top1,
-            val_top5=val_top5, epoch_time=time.time() - started, images=train.images,
+            val_top5=val_top5, epoch_time=time.time() - started, images=train.images, steps=steps,
+            step=epoch * len(s.train_sampler) + steps,
             skipped_images=unreadable["train"], skipped_val_images=unreadable["val"], skipped_steps=skipped,
             data_share=s.times.epoch_data_share, **s.times.split,
         )
@@ -68,8 +70,9 @@ def fit(s: Setup, state: TrainState) -> None:
 
 
 # ---- one epoch of training ----------------------------------------------------------------------------------------
-def train_epoch(s: Setup, state: TrainState, epoch: int) -> Sums:
-    """The epoch's steps from state.step (a resume mid-epoch) to its end or the step cap: this process's sums.
+def train_epoch(s: Setup, state: TrainState, epoch: int) -> tuple[Sums, int]:
+    """The epoch's steps from state.step (a resume mid-epoch) to its end, the step cap or the evaluation that
+    reached the target: this process's sums over every step trained, and the steps the epoch trained in all.
     Where the meters are read, all ranks agree, at the same iteration, on whether to stop: a NaN loss on any rank
     ends the run as diverged; a stop signal on any rank, with a checkpoint of this very step."""
     b, start = s.backend, state.step
@@ -81,14 +84,16 @@ def train_epoch(s: Setup, state: TrainState, epoch: int) -> Sums:
     s.model.train()
     s.run.log(f"Setting learning rate for epoch {epoch} to {lr_at(epoch, start, n, s.policy)}")
     comm_start = b.comm_seconds()
-    steps = enumerate(loader, start=start)
+    numbered = enumerate(loader, start=start)
     if last < n:  # capped: the loader is left unfinished (the run ends with this epoch)
-        steps = itertools.islice(steps, max(0, last - start))
-    for i, (images, target, skipped) in every(steps):
+        numbered = itertools.islice(numbered, max(0, last - start))
+    trained = start
+    for i, (images, target, skipped) in every(numbered):
         s.unreadable.add("train", skipped)
         set_lr(s, state, lr_at(epoch, i, n, s.policy))
         output, loss = step(s, images, target)
         totals.add(loss, output, target)
+        trained = i + 1
         # a lone process looks at a stop signal every step; several agree on one where they all read anyway
         reading = every.end_step(i, read=b.world_size == 1 and s.stop.received is not None)
         if eval_due(s, epoch, i, last) and evaluate(s, state, epoch, i):
@@ -109,7 +114,9 @@ def train_epoch(s: Setup, state: TrainState, epoch: int) -> Sums:
     state.step = 0
     data_s = every.data_time.sum + loader.gpu_wait_s()  # plus the GPU's idle wait for a batch still being decoded
     s.times.add_epoch(data_s, every.batch_time.sum, b.comm_seconds() - comm_start)
-    return every.sums
+    # read once more where steps followed the last reading: an epoch the target cut short between two progress
+    # lines has trained them too (its record's images, loss and accuracy are every step's, not the last line's)
+    return every.final_sums(), trained
 
 
 def step(s: Setup, images: torch.Tensor, target: torch.Tensor):

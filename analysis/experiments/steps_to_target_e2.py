@@ -43,17 +43,14 @@ STEP_COLUMNS = ["optimizer", "workers", "global_batch", "seed", "base", "tuning"
                 "resolution", "eval_every", "best_top1", "path"]
 
 
-def curve(evals: pd.DataFrame, epochs: pd.DataFrame, global_batch: int) -> pd.DataFrame:
-    """Every evaluation of a run in step order: its eval records (their own step) and its epoch ends (the epoch's
-    images over the global batch, rounded up, summed). An epoch cut short at its target has the eval's top-1 at a
-    later step, so the eval comes first."""
-    e = epochs.sort_values("epoch")
-    ends = pd.DataFrame({"step": np.ceil(e["images"].astype(float) / global_batch).cumsum().to_numpy(),
-                         "top1": e["val_top1"].astype(float).to_numpy()})
-    mids = pd.DataFrame({"step": evals["step"].astype(float).to_numpy(), "top1": evals["val_top1"].astype(float)
-                         .to_numpy()}) if len(evals) else pd.DataFrame(columns=["step", "top1"])
-    both = pd.concat([mids, ends], ignore_index=True).astype(float)
-    return both.sort_values("step", kind="stable").drop_duplicates("step").reset_index(drop=True)
+def curve(evals: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
+    """Every evaluation of a run in step order, each at the step it evaluated: its eval records' and its epoch
+    ends' (the epoch row's `step`, the epoch's last step trained: contract/invariants.py). Never from an epoch's
+    images: a cut-short epoch's end is the evaluation that cut it, at that evaluation's step."""
+    points = pd.concat([frame[["step", "val_top1"]] for frame in (evals, epochs) if len(frame)],
+                       ignore_index=True) if len(evals) or len(epochs) else pd.DataFrame(columns=["step", "val_top1"])
+    points = points.rename(columns={"val_top1": "top1"}).dropna().astype(float)
+    return points.sort_values("step", kind="stable").drop_duplicates("step").reset_index(drop=True)
 
 
 def first_reach(points: pd.DataFrame, target: float) -> dict:
@@ -103,8 +100,7 @@ def run_steps(df: pd.DataFrame) -> pd.DataFrame:
         if name is None:
             continue
         mine = df[df["path"] == r.path]
-        reach = first_reach(curve(mine[mine["kind"] == "eval"], mine[mine["kind"] == "epoch"],
-                                  int(r.global_batch)), target)
+        reach = first_reach(curve(mine[mine["kind"] == "eval"], mine[mine["kind"] == "epoch"]), target)
         base = name.groupdict().get("base")
         rows.append(dict(optimizer=name["optimizer"], workers=int(name["workers"]), global_batch=int(r.global_batch),
                          seed=int(name["seed"]), base=float(base) if base else run_base(r.path),
