@@ -113,15 +113,34 @@ def rows(path: Path) -> list[dict[str, Any]]:
     rows of the pairs whose rate is chosen. A pair chosen twice is refused (one choice a pair)."""
     plan = load_plan(path)
     decisions = load_decisions(plan)
-    chosen: dict[tuple[str, int], float] = {}
-    for entry in decisions["choose"]:
-        pair = (entry["optimizer"], int(entry["workers"]))
-        if pair in chosen:
-            raise ConfigError(f"{plan.decisions}: {pair[0]} at {pair[1]} workers is chosen twice; one choice a pair")
-        chosen[pair] = float(entry["base"])
+    chosen = {pair: study_name(plan, *pair, entry) for pair, entry in current_choices(plan, decisions).items()}
     found = [{"run": f"{plan.prefix}tune-{opt}-w{w}-base{base:g}", **pair_row(plan, opt, w, base),
               "data.holdout_share": plan.holdout_share, "seeds": plan.selection_seeds,
               "first_seed": plan.first_selection_seed}
              for opt in plan.grid for w in plan.workers for base in rates(plan, decisions, opt, w)]
-    return found + [{"run": f"{plan.prefix}{opt}-w{w}", **pair_row(plan, opt, w, base), "seeds": plan.study_seeds,
-                     "first_seed": plan.first_study_seed} for (opt, w), base in chosen.items()]
+    return found + [{"run": name, **pair_row(plan, opt, w, base), "seeds": plan.study_seeds,
+                     "first_seed": plan.first_study_seed} for (opt, w), (name, base) in chosen.items()]
+
+
+def current_choices(plan: TunedPlan, decisions: dict[str, list[dict]]) -> dict[tuple[str, int], dict]:
+    """Each chosen pair's standing `choose` entry. A pair is chosen once, unless a later entry `replaces` the
+    earlier (its `at`): a decision the declared rule, read again, does not give (issue 62's re-read). The replaced
+    entry's runs stay where they are, read as superseded; any other second choice is refused."""
+    chosen: dict[tuple[str, int], dict] = {}
+    for entry in decisions["choose"]:
+        pair = (entry["optimizer"], int(entry["workers"]))
+        if pair in chosen and entry.get("replaces") != chosen[pair]["at"]:
+            raise ConfigError(f"{plan.decisions}: {pair[0]} at {pair[1]} workers is chosen twice; one choice a pair "
+                              f"(a later choice names the one it replaces: replaces = \"{chosen[pair]['at']}\")")
+        if pair not in chosen and "replaces" in entry:
+            raise ConfigError(f"{plan.decisions}: {pair[0]} at {pair[1]} workers replaces {entry['replaces']!r}, "
+                              "which chose nothing for it")
+        chosen[pair] = entry
+    return chosen
+
+
+def study_name(plan: TunedPlan, optimizer: str, workers: int, entry: dict) -> tuple[str, float]:
+    """A chosen pair's study row name and rate: <prefix><opt>-w<W>; a replacing choice's carries its rate
+    (<prefix><opt>-w<W>-base<b>), so that its runs never share a folder name with the replaced choice's."""
+    base = float(entry["base"])
+    return f"{plan.prefix}{optimizer}-w{workers}" + (f"-base{base:g}" if "replaces" in entry else ""), base

@@ -8,7 +8,8 @@ run is unfinished; where a rate tied with the best sits at an edge of the grid, 
     python -m tools exp13-next --runs results/in_progress --audit    each committed decision read again
 
 `--audit` replays every committed decision over the finished selection runs (after runs were lost and rerun, the
-decisions must come out again); it exits 1 when one differs.
+decisions must come out again); it exits 1 when one differs. `--audit --write` replaces a committed choice the runs
+do not give by the one they give (a `choose` entry naming the entry it replaces) and says so in a dated line.
 """
 from __future__ import annotations
 
@@ -86,6 +87,7 @@ class Replay:
     at: str
     written: str   # "extend 0.0125", "choose 0.025"
     read: str      # the same words, or "wait: ..." while the pair's runs of that moment are unfinished
+    replaced_by: str | None = None  # the `at` of a later choice that replaces this one (it differed)
 
     @property
     def reproduced(self) -> bool:
@@ -93,7 +95,8 @@ class Replay:
 
     @property
     def differs(self) -> bool:
-        return not self.reproduced and not self.read.startswith("wait")
+        """The runs give another decision, and no later choice has replaced it by theirs."""
+        return not self.reproduced and not self.read.startswith("wait") and self.replaced_by is None
 
 
 def audit(runs: pd.DataFrame, plan_path: Path = PLAN) -> list[Replay]:
@@ -107,12 +110,46 @@ def audit(runs: pd.DataFrame, plan_path: Path = PLAN) -> list[Replay]:
                      key=lambda m: (m[0], list(plan.grid).index(m[1]), m[2]))
     replays = []
     for at, optimizer, workers in moments:
-        before = {kind: [d for d in decisions[kind] if d["at"] < at] for kind in ("extend", "choose")}
         written = [d for d in entries if (d["at"], d["optimizer"], int(d["workers"])) == (at, optimizer, workers)]
+        replaced = {d["replaces"] for d in written if "replaces" in d}  # a replacing choice is read without them
+        before = {kind: [d for d in decisions[kind] if d["at"] < at and not (
+            kind == "choose" and d["at"] in replaced and (d["optimizer"], int(d["workers"])) == (optimizer, workers))]
+            for kind in ("extend", "choose")}
         step = next_step(plan, before, steps, optimizer, workers)
         read = decision_words(step.decisions) if step.decisions else f"{step.action}: {step.why}"
-        replays.append(Replay(optimizer, workers, at, decision_words(written), read))
+        later = next((d["at"] for d in decisions["choose"] if d.get("replaces") == at and d["optimizer"] == optimizer
+                      and int(d["workers"]) == workers), None)
+        replays.append(Replay(optimizer, workers, at, decision_words(written), read, later))
     return replays
+
+
+def write_replacements(replays: list[Replay], plan_path: Path, declared: Path, runs_dir: Path) -> str | None:
+    """Each committed choice the runs, read again, do not give (Replay.differs): a `choose` entry of the rate they
+    give, replacing it (contract/tuned.py current_choices), and a dated line saying so. An extension that differs
+    is not replaced here: its runs were run and read (the rule's own edge extension), and a line names it."""
+    due = [r for r in replays if r.differs and r.written.startswith("choose") and r.read.startswith("choose ")]
+    if not due:
+        return None
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    plan = tuned.load_plan(plan_path)
+    decisions = tuned.load_decisions(plan)
+    started = runs_started(runs_dir)
+    for r in due:
+        decisions["choose"].append({"optimizer": r.optimizer, "workers": r.workers,
+                                    "base": float(r.read.split()[1]), "at": now, "runs_done": started,
+                                    "replaces": r.at})
+    text = plan.decisions.read_text()
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    plan.decisions.write_text(decisions_text(decisions, header))
+    tuned.rows(plan_path)  # the file just written must plan
+    said = "; ".join(f"{r.optimizer} w{r.workers}: {r.read} replaces {r.written} of {r.at}" for r in due)
+    line = (f"{now}, step 1 replayed by `python -m tools exp13-next --audit --write` (tree at {commit_of_tree()}, "
+            f"runs in {runs_dir}): {said}; its study runs are planned as <pair>-base<rate>, the replaced choice's "
+            f"read as superseded. {started} second-edition runs started at this moment; written into "
+            f"{plan.decisions.name} before any run it adds started.\n")
+    with open(declared, "a") as f:
+        f.write(line)
+    return line
 
 
 def decision_words(decisions) -> str:
@@ -179,11 +216,14 @@ def show(steps: list[Step]) -> str:
 def show_audit(replays: list[Replay]) -> int:
     """One line a committed decision; 1 when the runs give any decision other than the one written."""
     for r in replays:
-        said = "reproduced" if r.reproduced else (f"DIFFERS: the runs give {r.read}" if r.differs else r.read)
+        said = "reproduced" if r.reproduced else (f"DIFFERS: the runs give {r.read}" if r.differs else
+                                                  f"replaced by the choice of {r.replaced_by}: the runs give {r.read}"
+                                                  if r.replaced_by else r.read)
         print(f"{r.optimizer} w{r.workers} {r.at}: {r.written}: {said}")
     differ = sum(r.differs for r in replays)
+    replaced = sum(r.replaced_by is not None for r in replays)
     print(f"exp13-next --audit: {sum(r.reproduced for r in replays)} of {len(replays)} decision(s) reproduced, "
-          f"{differ} differ")
+          f"{replaced} replaced by the rule's reading, {differ} differ")
     return 1 if differ else 0
 
 
@@ -192,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=Path, default=Path("results/runs"), help="the run folders `make exp13` wrote")
     p.add_argument("--plan", type=Path, default=PLAN, help="the second edition's plan (edition2.toml)")
     p.add_argument("--declared", type=Path, default=DECLARED, help="the declared file a --write line goes to")
-    p.add_argument("--write", action="store_true", help="add the due decisions and a line to the declared file")
+    p.add_argument("--write", action="store_true", help="add the due decisions and a line to the declared file "
+                   "(with --audit: a choice replacing each committed choice the runs do not give)")
     p.add_argument("--audit", action="store_true", help="replay every committed decision over the finished runs")
     p.add_argument("--scale", default="local", choices=["local"], help="the second edition runs at the local scale")
     args = p.parse_args(argv)
@@ -208,7 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         if not len(runs) or not (runs["exp"] == e2.EXPERIMENT).any():
             print(f"exp13-next: no experiment-13 runs under {args.runs} yet: `make exp13` writes them")
         if args.audit:  # the decisions replayed instead of the next steps read (each reads the runs' steps)
-            return show_audit(audit(runs, args.plan))
+            replays = audit(runs, args.plan)
+            written = write_replacements(replays, args.plan, args.declared, args.runs) if args.write else None
+            if written:
+                print(written, end="")
+                replays = audit(runs, args.plan)
+            return show_audit(replays)
         steps = next_steps(runs, args.plan)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

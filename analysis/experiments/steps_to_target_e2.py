@@ -32,7 +32,8 @@ EXPERIMENT = 13
 CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "13_steps_to_target" / "config.toml"  # this edition's
 PREFIX = "e2-"
 TUNE_RUN = re.compile(r"^e2-tune-(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-base(?P<base>[0-9.e-]+)-s(?P<seed>\d+)$")
-STUDY_RUN = re.compile(r"^e2-(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-s(?P<seed>\d+)$")
+# a replacing choice's study runs carry their rate (contract/tuned.py study_name): e2-sgd-w64-base0.1-s2
+STUDY_RUN = re.compile(r"^e2-(?P<optimizer>[a-z]+)-w(?P<workers>\d+)(?:-base[0-9.e-]+)?-s(?P<seed>\d+)$")
 RESOLUTION_SHARE = 0.05   # declared: k no more than 5 % of the steps to the target at every seed
 TIE_SHARE, TIE_EVALS = 0.10, 2  # declared: tied within max(10 %, 2 k / score) of the best score
 BOOTSTRAPS = 2000
@@ -109,7 +110,26 @@ def run_steps(df: pd.DataFrame) -> pd.DataFrame:
                          best_top1=float(r.best_val_top1) if pd.notna(r.best_val_top1) else math.nan,
                          path=r.path, **reach))
     one_machine([row["path"] for row in rows], "experiment 13's second edition")
-    return pd.DataFrame(rows, columns=STEP_COLUMNS)
+    return standing(pd.DataFrame(rows, columns=STEP_COLUMNS))
+
+
+def superseded(steps: pd.DataFrame, plan: tuned.TunedPlan | None = None) -> pd.Series:
+    """The study runs of a choice another replaced (contract/tuned.py current_choices): not the pair's standing
+    rate, so no cell of it counts them; they stay in the reference, and the cells' line says how many."""
+    plan = tuned.load_plan(CONFIG.parent / "edition2.toml") if plan is None else plan
+    rate = {pair: float(entry["base"]) for pair, entry in tuned.current_choices(plan, tuned.load_decisions(plan)).items()}
+    study = ~steps["tuning"].astype(bool)
+    return study & pd.Series([(o, int(w)) in rate and b != rate[(o, int(w))] for o, w, b in
+                              zip(steps["optimizer"], steps["workers"], steps["base"])], index=steps.index, dtype=bool)
+
+
+def standing(steps: pd.DataFrame) -> pd.DataFrame:
+    """The runs the reading counts: every selection run, and the study runs of each pair's standing choice; the
+    superseded study runs' count in attrs["superseded"]."""
+    gone = superseded(steps) if len(steps) else pd.Series(dtype=bool)
+    kept = steps[~gone].reset_index(drop=True) if len(steps) else steps
+    kept.attrs["superseded"] = int(gone.sum()) if len(steps) else 0
+    return kept
 
 
 def resolution_met(eval_every: int, steps) -> bool:
@@ -353,8 +373,10 @@ def selection_table(steps: pd.DataFrame, plan: tuned.TunedPlan | None = None,
     for (optimizer, workers), g in tune.groupby(["optimizer", "workers"], sort=True):
         reading = read_pair(plan, decisions, steps, optimizer, int(workers))
         extended = set(reading.rates) - set(plan.grid[optimizer])
-        chosen = {float(d["base"]) for d in decisions["choose"]
-                  if d["optimizer"] == optimizer and int(d["workers"]) == workers}
+        standing = tuned.current_choices(plan, decisions).get((optimizer, int(workers)))
+        chosen = {float(standing["base"])} if standing else set()
+        replaced = {float(d["base"]) for d in decisions["choose"] if d["optimizer"] == optimizer
+                    and int(d["workers"]) == workers and d is not standing} - chosen
         for base, r in g.groupby("base", sort=True):
             hit = r[r["reached"].astype(bool)]
             rows.append(dict(optimizer=optimizer, global_batch=int(r["global_batch"].iloc[0]), workers=int(workers),
@@ -363,8 +385,8 @@ def selection_table(steps: pd.DataFrame, plan: tuned.TunedPlan | None = None,
                              steps_low=float(hit["steps"].min()) if len(hit) else math.nan,
                              steps_high=float(hit["steps"].max()) if len(hit) else math.nan,
                              best_top1=float(r["best_top1"].mean()), rule=rule_word(reading, float(base)),
-                             decision="chosen" if base in chosen else "added (grid extension)" if base in extended
-                             else ""))
+                             decision="chosen" if base in chosen else "chosen, then replaced (counting fault)"
+                             if base in replaced else "added (grid extension)" if base in extended else ""))
     return pd.DataFrame(rows, columns=SELECTION_COLUMNS)
 
 
