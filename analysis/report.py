@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
 
 from . import advisor_runs  # noqa: E402
 from . import catalogue as ct  # noqa: E402
@@ -156,7 +157,8 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
     worker, nb_result = _start_notebooks(out, runs, logs) if notebooks else (None, {})
     captions: dict = {}
     figs, skipped = build_figures(inputs, out / "figures", captions=captions)
-    problems = list(df.attrs.get("problems", []))
+    problems, breaches = invariant_breaches(list(df.attrs.get("problems", [])), out / "tables")
+    tables += breaches
     write_index(out, source, tables, figs, skipped, problems)
     nbs: list[Path] = []
     if worker is not None:
@@ -204,6 +206,29 @@ def _start_notebooks(out: Path, runs: Path, logs):
     worker = threading.Thread(target=_work, name="notebooks")
     worker.start()
     return worker, result
+
+
+BREACH = ": breaks "  # contract/reader.py's problem line of a broken invariant: "<path>: breaks <name>: <what>"
+BREACHES = "run_invariants"
+
+
+def invariant_breaches(problems: list[str], tables: Path) -> tuple[list[str], list[Path]]:
+    """The run folders whose records break the run record's invariants (contract/invariants.py), a row each
+    breach, into tables/run_invariants.csv and .md; the problems keep one line that counts them and names the
+    table. Nothing is written where none breaks one. (problems without the breaches, the files written)"""
+    rows = [(path, *rest.split(": ", 1)) for path, rest in (p.split(BREACH, 1) for p in problems if BREACH in p)]
+    if not rows:
+        return problems, []
+    table = pd.DataFrame(rows, columns=["run", "invariant", "what"])
+    tables.mkdir(parents=True, exist_ok=True)
+    csv, md = tables / f"{BREACHES}.csv", tables / f"{BREACHES}.md"
+    table.to_csv(csv, index=False)
+    md.write_text(tb.to_markdown(table, "Run folders whose records break the run record's invariants",
+                                 [f"{table['run'].nunique()} run folder(s), read as written (never repaired); the "
+                                  "invariants: contract/invariants.py."]) + "\n")
+    kept = [p for p in problems if BREACH not in p]
+    return kept + [f"{table['run'].nunique()} run folder(s) break the run record's invariants "
+                   f"({len(table)} breach(es)): tables/{md.name}"], [csv, md]
 
 
 def write_index(out: Path, source: str, tables, figs, skipped, problems) -> None:

@@ -41,7 +41,7 @@ MIN_BATCHES = 3           # declared: a bootstrap draw with fewer distinct batch
 FIT_WITHIN_NOISE, MISFIT_NO_REGIMES, POWER_LAW_AS_WELL = 1.5, 2.0, 1.1  # declared goodness-of-fit words
 AGREE_FACTOR = 3.0        # declared: B_simple agrees with B_crit within this factor of its interval
 STEP_COLUMNS = ["optimizer", "workers", "global_batch", "seed", "base", "tuning", "status", "reached", "steps",
-                "resolution", "eval_every", "best_top1", "path"]
+                "resolution", "eval_every", "best_top1", "warmup_steps", "path"]
 
 
 def curve(evals: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
@@ -108,7 +108,7 @@ def run_steps(df: pd.DataFrame) -> pd.DataFrame:
                          tuning=base is not None,
                          status=r.status, eval_every=int(r.eval_every),
                          best_top1=float(r.best_val_top1) if pd.notna(r.best_val_top1) else math.nan,
-                         path=r.path, **reach))
+                         warmup_steps=warmup_steps(r.path, mine[mine["kind"] == "epoch"]), path=r.path, **reach))
     one_machine([row["path"] for row in rows], "experiment 13's second edition")
     return standing(pd.DataFrame(rows, columns=STEP_COLUMNS))
 
@@ -130,6 +130,14 @@ def standing(steps: pd.DataFrame) -> pd.DataFrame:
     kept = steps[~gone].reset_index(drop=True) if len(steps) else steps
     kept.attrs["superseded"] = int(gone.sum()) if len(steps) else 0
     return kept
+
+
+def warmup_steps(path, epochs: pd.DataFrame) -> float:
+    """The steps of a run's warm-up: its config's lr.warmup_epochs times its epoch's steps (epoch 0's end, which
+    every run that reaches the target after its first epoch trains whole); NaN where either is unknown."""
+    first = epochs.loc[epochs["epoch"] == 0, "step"].dropna()
+    warmup = ((read_config(path) or {}).get("lr") or {}).get("warmup_epochs")
+    return float(warmup) * float(first.iloc[0]) if len(first) and isinstance(warmup, (int, float)) else math.nan
 
 
 def resolution_met(eval_every: int, steps) -> bool:
@@ -304,12 +312,13 @@ def b_simple_cells(measured: list[dict], optimizer: str, reached: set[str] | Non
 
 
 CELL_COLUMNS = ["optimizer", "global_batch", "workers", "base", "seeds", "reached", "steps", "steps_low", "steps_high",
-                "eval_every", "resolution_share", "resolution_met"]
+                "eval_every", "resolution_share", "resolution_met", "warmup_share"]
 
 
 def cells_table(steps: pd.DataFrame) -> pd.DataFrame:
     """Step 2 per (optimizer, batch): seeds, how many reached the target, their steps' geometric mean and range, k
-    and k over the fewest steps (the resolution column: met where <= 5 % for every seed)."""
+    and k over the fewest steps (the resolution column: met where <= 5 % for every seed), and the warm-up's share
+    of the steps (its steps over the geometric mean: a small batch spends most of its steps warming up)."""
     study = steps[~steps["tuning"].astype(bool)]
     rows = []
     for (optimizer, batch), g in study.groupby(["optimizer", "global_batch"], sort=True):
@@ -321,7 +330,9 @@ def cells_table(steps: pd.DataFrame) -> pd.DataFrame:
                          steps_low=float(hit["steps"].min()) if len(hit) else math.nan,
                          steps_high=float(hit["steps"].max()) if len(hit) else math.nan, eval_every=k,
                          resolution_share=k / float(hit["steps"].min()) if len(hit) else math.nan,
-                         resolution_met=resolution_met(k, g["steps"]) and len(hit) == len(g)))
+                         resolution_met=resolution_met(k, g["steps"]) and len(hit) == len(g),
+                         warmup_share=float(g["warmup_steps"].median()) / score(g["steps"])
+                         if len(hit) == len(g) else math.nan))
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
 
 
