@@ -3,7 +3,8 @@
 A local study of 26 minutes to 2 hours must say how far it is. A run's time left comes, in this order of trust, from
 its own epochs done in this session (seconds per epoch times the epochs left), from runs of the same config
 fingerprint this study has already finished, or from the committed reference's runs of that fingerprint
-(results/reference/<machine>/, measured on the machine machine.toml names, so only a guide on another one). The
+(results/reference/<machine>/, measured on the machine machine.toml names, so only a guide on another one), scaled
+by this machine's pace once one of this study's runs the reference also ran has finished here. The
 study's time left places every unfinished run with an estimate on the `jobs` slots in plan order, as the runner
 starts them; runs with no estimate yet are counted apart, never guessed.
 """
@@ -72,9 +73,19 @@ class Clock:
         if here:
             return statistics.median(here), f"{len(here)} such run(s) here"
         ref = self.reference.get(fingerprint)
-        if ref:
+        if not ref:
+            return None, ""
+        pace = self.pace()
+        if pace is None:
             return statistics.median(ref), "the reference's time"
-        return None, ""
+        return statistics.median(ref) * pace, f"the reference's time x {pace:.2f}, this machine's pace"
+
+    def pace(self) -> float | None:
+        """This machine's time over the reference's, once a run of this study that the reference also ran has
+        finished here: the median over such fingerprints (another machine's times alone ran 2x low)."""
+        ratios = [statistics.median(here) / statistics.median(self.reference[fp])
+                  for fp, here in self.measured.items() if self.reference.get(fp)]
+        return statistics.median(ratios) if ratios else None
 
     def run_left(self, fingerprint: str, epochs: int, done: int, done_at_start: int, elapsed: float
                  ) -> tuple[float | None, str]:

@@ -14,8 +14,9 @@ from pathlib import Path
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError, check_writable
 from contract.plan import NODE_SCALE, Study, check_node_gpus, study_plan, whole_number
 from studies.clock import Clock, duration, reference_seconds
-from studies.launch import (FULL_OUT, QUICK_OUT, REFUSED, Active, data_warning, default_jobs, local_commands,
-                            planned_runs, refuse_unknown_runs, space_warning, terminate_with_parent)
+from studies.launch import (FINISHED, FULL_OUT, QUICK_OUT, REFUSED, Active, data_warning, default_jobs,
+                            local_commands, planned_runs, refuse_unknown_runs, space_warning,
+                            terminate_with_parent)
 from studies.progress import Progress, interrupted_line, next_hint, print_comparison, report_hint
 from studies.slurm import submit_all
 from studies.supervise import drive, stop_active
@@ -44,6 +45,7 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
         jobs = 1  # a throughput run is timed alone
     jobs = jobs or default_jobs(study, plans)
     progress = Progress(len(plans))
+    skipped = sum(plan.status in FINISHED for plan in plans)  # finished before this study: neither rerun nor timed
     started, have_horovod = time.time(), horovod_available()
     waiting = list(enumerate(plans, start=1))
     active: list[Active] = []
@@ -59,7 +61,8 @@ def run_local(study: Study, scale: str, out: Path, dry_run: bool, jobs: int | No
     print_comparison(plans, study)
     # last, so the line that says where the runs went and the next command is not lost above the comparison
     elsewhere = f", {progress.elsewhere} left to the process training them" if progress.elsewhere else ""
-    print(f"{study.experiment.name}: {len(plans)} runs, {failures} failed{elsewhere}, "
+    print(f"{study.experiment.name}: {len(plans)} runs, {skipped} skipped (finished before), "
+          f"{failures} failed{elsewhere}, "
           f"{duration(time.time() - started)}; run folders in {out / study.experiment.name}; {report_hint(out)}"
           f"{next_hint(study.next_step, out, scale)}")
     return 1 if failures else 0

@@ -325,6 +325,25 @@ def test_a_runs_time_left_comes_from_its_epochs_then_this_studys_runs_then_the_r
     assert [duration(s) for s in (45, 720, 3900)] == ["45 s", "12 min", "1 h 05 min"]
 
 
+def test_once_a_run_the_reference_also_ran_finishes_here_the_reference_s_times_are_scaled_by_this_machine_s_pace(
+        tmp_path):
+    import json
+
+    from contract.manifest import VERSION
+    from studies.clock import Clock
+
+    clock = Clock(jobs=1, reference={"a": [100.0], "b": [300.0]}, now=0.0)
+    done = tmp_path / "a-s0"  # the fields run_seconds reads of a manifest the trainer ended: 200 s, twice 100 s
+    done.mkdir()
+    (done / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "status": "completed",
+                                                    "start": "2026-12-01T00:00:00+00:00",
+                                                    "end": "2026-12-01T00:03:20+00:00"}))
+    clock.finished("a", done)
+    assert clock.pace() == 2.0
+    assert clock.expected("b") == (600.0, "the reference's time x 2.00, this machine's pace")
+    assert clock.expected("a") == (200.0, "1 such run(s) here")
+
+
 def test_the_committed_references_times_are_found_by_fingerprint():
     from studies.clock import reference_seconds
 
@@ -453,7 +472,7 @@ def test_a_study_skips_a_run_another_process_holds_and_names_its_pid(tmp_path, c
         lock.release()
     out = capsys.readouterr().out
     assert f"[1/1] 99_tiny/w1-s3: skipped: in use by pid {os.getpid()} (left to it)" in out
-    assert "1 runs, 0 failed, 1 left to the process training them" in out
+    assert "1 runs, 0 skipped (finished before), 0 failed, 1 left to the process training them" in out
 
 
 def test_two_studies_never_both_start_a_run_and_the_second_reports_only_its_own(tmp_path, capsys):
