@@ -39,6 +39,7 @@ TIE_SHARE, TIE_EVALS = 0.10, 2  # declared: tied within max(10 %, 2 k / score) o
 BOOTSTRAPS = 2000
 MIN_BATCHES = 3           # declared: a bootstrap draw with fewer distinct batches is redrawn
 FIT_WITHIN_NOISE, MISFIT_NO_REGIMES, POWER_LAW_AS_WELL = 1.5, 2.0, 1.1  # declared goodness-of-fit words
+REGIME_STREAMS = 5       # dated rule (2026-12-01): a regime word only where 5 seeded bootstrap streams agree
 AGREE_FACTOR = 3.0        # declared: B_simple agrees with B_crit within this factor of its interval
 STEP_COLUMNS = ["optimizer", "workers", "global_batch", "seed", "base", "tuning", "status", "reached", "steps",
                 "resolution", "eval_every", "best_top1", "warmup_steps", "path"]
@@ -198,7 +199,7 @@ def fit_with_misfit(cells: dict[int, list[float]], draws: int = BOOTSTRAPS, seed
         samples = [rng.choice(cells[b], size=len(cells[b]), replace=True) for b in drawn]
         fits.append(fit_noise_model(np.repeat(drawn, [len(s) for s in samples]), np.concatenate(samples)))
     return {"s_min": s_min, "b_noise": b_noise, "s_min_ci": percentile_interval([f[0] for f in fits]),
-            "b_noise_ci": percentile_interval([f[1] for f in fits])}
+            "b_noise_ci": percentile_interval([f[1] for f in fits]), "b_noise_draws": [f[1] for f in fits]}
 
 
 def power_law(batches, steps) -> tuple[float, float]:
@@ -267,6 +268,38 @@ def regime_word(batch: float, b_noise_ci: tuple[float, float]) -> str:
     if np.isfinite(high) and high / 4 < batch < 4 * low:
         return "diminishing returns"
     return "between regimes: the interval allows both"
+
+
+def draw_regime(batch: float, b_noise: float) -> str:
+    """The regime one bootstrap draw's B_noise puts a batch in (the declared thresholds, B_noise / 4 and 4 B_noise)."""
+    if not (np.isfinite(b_noise) and b_noise > 0):
+        return "between regimes: the interval allows both"
+    return ("perfect scaling" if batch <= b_noise / 4 else "maximal data parallelism" if batch >= 4 * b_noise
+            else "diminishing returns")
+
+
+def stable_regimes(cells: dict[int, list[float]], first: dict, draws: int = BOOTSTRAPS) -> str:
+    """Every fitted batch's regime word, given only where REGIME_STREAMS seeded bootstrap streams (the declared
+    stream 0, `first`, and the next ones) all give it, with the share of all their draws behind it; the word of
+    the largest batch run is never given (it speaks of a doubling that was not run). Dated rule, 2026-12-01."""
+    streams = [first] + [fit_with_misfit(cells, draws, seed) for seed in range(1, REGIME_STREAMS)]
+    pooled = [b for fit in streams for b in fit["b_noise_draws"]]
+    largest, words = max(cells), []
+    for batch in sorted(cells):
+        if batch == largest:
+            words.append(f"{batch}: not named (its doubling, {2 * batch}, was not run)")
+            continue
+        said = [regime_word(batch, fit["b_noise_ci"]) for fit in streams]
+        word = said[0]
+        if said.count(word) < len(said) or word.startswith("between"):
+            common = max(set(said), key=said.count)
+            words.append(f"{batch}: between regimes (the word depends on the bootstrap's stream: {common} in "
+                         f"{said.count(common)} of {len(said)})" if len(set(said)) > 1 else f"{batch}: {word}")
+            continue
+        share = sum(draw_regime(batch, b) == word for b in pooled) / len(pooled)
+        words.append(f"{batch}: {word} ({len(said)} of {len(said)} streams; {100 * share:.0f} % of "
+                     f"{len(pooled):,} draws)")
+    return "; ".join(words)
 
 
 def b_simple_verdict(b_simple_ci: tuple[float, float], b_crit_ci: tuple[float, float]) -> str:
@@ -428,7 +461,7 @@ def fit_table(steps: pd.DataFrame, b_simple: dict[str, list[dict]] | None = None
         if len(cells) < MIN_BATCHES:
             continue
         fit, g = fit_with_misfit(cells, draws), goodness(cells)
-        regimes = ("; ".join(f"{b}: {regime_word(b, fit['b_noise_ci'])}" for b in sorted(cells)) if names_regimes(g)
+        regimes = (stable_regimes(cells, fit, draws) if names_regimes(g)
                    else "the model does not describe the curve well enough to name regimes")
         at_target = {str(p).rsplit("/", 1)[-1] for p in steps.loc[steps["reached"].astype(bool), "path"]}
         measured = b_simple_cells((b_simple or {}).get(optimizer, []), optimizer, at_target)
