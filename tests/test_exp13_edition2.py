@@ -269,7 +269,7 @@ def test_b_simple_rows_of_the_noise_scale_tool_are_read_per_batch_for_one_optimi
 def step_rows(cells: dict[int, list[float]], optimizer="sgd", k_of=lambda b: 2) -> pd.DataFrame:
     return pd.DataFrame([dict(optimizer=optimizer, workers=b // 4, global_batch=b, seed=2 + i, base=0.05, tuning=False,
                               status="completed", reached=True, steps=s, resolution=k_of(b), eval_every=k_of(b),
-                              best_top1=55.0, path=f"e2-{optimizer}-w{b // 4}-s{2 + i}")
+                              best_top1=55.0, warmup_steps=4 * -(-8000 // b), path=f"e2-{optimizer}-w{b // 4}-s{2 + i}")
                          for b, seeds in cells.items() for i, s in enumerate(seeds)])
 
 
@@ -286,6 +286,7 @@ def test_the_cells_table_has_a_resolution_column_and_a_cell_that_misses_it_leave
     assert table.loc[4, "resolution_met"] and not table.loc[2048, "resolution_met"]
     assert table.loc[2048, "resolution_share"] == pytest.approx(64 / min(cells[2048]))
     assert (table["seeds"] == 5).all() and 2048 not in e2.fitted_cells(steps, "sgd")
+    assert table.loc[4, "warmup_share"] == pytest.approx(4 * 2000 / e2.score(cells[4]))  # 4 epochs of 2,000 steps
 
 
 def test_the_fit_table_names_regimes_and_the_b_simple_verdict_from_the_declared_rules():
@@ -293,7 +294,8 @@ def test_the_fit_table_names_regimes_and_the_b_simple_verdict_from_the_declared_
     measured = {"sgd": [{"run": f"x/e2-sgd-w{w}-s{s}", "b_simple": 300.0 + s} for w in (1, 8, 64) for s in (2, 3)]}
     row = e2.fit_table(steps, measured, draws=200).iloc[0]
     assert row["b_noise_low"] < 400 < row["b_noise_high"] and "fits within seed noise" in row["goodness"]
-    assert "4: perfect scaling" in row["regimes"] and "2048: maximal data parallelism" in row["regimes"]
+    assert "4: perfect scaling (5 of 5 streams; " in row["regimes"]  # with the share of the draws behind it
+    assert "2048: not named (its doubling, 4096, was not run)" in row["regimes"]  # the largest batch run
     assert row["b_simple"] == "B_simple at the target agrees with B_crit"
     assert e2.fit_table(steps, None, draws=50).iloc[0]["b_simple"] == "not measured yet"
 

@@ -102,8 +102,31 @@ def test_every_committed_decision_adds_its_rows_to_the_committed_plan():
     for d in decisions["extend"]:
         stem = f"e2-tune-{d['optimizer']}-w{d['workers']}-base{d['base']:g}"
         assert {f"{stem}-s0", f"{stem}-s1"} <= runs, stem
+    plan = tuned.load_plan(EXP13 / "edition2.toml")
+    standing = tuned.current_choices(plan, decisions)
     for d in decisions["choose"]:
-        assert {f"e2-{d['optimizer']}-w{d['workers']}-s{seed}" for seed in range(2, 7)} <= runs, d
+        name, _ = tuned.study_name(plan, d["optimizer"], int(d["workers"]), d)
+        planned = {f"{name}-s{seed}" for seed in range(2, 7)}
+        if standing[(d["optimizer"], int(d["workers"]))] is d:
+            assert planned <= runs, d
+        else:  # a replaced choice (issue 62's re-read): its runs are no longer planned; the replacing one's are
+            assert not planned & runs, d
+
+
+def test_a_second_choice_of_a_pair_is_refused_unless_it_names_the_choice_it_replaces(tmp_path):
+    from contract.config import ConfigError
+
+    plan = tuned.load_plan(plan_copy(tmp_path))
+    first = {"optimizer": "sgd", "workers": 64, "base": 0.2, "at": "2026-11-28T08:10Z", "runs_done": 86}
+    again = {**first, "base": 0.1, "at": "2026-12-01T23:14Z", "runs_done": 280}
+    with pytest.raises(ConfigError, match="chosen twice"):
+        tuned.current_choices(plan, {"extend": [], "choose": [first, again]})
+    replacing = {**again, "replaces": first["at"]}
+    assert tuned.current_choices(plan, {"extend": [], "choose": [first, replacing]})[("sgd", 64)] is replacing
+    assert tuned.study_name(plan, "sgd", 64, replacing) == ("e2-sgd-w64-base0.1", 0.1)
+    assert tuned.study_name(plan, "sgd", 64, first) == ("e2-sgd-w64", 0.2)
+    with pytest.raises(ConfigError, match="which chose nothing"):
+        tuned.current_choices(plan, {"extend": [], "choose": [replacing]})
 
 
 def test_a_runs_folder_that_is_not_there_is_one_line_and_an_empty_one_says_what_writes_it(tmp_path, capsys):

@@ -518,11 +518,30 @@ def rq5_reading_e2(df: pd.DataFrame, steps: pd.DataFrame | None = None, b_simple
              f"and seeds). Goodness of fit: {r.goodness}. Regimes by batch: {r.regimes}. B_simple at the target: "
              f"{r.b_simple}" + (f" ([{r.b_simple_low:.0f}, {r.b_simple_high:.0f}] examples)."
                                 if np.isfinite(r.b_simple_low) else ".") for r in fits.itertuples()]
+    warmup = warmup_sentence(cells_table(steps))
+    if warmup:
+        lines.append(warmup)
     beside = lamb_beside_sgd(steps)
     if beside:
         lines.append("- LAMB beside SGD, both tuned (fewer or more only where every seed of one lies beyond every "
                      "seed of the other): " + "; ".join(beside) + ".")
     return "\n".join(lines)
+
+
+def warmup_sentence(cells: pd.DataFrame) -> str | None:
+    """The warm-up's share of the steps to the target, at each optimizer's smallest and largest cell: the steps a
+    small batch spends warming up are part of what it is counted (the cells table has every batch's)."""
+    said = []
+    for optimizer, g in cells.dropna(subset=["warmup_share"]).groupby("optimizer", sort=True):
+        g = g.sort_values("global_batch")
+        low, high = g.iloc[0], g.iloc[-1]
+        said.append(f"{optimizer.upper()} {100 * low.warmup_share:.0f} % at batch {int(low.global_batch):,} and "
+                    f"{100 * high.warmup_share:.0f} % at {int(high.global_batch):,}")
+    if not said:
+        return None
+    return ("- The warm-up's share of the steps to the target (its epochs' steps over the cell's geometric mean; "
+            "every batch's in the cells table): " + "; ".join(said) + ". A small batch's count is mostly warm-up, "
+            "so its steps measure the schedule as much as the batch.")
 
 
 def steps_cells_table(df: pd.DataFrame) -> pd.DataFrame | None:
