@@ -454,8 +454,9 @@ def load_study(runs: str | Path = "results/runs", logs=None, also=(), leave_out=
     leave_out: experiment folders of `runs` not read (machines.superseded: another machine's runs replace them)."""
     own = [p for p in sorted(Path(runs).iterdir()) if p.is_dir() and p.name not in leave_out] if leave_out else [runs]
     roots = [*own, *also]
-    raw = pd.concat([reader.read_runs(root) for root in roots], ignore_index=True) if len(roots) > 1 \
-        else reader.read_runs(runs)
+    read = [reader.read_runs(root) for root in roots] if len(roots) > 1 else [reader.read_runs(runs)]
+    raw = pd.concat(read, ignore_index=True) if len(read) > 1 else read[0]
+    raw.attrs["problems"] = [p for frame in read for p in frame.attrs["problems"]]  # concat keeps equal attrs only
     a = runs_frame(raw)
     problems = list(a.attrs.get("problems", [])) + [p for root in roots for p in empty_run_folders(root)]
     if logs:
