@@ -387,3 +387,38 @@ def test_the_rq5_reading_says_what_has_run_until_a_fit_exists_then_reads_the_fit
         in said
     assert "4: perfect scaling" in said and "fits within seed noise" in said and "not measured yet" in said
     assert "batch 4: LAMB more" in said and "batch 8: LAMB fewer" in said
+
+
+def test_every_committed_cell_is_its_study_runs_first_evaluated_step_at_the_target_recomputed_from_the_folders():
+    """Issue 62's check, without the reader: each cell of results/tables/exp13_e2_steps_to_target.csv is the
+    geometric mean over its standing study runs of the first evaluated step at or above the target, read from the
+    raw records: eval records at their step; epoch ends at (epoch + 1) x the epoch's iterations, except the epoch a
+    stopping evaluation cut short (its end is that evaluation)."""
+    import csv
+
+    from contract import tuned
+
+    root = REPO / "results" / "reference" / "vm-epyc-avx512" / "13_steps_to_target"
+    if not root.is_dir():
+        pytest.skip("the second edition's runs are not in the reference")
+    plan = tuned.load_plan(EXP13 / "edition2.toml")
+    standing = {pair: tuned.study_name(plan, *pair, entry)[0]
+                for pair, entry in tuned.current_choices(plan, tuned.load_decisions(plan)).items()}
+    recomputed = {}
+    for (optimizer, workers), name in standing.items():
+        firsts = []
+        for run_dir in sorted(root.glob(f"{name}-s*")):
+            records = [json.loads(line) for line in open(run_dir / "metrics.jsonl") if line.strip()]
+            iters = next(r["iters"] for r in records if r["kind"] == "iter")
+            evals = [(r["step"], r["val_top1"]) for r in records if r["kind"] == "eval"]
+            epochs = [r for r in records if r["kind"] == "epoch"]
+            cut = {r["epoch"] for r in records if r["kind"] == "eval" and r["val_top1"] >= 50.0}
+            ends = [((e["epoch"] + 1) * iters, e["val_top1"]) for e in epochs if e["epoch"] not in cut]
+            firsts.append(min(step for step, top1 in evals + ends if top1 >= 50.0))
+        recomputed[(optimizer, 4 * workers)] = float(np.exp(np.log(firsts).mean()))
+    with open(REPO / "results" / "tables" / "exp13_e2_steps_to_target.csv") as f:
+        committed = {(r["optimizer"], int(r["global_batch"])): float(r["steps"]) for r in csv.DictReader(f)}
+    assert committed.keys() == recomputed.keys()
+    assert all(committed[cell] == pytest.approx(recomputed[cell], rel=1e-5) for cell in committed), \
+        [(cell, committed[cell], recomputed[cell]) for cell in committed if committed[cell] != pytest.approx(
+            recomputed[cell], rel=1e-5)]  # the CSV keeps 6 significant digits
