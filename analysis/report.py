@@ -157,7 +157,7 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
     worker, nb_result = _start_notebooks(out, runs, logs) if notebooks else (None, {})
     captions: dict = {}
     figs, skipped = build_figures(inputs, out / "figures", captions=captions)
-    problems, breaches = invariant_breaches(list(df.attrs.get("problems", [])), out / "tables")
+    problems, breaches = invariant_breaches(list(df.attrs.get("problems", [])), out / "tables", source)
     tables += breaches
     write_index(out, source, tables, figs, skipped, problems)
     nbs: list[Path] = []
@@ -212,7 +212,7 @@ BREACH = ": breaks "  # contract/reader.py's problem line of a broken invariant:
 BREACHES = "run_invariants"
 
 
-def invariant_breaches(problems: list[str], tables: Path) -> tuple[list[str], list[Path]]:
+def invariant_breaches(problems: list[str], tables: Path, source: str) -> tuple[list[str], list[Path]]:
     """The run folders whose records break the run record's invariants (contract/invariants.py), a row each
     breach, into tables/run_invariants.csv and .md; the problems keep one line that counts them and names the
     table. Nothing is written where none breaks one. (problems without the breaches, the files written)"""
@@ -225,7 +225,7 @@ def invariant_breaches(problems: list[str], tables: Path) -> tuple[list[str], li
     table.to_csv(csv, index=False)
     md.write_text(tb.to_markdown(table, "Run folders whose records break the run record's invariants",
                                  [f"{table['run'].nunique()} run folder(s), read as written (never repaired); the "
-                                  "invariants: contract/invariants.py."]) + "\n")
+                                  "invariants: contract/invariants.py."], source) + "\n")
     kept = [p for p in problems if BREACH not in p]
     return kept + [f"{table['run'].nunique()} run folder(s) break the run record's invariants "
                    f"({len(table)} breach(es)): tables/{md.name}"], [csv, md]

@@ -132,7 +132,7 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
               status: str = "completed", seed: int = 0, warmup: str = "none", warmup_epochs: float = 0,
               scaling: str = "linear", base_lr: float = 0.1, base_batch: int = 256, decay: str = "milestones",
               milestones=(3, 4, 5), step_every: int = 30, bench_batches: int = 0, warmup_batches: int = 0,
-              iters_per_epoch: int = 20, print_freq: int = 5, images_per_epoch: int = 2000,
+              iters_per_epoch: int = 20, print_freq: int = 5,
               final_acc: float = 70.0, start: float = 1_700_000_000.0, batch_s: float = 0.05,
               first_batch_s: float = 0.5, truncate_tail: bool = False,
               train_extra: dict | None = None, processes: int | None = None, backend: str | None = None,
@@ -182,7 +182,7 @@ def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "loca
         for e in range(done):
             ep_start = clock.now
             train.iterations(e, iters_per_epoch, sched[e] if e < len(sched) else target)
-            train.epoch(e, sched[e], final_acc, images_per_epoch, ep_start, iters_per_epoch)
+            train.epoch(e, sched[e], final_acc, ep_start, iters_per_epoch)
     _close(out, d, status, done, clock, truncate_tail)
     return d
 
@@ -227,9 +227,9 @@ class _Training:
                         data_share=0.3, data_s=0.3 * (1 - c) * self.batch_s * steps,
                         compute_s=0.7 * (1 - c) * self.batch_s * steps, comm_s=c * self.batch_s * steps)
 
-    def epoch(self, e: int, rate: float, final_acc: float, images_per_epoch: int, ep_start: float,
-              steps: int) -> None:
-        """The epoch's record (validation takes 2 s) and its summary line."""
+    def epoch(self, e: int, rate: float, final_acc: float, ep_start: float, steps: int) -> None:
+        """The epoch's record (validation takes 2 s) and its summary line: as the trainer's, its images those of
+        the steps it trained (the run record's invariants, contract/invariants.py)."""
         frac = (e + 1) / self.epochs
         train_top1 = final_acc * (0.5 + 0.5 * frac) + self.rng.uniform(-1, 1)
         val_top1 = final_acc * (0.45 + 0.55 * frac) + self.rng.uniform(-1, 1)
@@ -240,7 +240,8 @@ class _Training:
                         train_loss=float("nan") if diverged_now else 2.5 * (1 - frac) + 0.5,
                         train_top1=train_top1, train_top5=min(100.0, train_top1 + 20), val_loss=2.4 * (1 - frac) + 0.6,
                         val_top1=val_top1, val_top5=min(100.0, val_top1 + 18), epoch_time=self.clock.now - ep_start,
-                        images=images_per_epoch, steps=steps, step=(e + 1) * steps, skipped_images=0, skipped_val_images=0, skipped_steps=0,
+                        images=steps * self.gb, steps=steps, step=(e + 1) * steps, skipped_images=0,
+                        skipped_val_images=0, skipped_steps=0,
                         data_share=0.3, data_s=0.3 * train_s, compute_s=0.7 * train_s, comm_s=0.0)
         self.out.log(pytorch_summary_line("early-2019", val_top1, min(100.0, val_top1 + 18)))
 

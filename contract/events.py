@@ -101,7 +101,10 @@ class Scalars:
             step = rec["epoch"] * rec["iters"] + rec["iter"] + 1
         elif kind == "epoch":
             # without an iter record before it (none written so far), the epoch itself is the step
-            step = (rec["epoch"] + 1) * self.iters if self.iters else rec["epoch"] + 1
+            # an epoch record names its last step (since 2026-12-01: a cut-short epoch's too); an older one is placed
+            # at its epoch's end, which a cut-short epoch is not
+            step = rec["step"] if isinstance(rec.get("step"), int) else \
+                (rec["epoch"] + 1) * self.iters if self.iters else rec["epoch"] + 1
         elif kind == "eval":  # an evaluation inside an epoch (train.eval_every) names its own step
             return rec["step"], rec["time"], _copied(rec)
         elif kind == "bench":
