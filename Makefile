@@ -227,8 +227,8 @@ noise-scale: setup ## Gradient noise scale of the local exp5/exp6 (and exp12) mo
 # CLUSTER=P on the command line: make advise predicts that cluster (CLUSTER's default, local, does not)
 ADVISE_CLUSTER = $(filter command line,$(origin CLUSTER))
 advise: setup ## The scaling advisor: validation against the thesis -> results/tables/advisor_validation.md; STEP=file.json: predicted images/s for 1...N GPUs; CLUSTER=P: the cluster's table for 1...N processes from its cluster-check link fit
-	$(PY) -m analysis advise --validate
-	$(if $(ADVISE_CLUSTER),$(PY) -m suite advise --cluster $(CLUSTER) $(if $(STEP),--step $(STEP)),$(if $(STEP),$(PY) -m analysis advise --step $(STEP) $(if $(GPUS_PER_NODE),--gpus-per-node $(GPUS_PER_NODE)) $(if $(INTRA),--intra $(INTRA)) $(if $(INTER),--inter $(INTER))))
+	$(PY) -m analysis advise --validate $(if $(ADVISE_CLUSTER),,$(if $(STEP),--step $(STEP) $(if $(GPUS_PER_NODE),--gpus-per-node $(GPUS_PER_NODE)) $(if $(INTRA),--intra $(INTRA)) $(if $(INTER),--inter $(INTER))))
+	$(if $(ADVISE_CLUSTER),$(PY) -m suite advise --cluster $(CLUSTER) $(if $(STEP),--step $(STEP)))
 
 advise-local: setup ## The advisor against experiment 3 on the local cluster at each LINK rate (default "20mbit 100mbit none"; make link-sweep with the same LINK first) -> results/tables/advisor_validation.md
 	$(PY) -m tools advisor-local --cluster-dir $(CLUSTER_DIR) $(if $(LINK),--rates $(LINK))

@@ -132,6 +132,15 @@ def cmd_headline(args) -> int:
 def cmd_advise(args) -> int:
     from . import advisor
 
+    if not args.validate and not args.step:
+        print("error: analysis advise needs --validate or --step STEP.json (from python -m tools step-split); a "
+              "cluster's table: python -m suite advise --cluster PROFILE", file=sys.stderr)
+        return 2
+    try:  # every input checked (analysis/advisor.py) before anything is written
+        table = predicted_table(args) if args.step else ""
+    except (OSError, ValueError) as e:
+        print(f"error: analysis advise: {e}", file=sys.stderr)
+        return 2
     if args.validate:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -140,24 +149,25 @@ def cmd_advise(args) -> int:
         out.write_text(advisor.validation_markdown(advisor.thesis_validation(), read_local_rows()))
         print(out.read_text(), end="")
         print(f"written: {out}")
-        return 0
-    if not args.step:
-        print("error: analysis advise needs --validate or --step STEP.json (from python -m tools step-split); a "
-              "cluster's table: python -m suite advise --cluster PROFILE", file=sys.stderr)
-        return 2
-    try:
-        step, record = advisor.load_step(Path(args.step))
-        if args.input_images_per_s:  # measured apart (make gpu-check's real-JPEG rows, data bench)
-            step = dataclasses.replace(step, input_images_per_s=args.input_images_per_s)
-        intra, inter = advisor.nominal_link(args.intra), advisor.nominal_link(args.inter)
-    except (OSError, KeyError, ValueError) as e:
-        print(f"error: analysis advise: {e}", file=sys.stderr)
-        return 2
-    rows = advisor.scaling_table(step, args.gpus_per_node, args.nodes or [1, 2, 4], intra, inter)
-    print(advisor.scaling_markdown(rows, f"Predicted from {args.step} ({record.get('device', 'a measured step')}, "
-                                         f"batch {step.batch}), nominal links {args.intra} within a node, "
-                                         f"{args.inter} across"), end="")
+    print(table, end="")
     return 0
+
+
+def predicted_table(args) -> str:
+    """`--step`'s predicted table for the nominal links; advisor.InputError (one line) for any input it cannot use."""
+    from . import advisor
+
+    nodes = args.nodes or [1, 2, 4]
+    advisor.check_machine(args.gpus_per_node, nodes)
+    step, record = advisor.load_step(Path(args.step))
+    if args.input_images_per_s is not None:  # measured apart (make gpu-check's real-JPEG rows, data bench)
+        rate = advisor.number("--input-images-per-s", args.input_images_per_s)
+        step = dataclasses.replace(step, input_images_per_s=rate)
+    intra, inter = advisor.nominal_link(args.intra), advisor.nominal_link(args.inter)
+    rows = advisor.scaling_table(step, args.gpus_per_node, nodes, intra, inter)
+    return advisor.scaling_markdown(rows, f"Predicted from {args.step} ({record.get('device', 'a measured step')}, "
+                                          f"batch {step.batch}), nominal links {args.intra} within a node, "
+                                          f"{args.inter} across")
 
 
 def main(argv=None) -> int:

@@ -37,11 +37,52 @@ COMMUNICATION_BOUND_SHARE = 0.05
 NODE_PAYS_SHARE = 0.5
 
 
+# ---- the inputs, checked in one place -------------------------------------------------------------------------------
+# Every number a prediction is made from reaches the model as a Link, a Step or a machine's shape; each is checked
+# here, and the readers of link_fit.json and step files only add which file it was and what to do. A zero bandwidth
+# would divide by zero, a negative one predict better than real, a string fail deep in the arithmetic.
+class InputError(ValueError):
+    """An advisor input no prediction can be made from; the message is one line naming it (and, from a reader, its
+    file and what to do)."""
+
+
+def number(name: str, value, least: float = 0.0, strict: bool = True) -> float:
+    """`value` as a finite real number above `least` (at least `least` where not strict)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{name} = {value!r} is not a finite number")
+    if value < least or (strict and value == least):
+        raise InputError(f"{name} = {value!r} must be {'above' if strict else 'at least'} {least:g}")
+    return float(value)
+
+
+def whole(name: str, value, least: int = 1) -> int:
+    """`value` as a whole number of at least `least`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InputError(f"{name} = {value!r} must be a whole number >= {least}")
+    return value
+
+
+def check_machine(gpus_per_node, nodes) -> None:
+    """The machine `analysis advise --step` predicts: its GPUs a node and its node counts, each a whole number >= 1
+    (-4 GPUs a node would print -16 GPUs and negative images/s)."""
+    try:
+        whole("--gpus-per-node", gpus_per_node)
+        for n in nodes:
+            whole("--nodes", n)
+    except InputError as e:
+        raise InputError(f"{e} (make advise: GPUS_PER_NODE=, the GPUs a node of the machine to predict has; "
+                         f"--nodes: its node counts, e.g. 1,2,4)") from None
+
+
 @dataclass(frozen=True)
 class Link:
     """One point-to-point message of n bytes costs latency_s + n / bytes_per_s."""
     latency_s: float
     bytes_per_s: float
+
+    def __post_init__(self):
+        number("latency_s", self.latency_s, strict=False)
+        number("bytes_per_s", self.bytes_per_s)
 
     def message_s(self, nbytes: float) -> float:
         return self.latency_s + nbytes / self.bytes_per_s
@@ -60,6 +101,16 @@ class Step:
     # instead of running beside it
     input_overlaps: bool = True
     threads: int = 1  # the CPU threads the step was timed with (a CPU rank's threads)
+
+    def __post_init__(self):
+        for name in ("forward_s", "backward_s", "optimizer_s"):
+            number(name, getattr(self, name), strict=False)
+        number("forward_s + backward_s + optimizer_s", self.compute_s)  # a step of no time: infinite images/s
+        whole("batch", self.batch)
+        whole("gradient_bytes", self.gradient_bytes, 0)
+        whole("threads", self.threads)
+        if self.input_images_per_s is not None:
+            number("input_images_per_s", self.input_images_per_s)
 
     @property
     def compute_s(self) -> float:
@@ -277,14 +328,31 @@ def nominal_link(name: str) -> Link:
 def load_step(path: Path) -> tuple[Step, dict]:
     """A step measured by `python -m tools step-split` (its JSON), and the rest of what it recorded. The phases
     are timed between synchronisations, which cost time of their own: their proportions are kept and scaled to
-    the whole step timed unsynchronised, which is what a run pays."""
-    record = json.loads(Path(path).read_text())
-    phases = [record[k] for k in ("forward_s", "backward_s", "optimizer_s")]
-    scale = record["whole_step_s"] / sum(phases)
-    forward, backward, optimizer = (scale * t for t in phases)
-    return Step(forward, backward, optimizer, record["batch"], record["gradient_bytes"],
-                record.get("input_images_per_s"), input_overlaps=record.get("loader_workers", 1) > 0,
-                threads=record.get("threads", 1)), record
+    the whole step timed unsynchronised, which is what a run pays. InputError, naming the file, where it holds no
+    step a prediction can be made from."""
+    record = json_object(path, "a step", f"time it again: python -m tools step-split --json {path}")
+    try:
+        phases = [number(k, record.get(k), strict=False) for k in ("forward_s", "backward_s", "optimizer_s")]
+        scale = number("whole_step_s", record.get("whole_step_s")) / number("forward_s + backward_s + optimizer_s",
+                                                                            sum(phases))
+        forward, backward, optimizer = (scale * t for t in phases)
+        return Step(forward, backward, optimizer, record.get("batch"), record.get("gradient_bytes"),
+                    record.get("input_images_per_s"), input_overlaps=record.get("loader_workers", 1) > 0,
+                    threads=record.get("threads", 1)), record
+    except (InputError, TypeError) as e:  # TypeError: a loader_workers that is no number
+        raise InputError(f"{path}: {e}; time the step again: python -m tools step-split --json {path}") from None
+
+
+def json_object(path: Path, what: str, todo: str) -> dict:
+    """The JSON object a file holds; InputError naming the file, what it should hold and what to do otherwise."""
+    try:
+        document = json.loads(Path(path).read_text())
+    except ValueError as e:
+        raise InputError(f"{path} is not JSON ({e}): it should hold {what}; {todo}") from None
+    if not isinstance(document, dict):
+        raise InputError(f"{path} holds a JSON {type(document).__name__}, not an object: it should hold {what}; "
+                         f"{todo}")
+    return document
 
 
 def scaling_table(step: Step, gpus_per_node: int, nodes: list[int], intra: Link, inter: Link) -> list[Prediction]:
@@ -375,15 +443,29 @@ def annotate_link_fit(folder: Path, profile: str, shared_cores: int | None) -> N
         path.write_text(json.dumps({**fits, "profile": profile, "shared_cores": shared_cores}, indent=1) + "\n")
 
 
+LINK_FIT_TODO = "time the links again (make cluster-check LAYERS=\"link-intra link-inter\"), or remove the file"
+
+
 def read_link_fit(path: Path) -> tuple[Link, Link, dict]:
-    """(within a node, across nodes, the whole record) of a cluster-check's link_fit.json."""
-    fits = json.loads(Path(path).read_text())
+    """(within a node, across nodes, the whole record) of a cluster-check's link_fit.json; InputError, naming the
+    file and the value, where it is no object of two links with a latency and a bandwidth each."""
+    fits = json_object(path, "an object of its intra and inter links", LINK_FIT_TODO)
     missing = [k for k in ("intra", "inter") if k not in fits]
     if missing:
-        raise ValueError(f"{path} has no {' or '.join(missing)} link: its cluster-check's link-"
+        raise InputError(f"{path} has no {' or '.join(missing)} link: its cluster-check's link-"
                          f"{missing[0]} layer failed or was not run")
-    intra, inter = (Link(fits[k]["latency_s"], fits[k]["bytes_per_s"]) for k in ("intra", "inter"))
+    intra, inter = (link_of(fits[k], k, path) for k in ("intra", "inter"))
     return intra, inter, fits
+
+
+def link_of(record, which: str, path: Path) -> Link:
+    if not isinstance(record, dict):
+        raise InputError(f"{path}: {which} = {record!r} is not an object with latency_s and bytes_per_s; "
+                         f"{LINK_FIT_TODO}")
+    try:
+        return Link(record.get("latency_s"), record.get("bytes_per_s"))
+    except InputError as e:
+        raise InputError(f"{path}: {which}.{e}; {LINK_FIT_TODO}") from None
 
 
 def latest_link_fit(profile: str, root: Path = CHECK_ROOT, rate: str | None = "any") -> Path | None:
@@ -392,10 +474,15 @@ def latest_link_fit(profile: str, root: Path = CHECK_ROOT, rate: str | None = "a
     pattern = re.compile(rf"{re.escape(profile)}-\d{{8}}-\d{{6}}")
     for folder in sorted((p for p in Path(root).glob(f"{profile}-*") if pattern.fullmatch(p.name)), reverse=True):
         path = folder / LINK_FIT
-        try:
-            fits = json.loads(path.read_text())
-        except (OSError, ValueError):
+        if not path.is_file():  # a check whose link layers did not run
             continue
-        if {"intra", "inter"} <= fits.keys() and (rate == "any" or fits["inter"].get("link") == rate):
+        fits = json_object(path, "an object of its intra and inter links", LINK_FIT_TODO)  # damage: refused
+        if {"intra", "inter"} <= fits.keys() and (rate == "any" or link_rate(fits["inter"]) == rate):
+            read_link_fit(path)  # its values checked before it is chosen
             return path
     return None
+
+
+def link_rate(record) -> str | None:
+    """The link rate the local cluster set when a link was timed (None: unlimited)."""
+    return record.get("link") if isinstance(record, dict) else None

@@ -109,11 +109,11 @@ def matching_links(facts: dict, check_root: Path) -> Path | None:
     at its link rate."""
     across = facts["placement"]["hosts"] > 1
     for folder in sorted(Path(check_root).glob("*-*"), reverse=True):
-        try:
-            fits = json.loads((folder / advisor.LINK_FIT).read_text())
+        try:  # the advisor's one validator: a damaged fit is no run's (its row then says no fit matches)
+            _, _, fits = advisor.read_link_fit(folder / advisor.LINK_FIT)
         except (OSError, ValueError):
             continue
-        if {"intra", "inter"} <= fits.keys() and fits["intra"].get("cpu_model") == facts["cpu_model"] and \
+        if fits["intra"].get("cpu_model") == facts["cpu_model"] and \
                 (not across or (fits["inter"].get("link") == facts["link"] and same_cluster(fits, facts))):
             return folder / advisor.LINK_FIT
     return None

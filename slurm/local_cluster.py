@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurm import netns
+from slurm.client import Clients, NoConfiguration
 
 # Job states after which nothing more happens to a job (REQUEUED and PENDING are not final).
 FINAL_STATES = frozenset({
@@ -281,19 +282,20 @@ class Cluster:
 
     # ---- commands --------------------------------------------------------------------------------------------
     def run(self, argv: list[str], check: bool = True, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
-        """Run a Slurm client command (sinfo, squeue, scontrol, ...) against this cluster."""
+        """Run a Slurm client command (sinfo, squeue, scontrol, ...) against this cluster (through the suite's one
+        door for clients, slurm/client.py: its slurm.conf must be readable)."""
         env = {**os.environ, **self.env, **kw.pop("env", {})}
-        return subprocess.run(argv, env=env, capture_output=True, text=True, check=check, timeout=timeout, **kw)
+        return Clients(env=env).run(argv, capture_output=True, text=True, check=check, timeout=timeout, **kw)
 
     def submit(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None) -> int:
         """`sbatch --parsable ARGV` -> job id. ARGV may start with "sbatch" (as profiles.sbatch_argv returns)."""
         argv = list(argv)
         if argv and Path(argv[0]).name == "sbatch":
             argv = argv[1:]
-        r = self.run(["sbatch", "--parsable", *argv], check=False, env=env or {}, cwd=cwd)
-        if r.returncode != 0:
-            raise ClusterError(f"sbatch failed: {r.stderr.strip()}")
-        return int(r.stdout.strip().split(";")[0])
+        got = Clients(env={**os.environ, **self.env, **(env or {})}).submit(["sbatch", *argv], cwd=cwd, timeout=60)
+        if not got.job:
+            raise ClusterError(f"sbatch failed: {got.said}")
+        return int(got.job)
 
     def job_info(self, job: int) -> dict[str, str]:
         """`scontrol show job -o J` as a dict (JobState, Reason, Restarts, ExitCode, ...); {} if unknown."""
@@ -627,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no cluster in {workdir}")
             return without
         return action(Cluster.load(workdir), args)
-    except ClusterError as e:
+    except (ClusterError, NoConfiguration) as e:  # NoConfiguration: the cluster's slurm.conf went missing
         print(f"error: {e}", file=sys.stderr)
         return 1
 

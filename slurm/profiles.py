@@ -5,7 +5,7 @@
                        gpus_per_node=4, job_name="05-w8-s0", time_limit=None, output="results/slurm/%x.%j.out",
                        env={"BACKEND": "horovod", "PYTHON": "/abs/venv/bin/python"},
                        train_args=["experiments/05_linear_scaling/config.toml", "--run", "w8-s0", "--scale", "thesis"])
-    subprocess.run(argv)          # or print(shlex.join(argv)) for --dry-run
+    Clients.of(profile).submit(argv)   # slurm/client.py: the one door of Slurm clients; or print(shlex.join(argv))
 
 A profile says how one cluster is used (docs/cluster.md is the guide to writing one; slurm/job.sh receives it as
 the environment variables of `profile_env`). String values may name environment variables, `${VAR}` or
@@ -22,6 +22,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from slurm.client import configless_error
 
 CLUSTERS_DIR = Path(__file__).resolve().parent / "clusters"
 
@@ -62,6 +64,8 @@ class Profile:
     max_restarts: int = 50              # a run stops requeueing itself after this many restarts
     shared_machine: bool = False        # the nodes are hosts on one machine (slurm/local_cluster.py): a throughput
                                         # study's jobs run one after another, each rank with a local run's threads
+    configless: str = ""                # a site without slurm.conf: "dns-srv" (its DNS SRV records) or the
+                                        # --conf-server HOST:PORT its daemons fetch it from (slurm/client.py)
 
     def gres(self, gpus: int) -> str:
         """The --gres value for `gpus` GPUs on a node, or "" when none is needed."""
@@ -138,6 +142,8 @@ def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile
                            f"got {prof.mpi_launcher!r}")
     if prof.gres_template and "{n}" not in prof.gres_template:
         raise ProfileError(f"cluster profile {path.name}: gres_template needs '{{n}}', got {prof.gres_template!r}")
+    if configless_error(prof.configless):
+        raise ProfileError(f"cluster profile {path.name}: {configless_error(prof.configless)}")
     if prof.signal and not SIGNAL.match(prof.signal):
         raise ProfileError(f"cluster profile {path.name}: signal = {prof.signal!r} is not Slurm's SIGNAL[@SECONDS] "
                            "(e.g. \"USR1@120\"), or \"\" for none")

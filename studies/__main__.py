@@ -7,6 +7,7 @@ from pathlib import Path
 
 from contract.cli import one_line_errors, out_folder
 from contract.config import SCALES, DataError
+from slurm.client import NoConfiguration
 from studies.run import run_study
 
 
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         dry_run=args.dry_run, quick=args.quick, out=None if args.out is None else out_folder(args.out),
         seeds=args.seeds, overrides=args.set, jobs=args.jobs, only=args.only,
         **({"gpus": args.gpus} if args.gpus is not None else {}),
-    ), (DataError,))
+    ), (DataError, NoConfiguration))  # NoConfiguration: a Slurm configuration gone mid-command
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analysis import advisor
+from contract.config import ConfigError
+from slurm.client import Clients, NoConfiguration
 
 EXP3 = Path(__file__).resolve().parents[1] / "experiments" / "03_throughput_distributed_data_parallel" / "config.toml"
 STEP_STEPS, STEP_WARMUP, INPUT_BATCHES = 20, 5, 50  # seconds on a CPU at the local scale
@@ -30,10 +32,12 @@ class Shape:
     shared_cores: int | None  # the one machine's cores where every node is a host on it, else None
 
 
-def answering_nodes() -> list[tuple[str, int]]:
+def answering_nodes(clients: Clients) -> list[tuple[str, int]]:
     """(node, CPUs) of every node that answers (sinfo); AdviseError where Slurm cannot be asked."""
     try:
-        r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T %c"], capture_output=True, text=True, timeout=60)
+        r = clients.run(["sinfo", "-h", "-N", "-o", "%N %T %c"], capture_output=True, text=True, timeout=60)
+    except NoConfiguration as e:
+        raise AdviseError(str(e)) from None
     except (OSError, subprocess.TimeoutExpired) as e:
         raise AdviseError(f"sinfo could not be run ({e}): run this on the cluster's login node, or give --nodes "
                           f"N and --step FILE") from None
@@ -46,7 +50,7 @@ def answering_nodes() -> list[tuple[str, int]]:
                    if s.rstrip("~#*") in ("idle", "mixed", "allocated", "completing")})
 
 
-def cluster_shape(profile, nodes: int | None = None) -> Shape:
+def cluster_shape(profile, nodes: int | None = None, clients: Clients | None = None) -> Shape:
     """The nodes (sinfo's answering ones unless given), the ranks a node a study puts there, a rank's threads (a
     node's CPUs: the profile's, else sinfo's; where nodes are given and sinfo cannot be asked, a local cluster's
     nodes have this machine's cores, as slurmd -C describes them)."""
@@ -55,7 +59,7 @@ def cluster_shape(profile, nodes: int | None = None) -> Shape:
     found: list[tuple[str, int]] = []
     if nodes is None or not profile.cpus_per_node:
         try:
-            found = answering_nodes()
+            found = answering_nodes(clients or Clients.of(profile))
         except AdviseError:
             if nodes is None or not profile.shared_machine:
                 raise
@@ -69,7 +73,7 @@ def cluster_shape(profile, nodes: int | None = None) -> Shape:
                  (os.cpu_count() or 1) if profile.shared_machine else None)
 
 
-def link_fit(profile, probe: bool, root: Path = advisor.CHECK_ROOT) -> Path:
+def link_fit(profile, probe: bool, root: Path = advisor.CHECK_ROOT, clients: Clients | None = None) -> Path:
     """The profile's newest link fit; where none is recorded, the check's two link layers run now (probe) or the
     line that says how to make one."""
     path = advisor.latest_link_fit(profile.name, root)
@@ -82,7 +86,10 @@ def link_fit(profile, probe: bool, root: Path = advisor.CHECK_ROOT) -> Path:
 
     print(f"advise: no link fit recorded for {profile.name}; timing its links now (cluster-check's link-intra and "
           f"link-inter layers)", flush=True)
-    run_check(profile.name, "local", 2, root, timeout=600, layers=("link-intra", "link-inter"))
+    try:
+        run_check(profile.name, "local", 2, root, timeout=600, layers=("link-intra", "link-inter"), clients=clients)
+    except ConfigError as e:  # no Slurm configuration here: one line, and no probe started
+        raise AdviseError(str(e)) from None
     path = advisor.latest_link_fit(profile.name, root)
     if not path:
         raise AdviseError(f"the link probes of {profile.name} did not both pass (their table is above): fix the "
@@ -119,8 +126,9 @@ def advise_cluster(cluster: str, nodes: int | None = None, step_file: Path | Non
         profile = load_profile(cluster)
     except ProfileError as e:
         raise AdviseError(str(e)) from None
-    shape = cluster_shape(profile, nodes)
-    path = link_fit(profile, probe, root)
+    clients = Clients.of(profile)  # checked where a client is needed: a recorded fit and given nodes need none
+    shape = cluster_shape(profile, nodes, clients)
+    path = link_fit(profile, probe, root, clients)
     intra, inter, fits = advisor.read_link_fit(path)
     # the fit says whether its hosts share one machine's cores (the profile's shared_machine, or the probe's boot
     # ids: studies/cluster_check.annotate_link_fit), the one answer the report's predictions use too

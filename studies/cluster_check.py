@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 import sys
 import tarfile
 import time
@@ -24,6 +23,7 @@ from contract.config import ConfigError, load_config
 from contract.placement import cpus_per_task_for
 from contract.reader import read_manifest, read_metrics
 from contract.runfolder import CHECKPOINT, LOG, METRICS, link_bits_per_s
+from slurm.client import Clients, NoConfiguration
 from slurm.profiles import Profile, ProfileError, load_profile, sbatch_argv
 from studies.launch import REPO
 
@@ -44,9 +44,10 @@ class Finding:
 
 
 def run_check(cluster: str, scale: str = "local", nodes: int = 2, out: Path = CHECK_OUT,
-              timeout: float = 1800, layers: tuple[str, ...] = LAYERS) -> int:
+              timeout: float = 1800, layers: tuple[str, ...] = LAYERS, clients: Clients | None = None) -> int:
     """Check `layers` (default all) on `nodes` nodes of the cluster the profile `cluster` describes; 0 when all pass.
-    The nodes layer is always checked: no job should wait for nodes that are not there."""
+    The nodes layer is always checked: no job should wait for nodes that are not there. clients: a caller's own
+    (make advise's), so a configless site is said once."""
     if nodes < 2:
         raise ConfigError(f"--nodes {nodes}: the check is of a path across nodes; give 2 or more")
     unknown = set(layers) - set(LAYERS)
@@ -55,15 +56,17 @@ def run_check(cluster: str, scale: str = "local", nodes: int = 2, out: Path = CH
     jobs_layers = [layer for layer in LAYERS[1:] if layer in layers]
     try:
         profile = load_profile(cluster)
-    except ProfileError as e:
+        clients = clients or Clients.of(profile)
+        clients.check()  # before the check's folder is made: no client starts without a configuration
+    except (ProfileError, NoConfiguration) as e:
         raise ConfigError(str(e)) from None
     folder = (out / f"{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     folder.mkdir(parents=True)
     print(f"cluster-check of {profile.name} ({nodes} nodes, scale {scale}) in {folder}", flush=True)
-    findings = [check_nodes(nodes)]
+    findings = [check_nodes(clients, nodes)]
     if findings[0].ok:
-        jobs = submit_layers(profile, scale, nodes, folder, jobs_layers)
-        states = wait(jobs, timeout)
+        jobs = submit_layers(clients, profile, scale, nodes, folder, jobs_layers)
+        states = wait(clients, jobs, timeout)
         findings += [judge(layer, states.get(layer, "NOT SUBMITTED"), folder, nodes, profile.requeue)
                      for layer in jobs_layers]
     else:
@@ -95,9 +98,9 @@ def annotate_link_fit(folder: Path, profile: Profile) -> None:
 
 
 # ---- the layers ----------------------------------------------------------------------------------------------
-def check_nodes(nodes: int) -> Finding:
+def check_nodes(clients: Clients, nodes: int) -> Finding:
     """Enough nodes that answer: idle, mixed or allocated (not down, drained or not responding: a '*')."""
-    r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, timeout=60)
+    r = clients.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         return Finding("nodes", False, f"sinfo failed: {r.stderr.strip()[:200]}")
     states = dict(line.split() for line in r.stdout.splitlines() if len(line.split()) == 2)
@@ -134,7 +137,8 @@ def layer_job(layer: str, profile: Profile, scale: str, nodes: int, folder: Path
     return env, args
 
 
-def submit_layers(profile: Profile, scale: str, nodes: int, folder: Path, layers: list[str]) -> dict[str, int]:
+def submit_layers(clients: Clients, profile: Profile, scale: str, nodes: int, folder: Path,
+                  layers: list[str]) -> dict[str, int]:
     """Submit each layer's job, each after the one before (afterany: a failure does not stop the next)."""
     script, jobs, previous = REPO / "slurm" / "check.sbatch", {}, None
     for layer in layers:
@@ -147,12 +151,11 @@ def submit_layers(profile: Profile, scale: str, nodes: int, folder: Path, layers
         if previous:
             argv[1:1] = [f"--dependency=afterany:{previous}"]
         (folder / f"{layer}.sbatch-line").write_text(shlex.join(argv) + "\n")
-        r = subprocess.run([argv[0], "--parsable", *argv[1:]], capture_output=True, text=True, timeout=60,
-                           cwd=REPO)
-        if r.returncode != 0:
-            print(f"  {layer}: sbatch failed: {r.stderr.strip()[:300]}", flush=True)
+        got = clients.submit(argv, timeout=60, cwd=REPO)
+        if not got.job:  # its row reads NOT SUBMITTED
+            print(f"  {layer}: sbatch failed: {got.said[:300]}", flush=True)
             continue
-        jobs[layer] = previous = int(r.stdout.strip().split(";")[0])
+        jobs[layer] = previous = int(got.job)
     return jobs
 
 
@@ -183,14 +186,14 @@ def make_tar(folder: Path) -> Path:
 
 
 # ---- reading what the ranks saw ------------------------------------------------------------------------------
-def job_state(job: int) -> str | None:
+def job_state(clients: Clients, job: int) -> str | None:
     """The job's state (scontrol, or once purged the accounting/completion log); None when Slurm knows nothing."""
-    r = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True, text=True, timeout=60)
+    r = clients.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True, text=True, timeout=60)
     for token in r.stdout.split():
         if token.startswith("JobState="):
             return token.split("=", 1)[1]
-    r = subprocess.run(["sacct", "-n", "-P", "-X", "-j", str(job), "-o", "state"], capture_output=True, text=True,
-                       timeout=60)
+    r = clients.run(["sacct", "-n", "-P", "-X", "-j", str(job), "-o", "state"], capture_output=True, text=True,
+                    timeout=60)
     states = [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
     return states[-1] if states else None
 
@@ -198,35 +201,35 @@ def job_state(job: int) -> str | None:
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
 
-def wait(jobs: dict[str, int], timeout: float) -> dict[str, str]:
+def wait(clients: Clients, jobs: dict[str, int], timeout: float) -> dict[str, str]:
     """Every layer's final job state; a line as each ends. Jobs still unfinished at `timeout` are cancelled."""
     deadline, states, pending = time.monotonic() + timeout, {}, {}
     while len(states) < len(jobs) and time.monotonic() < deadline:
         for layer, job in jobs.items():
-            state = None if layer in states else job_state(job)
+            state = None if layer in states else job_state(clients, job)
             pending[job] = (pending.get(job) or time.monotonic()) if state == "PENDING" else None
             if pending[job] and time.monotonic() - pending[job] > 5:
-                start_requeued(job)
+                start_requeued(clients, job)
             if state and state.split()[0] in FINAL:
                 states[layer] = state.split()[0]
                 print(f"  {layer}: job {job} {states[layer]}", flush=True)
         time.sleep(1)
     for layer, job in jobs.items():
         if layer not in states:
-            subprocess.run(["scancel", str(job)], capture_output=True, timeout=60)
-            states[layer] = f"still {job_state(job) or 'unknown'} after {timeout:.0f} s (cancelled)"
+            clients.run(["scancel", str(job)], capture_output=True, timeout=60)
+            states[layer] = f"still {job_state(clients, job) or 'unknown'} after {timeout:.0f} s (cancelled)"
     return states
 
 
-def start_requeued(job: int) -> None:
+def start_requeued(clients: Clients, job: int) -> None:
     """Slurm holds a requeued job back 120 s (Reason=BeginTime); the check has minutes, so it is let start now
     (wait() calls this 5 s after the job went back to pending: slurmd refuses a restart whose credential is not
     newer than the last attempt's, to the second)."""
-    r = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True, text=True, timeout=60)
+    r = clients.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True, text=True, timeout=60)
     info = dict(token.split("=", 1) for token in r.stdout.split() if "=" in token)
     if info.get("Reason") != "BeginTime" or int(info.get("Restarts", "0")) == 0:
         return
-    subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], capture_output=True, timeout=60)
+    clients.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], capture_output=True, timeout=60)
 
 
 def judge(layer: str, state: str, folder: Path, nodes: int, requeues: bool = True) -> Finding:

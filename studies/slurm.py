@@ -5,12 +5,13 @@ import dataclasses
 import math
 import shlex
 import shutil
-import subprocess
 import sys
+from pathlib import Path
 
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError
 from contract.placement import cpus_per_task_for, planned_line
 from contract.plan import Study, node_gpus_used
+from slurm.client import Clients, NoConfiguration
 from slurm.profiles import ProfileError, load_profile, sbatch_argv
 from studies.launch import REFUSED, REPO, planned_runs, refuse_unknown_runs, threads_per_process, write_planned
 from studies.progress import print_comparison
@@ -45,10 +46,8 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
     script = study.experiment / "slurm.sbatch"
     if not script.is_file():
         raise ConfigError(f"{study.experiment} has no slurm.sbatch")
-    if not dry_run and shutil.which("sbatch") is None:  # before any run's config.json is written: no study half
-        raise ConfigError("sbatch is not on PATH: submit from a Slurm login node (or `make cluster` for a local "
-                          "cluster), or see the jobs first with --dry-run")
-    failures, previous_job, submitted = 0, None, 0
+    clients = None if dry_run else slurm_clients(profile)  # before any run's config.json is written
+    failed, previous_job, submitted = 0, None, 0
     plans = planned_runs(study, scale, out, gpus or profile.gpus_per_node or None)
     if not dry_run:
         refuse_unknown_runs(plans)
@@ -69,25 +68,63 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
         if one_at_a_time and previous_job:
             argv[1:1] = [f"--dependency=afterany:{previous_job}"]
         print(shlex.join(argv), flush=True)
-        submitted += 1
-        if dry_run:
-            previous_job = "<the previous job>"
-        else:
-            write_planned(plan)  # the job's trainer starts from it (and sbatch -o writes into its folder)
-            result = subprocess.run(argv, capture_output=True, text=True)
-            print(f"#   {result.stdout.strip() or result.stderr.strip()}")
-            failures += result.returncode != 0
-            words = result.stdout.split()  # "Submitted batch job 123"
-            previous_job = words[-1] if words and words[-1].isdigit() else previous_job
+        job = "<the previous job>" if dry_run else submit(clients, plan, argv)
+        if job:
+            submitted, previous_job = submitted + 1, job
+        else:  # not counted: the closing line says how many failed, and the study exits 1
+            failed += 1
     if not dry_run:
-        closing(study, plans, submitted)
-    return 1 if failures else 0
+        closing(study, plans, submitted, failed)
+    return 1 if failed else 0
 
 
-def closing(study: Study, plans, submitted: int) -> None:
+def slurm_clients(profile) -> Clients:
+    """The cluster's Slurm clients, checked before anything is written: sbatch on PATH, a configuration it can
+    read (or the profile's configless site, said in one line)."""
+    if shutil.which("sbatch") is None:
+        raise ConfigError("sbatch is not on PATH: submit from a Slurm login node (or `make cluster` for a local "
+                          "cluster), or see the jobs first with --dry-run")
+    clients = Clients.of(profile)
+    try:
+        clients.check()
+    except NoConfiguration as e:
+        raise ConfigError(str(e)) from None
+    return clients
+
+
+def submit(clients: Clients, plan, argv: list[str]) -> str | None:
+    """One run's job id, or None where sbatch failed (its exit code, or no job id printed): such a run is not
+    counted as submitted, and the folders made for it alone are taken back (no planned run without a job)."""
+    made = first_missing(plan.run_dir)
+    write_planned(plan)  # the job's trainer starts from it (and sbatch -o writes into its folder)
+    got = clients.submit(argv)
+    if got.job:
+        print(f"#   Submitted batch job {got.job}")  # tools/link_sweep.py reads the job ids from these lines
+        return got.job
+    print(f"#   not submitted: sbatch {'exited ' + str(got.returncode) if got.returncode else 'printed no job id'}: "
+          f"{got.said}")
+    if made:
+        shutil.rmtree(made)
+    return None
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost of `path` and its parents that does not exist yet (None: `path` exists)."""
+    missing = None
+    while not path.exists():
+        missing, path = path, path.parent
+    return missing
+
+
+def closing(study: Study, plans, submitted: int, failed: int = 0) -> None:
     """The study's closing table once its jobs are done: a rerun that submits nothing prints it (after the jobs,
-    each run's folder says how it ended); the last line says which of the two this was."""
+    each run's folder says how it ended); the last line says which of the two this was, and how many sbatch
+    calls failed."""
     name = study.experiment.name
+    if failed:
+        print(f"{name}: {submitted} job(s) submitted, {failed} failed (sbatch's line above each): fix what it says, "
+              "then, once squeue shows none of this study's jobs, run the same line again")
+        return
     if submitted:
         print(f"{name}: {submitted} job(s) submitted; once squeue shows none of them, run the same line again: it "
               "submits nothing and prints the closing table")

@@ -279,7 +279,7 @@ def local_cluster_parts(tmp_path, monkeypatch):
             "optimizer_s": 0.0, "whole_step_s": 0.06, "gradient_bytes": 280_000, "threads": 2,
             "loader_workers": 0, "data_kind": "synthetic", "input_images_per_s": 32_000.0}
     (tmp_path / "step.json").write_text(json.dumps(step))
-    monkeypatch.setattr(advise_cluster, "answering_nodes", lambda: [("n1", 2), ("n2", 2), ("n3", 2)])
+    monkeypatch.setattr(advise_cluster, "answering_nodes", lambda clients: [("n1", 2), ("n2", 2), ("n3", 2)])
     monkeypatch.setattr(advise_cluster.os, "cpu_count", lambda: 2)
     return tmp_path / "checks", tmp_path / "step.json"
 

@@ -5,6 +5,7 @@ import sys
 
 from contract.cli import command_word, one_line_errors
 from contract.config import DataError
+from slurm.client import NoConfiguration
 from tools import (advisor_local, bench, bench_comm, bench_step, cluster_check, cluster_probe, data_bench, exp13_next,
                    gpu_check, link_sweep, migrate_manifests, noise_scale, reference_add, step_split,
                    telemetry_overhead)
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(word, int):
         return word
     module, _ = TOOLS[word]
-    return one_line_errors(lambda: module.main(argv[1:]), (DataError,))
+    # NoConfiguration: a Slurm configuration gone mid-command is one line too
+    return one_line_errors(lambda: module.main(argv[1:]), (DataError, NoConfiguration))
 
 if __name__ == "__main__":
     sys.exit(main())

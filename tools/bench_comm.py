@@ -136,12 +136,15 @@ def configs(args, folder: Path, n: int) -> list[tuple[str, str, Path, list[str]]
 
 def measure_across_nodes(args) -> tuple[list[dict], str]:
     """Every row as a Slurm job on the profile's cluster; (the rows, where they ran: hosts and link)."""
+    from slurm.client import Clients, NoConfiguration
     from slurm.profiles import ProfileError, load_profile, sbatch_argv
     from studies.cluster_check import wait
 
     try:
         profile = load_profile(args.cluster)
-    except ProfileError as e:
+        clients = Clients.of(profile)
+        clients.check()  # before the rows' folder is made: no client starts without a configuration
+    except (ProfileError, NoConfiguration) as e:
         raise SystemExit(f"error: {e}") from None
     out = Path(args.out or f"results/bench_comm/{profile.name}-n{args.nodes}").resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -153,13 +156,13 @@ def measure_across_nodes(args) -> tuple[list[dict], str]:
                            job_name=f"bench-{label}", time_limit="15", output=out / f"{label}.out",
                            env={"PYTHON": sys.executable, "HARNESS_DIR": str(REPO / "slurm"), "BACKEND": launcher,
                                 "RESUME": "never", "OMP_NUM_THREADS": str(args.threads)}, train_args=train)
-        argv[1:1] = ["--parsable", *([f"--dependency=afterany:{previous}"] if previous else [])]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO)
-        if r.returncode != 0:
-            raise SystemExit(f"error: sbatch of the {label} row failed: {r.stderr.strip()[:300]}")
-        jobs[label] = previous = int(r.stdout.strip().split(";")[0])
+        argv[1:1] = [f"--dependency=afterany:{previous}"] if previous else []
+        got = clients.submit(argv, timeout=60, cwd=REPO)
+        if not got.job:
+            raise SystemExit(f"error: sbatch of the {label} row failed: {got.said[:300]}")
+        jobs[label] = previous = int(got.job)
         print(f"[bench-comm] {label}: job {previous} on {nodes} node(s)", file=sys.stderr, flush=True)
-    states = wait(jobs, args.timeout)
+    states = wait(clients, jobs, args.timeout)
     return [row_of(out / config.stem / label, label, states[label])
             for label, _, config, _ in rows], where(out / "bench_ddp" / "ddp")
 

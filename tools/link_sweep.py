@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from slurm.client import Clients
+
 REPO = Path(__file__).resolve().parents[1]
 EXP3 = REPO / "experiments" / "03_throughput_distributed_data_parallel"
 SWEEP_OUT = Path("results/link_sweep")
@@ -42,10 +44,10 @@ def run_rate(rate: str, cluster_dir: Path, out: Path, only: list[str], env: dict
 
 
 def wait_for(jobs: list[str], env: dict, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+    deadline, clients = time.monotonic() + timeout, Clients(env=env)  # env's SLURM_CONF: the local cluster's
     while jobs and time.monotonic() < deadline:
-        r = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(jobs)], env=env, capture_output=True,
-                           text=True, timeout=60)
+        r = clients.run(["squeue", "-h", "-o", "%i", "-j", ",".join(jobs)], capture_output=True, text=True,
+                        timeout=60)
         if not r.stdout.split():
             return
         time.sleep(2)
