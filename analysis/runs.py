@@ -344,7 +344,7 @@ def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def runs_frame(raw: pd.DataFrame) -> pd.DataFrame:
     """The reader's frame of a tree of run folders -> the rows here, a run after another (problems in
     ``df.attrs['problems']``)."""
-    groups = [rows for _, rows in raw.groupby("path", sort=False)]
+    groups = [rows for _, rows in raw.groupby("path", sort=False) if not rows.iloc[0]["left_out"]]
     frames = [run_frame(rows) for rows in groups if rows.iloc[0]["config"] is not None]
     df = _finish(frames)
     df.attrs["problems"] = (list(raw.attrs["problems"]) + [p for f in frames for p in f.attrs["problems"]]

@@ -4,9 +4,10 @@
 else. The small readers it is built from serve those who need one file of one folder (the study runner, a resuming
 trainer, the tools): `read_config`, `read_manifest`, `read_metrics` (and `last_record`, the newest record of a kind,
 for progress lines) and `folder_fingerprint`. Nothing here renames a field or derives a number: the analysis does
-that, on the DataFrame (analysis/runs.py). Nothing here raises on bad content either (a manifest of an older
-version stops the reader with the command that migrates it): a missing or unreadable file,
-or a line that is not a record, is a problem the DataFrame lists.
+that, on the DataFrame (analysis/runs.py). Nothing here raises on bad content either: a missing or unreadable
+file, or a line that is not a record, is a problem the DataFrame lists; a folder whose manifest is of another
+version (read_manifest raises, naming the migration) is left out of a tree with that line (`left_out`), so one bad
+folder never takes a report down.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from contract import machine
 from contract.fingerprint import document_fingerprint
 from contract.invariants import check_run
-from contract.manifest import check_version
+from contract.manifest import ManifestError, check_version
 from contract.runfolder import CHECKPOINT, CONFIG, MANIFEST, METRICS, RECORDS, STATUSES, parse_lines, parse_record
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 #: the columns every row has: where it comes from, and which row it is
 IDENTITY = ["experiment", "run", "path", "kind"]
 #: the columns of a folder's row (kind "run"); None in the rows of its records
-FOLDER = ["config", "manifest", "fingerprint", "bad_lines", "problems"]
+FOLDER = ["config", "manifest", "fingerprint", "bad_lines", "problems", "left_out"]
 #: the columns of the records' rows: `time`, then every field the schema declares (contract/runfolder.py)
 RECORD = list(dict.fromkeys(["time"] + [f.name for cls in RECORDS.values() for f in fields(cls)]))
 
@@ -214,6 +215,7 @@ def read_runs(root: str | Path) -> pd.DataFrame:
       fingerprint            the config's fingerprint (contract/fingerprint.py), None without a readable config;
       bad_lines              metrics.jsonl's lines that are not a record of a declared kind (skipped);
       problems               a tuple of what was wrong with the folder ("manifest.json: missing", ...);
+      left_out               True for a folder read no further (a manifest of another version): its row alone;
       time, epoch, lr, ...   a record's fields, each as written: a field a record does not hold is None (a NaN the
                              trainer wrote stays NaN), so every column is of object dtype.
     The folder rows come in path order, each followed by its records in the order they were written. Every problem
@@ -230,7 +232,13 @@ def read_run(run_dir: str | Path) -> pd.DataFrame:
 def _folder_rows(run_dir: Path) -> list[dict]:
     """A folder's row, then its records' rows."""
     config, config_problem = read_document(run_dir / CONFIG)
-    manifest, manifest_problem = read_manifest_document(run_dir)
+    identity = {"experiment": run_dir.parent.name, "run": run_dir.name, "path": str(run_dir)}
+    try:
+        manifest, manifest_problem = read_manifest_document(run_dir)
+    except ManifestError as err:  # one folder of another version never takes a tree down: its line, no rows
+        return [{**identity, "kind": "run", "config": config, "manifest": None, "fingerprint": None, "bad_lines": 0,
+                 "problems": (f"left out: {str(err).removeprefix(str(run_dir / MANIFEST) + ': ')}",),
+                 "left_out": True}]
     metrics = read_metrics(run_dir / METRICS)
     problems = [f"{name}: {problem}" for name, problem in
                 ((CONFIG, config_problem), (MANIFEST, manifest_problem), (METRICS, metrics.problem)) if problem]
@@ -238,10 +246,9 @@ def _folder_rows(run_dir: Path) -> list[dict]:
         problems.append(f"{METRICS}: {metrics.bad_lines} bad line(s) skipped")
     # read as it is, never repaired: a breach is the folder's problem line, and its records stay as written
     problems += [f"breaks {breach}" for breach in check_run(config, manifest, metrics.records)]
-    identity = {"experiment": run_dir.parent.name, "run": run_dir.name, "path": str(run_dir)}
     folder = {**identity, "kind": "run", "config": config, "manifest": manifest,
               "fingerprint": None if config is None else document_fingerprint(config),
-              "bad_lines": metrics.bad_lines, "problems": tuple(problems)}
+              "bad_lines": metrics.bad_lines, "problems": tuple(problems), "left_out": False}
     return [folder] + [{**record, **identity} for record in metrics.records]
 
 

@@ -78,11 +78,14 @@ def test_a_reader_given_an_older_manifest_names_the_migration_in_one_line(tmp_pa
     run_dir = tmp_path / "runs" / "04_naive_scaling" / "w1-s0"
     shutil.copytree(REPO / VM_RUN, run_dir)
     as_version_0(run_dir)
-    with pytest.raises(declared.ManifestError) as caught:
-        reader.read_runs(tmp_path / "runs")
+    with pytest.raises(declared.ManifestError) as caught:  # the one-folder reader (a study, a resume) stops
+        reader.read_manifest(run_dir)
     message = str(caught.value)
     assert message.count("\n") == 0 and "manifest_version is 0, older than 1" in message
     assert f"python -m tools migrate-manifests {tmp_path / 'runs'}" in message
+    tree = reader.read_runs(tmp_path / "runs")  # a tree's reader leaves the folder out with that line (issue 64)
+    assert tree["left_out"].tolist() == [True] and len(tree.attrs["problems"]) == 1
+    assert f"python -m tools migrate-manifests {tmp_path / 'runs'}" in tree.attrs["problems"][0]
     from tools.__main__ import main
 
     assert main(["migrate-manifests", str(tmp_path / "runs")]) == 0
@@ -99,6 +102,22 @@ def test_a_reader_given_a_version_it_does_not_know_says_so_without_offering_the_
     with pytest.raises(declared.ManifestError, match=says) as caught:
         reader.read_manifest(run_dir)
     assert "migrate" not in str(caught.value)
+
+
+@pytest.mark.parametrize("version", [0, 99, True, "1"])
+def test_a_report_with_one_manifest_of_another_version_among_good_runs_reports_the_good_ones_and_one_line(
+        tmp_path, version):
+    from analysis.report import make_report
+
+    for name in ("w1-s0", "w1-s1"):
+        shutil.copytree(REPO / VM_RUN, tmp_path / "runs" / "04_naive_scaling" / name)
+    bad = tmp_path / "runs" / "04_naive_scaling" / "w1-s1"
+    manifest = json.loads((bad / "manifest.json").read_text())
+    (bad / "manifest.json").write_text(json.dumps({**manifest, "manifest_version": version}))
+    info = make_report(tmp_path / "runs", tmp_path / "out", notebooks=False, quiet=True)
+    assert info["runs"] == 1  # the good folder (the copy of one run would count once anyway: the bad one is out)
+    [line] = [p for p in info["problems"] if str(bad) in p]
+    assert "left out: manifest_version is" in line
 
 
 def test_the_migration_refuses_what_it_cannot_migrate_in_one_line(tmp_path, capsys):
