@@ -147,7 +147,20 @@ def load_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile
     if prof.signal and not SIGNAL.match(prof.signal):
         raise ProfileError(f"cluster profile {path.name}: signal = {prof.signal!r} is not Slurm's SIGNAL[@SECONDS] "
                            "(e.g. \"USR1@120\"), or \"\" for none")
+    if prof.signal and signal_name(prof.signal) not in FORWARDED:
+        raise ProfileError(f"cluster profile {path.name}: signal = {prof.signal!r} is not one slurm/job.sh catches "
+                           f"and forwards to the trainer (USR1 or TERM; KILL and STOP cannot be caught, so no "
+                           f"checkpoint would be written before the limit): use \"USR1@120\", or \"\" for none")
     return prof
+
+
+# the signals slurm/job.sh traps and forwards (the trainer checkpoints on them), by name and by Linux number
+FORWARDED = {"USR1", "TERM", "10", "15"}
+
+
+def signal_name(signal: str) -> str:
+    """A --signal value's signal, without SIG and the @seconds: "SIGUSR1@120" -> "USR1"."""
+    return signal.partition("@")[0].removeprefix("SIG")
 
 
 # Slurm's --signal: a signal's name or number, then optionally @ and the seconds before the time limit

@@ -62,6 +62,17 @@ def test_an_unknown_machine_names_the_known_ones(tmp_path, reference):
         ra.add(tmp_path, "amd", reference)
 
 
+@pytest.mark.parametrize("label", ["../../../x", "..", "a/b", ""])
+def test_a_machine_label_that_is_no_folder_of_the_reference_is_refused_before_anything_is_read(tmp_path, label):
+    (tmp_path / "x").mkdir()  # a machine.toml outside the reference would otherwise be taken (issue 64)
+    (tmp_path / "x" / "machine.toml").write_text('label = "x"\ncpu_model = "m"\n')
+    study = tmp_path / "runs" / "13_steps"
+    run(study, "a-s1", "completed")
+    with pytest.raises(ConfigError, match="is no reference machine's label"):
+        ra.add(study, label, tmp_path / "ref" / "a" / "b")
+    assert not (tmp_path / "x" / "13_steps").exists()
+
+
 def test_the_committed_reference_machines_are_described_for_the_check():
     for label in ("vm-2cpu", "xeon-2cpu"):
         machine = ra.machine_of(ra.REFERENCE, label)

@@ -199,6 +199,8 @@ def test_a_checkpoint_with_non_finite_weights_or_optimizer_state_is_damaged_neve
     ("max_restarts = -1", "max_restarts = -1 must be a whole number >= 0"),
     ('signal = "USR1@abc"', "signal = 'USR1@abc' is not Slurm's SIGNAL[@SECONDS]"),
     ('signal = "@120"', "signal = '@120' is not Slurm's SIGNAL[@SECONDS]"),
+    ('signal = "KILL@300"', "signal = 'KILL@300' is not one slurm/job.sh catches"),  # no checkpoint before the limit
+    ('signal = "SIGSTOP"', "signal = 'SIGSTOP' is not one slurm/job.sh catches"),
 ])
 def test_a_profiles_negative_count_or_malformed_signal_is_one_line(tmp_path, capsys, line, message):
     from suite.__main__ import main

@@ -27,6 +27,9 @@ KEPT = (CONFIG, MANIFEST, METRICS, LOG, CONSOLE)  # everything but checkpoint.pt
 def machine_of(reference: Path, label: str) -> dict:
     """The reference machine's machine.toml; one line naming what to do when it has none, or declares no CPU model
     (the field a manifest must record for its machine to be told: contract/machine.py)."""
+    if not label or label in (".", "..") or Path(label).name != label:  # a folder of reference/, never elsewhere
+        raise ConfigError(f"--machine {label!r} is no reference machine's label: give a folder name in {reference} "
+                          f"(e.g. vm-2cpu), without '/' or '..'")
     path = reference / label / "machine.toml"
     if not path.is_file():
         known = sorted(p.parent.name for p in reference.glob("*/machine.toml"))
