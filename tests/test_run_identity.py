@@ -167,6 +167,34 @@ def test_the_tensorflow_trainer_without_tensorflow_is_one_line(tmp_path, capsys)
 
 
 # ---- item 6: damage is not a result ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("spoil, says", [
+    (lambda state: state.update(best_top1=float("nan")), "'best_top1' is nan, not a top-1 in [0, 100]"),
+    (lambda state: state.update(best_top1=500.0), "'best_top1' is 500.0, not a top-1 in [0, 100]"),
+    (lambda state: state["partials"][0].__setitem__(0, float("nan")), "'partials' holds non-finite epoch sums"),
+])
+def test_a_checkpoint_s_impossible_best_top1_or_nan_epoch_sums_are_damage_never_copied_or_diverged(
+        tmp_path, capsys, spoil, says):
+    """Issue 64: a best_top1 of NaN or 500 was copied into the manifest; NaN epoch sums resumed as `diverged`."""
+    import torch
+    from contract.reader import read_manifest
+    from tests.helpers import train_in_process
+
+    cfg = write_config(tmp_path / "c.toml")
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    run_dir = tmp_path / "c" / "c"
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    if not state["partials"]:
+        state["partials"] = [[0.0, 0.0, 0.0, 0]]
+    spoil(state)
+    torch.save(state, run_dir / "checkpoint.pt")
+    capsys.readouterr()
+    assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 2
+    assert says in one_line(capsys)
+    manifest = read_manifest(run_dir)
+    assert manifest["status"] != "diverged" and 0 <= manifest["best_val_top1"] <= 100
+
+
+
 @pytest.mark.parametrize("where", ["model", "optimizer"])
 def test_a_checkpoint_with_non_finite_weights_or_optimizer_state_is_damaged_never_diverged(tmp_path, capsys, where):
     import torch

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import random
 from pathlib import Path
@@ -122,6 +123,10 @@ def contents_problem(state: dict[str, Any]) -> str | None:
     for row in state["partials"]:
         if not isinstance(row, list) or len(row) != 4 or not all(isinstance(v, (int, float)) for v in row):
             return "'partials' is not rows of 4 numbers (loss, top-1, top-5, images)"
+        if not all(math.isfinite(v) for v in row):  # the trainer saves none: resumed, it would read as diverged
+            return "'partials' holds non-finite epoch sums (NaN or infinity)"
+    if not (math.isfinite(state["best_top1"]) and 0 <= state["best_top1"] <= 100):  # else copied into the manifest
+        return f"'best_top1' is {state['best_top1']!r}, not a top-1 in [0, 100]"
     return nonfinite_entry(state)
 
 
