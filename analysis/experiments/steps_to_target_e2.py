@@ -116,7 +116,8 @@ def run_steps(df: pd.DataFrame) -> pd.DataFrame:
 
 def superseded(steps: pd.DataFrame, plan: tuned.TunedPlan | None = None) -> pd.Series:
     """The study runs of a choice another replaced (contract/tuned.py current_choices): not the pair's standing
-    rate, so no cell of it counts them; they stay in the reference, and the cells' line says how many."""
+    rate, so no cell of it counts them; they stay in the reference (run_steps' attrs["superseded"] counts them;
+    the tables' "Made from" line still counts every run folder read)."""
     plan = tuned.load_plan(CONFIG.parent / "edition2.toml") if plan is None else plan
     rate = {pair: float(entry["base"]) for pair, entry in tuned.current_choices(plan, tuned.load_decisions(plan)).items()}
     study = ~steps["tuning"].astype(bool)
@@ -291,10 +292,13 @@ def stable_regimes(cells: dict[int, list[float]], first: dict, draws: int = BOOT
             continue
         said = [regime_word(batch, fit["b_noise_ci"]) for fit in streams]
         word = said[0]
-        if said.count(word) < len(said) or word.startswith("between"):
+        if len(set(said)) > 1:
             common = max(set(said), key=said.count)
             words.append(f"{batch}: between regimes (the word depends on the bootstrap's stream: {common} in "
-                         f"{said.count(common)} of {len(said)})" if len(set(said)) > 1 else f"{batch}: {word}")
+                         f"{said.count(common)} of {len(said)})")
+            continue
+        if word.startswith("between"):  # every stream's interval allows both: no share behind a word
+            words.append(f"{batch}: {word}")
             continue
         share = sum(draw_regime(batch, b) == word for b in pooled) / len(pooled)
         words.append(f"{batch}: {word} ({len(said)} of {len(said)} streams; {100 * share:.0f} % of "
