@@ -211,7 +211,7 @@ def test_a_resume_on_other_cpu_kernels_is_refused_unless_forced(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_trainer_started_without_the_pinned_isas_environment_restarts_itself_with_it(tmp_path):
+def test_a_trainer_started_without_the_pinned_isas_environment_sets_it_before_torch_loads(tmp_path):
     cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1, "cpu_isa": "default"}})
     result = train(cfg, tmp_path, "c")
     assert result.returncode == 0, result.stderr[-2000:]

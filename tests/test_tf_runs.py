@@ -90,6 +90,18 @@ def test_a_tensorflow_run_keeps_the_run_folder_contract(tmp_path):
                                 "time/comm_share"}
 
 
+def test_a_tensorflow_config_trains_through_the_front_door(tmp_path):
+    """`python -m suite train` trains a TensorFlow config as `python -m trainers train` does (issue 65): the trainer
+    hands it to the TensorFlow trainer in its own process, which has not loaded torch."""
+    config = tf_config(tmp_path, "mwms", 1)
+    result = run([sys.executable, "-m", "suite", "train", str(config), "--out", str(tmp_path), "--run", "door"],
+                 timeout=240)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    m = manifest(tmp_path / config.stem / "door")
+    assert (m["status"], m["backend"], m["world_size"], m["versions"]["tensorflow"]) == ("completed", "mwms", 1,
+                                                                                         "2.21.0")
+
+
 def test_mwms_two_workers_end_with_the_same_weights_and_a_broken_average_is_caught(tmp_path):
     config = tf_config(tmp_path, "mwms", 2)
     for code, output in finish(start_workers(config, tmp_path, "averaged", 2)):

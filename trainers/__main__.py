@@ -1,8 +1,10 @@
 """The trainer's command line: python -m trainers {train, schedule, config, data} ...
 
 What a launcher starts on every rank (torchrun, srun, mpirun, horovodrun); the suite's front door is python -m
-suite. The trainer starts itself again only where a function call cannot do: a pinned CPU instruction set (torch
-reads it once, at start) and the TensorFlow trainer (a process without torch).
+suite, which calls main(argv) here. Nothing here imports torch before a run's config is read, so a call does what
+restarting the process would: a pinned CPU instruction set goes into the environment before torch loads (torch
+reads it once, then), and a TensorFlow run is handed to the TensorFlow trainer in this process, which never
+loads torch. A caller that already holds torch (a test) is refused both in one line.
 """
 from __future__ import annotations
 
@@ -11,13 +13,12 @@ USER_HELP = ("Train one run, print a run's learning-rate schedule or resolved co
              "report and the tools: python -m suite; `make help` lists the make targets.")
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from contract.cli import one_line_errors, run_to_train
-from contract.config import SCALES, ConfigError, cpu_isa_env, load_config
-from trainers.data import DataError
+from contract.config import SCALES, ConfigError, DataError, load_config  # not trainers.data's: it imports torch
+from trainers.cpu_isa import pin_cpu_isa
 
 
 def default_run_name(cfg) -> str:
@@ -25,29 +26,25 @@ def default_run_name(cfg) -> str:
     return f"w{t.workers}-b{t.per_worker_batch}-{t.backend}-s{t.seed}"
 
 
-def pin_cpu_isa(cpu_isa: str, may_reexec: bool) -> None:
-    """train.cpu_isa works through environment variables torch reads once: a trainer started without them starts
-    itself again with them (same pid, same arguments). Called in-process (tests), the check in the loop refuses."""
-    wanted = cpu_isa_env(cpu_isa)
-    if may_reexec and any(os.environ.get(k) != v for k, v in wanted.items()):
-        from trainers.checks import check_cpu_has
-
-        check_cpu_has(cpu_isa)
-        sys.stdout.flush()
-        os.execve(sys.executable, [sys.executable, "-m", "trainers", *sys.argv[1:]], {**os.environ, **wanted})
-
-
 def cmd_train(args) -> int:
+    cfg, run_dir = run_to_train(args.config, args.scale, args.set, args.out, args.run, default_run_name)
+    if cfg.train.framework == "tensorflow":
+        return train_tensorflow(args.argv)
+    pin_cpu_isa(cfg.train.cpu_isa)  # before the import below loads torch
     from trainers.run import run_training
 
-    cfg, run_dir = run_to_train(args.config, args.scale, args.set, args.out, args.run, default_run_name)
-    if cfg.train.framework == "tensorflow":  # its own trainer, in a process without torch: this one becomes it
-        if not args.may_reexec:  # called from Python (a test): never TensorFlow in this process
-            raise ConfigError("train.framework = 'tensorflow' trains in a process of its own: python -m trainers.tf")
-        sys.stdout.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "trainers.tf", *sys.argv[1:]])
-    pin_cpu_isa(cfg.train.cpu_isa, args.may_reexec)
     return run_training(cfg, run_dir, resume=args.resume is not None, force=args.resume == "force")
+
+
+def train_tensorflow(argv: list[str]) -> int:
+    """A TensorFlow run: the TensorFlow trainer called with these same arguments, in this process while it holds
+    no torch (importing triton after TensorFlow segfaults, so the two never share a process)."""
+    if "torch" in sys.modules:  # a caller that trained before (a test): TensorFlow must not load beside it
+        raise ConfigError("train.framework = 'tensorflow' trains in a process without torch, and this one holds "
+                          "it: start it as python -m trainers train (or python -m suite train)")
+    from trainers.tf.__main__ import main as train_tf
+
+    return train_tf(argv)
 
 
 def cmd_schedule(args) -> int:
@@ -149,8 +146,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
-    args.may_reexec = argv is None  # the command line itself, not a call from Python
+    args.argv = argv  # what a TensorFlow run hands on to its trainer, as given
     return one_line_errors(lambda: args.func(args), (DataError,))
 
 

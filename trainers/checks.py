@@ -14,9 +14,9 @@ import torch
 
 from contract.config import SECTIONS, Config, ConfigError, TrainConfig, check_writable, cpu_isa_env
 from contract.locks import in_use, is_locked
-from contract.machine import cpuinfo
 from contract.runfolder import CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS
 from trainers import backends, checkpoint, compute, rendezvous
+from trainers.cpu_isa import check_cpu_has
 
 
 def check_launch(cfg: Config, run_dir: Path, resume: bool, force: bool) -> tuple[backends.Launch, str, dict]:
@@ -63,21 +63,9 @@ def check_paths(cfg: Config) -> None:
                           "exist; the rendezvous file must be in an existing folder that every node sees")
 
 
-ISA_FLAGS = {"default": (), "avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq")}
-
-
-def check_cpu_has(cpu_isa: str) -> None:
-    """ATen trusts ATEN_CPU_CAPABILITY: kernels of an instruction set the CPU lacks die of SIGILL mid-run."""
-    flags = cpuinfo()[1]
-    missing = [f for f in ISA_FLAGS.get(cpu_isa, ()) if f not in flags]
-    if flags and missing:  # no flags known (not Linux): nothing to check against
-        raise ConfigError(f"train.cpu_isa = {cpu_isa!r}: this CPU has no {cpu_isa} kernels (it lacks "
-                          f"{', '.join(missing)}); pick an instruction set it has, or leave it empty")
-
-
 def check_cpu_isa(t: TrainConfig) -> None:
-    """A pinned ISA must be one this CPU has and what torch runs: set before torch started (the trainer
-    re-executes itself with it)."""
+    """A pinned ISA must be one this CPU has and what torch runs: set before torch started (the trainer's command
+    line sets it before it imports torch: trainers/cpu_isa.py)."""
     wanted = cpu_isa_env(t.cpu_isa)
     if not wanted:
         return
