@@ -529,7 +529,7 @@ def validate(cfg: Config, need_data: bool = True) -> None:
     if cfg.data.loader_workers < 0 or cfg.train.threads < 0:
         raise ConfigError("data.loader_workers and train.threads must be >= 0")
     check_schedule(cfg.lr, cfg.train.epochs)
-    check_launch(cfg, need_data)
+    check_bench_data_and_backend(cfg, need_data)
     check_tensorflow(cfg)
 
 
@@ -603,8 +603,10 @@ def check_schedule(lr: LrConfig, epochs: int) -> None:
             )
 
 
-def check_launch(cfg: Config, need_data: bool) -> None:
-    """Benchmark counts, the data path, the rendezvous, and settings that belong to another backend."""
+def check_bench_data_and_backend(cfg: Config, need_data: bool) -> None:
+    """The benchmark's counts, the data path where data is needed, and the backend's settings: the rendezvous's
+    form, one worker for `single`, [horovod] only for Horovod. The config on its own, where it runs unseen (that is
+    trainers/checks.py's check_launch)."""
     t, d = cfg.train, cfg.data
     if cfg.bench.batches < 0 or cfg.bench.warmup_batches < 0:
         raise ConfigError("bench.batches and bench.warmup_batches must be >= 0")

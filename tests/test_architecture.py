@@ -153,3 +153,13 @@ def test_the_distributed_backends_are_listed_only_in_the_config():
                     if isinstance(node, (ast.Tuple, ast.List, ast.Set))
                     and [getattr(e, "value", None) for e in node.elts] == list(DISTRIBUTED_BACKENDS)]
     assert not listed_again, "use contract.config.DISTRIBUTED_BACKENDS:\n" + "\n".join(listed_again)
+
+
+def test_the_launch_check_has_one_name():
+    """One `check_launch` (issue 65): the trainer's checks of a run against where it starts (trainers/checks.py); a
+    check of the config on its own says what it checks under a name of its own, so a reader never opens the wrong
+    one."""
+    defined = [f"{path.relative_to(REPO)}:{node.lineno}" for path in project_files().values()
+               for node in ast.walk(ast.parse(path.read_text(), str(path)))
+               if isinstance(node, ast.FunctionDef) and node.name == "check_launch"]
+    assert [where.split(":")[0] for where in defined] == ["trainers/checks.py"], defined
