@@ -49,13 +49,18 @@ STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $
 .DEFAULT_GOAL := help
 .PHONY: advise advise-local help setup setup-horovod setup-dali setup-tf setup-tensorboard setup-browser tensorboard tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report reference-add cost bench bench-data bench-step bench-comm gpu-check noise-scale exp13-next clean
 
+# The experiments `make help` lists: every experiments/NN_* folder, found rather than typed, so a new one is listed.
+EXPERIMENTS = $(sort $(patsubst %/,%,$(wildcard experiments/[0-9][0-9]_*/)))
+
 # Colour only on a terminal: piped into a file, a pager or grep, `make help` is plain text.
 help: ## List the targets and the variables
 	@if [ -t 1 ]; then on=$$(printf '\033[36m'); off=$$(printf '\033[0m'); else on=; off=; fi; \
 	echo "Targets:"; \
 	grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk -v on="$$on" -v off="$$off" \
 	    'BEGIN {FS = ":.*## "}; {printf "  %s%-14s%s %s\n", on, $$1, off, $$2}'; \
-	printf "  %s%-14s%s %s\n" "$$on" "expN" "$$off" "Run experiments/NN_* as a study, e.g. make exp3 (the main command); N = 1...12"; \
+	printf "  %s%-14s%s %s\n" "$$on" "expN" "$$off" "Run experiments/NN_* as a study, e.g. make exp3 (the main command); the experiments:"; \
+	for dir in $(EXPERIMENTS); do name=$${dir#experiments/}; \
+	    printf "    %s%-12s%s %s\n" "$$on" "exp$$((10#$${name%%_*}))" "$$off" "$$name"; done; \
 	echo; echo "Variables (e.g. make exp6 SCALE=thesis LAUNCHER=slurm CLUSTER=taito DRY_RUN=1):"; \
 	grep -hE '^## ' $(MAKEFILE_LIST) | sed 's/^## /  /'
 
@@ -147,7 +152,7 @@ cluster-check: setup ## Check a Slurm cluster (CLUSTER=P) layer by layer in minu
 test: setup $(if $(filter true,$(CI)),setup-cluster setup-tf setup-dali setup-tensorboard setup-browser) ## Run the whole test suite (slow tests included)
 	$(PY) -m pytest
 
-test-fast: setup ## Run the fast tests only (under a minute)
+test-fast: setup ## Run the fast tests only (a few minutes on 2 cores: every test not marked slow)
 	$(PY) -m pytest -m "not slow"
 
 # expN: Run experiments/NN_* as a study, any N (listed by `make help` above). A pattern rule, so not .PHONY (make

@@ -66,6 +66,17 @@ def test_make_help_is_plain_when_piped_and_names_every_variable():
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_help_names_every_experiment_and_its_target():
+    """`make help` lists experiments/NN_* as found there, never a typed count that falls behind a new folder."""
+    out = subprocess.run(["make", "-s", "-o", ".venv/.installed", "help"], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    folders = sorted(p.name for p in (REPO / "experiments").glob("[0-9][0-9]_*") if p.is_dir())
+    assert len(folders) >= 13
+    listed = {tuple(line.split()) for line in out.splitlines()}
+    missing = [name for name in folders if (f"exp{int(name[:2])}", name) not in listed]
+    assert not missing, f"make help does not name: {missing}"
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_passes_out_to_the_study(tmp_path):
     out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "exp5", f"OUT={tmp_path}"], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout
