@@ -39,6 +39,15 @@ def placement(workers: int, backend: str, nodes: int, gpus_per_node: int,
 
 
 def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus: int | None = None) -> int:
+    """The study's exit code: 1 where an sbatch call failed (its line says why)."""
+    return 1 if submit_jobs(study, scale, cluster, out, dry_run, gpus)[1] else 0
+
+
+def submit_jobs(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus: int | None = None,
+                clients: Clients | None = None) -> tuple[list[str], int]:
+    """The study's runs submitted, each line printed as it goes: (the job ids sbatch gave, in order, a dry run's
+    its placeholder; how many sbatch calls failed), so a caller (tools/link_sweep.py) waits for the jobs without
+    reading the lines. `clients`: the cluster's (default: its profile's, checked before anything is written)."""
     try:
         profile = load_profile(cluster)
     except ProfileError as e:
@@ -46,8 +55,8 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
     script = study.experiment / "slurm.sbatch"
     if not script.is_file():
         raise ConfigError(f"{study.experiment} has no slurm.sbatch")
-    clients = None if dry_run else slurm_clients(profile)  # before any run's config.json is written
-    failed, previous_job, submitted = 0, None, 0
+    clients = None if dry_run else clients or slurm_clients(profile)  # before any run's config.json is written
+    failed, previous_job, submitted, jobs = 0, None, 0, []
     plans = planned_runs(study, scale, out, gpus or profile.gpus_per_node or None)
     if not dry_run:
         refuse_unknown_runs(plans)
@@ -71,11 +80,12 @@ def submit_all(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus:
         job = "<the previous job>" if dry_run else submit(clients, plan, argv)
         if job:
             submitted, previous_job = submitted + 1, job
+            jobs.append(job)
         else:  # not counted: the closing line says how many failed, and the study exits 1
             failed += 1
     if not dry_run:
         closing(study, plans, submitted, failed)
-    return 1 if failed else 0
+    return jobs, failed
 
 
 def slurm_clients(profile) -> Clients:
@@ -99,7 +109,7 @@ def submit(clients: Clients, plan, argv: list[str]) -> str | None:
     write_planned(plan)  # the job's trainer starts from it (and sbatch -o writes into its folder)
     got = clients.submit(argv)
     if got.job:
-        print(f"#   Submitted batch job {got.job}")  # tools/link_sweep.py reads the job ids from these lines
+        print(f"#   Submitted batch job {got.job}")  # sbatch's own words, as a user knows them
         return got.job
     print(f"#   not submitted: sbatch {'exited ' + str(got.returncode) if got.returncode else 'printed no job id'}: "
           f"{got.said}")

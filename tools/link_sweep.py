@@ -10,13 +10,18 @@ run's manifest names its link, so rates are never pooled. Then DIR/link_sweep.{c
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from contract.config import ConfigError
+from contract.plan import study_plan
 from slurm.client import Clients
+from studies.slurm import submit_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 EXP3 = REPO / "experiments" / "03_throughput_distributed_data_parallel"
@@ -32,19 +37,32 @@ def set_link(cluster_dir: Path, rate: str, env: dict | None = None, **run) -> No
 def run_rate(rate: str, cluster_dir: Path, out: Path, only: list[str], env: dict, timeout: float) -> None:
     """Limit the links to `rate`, run experiment 3's study into out/<rate>, wait for its jobs."""
     set_link(cluster_dir, rate, env, check=True)
-    study = subprocess.run([sys.executable, "-m", "suite", "study", str(EXP3), "--launcher", "slurm", "--cluster",
-                            "local", "--out", str(out / rate), *(["--only", *only] if only else [])],
-                           env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
-    if study.returncode != 0:
-        why = (study.stderr or study.stdout).strip()[-300:]
-        raise SystemExit(f"error: the study at {rate} was not submitted: {why}")
-    jobs = [line.split()[-1] for line in study.stdout.splitlines() if line.startswith("#   Submitted batch job")]
+    clients = Clients(env=env)  # env's SLURM_CONF: the local cluster's; its jobs inherit env as the study's did
+    jobs = submit_rate(rate, out, only, clients)
     print(f"link {rate}: {len(jobs)} job(s) submitted; waiting", flush=True)
-    wait_for(jobs, env, timeout)
+    wait_for(jobs, clients, timeout)
 
 
-def wait_for(jobs: list[str], env: dict, timeout: float) -> None:
-    deadline, clients = time.monotonic() + timeout, Clients(env=env)  # env's SLURM_CONF: the local cluster's
+def submit_rate(rate: str, out: Path, only: list[str], clients) -> list[str]:
+    """Experiment 3's study submitted to the local cluster into out/<rate> (what `python -m suite study EXP3
+    --launcher slurm --cluster local` does), its job ids returned. The study's own lines are kept back, as when it
+    ran as a command, and shown where sbatch fails."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            study = study_plan(EXP3, "local", quick=False, seeds=None, overrides=[], only=list(only))
+            jobs, failed = submit_jobs(study, "local", "local", out / rate, dry_run=False, clients=clients)
+    except ConfigError as e:
+        raise SystemExit(f"error: the study at {rate} was not submitted: {e}") from None
+    if failed:  # its whole output: sbatch's line under each job that failed
+        print(said.getvalue(), end="", flush=True)
+        raise SystemExit(f"error: the study at {rate} was not submitted: {failed} sbatch call(s) failed (sbatch's "
+                         "line above each)")
+    return jobs
+
+
+def wait_for(jobs: list[str], clients: Clients, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
     while jobs and time.monotonic() < deadline:
         r = clients.run(["squeue", "-h", "-o", "%i", "-j", ",".join(jobs)], capture_output=True, text=True,
                         timeout=60)
