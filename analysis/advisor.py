@@ -129,20 +129,40 @@ class Prediction:
     backend: str = ""
 
 
-def fit_link(sizes_bytes: list[float], seconds: list[float], relative: bool = False) -> Link:
-    """Least squares of seconds = latency + bytes / bandwidth over messages timed at several sizes. relative: each
-    point weighted by 1 / seconds^2, so the residuals that count are relative ones (sizes a thousandfold apart:
-    unweighted, the largest messages alone would decide the latency too)."""
-    if len(set(sizes_bytes)) < 2:
+# Where bandwidth rules: the messages within this factor of the largest timed one give the bandwidth (the probe's
+# sizes go by fours, so its three largest), and the smallest LATENCY_POINTS give the latency.
+BANDWIDTH_SPAN = 16
+LATENCY_POINTS = 3
+
+
+def fit_link(sizes_bytes: list[float], seconds: list[float]) -> Link:
+    """Hockney's alpha-beta fitted where each term rules: beta from the largest messages, alpha from the smallest.
+
+    Why not one least-squares line over every size (the first fit, of relative residuals): on a token bucket (the
+    local cluster's tc tbf) the small messages ride the bucket's burst at the line's rate, and with them deciding
+    the slope the 50 Mbit link fitted at 0.248 Gbit/s (issue 63). So beta is the slope of the least-squares line
+    through the messages within BANDWIDTH_SPAN of the largest (at least the two largest sizes): a burst sends the
+    same bytes early in each of them, a constant shift that moves the line's intercept and leaves its slope alone,
+    which is why that intercept is not taken as the latency. alpha is what the smallest messages cost beyond their
+    bytes at beta (their median: one message held up by the machine does not decide it)."""
+    points = sorted(zip(sizes_bytes, seconds))
+    if len({n for n, _ in points}) < 2:
         raise ValueError("fitting a link needs messages of at least two message sizes")
-    w = [1 / y ** 2 if relative and y > 0 else 1.0 for y in seconds]
-    mean_x = sum(wi * x for wi, x in zip(w, sizes_bytes)) / sum(w)
-    mean_y = sum(wi * y for wi, y in zip(w, seconds)) / sum(w)
-    sxx = sum(wi * (x - mean_x) ** 2 for wi, x in zip(w, sizes_bytes))
-    slope = sum(wi * (x - mean_x) * (y - mean_y) for wi, x, y in zip(w, sizes_bytes, seconds)) / sxx
+    slope = bandwidth_slope(points)
     if slope <= 0:
         raise ValueError("the timed messages do not grow with their size: no bandwidth to fit")
-    return Link(latency_s=max(0.0, mean_y - slope * mean_x), bytes_per_s=1 / slope)
+    latency = statistics.median(max(0.0, t - n * slope) for n, t in points[:LATENCY_POINTS])
+    return Link(latency_s=latency, bytes_per_s=1 / slope)
+
+
+def bandwidth_slope(points: list[tuple[float, float]]) -> float:
+    """Seconds a byte: the least-squares slope through the largest messages (points sorted by size)."""
+    largest = points[-1][0]
+    top = [(n, t) for n, t in points if n * BANDWIDTH_SPAN >= largest]
+    if len({n for n, _ in top}) < 2:  # sizes far apart: the two largest
+        top = [p for p in points if p[0] >= sorted({n for n, _ in points})[-2]]
+    mean_n, mean_t = statistics.fmean(n for n, _ in top), statistics.fmean(t for _, t in top)
+    return (sum((n - mean_n) * (t - mean_t) for n, t in top) / sum((n - mean_n) ** 2 for n, _ in top))
 
 
 def ring_link(ranks_per_node: int, nodes: int, intra: Link, inter: Link) -> Link:
@@ -386,7 +406,18 @@ LINK_FIT = "link_fit.json"  # in a cluster-check's folder: {"intra": record, "in
 CHECK_ROOT = Path("results/cluster_check")
 LINK_MODEL = ("Hockney's alpha-beta: a message of n bytes costs alpha + n / beta; an all_reduce of n bytes over p "
               "ranks is taken as a ring's 2 (p - 1) messages of n / p, so each timed all_reduce gives one message "
-              "of n / p bytes taking t / (2 (p - 1)); least squares of the relative residuals over the sizes")
+              "of n / p bytes taking t / (2 (p - 1)); beta: the least-squares slope through the messages within "
+              f"{BANDWIDTH_SPAN}x of the largest, alpha: the median of the {LATENCY_POINTS} smallest messages' time "
+              "beyond their bytes at beta; refused where it misses the largest all_reduce by more than the declared "
+              "link_fit_tolerance (analysis/reference/advisor.toml)")
+
+
+def link_fit_tolerance() -> float:
+    """The share by which a link fit may miss its largest timed message: the newest dated change declaring it."""
+    declared = [c["link_fit_tolerance"] for c in declaration().get("changes", []) if "link_fit_tolerance" in c]
+    if not declared:
+        raise InputError(f"{DECLARATION} declares no link_fit_tolerance: the link fit has nothing to be held to")
+    return number("link_fit_tolerance", declared[-1])
 
 
 def link_from_allreduces(points: list[list[float]], ranks: int) -> Link:
@@ -395,17 +426,39 @@ def link_from_allreduces(points: list[list[float]], ranks: int) -> Link:
     if ranks < 2:
         raise ValueError(f"an all_reduce over {ranks} rank(s) sends nothing: the link probe needs 2 or more ranks")
     messages = 2 * (ranks - 1)
-    return fit_link([n / ranks for n, _ in points], [t / messages for _, t in points], relative=True)
+    return fit_link([n / ranks for n, _ in points], [t / messages for _, t in points])
+
+
+def largest_error(link: Link, points: list[list[float]], ranks: int) -> float:
+    """What the fit predicts for the largest all_reduce timed, over what it took, minus 1; InputError (one line)
+    beyond the declared tolerance: a fit that misses the very message where bandwidth rules would mislead every
+    prediction made from it."""
+    n, t = max(points)
+    predicted = ring_allreduce_s(n, ranks, link)
+    error, tolerance = predicted / t - 1, link_fit_tolerance()
+    if abs(error) > tolerance:
+        raise InputError(f"the fitted link misses its largest message ({human_bytes(n)} all_reduce): alpha + n / beta "
+                         f"gives {1e3 * predicted:.1f} ms, it took {1e3 * t:.1f} ms ({100 * error:+.0f} %, tolerance "
+                         f"{100 * tolerance:.0f} %, analysis/reference/advisor.toml): its times are no alpha-beta line "
+                         f"(a busy machine, or a link still in its burst at the largest size); time it again on a "
+                         f"quiet machine: {LINK_FIT_AGAIN}")
+    return error
+
+
+LINK_FIT_AGAIN = 'make cluster-check LAYERS="link-intra link-inter"'
 
 
 def link_record(points: list[list[float]], ranks: int, hosts: list[str], rate: str | None,
                 device: str = "cpu", cpu_model: str | None = None, shared_cores: int | None = None) -> dict:
     """What link_fit.json holds for one link: the timed points, where they were timed (the ranks' CPU model: a
-    run is predicted only from its own machine's links), and the fit."""
+    run is predicted only from its own machine's links), the fit, and how far it misses the largest all_reduce
+    (InputError beyond the declared tolerance)."""
     link = link_from_allreduces(points, ranks)
+    error = largest_error(link, points, ranks)
     return {"points": [[int(n), float(t)] for n, t in points], "ranks": ranks, "hosts": hosts,
             "link": rate, "device": device, "cpu_model": cpu_model, "model": LINK_MODEL,
-            "latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s, "shared_cores": shared_cores}
+            "latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s, "largest_error": error,
+            "shared_cores": shared_cores}
 
 
 def describe_link_record(record: dict) -> str:
@@ -413,9 +466,11 @@ def describe_link_record(record: dict) -> str:
     sizes = [n for n, _ in record["points"]]
     hosts = len(set(record["hosts"]))
     rate = f", link limited to {record['link']}" if record.get("link") else ""
+    largest = (f", the largest predicted {round(100 * record['largest_error']):+d} %"
+               if record.get("largest_error") is not None else "")  # fits made before issue 63 have none
     return (f"alpha {1e6 * record['latency_s']:.0f} us, beta {8 * record['bytes_per_s'] / 1e9:.3g} Gbit/s a message "
             f"(all_reduce of {record['ranks']} ranks on {hosts} host(s), {len(sizes)} sizes "
-            f"{human_bytes(min(sizes))}-{human_bytes(max(sizes))}{rate})")
+            f"{human_bytes(min(sizes))}-{human_bytes(max(sizes))}{largest}{rate})")
 
 
 def human_bytes(n: float) -> str:

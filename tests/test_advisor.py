@@ -183,8 +183,8 @@ def test_the_link_file_holds_points_and_fit_of_both_links_and_the_newest_check_i
     assert fits["inter"]["points"][0] == [4096, pytest.approx(advisor.ring_allreduce_s(4096, 2, inter))]
     assert fits["inter"]["link"] == "100mbit" and fits["intra"]["hosts"] == ["n1", "n1"]
     assert advisor.describe_link_record(fits["inter"]) == (
-        "alpha 300 us, beta 0.1 Gbit/s a message (all_reduce of 2 ranks on 2 host(s), 4 sizes 4 KB-16 MB, link "
-        "limited to 100mbit)")
+        "alpha 300 us, beta 0.1 Gbit/s a message (all_reduce of 2 ranks on 2 host(s), 4 sizes 4 KB-16 MB, the "
+        "largest predicted +0 %, link limited to 100mbit)")
     (newer / advisor.LINK_FIT).write_text('{"intra": ' + json.dumps(fits["intra"]) + "}")
     with pytest.raises(ValueError, match="no inter link: its cluster-check's link-inter layer failed"):
         advisor.read_link_fit(newer / advisor.LINK_FIT)
@@ -314,14 +314,16 @@ def test_without_a_recorded_link_fit_the_cluster_table_says_how_to_make_one(tmp_
         advise_cluster.advise_cluster("local", step_file=step, probe=False, root=tmp_path / "none")
 
 
-def test_the_relative_fit_keeps_the_small_messages_latency_where_the_plain_one_loses_it():
+def test_a_slow_largest_message_moves_the_bandwidth_and_leaves_the_small_messages_latency():
     link = Link(latency_s=100e-6, bytes_per_s=1e9)
     sizes = [2 ** k for k in range(10, 26, 2)]
     seconds = [link.message_s(n) * (1.2 if n == sizes[-1] else 1.0) for n in sizes]  # the largest 20 % slow
-    plain, relative = advisor.fit_link(sizes, seconds), advisor.fit_link(sizes, seconds, relative=True)
-    assert abs(relative.latency_s - 100e-6) < abs(plain.latency_s - 100e-6)
+    fitted = advisor.fit_link(sizes, seconds)
+    assert fitted.latency_s == pytest.approx(100e-6, rel=0.01)
+    assert 0.75e9 < fitted.bytes_per_s < 1e9  # the slope through the largest three, the slow one among them
     exact = [link.message_s(n) for n in sizes]
-    assert advisor.fit_link(sizes, exact, relative=True).latency_s == pytest.approx(100e-6, rel=1e-6)
+    exact_fit = advisor.fit_link(sizes, exact)
+    assert (exact_fit.latency_s, exact_fit.bytes_per_s) == pytest.approx((100e-6, 1e9), rel=1e-9)
 
 
 def test_advise_cluster_on_the_command_line_prints_the_table_or_one_line_to_fix(tmp_path, monkeypatch, capsys):
