@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from pathlib import Path
 
 import pandas as pd
 
-from contract import placement, reader
+from contract import hostload, placement, reader
 
+from . import flags as fl
 from . import numbers as nb
 from .machines import REFERENCE_ROOT, REPO, complements, reference_machines, runs_label, superseded
 from .runs import experiment_number, load_study, run_frame
@@ -136,6 +138,48 @@ def unlike_lines(entries: list[dict], frame: pd.DataFrame) -> list[str]:
             for (gpus, batch, _), rows in shapes.items() if len(set(rows.values())) > 1]
 
 
+def flag_lines(entries: list[dict]) -> list[str]:
+    """A line for each of this machine's configurations that is flagged (analysis/flags.py): a speed-up over its
+    framework's 1-process configuration above its processes, a baseline of other threads a rank, a run whose
+    timed steps did not have its machine alone (contract/hostload.py)."""
+    measured = {}
+    for config, members in _configurations(entries).items():
+        manifests = [reader.read_manifest(m["run_dir"]) or {} for m in members]
+        values = [v for v in (run_value(m["run_dir"], "throughput") for m in members) if not math.isnan(v)]
+        threads = {placement.per_rank(found.get("placement"), "threads") for found in manifests} - {None}
+        measured[config] = {"entry": members[0], "value": sum(values) / len(values) if values else math.nan,
+                            "threads": threads.pop() if len(threads) == 1 else math.nan,
+                            "disturbed": fl.join(line for found in manifests
+                                                 for line in hostload.disturbances(found.get("placement")))}
+    lines = []
+    for config, m in measured.items():
+        base = _one_process(m["entry"], measured)
+        if base is None or base is m:
+            flag = m["disturbed"]
+        else:
+            processes = m["entry"].get("processes") or m["entry"]["gpus"]
+            flag = fl.speedup_flag(m["value"] / base["value"] if base["value"] else math.nan, processes,
+                                   m["threads"], base["threads"], m["disturbed"], base["disturbed"])
+        if flag:  # wrapped: the closing table's lines fit 120 columns
+            lines += textwrap.wrap(f"flagged {config}: {flag}", 120, subsequent_indent="  ")
+    return lines
+
+
+def _configurations(entries: list[dict]) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = {}
+    for e in entries:
+        groups.setdefault(SEED_SUFFIX.sub("", e["name"]), []).append(e)
+    return groups
+
+
+def _one_process(entry: dict, measured: dict) -> dict | None:
+    """The 1-process configuration of the same framework, per-GPU batch and numerics, if this machine ran one."""
+    def same(e):
+        return all(e.get(k) == entry.get(k) for k in ("framework", "per_gpu_batch", "numerics"))
+    ones = [m for m in measured.values() if same(m["entry"]) and (m["entry"].get("processes") or m["entry"]["gpus"]) == 1]
+    return ones[0] if ones else None
+
+
 def comparison_text(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT) -> str:
     """The table as text, with a line naming each reference machine and what the numbers are."""
     what = "steady-state images/s" if kind == "throughput" else "best validation top-1 (%)"
@@ -145,6 +189,8 @@ def comparison_text(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT)
              f"--scale thesis)"]
     lines.append(frame.drop(columns=["fingerprint"]).to_string(index=False))
     lines += unlike_lines(entries, frame)
+    if kind == "throughput":
+        lines += flag_lines(entries)
     for label, _, description in reference_machines(root):
         lines.append(f"reference {label}: {description}")
     return "\n".join(lines)

@@ -208,6 +208,7 @@ def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=N
         xmax = max(xmax, float(g["gpus"].max()))
         colour, ls, mk = style(*key)
         ax.plot(g["gpus"], g["speedup"], ls, marker=mk, color=colour, label=_label(*key))
+        flagged_points(ax, g)
     top = min(xmax, ideal_max) if ideal_max else xmax
     ax.plot([1, top], [1, top], color="grey", linewidth=1, label="ideal")
     gpu_ticks(ax, np.concatenate([line.get_xdata() for line in ax.get_lines()]))
@@ -216,6 +217,21 @@ def plot_speedup(scaling: pd.DataFrame, ax=None, framework=None, per_gpu_batch=N
     if missing:  # measured, but with no 1-GPU run to divide by: said under the axis, off the data, not dropped silently
         ax.set_xlabel("GPUs (workers)\nno speed-up (no 1-GPU run): " + ", ".join(missing))
     return ax
+
+
+FLAGGED = "flagged: above ideal, unlike or disturbed (the table's flag column says why)"
+
+
+def flagged_points(ax, series: pd.DataFrame) -> None:
+    """A red ring around each point whose row is flagged (analysis/flags.py), labelled once an axis."""
+    if "flag" not in series:
+        return
+    hit = series[series["flag"].map(lambda f: bool(f) if isinstance(f, str) else False)]
+    if hit.empty:
+        return
+    said = FLAGGED in ax.get_legend_handles_labels()[1]
+    ax.scatter(hit["gpus"], hit["speedup"], s=180, facecolors="none", edgecolors="red", linewidths=1.6, zorder=5,
+               label=None if said else FLAGGED)
 
 
 def _without_baseline(scaling: pd.DataFrame, framework=None, per_gpu_batch=None) -> list[str]:

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from contract import manifest as declared
-from contract import placement, reader
+from contract import hostload, placement, reader
 from contract.invariants import epoch_end_steps
 from contract.runfolder import CONFIG, MANIFEST, METRICS
 
@@ -492,12 +492,13 @@ LINK_BENCH = "link bench"
 # seed, narrowing every interval with a std of 0.000 and perhaps changing a verdict.
 #: the columns add_run_facts adds beside `fingerprint`, and their value on rows of no run folder (upstream logs)
 FACTS_ABSENT = {"link": None, "hosts": math.nan, "threads_per_rank": None, "cpus_per_rank": None, "identity": None,
-                "ended": ""}
+                "ended": "", "disturbed": ""}
 
 
 def run_facts(fingerprint: str | None, config, manifest) -> dict:
     """A run folder's fingerprint (with its link), the link it ran under and its distinct hosts, each rank's
-    threads and CPUs where all ranks had the same (contract/placement.py), its identity and its manifest's end."""
+    threads and CPUs where all ranks had the same (contract/placement.py), its identity, its manifest's end and
+    why its timed steps did not measure its machine alone (contract/hostload.py; "" when they did or were not timed)."""
     m = manifest if isinstance(manifest, dict) else {}
     link = m.get("link") if isinstance(m.get("link"), str) and m.get("link") else None
     return {"fingerprint": f"{fingerprint} (link {link})" if fingerprint and link else fingerprint, "link": link,
@@ -505,7 +506,9 @@ def run_facts(fingerprint: str | None, config, manifest) -> dict:
             "threads_per_rank": placement.per_rank(m.get("placement"), "threads"),
             "cpus_per_rank": placement.per_rank(m.get("placement"), "cpus"),
             "identity": reader.identity_of(config, manifest) if isinstance(config, dict) else None,
-            "ended": str(m.get("end") or "")}
+            "ended": str(m.get("end") or ""),
+            "disturbed": "; ".join(hostload.disturbances(m.get("placement") if isinstance(m.get("placement"), list)
+                                                         else None))}
 
 
 def add_run_facts(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:

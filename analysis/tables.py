@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from . import flags as fl
 from . import numbers as nb
 from . import reference as rf
 from .smoke import diverged_runs
@@ -57,13 +58,20 @@ def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
     for column in ("hosts", "threads_per_rank", "cpus_per_rank"):  # frames made before these were recorded
         if column not in b:
             b[column] = math.nan
+    if "disturbed" not in b:
+        b["disturbed"] = ""
     g = b.groupby(CONFIG_KEYS, dropna=False)
     out = g.agg(global_batch=("global_batch", "first"), thesis_images_per_s=("thesis_images_per_s", "mean"),
                 steady_images_per_s=("steady_images_per_s", "mean"), n_runs=("run", "nunique"),
                 data_share=("data_share", "mean"),  # share of step time waiting for data
                 hosts=("hosts", "max"), threads_per_rank=("threads_per_rank", one_value),
-                cpus_per_rank=("cpus_per_rank", one_value)).reset_index()
+                cpus_per_rank=("cpus_per_rank", one_value), disturbed=("disturbed", joined)).reset_index()
     return out
+
+
+def joined(values: pd.Series) -> str:
+    """The configuration's runs' disturbance reasons (contract/hostload.py), each once; "" for none."""
+    return fl.join(fl.text(v) for v in values)
 
 
 def repeat_spread(df: pd.DataFrame) -> tuple[float, int]:
@@ -163,22 +171,22 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
         "exp", key=lambda e: e != exp, kind="stable")
     base: dict = {}
     for o in ones.itertuples(index=False):
-        base.setdefault((o.framework, o.numerics, o.per_gpu_batch, o.scale),
-                        (o.thesis_images_per_s, o.steady_images_per_s))
+        base.setdefault((o.framework, o.numerics, o.per_gpu_batch, o.scale), o)
     # beside the thesis's Horovod+TensorFlow rows (Tables 1, 4, 7), also TensorFlow's own MultiWorkerMirroredStrategy
     frameworks = set(thesis["framework"])
     frameworks |= set(TENSORFLOW) if "horovod+tensorflow" in frameworks else set()
     ours = summary[(summary["exp"] == exp) & summary["framework"].isin(frameworks)]
 
     def row_from(o, row):
-        base_thesis, base_steady = base.get((o.framework, o.numerics, o.per_gpu_batch, o.scale),
-                                            (math.nan, math.nan))
+        one = base.get((o.framework, o.numerics, o.per_gpu_batch, o.scale))
+        base_thesis, base_steady = (one.thesis_images_per_s, one.steady_images_per_s) if one else (math.nan, math.nan)
+        steady_speedup = nb.speedup(o.steady_images_per_s, base_steady)
         row.update(ours_thesis_formula=o.thesis_images_per_s, ours_steady=o.steady_images_per_s,
                    ours_data_wait_pct=100 * o.data_share,
                    n_runs=int(o.n_runs), ours_speedup=nb.speedup(o.thesis_images_per_s, base_thesis),
-                   ours_steady_speedup=nb.speedup(o.steady_images_per_s, base_steady), backend=o.backend,
+                   ours_steady_speedup=steady_speedup, backend=o.backend,
                    numerics=o.numerics, processes=o.processes, threads_per_rank=o.threads_per_rank,
-                   cpus_per_rank=o.cpus_per_rank)
+                   cpus_per_rank=o.cpus_per_rank, flag=row_flag(o, one, steady_speedup))
         return row
 
     rows, used = [], set()
@@ -200,8 +208,18 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
                                      "scale": scale_label(o.scale)}))
     cols = ["framework", "backend", "numerics", "per_gpu_batch", "nodes", "gpus", "processes", "thesis_images_per_s",
             "ours_thesis_formula", "ours_steady", "threads_per_rank", "cpus_per_rank", "ours_speedup",
-            "ours_steady_speedup", "ours_data_wait_pct", "n_runs", "scale"]
+            "ours_steady_speedup", "ours_data_wait_pct", "n_runs", "scale", "flag"]
     return pd.DataFrame(rows, columns=cols)
+
+
+def row_flag(o, one, steady_speedup: float) -> str:
+    """A throughput row's flag (analysis/flags.py): its own disturbances, and where it has a speed-up, one above its
+    processes, a baseline of other threads a rank, the baseline's disturbances."""
+    if one is None or o.gpus == 1:
+        return fl.text(o.disturbed)
+    processes = o.processes if fl.finite(o.processes) else o.gpus
+    return fl.speedup_flag(steady_speedup, processes, o.threads_per_rank, one.threads_per_rank, o.disturbed,
+                           one.disturbed)
 
 
 def quality_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFrame:
@@ -255,11 +273,14 @@ def scaling_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     if len(ours):  # one point per framework, numerics, batch, scale and GPU count, whichever experiment measured it
         ours = ours.groupby(["framework", "numerics", "per_gpu_batch", "scale", "gpus"], dropna=False,
                             as_index=False).agg(
-            thesis_images_per_s=("thesis_images_per_s", "mean"), steady_images_per_s=("steady_images_per_s", "mean"))
+            thesis_images_per_s=("thesis_images_per_s", "mean"), steady_images_per_s=("steady_images_per_s", "mean"),
+            processes=("processes", one_value), threads_per_rank=("threads_per_rank", one_value),
+            disturbed=("disturbed", joined))
     rows = []
     for (fw, num, b, sc), g in ours.groupby(["framework", "numerics", "per_gpu_batch", "scale"], dropna=False):
         base = g.loc[g["gpus"] == 1, "thesis_images_per_s"]
         base_v = float(base.iloc[0]) if len(base) else math.nan
+        one = next(g[g["gpus"] == 1].itertuples(index=False), None)
         for o in g.itertuples(index=False):
             for src, v in (("ours (thesis formula)", o.thesis_images_per_s), ("ours (steady state)",
                                                                                o.steady_images_per_s)):
@@ -269,7 +290,8 @@ def scaling_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
                 rows.append({"source": src, "scale": scale_label(sc) if sc != "thesis" else "thesis",
                              "framework": fw, "numerics": num, "per_gpu_batch": b, "gpus": o.gpus,
                              "images_per_s": v, "speedup": sp, "efficiency": nb.efficiency(sp, o.gpus),
-                             "wallclock_90_s": nb.wallclock_estimate_s(v) if sc == "thesis" else math.nan})
+                             "wallclock_90_s": nb.wallclock_estimate_s(v) if sc == "thesis" else math.nan,
+                             "flag": row_flag(o, one, sp)})
     out = pd.concat([thesis, pd.DataFrame(rows)], ignore_index=True) if rows else thesis
     return out
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 
+from contract import hostload
 from contract.config import THESIS_BATCH_INDEX
 from contract.runfolder import bench_throughput
 from contract.lr import lr_at
@@ -21,14 +22,16 @@ def benchmark(s: Setup, state: TrainState) -> None:
     cfg, b = s.cfg, s.backend
     warm, timed = cfg.bench.warmup_batches, cfg.bench.batches
     per_process = s.per_shard_batch * len(b.shards())
-    source, comm_start = bench_batches(s, per_process), 0.0
+    source, comm_start, quiet_from = bench_batches(s, per_process), 0.0, None
+    cpus = s.allocation.affinity
 
     def numbered():  # the warm-up's waits for data and communication are left out, as its step times are
-        nonlocal comm_start
+        nonlocal comm_start, quiet_from
         for i in range(warm + timed):
-            if i == warm:
+            if i == warm:  # the warm-up's last step was read (LogEvery's `also`): the device has finished it
                 comm_start = b.comm_seconds()
                 s.train_batches.gpu_wait_s()
+                quiet_from = hostload.sample(cpus)
             yield i, next(source)
 
     totals = DeviceTotals(b.device)
@@ -42,6 +45,7 @@ def benchmark(s: Setup, state: TrainState) -> None:
         output, loss = loop.step(s, images, target)
         totals.add(loss, output, target)
         every.end_step(i)
+    quiet = hostload.window(quiet_from, hostload.sample(cpus))  # the last step was read: it has ended
     times, images_per_step = every.batch_times, per_process * b.world_size  # all ranks' images in one step
     steady = times[warm:]
     data_s = sum(every.data_times[warm:]) + s.train_batches.gpu_wait_s()
@@ -52,7 +56,16 @@ def benchmark(s: Setup, state: TrainState) -> None:
         data_share=s.times.epoch_data_share, **s.times.split,
     )
     s.run.progress(data_wait_share=s.times.data_wait_share())
+    record_quiet(s, quiet)
     s.telemetry.write(gather=True)
+
+
+def record_quiet(s: Setup, mine: dict) -> None:
+    """Every rank's timed window (contract/hostload.py) into its entry of the manifest's placement (rank 0's)."""
+    windows = s.backend.gather_objects(mine)  # a collective: every rank calls it
+    ranks = s.run.manifest.get("placement") or []
+    if len(ranks) == len(windows):
+        s.run.progress(placement=[{**entry, **w} for entry, w in zip(ranks, windows)])
 
 
 def bench_batches(s: Setup, per_process: int):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from contract import events, placement
+from contract import events, hostload, placement
 from contract.config import Config, ConfigError
 from contract.runfolder import MANIFEST, RunFolder, bench_throughput, config_document, now_iso
 from contract.machine import cpu_vector_isa, this_machine
@@ -118,7 +118,11 @@ def measure(cfg: Config, backend, run: RunFolder) -> dict:
     run.log(f"Batch size: {cfg.global_batch} global")
     run.log(f"{float(cfg.train.per_worker_batch):.1f} per device")
     run.log(f"Running warm up: {warm} steps, then {timed} timed")
-    times, losses = time_steps(step, images, labels, warm + timed)
+    times, losses = time_steps(step, images, labels, warm)
+    quiet_from = hostload.sample(sorted(placement.affinity_of(0)))
+    timed_times, timed_losses = time_steps(step, images, labels, timed)
+    quiet = hostload.window(quiet_from, hostload.sample(sorted(placement.affinity_of(0))))
+    times, losses = times + timed_times, losses + timed_losses
     for line in step_lines(times, losses, warm, cfg.train.per_worker_batch, cfg.train.print_freq):
         run.log(line)
     figures = bench_throughput(times, cfg.global_batch, warm)
@@ -128,9 +132,18 @@ def measure(cfg: Config, backend, run: RunFolder) -> dict:
     run.log("-" * 64)
     run.log(f"total images/sec: {figures['images_per_s_steady']:.2f}")
     run.log("-" * 64)
+    record_quiet(backend, run, quiet)
     worst = check_agree(backend.gather(weights_vector(model)))
     run.log(f"=> the {backend.world_size} rank(s)' weights agree at the end (largest relative difference {worst:.3g})")
     return {"weights_agree": {"ranks": backend.world_size, "max_relative_difference": worst, "rtol": AGREE_RTOL}}
+
+
+def record_quiet(backend, run: RunFolder, mine: dict) -> None:
+    """Every rank's timed window (contract/hostload.py) into its entry of the manifest's placement, as PyTorch's."""
+    windows = backend.gather_objects(mine)  # a collective: every rank calls it
+    ranks = run.manifest.get("placement") or []
+    if len(ranks) == len(windows):
+        run.progress(placement=[{**entry, **w} for entry, w in zip(ranks, windows)])
 
 
 def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, launch: Launch, threads: dict,
