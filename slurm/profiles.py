@@ -48,6 +48,8 @@ class Profile:
     mem: str = ""                       # --mem per node, e.g. "60G"; "" = leave to Slurm
     exclusive_full_node: bool = False   # a run using every GPU of a node gets --exclusive --mem=0 (the thesis)
     exclusive: bool = False             # every run gets the whole node: --exclusive --mem=0 (one machine, all its GPUs)
+    exclusive_throughput: bool = True   # a throughput study's jobs get whole nodes (--exclusive); false where the
+                                        # site's partitions refuse it: they then run one at a time (studies/slurm.py)
     gpus_per_node_option: bool = False  # ask for GPUs with --gpus-per-node=N (Slurm's GPU options) instead of --gres
     time_limit: str = ""                # default -t when the run gives none
     modules: tuple[str, ...] = ()       # `module load` these (each entry may hold several, space-separated)

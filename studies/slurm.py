@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import shlex
 import shutil
 import sys
 from pathlib import Path
 
+from analysis import advisor
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError
 from contract.placement import cpus_per_task_for, planned_line
 from contract.plan import Study, node_gpus_used
@@ -56,14 +58,16 @@ def submit_jobs(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus
     if not script.is_file():
         raise ConfigError(f"{study.experiment} has no slurm.sbatch")
     clients = None if dry_run else clients or slurm_clients(profile)  # before any run's config.json is written
-    failed, previous_job, submitted, jobs = 0, None, 0, []
+    failed, submitted, jobs = 0, 0, []
     plans = planned_runs(study, scale, out, gpus or profile.gpus_per_node or None)
     if not dry_run:
         refuse_unknown_runs(plans)
-    # nodes that share one machine's cores would time each other: a throughput study's jobs wait for each other
-    one_at_a_time = profile.shared_machine and study.kind == "throughput"
+    shared = cores_shared(profile) if study.kind == "throughput" else None
     for plan in plans:
         argv, line = job_argv(plan, profile, study, script)
+        if study.kind == "throughput":
+            argv, alone = timed_alone(argv, profile, shared)
+            line = f"{line}; {alone}"
         if plan.status in REFUSED:  # a dry run only: a submitting study has refused it above
             print(f"#   {plan.run_dir} holds {REFUSED[plan.status]}: the study would refuse to start")
         if plan.status in ("completed", "diverged"):
@@ -74,18 +78,50 @@ def submit_jobs(study: Study, scale: str, cluster: str, out, dry_run: bool, gpus
             print(f"#   {tf_skip}")
             continue
         print(f"#   {line}")
-        if one_at_a_time and previous_job:
-            argv[1:1] = [f"--dependency=afterany:{previous_job}"]
         print(shlex.join(argv), flush=True)
-        job = "<the previous job>" if dry_run else submit(clients, plan, argv)
+        job = "<a job id>" if dry_run else submit(clients, plan, argv)
         if job:
-            submitted, previous_job = submitted + 1, job
+            submitted += 1
             jobs.append(job)
         else:  # not counted: the closing line says how many failed, and the study exits 1
             failed += 1
     if not dry_run:
         closing(study, plans, submitted, failed)
     return jobs, failed
+
+
+# Slurm's singleton dependency starts a job only when no earlier job of its name and user is pending or running: every
+# throughput job of the suite (experiments 1-3, any study) bears this name, so none ever times beside another
+ALONE_JOB_NAME = "scaling-throughput"
+
+
+def cores_shared(profile) -> str | None:
+    """Why the profile's nodes share CPU cores, or None: the profile says so (shared_machine: the local cluster's
+    hosts are namespaces of one machine), or the newest `make cluster-check` found its hosts on one machine (the
+    link probe's boot ids: shared_cores), whatever the profile says."""
+    if profile.shared_machine:
+        return "the profile's nodes share one machine's cores (shared_machine)"
+    try:
+        fit = advisor.latest_link_fit(profile.name)
+        found = json.loads(fit.read_text()).get("inter", {}).get("shared_cores") if fit else None
+    except (advisor.InputError, OSError, ValueError, AttributeError):
+        return None  # an unreadable check says nothing either way; cluster-check's own line names it
+    return f"cluster-check found the nodes share {found} cores ({fit.parent.name})" if found else None
+
+
+def timed_alone(argv: list[str], profile, shared: str | None) -> tuple[list[str], str]:
+    """A throughput job's argv so that no other job shares its cores while it is timed, and the line saying how:
+    whole nodes (--exclusive) where the profile allows it; one throughput job at a time (a singleton dependency)
+    where the nodes share cores (--exclusive cannot help: another node is the same machine) or the site's
+    partitions refuse --exclusive (the profile's exclusive_throughput = false)."""
+    if shared or not profile.exclusive_throughput:
+        named = [ALONE_JOB_NAME if prev == "-J" else a for prev, a in zip(["", *argv], argv)]
+        why = shared or "the profile's exclusive_throughput = false"
+        return (["sbatch", "--dependency=singleton", *named[1:]],
+                f"timed alone: one throughput job at a time (--dependency=singleton, job name {ALONE_JOB_NAME}): {why}")
+    if "--exclusive" not in argv:
+        argv = ["sbatch", "--exclusive", *argv[1:]]
+    return argv, "timed alone: whole nodes (--exclusive)"
 
 
 def slurm_clients(profile) -> Clients:

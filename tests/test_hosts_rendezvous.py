@@ -1,6 +1,7 @@
 """Across hosts, without a cluster: the rendezvous interface derived on each node, the one-line errors of a name
 that resolves to loopback or not at all, the private /24 the local cluster picks, and how a study is submitted to
 nodes that share one machine (tests/test_slurm_hosts.py runs all of it on real namespace hosts)."""
+import dataclasses
 import ipaddress
 import os
 import re
@@ -62,8 +63,9 @@ def test_the_local_cluster_picks_a_slash_24_nothing_here_uses():
 
 
 def test_a_throughput_study_on_shared_nodes_runs_one_job_at_a_time(capsys, tmp_path):
-    """The local cluster's nodes share this machine's cores: each job waits for the one before, and each rank gets
-    the threads a local run's rank gets; a real cluster's profile (generic) does neither."""
+    """The local cluster's nodes share this machine's cores: one throughput job at a time (a singleton dependency
+    on one job name), and each rank gets the threads a local run's rank gets; a real cluster's profile (generic)
+    gives each throughput job whole nodes instead (issue 63), and its ranks their allocation's threads."""
     from studies.run import run_study
     from tests.helpers import REPO
 
@@ -75,15 +77,37 @@ def test_a_throughput_study_on_shared_nodes_runs_one_job_at_a_time(capsys, tmp_p
     lines = [line for line in out.splitlines() if line.startswith("sbatch")]
     # the 6 TensorFlow rows (issue 37) are submitted only where they can run (issue 47), skipped with a line else
     tf_rows = {backend: 3 * (skip_reason(backend) is None) for backend in ("horovod", "mwms")}
-    assert len(lines) == 6 + sum(tf_rows.values()) and "--dependency" not in lines[0]
+    assert len(lines) == 6 + sum(tf_rows.values())
     assert out.count("#   skipped: ") == 6 - sum(tf_rows.values())
-    assert all("'--dependency=afterany:<the previous job>'" in line for line in lines[1:])
-    four_ranks = next(line for line in lines if "-J 03-n2-ddp-t2-s0" in line)
+    assert all(line.startswith("sbatch --dependency=singleton ") and " -J scaling-throughput " in line
+               and "--exclusive" not in line for line in lines)
+    assert out.count("timed alone: one throughput job at a time (--dependency=singleton, job name "
+                     "scaling-throughput): the profile's nodes share one machine's cores (shared_machine)") == len(lines)
+    four_ranks = next(line for line in lines if "n2-ddp-t2-s0/slurm-%j.out" in line)
     threads = max(1, (os.cpu_count() or 1) // 4)  # 4 ranks share the machine's cores, as in a local run
     assert re.search(rf",OMP_NUM_THREADS={threads}[,' ]", four_ranks)  # ' ends the quoted --export=
     assert run_study(exp3, scale="thesis", launcher="slurm", cluster="generic", dry_run=True, out=tmp_path) == 0
     out = capsys.readouterr().out
     assert "--dependency" not in out and "OMP_NUM_THREADS" not in out
+    sbatch = [line for line in out.splitlines() if line.startswith("sbatch")]
+    assert sbatch and all(line.startswith("sbatch --exclusive ") for line in sbatch)
+    assert out.count("timed alone: whole nodes (--exclusive)") == len(sbatch)
+
+
+def test_a_profile_whose_partitions_refuse_exclusive_runs_throughput_jobs_one_at_a_time(tmp_path, capsys):
+    from slurm.profiles import load_profile
+    from studies.slurm import timed_alone
+
+    generic = load_profile("generic")
+    argv = ["sbatch", "-N", "2", "-J", "03-n2-ddp-s0", "-o", "o", "job.sbatch"]
+    refused = dataclasses.replace(generic, exclusive_throughput=False)
+    alone, line = timed_alone(argv, refused, None)
+    assert alone == ["sbatch", "--dependency=singleton", "-N", "2", "-J", "scaling-throughput", "-o", "o",
+                     "job.sbatch"]
+    assert line.endswith("job name scaling-throughput): the profile's exclusive_throughput = false")
+    # a cluster-check that found the hosts on one machine wins over a profile that allows --exclusive
+    alone, line = timed_alone(argv, generic, "cluster-check found the nodes share 2 cores (generic-x)")
+    assert alone[1] == "--dependency=singleton" and "--exclusive" not in alone and line.endswith("(generic-x)")
 
 
 def test_a_jobs_rendezvous_is_never_inherited_from_the_submitting_shell(monkeypatch):

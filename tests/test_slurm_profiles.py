@@ -254,8 +254,8 @@ def test_a_cpu_cluster_derives_each_ranks_cpus_and_skips_tensorflow_at_planning(
     exp3 = ROOT / "experiments" / "03_throughput_distributed_data_parallel"
     assert run_study(exp3, scale="local", launcher="slurm", cluster=str(profile), dry_run=True, out=tmp_path) == 0
     out = capsys.readouterr().out
-    assert "sbatch -N 2 --ntasks-per-node 2 -p debug --cpus-per-task 1 " in out  # 2 CPUs over 2 ranks a node
-    assert "sbatch -N 2 --ntasks-per-node 1 -p debug --cpus-per-task 2 " in out
+    assert "sbatch --exclusive -N 2 --ntasks-per-node 2 -p debug --cpus-per-task 1 " in out  # 2 CPUs over 2 ranks a node
+    assert "sbatch --exclusive -N 2 --ntasks-per-node 1 -p debug --cpus-per-task 2 " in out
     assert "#   each rank: 1 CPU(s) (--cpus-per-task), as many threads" in out
     assert out.count("#   skipped: TensorFlow is not installed here") == 6 and "tensorflow" not in " ".join(
         line for line in out.splitlines() if line.startswith("sbatch"))
