@@ -231,9 +231,9 @@ noise-scale: setup ## Gradient noise scale of the local exp5/exp6 (and exp12) mo
 ## STEP=file.json            make advise: a step measured by `python -m tools step-split`; GPUS_PER_NODE, INTRA, INTER: the machine to predict
 # CLUSTER=P on the command line: make advise predicts that cluster (CLUSTER's default, local, does not)
 ADVISE_CLUSTER = $(filter command line,$(origin CLUSTER))
-advise: setup ## The scaling advisor: validation against the thesis -> results/tables/advisor_validation.md; STEP=file.json: predicted images/s for 1...N GPUs; CLUSTER=P: the cluster's table for 1...N processes from its cluster-check link fit
+advise: setup ## The scaling advisor: validation against the thesis -> results/tables/advisor_validation.md; STEP=file.json: predicted images/s for 1...N GPUs; CLUSTER=P: experiment 3's runs at SCALE as placed on that cluster, predicted from its cluster-check link fit
 	$(PY) -m analysis advise --validate $(if $(ADVISE_CLUSTER),,$(if $(STEP),--step $(STEP) $(if $(GPUS_PER_NODE),--gpus-per-node $(GPUS_PER_NODE)) $(if $(INTRA),--intra $(INTRA)) $(if $(INTER),--inter $(INTER))))
-	$(if $(ADVISE_CLUSTER),$(PY) -m suite advise --cluster $(CLUSTER) $(if $(STEP),--step $(STEP)))
+	$(if $(ADVISE_CLUSTER),$(PY) -m suite advise --cluster $(CLUSTER) --scale $(SCALE) $(if $(STEP),--step $(STEP)))
 
 advise-local: setup ## The advisor against experiment 3 on the local cluster at each LINK rate (default "20mbit 100mbit none"; make link-sweep with the same LINK first) -> results/tables/advisor_validation.md
 	$(PY) -m tools advisor-local --cluster-dir $(CLUSTER_DIR) $(if $(LINK),--rates $(LINK))

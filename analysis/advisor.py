@@ -127,6 +127,8 @@ class Prediction:
     step_s: float
     exposed_communication_s: float
     backend: str = ""
+    ranks_per_node: int = 0  # the placement predicted: ranks a node, a rank's threads
+    threads: int = 0
 
 
 # Where bandwidth rules: the messages within this factor of the largest timed one give the bandwidth (the probe's
@@ -212,7 +214,7 @@ def predict(step: Step, backend: str, ranks: int, ranks_per_node: int, intra: Li
     one_rank_s, _ = bounded_step(step, step.compute_s, 0.0)
     return Prediction(ranks=ranks, nodes=nodes, images_per_s=ranks * step.batch / step_s,
                       efficiency=one_rank_s / step_s, bound=bound, step_s=step_s, exposed_communication_s=exposed,
-                      backend=backend)
+                      backend=backend, ranks_per_node=min(ranks, ranks_per_node), threads=step.threads)
 
 
 def bounded_step(step: Step, compute_s: float, exposed_s: float) -> tuple[float, str]:
@@ -396,6 +398,23 @@ def scaling_markdown(rows: list[Prediction], title: str, unit: str = "GPUs") -> 
     lines += [f"| {r.backend} | {r.ranks} | {r.nodes} | {r.images_per_s:,.0f} | {100 * r.efficiency:.1f} % | "
               f"{r.bound} | {1000 * r.exposed_communication_s:.2f} ms |" for r in rows]
     for backend in ("ddp", "horovod"):
+        even = break_even_nodes([r for r in rows if r.backend == backend])
+        lines += ["", f"{backend}: " + (f"adding nodes stops paying after {even}" if even else
+                                        "every node in the table still pays (each adds at least half a node's rate)")]
+    return "\n".join(lines) + "\n"
+
+
+def placement_markdown(rows: list[Prediction], title: str, unit: str = "processes") -> str:
+    """A study's runs as placed (nodes, ranks a node, a rank's threads), each predicted, with its speed-up over the
+    backend's 1-process run (rows of different threads a rank: the speed-up the study's own table will show)."""
+    one = {r.backend: r.images_per_s for r in rows if r.ranks == 1}
+    lines = [f"# {title}", "",
+             f"| backend | {unit} | nodes | ranks a node | threads a rank | predicted img/s | speed-up over 1 | bound "
+             "| exposed communication |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.backend} | {r.ranks} | {r.nodes} | {r.ranks_per_node} | {r.threads} | {r.images_per_s:,.0f} | "
+              + (f"{r.images_per_s / one[r.backend]:.2f}x" if r.backend in one else "") +
+              f" | {r.bound} | {1000 * r.exposed_communication_s:.2f} ms |" for r in rows]
+    for backend in dict.fromkeys(r.backend for r in rows):
         even = break_even_nodes([r for r in rows if r.backend == backend])
         lines += ["", f"{backend}: " + (f"adding nodes stops paying after {even}" if even else
                                         "every node in the table still pays (each adds at least half a node's rate)")]

@@ -4,8 +4,9 @@
 A run is predicted only from parts measured on its own machine and for its own shape, never from another's:
 
 - its placement, from its manifest: ranks, distinct hosts, the most ranks on one host, a rank's threads;
-- one worker's step (python -m tools step-split, kept in results/advisor/steps/) of the run's model, per-worker
-  batch, image size and threads, timed on a CPU of the run's model;
+- one worker's step (python -m tools step-split) of the run's model, per-worker batch, image size and threads,
+  timed on a CPU of the run's model: for the committed report the committed results/advisor/steps/, for any other
+  the steps make advise timed on this machine beside its link fits (results/cluster_check/steps/, steps_for);
 - the links (make cluster-check's link_fit.json, results/cluster_check/<profile>-<time>/) timed on a CPU of the
   run's model, the across-nodes one at the run's link rate (the manifest's `link`; unlimited where none) between
   nodes whose names are of the run's nodes' family (n1, n2: "n"; the manifest names no profile). A run on one host
@@ -28,7 +29,11 @@ from contract import reader
 from . import advisor
 from .runs import LINK_BENCH
 
-STEPS = Path("results/advisor/steps")  # step-split records the report predicts from (make advise writes them)
+# step-split records: the committed ones (make advise-local's, with the local validation), which the committed report
+# predicts from; and this machine's (make advise's), kept beside its link fits in the cluster checks' folder, which git
+# ignores: a report of this machine's runs predicts from those (steps_for)
+STEPS = Path("results/advisor/steps")
+TIMED_STEPS = "steps"  # the folder of make advise's steps in a cluster checks' root (results/cluster_check/steps)
 # The link fits the committed report predicts from: the local cluster's, timed on this CPU model and committed with
 # the advisor's local validation, so a fresh clone redraws exp3_predicted from the repository alone.
 COMMITTED_LINK_FITS = Path(__file__).resolve().parents[1] / "results" / "advisor" / "local_validation" / "links"
@@ -69,6 +74,14 @@ def run_facts(path: Path) -> dict:
             "image_size": config.get("data", {}).get("image_size"), "cpu_model": machine.get("cpu_model"),
             "cores": machine.get("cores"), "link": manifest.get("link"),
             "hosts": [r["host"] for r in manifest.get("placement") or []]}
+
+
+def steps_for(check_root: Path) -> Path:
+    """The steps a report predicts from beside the link fits it predicts from: the committed ones beside the
+    committed link fits, else those make advise timed on this machine beside its cluster checks."""
+    if Path(check_root).resolve() == COMMITTED_LINK_FITS.resolve():
+        return STEPS
+    return Path(check_root) / TIMED_STEPS
 
 
 def step_records(folder: Path = STEPS) -> list[tuple[Path, dict]]:
@@ -119,7 +132,7 @@ def matching_links(facts: dict, check_root: Path) -> Path | None:
     return None
 
 
-def missing(facts: dict, step: Path | None, links: Path | None) -> str:
+def missing(facts: dict, step: Path | None, links: Path | None, steps: Path = STEPS) -> str:
     """Why the run has no prediction ('' when it has one)."""
     p = facts["placement"]
     if p is None or p["threads"] is None:
@@ -133,7 +146,7 @@ def missing(facts: dict, step: Path | None, links: Path | None) -> str:
     if step is None:
         return (f"no prediction: no step split of {facts['model']} batch {facts['batch']} at {p['threads']} "
                 f"thread(s) on this machine (make advise CLUSTER=local, or python -m tools step-split --threads "
-                f"{p['threads']} --json {STEPS}/NAME.json)")
+                f"{p['threads']} --json {steps}/NAME.json)")
     return ""
 
 
@@ -170,11 +183,13 @@ def cause(row, threads: int | None, cpus: float | None) -> str:
 PYTORCH_FRAMEWORKS = ("pytorch", "horovod+pytorch")  # the frameworks whose step the advisor models
 
 
-def prediction_table(df: pd.DataFrame, steps: Path = STEPS, check_root: Path = advisor.CHECK_ROOT,
+def prediction_table(df: pd.DataFrame, steps: Path | None = None, check_root: Path = advisor.CHECK_ROOT,
                      tolerance: float | None = None) -> pd.DataFrame:
     """Every PyTorch (DDP, Horovod+PyTorch) experiment-3 bench run beside its prediction (COLUMNS); empty without
-    such runs. TensorFlow's runs have none: the advisor's step split and buckets are the PyTorch trainer's."""
+    such runs. TensorFlow's runs have none: the advisor's step split and buckets are the PyTorch trainer's. steps:
+    by default those beside the link fits (steps_for)."""
     tolerance = advisor.declaration()["tolerance"] if tolerance is None else tolerance
+    steps = steps_for(check_root) if steps is None else steps
     bench = df[df["kind"].isin(["bench", LINK_BENCH]) & (df["exp"] == 3) & df["framework"].isin(PYTORCH_FRAMEWORKS)]
     records, rows = step_records(steps), []
     for row in bench.itertuples():
@@ -186,7 +201,7 @@ def prediction_table(df: pd.DataFrame, steps: Path = STEPS, check_root: Path = a
                 "ranks_per_host": p.get("ranks_per_host"), "threads_per_rank": p.get("threads"),
                 "link": facts["link"] or "unlimited", "link_fit": links.parent.name if links else None,
                 "measured": row.steady_images_per_s, "path": row.path}
-        why = missing(facts, step, links)
+        why = missing(facts, step, links, steps)
         if why:
             rows.append({**base, "flag": "", "cause": why})
             continue

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args) -> None:
     """Each rate's link probed and fitted, then each thread count's step timed."""
-    from studies.advise import measured_step
+    from studies.advise import measured_step, step_name
 
     try:
         for rate in args.rates:
@@ -103,5 +103,5 @@ def measure(args) -> None:
     threads = sweep_threads(args.sweep)
     if not threads:
         raise SystemExit(f"error: no run under {args.sweep} records its ranks' placement (threads): rerun the sweep")
-    for t in threads:
-        measured_step("local", t)
+    for t in threads:  # the validation's own steps, committed with its table (make advise keeps its apart)
+        measured_step("local", t, advisor_runs.STEPS / step_name("local", t))
