@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from . import flags as fl
 from . import numbers as nb
 from . import tables as tb
 from .figures import FRAMEWORK_NAME
@@ -22,12 +23,14 @@ def framework_table(df: pd.DataFrame) -> pd.DataFrame:
     over the same experiment's 1-worker run (experiment 1's where the experiment has none, as the thesis's Table 5)."""
     s = tb.throughput_summary(df)
     s = s[s["framework"].isin(FRAMEWORKS) & (s["backend"] != "dp") & (s["numerics"] == nb.FP32)]
-    columns = KEYS + [f"{fw}{suffix}" for fw in FRAMEWORKS for suffix in ("", "_vs_pytorch", "_speedup")]
+    columns = KEYS + [f"{fw}{suffix}" for fw in FRAMEWORKS for suffix in ("", "_vs_pytorch", "_speedup")] + ["flag"]
     if s.empty:
         return pd.DataFrame(columns=columns)
     s = s.assign(scale=s["scale"].map(tb.scale_label))
     wide = s.pivot_table(index=KEYS, columns="framework", values="steady_images_per_s", aggfunc="mean")
     wide = wide.reindex(columns=FRAMEWORKS)
+    disturbed = s.pivot_table(index=KEYS, columns="framework", values="disturbed", aggfunc=tb.joined).reindex(
+        index=wide.index, columns=FRAMEWORKS)
     rows = []
     for (scale, exp, batch, gpus), r in wide.iterrows():
         own = (scale, exp, batch, 1) if (scale, exp, batch, 1) in wide.index else (scale, 1, batch, 1)
@@ -36,6 +39,9 @@ def framework_table(df: pd.DataFrame) -> pd.DataFrame:
             base = wide.loc[own, fw] if own in wide.index else math.nan
             row.update({fw: r[fw], f"{fw}_vs_pytorch": nb.speedup(r[fw], r["pytorch"]),
                         f"{fw}_speedup": nb.speedup(r[fw], base)})
+        row["flag"] = fl.join(f"{FRAMEWORK_NAME[fw]}: {why}" for fw in FRAMEWORKS for why in
+                              (fl.above_ideal(row[f"{fw}_speedup"], gpus), fl.text(disturbed.loc[(scale, exp, batch,
+                                                                                                  gpus), fw])) if why)
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)
 

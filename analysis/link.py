@@ -19,17 +19,19 @@ import pandas as pd  # noqa: E402
 from contract.config import ConfigError  # noqa: E402
 from contract.runfolder import link_bits_per_s  # noqa: E402
 
+from . import flags as fl  # noqa: E402
 from .runs import LINK_BENCH  # noqa: E402
 
 UNLIMITED = "unlimited"
 #: what makes one measurement, beside the link: the throughput tables' configuration keys (tables.CONFIG_KEYS)
 KEYS = ["exp", "framework", "backend", "numerics", "per_gpu_batch", "gpus", "processes", "scale"]
-COLUMNS = KEYS + ["link", "link_mbit_s", "hosts", "images_per_s", "speedup", "comm_share", "n_runs", "runs"]
-SHOWN = ["backend", "processes", "hosts", "link", "images_per_s", "speedup", "comm_share", "n_runs"]
+COLUMNS = KEYS + ["link", "link_mbit_s", "hosts", "images_per_s", "speedup", "comm_share", "n_runs", "runs", "flag"]
+SHOWN = ["backend", "processes", "hosts", "link", "images_per_s", "speedup", "comm_share", "n_runs", "flag"]
 NOTES = ("images_per_s: steady-state images/s (after the warm-up batches), the mean over the configuration's runs at "
          "that link; speedup: over the same backend's 1-process run at the same link (empty without one); "
          "comm_share: the share of the timed steps spent communicating (the bench record's comm_s over data, "
-         "compute and communication); hosts: the distinct hosts the ranks ran on.",
+         "compute and communication); hosts: the distinct hosts the ranks ran on; flag: a speed-up above its processes, "
+         "or a run whose timed steps did not have their CPUs alone (docs/training.md), with the reason.",
          "unlimited: the sweep's `none`, each host's link as the local cluster made it (veth pairs on one machine's "
          "cores, so every host shares the same CPUs: the numbers are this machine's, not a network's).")
 
@@ -64,10 +66,13 @@ def link_table(df: pd.DataFrame) -> pd.DataFrame:
     g = rows.groupby(KEYS + ["link"], dropna=False)
     out = g.agg(hosts=("hosts", "max"), images_per_s=("steady_images_per_s", "mean"),
                 comm_share=("comm_share", "mean"), n_runs=("run", "nunique"),
-                runs=("run", lambda r: ", ".join(sorted(set(r))))).reset_index()
+                runs=("run", lambda r: ", ".join(sorted(set(r)))),
+                disturbed=("disturbed", lambda d: fl.join(map(fl.text, d)))).reset_index()
     out["link_mbit_s"] = out["link"].map(mbit_s)
     out["hosts"] = out["hosts"].astype("Int64")
     out["speedup"] = out["images_per_s"] / one_process(out)
+    out["flag"] = [fl.join([fl.above_ideal(sp, p), d]) for sp, p, d in zip(out["speedup"], out["processes"],
+                                                                          out["disturbed"])]
     return out.sort_values(["backend", "processes", "link_mbit_s"], kind="stable", na_position="last")[COLUMNS] \
         .reset_index(drop=True)
 
