@@ -133,9 +133,15 @@ def problems(ranks: Sequence[Mapping]) -> list[str]:
     lines = []
     for r, p in enumerate(ranks):
         if p["threads"] > p["cpus"]:
-            lines.append(f"rank {r} on {p['host']}: {p['threads']} threads ({p['threads_from']}) on {p['cpus']} "
-                         f"CPU(s); set {p['threads_from']} to at most {p['cpus']} (or leave it unset), or give the "
-                         f"rank {p['threads']} CPUs (the profile's cpus_per_task)")
+            # threads_from says where the threads came from, and only train.threads and OMP_NUM_THREADS are settings
+            # (issue 63: a resumed run's line said "set checkpoint to at most 2")
+            source, more = p["threads_from"], f"give the rank {p['threads']} CPUs (the profile's cpus_per_task)"
+            fix = {"train.threads": f"set {source} to at most {p['cpus']} (or leave it unset), or {more}",
+                   "OMP_NUM_THREADS": f"set {source} to at most {p['cpus']} (or leave it unset), or {more}",
+                   "checkpoint": f"a resumed run keeps the threads it started with: {more}, or resume it with "
+                                 f"--resume force and train.threads at most {p['cpus']}"}.get(source, more)
+            said = "pinned by the checkpoint it resumed from" if source == "checkpoint" else source
+            lines.append(f"rank {r} on {p['host']}: {p['threads']} threads ({said}) on {p['cpus']} CPU(s); {fix}")
         if p["loader_workers"] > p["cpus"]:
             lines.append(f"rank {r} on {p['host']}: {p['loader_workers']} loader workers on {p['cpus']} CPU(s); "
                          f"lower data.loader_workers to {p['cpus']} or raise cpus_per_task")

@@ -4,7 +4,8 @@ table of passes and failures that names the failing layer.
     python -m tools cluster-check --cluster P [--scale S] [--nodes N] [--out DIR] [--layers L ...]
 
 Each layer but `nodes` is one short job, submitted with the profile as a study's runs are (slurm/job.sh), one after
-another; a failed layer does not stop the others, so one run names every broken layer. What each layer checks:
+another; a failed layer does not stop the others, so one run names every broken layer, except where nodes or
+placement fail: no job waits for nodes that are not there, and none runs with the wrong threads (gated). What each layer checks:
 slurm/README.md. Each rank writes what it saw (tools/cluster_probe.py); this module reads it and decides. The table
 goes to DIR/<profile>-<time>/cluster_check.md beside every job's log.
 """
@@ -27,7 +28,10 @@ from slurm.client import Clients, NoConfiguration
 from slurm.profiles import Profile, ProfileError, load_profile, sbatch_argv
 from studies.launch import REPO
 
-LAYERS = ("nodes", "hosts", "staging", "ddp", "horovod", "link-intra", "link-inter", "placement", "train")
+# placement right after nodes: every later layer's ranks take their threads by its rule, so where it fails their
+# timings and verdicts would be the misplacement's (gated)
+LAYERS = ("nodes", "placement", "hosts", "staging", "ddp", "horovod", "link-intra", "link-inter", "train")
+PLACEMENT_FAILED = "not run: placement failed (its row says the fix)"
 JOB_MINUTES = 5  # each layer's time limit: a layer that needs longer is itself a finding
 TRAIN_STEPS = 6  # the train layer's steps; the preemption is rehearsed after half of them
 STAGED_MARKER = "cluster-check.txt"  # the one file in the tar the staging layer stages
@@ -65,10 +69,12 @@ def run_check(cluster: str, scale: str = "local", nodes: int = 2, out: Path = CH
     print(f"cluster-check of {profile.name} ({nodes} nodes, scale {scale}) in {folder}", flush=True)
     findings = [check_nodes(clients, nodes)]
     if findings[0].ok:
-        jobs = submit_layers(clients, profile, scale, nodes, folder, jobs_layers)
-        states = wait(clients, jobs, timeout)
-        findings += [judge(layer, states.get(layer, "NOT SUBMITTED"), folder, nodes, profile.requeue)
-                     for layer in jobs_layers]
+        def run(layers: list[str]) -> list[Finding]:
+            states = wait(clients, submit_layers(clients, profile, scale, nodes, folder, layers), timeout)
+            return [judge(layer, states.get(layer, "NOT SUBMITTED"), folder, nodes, profile.requeue)
+                    for layer in layers]
+
+        findings += gated(jobs_layers, run)
     else:
         findings += [Finding(layer, None, "not run: too few nodes answer") for layer in jobs_layers]
     annotate_link_fit(folder, profile)
@@ -80,6 +86,20 @@ def run_check(cluster: str, scale: str = "local", nodes: int = 2, out: Path = CH
     print(f"cluster-check: {'all layers pass' if not failed else 'failing: ' + ', '.join(failed)}; "
           f"logs in {folder}")
     return 0 if all(f.ok for f in findings) else 1
+
+
+def gated(layers: list[str], run) -> list[Finding]:
+    """Each layer's finding, run(layers) submitting and judging their jobs. Where the placement layer is checked it
+    runs first, alone, and where it fails the later layers' jobs are not submitted: their ranks would take the same
+    wrong threads, and each row would fail with the placement's line instead of naming its own layer (issue 63:
+    OMP_NUM_THREADS=8 failed every row so)."""
+    if "placement" not in layers:
+        return run(layers)
+    rest = [layer for layer in layers if layer != "placement"]
+    first = run(["placement"])
+    if not first[0].ok:
+        return first + [Finding(layer, None, PLACEMENT_FAILED) for layer in rest]
+    return first + (run(rest) if rest else [])
 
 
 def annotate_link_fit(folder: Path, profile: Profile) -> None:

@@ -99,3 +99,87 @@ def test_staging_without_tmpdir_names_the_fallback(tmp_path):
                                                           "scratch_from": "no $TMPDIR on this node"}))
     finding = judge("staging", "COMPLETED", tmp_path, 2)
     assert finding.ok and finding.detail == "staged on 2 nodes into /tmp (no $TMPDIR on this node), and removed"
+
+
+# ---- issue 63: a bad OMP_NUM_THREADS fails the placement layer alone, and no line names a setting that is not one --
+def placed_rank(threads: int = 0, pinned: int | None = None, omp: str | None = None, cpus: int = 2) -> dict:
+    """One rank's manifest entry as the trainer makes it (contract/placement.py decide and record)."""
+    from contract import placement
+
+    alloc = placement.Allocation(tuple(range(cpus)), tuple(range(cpus)), None, 1)
+    return placement.record(placement.decide(alloc, threads, pinned, omp, 0), alloc, "n1", 0)
+
+
+def test_each_placement_line_names_a_setting_that_exists():
+    """Issue 63: a resumed run's threads come from its checkpoint, and the row said "set checkpoint to at most 2"."""
+    import re
+
+    from contract.placement import problems
+
+    lines = {source: problems([placed_rank(**given)]) for source, given in
+             (("train.threads", {"threads": 8}), ("checkpoint", {"pinned": 8}), ("OMP_NUM_THREADS", {"omp": "8"}))}
+    for source, found in lines.items():
+        assert len(found) == 1 and found[0].startswith(f"rank 0 on n1: 8 threads (")
+        for setting in re.findall(r"\bset (\S+) to", found[0]):
+            assert setting in ("train.threads", "OMP_NUM_THREADS", "data.loader_workers"), found[0]
+    assert "set train.threads to at most 2" in lines["train.threads"][0]
+    assert "set OMP_NUM_THREADS to at most 2 (or leave it unset)" in lines["OMP_NUM_THREADS"][0]
+    resumed = lines["checkpoint"][0]
+    assert "checkpoint to" not in resumed and resumed == (
+        "rank 0 on n1: 8 threads (pinned by the checkpoint it resumed from) on 2 CPU(s); a resumed run keeps the "
+        "threads it started with: give the rank 8 CPUs (the profile's cpus_per_task), or resume it with --resume "
+        "force and train.threads at most 2")
+
+
+def test_the_train_row_of_a_run_resumed_with_too_many_threads_says_what_to_do(tmp_path):
+    run = train_run(tmp_path, ["running", "preempted", "running", "completed"], 2, RESUMED)
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "placement": [placed_rank(pinned=8)]}))
+    finding = judge_train("COMPLETED", run, 1)
+    assert finding.ok is False and "--resume force and train.threads at most 2" in finding.detail
+    assert "set checkpoint" not in finding.detail
+
+
+def probe(layer: str, folder, **env) -> None:
+    """What one rank of a cluster-check job writes, by the probe itself (tools/cluster_probe.py), here."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    r = subprocess.run([sys.executable, "-m", "tools", "cluster-probe", layer, "--dir", str(folder)], cwd=REPO,
+                       env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_bad_omp_num_threads_fails_placement_with_the_fix_and_the_later_layers_are_not_run(tmp_path):
+    """Issue 63: with OMP_NUM_THREADS=8 every layer failed with the placement line, so the table no longer pointed at
+    the broken layer. The placement layer now runs first, alone; where it fails, no later layer's job is submitted,
+    and each later row says why."""
+    import os
+    import socket
+
+    from studies.cluster_check import LAYERS, gated, judge, render
+
+    cpus = len(os.sched_getaffinity(0))
+    asked = []
+
+    def run(layers):  # the check's jobs, here: the probe on this machine, judged as the check judges its ranks
+        asked.append(list(layers))
+        for layer in layers:
+            probe(layer, tmp_path, OMP_NUM_THREADS=str(cpus + 6))
+        return [judge(layer, "COMPLETED", tmp_path, 1) for layer in layers]
+
+    layers = [layer for layer in LAYERS[1:] if layer in ("placement", "hosts", "staging")]
+    findings = gated(layers, run)
+    assert asked == [["placement"]] and [f.layer for f in findings] == ["placement", "hosts", "staging"]
+    assert findings[0].ok is False and findings[0].detail.startswith(
+        f"rank 0 on {socket.gethostname()}: {cpus + 6} threads (OMP_NUM_THREADS) on {cpus} CPU(s); set "
+        f"OMP_NUM_THREADS to at most {cpus} (or leave it unset)")
+    assert [(f.ok, f.detail) for f in findings[1:]] == [(None, "not run: placement failed (its row says the fix)")] * 2
+    table = render(findings)
+    assert table.count("| not run |") == 2 and table.count("OMP_NUM_THREADS") == 2  # one row names it, and its fix
+    asked.clear()
+    assert [f.ok for f in gated(["hosts"], run)] == [False] and asked == [["hosts"]]  # no placement layer: as before
+

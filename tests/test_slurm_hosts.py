@@ -222,6 +222,21 @@ def test_cluster_check_names_a_hosts_file_that_sends_a_node_to_loopback(hosts_cl
     assert "rendezvous host 'n1' resolves to loopback (127.0.1.1) on n1" in result.stdout  # the trainer's own line
 
 
+def test_cluster_check_with_a_bad_omp_num_threads_fails_placement_alone_and_runs_nothing_after(hosts_cluster,
+                                                                                               tmp_path):
+    """Issue 63: OMP_NUM_THREADS=8 on 2-CPU nodes failed every layer with the placement line (and the train row said
+    "set checkpoint to at most 2"). The placement layer fails with the fix; the later layers' jobs are never
+    submitted, and their rows say so."""
+    result = cluster_check(hosts_cluster, tmp_path, "--layers", "placement", "ddp", "train",
+                           env={"OMP_NUM_THREADS": "8"})
+    assert result.returncode == 1
+    assert table(result) == {"nodes": "pass", "placement": "FAIL", "ddp": "not run", "train": "not run"}, result.stdout
+    assert "8 threads (OMP_NUM_THREADS)" in result.stdout and "set OMP_NUM_THREADS to at most" in result.stdout
+    assert result.stdout.count("not run: placement failed (its row says the fix)") == 2
+    assert "set checkpoint" not in result.stdout
+    assert not list(tmp_path.glob("local-*/ddp.sbatch-line")) and not list(tmp_path.glob("local-*/train.out"))
+
+
 def test_cluster_check_names_a_wrong_network_interface(hosts_cluster, tmp_path):
     result = cluster_check(hosts_cluster, tmp_path, "--layers", "ddp", env={"GLOO_SOCKET_IFNAME": "bogus0"})
     assert result.returncode == 1 and table(result) == {"nodes": "pass", "ddp": "FAIL"}
