@@ -130,9 +130,11 @@ def machine_id() -> str | None:
 def disturbances(ranks: Sequence[Mapping] | None) -> list[str]:
     """Why this run's timing does not measure its machine alone, one reason a line; [] when it does or when the
     manifest recorded no window (a run before this was recorded, or not a throughput run)."""
-    timed = [r for r in ranks or () if isinstance(r, Mapping) and _number(r.get("timed_wall_s"))
+    if not isinstance(ranks, (list, tuple)):  # none recorded, or a damaged manifest's: nothing to judge
+        return []
+    timed = [r for r in ranks if isinstance(r, Mapping) and _number(r.get("timed_wall_s"))
              and r["timed_wall_s"] > 0 and _number(r.get("timed_cpu_s"))]
-    if not timed or len(timed) != len(ranks or ()):
+    if not timed or len(timed) != len(ranks):
         return []
     by_machine: dict[str, list[Mapping]] = {}
     for r in timed:

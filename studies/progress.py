@@ -9,7 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from contract import reader
+from contract import hostload, reader
 from contract.plan import Study
 from contract.runfolder import CHECKPOINT, CONSOLE, STATUSES
 from studies.clock import Clock, duration
@@ -56,7 +56,9 @@ def summary(run_dir: Path) -> str:
     bench = reader.read_metrics(run_dir).of("bench")
     rate = bench[-1].get("images_per_s_steady") if bench else None
     if is_number(rate):
-        return f"{status}: {rate:.1f} images/s (steady state)"
+        disturbed = hostload.disturbances(manifest.get("placement"))  # said as it ends, not only in the report
+        return f"{status}: {rate:.1f} images/s (steady state)" + (" — flagged: " + disturbed[0].split(":")[0]
+                                                                  if disturbed else "")
     best = manifest.get("best_val_top1")
     return status + (f": best val top-1 {best:.2f} %" if is_number(best) else "")
 

@@ -128,6 +128,9 @@ def test_a_run_beside_two_busy_loops_on_its_cpu_is_flagged_busy(tmp_path):
             loop.wait()
     lines = hostload.disturbances(manifest["placement"])
     assert any(line.startswith("host busy: other work used") for line in lines), lines
+    from studies.progress import summary  # the study's line as the run ends says it too
+
+    assert summary(tmp_path / "busy" / "busy").endswith("images/s (steady state) — flagged: host busy")
 
 
 @pytest.mark.slow
@@ -183,3 +186,8 @@ def test_a_speedup_above_its_processes_is_flagged_with_its_reason():
     assert flag.split("; ") == [flags.above_ideal(18.51, 4), "baseline ran 2 thread(s) a rank, this row 1: not like "
                                 "for like", "baseline: host busy: x"]
     assert flags.speedup_flag(1.9, 2, threads=1, base_threads=1) == ""
+
+
+def test_a_damaged_placement_is_never_judged_nor_an_error():
+    for damaged in (3, "x", {"host": "n1"}, [3, None], True):
+        assert hostload.disturbances(damaged) == []
