@@ -37,6 +37,7 @@ from . import advisor_runs  # noqa: E402
 from . import cost  # noqa: E402
 from . import experiments  # noqa: E402 -- the plug-ins' package: its modules are found below, never named
 from . import figures as fg  # noqa: E402
+from . import flags as fl  # noqa: E402
 from . import findings as fd  # noqa: E402
 from . import link as lk  # noqa: E402
 from . import reference as rf  # noqa: E402
@@ -72,6 +73,10 @@ THROUGHPUT_NOTES = ("thesis_images_per_s: the thesis's value; ours_thesis_formul
 PLACEMENT_NOTE = ("threads_per_rank, cpus_per_rank: what each rank ran with (manifest.json's per-rank placement; "
                   "empty where the ranks differed or the runs predate the record); nodes of our own rows: the hosts "
                   "their ranks ran on.")
+FLAG_NOTE = ("flag: why a row's number does not measure what it claims, with the reason (analysis/flags.py): a "
+             "speed-up above its processes (impossible: its baseline was slowed), a baseline of other threads a "
+             "rank, a run whose timed steps did not have their CPUs alone (host busy, CPU short: docs/training.md); "
+             "empty for a clean row and for runs that predate the record.")
 QUALITY_NOTES = ("ours_top1/ours_top5: best validation accuracy (percent), mean over the configuration's completed "
                  "runs (seeds), ± sample std; n_runs: how many; diverged or half-written runs are counted in status, "
                  "not averaged.", SCALE_NOTE)
@@ -279,7 +284,9 @@ def throughput(inputs: Inputs, entry: Table) -> pd.DataFrame:
 def throughput_notes(inputs: Inputs, frame: pd.DataFrame) -> list[str]:
     """The throughput tables' notes, and a line for each comparison whose rows ran with different threads or
     CPUs a rank (the manifests' per-rank placement)."""
-    return [*THROUGHPUT_NOTES, PLACEMENT_NOTE, *tb.unlike_rows(frame)]
+    flagged = frame["flag"].map(fl.text).ne("").sum() if "flag" in frame else 0
+    count = [f"{flagged} row(s) flagged: read the flag column before the number."] if flagged else []
+    return [*THROUGHPUT_NOTES, PLACEMENT_NOTE, FLAG_NOTE, *count, *tb.unlike_rows(frame)]
 
 
 def predicted_beside_measured(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
