@@ -9,6 +9,7 @@ line that says what to fix, raised before any process group or data is touched.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -503,16 +504,39 @@ def cpu_isa_env(cpu_isa: str) -> dict[str, str]:
 
 def check_writable(folder: Path) -> None:
     """The run folder can be made and written: probed in its nearest existing parent, which is left as it was."""
+    blocked = blocking_path(folder)
+    if blocked:
+        path, why = blocked
+        link = f"remove the link (rm {path}) or " if path.is_symlink() else ""
+        raise ConfigError(f"output folder {folder} cannot be made: {why}; {link}pick another --out or --run")
     parent = Path(folder).absolute()
     while not parent.exists():
         parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError(f"output folder {folder} cannot be made: {parent} is a file; pick another --out or --run")
     try:
         tempfile.TemporaryFile(dir=parent).close()
     except OSError as e:
         raise ConfigError(f"output folder {folder} cannot be written ({parent}: {e.strerror}); "
                           "pick another --out") from None
+
+
+def blocking_path(folder: Path) -> tuple[Path, str] | None:
+    """What keeps `folder` from being a folder, or None: the nearest of it and its parents that is there is a file,
+    or a symbolic link that leads to no folder -- one to a path that does not exist (making the folder then fails
+    with "File exists") or a loop (opening it fails with "Too many levels of symbolic links"). (path, why)."""
+    for path in (Path(folder).absolute(), *Path(folder).absolute().parents):
+        if path.is_dir():  # follows links: a link to a folder is one
+            return None
+        if path.is_symlink():
+            target = os.readlink(path)
+            try:
+                os.stat(path)
+            except OSError as e:
+                return path, (f"{path} is a symbolic link that loops ({path} -> {target})" if e.errno == errno.ELOOP
+                              else f"{path} is a symbolic link to {target}, which does not exist")
+            return path, f"{path} is a symbolic link to {target}, which is a file"
+        if os.path.lexists(path):
+            return path, f"{path} is a file"
+    return None
 
 
 def validate(cfg: Config, need_data: bool = True) -> None:

@@ -282,6 +282,7 @@ def study_plan(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
     quick_settings = {f"{section}.{key}": value for section, key, value in map(parse_override, quick_lines)}
     planned = [dataclasses.replace(shape, settings={**shape.settings, **quick_settings})
                for shape in shapes(table, 1 if quick and not seeds else seeds)]
+    refuse_ignored_overrides(overrides, planned, quick_settings, config)
     refuse_multi_node(planned, experiment, scale)
     left_out: list[str] | None = [] if quick else None
     runs = resolve(config, scale, planned, extra, only=only, left_out=left_out)
@@ -294,6 +295,27 @@ def study_plan(experiment: Path, scale: str, quick: bool, seeds: int | None, ove
                  table.get("kind", "quality"), extra, str(quick_tables_here.get("slurm", {}).get("time_limit", "")),
                  left_out or [],
                  "" if quick else table.get("next", ""))  # a smoke run's results choose nothing
+
+
+def refuse_ignored_overrides(overrides: list[str], planned: list[Shape], quick_settings: dict[str, Any],
+                             config: Path) -> None:
+    """A --set of a setting the plan gives each run itself -- its seed, what [study] varies, QUICK's settings --
+    would be overridden in every run that has it (a run's own settings win: resolve), so the study would run without
+    it and say nothing. One line instead, naming the setting and what sets it."""
+    for text in overrides:
+        section, key, _ = parse_override(text)
+        where = f"{section}.{key}"
+        if where == "train.seed":
+            raise ConfigError(f"--set {text}: a study gives each run its own seed (its runs' -s0, -s1, ... from "
+                              f"train.seed in {config}), so it would be ignored; ask for more seeds with --seeds N "
+                              "(make: SEEDS=N), or set train.seed in the experiment's config.toml")
+        if where in quick_settings:
+            raise ConfigError(f"--set {text}: QUICK sets {where} in every run (experiments/scales.toml [quick]), so "
+                              "it would be ignored; leave QUICK out to set it")
+        if any(where in shape.settings for shape in planned):
+            raise ConfigError(f"--set {text}: the study sets {where} per run ([study] in {config}), so it would be "
+                              "ignored there; pick runs with --only (make: ONLY=), or train one by hand with "
+                              "python -m suite train")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -6,8 +6,9 @@ trainer, the tools): `read_config`, `read_manifest`, `read_metrics` (and `last_r
 for progress lines) and `folder_fingerprint`. Nothing here renames a field or derives a number: the analysis does
 that, on the DataFrame (analysis/runs.py). Nothing here raises on bad content either: a missing or unreadable
 file, or a line that is not a record, is a problem the DataFrame lists; a folder whose manifest is of another
-version (read_manifest raises, naming the migration) is left out of a tree with that line (`left_out`), so one bad
-folder never takes a report down.
+version (read_manifest raises, naming the migration), or whose config.json was changed after the run (its
+fingerprint is not the one the manifest recorded: `config_changed`), is left out of a tree with that line
+(`left_out`), so one bad folder never takes a report down nor counts as another config's run.
 """
 from __future__ import annotations
 
@@ -118,6 +119,42 @@ def identity_problem(run_dir: str | Path) -> str | None:
     return None
 
 
+#: the statuses of a run that ended with a result: a study skips such a run instead of training it again
+FINISHED = ("completed", "diverged")
+
+
+def config_changed(config: dict | None, manifest: dict | None) -> str | None:
+    """Why config.json is not the config the run trained, or None: the trainer records config.json's fingerprint in
+    the manifest as the run begins (RunFolder.begin writes both), so a fingerprint that differs from it now says
+    config.json was edited since, and the folder's records are another config's (a 2-epoch run whose config.json
+    says 3 epochs). A manifest without one records nothing to compare."""
+    recorded = manifest.get("config_fingerprint") if isinstance(manifest, dict) else None
+    if not isinstance(config, dict) or recorded is None:
+        return None
+    now = document_fingerprint(config)
+    if recorded == now:
+        return None
+    return (f"{CONFIG}'s fingerprint {now} is not the {recorded!r} its {MANIFEST} recorded as the run began: "
+            f"{CONFIG} was changed after the run, so what it trained is not what {CONFIG} says")
+
+
+def record_problem(run_dir: str | Path) -> str | None:
+    """Why a run folder that has an identity still cannot count as the run its documents name, or None:
+    config.json changed after the run (config_changed), or a finished run (FINISHED) whose metrics.jsonl, what it
+    trained, is missing or unreadable (deleted, a folder, empty). A study neither skips nor resumes such a folder;
+    reference-add refuses it."""
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    changed = config_changed(read_config(run_dir), manifest)
+    if changed:
+        return changed
+    status = manifest.get("status") if isinstance(manifest, dict) else None
+    metrics = read_metrics(run_dir).problem if status in FINISHED else None
+    if metrics:
+        return f"{MANIFEST} says {status} but its {METRICS} is {metrics}: what the run trained cannot be read"
+    return None
+
+
 @dataclass
 class Metrics:
     """What a metrics.jsonl holds: its good records in order, the bad lines counted, and a problem if any."""
@@ -215,7 +252,8 @@ def read_runs(root: str | Path) -> pd.DataFrame:
       fingerprint            the config's fingerprint (contract/fingerprint.py), None without a readable config;
       bad_lines              metrics.jsonl's lines that are not a record of a declared kind (skipped);
       problems               a tuple of what was wrong with the folder ("manifest.json: missing", ...);
-      left_out               True for a folder read no further (a manifest of another version): its row alone;
+      left_out               True for a folder read no further (a manifest of another version, a config.json
+                             changed after the run): its row alone;
       time, epoch, lr, ...   a record's fields, each as written: a field a record does not hold is None (a NaN the
                              trainer wrote stays NaN), so every column is of object dtype.
     The folder rows come in path order, each followed by its records in the order they were written. Every problem
@@ -230,15 +268,17 @@ def read_run(run_dir: str | Path) -> pd.DataFrame:
 
 
 def _folder_rows(run_dir: Path) -> list[dict]:
-    """A folder's row, then its records' rows."""
+    """A folder's row, then its records' rows; a folder left out (_left_out), its row alone."""
     config, config_problem = read_document(run_dir / CONFIG)
     identity = {"experiment": run_dir.parent.name, "run": run_dir.name, "path": str(run_dir)}
     try:
         manifest, manifest_problem = read_manifest_document(run_dir)
     except ManifestError as err:  # one folder of another version never takes a tree down: its line, no rows
-        return [{**identity, "kind": "run", "config": config, "manifest": None, "fingerprint": None, "bad_lines": 0,
-                 "problems": (f"left out: {str(err).removeprefix(str(run_dir / MANIFEST) + ': ')}",),
-                 "left_out": True}]
+        return [_left_out(identity, config, None, str(err).removeprefix(str(run_dir / MANIFEST) + ": "))]
+    changed = config_changed(config, manifest)
+    if changed:  # its records are another config's: read as config.json's run, it would be counted wrong
+        return [_left_out(identity, config, manifest, f"{changed}; restore its {CONFIG} or remove the folder "
+                                                      f"(rm -r {run_dir})")]
     metrics = read_metrics(run_dir / METRICS)
     problems = [f"{name}: {problem}" for name, problem in
                 ((CONFIG, config_problem), (MANIFEST, manifest_problem), (METRICS, metrics.problem)) if problem]
@@ -250,6 +290,12 @@ def _folder_rows(run_dir: Path) -> list[dict]:
               "fingerprint": None if config is None else document_fingerprint(config),
               "bad_lines": metrics.bad_lines, "problems": tuple(problems), "left_out": False}
     return [folder] + [{**record, **identity} for record in metrics.records]
+
+
+def _left_out(identity: dict, config: dict | None, manifest: dict | None, why: str) -> dict:
+    """The row of a folder read no further: counted in no table, its one problem line says why and what to do."""
+    return {**identity, "kind": "run", "config": config, "manifest": manifest, "fingerprint": None, "bad_lines": 0,
+            "problems": (f"left out: {why}",), "left_out": True}
 
 
 def _table(rows: list[dict]) -> pd.DataFrame:

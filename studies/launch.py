@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import reader, runfolder
-from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, cpu_isa_env
+from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, blocking_path, cpu_isa_env
 from contract.fingerprint import config_fingerprint
 from contract.reader import folder_fingerprint
 from contract.plan import NODE_SCALE, Run, Study, node_fits, node_processes
@@ -28,10 +28,13 @@ from studies import node, tf_launch
 from trainers.rendezvous import free_port, torchrun_command
 
 REPO = Path(__file__).resolve().parents[1]
-FINISHED = ("completed", "diverged")
+FINISHED = reader.FINISHED
 OTHER_CONFIG = "other-config"  # a run folder made by a config other than the plan's
 NO_IDENTITY = "no-identity"  # a run folder whose config.json cannot be read: whose run it holds is unknown
-REFUSED = {OTHER_CONFIG: "another config's run", NO_IDENTITY: "a run without a readable config.json"}  # what each holds
+DAMAGED = "damaged"  # a run folder whose records are not its documents' run (contract/reader.py record_problem)
+NO_FOLDER = "no-folder"  # the run's folder is a symbolic link that leads to no folder (dangling, a loop), or a file
+REFUSED = {OTHER_CONFIG: "another config's run", NO_IDENTITY: "a run without a readable config.json",
+           DAMAGED: "a run whose records cannot be read as its config's", NO_FOLDER: "no folder"}  # what each holds
 MISSING, NO_STATUS = "missing", "no-status"  # no manifest; a manifest without a readable status (folder_status)
 FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -96,12 +99,18 @@ def folder_status(run_dir: Path, fingerprint: str) -> str:
     """The run folder's status for this plan: missing, running, completed..., OTHER_CONFIG when the folder holds
     a run of another config (a smoke run under a full run's name, a run from before a config change), or NO_IDENTITY
     when it holds a run whose config.json cannot be read: such a run may be any config's, so it never counts as this
-    plan's (completed) nor is resumed as it."""
+    plan's (completed) nor is resumed as it; DAMAGED when its records cannot be read as the run its documents name
+    (config.json changed after the run, a finished run's metrics.jsonl gone), NO_FOLDER when its path leads to no
+    folder (a dangling or looping symbolic link, a file)."""
+    if blocking_path(run_dir):
+        return NO_FOLDER
     if reader.identity_problem(run_dir):
         return NO_IDENTITY
     found = folder_fingerprint(run_dir)
     if found is not None and found != fingerprint:
         return OTHER_CONFIG
+    if reader.record_problem(run_dir):
+        return DAMAGED
     # no manifest: nothing started (the trainer starts afresh); one the study cannot read a status from (written half,
     # or by a writer killed before its status): started with --resume auto, which continues or starts afresh
     if not (run_dir / runfolder.MANIFEST).exists():
@@ -114,7 +123,8 @@ def refuse_unknown_runs(plans: list[Plan]) -> None:
     """One line before anything starts when a planned run's folder holds another config's run, or a run whose config
     cannot be read: it is neither resumed (it would mix two configs in one run) nor skipped (it would count as this
     plan's result)."""
-    for status, why in ((NO_IDENTITY, _no_identity_line), (OTHER_CONFIG, _other_config_line)):
+    for status, why in ((NO_FOLDER, _no_folder_line), (NO_IDENTITY, _no_identity_line),
+                        (OTHER_CONFIG, _other_config_line), (DAMAGED, _damaged_line)):
         found = [p for p in plans if p.status == status]
         if found:
             more = f" (and {len(found) - 1} more folder(s))" if len(found) > 1 else ""
@@ -130,6 +140,17 @@ def _no_identity_line(p: Plan) -> str:
     return (f"{p.run_dir} holds a run whose {reader.identity_problem(p.run_dir)}: which config and seed it ran "
             f"cannot be told, so it is neither skipped nor resumed; clear it (rm -r {p.run_dir}) and run the study "
             "again to re-plan it")
+
+
+def _damaged_line(p: Plan) -> str:
+    return (f"{p.run_dir} holds a run whose {reader.record_problem(p.run_dir)}; it is neither skipped as done nor "
+            f"resumed: restore what changed, or clear it (rm -r {p.run_dir}) and run the study again to re-plan it")
+
+
+def _no_folder_line(p: Plan) -> str:
+    path, why = blocking_path(p.run_dir)
+    link = f"remove the link (rm {path}) or " if path.is_symlink() else ""
+    return f"{p.run_dir} cannot hold the run: {why}; {link}run the study with --out DIR"
 
 
 def local_commands(plan: Plan) -> list[list[str]]:

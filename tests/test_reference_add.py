@@ -18,8 +18,11 @@ def run(study, name, status, hosts=("vm",), machine=XEON, seed=None, **manifest)
     folder.mkdir(parents=True)
     (folder / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "status": status, "hosts": list(hosts), "machine": machine,
                                                       **manifest}))
-    for file in ("metrics.jsonl", "train.log", "checkpoint.pt", ".lock", ".study.lock"):
+    for file in ("train.log", "checkpoint.pt", ".lock", ".study.lock"):
         (folder / file).write_text(file)
+    # its last record: a finished run without readable records is refused (issue 64)
+    (folder / "metrics.jsonl").write_text(json.dumps({"kind": "status", "time": 0.0, "status": status, "epoch": 0,
+                                                      "message": ""}) + "\n")
     seed = seed if seed is not None else sum(name.encode())  # a seed a name unless told: each its own run
     (folder / "config.json").write_text(json.dumps({"experiment": study.name, "run": name, "scale": "local",
                                                     "train": {"seed": seed}}))

@@ -22,11 +22,14 @@ def tiny_study(tmp_path, study: str = 'vary = { "train.workers" = [1] }', overri
 
 
 def completed_folder(run_dir: Path, cfg, status: str = "completed", run: str | None = None) -> Path:
-    """A run folder as the trainer leaves a finished run, without training: config.json and manifest.json."""
+    """A run folder as the trainer leaves a finished run, without training: config.json, manifest.json and the
+    last record of metrics.jsonl (a finished run without its records counts as none: issue 64)."""
     run_dir.mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps({"experiment": cfg.experiment, "run": run or run_dir.name,
                                                      "scale": cfg.scale, **cfg.to_dict(), "resolved": cfg.resolved()}))
     (run_dir / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "status": status}))
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"kind": "status", "time": 0.0, "status": status,
+                                                       "epoch": cfg.train.epochs, "message": ""}) + "\n")
     return run_dir
 
 

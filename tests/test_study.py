@@ -140,11 +140,14 @@ def test_by_default_cpu_quality_runs_go_side_by_side_and_throughput_runs_alone()
 
 # ---- committed results are a reference; smoke runs live apart; a folder counts only for its own config ------------
 def fake_run(run_dir: Path, cfg, status="completed"):
-    """A run folder as the trainer leaves it, without training: config.json (resolved) and manifest.json."""
+    """A run folder as the trainer leaves it, without training: config.json (resolved), manifest.json and the last
+    record of metrics.jsonl (a finished run without its records counts as none: issue 64)."""
     run_dir.mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps({"experiment": cfg.experiment, "run": run_dir.name,
                                                      "scale": cfg.scale, **cfg.to_dict(), "resolved": cfg.resolved()}))
     (run_dir / "manifest.json").write_text(json.dumps({"manifest_version": VERSION, "status": status}))
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"kind": "status", "time": 0.0, "status": status,
+                                                       "epoch": cfg.train.epochs, "message": ""}) + "\n")
 
 
 def test_committed_reference_runs_are_never_this_machines_results(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from contract import machine
 from contract.config import ConfigError
-from contract.reader import IDENTITY_WORDS, identity_problem, read_manifest, run_identity
+from contract.reader import IDENTITY_WORDS, identity_problem, read_manifest, record_problem, run_identity
 from contract.runfolder import CONFIG, CONSOLE, LOG, MANIFEST, METRICS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,6 +87,9 @@ def add(study: Path, label: str, reference: Path = REFERENCE) -> tuple[list[str]
         if identity_problem(folder):
             raise ConfigError(f"{folder}: its {identity_problem(folder)}, so which config and seed it ran cannot be "
                               "told; leave it out of the reference (move it away) or run its study again")
+        if record_problem(folder):  # config.json changed after the run, or its records gone: not its result
+            raise ConfigError(f"{folder}: its {record_problem(folder)}; restore it, or leave it out of the reference "
+                              "(move it away) and run its study again")
         why = foreign(read_manifest(folder), declared)
         if why:
             raise ConfigError(f"{folder.name} was not measured on {label}: {why}; commit it under its own machine")
