@@ -196,3 +196,24 @@ def test_a_run_folder_that_is_a_broken_link_is_one_line_for_the_trainer_and_the_
     err = one_error(capsys).err
     assert f"output folder {run_dir} cannot be made: {run_dir} {said}; remove the link (rm {run_dir})" in err
     assert tree(runs) == before
+
+
+# ---- silently wrong: migrate-manifests calling `machine: [1]` current -----------------------------------------------
+def test_migrate_manifests_refuses_a_current_manifest_that_is_not_the_record_and_writes_nothing(tmp_path, capsys):
+    from tests.test_manifest import as_version_0
+    from tools.__main__ import main
+
+    old, bad = tmp_path / "runs" / "04_naive_scaling" / "w1-s0", tmp_path / "runs" / "04_naive_scaling" / "w1-s1"
+    for run_dir in (old, bad):
+        shutil.copytree(VM_RUN, run_dir)
+    as_version_0(old)  # one the migration would rewrite...
+    manifest = json.loads((bad / "manifest.json").read_text())
+    (bad / "manifest.json").write_text(json.dumps({**manifest, "machine": [1]}))  # ...beside a damaged current one
+    before = tree(tmp_path / "runs")
+    assert main(["migrate-manifests", str(tmp_path / "runs")]) == 2
+    err = one_error(capsys).err
+    assert f"{bad / 'manifest.json'}: machine is [1], not dict, though its manifest_version is current" in err
+    assert tree(tmp_path / "runs") == before  # the old one not migrated either: nothing written before the refusal
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["migrate-manifests", str(tmp_path / "runs")]) == 0
+    assert "1 manifest(s) rewritten at version 1, 1 already current" in capsys.readouterr().out

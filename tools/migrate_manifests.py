@@ -90,20 +90,36 @@ def migrate_configs(root: Path) -> int:
     return rewritten
 
 
-def migrate(root: Path) -> tuple[int, int]:
-    """Every manifest.json under root at the current version: (how many were rewritten, how many already were)."""
+def planned_rewrites(root: Path) -> tuple[list[tuple[Path, dict]], int]:
+    """Every manifest.json under root read and checked, nothing written: (the ones to rewrite, each with its manifest
+    at the current version; how many already are). A manifest that cannot be brought to the current version, or one
+    that says it is current but is not the declared record (`machine: [1]`), is ManifestError naming it."""
     paths = sorted(root.rglob(MANIFEST))
-    rewritten = 0
+    rewrites = []
     for i, path in enumerate(paths, 1):
         manifest, problem = read_document(path)
         if problem:
             raise declared.ManifestError(f"{path}: {problem}; restore it or remove its run folder, then migrate again")
         if manifest.get("manifest_version") != declared.VERSION:
-            write_json_atomic(path, migrated(manifest, path.parent))
-            rewritten += 1
+            rewrites.append((path, migrated(manifest, path.parent)))
+        elif declared.problem(manifest):  # current by its version alone is not current: the record must hold too
+            raise declared.ManifestError(f"{path}: {declared.problem(manifest)}, though its manifest_version is "
+                                         "current; restore it or fix it by hand, then migrate again")
         if i % 100 == 0:
             print(f"migrate-manifests: {i}/{len(paths)} read", flush=True)
-    return rewritten, len(paths) - rewritten
+    return rewrites, len(paths) - len(rewrites)
+
+
+def migrate(root: Path) -> tuple[int, int]:
+    """Every manifest.json under root at the current version: (how many were rewritten, how many already were).
+    All are read and checked before the first is written, so a refusal leaves every one as it was."""
+    return rewrite(*planned_rewrites(root))
+
+
+def rewrite(rewrites: list[tuple[Path, dict]], current: int) -> tuple[int, int]:
+    for path, manifest in rewrites:
+        write_json_atomic(path, manifest)
+    return len(rewrites), current
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     for root in args.roots:
         if not root.is_dir():
             raise declared.ManifestError(f"{root} is no folder: give a folder of run folders, e.g. results/runs")
-        rewritten, current = migrate(root)
+    # every root read and checked before any is written: one refusal leaves them all as they were
+    planned = [(root, planned_rewrites(root)) for root in args.roots]
+    for root, (rewrites, current) in planned:
+        rewritten, current = rewrite(rewrites, current)
         print(f"migrate-manifests: {root}: {rewritten} manifest(s) rewritten at version {declared.VERSION}, "
               f"{current} already current; {migrate_configs(root)} config.json rewritten")
     return 0
