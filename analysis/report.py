@@ -126,6 +126,30 @@ def refuse_committed_place(runs: Path, out: Path) -> None:
                           f"goes to {report_folder(runs)} (leave out --out)")
 
 
+MADE_FROM = ".made_from"  # a report folder's note of the runs folder it reports (resolved), beside what it wrote
+
+
+def refuse_other_runs(runs: Path, out: Path) -> None:
+    """A report folder is named after its runs folder's base name (report_folder), so two runs folders of one name
+    (/a/runs and /b/runs) would share it and the second would clear the first's report: refused in one line naming
+    both instead. A folder without the note (written before it) is taken as this report's."""
+    try:
+        other = (out / MADE_FROM).read_text().strip()
+    except OSError:
+        return
+    if other and other != str(Path(runs).resolve()):
+        raise ReportError(f"analysis report: {out} holds the report of {other}, another runs folder; the report of "
+                          f"{runs} would clear it: give it a folder of its own (python -m analysis report --runs "
+                          f"{runs} --out DIR), or remove {out} first")
+
+
+def note_runs(runs: Path, out: Path) -> None:
+    """Note which runs folder `out` reports (refuse_other_runs reads it); the committed report needs none."""
+    if Path(out).resolve() != COMMITTED_REPORT.resolve():
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MADE_FROM).write_text(f"{Path(runs).resolve()}\n")
+
+
 def clear_report(out: Path) -> None:
     """Remove what an earlier report wrote into `out` (tables, figures, notebooks, the page), so nothing stale survives a new
     one: figures a run set can no longer draw, a comparison table of runs since removed. Files another command
@@ -149,7 +173,9 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
     runs, origin = (Path(runs), runs_label(runs)) if runs else default_runs_root()
     out = Path(out) if out else report_folder(runs)
     refuse_committed_place(runs, out)
+    refuse_other_runs(runs, out)
     clear_report(out)
+    note_runs(runs, out)
     df = load_report_study(runs, logs)
     source = made_from(df, runs)
     inputs = ct.Inputs(df, rf.load_reference(), source, machine_cores(runs), runs, link_fits_for(runs))

@@ -198,6 +198,27 @@ def test_a_run_folder_that_is_a_broken_link_is_one_line_for_the_trainer_and_the_
     assert tree(runs) == before
 
 
+# ---- silently wrong: two runs folders of one base name share results/report/<name> ---------------------------------
+def test_a_second_runs_folder_of_the_same_name_never_clears_the_first_ones_report(tmp_path, monkeypatch, capsys):
+    from analysis import report
+    from analysis.__main__ import main
+
+    monkeypatch.setattr(report, "REPORT_ROOT", tmp_path / "report")
+    first, second = tmp_path / "a" / "runs", tmp_path / "b" / "runs"
+    for runs in (first, second):
+        shutil.copytree(VM_RUN, runs / "04_naive_scaling" / "w1-s0")
+    info = report.make_report(first, notebooks=False, quiet=True)
+    out = Path(info["out"])
+    assert out == tmp_path / "report" / "runs"
+    before = tree(out)
+    assert main(["report", "--runs", str(second), "--no-notebooks"]) == 2
+    err = one_error(capsys, "analysis report: ").err
+    assert f"{out} holds the report of {first.resolve()}, another runs folder; the report of {second}" in err
+    assert "--out DIR" in err and tree(out) == before  # the first report as it was
+    assert main(["report", "--runs", str(second), "--out", str(tmp_path / "b-report"), "--no-notebooks"]) == 0
+    assert report.make_report(first, notebooks=False, quiet=True)["out"] == str(out)  # its own folder again
+
+
 # ---- silently wrong: migrate-manifests calling `machine: [1]` current -----------------------------------------------
 def test_migrate_manifests_refuses_a_current_manifest_that_is_not_the_record_and_writes_nothing(tmp_path, capsys):
     from tests.test_manifest import as_version_0
