@@ -37,9 +37,25 @@ class Placement:
         """The one line said when explicit threads exceed the rank's CPUs (they win, and run slower)."""
         if self.threads <= self.cpus:
             return None
-        return (f"warning: rank {rank} on {host} runs {self.threads} threads ({self.threads_from}) on {self.cpus} "
-                f"CPU(s); give it {self.threads} CPUs (the profile's cpus_per_task) or leave {self.threads_from} "
-                "unset to follow the allocation")
+        return (f"warning: rank {rank} on {host} runs {self.threads} threads ({threads_source(self.threads_from)}) "
+                f"on {self.cpus} CPU(s); {threads_fix(self.threads_from, self.threads, self.cpus)}")
+
+
+def threads_source(source: str) -> str:
+    """Where a rank's threads came from, in words (a checkpoint is no setting a user can change)."""
+    return "pinned by the checkpoint it resumed from" if source == "checkpoint" else source
+
+
+def threads_fix(source: str, threads: int, cpus: int) -> str:
+    """The fix for more threads than CPUs, naming only settings that exist: train.threads and OMP_NUM_THREADS are
+    settings; a resumed run's threads are its checkpoint's (issue 63: a line said "set checkpoint to at most 2")."""
+    more = f"give the rank {threads} CPUs (the profile's cpus_per_task)"
+    if source in ("train.threads", "OMP_NUM_THREADS"):
+        return f"set {source} to at most {cpus} (or leave it unset), or {more}"
+    if source == "checkpoint":
+        return (f"a resumed run keeps the threads it started with: {more}, or resume it with --resume force and "
+                f"train.threads at most {cpus}")
+    return more
 
 
 def cpus_given(alloc: Allocation) -> int:
@@ -133,15 +149,8 @@ def problems(ranks: Sequence[Mapping]) -> list[str]:
     lines = []
     for r, p in enumerate(ranks):
         if p["threads"] > p["cpus"]:
-            # threads_from says where the threads came from, and only train.threads and OMP_NUM_THREADS are settings
-            # (issue 63: a resumed run's line said "set checkpoint to at most 2")
-            source, more = p["threads_from"], f"give the rank {p['threads']} CPUs (the profile's cpus_per_task)"
-            fix = {"train.threads": f"set {source} to at most {p['cpus']} (or leave it unset), or {more}",
-                   "OMP_NUM_THREADS": f"set {source} to at most {p['cpus']} (or leave it unset), or {more}",
-                   "checkpoint": f"a resumed run keeps the threads it started with: {more}, or resume it with "
-                                 f"--resume force and train.threads at most {p['cpus']}"}.get(source, more)
-            said = "pinned by the checkpoint it resumed from" if source == "checkpoint" else source
-            lines.append(f"rank {r} on {p['host']}: {p['threads']} threads ({said}) on {p['cpus']} CPU(s); {fix}")
+            lines.append(f"rank {r} on {p['host']}: {p['threads']} threads ({threads_source(p['threads_from'])}) on "
+                         f"{p['cpus']} CPU(s); {threads_fix(p['threads_from'], p['threads'], p['cpus'])}")
         if p["loader_workers"] > p["cpus"]:
             lines.append(f"rank {r} on {p['host']}: {p['loader_workers']} loader workers on {p['cpus']} CPU(s); "
                          f"lower data.loader_workers to {p['cpus']} or raise cpus_per_task")

@@ -172,3 +172,17 @@ def test_the_studys_closing_table_shows_threads_a_rank_and_says_when_rows_differ
     [line] = unlike_lines([ddp, horovod], frame)
     assert line.startswith("not like for like: n1-ddp 2, n1-horovod 1 threads a rank at 2 worker(s), batch 32")
     assert unlike_lines([ddp], frame[:1]) == []
+
+
+def test_the_warning_for_a_resumed_runs_threads_names_no_setting_that_does_not_exist():
+    """Issue 63: threads pinned by a checkpoint are no setting: the line never says "leave checkpoint unset"."""
+    from contract.placement import Placement
+
+    line = Placement(cpus=2, threads=8, threads_from="checkpoint", loader_workers=0).warning(0, "n1")
+    assert "checkpoint unset" not in line and "set checkpoint" not in line
+    assert line == ("warning: rank 0 on n1 runs 8 threads (pinned by the checkpoint it resumed from) on 2 CPU(s); a "
+                    "resumed run keeps the threads it started with: give the rank 8 CPUs (the profile's "
+                    "cpus_per_task), or resume it with --resume force and train.threads at most 2")
+    omp = Placement(cpus=2, threads=8, threads_from="OMP_NUM_THREADS", loader_workers=0).warning(1, "n2")
+    assert omp.endswith("set OMP_NUM_THREADS to at most 2 (or leave it unset), or give the rank 8 CPUs (the "
+                        "profile's cpus_per_task)")
