@@ -12,7 +12,9 @@ showed while it trained is what a conversion of its folder shows. The tags:
   bench/images_per_s_steady, bench/images_per_s_thesis   a benchmark's throughput (TensorFlow's trainer too)
 
 The step is the optimizer step done: epoch * iters + iter + 1 for an iter record, the epoch's last step for an
-epoch record (its curves line up with the training curves), warm-up + timed batches for a bench record.
+epoch record (its curves line up with the training curves), warm-up + timed batches for a bench record. A record
+that lacks a field its step is read from (`unplaced`: an iter record without `iters`, edited by hand) draws nothing
+and is named; a field that is no number draws no point; every other record draws as ever.
 
 Resume-safety by rebuilding, not appending: a resumed run cuts metrics.jsonl back to its checkpoint and writes
 those steps again, with new timings, so the events past the checkpoint would hold values metrics.jsonl no longer
@@ -67,20 +69,44 @@ FIELDS = {
 }
 
 
+#: the fields a record's step is read from (its time too, `time`): a record without one as a whole number cannot be
+#: placed on a curve and draws no point (a record written before the field, or edited by hand)
+STEP_FIELDS = {"iter": ("epoch", "iters", "iter"), "epoch": ("epoch",), "eval": ("step",),
+               "bench": ("warmup_batches", "batches")}
+
+
+def _number(value) -> bool:
+    """A value a scalar can hold (NaN and inf too: a diverged run's loss is drawn as it was)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def unplaced(rec: dict) -> str | None:
+    """Why a record of a kind that draws curves cannot be placed on them, or None: a field its step is read from
+    that it lacks or that is no whole number, or a time that is no number."""
+    kind = rec["kind"]
+    for name in STEP_FIELDS.get(kind, ()):
+        value = rec.get(name)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):  # a step is a count
+            return f"{kind} record without a whole-number {name!r}"
+    return None if _number(rec.get("time")) else f"{kind} record without a number 'time'"
+
+
 def _copied(rec: dict) -> list[Scalar]:
-    """The fields a tag copies; one a record lacks (written before it was recorded, or None) draws no point."""
-    return [(tag, rec[name]) for tag, name in FIELDS[rec["kind"]].items() if rec.get(name) is not None]
+    """The fields a tag copies; one a record lacks (written before it was recorded, or None) or that is no number
+    draws no point."""
+    return [(tag, rec[name]) for tag, name in FIELDS[rec["kind"]].items() if _number(rec.get(name))]
 
 
 def _derived(rec: dict) -> list[Scalar]:
     """Per step: images/s and the data share of an iter record's step; per epoch or benchmark: where the step time
     went (data, compute, communication), as shares of their sum (records from before the split: none)."""
     if rec["kind"] == "iter":
-        step_s = rec["batch_time"]
-        return [("train/images_per_s", rec["images"] / step_s),
-                ("train/data_share", rec["data_time"] / step_s)] if step_s > 0 else []
+        step_s, images, data_s = rec.get("batch_time"), rec.get("images"), rec.get("data_time")
+        if not (_number(step_s) and _number(images) and _number(data_s) and step_s > 0):
+            return []
+        return [("train/images_per_s", images / step_s), ("train/data_share", data_s / step_s)]
     parts = {"data": rec.get("data_s"), "compute": rec.get("compute_s"), "comm": rec.get("comm_s")}
-    if None in parts.values() or sum(parts.values()) <= 0:
+    if not all(map(_number, parts.values())) or sum(parts.values()) <= 0:
         return []
     total = sum(parts.values())
     return [(f"time/{name}_share", value / total) for name, value in parts.items()]
@@ -94,8 +120,11 @@ class Scalars:
         self.iters: int | None = None
 
     def of(self, rec: dict) -> tuple[int, float, list[Scalar]] | None:
-        """The record's step, time and scalars; None for records that draw no curve (status, util)."""
+        """The record's step, time and scalars; None for records that draw no curve (status, util) or that cannot
+        be placed on one (unplaced)."""
         kind = rec["kind"]
+        if kind not in FIELDS or unplaced(rec):
+            return None
         if kind == "iter":
             self.iters = rec["iters"]
             step = rec["epoch"] * rec["iters"] + rec["iter"] + 1
@@ -107,10 +136,8 @@ class Scalars:
                 (rec["epoch"] + 1) * self.iters if self.iters else rec["epoch"] + 1
         elif kind == "eval":  # an evaluation inside an epoch (train.eval_every) names its own step
             return rec["step"], rec["time"], _copied(rec)
-        elif kind == "bench":
+        else:  # a benchmark
             step = rec["warmup_batches"] + rec["batches"]
-        else:
-            return None
         return step, rec["time"], _copied(rec) + _derived(rec)
 
 
@@ -152,6 +179,7 @@ class RunEvents:
         self.run_dir = Path(run_dir)
         self.mapping = Scalars()
         self.file: EventFile | None = None
+        self.left_out: list[str] = []  # why each record the last rebuild could not place was left out
 
     def stale(self) -> None:
         self.close()
@@ -169,12 +197,15 @@ class RunEvents:
             self.file.flush()
 
     def rebuild(self) -> int:
-        """The event files anew from metrics.jsonl; returns the steps written."""
+        """The event files anew from metrics.jsonl; returns the steps written. A record that cannot be placed
+        (unplaced) is left out and its reason kept in `self.left_out`, so one bad line never costs the others."""
         self.close()
         for path in self.run_dir.glob(EVENTS_GLOB):
             path.unlink()
         self.mapping, self.file = Scalars(), EventFile(self.run_dir)
-        points = [p for p in map(self.mapping.of, read_metrics(self.run_dir).records) if p]
+        records = read_metrics(self.run_dir).records
+        self.left_out = [why for why in map(unplaced, (r for r in records if r["kind"] in FIELDS)) if why]
+        points = [p for p in map(self.mapping.of, records) if p]
         for point in points:
             self.file.add(*point)
         self.file.flush()
@@ -191,10 +222,11 @@ def live(run_dir: Path, writes: bool) -> RunEvents | None:
     return RunEvents(run_dir) if writes and available() else None
 
 
-def write_run_events(run_dir: Path) -> int:
-    """A finished (or stopped) run folder's event files from its metrics.jsonl; returns the steps written."""
+def write_run_events(run_dir: Path) -> tuple[int, list[str]]:
+    """A finished (or stopped) run folder's event files from its metrics.jsonl: (the steps written, why each record
+    left out was). A folder that cannot be written raises its OSError."""
     events = RunEvents(run_dir)
     try:
-        return events.rebuild()
+        return events.rebuild(), events.left_out
     finally:
         events.close()

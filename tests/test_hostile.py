@@ -238,3 +238,62 @@ def test_migrate_manifests_refuses_a_current_manifest_that_is_not_the_record_and
     (bad / "manifest.json").write_text(json.dumps(manifest))
     assert main(["migrate-manifests", str(tmp_path / "runs")]) == 0
     assert "1 manifest(s) rewritten at version 1, 1 already current" in capsys.readouterr().out
+
+
+# ---- tracebacks: make tensorboard on a bad record, and on a read-only folder -----------------------------------------
+def two_trained_runs(trained: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(the runs root, its first run folder, its second): the trained run and a copy of it under another name."""
+    _, runs, run_dir = copied(trained, tmp_path)
+    second = run_dir.with_name("zz-" + run_dir.name)
+    shutil.copytree(run_dir, second)
+    return runs, run_dir, second
+
+
+def converted(runs: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "analysis", "tensorboard", "--runs", str(runs)], cwd=REPO,
+                          env=trainer_env(), capture_output=True, text=True, timeout=300)
+
+
+def test_an_iter_record_without_iters_leaves_that_record_out_and_every_run_gets_its_event_files(trained, tmp_path):
+    pytest.importorskip("tensorboard", reason="TensorBoard is not installed (make setup-tensorboard)")
+    from contract.runfolder import EVENTS_GLOB
+    from tests.helpers import read_back
+
+    runs, first, second = two_trained_runs(trained, tmp_path)
+    lines = (first / "metrics.jsonl").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "iter")
+    record = json.loads(lines[at])
+    del record["iters"]
+    lines[at] = json.dumps(record)
+    (first / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    done = converted(runs)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"problem: {first / 'metrics.jsonl'}: left out of its event files: 1 iter record(s) without a " \
+           "whole-number 'iters'; fix or remove those lines" in done.stdout
+    assert len(list(second.glob(EVENTS_GLOB))) == 1 and len(list(first.glob(EVENTS_GLOB))) == 1
+    steps = [step for step, _, _ in read_back(first)["train/loss"]]
+    assert len(steps) == len([line for line in lines if '"kind": "iter"' in line]) - 1  # only that one left out
+    assert read_back(second)["train/loss"][0][0] == 1  # the run after it: every step
+
+
+def test_a_read_only_run_folder_is_one_problem_line_and_the_others_are_converted(trained, tmp_path):
+    """The converter in a mount namespace of its own where the first run folder is a read-only bind mount: the
+    machine's mounts are never touched, and the mount is gone with the process."""
+    pytest.importorskip("tensorboard", reason="TensorBoard is not installed (make setup-tensorboard)")
+    from contract.runfolder import EVENTS_GLOB
+
+    runs, first, second = two_trained_runs(trained, tmp_path)
+    for run_dir in (first, second):
+        for path in run_dir.glob(EVENTS_GLOB):
+            path.unlink()  # the trainer's own, if it wrote them: none now
+    script = (f"mount --bind {first} {first} && mount -o remount,bind,ro {first} {first} && "
+              f"exec {sys.executable} -m analysis tensorboard --runs {runs}")
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], cwd=REPO, env=trainer_env(),
+                          capture_output=True, text=True, timeout=300)
+    if "mount" in done.stderr and "Traceback" not in done.stderr and done.returncode not in (0, 1):
+        pytest.skip(f"no private read-only bind mount here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"problem: {first}: no event files written (Read-only file system: " in done.stdout
+    assert "make it writable, or copy the runs to a writable folder and convert the copy" in done.stdout
+    assert "event files for 1 runs" in done.stdout and "1 run folder(s) could not be written" in done.stdout
+    assert not list(first.glob(EVENTS_GLOB)) and len(list(second.glob(EVENTS_GLOB))) == 1

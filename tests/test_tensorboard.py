@@ -120,7 +120,7 @@ def test_the_converter_leaves_a_training_run_to_its_own_writer(tmp_path):
         done = convert(tmp_path)
     finally:
         lock.release()
-    assert done == {"runs": 0, "steps": 0, "training": [tmp_path / "x" / "busy"]}
+    assert done == {"runs": 0, "steps": 0, "training": [tmp_path / "x" / "busy"], "problems": [], "failed": 0}
 
 
 def test_the_converter_says_what_is_wrong_in_one_line(tmp_path):
