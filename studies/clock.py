@@ -83,8 +83,10 @@ class Clock:
     def pace(self) -> float | None:
         """This machine's time over the reference's, once a run of this study that the reference also ran has
         finished here: the median over such fingerprints (another machine's times alone ran 2x low)."""
+        # a reference run shorter than a second records 0 s (the manifest's times are to the second): no pace
         ratios = [statistics.median(here) / statistics.median(self.reference[fp])
-                  for fp, here in self.measured.items() if self.reference.get(fp)]
+                  for fp, here in self.measured.items() if self.reference.get(fp)
+                  and statistics.median(self.reference[fp]) > 0]
         return statistics.median(ratios) if ratios else None
 
     def run_left(self, fingerprint: str, epochs: int, done: int, done_at_start: int, elapsed: float

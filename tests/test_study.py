@@ -333,7 +333,7 @@ def test_once_a_run_the_reference_also_ran_finishes_here_the_reference_s_times_a
     import json
 
     from contract.manifest import VERSION
-    from studies.clock import Clock
+    from studies.clock import Clock, duration
 
     clock = Clock(jobs=1, reference={"a": [100.0], "b": [300.0]}, now=0.0)
     done = tmp_path / "a-s0"  # the fields run_seconds reads of a manifest the trainer ended: 200 s, twice 100 s
@@ -345,6 +345,11 @@ def test_once_a_run_the_reference_also_ran_finishes_here_the_reference_s_times_a
     assert clock.pace() == 2.0
     assert clock.expected("b") == (600.0, "the reference's time x 2.00, this machine's pace")
     assert clock.expected("a") == (200.0, "1 such run(s) here")
+    # a reference run shorter than a second recorded 0 s (experiment 3's committed runs): it sets no pace, and a
+    # run of its fingerprint finished here never divides by it (a ZeroDivisionError took make exp3 down)
+    instant = Clock(jobs=1, reference={"a": [0.0, 0.0], "b": [50.0]}, now=0.0)
+    instant.finished("a", done)
+    assert instant.pace() is None and instant.study_left([], ["b"]) == f"~{duration(50.0)} left"
 
 
 def test_the_committed_references_times_are_found_by_fingerprint():
