@@ -20,15 +20,14 @@ def above_ideal(speedup: float, processes: float) -> str:
         return ""
     if round(speedup, 2) <= processes:
         return ""
-    return (f"speed-up {speedup:.2f} above its ideal {processes:g} (physically impossible for {processes:g} "
-            "processes: the baseline was slowed)")
+    return f"speed-up {speedup:.2f} above its ideal {processes:g} (impossible: its baseline was slowed)"
 
 
 def unlike_threads(threads: float, base_threads: float) -> str:
     """A speed-up over a baseline that ran with other threads a rank: its reason, else ""."""
     if not finite(threads) or not finite(base_threads) or threads == base_threads:
         return ""
-    return f"baseline ran {base_threads:g} thread(s) a rank, this row {threads:g}: not like for like"
+    return f"unlike: baseline ran {base_threads:g} thread(s) a rank, this row {threads:g}"
 
 
 def speedup_flag(speedup: float, processes: float, threads: float = math.nan, base_threads: float = math.nan,

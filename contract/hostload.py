@@ -140,8 +140,8 @@ def disturbances(ranks: Sequence[Mapping] | None) -> list[str]:
     for r in timed:
         by_machine.setdefault(str(r.get("machine") or r.get("host")), []).append(r)
     lines = []
-    for group in by_machine.values():
-        lines += _busy(group) + _short(group)
+    for group in by_machine.values():  # a busy host crowds its ranks out: the cause is named, not its effect too
+        lines += _busy(group) or _short(group)
     return lines
 
 
@@ -162,8 +162,7 @@ def _busy(group: list[Mapping]) -> list[str]:
     if others <= spare + BUSY_SLACK_CPUS:
         return []
     host = group[0].get("host", "?")
-    return [f"host busy: other work used {others:.2f} of the {cpus} CPU(s) on {host} during the timed steps "
-            f"(its ranks left {spare:g} spare): rerun it on a quiet machine"]
+    return [f"host busy: other work used {others:.2f} of {cpus} CPU(s) on {host} while timed ({spare:g} spare)"]
 
 
 def _short(group: list[Mapping]) -> list[str]:
@@ -176,8 +175,8 @@ def _short(group: list[Mapping]) -> list[str]:
         own = int(r.get("threads") or 1)
         used = r["timed_cpu_s"] / r["timed_wall_s"]
         if used < CPU_SHORT * own * share:
-            lines.append(f"CPU short: a rank on {r.get('host', '?')} ran {used:.2f} CPU(s) of its {own} thread(s)' "
-                         f"{own * share:.2f} during the timed steps (throttled or crowded out)")
+            lines.append(f"CPU short: a rank on {r.get('host', '?')} got {used:.2f} CPU(s) of its {own} thread(s)' "
+                         f"{own * share:.2f} while timed (throttled?)")
     return lines[:1] if len(lines) > 1 else lines  # one line a machine: the reason, not every rank's copy
 
 

@@ -35,7 +35,7 @@ def test_other_work_beyond_the_spare_cpus_is_a_busy_host():
     # others 0.95 CPUs, within the spare CPU and its slack; at 2 threads nothing was spare
     assert hostload.disturbances([rank(threads=1, cpu=10.0, busy=19.5)]) == []
     lines = hostload.disturbances([rank(threads=2, cpu=10.0, busy=19.5)])
-    assert len(lines) == 1 and lines[0].startswith("host busy: other work used 0.95 of the 2 CPU(s) on n1")
+    assert lines == ["host busy: other work used 0.95 of 2 CPU(s) on n1 while timed (0 spare)"]
 
 
 def test_ranks_of_one_cpu_set_measured_the_same_cpus_once():
@@ -54,8 +54,7 @@ def test_ranks_on_hosts_of_one_machine_are_judged_together():
 
 def test_a_rank_whose_cpu_time_fell_short_of_its_threads_is_named():
     lines = hostload.disturbances([rank(threads=2, cpu=8.0, busy=8.0)])  # 0.8 of 2 threads, nothing else ran
-    assert lines == ["CPU short: a rank on n1 ran 0.80 CPU(s) of its 2 thread(s)' 2.00 during the timed steps "
-                     "(throttled or crowded out)"]
+    assert lines == ["CPU short: a rank on n1 got 0.80 CPU(s) of its 2 thread(s)' 2.00 while timed (throttled?)"]
     # four ranks of one thread on two CPUs: a rank's share is half a CPU, and 0.45 of it is no shortfall
     crowded = [rank(cpu=4.5, busy=20.0) for _ in range(4)]
     assert hostload.disturbances(crowded) == []
@@ -179,15 +178,21 @@ def test_a_speedup_above_its_processes_is_flagged_with_its_reason():
     from analysis import flags
 
     assert flags.above_ideal(2.004, 2) == ""  # 2.00 as shown: at the ideal, not above it
-    assert flags.above_ideal(16.5, 2).startswith("speed-up 16.50 above its ideal 2 (physically impossible")
+    assert flags.above_ideal(16.5, 2) == "speed-up 16.50 above its ideal 2 (impossible: its baseline was slowed)"
     assert flags.above_ideal(float("nan"), 2) == flags.above_ideal(3.0, float("nan")) == ""
     # the issue's cluster: 18.51x at 4 processes, a baseline of 2 threads against 1, a busy baseline
     flag = flags.speedup_flag(18.51, 4, threads=1, base_threads=2, base_disturbed="host busy: x")
-    assert flag.split("; ") == [flags.above_ideal(18.51, 4), "baseline ran 2 thread(s) a rank, this row 1: not like "
-                                "for like", "baseline: host busy: x"]
+    assert flag.split("; ") == [flags.above_ideal(18.51, 4), "unlike: baseline ran 2 thread(s) a rank, this row 1",
+                                "baseline: host busy: x"]
     assert flags.speedup_flag(1.9, 2, threads=1, base_threads=1) == ""
 
 
 def test_a_damaged_placement_is_never_judged_nor_an_error():
     for damaged in (3, "x", {"host": "n1"}, [3, None], True):
         assert hostload.disturbances(damaged) == []
+
+
+def test_a_busy_host_names_the_cause_not_its_ranks_shortfall_too():
+    # 2 threads on 2 CPUs got 0.8 CPUs: the CPUs were busy 20 of 20 s, so others took 1.2: the host was busy
+    assert [line.split(":")[0] for line in hostload.disturbances([rank(threads=2, cpu=8.0, busy=20.0)])] == \
+        ["host busy"]
