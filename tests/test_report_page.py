@@ -140,19 +140,64 @@ def test_make_report_writes_the_page(tmp_path):
 # ============================================================================================ in a browser
 
 
+class Sentinel:
+    """A proxy on the loopback that answers nothing: the browser is told to send every request for a network
+    through it, so anything Chromium tries to fetch from outside lands here (its first line kept) instead of on the
+    internet, and no host name is looked up by the browser (a proxied request leaves that to the proxy)."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.tried: list[str] = []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:  # closed: the test is over
+                return
+            with conn:
+                conn.settimeout(2)
+                try:
+                    self.tried.append(conn.recv(1024).split(b"\r\n")[0].decode(errors="replace"))
+                except OSError:
+                    self.tried.append("(a connection that sent nothing)")
+
+    def close(self) -> None:
+        self.server.close()
+
+
 @pytest.fixture
-def browser():
+def sentinel():
+    guard = Sentinel()
+    yield guard
+    guard.close()
+
+
+@pytest.fixture
+def browser(sentinel, monkeypatch):
+    """Debian's chromium driven through Debian's chromedriver, and nothing fetched (tools/browser.py): the driver is
+    given by path, so Selenium never starts Selenium Manager (which would reach the internet for a driver: it raises
+    here), SE_OFFLINE and SE_AVOID_STATS tell it to stay offline should anything start it, and every request the
+    browser makes for a network goes to the sentinel."""
     if not (CHROMIUM and CHROMEDRIVER):
         pytest.skip("no chromium and chromedriver here (make setup-browser installs them)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="Selenium is not installed (make setup-browser)")
-    from selenium.webdriver.chrome.service import Service
+    pytest.importorskip("selenium.webdriver", reason="Selenium is not installed (make setup-browser)")
+    from selenium.webdriver.common import selenium_manager
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(arg)  # --no-sandbox: CI runs as root, where chromium's sandbox will not start
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # the given driver: no download
+    from tools.browser import offline_driver
+
+    def refused(*_):
+        raise AssertionError("Selenium Manager started: it would reach the internet for a driver")
+
+    monkeypatch.setattr(selenium_manager.SeleniumManager, "binary_paths", refused)
+    monkeypatch.setenv("SE_OFFLINE", "true")
+    monkeypatch.setenv("SE_AVOID_STATS", "true")
+    driver = offline_driver(CHROMIUM, CHROMEDRIVER, proxy=f"http://127.0.0.1:{sentinel.port}", log_console=True)
     yield driver
     driver.quit()
 
@@ -185,6 +230,23 @@ def test_the_committed_page_in_a_browser(browser, tmp_path, width, height):
     assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
     assert browser.save_screenshot(str(tmp_path / f"page-{width}.png"))
     assert (tmp_path / f"page-{width}.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_the_browser_test_reaches_no_network(browser, sentinel):
+    """Issue 64: a Selenium driver set up by `make setup-browser` tried to reach the internet. The browser opens the
+    committed page and stays a while (its startup and first idle are when Chromium phones home); nothing reaches
+    the sentinel, through which every request for a network would have to pass."""
+    import time
+
+    browser.get(COMMITTED_PAGE.as_uri())
+    time.sleep(5)
+    browser.get("http://192.0.2.1/")  # the sentinel itself: a request for a network does arrive there
+    deadline = time.time() + 10
+    while not sentinel.tried and time.time() < deadline:
+        time.sleep(0.1)
+    assert [line for line in sentinel.tried if "192.0.2.1" not in line] == []
+    assert any("192.0.2.1" in line for line in sentinel.tried)  # the sentinel sees what the browser asks for
 
 
 @pytest.mark.slow
