@@ -149,7 +149,7 @@ def record_problem(run_dir: str | Path) -> str | None:
     if changed:
         return changed
     status = manifest.get("status") if isinstance(manifest, dict) else None
-    metrics = read_metrics(run_dir).problem if status in FINISHED else None
+    metrics = metrics_problem(run_dir) if status in FINISHED else None
     if metrics:
         return f"{MANIFEST} says {status} but its {METRICS} is {metrics}: what the run trained cannot be read"
     return None
@@ -185,6 +185,24 @@ def read_metrics(path: str | Path) -> Metrics:
     elif not records:
         problem = "no readable record"
     return Metrics(records, bad, problem)
+
+
+def metrics_problem(run_dir: str | Path, tail_bytes: int = 65536) -> str | None:
+    """read_metrics(run_dir).problem, told from the end of metrics.jsonl alone: a study asks it of every finished
+    run it plans (record_problem), and a thesis-scale run's records are tens of MB. A finished run ends its records
+    with its status record, so a file whose end holds no record holds no run's end either."""
+    try:
+        with open(Path(run_dir) / METRICS, "rb") as f:  # a folder: IsADirectoryError, as read_metrics says it
+            size = f.seek(0, 2)
+            f.seek(max(0, size - tail_bytes))
+            lines = f.read().split(b"\n")[1 if size > tail_bytes else 0:]  # the first line may be cut
+    except FileNotFoundError:
+        return "missing"
+    except OSError as e:
+        return f"unreadable ({type(e).__name__}: {e.strerror or e})"
+    if size <= tail_bytes and not b"".join(lines).strip():
+        return "empty"
+    return None if any(parse_record(line) for line in lines if line.strip()) else "no readable record"
 
 
 def last_record(path: str | Path, kind: str, tail_bytes: int = 65536) -> dict | None:
