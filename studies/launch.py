@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contract import reader, runfolder
+from contract import reader, runfiles, runfolder
 from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, blocking_path, cpu_isa_env
 from contract.fingerprint import config_fingerprint
 from contract.reader import folder_fingerprint
@@ -34,7 +34,7 @@ NO_IDENTITY = "no-identity"  # a run folder whose config.json cannot be read: wh
 DAMAGED = "damaged"  # a run folder whose records are not its documents' run (contract/reader.py record_problem)
 NO_FOLDER = "no-folder"  # the run's folder is a symbolic link that leads to no folder (dangling, a loop), or a file
 REFUSED = {OTHER_CONFIG: "another config's run", NO_IDENTITY: "a run without a readable config.json",
-           DAMAGED: "a run whose records cannot be read as its config's", NO_FOLDER: "no folder"}  # what each holds
+           DAMAGED: "a run whose records cannot be read as its config's", NO_FOLDER: "a link to no folder, or a file"}  # what each holds
 MISSING, NO_STATUS = "missing", "no-status"  # no manifest; a manifest without a readable status (folder_status)
 FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -200,7 +200,7 @@ class Active:
 
     def console_text(self) -> str:
         try:
-            with open(self.plan.run_dir / runfolder.CONSOLE, "rb") as f:
+            with runfiles.open_run_file(self.plan.run_dir / runfolder.CONSOLE) as f:
                 f.seek(self.console_start)
                 return f.read().decode(errors="replace")
         except OSError:
@@ -272,6 +272,8 @@ def start_local(plan: Plan, index: int, jobs: int) -> Active:
     env.setdefault("OMP_NUM_THREADS", str(threads_per_process(plan, jobs)))  # a user's own setting wins
     before = last_epoch(plan.run_dir)
     env.update(cpu_isa_env(plan.cfg.train.cpu_isa))  # read once by torch: set before the trainer starts
+    # plain, appended by every attempt and read from this attempt's offset while it runs (console_text): only a
+    # finished run's is compacted (contract/runfiles.py)
     console = open(plan.run_dir / runfolder.CONSOLE, "a")
     console_start = console.seek(0, os.SEEK_END)  # before the children share (and move) the file offset
     # own session: a Ctrl-C reaches the study, which stops its runs gracefully (SIGTERM -> checkpoint); and a
