@@ -33,8 +33,8 @@ OTHER_CONFIG = "other-config"  # a run folder made by a config other than the pl
 NO_IDENTITY = "no-identity"  # a run folder whose config.json cannot be read: whose run it holds is unknown
 DAMAGED = "damaged"  # a run folder whose records are not its documents' run (contract/reader.py record_problem)
 NO_FOLDER = "no-folder"  # the run's folder is a symbolic link that leads to no folder (dangling, a loop), or a file
-REFUSED = {OTHER_CONFIG: "another config's run", NO_IDENTITY: "a run without a readable config.json",
-           DAMAGED: "a run whose records cannot be read as its config's", NO_FOLDER: "a link to no folder, or a file"}  # what each holds
+REFUSED = {OTHER_CONFIG: "another config's run", NO_IDENTITY: "a run without a readable config.json",  # what each holds
+           DAMAGED: "a run whose records cannot be read as its config's", NO_FOLDER: "a link to no folder, or a file"}
 MISSING, NO_STATUS = "missing", "no-status"  # no manifest; a manifest without a readable status (folder_status)
 FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and smoke runs never share folders
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -173,7 +173,7 @@ def test_a_set_the_study_would_ignore_is_one_line_and_nothing_is_written(tmp_pat
     assert not runs.exists()
 
 
-# ---- tracebacks: a run folder that is a symbolic link to no folder ----------------------------------------------------
+# ---- tracebacks: a run folder that is a symbolic link to no folder ---------------------------------------------------
 @pytest.mark.parametrize("link", ["loop", "dangling"])
 def test_a_run_folder_that_is_a_broken_link_is_one_line_for_the_trainer_and_the_study(tmp_path, capsys, link):
     from contract.plan import study_plan
