@@ -160,8 +160,8 @@ def flag_lines(entries: list[dict]) -> list[str]:
             processes = m["entry"].get("processes") or m["entry"]["gpus"]
             flag = fl.speedup_flag(m["value"] / base["value"] if base["value"] else math.nan, processes,
                                    m["threads"], base["threads"], m["disturbed"], base["disturbed"])
-        if flag:  # wrapped: the closing table's lines fit 120 columns
-            lines += textwrap.wrap(f"flagged {config}: {flag}", 120, subsequent_indent="  ")
+        if flag:  # wrapped: the closing table's lines fit WIDTH columns
+            lines += wrapped(f"flagged {config}: {flag}")
     return lines
 
 
@@ -180,19 +180,68 @@ def _one_process(entry: dict, measured: dict) -> dict | None:
     return ones[0] if ones else None
 
 
+WIDTH = 120  # the closing table's lines: a terminal of 120 columns shows each whole
+
+
+def wrapped(line: str) -> list[str]:
+    """A long line of the closing table as lines of at most WIDTH columns, the continuations indented."""
+    return textwrap.wrap(line, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+
+
+def drawing_machine(experiment: str, root: Path = REFERENCE_ROOT) -> tuple[str, Path] | None:
+    """(label, folder) of the one reference machine the committed report draws `experiment` from: the first
+    machine's, unless another supplies it (complements: report_draws, or a folder only that machine holds); None
+    where no reference machine ran it. An experiment drawn from two machines (report_draws_beside) gives the
+    first of them."""
+    found = reference_machines(root)
+    if not found:
+        return None
+    label, first, _ = found[0]
+    if (first / experiment).is_dir() and experiment not in superseded(first, root):
+        return label, first
+    others = [(other, folder.parent) for other, folder in complements(first, root) if folder.name == experiment]
+    return others[0] if others else None
+
+
+def fitted(frame: pd.DataFrame) -> str:
+    """The table as text in at most WIDTH columns: the plain table where it fits; else a configuration a line (its
+    continuations indented), every value kept, since a table cut to fit would drop what it was printed for."""
+    text = frame.to_string(index=False)
+    if max(map(len, text.splitlines())) <= WIDTH:
+        return text
+    first, *rest = frame.columns
+    lines = []
+    for row in frame.itertuples(index=False):
+        values = dict(zip(frame.columns, row))
+        lines += wrapped(f"{values[first]}: " + "; ".join(f"{c} {values[c]}" for c in rest))
+    return "\n".join(lines)
+
+
 def comparison_text(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT) -> str:
-    """The table as text, with a line naming each reference machine and what the numbers are."""
+    """The closing table as text within WIDTH columns: this machine, the one reference machine the committed report
+    draws the experiment from (drawing_machine), the thesis; a line each for a flag, the reference machine, and
+    where the other reference machines' values are (the report's this_machine_vs_reference table)."""
     what = "steady-state images/s" if kind == "throughput" else "best validation top-1 (%)"
-    frame = comparison_frame(entries, kind, root)
-    lines = [f"{what}: this machine (threads/rank: each rank's threads here), the committed reference (matched "
-             f"by config fingerprint), the thesis (ResNet-50 on ILSVRC-2012, P100 GPUs: another scale unless "
-             f"--scale thesis)"]
-    lines.append(frame.drop(columns=["fingerprint"]).to_string(index=False))
-    lines += unlike_lines(entries, frame)
+    frame = comparison_frame(entries, kind, root).drop(columns=["fingerprint"])
+    drawn = drawing_machine(entries[0]["experiment"], root) if entries else None
+    held = {f"reference: {label}" for label, folder, _ in reference_machines(root)
+            if entries and (folder / entries[0]["experiment"]).is_dir()}  # a machine that never ran it says nothing
+    others = [c for c in frame.columns if c.startswith("reference: ") and (not drawn or c != f"reference: {drawn[0]}")]
+    beside = (f"reference {drawn[0]} (the committed reference machine that ran it, matched by config fingerprint)"
+              if drawn else "no committed reference machine (none ran this experiment)")
+    lines = wrapped(f"{what}: this machine (threads/rank: each rank's threads here), {beside}, the thesis (ResNet-50 "
+                    f"on ILSVRC-2012, P100 GPUs: another scale unless --scale thesis)")
+    lines.append(fitted(frame.drop(columns=others)))
+    lines += [part for line in unlike_lines(entries, frame) for part in wrapped(line)]
     if kind == "throughput":
         lines += flag_lines(entries)
     for label, _, description in reference_machines(root):
-        lines.append(f"reference {label}: {description}")
+        if drawn and label == drawn[0]:
+            lines += wrapped(f"reference {label}: {description}")
+    also = [c.removeprefix("reference: ") for c in others if c in held]
+    if also:
+        lines += wrapped(f"{len(also)} other reference machine(s) that ran it ({', '.join(also)}): their values in "
+                         "the report's this_machine_vs_reference table")
     return "\n".join(lines)
 
 
@@ -276,4 +325,6 @@ def report_comparison(df: pd.DataFrame, root: Path = REFERENCE_ROOT) -> pd.DataF
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if len(table) and (table["thesis"] == SMOKE).all():  # smoke runs alone: no thesis column at all
         table = table.drop(columns="thesis").assign(verdict=SMOKE)
-    return table
+    # a reference machine with no run of any of these configurations says nothing: its column of "-" is left out
+    silent = [c for c in table.columns if c.startswith("reference: ") and (table[c] == "-").all()]
+    return table.drop(columns=silent)
