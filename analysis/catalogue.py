@@ -322,13 +322,103 @@ def this_machine(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
     return report_comparison(inputs.df) if mine else None
 
 
+# ============================================================================================ the first screen
+HEADLINE_QUALITY = tuple(fg.HEADLINE_EXPERIMENTS)  # naive, the linear rule, the rule with warm-up: the findings' core
+TF_NEEDS = "`make setup-tf` (TensorFlow and Horovod with it), then"
+
+
+def headline_speedups(scaling: pd.DataFrame) -> pd.DataFrame:
+    """The speed-up rows of the first screen: ours, one series a framework (its per-GPU batch, scale and numerics
+    with the most worker counts, ties to the larger batch: one line a framework keeps the figure readable), and the
+    thesis's series of the same framework at that batch (else its largest). Empty without two worker counts of ours."""
+    ours = scaling[(scaling["source"] != "thesis") & (scaling["scale"] != "thesis")].dropna(subset=["speedup"])
+    keys = ["framework", "per_gpu_batch", "scale", "numerics"]
+    best: dict = {}
+    for key, g in ours.groupby(keys, sort=True):
+        rank = (g["gpus"].nunique(), key[1])
+        if g["gpus"].nunique() > 1 and rank > best.get(key[0], ((0, 0), None))[0]:
+            best[key[0]] = (rank, key)
+    if not best:
+        return ours.iloc[0:0]
+    chosen = ours[ours[keys].apply(tuple, axis=1).isin([key for _, key in best.values()])]
+    thesis = scaling[scaling["source"] == "thesis"].dropna(subset=["speedup"])
+    parts = [chosen]
+    for framework, (_, key) in best.items():
+        mine = thesis[thesis["framework"] == framework]
+        batch = key[1] if (mine["per_gpu_batch"] == key[1]).any() else mine["per_gpu_batch"].max()
+        parts.append(mine[mine["per_gpu_batch"] == batch])
+    return pd.concat(parts, ignore_index=True)
+
+
+def headline_accuracy(df: pd.DataFrame, ref: pd.DataFrame, smoke: set) -> pd.DataFrame:
+    """The accuracy rows of the first screen: per quality experiment of HEADLINE_QUALITY and worker count, the mean
+    best top-1 minus the 1-worker baseline's (experiment 5's at 1 worker, else the experiment's own), ours and, where
+    no run is a smoke run, the thesis's the same way. Columns: source, exp, gpus, difference."""
+    summary = tb.quality_summary(df)
+    summary = summary[summary["exp"].isin(HEADLINE_QUALITY) & summary["top1_mean"].notna()]
+    if len(summary):  # one scale: the one most rows ran at (a miniature's accuracy never averaged with ImageNet's)
+        summary = summary[summary["scale"] == summary["scale"].value_counts().sort_index().idxmax()]
+    means = summary.groupby(["exp", "gpus"])["top1_mean"].first()
+    quality = df[(df["kind"] == "run") & df["exp"].isin(HEADLINE_QUALITY)] if len(df) else df
+    beside = len(quality) > 0 and not quality["path"].isin(smoke).any()  # a smoke run: never beside the thesis
+    rows = []
+    for exp in sorted(summary["exp"].unique()):
+        base = means.get((5, 1), means.get((exp, 1)))
+        for gpus, top1 in means[exp].items() if base is not None else ():
+            rows.append({"source": "ours", "exp": int(exp), "gpus": int(gpus), "difference": top1 - base})
+            thesis = fd.thesis_top1(ref, int(exp), int(gpus)) - fd.thesis_top1(ref, 5, 1)
+            if beside and thesis == thesis:
+                rows.append({"source": "thesis", "exp": int(exp), "gpus": int(gpus), "difference": thesis})
+    return pd.DataFrame(rows, columns=["source", "exp", "gpus", "difference"])
+
+
+def headline(inputs: Inputs, entry: Figure) -> Drawn | str:
+    """The report's first figure (fg.headline_figure): does it scale here, and does accuracy hold; a sentence saying
+    what would draw it where these runs hold neither."""
+    speedups = headline_speedups(inputs.scaling)
+    accuracy = headline_accuracy(inputs.df, inputs.ref, inputs.smoke)
+    if speedups.empty and accuracy.empty:
+        return ("no throughput runs at two worker counts and no quality runs: `make exp3` (throughput, minutes) or "
+                "`make exp5` (quality) draws it")
+    scales = set(inputs.df.loc[inputs.df["kind"] == "run", "scale"].dropna()) if len(inputs.df) else set()
+    margin = fd.margins().get(scales.pop(), {}).get("points") if len(scales) == 1 else None
+    return Drawn(fg.headline_figure(speedups, accuracy, cores=inputs.cores, margin=margin), inputs.source)
+
+
+def framework_rows(frameworks) -> Callable:
+    """reads(df) of an entry that holds these frameworks' runs alone, so its runs line counts those (Table 7 holds
+    the TensorFlow runs of experiment 3, never its PyTorch ones)."""
+    wanted = frozenset(frameworks)
+    return lambda df: df["framework"].isin(wanted)
+
+
+def table_reads(table: int) -> Callable:
+    """A throughput table's reads: the frameworks of its rows (tb.table_frameworks)."""
+    return framework_rows(tb.table_frameworks(rf.table_rows(rf.load_reference(), table)))
+
+
+def runs_read(df: pd.DataFrame, entry) -> int:
+    """How many runs an entry holds: of its experiments, and of its edition or frameworks (its reads); every run for
+    an entry of no experiment; none for one of the thesis's values alone. The web page draws an entry that holds
+    none as a line saying what would fill it."""
+    if getattr(entry, "thesis_only", False) or not len(df):
+        return 0
+    runs = df[df["kind"] == "run"]
+    if entry.experiments:
+        runs = runs[runs["exp"].isin(entry.experiments)]
+    if entry.reads and len(runs):
+        runs = runs[entry.reads(runs)]
+    return int(len(runs))
+
+
 def ordering_notes(inputs: Inputs, frame: pd.DataFrame) -> list[str]:
     return [f"What the rows say: {line}" for line in finding_summary(frame)] + fd.notes()
 
 
 TABLES = (
     *(Table(f"table{t:02d}", f"Table {t}", (TABLE_EXPERIMENT[t],), throughput, f"Table {t}. {rf.CAPTIONS[t]}",
-            throughput_notes, options={"table": t}) for t in rf.THROUGHPUT_TABLES),
+            throughput_notes, options={"table": t}, reads=table_reads(t),
+            needs=TF_NEEDS if "TensorFlow" in rf.CAPTIONS[t] else "") for t in rf.THROUGHPUT_TABLES),
     *(Table(f"table{t:02d}", f"Table {t}", (TABLE_EXPERIMENT[t],), quality, f"Table {t}. {rf.CAPTIONS[t]}",
             (f"Numbered as its caption; the thesis's running text and list of tables call it Table "
              f"{rf.TEXT_NUMBER[t]}.",) + QUALITY_NOTES, options={"table": t}) for t in rf.QUALITY_TABLES),
@@ -370,12 +460,16 @@ def warmup_figures(exp: int, n: int) -> tuple[Figure, Figure]:
 
 
 FIGURES = (
+    Figure("headline", "", (1, 2, 3, *HEADLINE_QUALITY), headline,  # ours: the thesis's Figure 17 and Tables 10-12
+           "Speed-up and accuracy against workers, the thesis's beside them"),
     *(Figure(f"fig{n}_scaling_horovod_tf_b{b}", f"Figure {n}", (1, 2, 3), scaling,
              f"Figure {n}. Scaling of Horovod+TensorFlow, per-GPU batch {b}",
-             {"framework": tb.TENSORFLOW, "per_gpu_batch": b})  # ours: MultiWorkerMirroredStrategy beside it
+             {"framework": tb.TENSORFLOW, "per_gpu_batch": b},  # ours: MultiWorkerMirroredStrategy beside it
+             reads=lambda df, b=b: framework_rows(tb.TENSORFLOW)(df) & (df["per_gpu_batch"] == b), needs=TF_NEEDS)
       for n, b in ((14, 32), (15, 64), (16, 128))),
     Figure("fig17_scaling_pytorch_vs_horovod", "Figure 17", (1, 2, 3), scaling,
-           "Figure 17. Scaling of PyTorch and Horovod+PyTorch", {"framework": ["pytorch", "horovod+pytorch"]}),
+           "Figure 17. Scaling of PyTorch and Horovod+PyTorch", {"framework": ["pytorch", "horovod+pytorch"]},
+           reads=framework_rows(["pytorch", "horovod+pytorch"])),
     Figure("fig18_exp4_error", "Figure 18", (4,), errors, "Figure 18. Naive scaling", {"rows": every_run}),
     Figure("fig19_exp4_error_grid", "Figure 19", (4,), errors, "Figure 19. Naive scaling (grid)",
            {"rows": every_run, "layout": "grid"}),

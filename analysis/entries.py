@@ -43,6 +43,7 @@ class Table:
     options: dict = field(default_factory=dict)  # the maker's own settings
     thesis_only: bool = False  # made from the thesis's values alone: its line names them, never the runs
     reads: Callable | None = None  # reads(df) -> mask of its rows, where it reads one edition of its experiments
+    needs: str = ""  # what its runs need before `make expN` (e.g. make setup-tf): the page says it where none ran
 
 
 @dataclass(frozen=True)
@@ -54,3 +55,4 @@ class Figure:
     title: str = ""  # {warmupN}: experiment N's warm-up in words (warmup_phrase)
     options: dict = field(default_factory=dict)  # the maker's own settings: layout, rows, framework ...
     reads: Callable | None = None  # as Table's: the rows of one edition, so its runs line counts those alone
+    needs: str = ""  # as Table's

@@ -288,6 +288,81 @@ def _our_row(axes, other: pd.DataFrame, cores: int | None, kw: dict) -> None:
                           .replace("1-GPU run", "1-process run"))
 
 
+# ============================================================================================ the first screen
+
+
+def plot_headline_speedup(rows: pd.DataFrame, ax=None, cores: int | None = None):
+    """Speed-up against workers, log-log: this report's runs (solid, a series a framework), the thesis's (dashed, the
+    same colour), the ideal y = x, flagged points ringed red (flagged_points). rows: headline_speedups' (source
+    "thesis" or ours); cores: the measuring machine's, which the x axis names (its processes shared them)."""
+    ax = _ax(ax)
+    colours = {fw: _colour(i) for i, fw in enumerate(sorted(rows["framework"].unique()))}
+    for (source, fw, b, scale), g in rows.groupby(["source", "framework", "per_gpu_batch", "scale"], sort=True):
+        g = g.sort_values("gpus")
+        thesis = source == "thesis"
+        tag = "thesis, P100 GPUs" if thesis else f"ours, {scale}"
+        ax.plot(g["gpus"], g["speedup"], "--" if thesis else "-", marker="o" if thesis else "^",
+                color=colours[fw], alpha=0.6 if thesis else 1.0, label=f"{FRAMEWORK_NAME.get(fw, fw)} b={int(b)} — {tag}")
+        if not thesis:
+            flagged_points(ax, g)
+    top = float(rows["gpus"].max())
+    ax.plot([1, top], [1, top], color="grey", linewidth=1, label="ideal (speed-up = workers)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    log2_ticks(ax, "x")
+    log2_ticks(ax, "y")
+    on = f" on {cores} cores" if cores else ""
+    _finish(ax, f"workers (ours: processes{on}; the thesis: GPUs)", "speed-up over 1 worker (log scale)",
+            "Does it scale? Speed-up against workers", legend_size=6)
+    legend_below(ax)
+    return ax
+
+
+def plot_headline_accuracy(rows: pd.DataFrame, ax=None, margin: float | None = None):
+    """Accuracy against workers: each quality experiment's best top-1 minus its 1-worker baseline's (points), ours
+    (solid) and the thesis's (dashed, the same colour); ideal: no loss (0), the declared margin shaded where given.
+    rows: headline_accuracy's."""
+    ax = _ax(ax)
+    colours = {exp: _colour(i) for i, exp in enumerate(sorted(rows["exp"].unique()))}
+    if margin:
+        ax.axhspan(-margin, margin, color="grey", alpha=0.12, label=f"± the declared margin ({margin:g} points)")
+    ax.axhline(0, color="grey", linewidth=1, label="ideal (no loss)")
+    for (source, exp), g in rows.groupby(["source", "exp"], sort=True):
+        g = g.sort_values("gpus")
+        thesis = source == "thesis"
+        ax.plot(g["gpus"], g["difference"], "--" if thesis else "-", marker="o" if thesis else "^",
+                color=colours[exp], alpha=0.6 if thesis else 1.0,
+                label=f"exp {int(exp)}: {HEADLINE_EXPERIMENTS.get(int(exp), '')} — {'thesis' if thesis else 'ours'}")
+    ax.set_xscale("log", base=2)
+    log2_ticks(ax, "x")
+    _finish(ax, "workers", "best top-1 minus 1 worker's (points)", "Does accuracy hold? Best top-1 against workers",
+            legend_size=6)
+    legend_below(ax)
+    return ax
+
+
+def legend_below(ax) -> None:
+    """The legend under the axes, two columns: off every line and point (the constrained layout makes room)."""
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+
+
+HEADLINE_EXPERIMENTS = {4: "naive scaling", 5: "linear scaling rule", 6: "linear rule + warm-up"}
+
+
+def headline_figure(speedups: pd.DataFrame, accuracy: pd.DataFrame, cores: int | None = None,
+                    margin: float | None = None):
+    """The report's first figure: a panel for speed-up against workers and one for accuracy against workers, each
+    drawn where its rows are (neither empty: the maker says why not instead)."""
+    panels = [p for p, rows in (("speedup", speedups), ("accuracy", accuracy)) if len(rows)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.6 * len(panels), 5.0), squeeze=False, layout="constrained")
+    for ax, panel in zip(axes[0], panels):
+        if panel == "speedup":
+            plot_headline_speedup(speedups, ax=ax, cores=cores)
+        else:
+            plot_headline_accuracy(accuracy, ax=ax, margin=margin)
+    return fig
+
+
 def warmup_text(warmup, epochs) -> str:
     """'stepping-4' of a 72-epoch run -> 'stepping warm-up 4 of 72 epochs' (the miniature's 4 of 72 stands for the
     thesis's 5 of 90); '' for none."""

@@ -274,7 +274,7 @@ def compare(finding: str, exp: int, workers: int, against: str, a: pd.DataFrame,
     return row
 
 
-def _thesis_top1(ref: pd.DataFrame, exp: int, gpus: int) -> float:
+def thesis_top1(ref: pd.DataFrame, exp: int, gpus: int) -> float:
     rows = ref[(ref["experiment"] == exp) & (ref["gpus"] == gpus)].dropna(subset=["top1"])
     if exp == 6:  # two 32-GPU rows (Horovod and DDP): the thesis compares the Horovod runs across experiments
         rows = rows[rows["framework"] == "horovod+pytorch"]
@@ -295,7 +295,7 @@ def naive_degrades(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list
     base = naive[naive["gpus"] == naive["gpus"].min()] if len(naive) else naive
     rows = []
     for gpus, g in naive[naive["gpus"] > naive["gpus"].min()].groupby("gpus", sort=True):
-        thesis = _thesis_top1(ref, 4, int(gpus)) - _thesis_top1(ref, 4, int(base["gpus"].iloc[0]))
+        thesis = thesis_top1(ref, 4, int(gpus)) - thesis_top1(ref, 4, int(base["gpus"].iloc[0]))
         row = compare("naive_degrades", 4, int(gpus), f"exp 4, {int(base['gpus'].iloc[0])} worker(s)", g, base,
                       margin, thesis)
         if _batch_at_most_tuned(g["path"].iloc[0]):
@@ -316,13 +316,13 @@ def warmup_findings(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> lis
     for exp in WARMUP_EXPERIMENTS:
         warm = runs[(runs["exp"] == exp) & (runs["per_gpu_batch"] == batch)]
         for gpus, g in warm.groupby("gpus", sort=True):
-            thesis_warm = _thesis_top1(ref, exp, int(gpus))
+            thesis_warm = thesis_top1(ref, exp, int(gpus))
             if gpus == 32 and len(none):
                 rows.append(compare("warmup_not_worse", exp, 32, "exp 5, 32 workers (no warm-up)", g, none, margin,
-                                    thesis_warm - _thesis_top1(ref, 5, 32)))
+                                    thesis_warm - thesis_top1(ref, 5, 32)))
             if len(base):
                 rows.append(compare("warmup_matches_baseline", exp, int(gpus), "exp 5, 1 worker", g, base, margin,
-                                    thesis_warm - _thesis_top1(ref, 5, 1)))
+                                    thesis_warm - thesis_top1(ref, 5, 1)))
     return rows
 
 
@@ -338,7 +338,7 @@ def warmup_schemes(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list
             if len(other):
                 rows.append(compare("warmup_schemes_alike", exp, int(gpus), f"exp {against}, {int(gpus)} workers "
                                     f"({SCHEME_WORDS[against]})", g, other, margin,
-                                    _thesis_top1(ref, exp, int(gpus)) - _thesis_top1(ref, against, int(gpus))))
+                                    thesis_top1(ref, exp, int(gpus)) - thesis_top1(ref, against, int(gpus))))
     return rows
 
 

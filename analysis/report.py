@@ -1,7 +1,8 @@
 """`python -m analysis report`: every thesis table and figure from the run folders and the reference data.
 
 Writes <out>/tables/*.csv|md, <out>/figures/*.png|pdf, executes the notebooks <out>/rq*.ipynb (each also as
-<out>/rq*.html), and puts it all on one web page, <out>/index.html (analysis/page.py).
+<out>/rq*.html), and puts it all on web pages: <out>/index.html, the first, and a page a research question
+(analysis/page.py).
 Works on an empty runs folder too: the tables then hold the thesis's values only, and the figures that the
 reference data can draw (scaling, schedules, RQ2) are drawn from it.
 """
@@ -158,7 +159,8 @@ def clear_report(out: Path) -> None:
         for path in sorted(folder.glob("*")) if folder.is_dir() else []:
             if path.is_file() and path.name not in OTHER_WRITERS:
                 path.unlink()
-    for path in sorted([*out.glob("rq*.ipynb"), *out.glob("rq*.html"), *out.glob(pg.PAGE)]):
+    pages = [out / name for name in pg.page_names() if (out / name).is_file()]
+    for path in sorted([*out.glob("rq*.ipynb"), *out.glob("rq*.html"), *pages]):
         path.unlink()
 
 

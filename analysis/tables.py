@@ -159,6 +159,13 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
 TENSORFLOW = ["horovod+tensorflow", "tensorflow"]
 
 
+def table_frameworks(thesis: pd.DataFrame) -> set[str]:
+    """The frameworks whose runs a throughput table holds: its thesis rows', and beside the thesis's
+    Horovod+TensorFlow rows (Tables 1, 4, 7) also TensorFlow's own MultiWorkerMirroredStrategy."""
+    frameworks = set(thesis["framework"])
+    return frameworks | (set(TENSORFLOW) if "horovod+tensorflow" in frameworks else set())
+
+
 def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFrame:
     """Thesis Table 1-9 with our thesis-formula and steady-state images/s, speed-up over our 1-GPU run of the same
     numerics; only our fp32 runs at the thesis scale sit beside the thesis's rows."""
@@ -172,10 +179,7 @@ def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.Data
     base: dict = {}
     for o in ones.itertuples(index=False):
         base.setdefault((o.framework, o.numerics, o.per_gpu_batch, o.scale), o)
-    # beside the thesis's Horovod+TensorFlow rows (Tables 1, 4, 7), also TensorFlow's own MultiWorkerMirroredStrategy
-    frameworks = set(thesis["framework"])
-    frameworks |= set(TENSORFLOW) if "horovod+tensorflow" in frameworks else set()
-    ours = summary[(summary["exp"] == exp) & summary["framework"].isin(frameworks)]
+    ours = summary[(summary["exp"] == exp) & summary["framework"].isin(table_frameworks(thesis))]
 
     def row_from(o, row):
         one = base.get((o.framework, o.numerics, o.per_gpu_batch, o.scale))

@@ -1,8 +1,10 @@
-"""The report's web page (issue 52): index.html with the verdicts first, every table and figure with its runs line,
-the notebooks as HTML; self-contained (nothing from a network); and in a real browser (Debian's chromium driven by
-Selenium): every image loads, every local link resolves, no console error, readable at a phone's width."""
+"""The report's web pages (issue 52; issue 67: a first page and a page a research question): index.html with the
+headline and the verdicts first, every table and figure with its runs line on its question's page, the notebooks as
+HTML; self-contained (nothing from a network); and in a real browser (Debian's chromium driven by Selenium): every
+image loads, every local link resolves, no console error, readable at a phone's width."""
 from __future__ import annotations
 
+import re
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
@@ -74,34 +76,42 @@ def unresolved(page: Path) -> list[str]:
 
 
 def small_report(out: Path) -> pg.PageInputs:
-    """A report of one table, one figure and the verdicts' table, as make_report leaves them."""
+    """A report of one table, one figure and the verdicts' table of two experiment-3 runs, as make_report leaves
+    them."""
     tables = tb.write_table(pd.DataFrame({"gpus": [1, 2], "images_per_s": [10.5, 19.0]}), out / "tables", "scaling",
                             "Throughput by GPUs", ["images_per_s: steady state"], "Made from 2 runs in x (this machine).")
-    (out / "tables" / "orderings.md").write_text("### Findings\n\nMade from 2 runs.\n\n| a |\n|---|\n| 1 |\n\n"
+    (out / "tables" / "orderings.md").write_text("### Findings\n\nMade from 2 runs.\n\n| finding | holds |\n|---|---|\n"
+                                                 "| naive_degrades | yes |\n\n"
                                                  "- What the rows say: naive_degrades (local scale): holds\n")
     (out / "tables" / "orderings.csv").write_text("a\n1\n")
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.plot([1, 2], [10.5, 19.0])
-    figs = fg.save(fig, out / "figures", "fig17_scaling", "Made from 2 runs in x (this machine).")
-    captions = {"fig17_scaling": ("Throughput against GPUs (thesis Figure 17)", "Made from 2 runs in x (this machine).")}
-    empty = pd.DataFrame({"kind": [], "source": [], "path": []})
-    return pg.PageInputs(out, "Made from 2 runs in x (this machine).", empty, tables, figs, captions,
-                         ["fig26: no experiment-7 runs"], [], [])
+    name = "fig17_scaling_pytorch_vs_horovod"
+    figs = fg.save(fig, out / "figures", name, "Made from 2 runs in x (this machine).")
+    captions = {name: ("Throughput against GPUs (thesis Figure 17)", "Made from 2 runs in x (this machine).")}
+    runs = pd.DataFrame({"kind": "run", "source": "run", "path": [str(out / "r1"), str(out / "r2")], "exp": 3,
+                         "framework": "pytorch", "per_gpu_batch": 32})
+    return pg.PageInputs(out, "Made from 2 runs in x (this machine).", runs, tables, figs, captions,
+                         ["fig26_exp7_vs_exp6_grid: no experiment-7 runs"], [], [])
 
 
-def test_the_page_puts_the_verdicts_first_and_each_table_and_figure_with_its_runs_line(tmp_path):
-    page = pg.write_page(small_report(tmp_path))
-    text = page.read_text()
-    order = [text.index(s) for s in ('id="verdicts"', 'id="machines"', 'id="notebooks"', 'id="tables"',
-                                     'id="figures"', 'id="not-drawn"')]
+def test_the_first_page_leads_with_the_verdicts_and_each_page_holds_its_tables_and_figures_with_their_runs_line(
+        tmp_path):
+    first = pg.write_page(small_report(tmp_path))
+    text = first.read_text()
+    order = [text.index(s) for s in ('id="machines"', 'id="headline"', 'id="verdicts"', 'id="questions"')]
     assert order == sorted(order)
-    assert "What the rows say: naive_degrades (local scale): holds" in text
-    table = text[text.index('id="table-scaling"'):text.index('id="figure-fig17_scaling"')]
+    assert "this machine: 2 runs of experiment 3" in text and '<span class="badge holds"' in text
+    page = (tmp_path / "throughput.html").read_text()  # the scaling table and Figure 17: the throughput question
+    table = page[page.index('id="table-scaling"'):]
     assert "Throughput by GPUs" in table and "Made from 2 runs in x (this machine)." in table
     assert "<td>19.00</td>" in table or "<td>19</td>" in table
-    figure = text[text.index('id="figure-fig17_scaling"'):]
-    assert "(thesis Figure 17)" in figure and "Made from 2 runs in x" in figure and 'src="figures/fig17_scaling.png"' in figure
-    assert unresolved(page) == [] and links_of(page).scripts == 0
+    figure = page[page.index('id="figure-fig17_scaling_pytorch_vs_horovod"'):page.index('id="table-scaling"')]
+    assert "(thesis Figure 17)" in figure and "Made from 2 runs in x" in figure
+    assert 'src="figures/fig17_scaling_pytorch_vs_horovod.png"' in figure
+    assert "no experiment-7 runs" in (tmp_path / "quality.html").read_text()  # not drawn: on its question's page
+    for name in pg.page_names():
+        assert unresolved(tmp_path / name) == [] and links_of(tmp_path / name).scripts == 0, name
 
 
 def test_a_markdown_table_reads_back_as_the_report_wrote_it():
@@ -131,10 +141,17 @@ def test_the_committed_page_links_only_files_beside_it():
 def test_make_report_writes_the_page(tmp_path):
     info = make_report(FIX / "runs", tmp_path, notebooks=False, quiet=True)
     assert info["page"] == str(tmp_path / pg.PAGE)
-    text = (tmp_path / pg.PAGE).read_text()
-    assert text.count('<article id="table-') == len(list((tmp_path / "tables").glob("*.md"))) - 1  # less README.md
-    assert text.count("<img ") == len(list((tmp_path / "figures").glob("*.png")))
-    assert unresolved(tmp_path / pg.PAGE) == []
+    text = "".join((tmp_path / name).read_text() for name in pg.page_names())
+    # every table and figure is on a page: drawn, or a line saying what would fill it that links its file
+    tables = {p.stem for p in (tmp_path / "tables").glob("*.md")} - {"README"}
+    drawn = set(re.findall(r'<article id="table-([^"]+)"', text))
+    unfilled = set(re.findall(r'<a href="tables/([^"]+)\.md">[^<]*</a>: the thesis', text))
+    assert drawn | unfilled == tables and drawn and unfilled
+    figures = {p.stem for p in (tmp_path / "figures").glob("*.png")}
+    shown = set(re.findall(r'<img src="figures/([^"]+)\.png"', text))
+    assert shown | set(re.findall(r'<a href="figures/([^"]+)\.png">[^<]*</a>: the thesis', text)) == figures
+    for name in pg.page_names():
+        assert unresolved(tmp_path / name) == [], name
 
 
 # ============================================================================================ in a browser

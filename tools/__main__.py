@@ -7,7 +7,7 @@ from contract.cli import command_word, one_line_errors
 from contract.config import DataError
 from slurm.client import NoConfiguration
 from tools import (advisor_local, bench, bench_comm, bench_step, cluster_check, cluster_probe, data_bench, exp13_next,
-                   gpu_check, link_sweep, migrate_manifests, noise_scale, reference_add, step_split,
+                   gpu_check, link_sweep, migrate_manifests, noise_scale, reference_add, screenshot, step_split,
                    telemetry_overhead)
 
 TOOLS = {
@@ -26,6 +26,7 @@ TOOLS = {
     "advisor-local": (advisor_local, "the scaling advisor against experiment 3 on the local cluster at each link rate"),
     "step-split": (step_split, "one worker's step as forward, backward and optimizer, and its gradients (the advisor)"),
     "gpu-check": (gpu_check, "verify a GPU machine in ~10 minutes -> results/gpu_checks/<gpu>-<date>/"),
+    "screenshot": (screenshot, "a report page's first screen in chromium, offline (make setup-browser) -> a PNG"),
 }
 
 
