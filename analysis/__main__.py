@@ -16,6 +16,7 @@ def _clean(v):
 
 
 def cmd_throughput(args) -> int:
+    from contract.runfiles import plain_name
     from contract.runfolder import METRICS
 
     from . import numbers as nb
@@ -25,7 +26,7 @@ def cmd_throughput(args) -> int:
     results = []
     for item in args.logs:
         p = Path(item)
-        if p.is_file() and p.name == METRICS:
+        if p.is_file() and plain_name(p).name == METRICS:  # metrics.jsonl or metrics.jsonl.gz: its run folder
             p = p.parent
         if p.is_dir():
             df, problems = load_run(p)

@@ -16,12 +16,13 @@ from pathlib import Path
 
 from contract import events
 from contract.locks import is_locked
+from contract.runfiles import holding
 from contract.runfolder import METRICS
 
 
 def run_folders(root: Path) -> list[Path]:
-    """Every folder under root holding records, in path order."""
-    return sorted(path.parent for path in Path(root).rglob(METRICS))
+    """Every folder under root holding records (plain or compact), in path order."""
+    return sorted(holding(root, METRICS))
 
 
 def convert(root: Path) -> dict:

@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from contract.runfiles import read_run_file
+
 
 @dataclass
 class ParsedLog:
@@ -73,10 +75,11 @@ def sniff(head: bytes) -> str:
 
 
 def parse_log(path: str | Path, raw: bytes | None = None) -> ParsedLog:
-    """Parse one upstream log file (any of the formats above). Never raises on bad content."""
+    """Parse one upstream log file (any of the formats above), plain or gzip'd (a committed run's train.log.gz, by
+    either name: contract/runfiles.py). Never raises on bad content."""
     path = str(path)
     if raw is None:
-        raw = Path(path).read_bytes()
+        raw = read_run_file(path)
     tool = sniff(raw[:1 << 20])
     if tool == "unknown" and len(raw) > 1 << 20:
         tool = sniff(raw)

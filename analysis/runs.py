@@ -29,6 +29,7 @@ import pandas as pd
 from contract import manifest as declared
 from contract import hostload, placement, reader
 from contract.invariants import epoch_end_steps
+from contract.runfiles import COMPACT, plain_name, run_file_exists
 from contract.runfolder import CONFIG, MANIFEST, METRICS
 
 from . import logs as lg
@@ -369,7 +370,7 @@ def empty_run_folders(root: str | Path) -> list[str]:
     leaves = [d for d in sorted(root.rglob("*")) if d.is_dir() and not d.name.startswith(".")
               and not any(p.is_dir() for p in d.iterdir())]
     return [f"{d}: no {CONFIG}, {MANIFEST} or {METRICS} -- a run that never started, or no run folder; remove it"
-            for d in leaves if not any((d / name).exists() for name in (CONFIG, MANIFEST, METRICS))]
+            for d in leaves if not any(run_file_exists(d / name) for name in (CONFIG, MANIFEST, METRICS))]
 
 
 def load_runs(root: str | Path = "results/runs") -> pd.DataFrame:
@@ -394,7 +395,8 @@ def load_log(path: str | Path, meta: dict | None = None) -> pd.DataFrame:
     log = lg.parse_log(path)
     b, g = meta.get("per_gpu_batch"), meta.get("gpus", 1)
     experiment = meta.get("experiment", path.parent.name)
-    ident = {"experiment": experiment, "exp": experiment_number(experiment), "run": meta.get("run", path.stem),
+    ident = {"experiment": experiment, "exp": experiment_number(experiment),
+             "run": meta.get("run", plain_name(path).stem),
              "path": str(path), "source": "log", "scale": meta.get("scale", "unknown"),
              "framework": meta.get("framework"), "backend": None, "numerics": meta.get("numerics", nb.FP32),
              "gpus": g, "processes": meta.get("processes"), "per_gpu_batch": b,
@@ -436,13 +438,18 @@ def load_log(path: str | Path, meta: dict | None = None) -> pd.DataFrame:
 LOG_SUFFIXES = (".log", ".out", ".txt", ".err")
 
 
+def is_log(path: Path) -> bool:
+    """A log by its name, gzip'd or not (a committed run's train.log.gz: parse_log reads either)."""
+    return Path(path.name.removesuffix(COMPACT)).suffix in LOG_SUFFIXES
+
+
 def load_logs(paths) -> pd.DataFrame:
     """Upstream logs (files, or folders searched for *.log/*.out/*.txt/*.err) as one frame like load_runs'."""
     files: list[Path] = []
     for p in paths or []:
         p = Path(p)
         if p.is_dir():
-            files.extend(sorted(q for q in p.rglob("*") if q.is_file() and q.suffix in LOG_SUFFIXES))
+            files.extend(sorted(q for q in p.rglob("*") if q.is_file() and is_log(q)))
         elif p.exists():
             files.append(p)
     return _finish([load_log(f) for f in files])

@@ -21,6 +21,7 @@ from contract import machine
 from contract.fingerprint import document_fingerprint
 from contract.invariants import check_run
 from contract.manifest import ManifestError, check_version
+from contract.runfiles import holding, open_run_file, read_run_file, run_file_exists, two_forms
 from contract.runfolder import CHECKPOINT, CONFIG, MANIFEST, METRICS, RECORDS, STATUSES, parse_lines, parse_record
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ def identity_problem(run_dir: str | Path) -> str | None:
     # it holds a run where it holds what could count or be resumed: a config.json (even unreadable), records, a
     # checkpoint, or a manifest's status; a manifest without one and nothing else (a trainer killed as it started)
     # holds no run: it is started afresh, whatever its config
-    if problem and (any((run_dir / name).exists() for name in (CONFIG, METRICS, CHECKPOINT))
+    if problem and (any(run_file_exists(run_dir / name) for name in (CONFIG, METRICS, CHECKPOINT))
                     or (read_manifest(run_dir) or {}).get("status") in STATUSES):
         return f"{CONFIG} is {problem}"
     return None
@@ -168,12 +169,12 @@ class Metrics:
 
 
 def read_metrics(path: str | Path) -> Metrics:
-    """Every record of a metrics.jsonl (a run folder or the file itself)."""
+    """Every record of a metrics.jsonl (a run folder or the file itself), plain or gzip'd (contract/runfiles.py)."""
     path = Path(path)
     if path.is_dir():
         path = path / METRICS
     try:
-        data = path.read_bytes()
+        data = read_run_file(path)
     except FileNotFoundError:
         return Metrics([], 0, "missing")
     except OSError as e:
@@ -192,7 +193,7 @@ def metrics_problem(run_dir: str | Path, tail_bytes: int = 65536) -> str | None:
     run it plans (record_problem), and a thesis-scale run's records are tens of MB. A finished run ends its records
     with its status record, so a file whose end holds no record holds no run's end either."""
     try:
-        with open(Path(run_dir) / METRICS, "rb") as f:  # a folder: IsADirectoryError, as read_metrics says it
+        with open_run_file(Path(run_dir) / METRICS) as f:  # a folder: IsADirectoryError, as read_metrics says it
             size = f.seek(0, 2)
             f.seek(max(0, size - tail_bytes))
             lines = f.read().split(b"\n")[1 if size > tail_bytes else 0:]  # the first line may be cut
@@ -211,7 +212,7 @@ def last_record(path: str | Path, kind: str, tail_bytes: int = 65536) -> dict | 
     if path.is_dir():
         path = path / METRICS
     try:
-        with open(path, "rb") as f:
+        with open_run_file(path) as f:
             start = max(0, f.seek(0, 2) - tail_bytes)
             f.seek(start)
             lines = f.read().split(b"\n")
@@ -230,14 +231,12 @@ def last_record(path: str | Path, kind: str, tail_bytes: int = 65536) -> dict | 
 # A tree of folders, one DataFrame
 # ================================================================================================================
 def find_runs(root: str | Path) -> list[Path]:
-    """The run folders under root, sorted: any folder holding config.json, manifest.json or metrics.jsonl."""
+    """The run folders under root, sorted: any folder holding config.json, manifest.json or metrics.jsonl (plain or
+    gzip'd)."""
     root = Path(root)
     if not root.is_dir():
         return []
-    found = set()
-    for name in (CONFIG, MANIFEST, METRICS):
-        found.update(p.parent for p in root.glob(f"**/{name}"))
-    return sorted(found)
+    return sorted(set().union(*(holding(root, name) for name in (CONFIG, MANIFEST, METRICS))))
 
 
 def holds_runs(root: str | Path) -> bool:
@@ -259,6 +258,7 @@ def read_runs(root: str | Path) -> pd.DataFrame:
                 ├── manifest.json        versions, hosts, start, end,  -> column `manifest` (a dict)
                 │                        status, epochs_done
                 ├── metrics.jsonl        one record a line             -> a row per record, a column per field
+                │                        (metrics.jsonl.gz in a committed run: contract/runfiles.py)
                 ├── train.log            human lines                   (not read: the records hold its numbers)
                 ├── checkpoint.pt        the trainer's state           (not read)
                 └── .lock                while a process trains it     (not read: contract/locks.py)
@@ -293,6 +293,9 @@ def _folder_rows(run_dir: Path) -> list[dict]:
         manifest, manifest_problem = read_manifest_document(run_dir)
     except ManifestError as err:  # one folder of another version never takes a tree down: its line, no rows
         return [_left_out(identity, config, None, str(err).removeprefix(str(run_dir / MANIFEST) + ": "))]
+    damaged = two_forms(run_dir)
+    if damaged:  # a record file both plain and gzip'd: which is the run's cannot be told, so neither is read
+        return [_left_out(identity, config, manifest, damaged)]
     changed = config_changed(config, manifest)
     if changed:  # its records are another config's: read as config.json's run, it would be counted wrong
         return [_left_out(identity, config, manifest, f"{changed}; restore its {CONFIG} or remove the folder "

@@ -54,6 +54,10 @@ LOCK = ".lock"  # rank 0's; every other rank's is rank_lock(r) (contract/locks.p
 RANK_LOCKS = ".rank*.lock"  # a glob for the other ranks' lock files
 STUDY_LOCK = ".study.lock"  # held by the study that launches the run, so two studies never both start it
 FILES = (CONFIG, MANIFEST, METRICS, LOG, CHECKPOINT, CONSOLE, LOCK, STUDY_LOCK)
+# A committed run keeps these gzip'd beside its other files (metrics.jsonl.gz, ...): contract/runfiles.py opens either
+# form, and says why a live run writes them plain.
+COMPACT = ".gz"
+COMPACTED = (METRICS, LOG, CONSOLE)
 # Why writing a run's files can fail where no retry helps: a full disk, a quota (DISK_FULL: no room; the data cache
 # says so too), a read-only mount, a file over the size limit. The trainer marks its run failed on these, and its
 # command line says so in one line.
@@ -363,6 +367,17 @@ def nearest_line_end(data: bytes, offset: int) -> int:
 # ================================================================================================================
 # The writer
 # ================================================================================================================
+def settle_compact(path: Path, fresh: bool) -> None:
+    """A writer never leaves a record file in two forms: a fresh run drops an earlier attempt's compact records
+    as it drops its plain ones (mode "w"); a resumed run cannot append to a compact (finished, committed) file."""
+    compact = [path / (name + COMPACT) for name in (METRICS, LOG) if (path / (name + COMPACT)).exists()]
+    if compact and not fresh:
+        raise ConfigError(f"{compact[0]}: a finished run's compact records; a resumed run appends to plain ones, so "
+                          f"it cannot resume this folder: train it afresh or pick another --run")
+    for stale in compact:
+        stale.unlink()
+
+
 class RunFolder:
     """Rank 0's writer of a run folder; other ranks get one that writes nothing (writes=False)."""
 
@@ -382,6 +397,10 @@ class RunFolder:
         self.manifest: dict[str, Any] = {}
         if writes:
             path.mkdir(parents=True, exist_ok=True)
+            settle_compact(path, fresh)
+            # plain JSON lines and text, always: the run appends line by line, a resume cuts both files back to the
+            # byte offsets its checkpoint stored (cut_back), and a study reads them while the run trains -- none of
+            # which a gzip file allows; only a finished run is compacted (contract/runfiles.py)
             mode = "w" if fresh else "a"
             self._metrics = open(path / METRICS, mode, buffering=1)
             self._log = open(path / LOG, mode, buffering=1)

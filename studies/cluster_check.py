@@ -23,6 +23,7 @@ from contract import placement
 from contract.config import ConfigError, load_config
 from contract.placement import cpus_per_task_for
 from contract.reader import read_manifest, read_metrics
+from contract.runfiles import read_run_file, run_file_exists
 from contract.runfolder import CHECKPOINT, LOG, METRICS, link_bits_per_s
 from slurm.client import Clients, NoConfiguration
 from slurm.profiles import Profile, ProfileError, load_profile, sbatch_argv
@@ -371,7 +372,7 @@ def judge_resume(run_dir: Path, manifest: dict, steps: str) -> Finding:
     attempt resumed from that checkpoint and ended the run."""
     statuses = [r["status"] for r in read_metrics(run_dir / METRICS).of("status")]
     attempts = len(manifest.get("attempts") or [])
-    log = (run_dir / LOG).read_text(errors="replace") if (run_dir / LOG).exists() else ""
+    log = read_run_file(run_dir / LOG).decode(errors="replace") if run_file_exists(run_dir / LOG) else ""
     resumed = [line for line in log.splitlines() if line.startswith("=> resumed from the checkpoint")]
     if "preempted" not in statuses:
         return Finding("train", False, f"{steps}, but never preempted: the warning signal did not reach the ranks "

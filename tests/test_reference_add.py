@@ -2,12 +2,14 @@
 copied without checkpoints or locks, unfinished ones are left out, and a run measured elsewhere is refused."""
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
 
 from contract.config import ConfigError
 from contract.manifest import VERSION
+from contract.runfiles import compact_bytes
 from tools import reference_add as ra
 
 XEON = {"cpu_model": "Intel(R) Xeon(R) Processor", "isa": "AVX512"}
@@ -44,8 +46,26 @@ def test_finished_runs_are_copied_without_checkpoint_or_locks_and_unfinished_one
     added, left_out = ra.add(study, "xeon", reference)
     assert added == ["a-s1", "b-s1"] and left_out == ["c-s1: running", "d-s1: unreadable manifest"]
     copied = reference / "xeon" / "13_steps" / "a-s1"
-    assert sorted(p.name for p in copied.iterdir()) == ["config.json", "manifest.json", "metrics.jsonl", "train.log"]
+    # the committed runs' compact form (contract/runfiles.py): the same bytes, gzip'd deterministically
+    assert sorted(p.name for p in copied.iterdir()) == ["config.json", "manifest.json", "metrics.jsonl.gz",
+                                                         "train.log.gz"]
+    for name in ("metrics.jsonl", "train.log"):
+        gz = (copied / f"{name}.gz").read_bytes()
+        assert gzip.decompress(gz) == (study / "a-s1" / name).read_bytes() and gz == compact_bytes(gzip.decompress(gz))
     assert not (reference / "xeon" / "13_steps" / "c-s1").exists()
+    assert ra.add(study, "xeon", reference)[0] == added  # added again: the same files
+    assert sorted(p.name for p in copied.iterdir()) == ["config.json", "manifest.json", "metrics.jsonl.gz",
+                                                         "train.log.gz"]
+
+
+def test_a_run_holding_a_file_in_both_forms_is_refused_and_nothing_is_copied(tmp_path, reference):
+    study = tmp_path / "runs" / "13_steps"
+    run(study, "a-s1", "completed")
+    damaged = run(study, "b-s1", "completed")
+    (damaged / "train.log.gz").write_bytes(gzip.compress(b"train.log"))
+    with pytest.raises(ConfigError, match=r"b-s1/train.log and train.log.gz both in its folder.*nothing was copied"):
+        ra.add(study, "xeon", reference)
+    assert not (reference / "xeon" / "13_steps").exists()
 
 
 def test_a_run_of_another_machine_is_refused_and_nothing_is_copied(tmp_path, reference):

@@ -1,6 +1,7 @@
 """Add a study's finished runs to a committed reference machine's folder, the way its runs were committed: each
-run folder whose manifest says completed or diverged, copied without its checkpoint and lock files, only where its
-hosts and machine identity (contract/machine.py) are those machine.toml declares, and only once per run identity.
+run folder whose manifest says completed or diverged, copied without its checkpoint and lock files, its records and
+logs gzip'd (the committed runs' compact form, contract/runfiles.py), only where its hosts and machine identity
+(contract/machine.py) are those machine.toml declares, and only once per run identity.
 
     make reference-add RUNS=results/runs/13_steps_to_target MACHINE=xeon-2cpu
 
@@ -16,12 +17,13 @@ from pathlib import Path
 from contract import machine
 from contract.config import ConfigError
 from contract.reader import IDENTITY_WORDS, identity_problem, read_manifest, record_problem, run_identity
-from contract.runfolder import CONFIG, CONSOLE, LOG, MANIFEST, METRICS
+from contract.runfiles import read_run_file, run_file, two_forms, write_compact
+from contract.runfolder import COMPACTED, CONFIG, MANIFEST
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "results" / "reference"
 FINISHED = ("completed", "diverged")
-KEPT = (CONFIG, MANIFEST, METRICS, LOG, CONSOLE)  # everything but checkpoint.pt and the lock files
+KEPT = (CONFIG, MANIFEST, *COMPACTED)  # everything but checkpoint.pt and the lock files; COMPACTED ones gzip'd
 
 
 def machine_of(reference: Path, label: str) -> dict:
@@ -90,18 +92,29 @@ def add(study: Path, label: str, reference: Path = REFERENCE) -> tuple[list[str]
         if record_problem(folder):  # config.json changed after the run, or its records gone: not its result
             raise ConfigError(f"{folder}: its {record_problem(folder)}; restore it, or leave it out of the reference "
                               "(move it away) and run its study again")
+        if two_forms(folder):
+            raise ConfigError(f"{two_forms(folder)}; nothing was copied")
         why = foreign(read_manifest(folder), declared)
         if why:
             raise ConfigError(f"{folder.name} was not measured on {label}: {why}; commit it under its own machine")
     target = reference / label / study.name
     refuse_second_copies(runs, target)
     for folder in runs:
-        shutil.rmtree(target / folder.name, ignore_errors=True)
-        (target / folder.name).mkdir(parents=True)
-        for name in KEPT:
-            if (folder / name).is_file():
-                shutil.copy2(folder / name, target / folder.name / name)
+        copy_run(folder, target / folder.name)
     return [f.name for f in runs], left_out
+
+
+def copy_run(folder: Path, copy: Path) -> None:
+    """A finished run's kept files into its reference folder (anew): config.json and manifest.json as they are,
+    its records and logs in the compact form (the same bytes, gzip'd deterministically), whichever form the study
+    holds them in."""
+    shutil.rmtree(copy, ignore_errors=True)
+    copy.mkdir(parents=True)
+    for name in KEPT:
+        if name in COMPACTED and run_file(folder / name).is_file():
+            write_compact(read_run_file(folder / name), copy / name)
+        elif (folder / name).is_file():
+            shutil.copy2(folder / name, copy / name)
 
 
 def main(argv: list[str] | None = None) -> int:
