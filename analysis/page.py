@@ -438,12 +438,18 @@ def question_page(q: Question, inputs: PageInputs, all_items: list[Item]) -> str
                if question_of(s.split(": ", 1)[0], experiments_of(s.split(": ", 1)[0])) == q]
     body = (f"<h1>{esc(q.title)}</h1><p class=question>{esc(q.question)}</p>{notebook_line(q, inputs.notebooks)}"
             + (f'<p class="source">{esc(inputs.source)}</p>{machines_section(inputs.df)}' if q == RUNS else "")
-            + (f'<section id="drawn">{ran}</section>' if ran else "<p>None of these runs is of this question.</p>")
+            + (f'<section id="drawn">{ran}</section>' if ran else f"<p>{with_code(none_line(q))}</p>")
             + (f"<section id=thesis><h2>The thesis's values</h2>{thesis}</section>" if thesis else "")
             + (f'<section id="unfilled"><h2>Not drawn: no run here fills them</h2><ul class=fill>{"".join(unfilled)}'
                "</ul></section>" if unfilled else "")
             + (f'<section id="not-drawn"><h2>Not drawn</h2><ul>{"".join(skipped)}</ul></section>' if skipped else ""))
     return html_page(f"{q.title}: scaling-study report", f"{q.slug}.html", body)
+
+
+def none_line(q: Question) -> str:
+    """What a question's page says where none of the runs is of it: what would fill it, where its experiments say."""
+    commands = ", ".join(f"`make exp{n}`" for n in q.experiments)
+    return "None of these runs is of this question" + (f": {commands} would fill this page." if commands else ".")
 
 
 def experiments_of(name: str) -> tuple[int, ...]:

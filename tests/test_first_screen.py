@@ -185,6 +185,7 @@ def test_after_make_exp3_the_report_leads_with_this_machines_runs(exp3_report):
     throughput = (exp3_report / "throughput.html").read_text()
     assert "Table 8. Multi-node" in throughput and "table-table08" in throughput  # DDP's runs: drawn
     assert "table-table09" not in throughput and "<code>make exp3</code>" in throughput  # Horovod's: a line
+    assert "<code>make exp12</code> would fill this page" in (exp3_report / "large_batch.html").read_text()
     assert unresolved(exp3_report / pg.PAGE) == []
 
 
