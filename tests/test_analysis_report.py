@@ -11,6 +11,7 @@ import pytest
 from analysis import reference as rf
 from analysis.notebooks import NOTEBOOKS, build_notebook
 from analysis.report import make_report
+from contract.runfiles import run_file_exists
 
 FIX = Path(__file__).parent / "fixtures" / "analysis"
 
@@ -288,7 +289,7 @@ def test_the_committed_report_takes_an_experiment_only_another_reference_machine
         (machine / "machine.toml").parent.mkdir(parents=True)
         (machine / "machine.toml").write_text(f'label = "{machine.name}"\n')
         for experiment in experiments:
-            run = next(p for p in sorted((ref / experiment).iterdir()) if (p / "metrics.jsonl").is_file())
+            run = next(p for p in sorted((ref / experiment).iterdir()) if run_file_exists(p / "metrics.jsonl"))
             shutil.copytree(run, machine / experiment / run.name)
     assert complements(first, tmp_path) == [("b-machine", first.parent / "b-machine" / "12_large_batch")]
     assert complements(second, tmp_path) == []  # only the first machine's report is complemented
@@ -313,7 +314,7 @@ def test_an_experiment_another_reference_machine_declares_is_drawn_from_it_in_pl
         draws = 'report_draws = ["01_throughput_single_gpu"]\n' if machine is second else ""
         (machine / "machine.toml").write_text(f'label = "{machine.name}"\n{draws}')
         for experiment in experiments:
-            for run in [p for p in sorted((ref / experiment).iterdir()) if (p / "metrics.jsonl").is_file()][:2]:
+            for run in [p for p in sorted((ref / experiment).iterdir()) if run_file_exists(p / "metrics.jsonl")][:2]:
                 shutil.copytree(run, machine / experiment / run.name)
     assert superseded(first, tmp_path) == ["01_throughput_single_gpu"]
     assert complements(first, tmp_path) == [("b-machine", first.parent / "b-machine" / "01_throughput_single_gpu")]
@@ -343,7 +344,7 @@ def test_an_experiment_declared_beside_is_drawn_from_each_machine_and_each_readi
         (machine / "machine.toml").parent.mkdir(parents=True)
         (machine / "machine.toml").write_text(f'label = "{machine.name}"\n{beside}')
         for experiment in experiments:  # another run on each machine: one run copied twice is counted once
-            done = [p for p in sorted((ref / experiment).iterdir()) if (p / "metrics.jsonl").is_file()]
+            done = [p for p in sorted((ref / experiment).iterdir()) if run_file_exists(p / "metrics.jsonl")]
             run = done[machine is second]
             shutil.copytree(run, machine / experiment / run.name)
     assert complements(first, tmp_path) == [("b-machine", tmp_path / "b-machine" / "05_linear_scaling"),

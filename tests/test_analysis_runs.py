@@ -16,6 +16,7 @@ from analysis import tables as tb  # noqa: E402
 from analysis.__main__ import main  # noqa: E402
 from analysis.reference import load_reference, rq2_steady_state  # noqa: E402
 from analysis.runs import load_log, load_run, load_runs, load_study  # noqa: E402
+from contract.runfiles import read_run_file  # noqa: E402
 
 FIX = Path(__file__).parent / "fixtures" / "analysis"
 RUNS = FIX / "runs"
@@ -486,9 +487,11 @@ def _manifest(run_dir, **change):
 
 
 def _epochs(run_dir, change):
-    """Rewrite metrics.jsonl's epoch records: change(record) -> the record to keep, or None to drop it."""
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """Rewrite metrics.jsonl's epoch records: change(record) -> the record to keep, or None to drop it. Written
+    plain, in place of a committed run's compact form (metrics.jsonl.gz: two forms would be refused)."""
+    lines = [json.loads(line) for line in read_run_file(run_dir / "metrics.jsonl").splitlines()]
     kept = [r if r["kind"] != "epoch" else change(r) for r in lines]
+    (run_dir / "metrics.jsonl.gz").unlink(missing_ok=True)
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept if r is not None))
 
 

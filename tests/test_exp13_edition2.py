@@ -15,6 +15,7 @@ import pytest
 from analysis.experiments import steps_to_target_e2 as e2
 from contract import tuned
 from contract.config import ConfigError
+from contract.runfiles import read_run_file
 from tests.helpers import REPO, started_before
 
 EXP13 = REPO / "experiments" / "13_steps_to_target"
@@ -408,7 +409,8 @@ def test_every_committed_cell_is_its_study_runs_first_evaluated_step_at_the_targ
     for (optimizer, workers), name in standing.items():
         firsts = []
         for run_dir in sorted(root.glob(f"{name}-s*")):
-            records = [json.loads(line) for line in open(run_dir / "metrics.jsonl") if line.strip()]
+            lines = read_run_file(run_dir / "metrics.jsonl").splitlines()  # plain or gzip'd, as committed
+            records = [json.loads(line) for line in lines if line.strip()]
             iters = next(r["iters"] for r in records if r["kind"] == "iter")
             evals = [(r["step"], r["val_top1"]) for r in records if r["kind"] == "eval"]
             epochs = [r for r in records if r["kind"] == "epoch"]

@@ -6,9 +6,9 @@ import sys
 from contract.cli import command_word, one_line_errors
 from contract.config import DataError
 from slurm.client import NoConfiguration
-from tools import (advisor_local, bench, bench_comm, bench_step, cluster_check, cluster_probe, data_bench, exp13_next,
-                   gpu_check, link_sweep, migrate_manifests, noise_scale, reference_add, screenshot, step_split,
-                   telemetry_overhead)
+from tools import (advisor_local, bench, bench_comm, bench_step, cluster_check, cluster_probe, compact_runs, data_bench,
+                   exp13_next, gpu_check, link_sweep, migrate_manifests, noise_scale, reference_add, screenshot,
+                   step_split, telemetry_overhead)
 
 TOOLS = {
     "bench": (bench, "the trainer against a hand-written loop, and emulated workers' cost (a GPU: the GPU bench)"),
@@ -22,6 +22,7 @@ TOOLS = {
     "link-sweep": (link_sweep, "experiment 3 across the local cluster's hosts at several link rates (RQ2)"),
     "exp13-next": (exp13_next, "experiment 13's next rows (edge rates or the study) from its finished tuning runs"),
     "migrate-manifests": (migrate_manifests, "rewrite older run folders' manifest.json at the current version"),
+    "compact-runs": (compact_runs, "gzip finished run folders' records and logs in place (the committed runs' form)"),
     "reference-add": (reference_add, "copy a study's finished runs into a committed reference machine's folder"),
     "advisor-local": (advisor_local, "the scaling advisor against experiment 3 on the local cluster at each link rate"),
     "step-split": (step_split, "one worker's step as forward, backward and optimizer, and its gradients (the advisor)"),
