@@ -25,12 +25,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import pandas as pd
 
 from contract import reader
 
-from . import catalogue as ct
 from .machines import machine_of, reference_machines
 
 PAGE = "index.html"
@@ -177,6 +177,27 @@ def with_code(text: str) -> str:
 
 
 @dataclass
+class Catalogue:
+    """The catalogue's tables and figures as the pages need them (its entries by name, and how many runs an entry
+    holds), handed in by the report: the page imports no catalogue, so it stands one layer above the tables and
+    plug-ins instead of on top of them (tests/test_analysis_plugins.py counts the layers)."""
+
+    tables: dict[str, Any]
+    figures: dict[str, Any]
+    runs_read: Callable[[pd.DataFrame, Any], int]
+
+    @classmethod
+    def of(cls, tables, figures, runs_read) -> "Catalogue":
+        return cls({e.name: e for e in tables}, {e.name: e for e in figures}, runs_read)
+
+    def entry(self, name: str, kind: str | None = None):
+        """The entry of that name (of that kind: "table" or "figure"), None where the catalogue declares none."""
+        if kind:
+            return (self.tables if kind == "table" else self.figures).get(name)
+        return self.figures.get(name) or self.tables.get(name)
+
+
+@dataclass
 class PageInputs:
     """What the report made, as make_report holds it."""
 
@@ -189,6 +210,7 @@ class PageInputs:
     skipped: list[str]  # "name: why" of each figure not drawn
     problems: list[str]
     notebooks: list[Path]  # the notebooks' HTML pages
+    catalogue: Catalogue  # the entries that made the tables and figures
 
 
 @dataclass
@@ -204,32 +226,28 @@ class Item:
     fill: str = ""  # what would fill it
 
 
-TABLE_ENTRIES = {e.name: e for e in ct.TABLES}
-FIGURE_ENTRIES = {e.name: e for e in ct.FIGURES}
-
-
 def fill_line(entry) -> str:
     """What would fill an entry that holds no runs: its experiments' `make expN`, after what they need first."""
     commands = ", ".join(f"`make exp{n}`" for n in sorted(set(entry.experiments)))
     return f"{entry.needs} {commands}".strip() if commands else "runs of its experiments"
 
 
-def item(path: Path, kind: str, df: pd.DataFrame) -> Item:
+def item(path: Path, kind: str, inputs: PageInputs) -> Item:
     """A written table (.md) or figure (.png) with its page and whether it holds runs; a file no catalogue entry
     declares is shown as it is, on RUNS."""
-    entry = (TABLE_ENTRIES if kind == "table" else FIGURE_ENTRIES).get(path.stem)
+    entry = inputs.catalogue.entry(path.stem, kind)
     if entry is None:
         return Item(path.stem, kind, path, question_of(path.stem), True)
     thesis_only = getattr(entry, "thesis_only", False) or (kind == "figure" and not entry.experiments)
-    held = thesis_only or ct.runs_read(df, entry) > 0
+    held = thesis_only or inputs.catalogue.runs_read(inputs.df, entry) > 0
     return Item(entry.name, kind, path, question_of(entry.name, entry.experiments), held, thesis_only,
                 fill_line(entry))
 
 
 def items(inputs: PageInputs) -> list[Item]:
     """Every table and figure written, figures first (curves before tables), in the report's order."""
-    pngs = [item(p, "figure", inputs.df) for p in inputs.figures if p.suffix == ".png"]
-    mds = [item(p, "table", inputs.df) for p in inputs.tables if p.suffix == ".md"]
+    pngs = [item(p, "figure", inputs) for p in inputs.figures if p.suffix == ".png"]
+    mds = [item(p, "table", inputs) for p in inputs.tables if p.suffix == ".md"]
     return pngs + mds
 
 
@@ -435,7 +453,7 @@ def question_page(q: Question, inputs: PageInputs, all_items: list[Item]) -> str
     thesis = "".join(block(it, inputs) for it in mine if it.thesis_only)
     unfilled = [unfilled_line(it, inputs) for it in mine if not it.held]
     skipped = [f"<li>{with_code(s)}</li>" for s in inputs.skipped
-               if question_of(s.split(": ", 1)[0], experiments_of(s.split(": ", 1)[0])) == q]
+               if question_of(s.split(": ", 1)[0], experiments_of(s.split(": ", 1)[0], inputs.catalogue)) == q]
     body = (f"<h1>{esc(q.title)}</h1><p class=question>{esc(q.question)}</p>{notebook_line(q, inputs.notebooks)}"
             + (f'<p class="source">{esc(inputs.source)}</p>{machines_section(inputs.df)}' if q == RUNS else "")
             + (f'<section id="drawn">{ran}</section>' if ran else f"<p>{with_code(none_line(q))}</p>")
@@ -452,8 +470,8 @@ def none_line(q: Question) -> str:
     return "None of these runs is of this question" + (f": {commands} would fill this page." if commands else ".")
 
 
-def experiments_of(name: str) -> tuple[int, ...]:
-    entry = FIGURE_ENTRIES.get(name) or TABLE_ENTRIES.get(name)
+def experiments_of(name: str, catalogue: Catalogue) -> tuple[int, ...]:
+    entry = catalogue.entry(name)
     return entry.experiments if entry else ()
 
 

@@ -195,7 +195,7 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
             raise nb_result["error"]
         nbs = nb_result["paths"]
     page = pg.write_page(pg.PageInputs(out, source, df, tables, figs, captions, skipped, problems,
-                                       pg.notebook_pages(nbs)))
+                                       pg.notebook_pages(nbs), pg.Catalogue.of(ct.TABLES, ct.FIGURES, ct.runs_read)))
     info = {"runs": int((df["kind"] == "run").sum()), "tables": len(tables), "figures": len(figs),
             "skipped": skipped, "problems": problems, "notebooks": [str(p) for p in nbs],
             "page": str(page), "seconds": round(time.perf_counter() - t0, 2), "out": str(out)}

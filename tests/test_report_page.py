@@ -17,6 +17,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from analysis import catalogue as ct  # noqa: E402
 from analysis import figures as fg  # noqa: E402
 from analysis import page as pg  # noqa: E402
 from analysis import tables as tb  # noqa: E402
@@ -92,7 +93,8 @@ def small_report(out: Path) -> pg.PageInputs:
     runs = pd.DataFrame({"kind": "run", "source": "run", "path": [str(out / "r1"), str(out / "r2")], "exp": 3,
                          "framework": "pytorch", "per_gpu_batch": 32})
     return pg.PageInputs(out, "Made from 2 runs in x (this machine).", runs, tables, figs, captions,
-                         ["fig26_exp7_vs_exp6_grid: no experiment-7 runs"], [], [])
+                         ["fig26_exp7_vs_exp6_grid: no experiment-7 runs"], [], [],
+                         pg.Catalogue.of(ct.TABLES, ct.FIGURES, ct.runs_read))
 
 
 def test_the_first_page_leads_with_the_verdicts_and_each_page_holds_its_tables_and_figures_with_their_runs_line(
