@@ -181,9 +181,17 @@ def start_ranks(config, out, name, *extra, port: str, signal_at: int = 0) -> lis
 
 
 def finish(procs, timeout=300) -> list[int]:
+    """The ranks' exit codes; a rank still running after `timeout` (its peer died, a rendezvous never formed) is
+    killed, and every rank's stderr tail is printed before the test fails, so a hang says why."""
     codes = []
     for proc in procs:
-        _, err = proc.communicate(timeout=timeout)
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            tails = [(other.args[-1], (other.communicate()[1] or "")[-2000:]) for other in procs]
+            pytest.fail(f"a rank ran past {timeout} s; the ranks' stderr: {tails}")
         codes.append(proc.returncode)
         if proc.returncode not in (0, 4):
             print(err[-2000:])
