@@ -55,6 +55,13 @@ def window(before: Sample, after: Sample) -> dict:
             "busy_cpu_s": busy, "load_before": before.load, "load_after": after.load, "machine": machine_id()}
 
 
+def with_windows(ranks: Sequence[Mapping] | None, windows: Sequence[Mapping]) -> list[dict] | None:
+    """The manifest's per-rank placement with each rank's timed window merged in (windows gathered in rank order);
+    None where the placement recorded another number of ranks (nothing to merge into)."""
+    ranks = list(ranks or [])
+    return [{**entry, **w} for entry, w in zip(ranks, windows)] if len(ranks) == len(windows) else None
+
+
 # ------------------------------------------------------------------------------------------------ the clocks
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 BUSY_COLUMNS = (0, 1, 2, 5, 6, 7)  # /proc/stat: user nice system [idle iowait] irq softirq steal

@@ -196,3 +196,10 @@ def test_a_busy_host_names_the_cause_not_its_ranks_shortfall_too():
     # 2 threads on 2 CPUs got 0.8 CPUs: the CPUs were busy 20 of 20 s, so others took 1.2: the host was busy
     assert [line.split(":")[0] for line in hostload.disturbances([rank(threads=2, cpu=8.0, busy=20.0)])] == \
         ["host busy"]
+
+
+def test_each_ranks_window_merges_into_its_own_placement_entry():
+    placed = [{"host": "n1", "threads": 1}, {"host": "n2", "threads": 1}]
+    merged = hostload.with_windows(placed, [{"timed_wall_s": 1.0}, {"timed_wall_s": 2.0}])
+    assert merged == [{"host": "n1", "threads": 1, "timed_wall_s": 1.0}, {"host": "n2", "threads": 1, "timed_wall_s": 2.0}]
+    assert hostload.with_windows(placed[:1], [{}, {}]) is None and hostload.with_windows(None, [{}]) is None

@@ -62,10 +62,9 @@ def benchmark(s: Setup, state: TrainState) -> None:
 
 def record_quiet(s: Setup, mine: dict) -> None:
     """Every rank's timed window (contract/hostload.py) into its entry of the manifest's placement (rank 0's)."""
-    windows = s.backend.gather_objects(mine)  # a collective: every rank calls it
-    ranks = s.run.manifest.get("placement") or []
-    if len(ranks) == len(windows):
-        s.run.progress(placement=[{**entry, **w} for entry, w in zip(ranks, windows)])
+    merged = hostload.with_windows(s.run.manifest.get("placement"), s.backend.gather_objects(mine))  # a collective
+    if merged is not None:
+        s.run.progress(placement=merged)
 
 
 def bench_batches(s: Setup, per_process: int):

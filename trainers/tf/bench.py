@@ -140,10 +140,9 @@ def measure(cfg: Config, backend, run: RunFolder) -> dict:
 
 def record_quiet(backend, run: RunFolder, mine: dict) -> None:
     """Every rank's timed window (contract/hostload.py) into its entry of the manifest's placement, as PyTorch's."""
-    windows = backend.gather_objects(mine)  # a collective: every rank calls it
-    ranks = run.manifest.get("placement") or []
-    if len(ranks) == len(windows):
-        run.progress(placement=[{**entry, **w} for entry, w in zip(ranks, windows)])
+    merged = hostload.with_windows(run.manifest.get("placement"), backend.gather_objects(mine))  # a collective
+    if merged is not None:
+        run.progress(placement=merged)
 
 
 def start_manifest(cfg: Config, run_dir: Path, backend, run: RunFolder, launch: Launch, threads: dict,
