@@ -225,8 +225,8 @@ noise-scale: setup ## Gradient noise scale of the local exp5/exp6 (and exp12) mo
 	$(if $(NOISE_EXP12_RUN),$(PY) -m tools noise-scale $(patsubst %/,%,$(dir $(NOISE_EXP12_RUN))) --init --groups 32 --json results/noise_scale/large_batch_initial.json)
 	$(if $(NOISE_EXP12_RUN),$(PY) -m tools noise-scale $(patsubst %/,%,$(dir $(NOISE_EXP12_RUN))) --groups 64 --json results/noise_scale/large_batch_final.json)
 
-# The advisor (analysis/advisor.py): its validation against the thesis's Tables 8-9 into the committed table, and with
-# STEP=file.json (from `python -m tools step-split` on a GPU) the predicted images/s of 1...N GPUs of that step.
+# The advisor (analysis/advisor/model.py): its validation against the thesis's Tables 8-9 into the committed table, and
+# with STEP=file.json (from `python -m tools step-split` on a GPU) the predicted images/s of 1...N GPUs of that step.
 ## LAYERS="L ..."            make cluster-check: only these layers (e.g. "link-intra link-inter": the advisor's link fit)
 ## STEP=file.json            make advise: a step measured by `python -m tools step-split`; GPUS_PER_NODE, INTRA, INTER: the machine to predict
 # CLUSTER=P on the command line: make advise predicts that cluster (CLUSTER's default, local, does not)

@@ -131,13 +131,13 @@ def cmd_headline(args) -> int:
 
 
 def cmd_advise(args) -> int:
-    from . import advisor
+    from .advisor import model as advisor
 
     if not args.validate and not args.step:
         print("error: analysis advise needs --validate or --step STEP.json (from python -m tools step-split); a "
               "cluster's table: python -m suite advise --cluster PROFILE", file=sys.stderr)
         return 2
-    try:  # every input checked (analysis/advisor.py) before anything is written
+    try:  # every input checked (analysis/advisor/model.py) before anything is written
         table = predicted_table(args) if args.step else ""
     except (OSError, ValueError) as e:
         print(f"error: analysis advise: {e}", file=sys.stderr)
@@ -145,7 +145,7 @@ def cmd_advise(args) -> int:
     if args.validate:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        from .advisor_local import read_local_rows
+        from .advisor.local import read_local_rows
 
         out.write_text(advisor.validation_markdown(advisor.thesis_validation(), read_local_rows()))
         print(out.read_text(), end="")
@@ -156,7 +156,7 @@ def cmd_advise(args) -> int:
 
 def predicted_table(args) -> str:
     """`--step`'s predicted table for the nominal links; advisor.InputError (one line) for any input it cannot use."""
-    from . import advisor
+    from .advisor import model as advisor
 
     nodes = args.nodes or [1, 2, 4]
     advisor.check_machine(args.gpus_per_node, nodes)

@@ -33,7 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from . import advisor_runs  # noqa: E402
+from .advisor import runs as advisor_runs  # noqa: E402
 from . import cost  # noqa: E402
 from . import experiments  # noqa: E402 -- the plug-ins' package: its modules are found below, never named
 from . import figures as fg  # noqa: E402

@@ -5,7 +5,7 @@ visible here, so the table is the same on any machine); and what each local qual
 Each study is expanded exactly as `make expN SCALE=...` would (the node scale placed as contract/plan.py places it)
 and priced at a measured images/s of the row's own numerics, named with its GPU in `rate_source`, never another
 precision's or another GPU's rate: where each rate comes from, and what the node scale assumes or predicts (the
-scaling advisor, analysis/advisor.py, over NODE_LINK), is NOTES below, the notes the table carries.
+scaling advisor, analysis/advisor/model.py, over NODE_LINK), is NOTES below, the notes the table carries.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from contract.fingerprint import config_fingerprint
 from contract.plan import (check_node_gpus, declared_node_gpus, expand, node_fits, node_gpus_used,
                            node_processes)
 
-from . import advisor
+from .advisor import model as advisor
 from . import numbers as nb
 from . import tables as tb
 from .machines import machine_of

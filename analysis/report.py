@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from . import advisor_runs  # noqa: E402
+from .advisor import runs as advisor_runs  # noqa: E402
 from . import catalogue as ct  # noqa: E402
 from . import figures as fg  # noqa: E402
 from . import page as pg  # noqa: E402

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from analysis import advisor
+from analysis.advisor import model as advisor
 from contract.config import ConfigError
 from contract.placement import cpus_per_task_for
 from slurm.client import Clients, NoConfiguration
@@ -150,7 +150,7 @@ def step_name(scale: str, threads: int) -> str:
 def step_path(root: Path, scale: str, threads: int) -> Path:
     """Where make advise keeps a step it timed: beside this machine's link fits (root: the cluster checks' folder,
     which git ignores), never over the committed steps (results/advisor/steps/: make advise-local's)."""
-    from analysis.advisor_runs import TIMED_STEPS
+    from analysis.advisor.runs import TIMED_STEPS
 
     return Path(root) / TIMED_STEPS / step_name(scale, threads)
 

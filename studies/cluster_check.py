@@ -109,7 +109,7 @@ def annotate_link_fit(folder: Path, profile: Profile) -> None:
     across-nodes link on one kernel (a site-like profile of the local cluster does not say)."""
     import os
 
-    from analysis import advisor
+    from analysis.advisor import model as advisor
 
     shared = (os.cpu_count() or 1) if profile.shared_machine else None
     fit = Path(folder) / advisor.LINK_FIT
@@ -330,7 +330,7 @@ def judge_link(layer: str, ranks: list[dict], folder: Path) -> Finding:
     """The link's latency and bandwidth fitted to rank 0's points (every rank holds the slowest rank's times),
     written to folder/link_fit.json for the advisor; fails where the ranks did not sit as the layer needs or the
     times do not grow with the size."""
-    from analysis import advisor
+    from analysis.advisor import model as advisor
 
     r = ranks[0]
     hosts = len(set(r["hosts"]))

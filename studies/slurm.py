@@ -9,7 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from analysis import advisor
+from analysis.advisor import model as advisor
 from contract.config import DISTRIBUTED_BACKENDS, ConfigError
 from contract.placement import cpus_per_task_for, planned_line
 from contract.plan import Study, node_gpus_used

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from analysis import advisor
-from analysis.advisor import Link, Step
+from analysis.advisor import model as advisor
+from analysis.advisor.model import Link, Step
 from tests.helpers import REPO
 
 
@@ -80,13 +80,14 @@ def test_adding_nodes_stops_paying_where_a_node_adds_less_than_half_its_own_rate
 # ---- the thesis ---------------------------------------------------------------------------------------------------
 def test_the_declaration_was_committed_before_the_model_that_reads_it():
     """The tolerance and the inputs were fixed before any prediction: the declaration's first commit precedes the
-    first commit of analysis/advisor.py, and its date is that commit's."""
+    first commit of the model (analysis/advisor/model.py, followed back to analysis/advisor.py before it moved into
+    the package), and its date is that commit's."""
     def first_commit(path):
         out = subprocess.run(["git", "log", "--follow", "--format=%H %cI", "--", path], cwd=REPO,
                              capture_output=True, text=True).stdout.split("\n")
         return [line.split() for line in out if line][-1] if any(out) else None
 
-    declaration, model = first_commit("analysis/reference/advisor.toml"), first_commit("analysis/advisor.py")
+    declaration, model = first_commit("analysis/reference/advisor.toml"), first_commit("analysis/advisor/model.py")
     if declaration is None or model is None:
         pytest.skip("no git history here (a source copy, not a clone)")
     assert datetime.datetime.fromisoformat(declaration[1]) <= datetime.datetime.fromisoformat(model[1])
@@ -144,7 +145,7 @@ def test_a_measured_step_is_split_and_the_split_scaled_to_the_whole_step(tmp_pat
 
 def test_the_committed_validation_table_is_the_one_the_model_makes():
     committed = (REPO / "results" / "tables" / "advisor_validation.md").read_text()
-    from analysis.advisor_local import read_local_rows
+    from analysis.advisor.local import read_local_rows
 
     expected = advisor.validation_markdown(advisor.thesis_validation(), read_local_rows())
     assert committed == expected, "run `make advise` and commit it"
@@ -301,7 +302,7 @@ def test_the_cluster_table_predicts_experiment_3_s_runs_as_the_study_places_them
     placed = [(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
     assert placed == [(b, *p) for b in ("ddp", "horovod") for p in ((1, 1, 1, 2), (2, 2, 1, 1), (4, 2, 2, 1))]
     # the placements the committed local sweep's experiment-3 runs recorded in their manifests, on a 2-core machine
-    from analysis.advisor_runs import placement_of
+    from analysis.advisor.runs import placement_of
     from contract.reader import read_manifest
 
     runs = REPO / "results" / "advisor" / "local_validation" / "runs"

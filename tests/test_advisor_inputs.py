@@ -1,12 +1,12 @@
-"""Issue 64, the third hostile round: one validator of the advisor's inputs (analysis/advisor.py). A link_fit.json
+"""Issue 64, the third hostile round: one validator of the advisor's inputs (analysis/advisor/model.py). A link_fit.json
 that is no object, a latency or bandwidth that is no positive number, a step file without a step, a machine of
 negative GPUs: each is one line naming the file or value and what to do, exit 2, nothing written before it."""
 import json
 
 import pytest
 
-from analysis import advisor
-from analysis.advisor import InputError, Link, Step
+from analysis.advisor import model as advisor
+from analysis.advisor.model import InputError, Link, Step
 from tests.test_advisor import local_cluster_parts
 
 
@@ -55,7 +55,7 @@ def test_a_damaged_link_fit_is_one_line_naming_the_file_and_value(tmp_path, monk
 
 
 def test_the_report_passes_over_a_damaged_link_fit_instead_of_failing(tmp_path, monkeypatch):
-    from analysis.advisor_runs import matching_links
+    from analysis.advisor.runs import matching_links
 
     root, _ = local_cluster_parts(tmp_path, monkeypatch)
     damage_fit(root, [1, 2])

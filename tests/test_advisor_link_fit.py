@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from analysis import advisor
+from analysis.advisor import model as advisor
 from analysis.link import mbit_s
 from tests.helpers import REPO
 from tools.cluster_probe import LINK_REPEATS, LINK_SIZES
@@ -134,13 +134,13 @@ def test_bandwidth_comes_from_the_largest_messages_and_latency_from_the_smallest
 
 def test_the_link_fit_s_tolerance_was_declared_before_the_code_that_reads_it():
     """analysis/reference/advisor.toml's dated change declaring link_fit_tolerance is an ancestor of the first commit
-    of analysis/advisor.py that reads it."""
-    def first(path):
-        out = subprocess.run(["git", "log", "--format=%H", "-S", "link_fit_tolerance", "--", path], cwd=REPO,
+    of the model that reads it (analysis/advisor.py then, analysis/advisor/model.py since it moved into the package)."""
+    def first(*paths):
+        out = subprocess.run(["git", "log", "--format=%H", "-S", "link_fit_tolerance", "--", *paths], cwd=REPO,
                              capture_output=True, text=True).stdout.split()
         return out[-1] if out else None
 
-    declared, read = first("analysis/reference/advisor.toml"), first("analysis/advisor.py")
+    declared, read = first("analysis/reference/advisor.toml"), first("analysis/advisor.py", "analysis/advisor/model.py")
     if declared is None or read is None:
         pytest.skip("not committed yet, or no git history here (a source copy, not a clone)")
     assert subprocess.run(["git", "merge-base", "--is-ancestor", declared, read], cwd=REPO).returncode == 0

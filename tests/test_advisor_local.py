@@ -6,8 +6,9 @@ import statistics
 
 import pytest
 
-from analysis import advisor, advisor_local, synth
-from analysis.advisor import Link
+from analysis import synth
+from analysis.advisor import local as advisor_local, model as advisor
+from analysis.advisor.model import Link
 from tests.test_advisor_runs import CPU, INTER, INTRA, STEP, parts  # noqa: F401 -- the same parts
 
 EXP3 = "03_throughput_distributed_data_parallel"

@@ -6,8 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import advisor, advisor_runs
-from analysis.advisor import Link
+from analysis.advisor import model as advisor, runs as advisor_runs
+from analysis.advisor.model import Link
 from contract.manifest import VERSION
 
 CPU = "Test CPU 2000"

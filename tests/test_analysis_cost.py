@@ -277,7 +277,7 @@ def gpu_step(tmp_path, precision="fp32"):
 
 
 def test_a_node_run_on_p_gpus_takes_the_advisors_prediction_where_a_step_was_timed_and_says_so(tmp_path):
-    from analysis import advisor
+    from analysis.advisor import model as advisor
 
     steps = gpu_step(tmp_path)
     speed, source = cost.node_rate(NO_RUNS, NODE_BENCH, "ddp", 128, 8, 8, "fp32", steps, "resnet50", 8)

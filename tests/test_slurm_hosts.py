@@ -194,7 +194,7 @@ def test_cluster_check_passes_every_layer_on_the_local_cluster(hosts_cluster, tm
 def test_cluster_check_times_the_link_within_and_across_hosts_and_fits_it(hosts_cluster, tmp_path):
     """Issue 51: the link probes' points and fits, in the file the advisor reads (no timing is asserted: only that
     each size was timed, the fit has a bandwidth, and the rows show it)."""
-    from analysis import advisor
+    from analysis.advisor import model as advisor
 
     result = cluster_check(hosts_cluster, tmp_path, "--layers", "link-intra", "link-inter")
     assert table(result) == {"nodes": "pass", "link-intra": "pass", "link-inter": "pass"}, result.stdout + result.stderr

@@ -5,7 +5,7 @@ experiment 3 on the local cluster at several link rates (issue #51), after `make
    and fit the link (results/cluster_check/local-<time>/link_fit.json); the links are unlimited again at the end;
 2. one worker's step timed (tools step-split) at each thread count the sweep's ranks had (results/advisor/steps/);
 3. every experiment-3 run of the sweep predicted from its own rate's link fit and its threads' step
-   (analysis/advisor_runs.py): results/tables/advisor_local.csv, advisor_validation.md and
+   (analysis/advisor/runs.py): results/tables/advisor_local.csv, advisor_validation.md and
    results/figures/advisor_validation.png.
 --no-probe skips 1 and 2. Time it on an idle machine: the steps and the probes are timings.
 """
@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from analysis import advisor, advisor_local, advisor_runs
+from analysis.advisor import local as advisor_local, model as advisor, runs as advisor_runs
 from tools.link_sweep import set_link
 
 REPO = Path(__file__).resolve().parents[1]

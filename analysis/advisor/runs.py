@@ -1,5 +1,5 @@
 """Each throughput run of experiment 3 beside the advisor's prediction for its own placement (issue #51): the report's
-`exp3_predicted` table and the local-cluster validation's rows (analysis/advisor_local.py) both come from here.
+`exp3_predicted` table and the local-cluster validation's rows (analysis/advisor/local.py) both come from here.
 
 A run is predicted only from parts measured on its own machine and for its own shape, never from another's:
 
@@ -26,8 +26,8 @@ import pandas as pd
 
 from contract import reader
 
-from . import advisor
-from .runs import LINK_BENCH
+from . import model as advisor
+from ..runs import LINK_BENCH
 
 # step-split records: the committed ones (make advise-local's, with the local validation), which the committed report
 # predicts from; and this machine's (make advise's), kept beside its link fits in the cluster checks' folder, which git
@@ -36,11 +36,11 @@ STEPS = Path("results/advisor/steps")
 TIMED_STEPS = "steps"  # the folder of make advise's steps in a cluster checks' root (results/cluster_check/steps)
 # The link fits the committed report predicts from: the local cluster's, timed on this CPU model and committed with
 # the advisor's local validation, so a fresh clone redraws exp3_predicted from the repository alone.
-COMMITTED_LINK_FITS = Path(__file__).resolve().parents[1] / "results" / "advisor" / "local_validation" / "links"
+COMMITTED_LINK_FITS = Path(__file__).resolve().parents[2] / "results" / "advisor" / "local_validation" / "links"
 COLUMNS = ["run", "backend", "processes", "hosts", "ranks_per_host", "threads_per_rank", "link", "link_fit", "measured",
            "predicted", "error", "bound", "exposed_ms", "flag", "cause", "path"]
-NOTES = ("measured: the run's steady-state images/s; predicted: the advisor's (analysis/advisor.py) for the run's "
-         "own placement (manifest.json: ranks, hosts, threads a rank), from a step timed by python -m tools "
+NOTES = ("measured: the run's steady-state images/s; predicted: the advisor's (analysis/advisor/model.py) for the "
+         "run's own placement (manifest.json: ranks, hosts, threads a rank), from a step timed by python -m tools "
          "step-split of its model, batch and threads and the links timed by make cluster-check on a CPU of the "
          "run's model at the run's link rate; error: predicted over measured, minus 1; bound: what the prediction "
          "says limits the run.",

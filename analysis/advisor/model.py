@@ -28,7 +28,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-REFERENCE = Path(__file__).resolve().parent / "reference"
+REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 DECLARATION = REFERENCE / "advisor.toml"
 MB = 1024 * 1024
 # the share of a step that exposed communication must reach before it, not the compute, is named the bound
@@ -288,14 +288,14 @@ def thesis_validation() -> list[dict]:
 
 
 def validation_markdown(rows: list[dict], local: list[dict] | None = None) -> str:
-    """The validation table: the thesis's rows, then the local cluster's (analysis/advisor_local.py: experiment 3 at
+    """The validation table: the thesis's rows, then the local cluster's (analysis/advisor/local.py: experiment 3 at
     each link rate, from results/tables/advisor_local.csv), each with its error; median and worst per source."""
     d = declaration()
     local = local or []
     lines = [f"# The advisor against measurements (tolerance {100 * d['tolerance']:.0f} % a row, declared "
              f"{d['declared']} in analysis/reference/advisor.toml)", "",
-             "Made by `python -m suite analysis advise --validate` from analysis/advisor.py; thesis rows: Tables 8-9 "
-             "predicted from the thesis's 1-GPU figure (Tables 2-3), a backward of two forwards (assumed: the thesis "
+             "Made by `python -m suite analysis advise --validate` from analysis/advisor/model.py; thesis rows: "
+             "Tables 8-9 predicted from the thesis's 1-GPU figure (Tables 2-3), a backward of two forwards (assumed: the thesis "
              "publishes no split), PCIe 3.0 x16 within a node and FDR InfiniBand 4x across, nominal rates."
              + (" Local rows: `make advise-local` (tools/advisor_local.py): experiment 3 on the local cluster at each "
                 "link rate, predicted for each run's placement from that rate's probed link and a step timed at the "
@@ -510,7 +510,7 @@ def write_link_fit(folder: Path, which: str, record: dict) -> Path:
 
 def annotate_link_fit(folder: Path, profile: str, shared_cores: int | None) -> None:
     """The profile the links were timed on, and where its nodes are hosts on one machine, that machine's cores
-    (every rank's threads share them: analysis/advisor.predict's shared_cores)."""
+    (every rank's threads share them: analysis/advisor/model.py predict's shared_cores)."""
     path = Path(folder) / LINK_FIT
     if path.exists():
         fits = json.loads(path.read_text())

@@ -18,12 +18,12 @@ import pandas as pd  # noqa: E402
 
 from contract import reader  # noqa: E402
 
-from . import advisor, advisor_runs  # noqa: E402
-from .advisor import predicted_rows, summary  # noqa: E402, F401 -- the table's, here too
-from .link import mbit_s  # noqa: E402
-from .runs import load_study  # noqa: E402
+from . import model as advisor, runs as advisor_runs  # noqa: E402
+from .model import predicted_rows, summary  # noqa: E402, F401 -- the table's, here too
+from ..link import mbit_s  # noqa: E402
+from ..runs import load_study  # noqa: E402
 
-LOCAL_CSV = Path(__file__).resolve().parents[1] / "results" / "tables" / "advisor_local.csv"
+LOCAL_CSV = Path(__file__).resolve().parents[2] / "results" / "tables" / "advisor_local.csv"
 FIGURE = "advisor_validation"
 FIELDS = ["source", "framework", "gpus", "nodes", "predicted", "measured", "error", "holds", "bound", "exposed_ms",
           "why", "run", "started"]
