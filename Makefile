@@ -47,7 +47,7 @@ endif
 STUDY_ARGS = --scale $(SCALE) --launcher $(LAUNCHER) --cluster $(CLUSTER) $(if $(QUICK),--quick) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DRY_RUN),--dry-run) $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(foreach p,$(ONLY),'$(p)'))
 
 .DEFAULT_GOAL := help
-.PHONY: advise advise-local help setup setup-horovod setup-dali setup-tf setup-tensorboard setup-browser tensorboard tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report reference-add cost bench bench-data bench-step bench-comm gpu-check noise-scale exp13-next clean
+.PHONY: advise advise-local help setup setup-horovod setup-dali setup-tf setup-tensorboard setup-browser setup-corpus tensorboard tf-cnn-benchmarks horovod-if-possible setup-cluster cluster cluster-link cluster-stop cluster-check link-sweep test test-fast report reference-report reference-add cost bench bench-data bench-step bench-comm gpu-check noise-scale exp13-next clean
 
 # The experiments `make help` lists: every experiments/NN_* folder, found rather than typed, so a new one is listed.
 EXPERIMENTS = $(sort $(patsubst %/,%,$(wildcard experiments/[0-9][0-9]_*/)))
@@ -126,6 +126,14 @@ setup-browser: setup ## Install Debian's chromium and chromedriver (root) and Se
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 	$(PIP) $$($(call EXTRA_PINS,test))
 
+# The GPT workload's local corpus (workloads/gpt/corpus.py): the Python documentation's reStructuredText sources,
+# about 11 million bytes of English and code, from Debian's package (root), never downloaded at run time.
+CORPUS_PACKAGE = python3.11-doc
+setup-corpus: ## Install Debian's python3.11-doc (root): the GPT workload's local corpus (its .rst sources, ~12 MB)
+	@dpkg-query -W -f='$${Status}' $(CORPUS_PACKAGE) 2>/dev/null | grep -q "install ok installed" || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(CORPUS_PACKAGE); }
+	@echo "make: $(CORPUS_PACKAGE) $$(dpkg-query -W -f='$${Version}' $(CORPUS_PACKAGE)) installed (its sources: /usr/share/doc/python3.11/html/_sources)"
+
 setup-cluster: ## Install Slurm and Open MPI from Debian (root) for the Slurm and MPI tests
 	bash slurm/install.sh
 
@@ -146,10 +154,10 @@ cluster-stop: setup ## Stop the local Slurm cluster: its daemons, namespaces and
 cluster-check: setup ## Check a Slurm cluster (CLUSTER=P) layer by layer in minutes: nodes, hosts, staging, DDP, Horovod, training
 	$(PY) -m tools cluster-check --cluster $(CLUSTER) --scale $(SCALE) $(if $(filter command line,$(origin NODES)),--nodes $(NODES)) $(if $(LAYERS),--layers $(LAYERS))
 
-# In CI (CI=true, root) the Slurm, MPI, Horovod, TensorFlow, DALI, TensorBoard and browser tests must run, so their
-# dependencies are installed first. setup-tf builds Horovod too (TensorFlow and PyTorch in one build): no
+# In CI (CI=true, root) the Slurm, MPI, Horovod, TensorFlow, DALI, TensorBoard, browser and corpus tests must run,
+# so their dependencies are installed first. setup-tf builds Horovod too (TensorFlow and PyTorch in one build): no
 # setup-horovod of its own; setup-tensorboard after it, so its pin is the one installed.
-test: setup $(if $(filter true,$(CI)),setup-cluster setup-tf setup-dali setup-tensorboard setup-browser) ## Run the whole test suite (slow tests included)
+test: setup $(if $(filter true,$(CI)),setup-cluster setup-tf setup-dali setup-tensorboard setup-browser setup-corpus) ## Run the whole test suite (slow tests included)
 	$(PY) -m pytest
 
 test-fast: setup ## Run the fast tests only (a few minutes on 2 cores: every test not marked slow)
