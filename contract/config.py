@@ -22,9 +22,11 @@ from typing import Any
 from contract import lr as lr_policy
 
 SCALES = ("local", "gpu", "node", "thesis")
-BACKENDS = ("auto", "single", "emulated", "ddp", "horovod", "dp", "mwms")
+BACKENDS = ("auto", "single", "emulated", "ddp", "fsdp", "hsdp", "horovod", "dp", "mwms")
 # The backends that start a process a rank (torchrun, horovodrun, srun); the others train in one process.
-DISTRIBUTED_BACKENDS = ("ddp", "horovod", "mwms")
+DISTRIBUTED_BACKENDS = ("ddp", "fsdp", "hsdp", "horovod", "mwms")
+# PyTorch's FSDP2: parameters, gradients and optimizer state sharded over all ranks, or within nodes (hsdp)
+SHARDING_BACKENDS = ("fsdp", "hsdp")
 # What trains: PyTorch (trainers/loop.py) or TensorFlow (trainers/tf/, its own processes: the thesis's third
 # framework). TensorFlow runs the throughput benchmark only, with Horovod's gradient tape or TF's own
 # MultiWorkerMirroredStrategy ("mwms"), on synthetic data, ResNet-50 or the local scale's CIFAR ResNets.

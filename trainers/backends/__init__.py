@@ -13,7 +13,7 @@ import torch
 from trainers.backends.base import Backend
 from trainers.launch import (COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards, detect_launch,
                                        interface_towards, is_loopback)
-from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, chosen_backend
+from contract.config import DISTRIBUTED_BACKENDS, SHARDING_BACKENDS, Config, ConfigError, chosen_backend
 from trainers.backends.rank_workers import workers_per_rank
 from trainers.rendezvous import free_port, horovod_available, torchrun_command
 
@@ -29,6 +29,8 @@ BACKENDS: dict[str, str] = {  # as entry points are written: "module:class"
     "single": "trainers.backends.base:Backend",
     "emulated": "trainers.backends.emulated:EmulatedBackend",
     "ddp": "trainers.backends.torch_dist:DDPBackend",
+    "fsdp": "trainers.backends.fsdp:FSDPBackend",
+    "hsdp": "trainers.backends.fsdp:HSDPBackend",
     "dp": "trainers.backends.torch_dist:DataParallelBackend",
     "horovod": "trainers.backends.horovod:HorovodBackend",
 }
@@ -61,6 +63,8 @@ def check_world(cfg: Config, launch: Launch, name: str) -> None:
         raise ConfigError("train.device = 'cuda' but no GPU is visible; use --set train.device=cpu")
     if name == "horovod":
         check_horovod_launch(launch)
+    if name in SHARDING_BACKENDS:
+        check_sharding(cfg, launch, name)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if name == "dp" and cfg.train.device != "cpu" and 0 < gpus < cfg.train.workers:  # dp on the GPUs: one a worker
         raise ConfigError(f"backend dp with {cfg.train.workers} workers needs as many GPUs; {gpus} visible")
@@ -85,6 +89,20 @@ def check_processes(cfg: Config, launch: Launch, name: str) -> None:
     elif launch.world_size > 1:
         raise ConfigError(f"backend {name} runs in one process, but {launch.world_size} were launched; "
                           "use ddp or horovod")
+
+
+def check_sharding(cfg: Config, launch: Launch, name: str) -> None:
+    """FSDP's limits: every rank runs each forward (its all-gathers) and holds a slice of each gradient."""
+    if cfg.data.val_mode == "sharded":  # unequal shards: one rank's extra batch would wait for its peers' gathers
+        raise ConfigError(f"backend {name} validates on every rank in step (each forward gathers the weights' "
+                          "slices): use data.val_mode = 'every_rank'")
+    if cfg.train.precision == "fp16":  # the scaler would judge each rank's own slice of the gradients for inf/NaN
+        raise ConfigError(f"backend {name} with train.precision = 'fp16': a rank's gradient scaler sees only its "
+                          "slice, so ranks could skip different steps; use 'bf16'")
+    per_node = launch.local_world_size
+    if name == "hsdp" and (launch.world_size % per_node or launch.world_size // per_node < 2):
+        raise ConfigError(f"backend hsdp replicates across nodes: {launch.world_size} processes, {per_node} a node, "
+                          "are not two or more equal nodes; use backend = 'fsdp' on one node")
 
 
 def check_horovod_launch(launch: Launch) -> None:

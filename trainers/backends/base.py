@@ -91,6 +91,17 @@ class Backend:
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
         return optimizer
 
+    def checkpoint_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+        """The model's and optimizer's state dicts as rank 0 saves them, whole tensors; called on every rank (a
+        sharding backend gathers its slices here)."""
+        return self.unwrap(model).state_dict(), optimizer.state_dict()
+
+    def load_checkpoint_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict,
+                              optimizer_state: dict) -> None:
+        """checkpoint_state's dicts, read from the checkpoint by every rank, back into the model and optimizer."""
+        self.unwrap(model).load_state_dict(model_state)
+        optimizer.load_state_dict(optimizer_state)
+
     def broadcast_initial_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Make every rank start from rank 0's parameters, buffers and optimizer state."""
 

@@ -141,4 +141,4 @@ class GPT(nn.Module):
         x = self.dropout(self.token_embedding(tokens) + self.position_embedding(positions))
         for block in self.blocks:
             x = block(x)
-        return self.head(self.final_norm(x)).view(b * t, self.sizes.vocab)
+        return self.head(self.final_norm(x).flatten(0, 1))  # a new tensor, not a view (FSDP hooks its output)
