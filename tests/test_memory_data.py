@@ -3,6 +3,7 @@ crops, the same pixels as decoding the JPEG and cropping it with PIL, the decode
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -217,6 +218,8 @@ def test_trainer_builds_its_loaders_once_and_moves_the_sampler_on(tmp_path):
         loop.validate(s)
         loop.validate(s)
         assert s.val_loader is val_loader
+        with pytest.raises(dataclasses.FrozenInstanceError):  # the Setup is built once and only read (issue 65)
+            s.val_loader = None
     finally:
         s.stop.restore()
         s.backend.close()

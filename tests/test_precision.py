@@ -189,7 +189,7 @@ def test_fp16_resume_is_exact_with_the_scaler_state_and_the_skip_count(tmp_path,
     assert train_in_process(cfg, tmp_path, "cut") == 4
     cut = torch.load(tmp_path / "h" / "cut" / "checkpoint.pt", weights_only=True)
     assert cut["step"] == 4 and cut["scaler"]["scale"] > 0  # the loss scale went into the checkpoint
-    assert cut["skipped_steps"] == {"epoch": 1, "run": 0}  # ... and the epoch's skipped step
+    assert (cut["epoch_skipped_steps"], cut["skipped_steps"]) == (1, 0)  # ... and the epoch's skipped step
     monkeypatch.undo()
     inf_gradients_at(monkeypatch, {5 - 4, 8 - 4})  # the resumed process starts at step 4
     assert train_in_process(cfg, tmp_path, "cut", "--resume", "auto") == 0
@@ -197,9 +197,32 @@ def test_fp16_resume_is_exact_with_the_scaler_state_and_the_skip_count(tmp_path,
     resumed = torch.load(tmp_path / "h" / "cut" / "checkpoint.pt", weights_only=True)
     assert max_difference(whole["model"], resumed["model"]) == 0.0
     assert whole["scaler"] == resumed["scaler"] and whole["scaler"]["scale"] == 65536.0 / 8
-    assert whole["skipped_steps"] == resumed["skipped_steps"] == {"epoch": 0, "run": 3}
+    assert [(c["epoch_skipped_steps"], c["skipped_steps"]) for c in (whole, resumed)] == [(0, 3), (0, 3)]
     skipped = {name: [r["skipped_steps"] for r in records(tmp_path / "h" / name, "epoch")] for name in ("whole", "cut")}
     assert skipped["whole"] == skipped["cut"] == [2, 1]
+
+
+def test_a_resume_takes_its_tallies_from_the_checkpoint_and_the_manifest_only_records_them(tmp_path, monkeypatch):
+    """Issue 65: the skipped steps and unreadable-file counts are the TrainState's, saved in the checkpoint (the
+    epoch's so far too); the manifest is written from them, never read back: an earlier attempt's manifest that
+    says otherwise is overwritten as the resume starts."""
+    cfg = write_config(tmp_path / "h.toml", {"train": {"precision": "fp16"}})
+    inf_gradients_at(monkeypatch, {2, 7})  # 6 steps an epoch: step 2 of epoch 0, step 1 of epoch 1
+    preempt_at(monkeypatch, 8)  # the checkpoint at epoch 1, iteration 2
+    assert train_in_process(cfg, tmp_path, "cut") == 4
+    monkeypatch.undo()
+    run_dir = tmp_path / "h" / "cut"
+    cut = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert (cut["epoch"], cut["step"], cut["skipped_steps"], cut["epoch_skipped_steps"]) == (1, 2, 1, 1)
+    assert cut["unreadable_images"] == {"train": {"0": 0}, "val": {"0": 0}}
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest.update(skipped_steps=99, unreadable_images={"train": {"0": 5}, "val": {"0": 5}})
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    assert train_in_process(cfg, tmp_path, "cut", "--resume", "auto") == 0
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["skipped_steps"] == 2 and [r["skipped_steps"] for r in records(run_dir, "epoch")] == [1, 1]
+    assert manifest["unreadable_images"] == {"train": {"0": 0, "1": 0}, "val": {"0": 0, "1": 0}}
+    assert "=> skipped optimizer steps for inf/NaN gradients (fp16): 2 in all" in (run_dir / "train.log").read_text()
 
 
 def test_the_loop_waits_for_the_device_only_where_it_logs(tmp_path, monkeypatch):

@@ -76,6 +76,26 @@ def test_checkpoint_is_a_plain_dict_loadable_with_weights_only(tmp_path):
     state = torch.load(tmp_path / "c" / "c" / "checkpoint.pt", weights_only=True)
     assert {"model", "optimizer", "epoch", "step", "rng", "config"} <= state.keys()
     assert state["epoch"] == 1 and state["step"] == 0
+
+
+def test_all_a_checkpoint_saves_of_the_run_is_its_declared_train_state(tmp_path):
+    """Issue 65: a checkpoint is the TrainState's entries (every field but `lr`, the sums as every rank's), the
+    weights' state dicts and what a resume checks itself against; nothing else."""
+    import dataclasses
+
+    from trainers.checkpoint import TrainState
+    from trainers.runlog import Sums
+
+    cfg = write_config(tmp_path / "c.toml", {"train": {"epochs": 1}})
+    assert train_in_process(cfg, tmp_path, "c") == 0
+    saved = torch.load(tmp_path / "c" / "c" / "checkpoint.pt", weights_only=True)
+    entries = TrainState().entries([Sums()])
+    fields = {f.name for f in dataclasses.fields(TrainState)} - {"lr", "partial"}
+    assert fields | {"partials"} == entries.keys()
+    assert saved.keys() == entries.keys() | {"version", "model", "optimizer", "scaler", "config", "arithmetic",
+                                             "run_files"}
+    assert set(saved["rng"]) >= {"torch", "python"} and saved["unreadable_images"] == {"train": {"0": 0},
+                                                                                       "val": {"0": 0}}
     assert not list((tmp_path / "c" / "c").glob("*.tmp"))
 
 
@@ -328,19 +348,24 @@ def test_a_mid_epoch_resume_continues_the_running_averages_of_the_epoch(tmp_path
     assert averages(tmp_path / "m" / "cut") == averages(tmp_path / "m" / "whole")
 
 
-def test_a_checkpoint_of_the_format_before_the_declared_state_is_refused_with_one_line(tmp_path, capsys):
-    """Issue 49: a checkpoint without a version (the trainer's attributes, before TrainState) is not read; the line
-    says how to go on."""
+@pytest.mark.parametrize("written_as", [1, 2])
+def test_a_checkpoint_of_an_earlier_format_is_refused_with_one_line(tmp_path, capsys, written_as):
+    """Issue 49: a checkpoint without a version (the trainer's attributes, before TrainState) is not read; issue 65:
+    nor is one of format 2 (its generators' states and skipped steps beside the state, its unreadable-file tallies
+    in the manifest alone). The line says how to go on."""
     cfg = write_config(tmp_path / "m.toml", {"train": {"epochs": 1}})
     assert train_in_process(cfg, tmp_path, "old") == 0
     ckpt = tmp_path / "m" / "old" / "checkpoint.pt"
     state = torch.load(ckpt, weights_only=True)
-    del state["version"]
+    if written_as == 1:
+        del state["version"]
+    else:
+        state["version"] = written_as
     torch.save(state, ckpt)
     capsys.readouterr()
     assert train_in_process(cfg, tmp_path, "old", "--resume", "auto") == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "written by an older trainer (format 1, this one reads 2)" in err[0]
+    assert len(err) == 1 and f"written by an older trainer (format {written_as}, this one reads 3)" in err[0]
     assert "finish the run with the version that started it" in err[0] and f"mv {ckpt} {ckpt}.old" in err[0]
 
 
@@ -364,6 +389,9 @@ BAD_CONTENTS = {
     "epoch -5": (lambda s: s.update(epoch=-5), "epoch -5 is outside [0, 2]"),
     "epoch 999": (lambda s: s.update(epoch=999), "epoch 999 is outside [0, 2]"),
     "step past the epoch": (lambda s: s.update(step=6), "iteration 6 is outside [0, 6)"),
+    "a negative skip count": (lambda s: s.update(skipped_steps=-1), "'skipped_steps' holds a negative count"),
+    "unreadable files that are not counts": (lambda s: s.update(unreadable_images={"train": {"0": "x"}}),
+                                             "'unreadable_images' 'train' is not counts per epoch"),
 }
 
 

@@ -8,6 +8,7 @@ the in-memory path's once-an-epoch augmentation is timed apart and charged per s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -42,7 +43,8 @@ class Cut:
 
 class BlockTrainer:
     """The loop's train_epoch cut to `steps` steps on a Setup; path "before" builds its per-file loader each call,
-    as the trainer did each epoch before the in-memory data set."""
+    as the trainer did each epoch before the in-memory data set. Each call trains on a copy of the Setup with its
+    own loader (dataclasses.replace): the Setup itself is never written."""
 
     def __init__(self, setup):
         self.s, self.state = setup, TrainState()
@@ -51,30 +53,24 @@ class BlockTrainer:
                                                              decoded=False)
 
     def train_epoch(self, path: str, steps: int, epoch: int) -> None:
-        s, built = self.s, self.s.train_batches
+        s = self.s
         if path == "after":
-            s.train_batches = data.DeviceBatches(Cut(built.loader, steps), s.backend.device)
+            loader = s.train_batches.loader
         else:
             sampler = data.StepBatchSampler(len(self.file_train), s.backend.shards(), s.per_shard_batch, epoch,
                                             s.cfg.train.seed, shuffle=True)
             loader = data.make_loader(self.file_train, sampler, s.cfg.data.loader_workers)
-            s.train_batches = data.DeviceBatches(Cut(loader, steps), s.backend.device)
-        try:
-            loop.train_epoch(s, self.state, epoch)
-        finally:
-            s.train_batches = built
+        cut = data.DeviceBatches(Cut(loader, steps), s.backend.device)
+        loop.train_epoch(dataclasses.replace(s, train_batches=cut), self.state, epoch)
 
     def validate(self, path: str) -> None:
-        s, built = self.s, self.s.val_loader
+        s = self.s
         if path == "before":
             batch = s.per_shard_batch * len(s.backend.shards())
             indices = data.val_indices(len(self.file_val), 1, 0, s.cfg.data.val_mode)
-            s.val_loader = data.DeviceBatches(data.make_loader(self.file_val, data.IndexBatches(indices, batch), 0),
-                                              s.backend.device)
-        try:
-            loop.validate(s)
-        finally:
-            s.val_loader = built
+            per_file = data.make_loader(self.file_val, data.IndexBatches(indices, batch), 0)
+            s = dataclasses.replace(s, val_loader=data.DeviceBatches(per_file, s.backend.device))
+        loop.validate(s)
 
 
 FEATURES = ("channels_last", "compile")  # train.<feature> = true: what a run with that setting does

@@ -1,9 +1,11 @@
 """Checkpoints: a plain dict, written atomically, loadable with torch.load(weights_only=True) (torch >= 2.6 refuses
 pickled objects such as the argparse namespaces pytorch/examples saved).
 
-What a run saves is declared: `TrainState` beside the model's, optimizer's and scaler's state dicts, the generators'
-states, and what a resume checks itself against (the config, the arithmetic, the run files' sizes). A checkpoint
-carries VERSION; one written before it is refused with one line.
+What a run saves is declared: its `TrainState` (where it stands, the generators' states and its tallies: all a
+resume restores besides the weights) beside the model's, optimizer's and scaler's state dicts, and what a resume
+checks itself against (the config, the arithmetic, the run files' sizes). The manifest's skipped_steps and
+unreadable_images are a record written from the TrainState, never read back. A checkpoint carries VERSION; one
+written by another version is refused with one line.
 """
 from __future__ import annotations
 
@@ -54,7 +56,9 @@ def save(path: Path, state: dict[str, Any]) -> None:
         os.close(dir_fd)
 
 
-VERSION = 2  # 2: the declared TrainState (issue 49); 1 (no "version"): the trainer's attributes before it
+# 3: the generators' states, fp16's skipped steps and the unreadable-file tallies in TrainState (issue 65);
+# 2: the declared TrainState (issue 49); 1 (no "version"): the trainer's attributes before it
+VERSION = 3
 
 # What every checkpoint holds; a file without them is not one of ours (or is damaged).
 REQUIRED_KEYS = ("model", "optimizer", "epoch", "step", "config")
@@ -62,14 +66,55 @@ REQUIRED_KEYS = ("model", "optimizer", "epoch", "step", "config")
 
 @dataclasses.dataclass
 class TrainState:
-    """Where a run stands: the epoch and step to train next, the best validation top-1 so far and this process's
-    sums of the epoch so far (a resume mid-epoch goes on from them). `lr`, the rate last set, is shown by the iter
-    records and never saved (each step sets it)."""
+    """Where a run stands: everything a checkpoint saves besides the weights, and all a resume restores.
+
+    epoch, step          the epoch and step to train next
+    best_top1            the best validation top-1 so far
+    partial              this process's sums of the epoch so far (a resume mid-epoch goes on from them; a
+                         checkpoint holds every rank's)
+    skipped_steps        the optimizer steps fp16's scaler skipped in the epochs done (the manifest's skipped_steps)
+    epoch_skipped_steps  those it skipped in the epoch so far: counted on the device while the epoch trains
+                         (compute.Compute.skipped), taken into the state when a checkpoint is written, put back there
+                         on resume
+    unreadable_images    the files no decoder could read, per split and epoch ("0", "1", ...), all ranks' (the
+                         manifest's unreadable_images)
+    rng                  the generators' states (torch, python, cuda where it runs), taken when a checkpoint is
+                         written and put back on resume
+    `lr`, the rate last set, is shown by the iter records and never saved (each step sets it)."""
     epoch: int = 0
     step: int = 0
     best_top1: float = 0.0
     partial: Sums = dataclasses.field(default_factory=Sums)
+    skipped_steps: int = 0
+    epoch_skipped_steps: int = 0
+    unreadable_images: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    rng: dict[str, Any] = dataclasses.field(default_factory=dict)
     lr: float = 0.0
+
+    def add_epoch(self, epoch: int, skipped_steps: int, unreadable: dict[str, int]) -> None:
+        """An epoch's tallies (all ranks'), into the run's."""
+        self.skipped_steps += skipped_steps
+        for split, n in unreadable.items():
+            self.unreadable_images.setdefault(split, {})[str(epoch)] = n
+
+    def tallies(self) -> dict[str, Any]:
+        """The manifest's record of the run's tallies, written from this state (a copy: the state counts on)."""
+        return {"skipped_steps": self.skipped_steps,
+                "unreadable_images": {split: dict(per_epoch) for split, per_epoch in self.unreadable_images.items()}}
+
+    def entries(self, partials: list[Sums]) -> dict[str, Any]:
+        """The checkpoint's entries of this state (`partials`: every rank's sums of the epoch so far, in rank order)."""
+        return {"epoch": self.epoch, "step": self.step, "best_top1": self.best_top1,
+                "partials": [[p.loss, p.top1, p.top5, p.images] for p in partials],
+                "skipped_steps": self.skipped_steps, "epoch_skipped_steps": self.epoch_skipped_steps,
+                "unreadable_images": self.unreadable_images, "rng": self.rng}
+
+    @classmethod
+    def from_entries(cls, saved: dict[str, Any]) -> "TrainState":
+        """The state a checkpoint holds (its `partial` chosen for this rank afterwards: running_sums)."""
+        return cls(saved["epoch"], saved["step"], float(saved["best_top1"]), skipped_steps=saved["skipped_steps"],
+                   epoch_skipped_steps=saved["epoch_skipped_steps"], unreadable_images=saved["unreadable_images"],
+                   rng=saved["rng"])
 
 
 class CorruptCheckpoint(ConfigError):
@@ -101,8 +146,8 @@ def load(path: Path, to_resume: bool = True) -> dict[str, Any]:
 # What each entry is: the right keys with the wrong contents are as damaged as a file cut short, and would otherwise
 # fail deep inside a resume (a traceback) or, worse, be trained on.
 KINDS = {"model": dict, "optimizer": dict, "epoch": int, "step": int, "config": dict, "rng": dict,
-         "best_top1": (int, float), "partials": list, "scaler": dict, "skipped_steps": dict, "arithmetic": dict,
-         "run_files": dict}
+         "best_top1": (int, float), "partials": list, "scaler": dict, "skipped_steps": int,
+         "epoch_skipped_steps": int, "unreadable_images": dict, "arithmetic": dict, "run_files": dict}
 
 
 def contents_problem(state: dict[str, Any]) -> str | None:
@@ -127,7 +172,18 @@ def contents_problem(state: dict[str, Any]) -> str | None:
             return "'partials' holds non-finite epoch sums (NaN or infinity)"
     if not (math.isfinite(state["best_top1"]) and 0 <= state["best_top1"] <= 100):  # else copied into the manifest
         return f"'best_top1' is {state['best_top1']!r}, not a top-1 in [0, 100]"
-    return nonfinite_entry(state)
+    return tallies_problem(state) or nonfinite_entry(state)
+
+
+def tallies_problem(state: dict[str, Any]) -> str | None:
+    """Counts that are not counts: resumed, they would be written into the manifest and summed on."""
+    if state["skipped_steps"] < 0 or state["epoch_skipped_steps"] < 0:
+        return "'skipped_steps' holds a negative count"
+    for split, per_epoch in state["unreadable_images"].items():
+        if not (isinstance(per_epoch, dict) and all(isinstance(epoch, str) and type(n) is int and n >= 0
+                                                    for epoch, n in per_epoch.items())):
+            return f"'unreadable_images' {split!r} is not counts per epoch"
+    return None
 
 
 def nonfinite_entry(state: dict[str, Any]) -> str | None:
@@ -181,61 +237,59 @@ def damaged(path: Path, why: str) -> str:
             f"again to restart the run from epoch 0 (no earlier checkpoint is kept)")
 
 
-# ---- A run's checkpoint: the TrainState and state dicts it saves, what a resume puts back (`s`: a Setup) -----------
+# ---- A run's checkpoint: the TrainState and the state dicts it saves, what a resume puts back -----------------------
 def save_state(s, state: TrainState, partial: Sums) -> None:
-    """Rank 0 writes the run's state at state.epoch, state.step (partial: this rank's sums of the epoch so far;
-    every rank calls it, and mid-epoch every rank's sums are gathered, so each resumes its own); train.checkpoint
-    off writes nothing."""
+    """Rank 0 writes the run's state at state.epoch, state.step (`s`: the Setup; partial: this rank's sums of the
+    epoch so far; every rank calls it, and mid-epoch every rank's sums are gathered, so each resumes its own);
+    train.checkpoint off writes nothing."""
     partials = partial.gathered(s.backend) if state.step and s.backend.world_size > 1 else [partial]
     if not (s.backend.is_main() and s.cfg.train.checkpoint):
         return
+    # what lives elsewhere while the run trains, taken into the state as it is saved
+    state.rng, state.epoch_skipped_steps = rng_state(), int(s.compute.skipped)
     save(s.ckpt_path, {
         "version": VERSION,
+        **state.entries(partials),
         "model": s.backend.unwrap(s.model).state_dict(),
         "optimizer": s.optimizer.state_dict(),
         "scaler": s.compute.state_dict(),  # fp16's loss scale: resume takes the same steps
-        "epoch": state.epoch,
-        "step": state.step,
-        "best_top1": state.best_top1,
-        "partials": [[p.loss, p.top1, p.top5, p.images] for p in partials],  # every rank's, in rank order
-        "skipped_steps": s.skipped.state(),  # steps the scaler skipped: this epoch's so far, the epochs done
-        "rng": rng_state(),
         "config": s.cfg.to_dict(),
         "arithmetic": arithmetic(s),  # what a resume must reuse to continue the same run
         "run_files": s.run.sizes(),  # bytes of metrics.jsonl and train.log this checkpoint covers
     })
 
 
-def restore_state(s) -> TrainState:
-    """The checkpoint's state into the Setup `s`, its position returned; the run files beyond it are cut."""
-    path = s.ckpt_path
+def restore_state(path: Path, run, backend, model, optimizer, compute: compute.Compute,
+                  epochs: int, steps: int) -> TrainState:
+    """The checkpoint at `path` (of a run of `epochs` epochs of `steps` steps) into the model, optimizer, fp16's
+    scaler and skipped-step counter and the generators; its TrainState returned; the run files beyond it cut."""
     saved = load(path)
-    state = TrainState(saved["epoch"], saved["step"], float(saved["best_top1"]))
-    check_position(path, state.epoch, state.step, s.cfg.train.epochs, len(s.train_sampler))
+    state = TrainState.from_entries(saved)
+    check_position(path, state.epoch, state.step, epochs, steps)
     with applying(path):
-        s.backend.unwrap(s.model).load_state_dict(saved["model"])
-        s.optimizer.load_state_dict(saved["optimizer"])
-        problem = optimizer_state_problem(s.optimizer)
+        backend.unwrap(model).load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        problem = optimizer_state_problem(optimizer)
         if problem:
             raise ValueError(problem)
-        s.compute.load_state_dict(saved["scaler"])
-        s.skipped.restore(saved["skipped_steps"])
-        restore_rng(saved["rng"])
+        compute.load_state_dict(saved["scaler"])
+        compute.skipped.fill_(state.epoch_skipped_steps)
+        restore_rng(state.rng)
     # what was written after this checkpoint will be written again: cut it, or the files would hold it twice
-    dropped = s.run.cut_back(saved["run_files"])
-    s.run.log(f"=> resumed from the checkpoint at epoch {state.epoch}, iteration {state.step}"
-              + (f"; {dropped} record(s) written after it dropped" if dropped else ""))
-    state.partial = running_sums(s, state, saved["partials"])  # after the cut: its line stays in train.log
+    dropped = run.cut_back(saved["run_files"])
+    run.log(f"=> resumed from the checkpoint at epoch {state.epoch}, iteration {state.step}"
+            + (f"; {dropped} record(s) written after it dropped" if dropped else ""))
+    state.partial = running_sums(backend, run.log, state, saved["partials"])  # after the cut: its line stays
     return state
 
 
-def running_sums(s, state: TrainState, partials: list) -> Sums:
+def running_sums(backend, log, state: TrainState, partials: list) -> Sums:
     """This rank's sums of the epoch up to the checkpoint: what its iter records' running averages go on from."""
-    if len(partials) == s.backend.world_size:  # a resume keeps the number of processes (unless forced)
-        return Sums(*partials[s.backend.rank])
+    if len(partials) == backend.world_size:  # a resume keeps the number of processes (unless forced)
+        return Sums(*partials[backend.rank])
     if state.step:  # forced onto another number of processes: the averages and the epoch's train sums restart
-        s.run.log(f"=> the checkpoint holds no running sums for {s.backend.world_size} processes: the running "
-                  f"averages of epoch {state.epoch} restart at iteration {state.step} (so do its train_loss/top1/top5)")
+        log(f"=> the checkpoint holds no running sums for {backend.world_size} processes: the running "
+            f"averages of epoch {state.epoch} restart at iteration {state.step} (so do its train_loss/top1/top5)")
     return Sums()
 
 

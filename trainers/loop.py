@@ -3,8 +3,9 @@
     setup, state = build_setup(cfg, run_dir, backend_name, launch, resume)   # trainers/setup.py
     fit(setup, state)   # per epoch: train_epoch (step after step), validate, the epoch record, the checkpoint
 
-Explicit arguments in, numbers out: `setup` is what the run trains with, `state` (checkpoint.TrainState) where it
-stands, the only thing the loop changes besides the weights. A NaN loss raises Diverged, a stop signal Preempted,
+Explicit arguments in, numbers out: `setup` is what the run trains with (read, never written), `state`
+(checkpoint.TrainState) where it stands, its tallies included: the only thing the loop changes besides the weights
+and this attempt's meters. A NaN loss raises Diverged, a stop signal Preempted,
 agreed by all ranks where the meters are read. A step cap (train.max_steps, a smoke run) ends the run early: its
 last epoch is validated on as many batches as the cap. trainers/run.py turns the way out into a status.
 """
@@ -21,6 +22,7 @@ from trainers import checkpoint
 from trainers.checkpoint import TrainState
 from trainers.runlog import DeviceTotals, LogEvery, Sums, summary_line, test_line, train_line
 from trainers.setup import Setup
+from trainers.tallies import take_skipped_steps
 
 
 class Diverged(Exception):
@@ -46,9 +48,10 @@ def fit(s: Setup, state: TrainState) -> None:
         train_loss, train_top1, train_top5 = train.means()
         val_loss, val_top1, val_top5 = val.means()
         s.run.log(summary_line(val_top1, val_top5))
-        skipped = s.skipped.end_epoch(len(s.train_sampler))
+        skipped = take_skipped_steps(s.compute, len(s.train_sampler), s.run.log)
         state.best_top1 = max(state.best_top1, val_top1)
-        unreadable = s.unreadable.end_epoch(epoch)
+        unreadable = s.unreadable.end_epoch()  # a collective
+        state.add_epoch(epoch, skipped, unreadable)
         s.run.record(
             "epoch", epoch=epoch, lr=lr_at(epoch, 0, 1, s.policy), train_loss=train_loss,
             train_top1=train_top1, train_top5=train_top5, val_loss=val_loss, val_top1=val_top1,
@@ -61,8 +64,7 @@ def fit(s: Setup, state: TrainState) -> None:
         state.epoch, state.step = epoch + 1, 0
         checkpoint.save_state(s, state, Sums())
         s.run.progress(epochs_done=epoch + 1, best_val_top1=state.best_top1,
-                       unreadable_images=s.run.manifest.get("unreadable_images", {}),
-                       data_wait_share=s.times.data_wait_share(), skipped_steps=s.skipped.total)
+                       data_wait_share=s.times.data_wait_share(), **state.tallies())  # the manifest's record of them
         # every rank agrees (a collective): a signal that reached one rank before this point and another after
         # it would otherwise stop one and leave the other waiting in the next epoch's first allreduce
         if s.backend.any_rank(s.stop.received is not None) and epoch + 1 < last_epoch:

@@ -26,7 +26,7 @@ from trainers.checkpoint import TrainState
 from trainers.checks import check_launch, earlier_attempt_wait
 from trainers.loop import Diverged, Preempted
 from trainers.setup import Setup, build_setup, placement_record
-from trainers.tallies import unreadable_lines
+from trainers.tallies import skipped_steps_line, unreadable_lines
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_PREEMPTED = 0, 1, 2, 3, 4
 
@@ -62,6 +62,7 @@ def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: b
         machine=compute.machine_identity(),  # which machine's result this is (contract/machine.py)
         placement=b.gather_objects(placement_record(s)),  # every rank's, in rank order (contract/placement.py)
         resumed_at=now_iso() if state.epoch or state.step else None, **b.describe(),
+        **(state.tallies() if s.resuming else {}),  # the checkpoint's, over the earlier attempt's record of them
     )
     try:
         return train_to_the_end(s, state, run_dir)
@@ -94,7 +95,8 @@ def train_to_the_end(s: Setup, state: TrainState, run_dir: Path) -> int:
     done = loop.epochs_to_train(s) if cfg.bench.batches == 0 else 0
     if loop.reached_target(s, state):  # it ended sooner
         done = run.manifest.get("epochs_done", done)
-    for line in [*unreadable_lines(run.manifest), s.skipped.summary_line(), s.times.summary_line()]:
+    for line in [*unreadable_lines(state.unreadable_images), skipped_steps_line(state.skipped_steps),
+                 s.times.summary_line()]:
         if line:
             run.log(line)
     breaches = record_breaches(run, run_dir, done)

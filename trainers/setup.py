@@ -2,9 +2,11 @@
 
     setup, state = build_setup(cfg, run_dir, backend_name, launch, resume, echo, pinned)
 
-`Setup` holds what does not change while the run trains (the objects, not their weights); what does is the
-`TrainState` (checkpoint.py). A resume builds the same Setup and takes its TrainState from the checkpoint, at the
-same point of the build as ever (the generators' states included).
+`Setup` is built once and only read after (a frozen dataclass): the objects the run trains with, whose contents
+change as it trains (the weights, the loaders' positions, this attempt's meters), never which objects they are.
+Where the run stands is the `TrainState` (checkpoint.py), all a checkpoint saves besides the weights. A resume builds
+the same Setup and takes its TrainState from the checkpoint, at the same point of the build as ever (the generators'
+states included): after the model and optimizer, before the passes are measured and the loaders built.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from contract.runfolder import CHECKPOINT, RunFolder
 from trainers import backends, checkpoint, compute, data, rendezvous, telemetry
 from trainers.models import build_model
 from trainers.optimizers import build_optimizer
-from trainers.tallies import SkippedSteps, StepTimes, UnreadableFiles
+from trainers.tallies import StepTimes, UnreadableFiles
 
 EVAL_BATCH = 250  # train.eval_every's evaluations: batches at least this large (forward only, in eval mode)
 
@@ -81,9 +83,9 @@ def place(cfg: Config, launch: backends.Launch, pinned: dict) -> tuple[placement
     return alloc, placed
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Setup:
-    """One process's part of a run: what it trains with and the counters that write its records."""
+    """One process's part of a run: what it trains with, the meters that write its records, where they go."""
     cfg: Config
     launch: backends.Launch
     allocation: placement.Allocation
@@ -101,13 +103,12 @@ class Setup:
     train_ds: Any
     val_ds: Any
     train_sampler: data.StepBatchSampler
-    skipped: SkippedSteps
-    stop: StopSignal | None = None
-    times: StepTimes | None = None
-    unreadable: UnreadableFiles | None = None
-    train_batches: Any = None
-    val_loader: Any = None
-    telemetry: telemetry.UtilRecords | None = None
+    train_batches: data.DeviceBatches  # built once: each epoch only moves the sampler on
+    val_loader: data.DeviceBatches
+    stop: StopSignal
+    times: StepTimes
+    unreadable: UnreadableFiles
+    telemetry: telemetry.UtilRecords
 
 
 def build_setup(cfg: Config, run_dir: Path, backend_name: str, launch: backends.Launch, resume: bool,
@@ -126,39 +127,52 @@ def build_setup(cfg: Config, run_dir: Path, backend_name: str, launch: backends.
     b.start_run(run_dir)
     torch.manual_seed(t.seed)
     c = compute.Compute(t, b.device)
+    model, criterion, optimizer = build_trained(cfg, b, policy)
+    per_shard_batch = t.per_worker_batch * b.batch_multiplier
+    sampler = data.StepBatchSampler(len(train_ds), b.shards(), per_shard_batch, seed=t.seed, shuffle=True)
+    if resuming:
+        state = checkpoint.restore_state(run_dir / CHECKPOINT, run, b, model, optimizer, c, t.epochs, len(sampler))
+    else:
+        state = checkpoint.TrainState()
+        b.broadcast_initial_state(model, optimizer)
+    passes = b.fit_passes(optimizer, lambda workers: try_pass(cfg, c, model, criterion, b.device, workers),
+                          pinned.get("workers_per_pass"))
+    if passes:
+        run.log(passes)
+    stop = StopSignal()  # from here on a signal stops the run at a step's end
+    decoder = cfg.data.decoder if cfg.data.kind == "imagefolder" else None  # only JPEG folders are decoded
+    train_batches, val_loader = make_loaders(cfg, b, placed.loader_workers, (train_ds, val_ds), sampler,
+                                             per_shard_batch)
+    return Setup(cfg, launch, allocation, placed, policy, b, run, run_dir / CHECKPOINT, resuming, c, model,
+                 criterion, optimizer, per_shard_batch, train_ds, val_ds, sampler, train_batches=train_batches,
+                 val_loader=val_loader, stop=stop, times=StepTimes(decoder),
+                 unreadable=UnreadableFiles(b, cfg.data.val_mode),
+                 telemetry=telemetry.UtilRecords(cfg.telemetry.interval_s, b, run)), state
+
+
+def build_trained(cfg: Config, b: backends.Backend, policy) -> tuple[nn.Module, nn.Module, torch.optim.Optimizer]:
+    """The model (prepared, wrapped by its backend, compiled where asked), its loss and its optimizer."""
+    t = cfg.train
     model = b.wrap_model(compute.prepare_model(build_model(cfg.model), t))
     model = torch.compile(model) if t.compile else model  # the wrapped model (DDP's optimizer splits the graph)
     criterion = nn.CrossEntropyLoss().to(b.device)
     optimizer = b.wrap_optimizer(build_optimizer(model, cfg.optim, policy.target), model)
-    per_shard_batch = t.per_worker_batch * b.batch_multiplier
-    sampler = data.StepBatchSampler(len(train_ds), b.shards(), per_shard_batch, seed=t.seed, shuffle=True)
-    s = Setup(cfg, launch, allocation, placed, policy, b, run, run_dir / CHECKPOINT, resuming, c, model, criterion,
-              optimizer, per_shard_batch, train_ds, val_ds, sampler, SkippedSteps(c, run.log))
-    state = checkpoint.restore_state(s) if resuming else checkpoint.TrainState()
-    if not resuming:
-        b.broadcast_initial_state(model, optimizer)
-    passes = b.fit_passes(optimizer, lambda workers: try_pass(s, workers), pinned.get("workers_per_pass"))
-    if passes:
-        run.log(passes)
-    s.stop = StopSignal()
-    decoder = cfg.data.decoder if cfg.data.kind == "imagefolder" else None  # only JPEG folders are decoded
-    s.times, s.unreadable = StepTimes(decoder), UnreadableFiles(b, run, cfg.data.val_mode)
-    make_loaders(s)
-    s.telemetry = telemetry.UtilRecords(cfg.telemetry.interval_s, b, run)
-    return s, state
+    return model, criterion, optimizer
 
 
-def make_loaders(s: Setup) -> None:
-    """The loaders, built once: each epoch only moves the sampler on (persistent workers keep running)."""
-    b, workers = s.backend, s.placement.loader_workers  # data.loader_workers, at most the rank's CPUs
+def make_loaders(cfg: Config, b: backends.Backend, workers: int, datasets: tuple[Any, Any],
+                 train_sampler: data.StepBatchSampler, per_shard_batch: int) -> tuple[data.DeviceBatches, ...]:
+    """The training and validation loaders, built once: each epoch only moves the sampler on (persistent workers
+    keep running). `workers`: data.loader_workers, at most the rank's CPUs."""
+    train_ds, val_ds = datasets
     pin = b.device.type == "cuda"
     # on a GPU the next batches are moved (and decoded) on a stream of their own while this one trains
-    s.train_batches = data.DeviceBatches(data.make_loader(s.train_ds, s.train_sampler, workers, pin), b.device)
-    val_batch = s.per_shard_batch * len(b.shards())
-    if s.cfg.train.eval_every:  # evaluated often: in batches of at least EVAL_BATCH (eval mode: the same sums)
+    train_batches = data.DeviceBatches(data.make_loader(train_ds, train_sampler, workers, pin), b.device)
+    val_batch = per_shard_batch * len(b.shards())
+    if cfg.train.eval_every:  # evaluated often: in batches of at least EVAL_BATCH (eval mode: the same sums)
         val_batch = max(val_batch, EVAL_BATCH)
-    val = data.IndexBatches(data.val_indices(len(s.val_ds), b.world_size, b.rank, s.cfg.data.val_mode), val_batch)
-    s.val_loader = data.DeviceBatches(data.make_loader(s.val_ds, val, workers, pin), b.device)
+    val = data.IndexBatches(data.val_indices(len(val_ds), b.world_size, b.rank, cfg.data.val_mode), val_batch)
+    return train_batches, data.DeviceBatches(data.make_loader(val_ds, val, workers, pin), b.device)
 
 
 def placement_record(s: Setup) -> dict:
@@ -171,13 +185,14 @@ def placement_record(s: Setup) -> dict:
     return placement.record(s.placement, s.allocation, socket.gethostname(), s.launch.local_rank, gpu)
 
 
-def try_pass(s: Setup, workers: int) -> None:
+def try_pass(cfg: Config, c: compute.Compute, model: nn.Module, criterion: nn.Module, device: torch.device,
+             workers: int) -> None:
     """Forward and backward of `workers` workers' batches of zeros: the backend's measure of what one pass holds
     (fit_passes). Zeros draw no random numbers; the backend keeps the running statistics out of it."""
-    t, size, device = s.cfg.train, s.cfg.data.image_size, s.backend.device
-    images = s.compute.layout(torch.zeros(workers * t.per_worker_batch, 3, size, size, device=device))
-    target = torch.zeros(workers * t.per_worker_batch, dtype=torch.long, device=device)
-    s.model.train()
-    with s.compute.autocast():
-        loss = s.criterion(s.model(images), target)
-    s.compute.backward(loss)
+    size, batch = cfg.data.image_size, workers * cfg.train.per_worker_batch
+    images = c.layout(torch.zeros(batch, 3, size, size, device=device))
+    target = torch.zeros(batch, dtype=torch.long, device=device)
+    model.train()
+    with c.autocast():
+        loss = criterion(model(images), target)
+    c.backward(loss)

@@ -1,5 +1,8 @@
 """What the training loop counts beside its steps, each called where an epoch ends: where the step time went
-(StepTimes), the steps fp16's scaler skipped (SkippedSteps), the files no decoder could read (UnreadableFiles).
+(StepTimes: this attempt's, never saved), the steps fp16's scaler skipped (take_skipped_steps), the files no decoder
+could read (UnreadableFiles: this epoch's). What a run keeps of the last two is its TrainState's (checkpoint.py):
+a checkpoint saves it, a resume restores it, and the manifest's skipped_steps and unreadable_images are written
+from it.
 """
 from __future__ import annotations
 
@@ -45,53 +48,38 @@ class StepTimes:
         return data_wait_line(self.data_s / self.step_s, self.decoder) if self.step_s else None
 
 
-class SkippedSteps:
-    """Optimizer steps fp16's scaler skipped for inf/NaN gradients: the epoch's, counted on the device as it steps
-    (compute.Compute), and the epochs done (`total`); a checkpoint holds both, so a resumed run counts on."""
+def take_skipped_steps(compute, steps: int, log: Callable[[str], None]) -> int:
+    """This epoch's optimizer steps (of its `steps`) that fp16's scaler skipped for inf/NaN gradients, counted on the
+    device as it stepped (compute.Compute) and taken from there at the epoch's end; a line when there were any. The
+    run's total is the TrainState's skipped_steps (checkpoint.py)."""
+    skipped = compute.take_skipped()
+    if skipped:
+        log(f"=> skipped {skipped} of {steps} optimizer steps for inf/NaN gradients "
+            f"(fp16); loss scale now {compute.scaler.get_scale():g}")
+    return skipped
 
-    def __init__(self, compute, log: Callable[[str], None]):
-        self.compute, self.log = compute, log
-        self.total = 0
 
-    def restore(self, state: dict) -> None:
-        """From a checkpoint's skipped_steps."""
-        self.compute.skipped.fill_(state["epoch"])
-        self.total = int(state["run"])
-
-    def state(self) -> dict:
-        """The checkpoint's skipped_steps: this epoch's so far (a mid-epoch checkpoint) and the epochs done."""
-        return {"epoch": int(self.compute.skipped), "run": self.total}
-
-    def end_epoch(self, steps: int) -> int:
-        """This epoch's skipped steps (of its `steps`), into the run's total; a line when there were any."""
-        skipped = self.compute.take_skipped()
-        self.total += skipped
-        if skipped:
-            self.log(f"=> skipped {skipped} of {steps} optimizer steps for inf/NaN gradients "
-                     f"(fp16); loss scale now {self.compute.scaler.get_scale():g}")
-        return skipped
-
-    def summary_line(self) -> str | None:
-        if not self.total:
-            return None
-        return (f"=> skipped optimizer steps for inf/NaN gradients (fp16): {self.total} in all "
-                "(manifest skipped_steps)")
+def skipped_steps_line(total: int) -> str | None:
+    """The run's end: the skipped steps of all its epochs (the TrainState's, all attempts')."""
+    if not total:
+        return None
+    return f"=> skipped optimizer steps for inf/NaN gradients (fp16): {total} in all (manifest skipped_steps)"
 
 
 class UnreadableFiles:
     """The files no decoder could read this epoch, per split, as sample indices (left out of their batch, never
-    replaced); at the epoch's end summed over the ranks into the manifest's unreadable_images[split][epoch]."""
+    replaced); at the epoch's end counted over the ranks into the TrainState's unreadable_images[split][epoch]."""
 
     SPLITS = ("train", "val")
 
-    def __init__(self, backend, run, val_mode: str):
-        self.backend, self.run, self.val_mode = backend, run, val_mode
+    def __init__(self, backend, val_mode: str):
+        self.backend, self.val_mode = backend, val_mode
         self.seen: dict[str, set] = {split: set() for split in self.SPLITS}
 
     def add(self, split: str, indices) -> None:
         self.seen[split].update(indices)
 
-    def end_epoch(self, epoch: int) -> dict[str, int]:
+    def end_epoch(self) -> dict[str, int]:
         """This epoch's distinct unreadable files per split, summed over ranks (each sample index has one owner;
         every_rank validation counts on rank 0 alone): a collective, every rank calls it at the epoch's end."""
         b = self.backend
@@ -99,14 +87,11 @@ class UnreadableFiles:
         counts = b.all_reduce_sum(torch.tensor(local, dtype=torch.float64, device=b.device)).tolist()
         result = {"train": int(counts[0]), "val": int(counts[1]) if self.val_mode == "sharded"
                   else len(self.seen["val"])}
-        per_epoch = self.run.manifest.setdefault("unreadable_images", {})
-        for split, n in result.items():
-            per_epoch.setdefault(split, {})[str(epoch)] = n
         self.seen = {split: set() for split in self.SPLITS}
         return result
 
 
-def unreadable_lines(manifest: dict) -> list[str]:
-    """The run's end: a line per split that had unreadable files in some epoch (all attempts': the manifest's)."""
+def unreadable_lines(unreadable_images: dict[str, dict[str, int]]) -> list[str]:
+    """The run's end: a line per split that had unreadable files in some epoch (the TrainState's, all attempts')."""
     return [f"=> unreadable {split} images per epoch: {max(per_epoch.values())} (manifest unreadable_images)"
-            for split, per_epoch in manifest.get("unreadable_images", {}).items() if any(per_epoch.values())]
+            for split, per_epoch in unreadable_images.items() if any(per_epoch.values())]
