@@ -11,6 +11,7 @@ from tests.helpers import REPO
 MAY_IMPORT = {
     "contract": set(),
     "slurm": set(),
+    "workloads": {"contract"},  # plug-in workloads (issue 66): model, data, arithmetic; the trainers are to find them
     "trainers": {"contract"},
     "analysis": {"contract"},
     "studies": {"contract", "trainers", "analysis", "slurm"},
