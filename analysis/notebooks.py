@@ -140,12 +140,14 @@ RQ4 = [
              "an.show(fig) if fig is not None else print('no experiment 12 study runs')"),
     ("md", "## Reading"),
     ("code", "an.markdown(an.rq4_reading(verdicts, points, noise))"),
-    ("md", "## Once SGD is tuned: experiment 13's SGD, each batch at its own rate, beside these recipes\n\n"
+    ("md", "## Once SGD is tuned: experiment 13's SGD (its first edition, frozen), each batch at its own rate, beside "
+           "these recipes\n\n"
            "Steps to experiment 13's target (50 % top-1), the measure of `rq5_critical_batch.ipynb`: experiment 12's "
            "runs read at that target, beside SGD tuned per batch (no decay)."),
-    ("code", "an.markdown(an.tuned_beside_recipes(df))"),
-    ("md", "## Once both are tuned: experiment 13's LAMB beside its SGD, each batch at its own rate (Nado et al.)"),
-    ("code", "an.markdown(an.tuned_optimizers(df))"),
+    ("code", "an.exp13_first_edition.show('readings/tuned_beside_recipes.md')"),
+    ("md", "## Once both are tuned: experiment 13's LAMB beside its SGD (its first edition, frozen), each batch at "
+           "its own rate (Nado et al.)"),
+    ("code", "an.exp13_first_edition.show('readings/tuned_optimizers.md')"),
 ]
 
 RQ5 = [
@@ -158,7 +160,8 @@ RQ5 = [
            "S = S_min (1 + B_noise / B) is fitted to the curve. Its second edition "
            "(`declared_2026-11-28-edition2.txt`) counts steps every k steps (k <= 5 % of the steps), on 5 seeds a "
            "batch, with intervals that hold the fit's misfit, and names regimes only where they allow it; the first "
-           "edition (whole epochs, 3 seeds) is superseded by it and read below as it was."),
+           "edition (whole epochs, 3 seeds) is superseded by it and shown below as it was last drawn (kept as files: "
+           "results/frozen/exp13_edition1/SUPERSEDED.md)."),
     ("code", None),
     ("md", "## Second edition: steps to the target per optimizer and batch, counted every k steps"),
     ("code", "cells = an.steps_cells_table(df)\n"
@@ -172,16 +175,12 @@ RQ5 = [
              "an.markdown('No second-edition selection run has finished yet.') if rates is None else rates"),
     ("md", "## First edition (superseded by the second): step 1, the rate chosen for each batch on the held-out "
            "split (never the validation set)"),
-    ("code", "chosen = an.selection_table(df)\n"
-             "an.markdown('No tuning run has finished yet.') if chosen.empty else chosen"),
+    ("code", "an.exp13_first_edition.show('tables/exp13_rate_selection.md')"),
     ("md", "## First edition (superseded): steps to the target per optimizer and global batch, in whole epochs"),
-    ("code", "table = an.steps_table(df)\n"
-             "an.markdown('Not drawn: no experiment 13 runs (`make exp13` runs the declared plan).') if table.empty "
-             "else table"),
-    ("code", "fig = an.steps_figure(df)\n"
-             "an.show(fig) if fig is not None else an.markdown('Not drawn: no experiment 13 study runs.')"),
+    ("code", "an.exp13_first_edition.show('tables/exp13_steps_to_target.md')"),
+    ("code", "an.exp13_first_edition.show('figures/exp13_steps_to_target.png')"),
     ("md", "## First edition (superseded): reading, by its own rules as declared then"),
-    ("code", "an.markdown(an.rq5_reading(df))"),
+    ("code", "an.exp13_first_edition.show('readings/rq5_reading.md')"),
 ]
 
 

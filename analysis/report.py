@@ -21,6 +21,7 @@ import pandas as pd  # noqa: E402
 from .advisor import runs as advisor_runs  # noqa: E402
 from . import catalogue as ct  # noqa: E402
 from . import figures as fg  # noqa: E402
+from . import frozen as fz  # noqa: E402
 from . import page as pg  # noqa: E402
 from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
@@ -117,6 +118,12 @@ def link_fits_for(runs: Path) -> Path:
     return advisor_runs.COMMITTED_LINK_FITS if committed else advisor_runs.advisor.CHECK_ROOT
 
 
+def frozen_for(runs: Path) -> tuple:
+    """The superseded editions the plug-ins keep as files (analysis/frozen.py) that the report of `runs` copies in:
+    all of them for the committed reference, whose runs they were drawn from; none for any other runs."""
+    return ct.plugged("FROZEN") if Path(runs).resolve() == committed_runs().resolve() else ()
+
+
 def refuse_committed_place(runs: Path, out: Path) -> None:
     """Only the committed reference's runs may write the committed report (or anything under results/reference)."""
     out, base = out.resolve(), COMMITTED_REPORT.resolve()
@@ -181,10 +188,13 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
     df = load_report_study(runs, logs)
     source = made_from(df, runs)
     inputs = ct.Inputs(df, rf.load_reference(), source, machine_cores(runs), runs, link_fits_for(runs))
-    tables = build_tables(inputs, out / "tables")
+    frozen = frozen_for(runs)
+    tables = build_tables(inputs, out / "tables") + fz.copy_into(frozen, out, "tables")
     worker, nb_result = _start_notebooks(out, runs, logs) if notebooks else (None, {})
     captions: dict = {}
     figs, skipped = build_figures(inputs, out / "figures", captions=captions)
+    figs += fz.copy_into(frozen, out, "figures")
+    captions.update(fz.captions(frozen))
     problems, breaches = invariant_breaches(list(df.attrs.get("problems", [])), out / "tables", source)
     tables += breaches
     write_index(out, source, tables, figs, skipped, problems)
@@ -194,8 +204,10 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
         if "error" in nb_result:
             raise nb_result["error"]
         nbs = nb_result["paths"]
+    catalogue = pg.Catalogue.of((*ct.TABLES, *fz.entries(frozen, "tables")),
+                                (*ct.FIGURES, *fz.entries(frozen, "figures")), ct.runs_read)
     page = pg.write_page(pg.PageInputs(out, source, df, tables, figs, captions, skipped, problems,
-                                       pg.notebook_pages(nbs), pg.Catalogue.of(ct.TABLES, ct.FIGURES, ct.runs_read)))
+                                       pg.notebook_pages(nbs), catalogue))
     info = {"runs": int((df["kind"] == "run").sum()), "tables": len(tables), "figures": len(figs),
             "skipped": skipped, "problems": problems, "notebooks": [str(p) for p in nbs],
             "page": str(page), "seconds": round(time.perf_counter() - t0, 2), "out": str(out)}

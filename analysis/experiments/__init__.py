@@ -7,4 +7,6 @@ A plug-in module may declare
     TABLES, FIGURES   its catalogue entries (analysis.entries.Table, Figure), listed by the report in the order of the
                       plug-ins' names, after the thesis's experiments' own
     EXPORTS           the names `import analysis as an` offers (an.<name>), e.g. for the notebooks
+    FROZEN            a superseded edition's files, kept as last drawn (analysis.frozen.Frozen): the committed report
+                      copies them in, instead of entries whose code is gone
 """
