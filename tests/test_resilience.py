@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -423,3 +424,47 @@ def test_a_run_file_replaced_by_a_folder_is_one_line_naming_it(tmp_path, capsys,
     assert train_in_process(cfg, tmp_path, "c", "--resume", "auto") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{path} is a folder, not the run's file" in err, err
+
+
+# ---- issue 65: the committed reference reruns bit for bit, through a preemption and a resume --------------------------
+REFERENCE_RUN = REPO / "results" / "reference" / "vm-2cpu" / "05_linear_scaling" / "w32-s0"
+TIMINGS = {"time", "epoch_time", "data_share", "data_s", "compute_s", "comm_s", "batch_time", "batch_time_avg",
+           "data_time", "data_time_avg"}
+
+
+def numbers_of(records: list[dict], epochs: set[int], keys: dict[str, set[str]]) -> list[dict]:
+    """The iter and epoch records of these epochs, each cut to its kind's `keys` less the timings."""
+    return [{k: r[k] for k in keys[r["kind"]] - TIMINGS} for r in records
+            if r["kind"] in ("iter", "epoch") and r["epoch"] in epochs]
+
+
+@pytest.mark.slow
+def test_the_committed_reference_run_reruns_its_first_epochs_bit_for_bit_through_a_preemption(tmp_path):
+    """Its config.json trained again with the kernels and threads it ran with: epoch 0 as committed; preempted in
+    epoch 1 and resumed from the checkpoint, epoch 1 too. Only on the CPU model it was measured on (machine.toml:
+    the same ISA and threads make it bit-identical there)."""
+    from contract.machine import cpuinfo
+
+    measured_on = tomllib.loads((REFERENCE_RUN.parents[1] / "machine.toml").read_text())["cpu_model"]
+    model, flags = cpuinfo()
+    if model != measured_on or "avx2" not in flags:
+        pytest.skip(f"the reference ran on an {measured_on} with AVX2 kernels; this is {model}")
+    run_dir = tmp_path / REFERENCE_RUN.name
+    run_dir.mkdir()
+    (run_dir / "config.json").write_bytes((REFERENCE_RUN / "config.json").read_bytes())
+    env = trainer_env(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
+    for epoch, extra in ((0, ()), (1, ("--resume", "auto"))):  # each attempt stopped once its epoch is recorded
+        proc = subprocess.Popen([sys.executable, "-m", "trainers", "train", str(run_dir / "config.json"), *extra],
+                                env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        deadline = time.time() + 300
+        while not [r for r in read_metrics(run_dir).of("epoch") if r["epoch"] == epoch] and time.time() < deadline:
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == 4, proc.stderr.read()[-2000:]
+    committed, rerun = read_metrics(REFERENCE_RUN).records, read_metrics(run_dir).records
+    keys = {kind: {k for r in committed if r["kind"] == kind for k in r} for kind in ("iter", "epoch")}  # (fewer)
+    assert numbers_of(rerun, {0, 1}, keys) == numbers_of(committed, {0, 1}, keys)
+    assert len(numbers_of(rerun, {0, 1}, keys)) == 6  # iterations 0 and 62 and the epoch record, of each epoch
+    assert "=> resumed from the checkpoint at epoch 1" in (run_dir / "train.log").read_text()
