@@ -25,8 +25,6 @@ def steps(tmp_path, name: str, nproc: int, *extra, nodes: int = 1) -> dict:
     out, port = tmp_path / f"{name}.json", str(free_port())
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(nproc),
                "--master-addr", "127.0.0.1", "--master-port", port]
-    if nodes == 1:
-        command += ["--standalone"]
     runs = [subprocess.Popen([*command, *(["--node-rank", str(node)] if nodes > 1 else []), "-m", "tests.fsdp_steps",
                               "--out", str(out), *map(str, extra)], cwd=REPO, env=trainer_env(), text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for node in range(nodes)]
