@@ -1,4 +1,5 @@
-"""Command line: python -m analysis {report, tensorboard, throughput, cost, bench-parse, bench-report, headline}."""
+"""Command line: python -m analysis {report, tensorboard, throughput, cost, headline, advise} (its benchmarks on
+generated records: python -m tests.bench_analysis)."""
 from __future__ import annotations
 
 import argparse
@@ -104,21 +105,6 @@ def cmd_cost(args) -> int:
     return 0
 
 
-def cmd_bench_parse(args) -> int:
-    from .bench import bench_parse
-
-    bench_parse(args.lines, args.format, args.repeat)
-    return 0
-
-
-def cmd_bench_report(args) -> int:
-    from .bench import bench_report
-    from .report import make_report
-
-    bench_report(make_report, args.runs, notebooks=not args.no_notebooks)
-    return 0
-
-
 def cmd_headline(args) -> int:
     from .headline import COPIES, write_all
 
@@ -203,15 +189,6 @@ def main(argv=None) -> int:
     k.add_argument("--gpus", type=int, default=None, help="the node scale's GPUs a node (default: "
                    "experiments/scales.toml [node.study] gpus, 8)")
     k.set_defaults(fn=cmd_cost)
-    b = sub.add_parser("bench-parse", help="parse speed on a generated million-line log")
-    b.add_argument("--lines", type=int, default=1_000_000)
-    b.add_argument("--format", default="early-2019", choices=["early-2019", "progressmeter-2019", "current"])
-    b.add_argument("--repeat", type=int, default=3)
-    b.set_defaults(fn=cmd_bench_parse)
-    c = sub.add_parser("bench-report", help="time the report on generated run folders")
-    c.add_argument("--runs", type=int, default=50)
-    c.add_argument("--no-notebooks", action="store_true")
-    c.set_defaults(fn=cmd_bench_report)
     h = sub.add_parser("headline", help="the README's headline, copied from results/tables/orderings.md")
     h.add_argument("--write", action="store_true", help="put it into README.md (make reference-report does)")
     h.set_defaults(fn=cmd_headline)

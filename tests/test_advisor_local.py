@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from analysis import synth
+from tests import synth_records as synth
 from analysis.advisor import local as advisor_local, model as advisor
 from analysis.advisor.model import Link
 from tests.test_advisor_runs import CPU, INTER, INTRA, STEP, parts  # noqa: F401 -- the same parts

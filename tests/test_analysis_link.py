@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 
 from analysis import catalogue as ct  # noqa: E402
 from analysis import link as lk  # noqa: E402
-from analysis import synth  # noqa: E402
+from tests import synth_records as synth  # noqa: E402
 from analysis import tables as tb  # noqa: E402
 from analysis.report import build_figures, build_tables  # noqa: E402
 from analysis.runs import load_study  # noqa: E402

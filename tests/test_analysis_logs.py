@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import logs, synth
+from analysis import logs
+from tests import synth_records as synth
 from analysis.logs import parse_log
 from analysis.numbers import log_throughput
 

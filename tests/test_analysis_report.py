@@ -185,7 +185,7 @@ def test_report_of_a_missing_runs_folder_is_one_line(tmp_path, capsys):
 
 def _quick_study(root: Path) -> Path:
     """A QUICK study's folder: 1 seed of 2 epochs of experiments 4 and 5, as `make exp4 QUICK=1` leaves it."""
-    from analysis import synth
+    from tests import synth_records as synth
 
     for exp in ("04_naive_scaling", "05_linear_scaling"):
         for gpus, acc in ((1, 6.0), (2, 5.0)):
@@ -236,7 +236,7 @@ def test_a_schedules_figure_of_the_thesis_alone_names_no_runs():
 def test_a_smoke_run_is_known_by_its_quick_settings_or_its_step_cap(tmp_path):
     """The writer decides (the manifest's `smoke`), the report reads only that: every [quick] setting of the scale
     in the config at the start, or the step cap at the end."""
-    from analysis import synth
+    from tests import synth_records as synth
     from analysis.smoke import is_smoke_run
     from contract.plan import carries_quick
     from contract.runfolder import RunFolder
@@ -264,7 +264,7 @@ def test_a_smoke_run_is_known_by_its_quick_settings_or_its_step_cap(tmp_path):
 def test_the_studys_closing_table_never_places_a_smoke_run_beside_the_thesis(tmp_path):
     """The console's comparison after `make exp4 QUICK=1` (studies/progress.py) as the report's: no thesis value
     beside a smoke run's accuracy."""
-    from analysis import synth
+    from tests import synth_records as synth
     from analysis.compare import comparison_frame
 
     def entry(run_dir):

@@ -301,7 +301,7 @@ def test_numerics_label_and_runs_from_before_it_read_as_fp32():
 
 
 def _bench(root, experiment, run, gpus, batch_s, train=None, scale="gpu", per_gpu_batch=64):
-    from analysis import synth
+    from tests import synth_records as synth
 
     return synth.write_run(root, experiment, run, scale=scale, framework="pytorch", gpus=gpus,
                            per_gpu_batch=per_gpu_batch, bench_batches=220, warmup_batches=10, batch_s=batch_s,
@@ -369,7 +369,7 @@ def test_thesis_rows_match_only_fp32_runs(tmp_path):
 
 
 def test_a_quality_configuration_in_fp32_and_bf16_gives_two_rows(tmp_path):
-    from analysis import synth
+    from tests import synth_records as synth
 
     synth.write_run(tmp_path, "05_linear_scaling", "w1-s0", final_acc=60.0)
     synth.write_run(tmp_path, "05_linear_scaling", "w1-bf16-cl-s0", final_acc=50.0, train_extra=BF16_CL)
@@ -396,7 +396,7 @@ def test_the_thesis_column_of_the_comparison_is_for_fp32_runs_only():
 
 # ---- W workers over P processes: the frame counts W (gpus) and records P (processes) ----------------------------
 def test_a_run_of_8_workers_over_2_processes_reads_as_8_workers_and_records_its_2_processes(tmp_path):
-    from analysis import synth
+    from tests import synth_records as synth
 
     for run, processes in (("node-w8-p2", 2), ("node-w8-p8", 8)):
         synth.write_run(tmp_path, "02_throughput_local_data_parallel", run, scale="node", gpus=8, processes=processes,
@@ -412,7 +412,7 @@ def test_a_run_of_8_workers_over_2_processes_reads_as_8_workers_and_records_its_
 
 
 def test_a_manifest_without_world_size_reads_as_processes_unknown(tmp_path):
-    from analysis import synth
+    from tests import synth_records as synth
 
     old = synth.write_run(tmp_path, "01_throughput_single_gpu", "old", scale="gpu", per_gpu_batch=64,
                           bench_batches=220, warmup_batches=10, batch_s=0.2)
@@ -428,7 +428,7 @@ def test_a_manifest_without_world_size_reads_as_processes_unknown(tmp_path):
 
 
 def test_run_value_of_a_run_without_throughput_rows_is_nan_not_a_keyerror(tmp_path):
-    from analysis import synth
+    from tests import synth_records as synth
     from analysis.compare import run_value
 
     quality = synth.write_run(tmp_path, "05_linear_scaling", "w2-s0", gpus=2, final_acc=60.0)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import synth
+from tests import synth_records as synth
 from analysis.compare import WIDTH, comparison_text, drawing_machine, fitted
 from analysis.machines import REFERENCE_ROOT
 from tests.helpers import REPO

@@ -79,7 +79,7 @@ def test_the_headline_draws_one_series_a_framework_and_the_thesiss_beside_it():
 
 
 def quality_runs(tmp_path: Path, smoke: bool) -> pd.DataFrame:
-    from analysis import synth
+    from tests import synth_records as synth
     from analysis.runs import load_study
 
     extra = {"smoke": True} if smoke else None

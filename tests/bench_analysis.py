@@ -1,16 +1,25 @@
-"""Benchmarks (commands, not timed tests): parse speed on a million-line log, report time on fifty runs."""
+"""The analysis's benchmarks on generated records (commands, not timed tests), from the repository's root:
+
+    python -m tests.bench_analysis parse [--lines N] [--format F] [--repeat R]   parse speed on a million-line log
+    python -m tests.bench_analysis report [--runs N] [--no-notebooks]           the report's time on fifty runs
+
+They live beside the generator they time the analysis on (tests/synth_records.py, the tests' made-up records),
+which the product does not ship.
+"""
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from analysis.logs import parse_log
+from analysis.numbers import log_throughput
+from analysis.report import make_report
 from contract.runfolder import LOG
-
-from . import synth
-from .logs import parse_log
-from .numbers import log_throughput
+from tests import synth_records as synth
 
 
 def bench_parse(lines: int = 1_000_000, fmt: str = "early-2019", repeat: int = 3) -> dict:
@@ -40,8 +49,8 @@ def bench_parse(lines: int = 1_000_000, fmt: str = "early-2019", repeat: int = 3
     return res
 
 
-def bench_report(make_report, n_runs: int = 50, notebooks: bool = True) -> dict:
-    """make_report (analysis.report's, handed in by the command) timed on n_runs made-up runs."""
+def bench_report(n_runs: int = 50, notebooks: bool = True) -> dict:
+    """analysis.report's make_report timed on n_runs made-up runs."""
     with tempfile.TemporaryDirectory() as d:
         runs, out = Path(d) / "runs", Path(d) / "out"
         t0 = time.perf_counter()
@@ -57,3 +66,25 @@ def bench_report(make_report, n_runs: int = 50, notebooks: bool = True) -> dict:
           f"({info['tables']} table files, {info['figures']} figure files, {len(info['notebooks'])} notebooks; "
           f"load average {load:.1f})")
     return {"runs": info["runs"], "seconds": took, "notebooks": notebooks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.bench_analysis", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="bench", required=True)
+    parse = sub.add_parser("parse", help="parse speed on a generated million-line log")
+    parse.add_argument("--lines", type=int, default=1_000_000)
+    parse.add_argument("--format", default="early-2019", choices=["early-2019", "progressmeter-2019", "current"])
+    parse.add_argument("--repeat", type=int, default=3)
+    report = sub.add_parser("report", help="time the report on generated run folders")
+    report.add_argument("--runs", type=int, default=50)
+    report.add_argument("--no-notebooks", action="store_true")
+    args = ap.parse_args(argv)
+    if args.bench == "parse":
+        bench_parse(args.lines, args.format, args.repeat)
+    else:
+        bench_report(args.runs, notebooks=not args.no_notebooks)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

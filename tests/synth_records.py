@@ -1,22 +1,24 @@
-"""Synthetic run folders and logs that follow the run-folder contract and the upstream formats exactly.
+"""Synthetic run folders and logs for the tests, that follow the run-folder contract and the upstream formats exactly.
 
 Run folders are written with the trainer's own writer (contract.runfolder) and learning rates computed with its own
 policy functions (contract.lr), so a fixture cannot drift from what a real run writes.
 
-Used by the benchmarks (a million-line log, fifty runs) and by tests/fixtures/analysis/make_fixtures.py. The
-numbers are made up (a smooth curve plus seeded noise); only the shapes and formats are real.
+Used by the tests, by tests/fixtures/analysis/make_fixtures.py and by the analysis benchmarks
+(tests/bench_analysis.py: a million-line log, fifty runs). The numbers are made up (a smooth curve plus seeded
+noise); only the shapes and formats are real.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import zlib
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from analysis import numbers as nb
 from contract import lr, runfolder
-
-from . import numbers as nb
 
 
 def pytorch_train_line(fmt: str, epoch: int, i: int, n: int, t: float, ta: float, d: float, da: float,
@@ -127,74 +129,122 @@ class _Clock:
         return self.now
 
 
-def write_run(root: str | Path, experiment: str, run: str, *, scale: str = "local", framework: str = "pytorch",
-              gpus: int = 1, per_gpu_batch: int = 32, epochs: int = 6, epochs_done: int | None = None,
-              status: str = "completed", seed: int = 0, warmup: str = "none", warmup_epochs: float = 0,
-              scaling: str = "linear", base_lr: float = 0.1, base_batch: int = 256, decay: str = "milestones",
-              milestones=(3, 4, 5), step_every: int = 30, bench_batches: int = 0, warmup_batches: int = 0,
-              iters_per_epoch: int = 20, print_freq: int = 5,
-              final_acc: float = 70.0, start: float = 1_700_000_000.0, batch_s: float = 0.05,
-              first_batch_s: float = 0.5, truncate_tail: bool = False,
-              train_extra: dict | None = None, processes: int | None = None, backend: str | None = None,
-              comm_share: float = 0.0, manifest_extra: dict | None = None) -> Path:
-    """One run folder written by the trainer's own writer (contract.runfolder), with made-up numbers.
-    train_extra: more [train] keys, e.g. {"precision": "bf16", "channels_last": True}; processes: the launch's P for
-    `gpus` = W workers over P processes (default: one process a worker); backend: ddp, horovod... (default: emulated
-    or single); comm_share: the bench record's share of its timed steps spent communicating; manifest_extra: more
-    manifest fields, e.g. {"link": "100mbit", "hosts": ["n1", "n2"]}."""
+@dataclass(frozen=True)
+class RunSpec:
+    """What a made-up run is: every setting write_run takes by keyword, with the defaults of a small local run."""
+
+    scale: str = "local"
+    framework: str = "pytorch"
+    gpus: int = 1  # W workers
+    processes: int | None = None  # the launch's P for W workers (default: one process a worker)
+    backend: str | None = None  # ddp, horovod... (default: emulated or single)
+    per_gpu_batch: int = 32
+    seed: int = 0
+    epochs: int = 6
+    epochs_done: int | None = None  # fewer than epochs: a run that stopped (status) after these
+    status: str = "completed"  # or diverged, failed, preempted, running
+    warmup: str = "none"
+    warmup_epochs: float = 0
+    scaling: str = "linear"
+    base_lr: float = 0.1
+    base_batch: int = 256
+    decay: str = "milestones"
+    milestones: tuple = (3, 4, 5)
+    step_every: int = 30
+    bench_batches: int = 0  # a throughput benchmark: part of one epoch, and its bench record
+    warmup_batches: int = 0
+    iters_per_epoch: int = 20
+    print_freq: int = 5
+    final_acc: float = 70.0
+    start: float = 1_700_000_000.0  # the simulated clock's start (fixtures are deterministic)
+    batch_s: float = 0.05
+    first_batch_s: float = 0.5
+    comm_share: float = 0.0  # the bench record's share of its timed steps spent communicating
+    truncate_tail: bool = False  # end the records with one cut in half, as a kill leaves it
+    train_extra: dict | None = None  # more [train] keys, e.g. {"precision": "bf16"}
+    manifest_extra: dict | None = None  # more manifest fields, e.g. {"link": "100mbit"}
+
+    @property
+    def epochs_run(self) -> int:
+        return 1 if self.bench_batches else self.epochs  # a throughput benchmark trains part of one epoch
+
+    @property
+    def done(self) -> int:
+        return self.epochs_run if self.epochs_done is None else self.epochs_done
+
+    @property
+    def resolved_backend(self) -> str:
+        return self.backend or ("emulated" if self.scale == "local" and self.gpus > 1 else "single")
+
+
+def write_run(root: str | Path, experiment: str, run: str, **settings) -> Path:
+    """One run folder written by the trainer's own writer (contract.runfolder), with made-up numbers; settings:
+    RunSpec's fields (an unknown one is a TypeError)."""
+    spec = RunSpec(**settings)
     d = Path(root) / experiment / run
-    if bench_batches:
-        epochs = 1  # a throughput benchmark trains part of one epoch
-    rng = random.Random(zlib.crc32(f"{experiment}/{run}/{seed}".encode()))
-    target, sched = planned_schedule(gpus=gpus, per_gpu_batch=per_gpu_batch, epochs=epochs, warmup=warmup,
-                                     warmup_epochs=warmup_epochs, scaling=scaling, base_lr=base_lr,
-                                     base_batch=base_batch, decay=decay, milestones=milestones, step_every=step_every)
-    backend = backend or ("emulated" if scale == "local" and gpus > 1 else "single")
-    config = {
-        "experiment": experiment, "run": run, "scale": scale,
-        "model": {"name": "resnet8" if scale == "local" else "resnet50", "num_classes": 12 if scale == "local" else 1000},
-        "data": {"kind": "generated" if scale == "local" else "imagefolder", "path": None, "image_size": 16,
-                 "loader_workers": 2},
-        "train": {"epochs": epochs, "per_worker_batch": per_gpu_batch, "workers": gpus, "backend": "auto",
-                  "seed": seed, "print_freq": print_freq, **(train_extra or {})},
-        "optim": {"name": "sgd", "momentum": 0.9, "weight_decay": 1e-4},
-        "lr": {"base": base_lr, "base_batch": base_batch, "scaling": scaling, "warmup": warmup,
-               "warmup_epochs": warmup_epochs, "decay": decay, "step_every": step_every,
-               "milestones": list(milestones), "gamma": 0.1},
-        "bench": {"batches": bench_batches, "warmup_batches": warmup_batches},
-        "resolved": {"world_size": gpus, "global_batch": per_gpu_batch * gpus, "lr": target, "framework": framework,
-                     "backend": backend, "schedule": sched},
-    }
-    clock = _Clock(start)
+    target, sched = spec_schedule(spec)
+    clock = _Clock(spec.start)
     out = runfolder.RunFolder(d, writes=True, echo=False, clock=clock)
-    out.begin(config, **{"start": _iso(start), "hosts": ["localhost"], "backend": backend, "launcher": "none",
-                         "devices": ["cpu"], "seed": seed, "world_size": processes or gpus, "workers": gpus,
-                         "machine": {"torch": "2.14.1"}, "smoke": False,  # the made-up torch below
-                         "versions": {"python": "3.11", "torch": "2.14.1", "torchvision": "0.29.1", "horovod": None},
-                         "git_commit": None, **(manifest_extra or {})})
-    done = epochs if epochs_done is None else epochs_done
-    train = _Training(out, clock, rng, per_gpu_batch * gpus, epochs, done, status, print_freq, batch_s, first_batch_s)
-    train.comm_share = comm_share
-    if bench_batches:
-        avg199 = train.iterations(0, bench_batches, sched[0] if sched else target)
-        train.bench(per_gpu_batch, gpus, bench_batches, warmup_batches, sched[0], avg199)
+    out.begin(run_config(spec, experiment, run, target, sched), **manifest_fields(spec))
+    rng = random.Random(zlib.crc32(f"{experiment}/{run}/{spec.seed}".encode()))
+    train = _Training(out, clock, rng, spec)
+    if spec.bench_batches:
+        avg199 = train.iterations(0, spec.bench_batches, sched[0] if sched else target)
+        train.bench(spec.bench_batches, spec.warmup_batches, sched[0], avg199)
     else:
-        for e in range(done):
+        for e in range(spec.done):
             ep_start = clock.now
-            train.iterations(e, iters_per_epoch, sched[e] if e < len(sched) else target)
-            train.epoch(e, sched[e], final_acc, ep_start, iters_per_epoch)
-    _close(out, d, status, done, clock, truncate_tail)
+            train.iterations(e, spec.iters_per_epoch, sched[e] if e < len(sched) else target)
+            train.epoch(e, sched[e], spec.final_acc, ep_start, spec.iters_per_epoch)
+    _close(out, d, spec.status, spec.done, clock, spec.truncate_tail)
     return d
+
+
+def spec_schedule(spec: RunSpec) -> tuple[float, list[float]]:
+    """(target rate, rate of each epoch) of a made-up run."""
+    return planned_schedule(gpus=spec.gpus, per_gpu_batch=spec.per_gpu_batch, epochs=spec.epochs_run,
+                            warmup=spec.warmup, warmup_epochs=spec.warmup_epochs, scaling=spec.scaling,
+                            base_lr=spec.base_lr, base_batch=spec.base_batch, decay=spec.decay,
+                            milestones=spec.milestones, step_every=spec.step_every)
+
+
+def run_config(spec: RunSpec, experiment: str, run: str, target: float, sched: list[float]) -> dict:
+    """The run's config.json, resolved as the trainer resolves it."""
+    local = spec.scale == "local"
+    return {
+        "experiment": experiment, "run": run, "scale": spec.scale,
+        "model": {"name": "resnet8" if local else "resnet50", "num_classes": 12 if local else 1000},
+        "data": {"kind": "generated" if local else "imagefolder", "path": None, "image_size": 16,
+                 "loader_workers": 2},
+        "train": {"epochs": spec.epochs_run, "per_worker_batch": spec.per_gpu_batch, "workers": spec.gpus,
+                  "backend": "auto", "seed": spec.seed, "print_freq": spec.print_freq, **(spec.train_extra or {})},
+        "optim": {"name": "sgd", "momentum": 0.9, "weight_decay": 1e-4},
+        "lr": {"base": spec.base_lr, "base_batch": spec.base_batch, "scaling": spec.scaling, "warmup": spec.warmup,
+               "warmup_epochs": spec.warmup_epochs, "decay": spec.decay, "step_every": spec.step_every,
+               "milestones": list(spec.milestones), "gamma": 0.1},
+        "bench": {"batches": spec.bench_batches, "warmup_batches": spec.warmup_batches},
+        "resolved": {"world_size": spec.gpus, "global_batch": spec.per_gpu_batch * spec.gpus, "lr": target,
+                     "framework": spec.framework, "backend": spec.resolved_backend, "schedule": sched},
+    }
+
+
+def manifest_fields(spec: RunSpec) -> dict:
+    """What the run's manifest.json begins with (torch 2.14.1: made up, as the numbers are)."""
+    return {"start": _iso(spec.start), "hosts": ["localhost"], "backend": spec.resolved_backend, "launcher": "none",
+            "devices": ["cpu"], "seed": spec.seed, "world_size": spec.processes or spec.gpus, "workers": spec.gpus,
+            "machine": {"torch": "2.14.1"}, "smoke": False,
+            "versions": {"python": "3.11", "torch": "2.14.1", "torchvision": "0.29.1", "horovod": None},
+            "git_commit": None, **(spec.manifest_extra or {})}
 
 
 class _Training:
     """The records of made-up training, written through the trainer's writer on the simulated clock."""
 
-    def __init__(self, out: runfolder.RunFolder, clock: _Clock, rng: random.Random, global_batch: int, epochs: int,
-                 done: int, status: str, print_freq: int, batch_s: float, first_batch_s: float):
-        self.out, self.clock, self.rng, self.gb, self.epochs, self.done = out, clock, rng, global_batch, epochs, done
-        self.status, self.print_freq, self.batch_s, self.first_batch_s = status, print_freq, batch_s, first_batch_s
-        self.comm_share = 0.0  # of a bench record's timed steps
+    def __init__(self, out: runfolder.RunFolder, clock: _Clock, rng: random.Random, spec: RunSpec):
+        self.out, self.clock, self.rng, self.spec = out, clock, rng, spec
+        self.gb, self.epochs, self.done = spec.per_gpu_batch * spec.gpus, spec.epochs_run, spec.done
+        self.status, self.print_freq, self.batch_s, self.first_batch_s = (spec.status, spec.print_freq, spec.batch_s,
+                                                                          spec.first_batch_s)
 
     def iterations(self, e: int, n_iter: int, rate: float) -> float | None:
         """One epoch's iterations (an iter record and a train.log line every print_freq-th); returns the running
@@ -218,10 +268,9 @@ class _Training:
                                                 50.0, 50.0, 80.0, 80.0))
         return avg199
 
-    def bench(self, per_gpu_batch: int, gpus: int, n_iter: int, warmup_batches: int, rate: float,
-              avg199: float | None) -> None:
-        steps, c = n_iter - warmup_batches, self.comm_share
-        self.out.record("bench", per_worker_batch=per_gpu_batch, world_size=gpus, batches=n_iter,
+    def bench(self, n_iter: int, warmup_batches: int, rate: float, avg199: float | None) -> None:
+        steps, c = n_iter - warmup_batches, self.spec.comm_share
+        self.out.record("bench", per_worker_batch=self.spec.per_gpu_batch, world_size=self.spec.gpus, batches=n_iter,
                         warmup_batches=warmup_batches, lr=rate, images_per_s_steady=self.gb / self.batch_s,
                         images_per_s_thesis=self.gb / avg199 if avg199 else None, batch_time_avg_at_199=avg199,
                         data_share=0.3, data_s=0.3 * (1 - c) * self.batch_s * steps,
@@ -260,34 +309,33 @@ def _close(out: runfolder.RunFolder, d: Path, status: str, done: int, clock: _Cl
             f.write(last[: len(last) // 2])
 
 
-def write_study(root: str | Path, n_runs: int = 50) -> list[Path]:
-    """About n_runs local-scale runs across experiments 1-9 (throughput studies and seeded quality studies)."""
-    out = []
-    k = 0
+QUALITY = [(4, "04_naive_scaling", "none", 0, "none"), (5, "05_linear_scaling", "none", 0, "linear"),
+           (6, "06_stepping_warmup", "stepping", 1, "linear"), (7, "07_small_batch", "stepping", 1, "linear"),
+           (8, "08_gradual_warmup", "gradual", 1, "linear"), (9, "09_gradual_warmup_10", "gradual", 2, "linear")]
+
+
+def throughput_runs():
+    """(experiment, run, settings) of experiments 1-3's benchmarks, PyTorch and Horovod+PyTorch at each worker count."""
     for exp, name in ((1, "01_throughput_single_gpu"), (2, "02_throughput_local"), (3, "03_throughput_multi_node")):
         for fw in ("pytorch", "horovod+pytorch"):
             for g in {1: (1,), 2: (1, 2, 4), 3: (1, 8, 32)}[exp]:
-                if k >= n_runs:
-                    return out
-                out.append(write_run(root, name, f"{fw.replace('+', '-')}-w{g}", framework=fw, gpus=g,
-                                     per_gpu_batch=32, bench_batches=220, warmup_batches=10,
-                                     batch_s=0.05 * (1 + 0.02 * g), first_batch_s=0.5 + (0.5 if fw == "pytorch" else 0)))
-                k += 1
-    quality = [(4, "04_naive_scaling", "none", 0, "none"), (5, "05_linear_scaling", "none", 0, "linear"),
-               (6, "06_stepping_warmup", "stepping", 1, "linear"), (7, "07_small_batch", "stepping", 1, "linear"),
-               (8, "08_gradual_warmup", "gradual", 1, "linear"), (9, "09_gradual_warmup_10", "gradual", 2, "linear")]
-    seed = 0
-    while k < n_runs:
-        for exp, name, wk, we, sc in quality:
-            for g in (1, 8, 32):
-                if k >= n_runs:
-                    return out
-                out.append(write_run(root, name, f"w{g}-s{seed}", framework="horovod+pytorch" if g > 1 else "pytorch",
-                                     gpus=g, per_gpu_batch=8 if exp != 7 else 2, epochs=18, seed=seed,
-                                     warmup=wk, warmup_epochs=we, scaling=sc, iters_per_epoch=200,
-                                     print_freq=10, milestones=(6, 12, 16),
-                                     final_acc=60 - g / 4))
-                k += 1
-        seed += 1
-    return out
+                yield name, f"{fw.replace('+', '-')}-w{g}", dict(
+                    framework=fw, gpus=g, per_gpu_batch=32, bench_batches=220, warmup_batches=10,
+                    batch_s=0.05 * (1 + 0.02 * g), first_batch_s=0.5 + (0.5 if fw == "pytorch" else 0))
 
+
+def quality_runs():
+    """(experiment, run, settings) of experiments 4-9 at 1, 8 and 32 workers, seed 0, then 1, ... without end."""
+    for seed in itertools.count():
+        for exp, name, warmup, warmup_epochs, scaling in QUALITY:
+            for g in (1, 8, 32):
+                yield name, f"w{g}-s{seed}", dict(
+                    framework="horovod+pytorch" if g > 1 else "pytorch", gpus=g, per_gpu_batch=8 if exp != 7 else 2,
+                    epochs=18, seed=seed, warmup=warmup, warmup_epochs=warmup_epochs, scaling=scaling,
+                    iters_per_epoch=200, print_freq=10, milestones=(6, 12, 16), final_acc=60 - g / 4)
+
+
+def write_study(root: str | Path, n_runs: int = 50) -> list[Path]:
+    """n_runs local-scale runs: experiments 1-3's throughput runs first, then seeded quality runs of 4-9."""
+    runs = itertools.islice(itertools.chain(throughput_runs(), quality_runs()), n_runs)
+    return [write_run(root, experiment, run, **settings) for experiment, run, settings in runs]
