@@ -259,10 +259,10 @@ def save_state(s, state: TrainState, partial: Sums) -> None:
     })
 
 
-def restore_state(path: Path, run, backend, model, optimizer, compute: compute.Compute,
-                  epochs: int, steps: int) -> TrainState:
+def restore_state(path: Path, run, backend, model, optimizer, c: compute.Compute, *, epochs: int,
+                  steps: int) -> TrainState:
     """The checkpoint at `path` (of a run of `epochs` epochs of `steps` steps) into the model, optimizer, fp16's
-    scaler and skipped-step counter and the generators; its TrainState returned; the run files beyond it cut."""
+    scaler and skipped-step counter (`c`) and the generators; its TrainState returned; the run files beyond it cut."""
     saved = load(path)
     state = TrainState.from_entries(saved)
     check_position(path, state.epoch, state.step, epochs, steps)
@@ -272,8 +272,8 @@ def restore_state(path: Path, run, backend, model, optimizer, compute: compute.C
         problem = optimizer_state_problem(optimizer)
         if problem:
             raise ValueError(problem)
-        compute.load_state_dict(saved["scaler"])
-        compute.skipped.fill_(state.epoch_skipped_steps)
+        c.load_state_dict(saved["scaler"])
+        c.skipped.fill_(state.epoch_skipped_steps)
         restore_rng(state.rng)
     # what was written after this checkpoint will be written again: cut it, or the files would hold it twice
     dropped = run.cut_back(saved["run_files"])

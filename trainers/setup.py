@@ -131,7 +131,8 @@ def build_setup(cfg: Config, run_dir: Path, backend_name: str, launch: backends.
     per_shard_batch = t.per_worker_batch * b.batch_multiplier
     sampler = data.StepBatchSampler(len(train_ds), b.shards(), per_shard_batch, seed=t.seed, shuffle=True)
     if resuming:
-        state = checkpoint.restore_state(run_dir / CHECKPOINT, run, b, model, optimizer, c, t.epochs, len(sampler))
+        state = checkpoint.restore_state(run_dir / CHECKPOINT, run, b, model, optimizer, c, epochs=t.epochs,
+                                         steps=len(sampler))
     else:
         state = checkpoint.TrainState()
         b.broadcast_initial_state(model, optimizer)
