@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import workloads
 from contract import lr as lr_policy
 
 SCALES = ("local", "gpu", "node", "thesis")
@@ -39,6 +40,9 @@ NON_TRAINER_TABLES = ("study", "scale")
 IMAGENET_RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
 CIFAR_RESNET_DEPTHS = {"cifar_resnet8": 8, "cifar_resnet14": 14, "cifar_resnet20": 20}
 MODELS = (*IMAGENET_RESNETS, *CIFAR_RESNET_DEPTHS)
+# The data kinds the built-in vision workload reads: ILSVRC-2012 folders, the generated miniature, random tensors.
+# The plug-in workloads (workloads/) declare their own models and data kinds, and train on synthetic data too.
+VISION_DATA_KINDS = ("imagefolder", "generated", "synthetic")
 TF_MODELS = ("resnet50", *CIFAR_RESNET_DEPTHS)  # the Keras models trainers/tf/models.py builds alike
 MAX_GENERATED_SIZE = 512  # px: the generated data set is a miniature (32 px at the local scale)
 # Upper bounds of sizes and counts: far above anything the thesis or the miniature runs, far below what fills a disk
@@ -91,15 +95,15 @@ class BatchTooLarge(ConfigError):
 # ----------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = "resnet50"  # torchvision resnet18/34/50/101, or cifar_resnet8/14/20 for the local scale
-    num_classes: int = 1000
+    name: str = "resnet50"  # torchvision resnet18/34/50/101, cifar_resnet8/14/20 for the local scale, or a plug-in's
+    num_classes: int = 1000  # the ResNets' outputs (a plug-in's model has its own: a GPT's vocabulary)
     width: int = 16  # first-stage channels of the CIFAR-style ResNets
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    kind: str = "imagefolder"  # ILSVRC-2012 folders, the generated miniature, or random tensors (ALLOWED below)
-    path: str = ""  # the ILSVRC-2012 root holding train/ and val/ (imagefolder)
+    kind: str = "imagefolder"  # ILSVRC-2012 folders, the generated miniature, random tensors, or a plug-in's (ALLOWED)
+    path: str = ""  # the ILSVRC-2012 root holding train/ and val/ (imagefolder); a plug-in's data (gpt: a corpus)
     image_size: int = 224
     loader_workers: int = 4  # the thesis's 4 loader threads per GPU
     val_mode: str = "every_rank"  # the thesis's scripts validate the full set on every rank; or "sharded"
@@ -204,8 +208,8 @@ class TelemetryConfig:
 # The values a setting may take, declared once: `validate` refuses any other naming these, and `python -m trainers
 # config` prints them beside the setting.
 ALLOWED: dict[str, tuple[str, ...]] = {
-    "model.name": MODELS,
-    "data.kind": ("imagefolder", "generated", "synthetic"),
+    "model.name": (*MODELS, *workloads.models()),
+    "data.kind": (*VISION_DATA_KINDS, *workloads.data_kinds()),
     "data.val_mode": ("every_rank", "sharded"),
     "data.decoder": ("cpu", "gpu", "pil", "dali"),
     "train.backend": BACKENDS,
@@ -546,6 +550,7 @@ def validate(cfg: Config, need_data: bool = True) -> None:
     for where, allowed in ALLOWED.items():
         if value_of(cfg, where) not in allowed:
             raise ConfigError(f"{where} = {value_of(cfg, where)!r} is not one of {', '.join(allowed)}")
+    check_workload_data(cfg)
     check_ranges(cfg)
     check_data_sizes(cfg)
     check_train_choices(cfg.train)
@@ -557,6 +562,16 @@ def validate(cfg: Config, need_data: bool = True) -> None:
     check_schedule(cfg.lr, cfg.train.epochs)
     check_bench_data_and_backend(cfg, need_data)
     check_tensorflow(cfg)
+
+
+def check_workload_data(cfg: Config) -> None:
+    """A model trains on its workload's data kinds (and synthetic data): a plug-in's on those it declares, the
+    built-in vision models on images."""
+    owner = workloads.owning(cfg.model.name)
+    kinds = (*owner.data_kinds, "synthetic") if owner else VISION_DATA_KINDS
+    if cfg.data.kind not in kinds:
+        raise ConfigError(f"model.name = {cfg.model.name!r} trains on data.kind {' or '.join(map(repr, kinds))}, "
+                          f"not {cfg.data.kind!r}")
 
 
 def check_tensorflow(cfg: Config) -> None:

@@ -8,16 +8,18 @@ line of the folder, and the folder is read as it is, never repaired) and over ev
 (tests/test_run_invariants.py, which also holds the committed report's list of them to the walk's).
 
 Each invariant has a name (INVARIANTS) and reads only what the trainer writes: config.json's resolved global batch,
-stop_at_top1 and max_steps; metrics.jsonl's iter, epoch and eval records; manifest.json's status, epochs_done,
-config_fingerprint and best_val_top1. A record written before a field existed (an epoch record without `steps`,
-before 2026-12-01) is checked on what it holds: its steps are the epoch's iterations, cut where the step cap or
-the evaluation that reached the target ended it, so its images are checked against the steps it trained.
+stop_at_top1, max_steps and model name (a plug-in's tokens a sample, workloads/); metrics.jsonl's iter, epoch, eval
+and bench records; manifest.json's status, epochs_done, config_fingerprint and best_val_top1. A record written
+before a field existed (an epoch record without `steps`, before 2026-12-01) is checked on what it holds: its steps
+are the epoch's iterations, cut where the step cap or the evaluation that reached the target ended it, so its images
+are checked against the steps it trained.
 """
 from __future__ import annotations
 
 import math
 from typing import Iterable
 
+import workloads
 from contract.fingerprint import document_fingerprint
 
 #: name -> what it says, for the lines and the docs
@@ -31,6 +33,8 @@ INVARIANTS = {
     "top1_is_a_percent": "every validation top-1 lies within [0, 100]",
     "manifest_agrees": "the manifest's epochs done (a completed run), fingerprint and best top-1 agree with "
                        "config.json and metrics.jsonl",
+    "bench_tokens_agree": "a bench record's tokens_per_s is its images_per_s_steady times the tokens a sample of "
+                          "its model (workloads/); a model without tokens records none",
 }
 
 
@@ -41,7 +45,8 @@ def check_run(config: dict | None, manifest: dict | None, records: Iterable[dict
     evals = [r for r in records if r.get("kind") == "eval"]
     run = _RunFacts(config or {}, records, evals)
     return [*_epoch_breaches(run, epochs), *_eval_breaches(run, epochs, evals), *_order_breaches(epochs, evals),
-            *_percent_breaches(epochs, evals), *_manifest_breaches(config, manifest, epochs, evals)]
+            *_percent_breaches(epochs, evals), *_manifest_breaches(config, manifest, epochs, evals),
+            *_bench_breaches(config or {}, [r for r in records if r.get("kind") == "bench"])]
 
 
 def epoch_end_steps(config: dict | None, records: Iterable[dict]) -> dict[int, int]:
@@ -156,6 +161,22 @@ def _manifest_breaches(config: dict | None, manifest: dict | None, epochs: list[
     best = manifest.get("best_val_top1")
     if top1s and best is not None and not (_number(best) and 0 <= best <= 100 and best == max(top1s)):
         out.append(f"manifest_agrees: best_val_top1 {best!r}, the best evaluation's is {max(top1s)!r}")
+    return out
+
+
+def _bench_breaches(config: dict, benches: list[dict]) -> list[str]:
+    model = _section(config, "model").get("name")
+    tokens = workloads.tokens_per_sample(model) if isinstance(model, str) else None
+    out = []
+    for r in benches:
+        recorded, images = r.get("tokens_per_s"), r.get("images_per_s_steady")
+        if tokens is None and recorded is not None:
+            out.append(f"bench_tokens_agree: a bench record of {model!r}, a model without tokens, records "
+                       f"tokens_per_s {recorded!r}")
+        elif tokens is not None and _number(images) and not (
+                _number(recorded) and math.isclose(recorded, images * tokens, rel_tol=1e-9)):
+            out.append(f"bench_tokens_agree: a bench record's tokens_per_s {recorded!r} is not its "
+                       f"images_per_s_steady {images!r} x {tokens} tokens a sample of {model!r}")
     return out
 
 

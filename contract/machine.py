@@ -98,3 +98,29 @@ def mismatch(run: dict[str, Any], declared: dict[str, Any]) -> str:
 def key(manifest: dict | None) -> str:
     """The machine part of a run's identity, as one comparable string (contract/reader.py RUN_IDENTITY)."""
     return json.dumps(recorded(manifest if isinstance(manifest, dict) else {}), sort_keys=True)
+
+
+# ---- A GPU's peak: the denominator of MFU (model FLOPs utilisation) ------------------------------------------------
+# Dense tensor-core peaks by precision, FLOP/s, from NVIDIA's datasheets (the sparse figures halved); train.precision
+# "fp32" is strict IEEE fp32 (no TF32), "bf16"/"fp16" autocast. Matched by the words of torch's device name, first
+# match wins (an H100 SXM reports "NVIDIA H100 80GB HBM3"); a GPU not listed, and the CPU, have no peak: MFU unmeasured.
+H100_SXM = {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12}
+GPU_PEAK_FLOPS: tuple[tuple[tuple[str, ...], dict[str, float]], ...] = (
+    (("H100", "PCIE"), {"fp32": 51.2e12, "tf32": 378e12, "bf16": 756e12, "fp16": 756e12}),
+    (("H100", "HBM3"), H100_SXM),
+    (("H100", "SXM"), H100_SXM),
+    (("H200",), H100_SXM),  # the H100 SXM's chip and clocks with more memory
+    (("A100",), {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12}),
+    (("V100", "SXM2"), {"fp32": 15.7e12, "fp16": 125e12}),
+    (("P100", "SXM2"), {"fp32": 10.6e12, "fp16": 21.2e12}),  # the thesis's Taito GPUs' chip
+    (("P100", "PCIE"), {"fp32": 9.3e12, "fp16": 18.7e12}),
+)
+
+
+def peak_flops(gpu_name: str | None, precision: str) -> float | None:
+    """One GPU's dense peak FLOP/s at train.precision, or None where it is not known (the CPU: gpu_name None)."""
+    words = (gpu_name or "").upper()
+    for needed, peaks in GPU_PEAK_FLOPS:
+        if gpu_name and all(word in words for word in needed):
+            return peaks.get(precision)
+    return None

@@ -48,6 +48,8 @@ SECTIONS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "versions": ((dict,), REQUIRED),
         "git_commit": (_MAYBE_TEXT, REQUIRED),
         "cpu": ((dict,), OPTIONAL),
+        # a plug-in workload's description of the data it read (workloads/): a GPT corpus's source, tokens, sha256s
+        "dataset": ((dict,), OPTIONAL),
     },
     "attempts": {
         "start": (_TEXT, REQUIRED),

@@ -165,6 +165,11 @@ class Bench:
     data_s: float  # as in Epoch, over the timed steps
     compute_s: float
     comm_s: float
+    # a plug-in workload's model (workloads/): images are its samples (a GPT's windows), and these follow from
+    # images_per_s_steady (workload_rates); None where unmeasured: a model without tokens, a device of unknown peak
+    tokens_per_s: float | None = None  # images_per_s_steady x the tokens a sample (its context)
+    model_flops_per_s: float | None = None  # images_per_s_steady x the model FLOPs of a sample (forward + backward)
+    mfu: float | None = None  # model_flops_per_s / (one device's peak at the run's precision x the devices)
 
 
 THESIS_BATCHES = THESIS_BATCH_INDEX + 1  # the thesis's running mean batch time at batch 199: the first 200 steps
@@ -181,6 +186,16 @@ def bench_throughput(times: list[float], images_per_step: int, warmup: int) -> d
     return {"images_per_s_steady": images_per_step * len(steady) / sum(steady),
             "images_per_s_thesis": images_per_step / at_199 if at_199 else None,
             "batch_time_avg_at_199": at_199}
+
+
+def workload_rates(images_per_s: float, tokens_per_sample: int | None, flops_per_sample: int | None,
+                   peak_flops: float | None, devices: int) -> dict[str, float | None]:
+    """A Bench record's rates beyond images/s: tokens/s, model FLOP/s and MFU (PaLM's model FLOPs utilisation, the
+    model's FLOPs a second over the devices' peak), each None where what it needs is unknown."""
+    model_flops = images_per_s * flops_per_sample if flops_per_sample else None
+    return {"tokens_per_s": images_per_s * tokens_per_sample if tokens_per_sample else None,
+            "model_flops_per_s": model_flops,
+            "mfu": model_flops / (peak_flops * devices) if model_flops and peak_flops and devices else None}
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@
 #   TRAIN_CMD      command that trains (default: "$PYTHON -m trainers train"); word-split
 #   PYTHON         interpreter (default: python3)
 #   OMP_NUM_THREADS each rank's threads (default: from the CPUs its task was given, contract/placement.py)
-#   BACKEND        ddp | horovod | mwms | single | emulated | dp | auto (default: ddp); horovod => MPI launch
+#   BACKEND        ddp | fsdp | hsdp | horovod | mwms | single | emulated | dp | auto (default: ddp); horovod =>
+#                  MPI launch, the others srun
 #   MPI_LAUNCHER   mpirun (default) | srun          how Horovod ranks start
 #   SRUN_MPI       MPI plugin for `srun --mpi=` when MPI_LAUNCHER=srun (default: pmix)
 #   MPI_ARGS       extra mpirun arguments, e.g. "--oversubscribe"
@@ -170,7 +171,8 @@ _build_cmd() {
             [[ "${MPI_ALLOW_ROOT:-0}" == 1 && $(id -u) == 0 ]] && launcher+=(--allow-run-as-root)
         fi
     else
-        # DDP (and single-process) runs: one task per GPU, rank from SLURM_PROCID, device from SLURM_LOCALID.
+        # DDP, FSDP (fsdp, hsdp) and single-process runs: one task per GPU, rank from SLURM_PROCID, device from
+        # SLURM_LOCALID.
         # shellcheck disable=SC2206
         launcher=(srun --kill-on-bad-exit=1 ${SRUN_ARGS:-})
     fi

@@ -9,6 +9,7 @@ results/reference/ is never counted as done. A folder counts as done only when i
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from contract import reader, runfiles, runfolder
-from contract.config import DISTRIBUTED_BACKENDS, Config, ConfigError, blocking_path, cpu_isa_env
+from contract.config import (DISTRIBUTED_BACKENDS, SHARDING_BACKENDS, Config, ConfigError, ModelConfig,
+                             blocking_path, cpu_isa_env)
 from contract.fingerprint import config_fingerprint
 from contract.reader import folder_fingerprint
 from contract.plan import NODE_SCALE, Run, Study, node_fits, node_processes
@@ -40,6 +42,7 @@ FULL_OUT, QUICK_OUT = Path("results/runs"), Path("results/quick")  # full and sm
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PEER_GRACE_S = 60  # how long a run's other processes may outlive one that failed (they wait for it forever)
 PEER_KILL_S = 10  # then SIGTERM, and this long after it SIGKILL
+TORCHRUN_BACKENDS = ("ddp", *SHARDING_BACKENDS)  # PyTorch's process groups: torchrun starts their ranks here
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -165,7 +168,7 @@ def local_commands(plan: Plan) -> list[list[str]]:
         return [[horovodrun, "-np", str(plan.ranks()), "-H", f"localhost:{plan.ranks()}", "--gloo", *trainer]]
     if tensorflow:
         return tf_launch.mwms_commands(plan.ranks(), trainer)
-    if plan.backend == "ddp":
+    if plan.backend in TORCHRUN_BACKENDS:
         per_node = plan.ranks() // run.nodes
         if run.nodes == 1:
             return [[*torchrun_command(py), "--standalone", "--nproc-per-node", str(per_node), *trainer[1:]]]
@@ -292,12 +295,19 @@ IMAGENET_TRAIN_IMAGES = 1_281_167
 RECORD_BYTES = 700  # an iter record and its train.log line
 
 
+@functools.lru_cache(maxsize=None)
+def parameters(model: ModelConfig) -> int:
+    """The parameters of a model (its workload's: trainers/workload.py), built once a model section."""
+    from trainers import workload
+
+    cfg = Config(model=model)
+    return sum(p.numel() for p in workload.of(cfg).build_model(cfg).parameters())
+
+
 def run_bytes(cfg: Config) -> int:
     """About what a run writes: its checkpoint twice (the new copy is written before the old one goes; weights and
     momentum) and a record and a log line every print_freq steps."""
-    from trainers.models import build_model
-
-    params = sum(p.numel() for p in build_model(cfg.model).parameters())
+    params = parameters(cfg.model)
     d = cfg.data
     images = {"generated": d.classes * d.per_class, "synthetic": d.synthetic_images}.get(d.kind, IMAGENET_TRAIN_IMAGES)
     steps = cfg.bench.batches or cfg.train.epochs * max(1, images // cfg.global_batch)

@@ -19,7 +19,8 @@ import torch
 
 from contract.config import build
 from trainers import backends
-from workloads.gpt.model import GPT, GPTSizes
+from workloads.gpt.model import GPT
+from workloads.gpt.sizes import GPTSizes
 
 SIZES = GPTSizes(layers=2, heads=2, width=32, context=16, vocab=64)
 GLOBAL_BATCH = 8

@@ -4,7 +4,8 @@ import dataclasses
 import pytest
 import torch
 
-from workloads.gpt.model import GPT, PRESETS, GPTSizes, flops_per_token, matmul_parameters, parameter_count
+from workloads.gpt.model import GPT
+from workloads.gpt.sizes import PRESETS, GPTSizes, flops_per_token, matmul_parameters, parameter_count
 
 # One layer, 2 heads, width 4, context 8, vocab 16, counted by hand:
 #   token embedding (tied with the head) 16 * 4 = 64; position embedding 8 * 4 = 32;

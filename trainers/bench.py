@@ -9,9 +9,10 @@ import itertools
 
 from contract import hostload
 from contract.config import THESIS_BATCH_INDEX
-from contract.runfolder import bench_throughput
+from contract.machine import peak_flops
+from contract.runfolder import bench_throughput, workload_rates
 from contract.lr import lr_at
-from trainers import data, loop
+from trainers import compute, loop
 from trainers.checkpoint import TrainState
 from trainers.runlog import DeviceTotals, LogEvery
 from trainers.setup import Setup
@@ -43,25 +44,37 @@ def benchmark(s: Setup, state: TrainState) -> None:
     loop.set_lr(s, state, lr)
     for i, (images, target, _) in every(numbered()):
         output, loss = loop.step(s, images, target)
-        totals.add(loss, output, target)
+        totals.add(loss, output, target, len(images))
         every.end_step(i)
     quiet = hostload.window(quiet_from, hostload.sample(cpus))  # the last step was read: it has ended
     times, images_per_step = every.batch_times, per_process * b.world_size  # all ranks' images in one step
     steady = times[warm:]
     data_s = sum(every.data_times[warm:]) + s.train_batches.gpu_wait_s()
     s.times.add_epoch(data_s, sum(steady), b.comm_seconds() - comm_start)
+    throughput = bench_throughput(times, images_per_step, warm)
     s.run.record(
         "bench", per_worker_batch=cfg.train.per_worker_batch, world_size=b.workers, batches=timed,
-        warmup_batches=warm, lr=lr, **bench_throughput(times, images_per_step, warm),
-        data_share=s.times.epoch_data_share, **s.times.split,
+        warmup_batches=warm, lr=lr, **throughput, data_share=s.times.epoch_data_share, **s.times.split,
+        **rates(s, throughput["images_per_s_steady"]),
     )
     s.run.progress(data_wait_share=s.times.data_wait_share())
-    record_quiet(s, quiet)
+    record_quiet(s, {**quiet, **compute.peak_memory(b.device)})
     s.telemetry.write(gather=True)
 
 
+def rates(s: Setup, images_per_s: float) -> dict:
+    """The bench record's tokens/s, model FLOP/s and MFU, from the workload's tokens and FLOPs a sample and the
+    GPUs' peak (contract/machine.py; none on the CPU). Every rank calls it: the devices are gathered."""
+    w, cfg, b = s.workload, s.cfg, s.backend
+    devices = b.describe()["devices"]  # every GPU the run computes on (DataParallel: several in one process)
+    gpu = devices[0].split(" ", 1)[-1] if b.device.type == "cuda" else None
+    return workload_rates(images_per_s, w.tokens_per_sample(cfg), w.flops_per_sample(cfg),
+                          peak_flops(gpu, cfg.train.precision), len(devices))
+
+
 def record_quiet(s: Setup, mine: dict) -> None:
-    """Every rank's timed window (contract/hostload.py) into its entry of the manifest's placement (rank 0's)."""
+    """Every rank's timed window (contract/hostload.py) and peak memory (compute.peak_memory) into its entry of the
+    manifest's placement (rank 0's)."""
     merged = hostload.with_windows(s.run.manifest.get("placement"), s.backend.gather_objects(mine))  # a collective
     if merged is not None:
         s.run.progress(placement=merged)
@@ -73,6 +86,5 @@ def bench_batches(s: Setup, per_process: int):
     if cfg.data.kind != "synthetic":
         loader, _ = loop.batches(s, 0, 0)
         return itertools.chain.from_iterable(itertools.repeat(loader))  # epoch 0 over and over
-    images, target = data.synthetic_batch(per_process, cfg.data.image_size, cfg.model.num_classes,
-                                          cfg.train.seed, s.backend.device)
+    images, target = s.workload.synthetic_batch(cfg, per_process, s.backend.device)
     return itertools.repeat((s.compute.layout(images), target, 0))  # channels_last once, as by hand

@@ -240,18 +240,21 @@ def damaged(path: Path, why: str) -> str:
 # ---- A run's checkpoint: the TrainState and the state dicts it saves, what a resume puts back -----------------------
 def save_state(s, state: TrainState, partial: Sums) -> None:
     """Rank 0 writes the run's state at state.epoch, state.step (`s`: the Setup; partial: this rank's sums of the
-    epoch so far; every rank calls it, and mid-epoch every rank's sums are gathered, so each resumes its own);
-    train.checkpoint off writes nothing."""
+    epoch so far; every rank calls it, and mid-epoch every rank's sums are gathered, so each resumes its own; a
+    sharding backend gathers the weights' slices here, on every rank); train.checkpoint off writes nothing."""
     partials = partial.gathered(s.backend) if state.step and s.backend.world_size > 1 else [partial]
-    if not (s.backend.is_main() and s.cfg.train.checkpoint):
+    if not s.cfg.train.checkpoint:
+        return
+    model_state, optimizer_state = s.backend.checkpoint_state(s.model, s.optimizer)  # whole tensors on rank 0
+    if not s.backend.is_main():
         return
     # what lives elsewhere while the run trains, taken into the state as it is saved
     state.rng, state.epoch_skipped_steps = rng_state(), int(s.compute.skipped)
     save(s.ckpt_path, {
         "version": VERSION,
         **state.entries(partials),
-        "model": s.backend.unwrap(s.model).state_dict(),
-        "optimizer": s.optimizer.state_dict(),
+        "model": model_state,
+        "optimizer": optimizer_state,
         "scaler": s.compute.state_dict(),  # fp16's loss scale: resume takes the same steps
         "config": s.cfg.to_dict(),
         "arithmetic": arithmetic(s),  # what a resume must reuse to continue the same run
@@ -267,8 +270,7 @@ def restore_state(path: Path, run, backend, model, optimizer, c: compute.Compute
     state = TrainState.from_entries(saved)
     check_position(path, state.epoch, state.step, epochs, steps)
     with applying(path):
-        backend.unwrap(model).load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
+        backend.load_checkpoint_state(model, optimizer, saved["model"], saved["optimizer"])  # every rank
         problem = optimizer_state_problem(optimizer)
         if problem:
             raise ValueError(problem)

@@ -15,13 +15,14 @@ import torch
 from contract.config import SECTIONS, Config, ConfigError, TrainConfig, check_writable, cpu_isa_env
 from contract.locks import in_use, is_locked
 from contract.runfolder import CHECKPOINT, CONFIG, LOCK, LOG, MANIFEST, METRICS, RANK_LOCKS
-from trainers import backends, checkpoint, compute, rendezvous
+from trainers import backends, checkpoint, compute, rendezvous, workload
 from trainers.cpu_isa import check_cpu_has
 
 
 def check_launch(cfg: Config, run_dir: Path, resume: bool, force: bool) -> tuple[backends.Launch, str, dict]:
     """This process's launch, its backend's name and, for a resume, the arithmetic it keeps (pin_arithmetic)."""
     check_paths(cfg)
+    workload.of(cfg).check(cfg)  # what the run's workload cannot train (a plug-in's own refusals)
     check_cpu_isa(cfg.train)
     check_writable(run_dir)
     check_run_files(run_dir)

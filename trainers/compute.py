@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
+import sys
 
 import torch
 import torch.nn as nn
@@ -113,6 +115,17 @@ class Compute:
     def load_state_dict(self, state: dict) -> None:
         if self.scaler is not None and state:
             self.scaler.load_state_dict(state)
+
+
+def peak_memory(device: torch.device) -> dict:
+    """This process's peak memory so far, for its entry of the manifest's placement: on a GPU the peak of the
+    tensors it allocated (torch.cuda.max_memory_allocated: the run's weights, gradients, optimizer state and
+    activations, not the caching allocator's reserve); on the CPU its peak resident set (getrusage: its whole life,
+    the interpreter included, loader processes not). The two measure different things: `peak_memory_of` says which."""
+    if device.type == "cuda":
+        return {"peak_memory_bytes": int(torch.cuda.max_memory_allocated(device)), "peak_memory_of": "cuda_allocated"}
+    kib = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    return {"peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * kib, "peak_memory_of": "cpu_rss"}
 
 
 # ---- Emulated workers per pass: the most whole workers whose forward/backward fits in GPU memory ---------------------

@@ -94,7 +94,7 @@ def train_epoch(s: Setup, state: TrainState, epoch: int) -> tuple[Sums, int]:
         s.unreadable.add("train", skipped)
         set_lr(s, state, lr_at(epoch, i, n, s.policy))
         output, loss = step(s, images, target)
-        totals.add(loss, output, target)
+        totals.add(loss, output, target, len(images))
         trained = i + 1
         # a lone process looks at a stop signal every step; several agree on one where they all read anyway
         reading = every.end_step(i, read=b.world_size == 1 and s.stop.received is not None)
@@ -199,7 +199,7 @@ def validate(s: Setup, batches: int | None = None) -> Sums:
             with s.compute.autocast():
                 output = model(s.compute.layout(images))
                 loss = s.criterion(output, target)
-            every.totals.add(loss, output, target)
+            every.totals.add(loss, output, target, len(images))
             every.end_step(i)
     sums = every.final_sums()
     # "every_rank" (the thesis): each rank saw the whole set, so rank 0's sums are exact already

@@ -58,6 +58,7 @@ def train_locked(cfg: Config, run_dir: Path, resume: bool, echo: bool, launch: b
         launcher=launch.launcher, seed=cfg.train.seed,
         link=os.environ.get("CLUSTER_LINK"),  # the local cluster's link rate where one was set (make cluster LINK=)
         versions={**versions(), "cuda": torch.version.cuda}, git_commit=git_commit(), threads=thread_settings(),
+        **({"dataset": s.dataset} if s.dataset else {}),  # what a plug-in workload's data was read from
         cpu=compute.cpu_description(),  # the kernels' ISA: what a bit-identical rerun elsewhere must pin
         machine=compute.machine_identity(),  # which machine's result this is (contract/machine.py)
         placement=b.gather_objects(placement_record(s)),  # every rank's, in rank order (contract/placement.py)

@@ -118,15 +118,19 @@ class DeviceTotals:
             self.last = torch.zeros(3, dtype=torch.float64, device=device)
         self.images, self.last_images = start.images, 0
 
-    def add(self, loss: torch.Tensor, output: torch.Tensor, target: torch.Tensor) -> None:
-        n = len(target)
+    def add(self, loss: torch.Tensor, output: torch.Tensor, target: torch.Tensor, samples: int) -> None:
+        """One batch of `samples` inputs: its mean loss and hits over the rows of `output` and `target`. An image is
+        one row; a sequence's tokens are rows of one sample (workloads/gpt): the sums count samples, each weighted as
+        the mean of its rows, so loss and accuracy are per row (per token) and `images` counts samples."""
+        n = samples
+        per_row = n / len(target)  # 1.0 for images: the hits stay whole numbers
         if self.on_host:
             hits = output.topk(min(5, output.shape[1]), dim=1).indices.eq(target.view(-1, 1)).sum(0).tolist()
-            self.last = [loss.item() * n, float(hits[0]), float(sum(hits))]  # hits by rank: top-1, top-5
+            self.last = [loss.item() * n, float(hits[0]) * per_row, float(sum(hits)) * per_row]  # top-1, top-5
             self.sums = [a + b for a, b in zip(self.sums, self.last)]
         else:
             c1, c5 = topk_hits(output, target)
-            self.last = torch.stack([loss.detach().double() * n, c1.double(), c5.double()])
+            self.last = torch.stack([loss.detach().double() * n, c1.double() * per_row, c5.double() * per_row])
             self.sums += self.last
         self.images += n
         self.last_images = n

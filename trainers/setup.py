@@ -25,8 +25,7 @@ import torch.nn as nn
 from contract import events, placement
 from contract.config import Config
 from contract.runfolder import CHECKPOINT, RunFolder
-from trainers import backends, checkpoint, compute, data, rendezvous, telemetry
-from trainers.models import build_model
+from trainers import backends, checkpoint, compute, data, rendezvous, telemetry, workload
 from trainers.optimizers import build_optimizer
 from trainers.tallies import StepTimes, UnreadableFiles
 
@@ -87,6 +86,7 @@ def place(cfg: Config, launch: backends.Launch, pinned: dict) -> tuple[placement
 class Setup:
     """One process's part of a run: what it trains with, the meters that write its records, where they go."""
     cfg: Config
+    workload: workload.Vision | workload.Plugin  # what trains: the model, data and batches (trainers/workload.py)
     launch: backends.Launch
     allocation: placement.Allocation
     placement: placement.Placement
@@ -102,6 +102,7 @@ class Setup:
     per_shard_batch: int
     train_ds: Any
     val_ds: Any
+    dataset: dict | None  # the workload's description of the data it read (the manifest's `dataset`), or None
     train_sampler: data.StepBatchSampler
     train_batches: data.DeviceBatches  # built once: each epoch only moves the sampler on
     val_loader: data.DeviceBatches
@@ -119,15 +120,16 @@ def build_setup(cfg: Config, run_dir: Path, backend_name: str, launch: backends.
     torch.set_num_threads(placed.threads)  # the same rule under every launcher (contract/placement.py)
     compute.configure_torch(t)
     policy = cfg.lr_policy()
+    w = workload.of(cfg)
     # Data first: generating the miniature dataset may take a minute, and no peer should be waiting on us.
-    train_ds, val_ds = data.build_datasets(cfg.data, cfg.model.num_classes, t.seed)
+    train_ds, val_ds, dataset = w.build_datasets(cfg)
     b = backends.create(cfg, launch, backend_name)
     resuming = resume and (run_dir / CHECKPOINT).exists()
     run = RunFolder(run_dir, writes=b.is_main(), echo=echo, fresh=not resuming, events=events.live(run_dir, b.is_main()))
     b.start_run(run_dir)
     torch.manual_seed(t.seed)
     c = compute.Compute(t, b.device)
-    model, criterion, optimizer = build_trained(cfg, b, policy)
+    model, criterion, optimizer = build_trained(cfg, w, b, policy)
     per_shard_batch = t.per_worker_batch * b.batch_multiplier
     sampler = data.StepBatchSampler(len(train_ds), b.shards(), per_shard_batch, seed=t.seed, shuffle=True)
     if resuming:
@@ -136,25 +138,26 @@ def build_setup(cfg: Config, run_dir: Path, backend_name: str, launch: backends.
     else:
         state = checkpoint.TrainState()
         b.broadcast_initial_state(model, optimizer)
-    passes = b.fit_passes(optimizer, lambda workers: try_pass(cfg, c, model, criterion, b.device, workers),
+    passes = b.fit_passes(optimizer, lambda workers: try_pass(cfg, w, c, model, criterion, b.device, workers),
                           pinned.get("workers_per_pass"))
     if passes:
         run.log(passes)
     stop = StopSignal()  # from here on a signal stops the run at a step's end
     decoder = cfg.data.decoder if cfg.data.kind == "imagefolder" else None  # only JPEG folders are decoded
     train_batches, val_loader = make_loaders(cfg, b, placed.loader_workers, (train_ds, val_ds), sampler,
-                                             per_shard_batch)
-    return Setup(cfg, launch, allocation, placed, policy, b, run, run_dir / CHECKPOINT, resuming, c, model,
-                 criterion, optimizer, per_shard_batch, train_ds, val_ds, sampler, train_batches=train_batches,
-                 val_loader=val_loader, stop=stop, times=StepTimes(decoder),
+                                             per_shard_batch, w.collate)
+    return Setup(cfg, w, launch, allocation, placed, policy, b, run, run_dir / CHECKPOINT, resuming, c, model,
+                 criterion, optimizer, per_shard_batch, train_ds, val_ds, dataset, sampler,
+                 train_batches=train_batches, val_loader=val_loader, stop=stop, times=StepTimes(decoder),
                  unreadable=UnreadableFiles(b, cfg.data.val_mode),
                  telemetry=telemetry.UtilRecords(cfg.telemetry.interval_s, b, run)), state
 
 
-def build_trained(cfg: Config, b: backends.Backend, policy) -> tuple[nn.Module, nn.Module, torch.optim.Optimizer]:
-    """The model (prepared, wrapped by its backend, compiled where asked), its loss and its optimizer."""
+def build_trained(cfg: Config, w: workload.Vision | workload.Plugin, b: backends.Backend,
+                  policy) -> tuple[nn.Module, nn.Module, torch.optim.Optimizer]:
+    """The workload's model (prepared, wrapped by its backend, compiled where asked), its loss and its optimizer."""
     t = cfg.train
-    model = b.wrap_model(compute.prepare_model(build_model(cfg.model), t))
+    model = b.wrap_model(compute.prepare_model(w.build_model(cfg), t))
     model = torch.compile(model) if t.compile else model  # the wrapped model (DDP's optimizer splits the graph)
     criterion = nn.CrossEntropyLoss().to(b.device)
     optimizer = b.wrap_optimizer(build_optimizer(model, cfg.optim, policy.target), model)
@@ -162,18 +165,19 @@ def build_trained(cfg: Config, b: backends.Backend, policy) -> tuple[nn.Module, 
 
 
 def make_loaders(cfg: Config, b: backends.Backend, workers: int, datasets: tuple[Any, Any],
-                 train_sampler: data.StepBatchSampler, per_shard_batch: int) -> tuple[data.DeviceBatches, ...]:
+                 train_sampler: data.StepBatchSampler, per_shard_batch: int,
+                 stack=None) -> tuple[data.DeviceBatches, ...]:
     """The training and validation loaders, built once: each epoch only moves the sampler on (persistent workers
-    keep running). `workers`: data.loader_workers, at most the rank's CPUs."""
+    keep running). `workers`: data.loader_workers, at most the rank's CPUs; `stack`: the workload's collate."""
     train_ds, val_ds = datasets
     pin = b.device.type == "cuda"
     # on a GPU the next batches are moved (and decoded) on a stream of their own while this one trains
-    train_batches = data.DeviceBatches(data.make_loader(train_ds, train_sampler, workers, pin), b.device)
+    train_batches = data.DeviceBatches(data.make_loader(train_ds, train_sampler, workers, pin, stack), b.device)
     val_batch = per_shard_batch * len(b.shards())
     if cfg.train.eval_every:  # evaluated often: in batches of at least EVAL_BATCH (eval mode: the same sums)
         val_batch = max(val_batch, EVAL_BATCH)
     val = data.IndexBatches(data.val_indices(len(val_ds), b.world_size, b.rank, cfg.data.val_mode), val_batch)
-    return train_batches, data.DeviceBatches(data.make_loader(val_ds, val, workers, pin), b.device)
+    return train_batches, data.DeviceBatches(data.make_loader(val_ds, val, workers, pin, stack), b.device)
 
 
 def placement_record(s: Setup) -> dict:
@@ -186,13 +190,12 @@ def placement_record(s: Setup) -> dict:
     return placement.record(s.placement, s.allocation, socket.gethostname(), s.launch.local_rank, gpu)
 
 
-def try_pass(cfg: Config, c: compute.Compute, model: nn.Module, criterion: nn.Module, device: torch.device,
-             workers: int) -> None:
-    """Forward and backward of `workers` workers' batches of zeros: the backend's measure of what one pass holds
-    (fit_passes). Zeros draw no random numbers; the backend keeps the running statistics out of it."""
-    size, batch = cfg.data.image_size, workers * cfg.train.per_worker_batch
-    images = c.layout(torch.zeros(batch, 3, size, size, device=device))
-    target = torch.zeros(batch, dtype=torch.long, device=device)
+def try_pass(cfg: Config, w: workload.Vision | workload.Plugin, c: compute.Compute, model: nn.Module,
+             criterion: nn.Module, device: torch.device, workers: int) -> None:
+    """Forward and backward of `workers` workers' batches of zeros (the workload's): the backend's measure of what
+    one pass holds (fit_passes). Zeros draw no random numbers; the backend keeps the running statistics out of it."""
+    images, target = w.dummy_batch(cfg, workers * cfg.train.per_worker_batch, device)
+    images = c.layout(images)
     model.train()
     with c.autocast():
         loss = criterion(model(images), target)

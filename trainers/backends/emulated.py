@@ -55,12 +55,15 @@ class WorkerBatchNorm2d(nn.BatchNorm2d):
 class WorkerInterleaved(nn.Module):
     """Runs a batch of k workers' stacked batches (worker-major, as the sampler gives them) in worker-interleaved
     order, so every WorkerBatchNorm2d inside sees its workers without copying; outputs come back worker-major.
-    Two small copies (the images and the logits) replace two copies of every batch-norm input and output."""
+    Two small copies (the images and the logits) replace two copies of every batch-norm input and output. A model
+    without BatchNorm (a GPT: its workers share no statistic) runs the batch as it is: the rows' order changes no
+    number, and its outputs need not be a row a sample (a sequence's logits are a row a token)."""
 
     def __init__(self, module: nn.Module, workers: int):
         super().__init__()
         self.module = module
         self.workers = workers
+        self.reorders = any(isinstance(m, WorkerBatchNorm2d) for m in module.modules())
 
     def set_pass(self, workers: int, first: bool) -> None:
         """The next forward holds `workers` workers; only the first pass of a step updates running statistics."""
@@ -77,6 +80,8 @@ class WorkerInterleaved(nn.Module):
             return self.module(x)
         if x.shape[0] % k:
             raise ValueError(f"a batch of {x.shape[0]} images does not split into {k} equal worker batches")
+        if not self.reorders:
+            return self.module(x)
         out = self.module(_swap_leading(x, k, x.shape[0] // k))
         return _swap_leading(out, x.shape[0] // k, k)
 
@@ -116,18 +121,18 @@ class EmulatedWorkers:
         return self.interleaved
 
     def micro_batches(self, images: torch.Tensor, target: torch.Tensor):
-        """Passes of whole workers (the last may hold fewer); worker-major rows, so each pass is a slice."""
+        """Passes of whole workers (the last may hold fewer); worker-major rows, so each pass is a slice of the
+        images and one of the targets (a sequence's targets are a row a token: as many rows a worker as tokens)."""
         per_pass = self.workers_per_pass or self.workers
         if per_pass >= self.workers:
             self.interleaved.set_pass(self.workers, first=True)
             yield images, target
             return
-        batch = len(target) // self.workers  # one worker's images
+        batch, targets = len(images) // self.workers, len(target) // self.workers  # one worker's rows of each
         for first in range(0, self.workers, per_pass):
             k = min(per_pass, self.workers - first)
             self.interleaved.set_pass(k, first=first == 0)
-            rows = slice(first * batch, (first + k) * batch)
-            yield images[rows], target[rows]
+            yield images[first * batch:(first + k) * batch], target[first * targets:(first + k) * targets]
         self.interleaved.set_pass(self.workers, first=True)
 
     def fit_passes(self, optimizer: torch.optim.Optimizer, try_pass, pinned: int | None = None) -> str | None:

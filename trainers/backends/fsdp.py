@@ -66,10 +66,6 @@ class FSDPBackend(DDPBackend):
         mode check_world lets FSDP run), so each forward's all-gathers meet on every rank."""
         return model
 
-    def unwrap(self, model: nn.Module) -> nn.Module:
-        raise RuntimeError("an FSDP model's state_dict() holds this rank's slices only: a checkpoint takes "
-                           "backend.checkpoint_state(model, optimizer), on every rank")
-
     def micro_batches(self, images: torch.Tensor, target: torch.Tensor):
         if not self.local:
             return super().micro_batches(images, target)

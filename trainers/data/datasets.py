@@ -167,6 +167,22 @@ class ImageFolderDataset(Dataset):
         raise DataError(f"{self.root}: none of its {len(self.samples)} image files can be read")
 
 
+# ---- A plug-in workload's dataset (workloads/) as the loader's ------------------------------------------------------
+class PluginItems(Dataset):
+    """A plug-in's dataset of (x, y) items by index, as the loader reads datasets: by (epoch, index), each item
+    (x, y, unreadable) with nothing unreadable (its files were checked when it was made)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, item):
+        x, y = self.dataset[_split_index(item)[1]]
+        return x, y, ()
+
+
 # ---- Synthetic data (tf_cnn_benchmarks' --data_name=imagenet without --data_dir) -------------------------------------
 class SyntheticDataset(Dataset):
     """n fixed random images: item i is drawn from a generator seeded by (seed, i), the same every epoch."""

@@ -8,6 +8,7 @@ workers over P ranks: logical_shards).
 
 from __future__ import annotations
 
+import functools
 import math
 import signal
 from typing import NamedTuple
@@ -133,14 +134,17 @@ def _unreadable(bad) -> tuple[int, ...]:
     return tuple(bad)
 
 
-def collate(items) -> Batch:
+def collate(items, stack=None) -> Batch:
     """Stack (image, target, unreadable) items, dropping those without an image (unreadable validation files);
     keep the unreadable indices (workers are other processes, the loop counts distinct files per epoch).
-    A dataset with __getitems__ (memory.DecodedDataset) makes the whole Batch itself: it passes through."""
+    A dataset with __getitems__ (memory.DecodedDataset) makes the whole Batch itself: it passes through.
+    `stack`: a plug-in workload's collate of the kept (x, y) pairs (workloads/), in place of stacking them here."""
     if isinstance(items, Batch):
         return items
     unreadable = tuple(sorted({i for _, _, bad in items for i in _unreadable(bad)}))
     kept = [(x, y) for x, y, _ in items if x is not None]
+    if stack is not None and kept:
+        return Batch(*stack(kept), unreadable)
     if not kept:
         return Batch(torch.empty(0), torch.empty(0, dtype=torch.long), unreadable)
     images, targets = zip(*kept)
@@ -172,10 +176,11 @@ def _ignore_preemption_signals(worker_id: int) -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def make_loader(dataset, batch_sampler, loader_workers: int, pin_memory: bool = False) -> DataLoader:
+def make_loader(dataset, batch_sampler, loader_workers: int, pin_memory: bool = False, stack=None) -> DataLoader:
     """A DataLoader over batch_sampler (StepBatchSampler / IndexBatches / any iterable of index lists)
     yielding Batch(images, targets, skipped indices); workers persist across epochs when loader_workers > 0.
-    Change epochs with batch_sampler.set_epoch(e, start_step) on the sampler passed in."""
+    Change epochs with batch_sampler.set_epoch(e, start_step) on the sampler passed in. `stack`: collate's."""
     return DataLoader(dataset, batch_sampler=_EpochTagged(batch_sampler), num_workers=loader_workers,
-                      collate_fn=collate, pin_memory=pin_memory, persistent_workers=loader_workers > 0,
+                      collate_fn=functools.partial(collate, stack=stack) if stack else collate,
+                      pin_memory=pin_memory, persistent_workers=loader_workers > 0,
                       worker_init_fn=_ignore_preemption_signals if loader_workers > 0 else None)
