@@ -65,7 +65,8 @@ def cmd_throughput(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import ReportError, make_report
+    from .catalogue import make_report
+    from .report import ReportError
 
     try:
         make_report(args.runs, args.out, logs=args.logs, notebooks=not args.no_notebooks)

@@ -309,12 +309,13 @@ def without_thesis_beside_smoke(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.D
     return frame
 
 
-def report_comparison(df: pd.DataFrame, root: Path = REFERENCE_ROOT) -> pd.DataFrame:
-    """Every configuration of `df`'s runs (this machine's) beside the reference machines' and the thesis's."""
+def report_comparison(df: pd.DataFrame, throughput=(), root: Path = REFERENCE_ROOT) -> pd.DataFrame:
+    """Every configuration of `df`'s runs (this machine's) beside the reference machines' and the thesis's: in
+    images/s for the experiments of `throughput`, in best top-1 for the others."""
     runs = df[(df["kind"] == "run") & (df["source"] == "run")]
     parts = []
-    for (experiment, kind), g in runs.groupby([runs["experiment"],
-                                               runs["exp"].le(3).map({True: "throughput", False: "quality"})]):
+    measure = runs["exp"].isin(list(throughput)).map({True: "throughput", False: "quality"})
+    for (experiment, kind), g in runs.groupby([runs["experiment"], measure]):
         entries = [dict(name=r.run, run_dir=Path(r.path), fingerprint=r.fingerprint, experiment=experiment,
                         framework=r.framework, gpus=r.gpus, per_gpu_batch=r.per_gpu_batch, numerics=r.numerics)
                    for r in g.itertuples()]

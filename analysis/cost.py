@@ -22,6 +22,7 @@ from contract.plan import (check_node_gpus, declared_node_gpus, expand, node_fit
 
 from .advisor import model as advisor
 from . import numbers as nb
+from . import reference as rf
 from . import tables as tb
 from .machines import machine_of
 
@@ -29,7 +30,6 @@ IMAGENET_TRAIN = 1_281_167
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 GPU_BENCHES = Path(__file__).resolve().parents[1] / "results"
 NO_MEASUREMENT = "no measurement"
-THESIS_EXPERIMENTS = range(1, 10)  # the thesis's nine; 10 and beyond are this suite's own studies
 NODE = "node"
 SCALES = ("gpu", NODE, "thesis")
 SCALING_UNMEASURED = "scaling unmeasured"  # in a node row's rate_source: a 1-GPU rate times the run's GPUs
@@ -308,7 +308,7 @@ NOTES = [
     "start-up are not counted. gpu_hours = runs x GPUs per run x wall-clock.",
     "The node scale (a node of N GPUs, `make cost GPUS=N`; the table's N is in its title): each run placed as the "
     "study places it (W workers over P = min(W, N) GPUs, one process a GPU; DataParallel's W GPUs in one; a "
-    "throughput run needing more than N GPUs left out; experiment 3's several nodes refused: SCALE=thesis) and "
+    "throughput run needing more than N GPUs left out; a run across several nodes refused: SCALE=thesis) and "
     "priced in node_hours = runs x wall-clock (each run holds the whole node); gpus_per_run: the GPUs that compute. "
     "images/s: ours at the node scale for the same W over the same P, else the GPU benchmark's 1-GPU DDP rate of the "
     "same numerics and batch -- as measured on one GPU, x P on P > 1 GPUs, which assumes perfect scaling that no run "
@@ -386,14 +386,21 @@ def local_study_times(df: pd.DataFrame, experiments: Path = EXPERIMENTS, jobs: i
     return pd.DataFrame(rows)
 
 
+def study_time_notes(reused: dict[int, tuple[int, ...]]) -> list[str]:
+    """The study-times table's notes; reused: an experiment -> those that compare with its runs without including
+    them (entries.Experiment.reuses), each said."""
+    said = "".join(f" {nb.experiments_text(users).capitalize()} compare with experiment {n}'s runs, which they do "
+                   "not include." for n, users in reused.items())
+    return [STUDY_TIME_NOTES[0], STUDY_TIME_NOTES[1] + said]
+
+
 STUDY_TIME_NOTES = [
     "The local scale's default plan of each quality study (`make expN`: its worker counts x its seeds). runs_measured: "
     "the planned runs found completed with the plan's config fingerprint; run_minutes: their wall-clocks summed, each "
     "measured as the run went (the committed reference's runs ran two side by side, one thread each); measured_on: "
     "the machine whose runs they are (a reference machine's label): each time is that machine's alone.",
     "study_minutes_jobs2: those runs started in plan order, two at a time, each as one ends (`make expN JOBS=2` on "
-    "2 cores): a study's wall-clock from its runs' measured times, empty until every planned run is measured. "
-    "Experiments 6-9 compare with experiment 5's runs, which they do not include.",
+    "2 cores): a study's wall-clock from its runs' measured times, empty until every planned run is measured.",
 ]
 
 
@@ -413,8 +420,8 @@ def summary_lines(sums: pd.DataFrame, node_gpus: int | None = None) -> list[str]
     out = []
     for scale, g in sums.groupby("scale"):
         number = g["experiment"].astype(str).str[:2].astype(int)
-        for label, part in (("the thesis's experiments", g[number.isin(THESIS_EXPERIMENTS)]),
-                            ("beyond the thesis", g[~number.isin(THESIS_EXPERIMENTS)])):
+        thesis = number.isin(set(rf.load_reference()["experiment"]))  # the thesis's nine; beyond: our own studies
+        for label, part in (("the thesis's experiments", g[thesis]), ("beyond the thesis", g[~thesis])):
             if not part.empty:
                 out.append(_summary_line(scale, label, part, node_gpus))
     return out

@@ -1,16 +1,38 @@
-"""What the report's catalogue is made of: a table or figure entry, a drawn figure, and an experiment's epoch rows.
-The core's entries (analysis/catalogue.py) and each experiment's own (analysis/experiments/*.py, the plug-ins)
-are declared with these, so a plug-in needs nothing of the catalogue that lists it.
+"""The plug-in API: what an experiment's plug-in (analysis/experiments/<name>.py) declares, and what its makers are
+handed. The catalogue (analysis/catalogue.py) finds every plug-in, lists what each declares beside the core's own
+entries, and builds the Inputs the makers read; nothing here names an experiment.
+
+A plug-in module may declare
+    EXPERIMENTS  its experiments (Experiment: how the core reads their runs)
+    TABLES, FIGURES  its catalogue entries (Table, Figure), placed in the report by their `part`
+    FINDINGS     its findings (Finding): the verdict table's rows, each a comparison of two sides' runs (Runs)
+    QUESTIONS    its research questions' pages (analysis.page.Question)
+    NOTEBOOKS    its notebooks: file name -> cells (analysis.notebooks)
+    EXPORTS      the names `import analysis as an` offers (an.<name>), e.g. for the notebooks' cells
+
+    Entry makers: make(inputs, entry) returns a table (a DataFrame) or a figure (Drawn), a sentence saying why it
+    is not drawn (listed under "Not drawn"), or None (nothing to write, nothing to say).
 """
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
 
 import pandas as pd
 
+from . import findings as fd
+from . import tables as tb
+from .smoke import smoke_paths
+
 #: the line a figure carries when it draws the thesis's values only: never "Made from N runs (this machine)"
 THESIS_SOURCE = "Made from the thesis's values (no runs)."
+#: the parts of the report a plug-in's entry goes in, in the order the report writes them (the catalogue places its
+#: own entries between them): the thesis's tables and figures redrawn; what re-derives them; an experiment beyond
+#: the thesis's; what re-reads the thesis's experiments beyond what it drew
+PARTS = ("thesis", "derived", "beyond", "appendix")
 
 
 def thesis_source(entry) -> str:
@@ -18,12 +40,59 @@ def thesis_source(entry) -> str:
     return f"Made from the thesis's {entry.thesis} (no runs)."
 
 
-def epoch_rows(df: pd.DataFrame, exp: int, **where) -> pd.DataFrame:
-    """Experiment exp's epoch records, where each column named in `where` has the value given."""
-    e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
-    for k, v in where.items():
-        e = e[e[k] == v]
-    return e
+# ============================================================================================ declarations
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What the core needs to know of one experiment: how its runs are measured, and its place in the headline."""
+    number: int  # NN of experiments/NN_name/
+    measure: str  # "throughput" (images/s), "quality" (best top-1) or "own" (read by its own entries alone)
+    headline: str = ""  # its words in the headline's accuracy panel ("": not drawn there)
+    baseline: bool = False  # its 1-worker runs are the baseline every quality experiment's loss is measured from
+    reuses: int | None = None  # the experiment whose runs it compares with but does not train again (its baseline)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A reading rule: a run diverged when its last epoch's training loss is not finite or above `share` of its
+    first epoch's; such a run is labelled, left out of the means and counted on its own (`diverged`)."""
+    share: float
+    declared: str  # when and how the rule came, as the verdict table's note says it
+
+
+@dataclass(frozen=True)
+class Runs:
+    """One side of a comparison: an experiment's runs (those of its name pattern), at a worker count."""
+    experiment: int
+    workers: int | str = "each"  # a count; "each": every count; "fewest"; "more": each count above the fewest
+    names: str = ""  # a regular expression the run names match ("": every run)
+    diverged: Divergence | None = None  # the rule its runs are read by, if one was declared
+
+
+@dataclass(frozen=True)
+class Comparison:
+    treated: Runs
+    control: Runs
+    against: str  # the row's `against` column; {workers}: the control's worker count
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A finding the verdict table tests: a row per comparison and group of its treated runs, the mean best top-1
+    of the treated minus the control's with a 90 % interval, against the scale's declared margin."""
+    name: str  # the `finding` column
+    claim: str  # the finding in words
+    holds: str  # when a row supports it: "worse", "not worse" (the interval's low end above -margin), "equivalent"
+    comparisons: tuple[Comparison, ...]
+    by: tuple[str, ...] = ("gpus",)  # the treated runs' groups, a row each
+    match: tuple[str, ...] = ()  # the columns the control's runs share with the row's
+    family: str = ""  # the rows of a family's findings are ordered together, by experiment, then `by`
+    claims_nothing: Callable[[pd.DataFrame], bool] | None = None  # true of a row's treated runs: its holds is n/a
+    claims_nothing_where: str = ""  # where that is, in words
+
+    def experiments(self) -> set[int]:
+        return {side.experiment for c in self.comparisons for side in (c.treated, c.control)}
 
 
 class Drawn(NamedTuple):
@@ -44,6 +113,7 @@ class Table:
     thesis_only: bool = False  # made from the thesis's values alone: its line names them, never the runs
     reads: Callable | None = None  # reads(df) -> mask of its rows, where it reads one edition of its experiments
     needs: str = ""  # what its runs need before `make expN` (e.g. make setup-tf): the page says it where none ran
+    part: str = "beyond"  # where the report writes it (PARTS)
 
 
 @dataclass(frozen=True)
@@ -52,7 +122,107 @@ class Figure:
     thesis: str  # the thesis's figure (or values) it redraws, "" for ours
     experiments: tuple[int, ...]  # the experiments whose runs it draws
     make: Callable  # make(inputs, entry) -> Drawn, a sentence why not drawn, or None
-    title: str = ""  # {warmupN}: experiment N's warm-up in words (warmup_phrase)
+    title: str = ""  # may hold {fields}, each filled by fill(inputs, field) (titled)
     options: dict = field(default_factory=dict)  # the maker's own settings: layout, rows, framework ...
     reads: Callable | None = None  # as Table's: the rows of one edition, so its runs line counts those alone
     needs: str = ""  # as Table's
+    part: str = "beyond"  # as Table's
+    fill: Callable[[Any, str], str] | None = None  # fill(inputs, field) -> the words of a {field} of the title
+
+
+# ============================================================================================ what makers read
+
+
+@dataclass
+class Inputs:
+    """What the entries are made from; what several of them need is computed once."""
+    df: pd.DataFrame  # the runs (analysis.runs.load_study)
+    ref: pd.DataFrame  # the thesis's values (analysis.reference.load_reference)
+    source: str | None = None  # the line saying which runs: "Made from N runs in ... (this machine)."
+    cores: int | None = None  # the measuring machine's cores: a local-scale scaling row's ideal line stops there
+    runs: Path | None = None  # the runs folder (whether it is this machine's)
+    link_fits: Path | None = None  # the cluster checks' link fits the predictions use (None: the advisor's own)
+    findings: tuple[Finding, ...] = ()  # every plug-in's, the verdicts' rows
+    experiments: tuple[Experiment, ...] = ()  # every plug-in's
+    made: dict = field(default_factory=dict, repr=False)  # once()'s
+
+    @cached_property
+    def scaling(self) -> pd.DataFrame:
+        return tb.scaling_table(self.df, self.ref)
+
+    @cached_property
+    def verdicts(self) -> pd.DataFrame:
+        return fd.orderings(self.df, self.ref, self.findings)
+
+    @cached_property
+    def smoke(self) -> set:
+        return smoke_paths(self.df)
+
+    def epochs(self, exp: int) -> pd.DataFrame:
+        return epoch_rows(self.df, exp)
+
+    def once(self, make: Callable[[Inputs], Any]) -> Any:
+        """make(self), made once however many of a plug-in's entries ask for it."""
+        if make not in self.made:
+            self.made[make] = make(self)
+        return self.made[make]
+
+    def of(self, measure: str) -> tuple[int, ...]:
+        return numbered(self.experiments, measure)
+
+
+def numbered(experiments, measure: str) -> tuple[int, ...]:
+    """The numbers of the experiments whose runs are measured so (Experiment.measure), in their order."""
+    return tuple(e.number for e in experiments if e.measure == measure)
+
+
+def titled(inputs: Inputs, entry: Figure) -> str:
+    """The entry's title with each {field} filled in (Figure.fill)."""
+    fields = {f for _, f, _, _ in string.Formatter().parse(entry.title) if f}
+    return entry.title.format(**{f: entry.fill(inputs, f) for f in fields}) if fields else entry.title
+
+
+# ============================================================================================ row selectors, makers
+
+
+def epoch_rows(df: pd.DataFrame, exp: int, **where) -> pd.DataFrame:
+    """Experiment exp's epoch records, where each column named in `where` has the value given."""
+    e = df[(df["kind"] == "epoch") & (df["exp"] == exp)]
+    for k, v in where.items():
+        e = e[e[k] == v]
+    return e
+
+
+def every_run(inputs: Inputs, entry: Figure) -> pd.DataFrame:
+    return inputs.epochs(entry.experiments[0])
+
+
+def most_workers(inputs: Inputs, entry: Figure) -> pd.DataFrame:
+    """The experiment's runs at its largest worker count."""
+    e = inputs.epochs(entry.experiments[0])
+    return e[e["gpus"] == e["gpus"].max()] if len(e) else e
+
+
+def framework_rows(frameworks) -> Callable:
+    """reads(df) of an entry that holds these frameworks' runs alone, so its runs line counts those."""
+    wanted = frozenset(frameworks)
+    return lambda df: df["framework"].isin(wanted)
+
+
+def of_runs(summary: Callable) -> Callable:
+    """A maker of a table of the runs alone: summary(df)."""
+    return lambda inputs, entry: summary(inputs.df)
+
+
+def runs_read(df: pd.DataFrame, entry) -> int:
+    """How many runs an entry holds: of its experiments, and of its edition or frameworks (its reads); every run for
+    an entry of no experiment; none for one of the thesis's values alone. The web page draws an entry that holds
+    none as a line saying what would fill it."""
+    if getattr(entry, "thesis_only", False) or not len(df):
+        return 0
+    runs = df[df["kind"] == "run"]
+    if entry.experiments:
+        runs = runs[runs["exp"].isin(entry.experiments)]
+    if entry.reads and len(runs):
+        runs = runs[entry.reads(runs)]
+    return int(len(runs))

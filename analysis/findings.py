@@ -1,21 +1,13 @@
-"""The thesis's three quality findings as equivalence tests with a declared margin, at each scale.
+"""The findings the plug-ins declare (analysis.entries.Finding), tested as equivalences with a declared margin, at
+each scale: the verdict table (`orderings`).
 
-findings (column `finding`), each a difference "treated minus control" of best validation top-1 (the thesis's
-tables record the best epoch: its scripts keep best_acc1, and its text reports "best Top-1/Top-5"):
-  naive_degrades           experiment 4 at each worker count against its 1-worker run; holds when `worse`; `n/a`
-                           where the global batch is at most the one the fixed rate is tuned for (lr.base_batch):
-                           the rate there is the linear rule's or above, and the thesis claims no fall (its 2 GPUs at
-                           0.1 per 256 images were its best run);
-  warmup_not_worse         experiments 6, 8, 9 at 32 workers against experiment 5 at 32 (no warm-up);
-  warmup_matches_baseline  experiments 6, 8, 9 at each worker count against experiment 5's 1-worker baseline;
-  warmup_schemes_alike     experiment 8 (gradual) against 6 (stepping) and 9 (the longer gradual) against 8, at
-                           each worker count both ran (the thesis: "no additional benefits");
-  large_batch_matches_baseline  experiment 12 (beyond the thesis), each optimizer at each worker count of its
-                           study runs (the base-rate sweep's runs chose the rates and are no verdicts) against the
-                           same baseline; its diverged runs (DIVERGED_SHARE) are left out and counted in `diverged`.
-The verdict (`verdict`), what supports a finding (`holds`), Holm's family-wise view (`holds_holm`), the seeds a
-verdict would need and the after-a-look flag are each a function below; notes() says them as the table does. The
-margin of each scale is declared with its reason in experiments/scales.toml [margins.<scale>].
+Each row is a difference "treated minus control" of best validation top-1 (the thesis's tables record the best
+epoch: its scripts keep best_acc1, and its text reports "best Top-1/Top-5") between one comparison's two sides, a
+row per group of the treated runs (Finding.by); a side's runs that diverged by its rule are left out and counted in
+`diverged`. The verdict (`verdict`), what supports a finding (`holds`, by its declared direction), Holm's family-wise
+view (`holds_holm`), the seeds a verdict would need and the after-a-look flag are each a function below; notes() says
+them as the table does. The margin of each scale is declared with its reason in experiments/scales.toml
+[margins.<scale>].
 """
 from __future__ import annotations
 
@@ -28,9 +20,8 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
-from contract import reader
 
-from .smoke import DIVERGED_SHARE, LARGE_BATCH, SMOKE, STUDY_RUN, diverged_runs, smoke_paths
+from .smoke import SMOKE, diverged_runs, smoke_paths
 
 COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "optimizer", "against", "n", "n_against",
            "difference", "ci_low", "ci_high", "margin", "verdict", "holds", "method", "p", "p_holm", "holds_holm",
@@ -39,9 +30,6 @@ COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "o
            "declared_ci_high", "declared_verdict", "thesis_difference", "diverged"]
 PAIRED, WELCH = "paired by seed", "Welch (unpaired)"  # `method`: how the interval was computed
 ALPHA = (1 - 0.90) / 2  # each end of the 90 % interval is a one-sided test at 5 %: Holm's family-wise level
-WARMUP_EXPERIMENTS = (6, 8, 9)
-SCHEMES = ((8, 6), (9, 8))  # gradual against stepping, the longer gradual against the shorter (the thesis's 5.8-5.9)
-SCHEME_WORDS = {6: "stepping warm-up", 8: "gradual warm-up, the shorter"}
 OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # the order rows and curves take
 CONFIDENCE = 0.90
 SCALES_FILE = Path(__file__).resolve().parents[1] / "experiments" / "scales.toml"
@@ -70,11 +58,11 @@ def verdict(ci_low: float, ci_high: float, margin: float) -> str:
     return "inconclusive"
 
 
-def holds(finding: str, ci_low: float, verdict_: str, margin: float) -> str:
-    """Whether the verdict supports the thesis's finding: yes, no, or undecided."""
-    if finding == "naive_degrades":
+def holds(direction: str, ci_low: float, verdict_: str, margin: float) -> str:
+    """Whether the verdict supports a finding of that direction (Finding.holds): yes, no, or undecided."""
+    if direction == "worse":
         return {"worse": "yes", "equivalent": "no", "better": "no"}.get(verdict_, "undecided")
-    if finding == "warmup_not_worse":
+    if direction == "not worse":
         if not math.isnan(ci_low) and ci_low > -margin:
             return "yes"
         return "no" if verdict_ == "worse" else "undecided"
@@ -150,14 +138,14 @@ def _one_sided(a: pd.Series, b: pd.Series, paired: bool, shift: float, alternati
     return float(stats.ttest_ind(a + shift, b, equal_var=False, alternative=alternative).pvalue)
 
 
-def claim_p(finding: str, a: pd.Series, b: pd.Series, paired: bool, margin: float) -> float:
+def claim_p(direction: str, a: pd.Series, b: pd.Series, paired: bool, margin: float) -> float:
     """The p-value of the test behind `holds` (below ALPHA exactly when the 90 % interval gives the finding's verdict):
-    naive_degrades rejects difference >= -margin (worse); warmup_not_worse rejects difference <= -margin; matching
-    rejects |difference| >= margin (TOST: the larger of its two one-sided p-values)."""
+    "worse" rejects difference >= -margin; "not worse" rejects difference <= -margin; "equivalent" rejects
+    |difference| >= margin (TOST: the larger of its two one-sided p-values)."""
     not_worse = _one_sided(a, b, paired, margin, "greater")
-    if finding == "naive_degrades":
+    if direction == "worse":
         return _one_sided(a, b, paired, margin, "less")
-    if finding == "warmup_not_worse":
+    if direction == "not worse":
         return not_worse
     return max(not_worse, _one_sided(a, b, paired, -margin, "less"))
 
@@ -229,11 +217,18 @@ def declared_only(a: pd.DataFrame, b: pd.DataFrame, margin: float) -> dict:
                 declared_verdict=verdict(got["ci_low"], got["ci_high"], margin))
 
 
-def _completed(df: pd.DataFrame) -> pd.DataFrame:
-    quality = df["exp"].between(4, 9) | ((df["exp"] == LARGE_BATCH) & df["run"].str.match(STUDY_RUN, na=False))
-    r = df[(df["kind"] == "run") & quality & df["status"].isin(["completed", "log"])]
+def diverging(findings) -> list:
+    """The sides of the findings' comparisons that declare a divergence rule (analysis.entries.Runs.diverged)."""
+    return [c.treated for f in findings for c in f.comparisons if c.treated.diverged is not None]
+
+
+def _completed(df: pd.DataFrame, findings) -> pd.DataFrame:
+    """The completed runs of the experiments the findings read, each with its last epoch's top-1 and whether it
+    diverged by its side's rule."""
+    read = {e for f in findings for e in f.experiments()}
+    r = df[(df["kind"] == "run") & df["exp"].isin(read) & df["status"].isin(["completed", "log"])]
     r = r.dropna(subset=["best_val_top1"]).copy()
-    r["diverged"] = r["path"].isin(diverged_runs(df))
+    r["diverged"] = r["path"].isin(diverged_runs(df, diverging(findings)))
     epochs = df[df["kind"] == "epoch"].dropna(subset=["val_top1"]).sort_values("epoch")
     r["final_top1"] = r["path"].map(epochs.groupby("path")["val_top1"].last())
     return r
@@ -247,10 +242,11 @@ def _mixed(*sides: pd.DataFrame) -> bool:
     return any("fingerprint" in s and s["fingerprint"].nunique() > 1 for s in sides)
 
 
-def compare(finding: str, exp: int, workers: int, against: str, a: pd.DataFrame, b: pd.DataFrame,
+def compare(finding, exp: int, workers: int, against: str, a: pd.DataFrame, b: pd.DataFrame,
             margin: float, thesis_difference: float) -> dict:
-    """One row: best top-1 (the verdict) and final-epoch top-1 of `a` minus `b`, 90 % intervals, verdicts."""
-    row = dict(finding=finding, experiment=exp, workers=workers, against=against, n=len(a), n_against=len(b),
+    """One row of a finding: best top-1 (the verdict) and final-epoch top-1 of `a` minus `b`, 90 % intervals,
+    verdicts."""
+    row = dict(finding=finding.name, experiment=exp, workers=workers, against=against, n=len(a), n_against=len(b),
                warmup=a["warmup"].iloc[0] if "warmup" in a and len(a) else None,
                optimizer=a["optimizer"].iloc[0] if "optimizer" in a and len(a) else None,
                margin=margin, thesis_difference=thesis_difference)
@@ -261,11 +257,11 @@ def compare(finding: str, exp: int, workers: int, against: str, a: pd.DataFrame,
         best.update(ci_low=math.nan, ci_high=math.nan, method="configs differ apart from the seed: not compared")
     row.update(difference=best["difference"], ci_low=best["ci_low"], ci_high=best["ci_high"], method=best["method"])
     row["verdict"] = verdict(best["ci_low"], best["ci_high"], margin)
-    row["holds"] = holds(finding, best["ci_low"], row["verdict"], margin)
+    row["holds"] = holds(finding.holds, best["ci_low"], row["verdict"], margin)
     sd_diff = float((best_a.sort_index() - best_b.sort_index()).std(ddof=1)) if paired else None
     sds = (None, None) if paired else (float(best_a.std(ddof=1)), float(best_b.std(ddof=1)))
     row["seeds_needed"], row["needed_for"] = seeds_needed(best["difference"], *sds, sd_diff, margin)
-    row["p"] = claim_p(finding, best_a, best_b, paired, margin) if not _mixed(a, b) else math.nan
+    row["p"] = claim_p(finding.holds, best_a, best_b, paired, margin) if not _mixed(a, b) else math.nan
     row.update(declared_only(a, b, margin))
     final = interval(_by_seed(a, "final_top1"), _by_seed(b, "final_top1"), paired)
     row.update(final_difference=final["difference"], final_ci_low=final["ci_low"], final_ci_high=final["ci_high"],
@@ -275,110 +271,83 @@ def compare(finding: str, exp: int, workers: int, against: str, a: pd.DataFrame,
 
 
 def thesis_top1(ref: pd.DataFrame, exp: int, gpus: int) -> float:
+    """The thesis's best top-1 of an experiment at a worker count; where it prints two rows there (Horovod and DDP),
+    the Horovod one: the thesis compares the Horovod runs across experiments."""
     rows = ref[(ref["experiment"] == exp) & (ref["gpus"] == gpus)].dropna(subset=["top1"])
-    if exp == 6:  # two 32-GPU rows (Horovod and DDP): the thesis compares the Horovod runs across experiments
+    if len(rows) > 1:
         rows = rows[rows["framework"] == "horovod+pytorch"]
     return float(rows["top1"].mean()) if len(rows) else math.nan
 
 
-def _batch_at_most_tuned(run_dir) -> bool:
-    """Whether a run's global batch is at most lr.base_batch, the batch its base rate is tuned for (config.json)."""
-    config = reader.read_config(str(run_dir))
-    try:
-        return config["resolved"]["global_batch"] <= config["lr"]["base_batch"]
-    except (KeyError, TypeError, ValueError):
-        return False
+def side(runs: pd.DataFrame, of) -> pd.DataFrame:
+    """A comparison's side (analysis.entries.Runs): its experiment's runs of its names, at its workers."""
+    r = runs[runs["exp"] == of.experiment]
+    if of.names:
+        r = r[r["run"].str.match(of.names, na=False)]
+    if isinstance(of.workers, str) and of.workers != "each" and len(r):
+        fewest = r["gpus"].min()
+        return r[r["gpus"] == fewest] if of.workers == "fewest" else r[r["gpus"] > fewest]
+    return r if isinstance(of.workers, str) else r[r["gpus"] == of.workers]
 
 
-def naive_degrades(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list[dict]:
-    naive = runs[runs["exp"] == 4]
-    base = naive[naive["gpus"] == naive["gpus"].min()] if len(naive) else naive
-    rows = []
-    for gpus, g in naive[naive["gpus"] > naive["gpus"].min()].groupby("gpus", sort=True):
-        thesis = thesis_top1(ref, 4, int(gpus)) - thesis_top1(ref, 4, int(base["gpus"].iloc[0]))
-        row = compare("naive_degrades", 4, int(gpus), f"exp 4, {int(base['gpus'].iloc[0])} worker(s)", g, base,
-                      margin, thesis)
-        if _batch_at_most_tuned(g["path"].iloc[0]):
-            row["holds"] = "n/a"  # the fixed rate is no smaller than the linear rule's: nothing is claimed here
-        rows.append(row)
-    return rows
-
-
-def warmup_findings(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list[dict]:
-    """At 32 workers, each warm-up against none; at every worker count with warm-up, against the 1-worker baseline
-    (the thesis's claim is about 32; the smaller counts show where a miniature stops following it)."""
-    base = runs[(runs["exp"] == 5) & (runs["gpus"] == 1)]
-    none = runs[(runs["exp"] == 5) & (runs["gpus"] == 32)]
-    if base.empty and none.empty:
-        return []
-    batch = (none if len(none) else base)["per_gpu_batch"].iloc[0]
-    rows = []
-    for exp in WARMUP_EXPERIMENTS:
-        warm = runs[(runs["exp"] == exp) & (runs["per_gpu_batch"] == batch)]
-        for gpus, g in warm.groupby("gpus", sort=True):
-            thesis_warm = thesis_top1(ref, exp, int(gpus))
-            if gpus == 32 and len(none):
-                rows.append(compare("warmup_not_worse", exp, 32, "exp 5, 32 workers (no warm-up)", g, none, margin,
-                                    thesis_warm - thesis_top1(ref, 5, 32)))
-            if len(base):
-                rows.append(compare("warmup_matches_baseline", exp, int(gpus), "exp 5, 1 worker", g, base, margin,
-                                    thesis_warm - thesis_top1(ref, 5, 1)))
-    return rows
-
-
-def warmup_schemes(runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list[dict]:
-    """The thesis's reading of experiments 8 and 9 (its sections 5.8-5.9): a gradual warm-up gains nothing over a
-    stepping one of the same length (8 against 6), nor a longer gradual one over the shorter (9 against 8); holds
-    where `equivalent`, at each worker count both sides ran at one per-worker batch."""
-    rows = []
-    for exp, against in SCHEMES:
-        mine, theirs = runs[runs["exp"] == exp], runs[runs["exp"] == against]
-        for (gpus, batch), g in mine.groupby(["gpus", "per_gpu_batch"], sort=True):
-            other = theirs[(theirs["gpus"] == gpus) & (theirs["per_gpu_batch"] == batch)]
-            if len(other):
-                rows.append(compare("warmup_schemes_alike", exp, int(gpus), f"exp {against}, {int(gpus)} workers "
-                                    f"({SCHEME_WORDS[against]})", g, other, margin,
-                                    thesis_top1(ref, exp, int(gpus)) - thesis_top1(ref, against, int(gpus))))
-    return rows
-
-
-def large_batch_findings(runs: pd.DataFrame, margin: float) -> list[dict]:
-    """Experiment 12: each optimizer at each worker count against experiment 5's 1-worker baseline, over the runs
-    that did not diverge (DIVERGED_SHARE's rule; `diverged` counts those left out). The thesis ran no such study:
-    thesis_difference is empty."""
-    base = runs[(runs["exp"] == 5) & (runs["gpus"] == 1)]
-    study = runs[runs["exp"] == LARGE_BATCH]
-    if base.empty or study.empty:
-        return []
+def comparison_rows(finding, c, runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list[tuple]:
+    """(sort key, row) of each group of a comparison's treated runs (finding.by) whose control has runs: those of
+    the control's side that share the group's finding.match columns."""
+    treated, controls = side(runs, c.treated), side(runs, c.control)
     rank = {name: i for i, name in enumerate(OPTIMIZERS)}
-    groups = sorted(study.groupby(["optimizer", "gpus"]), key=lambda kv: (rank.get(kv[0][0], len(rank)), kv[0]))
     rows = []
-    for (optimizer, gpus), g in groups:
-        gone = g["diverged"].astype(bool) if "diverged" in g else pd.Series(False, index=g.index)
-        row = compare("large_batch_matches_baseline", LARGE_BATCH, int(gpus), "exp 5, 1 worker", g[~gone], base,
-                      margin, math.nan)
-        row.update(optimizer=optimizer, warmup=g["warmup"].iloc[0] if "warmup" in g else None,
-                   diverged=int(gone.sum()))
+    for key, g in treated.groupby(list(finding.by), sort=True):
+        first = g.iloc[0]
+        control = controls[(controls[list(finding.match)] == first[list(finding.match)]).all(axis=1)] \
+            if finding.match else controls
+        if control.empty:
+            continue
+        gpus, base = int(first["gpus"]), int(control["gpus"].iloc[0])
+        gone = g["diverged"].astype(bool) if c.treated.diverged else pd.Series(False, index=g.index)
+        row = compare(finding, c.treated.experiment, gpus, c.against.format(workers=base), g[~gone], control,
+                      margin, thesis_top1(ref, c.treated.experiment, gpus) - thesis_top1(ref, c.control.experiment,
+                                                                                            base))
+        if c.treated.diverged:
+            row.update(optimizer=first.get("optimizer"), warmup=first.get("warmup"), diverged=int(gone.sum()))
         if gone.all():  # nothing left to average: the row says the runs diverged and claims nothing
             row.update(verdict="diverged", holds="diverged", final_verdict="diverged", seeds_needed=None,
                        needed_for=None, method="every run diverged: no interval")
-        rows.append(row)
+        elif finding.claims_nothing and finding.claims_nothing(g):
+            row["holds"] = "n/a"
+        values = key if isinstance(key, tuple) else (key,)  # optimizers in OPTIMIZERS' order, the rest as they sort
+        order = tuple(rank.get(v, len(rank)) if by == "optimizer" else 0 for by, v in zip(finding.by, values))
+        rows.append(((c.treated.experiment, *order, *values), row))
     return rows
 
 
-def orderings(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
-    """One row per finding, experiment, optimizer and worker count at each scale and numerics (module docstring):
+def finding_rows(findings, runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list[dict]:
+    """Every declared finding's rows, each family's (Finding.family: consecutive findings of one name) in order of
+    experiment and group, the findings of a family in their declared order where those tie."""
+    out: list[dict] = []
+    families = [[f] for f in findings[:1]]
+    for before, f in zip(findings, findings[1:]):
+        if f.family and f.family == before.family:
+            families[-1].append(f)
+        else:
+            families.append([f])
+    for family in families:
+        keyed = [kr for f in family for c in f.comparisons for kr in comparison_rows(f, c, runs, ref, margin)]
+        out += [row for _, row in sorted(keyed, key=lambda kr: kr[0])]
+    return out
+
+
+def orderings(df: pd.DataFrame, ref: pd.DataFrame, findings=()) -> pd.DataFrame:
+    """One row per finding, comparison and group of its treated runs at each scale and numerics (module docstring):
     runs in bf16 are compared with bf16 runs, never pooled with fp32 ones."""
     declared = margins()
     rows = []
-    runs = _completed(df)
+    runs = _completed(df, findings)
     # smoke runs are compared among themselves only, and get no verdict
     smoke = runs["path"].isin(smoke_paths(df))
     for (scale, numerics, is_smoke), g in runs.groupby([runs["scale"].fillna("unknown"), runs["numerics"], smoke],
                                                        dropna=False, sort=True):
         margin = float(declared.get(scale, {}).get("points", math.nan))
-        found = with_holm(naive_degrades(g, ref, margin) + warmup_findings(g, ref, margin)
-                          + warmup_schemes(g, ref, margin) + large_batch_findings(g, margin))
+        found = with_holm(finding_rows(tuple(findings), g, ref, margin))
         rows += [{"scale": scale, "numerics": numerics, **(no_verdict(row) if is_smoke else row)} for row in found]
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -391,7 +360,26 @@ def no_verdict(row: dict) -> dict:
             "declared_verdict": SMOKE if row.get("after_a_look") else None}
 
 
-def notes() -> list[str]:
+def holds_words(findings) -> str:
+    """What supports each finding, by its direction: the findings that hold when worse (and where one claims
+    nothing), those that hold when not worse, and the matching ones."""
+    worse = [f"{f.name}: worse" + (f", n/a {f.claims_nothing_where}" if f.claims_nothing_where else "")
+             for f in findings if f.holds == "worse"]
+    not_worse = [f"{f.name}: the interval's low end above -margin" for f in findings if f.holds == "not worse"]
+    matching = ["the matching findings: equivalent"] if any(f.holds == "equivalent" for f in findings) else []
+    return "; ".join(worse + not_worse + matching)
+
+
+def diverged_words(findings) -> str:
+    """'; or, for experiment N, how many of the row's runs diverged (...)' of each side with a divergence rule."""
+    return "".join(
+        f"; or, for experiment {s.experiment}, how many of the row's runs diverged (their last epoch's training loss "
+        f"not finite or above {s.diverged.share:g} of their first epoch's: {s.diverged.declared}), left out of its "
+        "mean and counted apart (orderings.csv diverged); a row whose runs all diverged has no verdict and claims "
+        "nothing" for s in diverging(findings))
+
+
+def notes(findings=()) -> list[str]:
     declared = margins()
     return [
         "This table is short: every column (seeds_needed, final-epoch verdicts, the thesis's differences, p-values) "
@@ -399,32 +387,13 @@ def notes() -> list[str]:
         "difference: mean best validation top-1 (percent) of the experiment minus the comparison's, with its 90 % t "
         "interval (scipy.stats); method: paired by seed when both sides ran the same seeds, else Welch (unpaired).",
         "verdict: equivalent when the interval lies inside (-margin, margin), worse/better when it lies entirely "
-        "below -margin / above margin, else inconclusive; holds: whether that supports the finding "
-        "(naive_degrades: worse, n/a where the global batch is at most the one the rate is tuned for; "
-        "warmup_not_worse: the interval's low end above -margin; the matching findings: equivalent). Each row on "
-        "its own, not corrected for the number of rows.",
+        f"below -margin / above margin, else inconclusive; holds: whether that supports the finding "
+        f"({holds_words(findings)}). Each row on its own, not corrected for the number of rows.",
         "holds after Holm: the family-wise view -- Holm's correction over each finding's rows (those that claim "
         "something) of the one-sided tests behind `holds`, at 5 % each, the level each end of a 90 % interval "
         "tests; a row keeps `yes` only where its adjusted p-value (orderings.csv p_holm) stays below 5 %.",
         "flag: a row whose treated runs were declared before a look at an interval and that holds seeds added "
         "after it (the runs' machine.toml [look], as their declared_*.txt record), with the interval over the "
-        "declared seeds alone (orderings.csv declared_*); or, for experiment 12, how many of the row's runs "
-        f"diverged (their last epoch's training loss not finite or above {DIVERGED_SHARE:g} of their first "
-        "epoch's: a reading rule added on 2026-11-28, after the runs), left out of its mean and counted apart "
-        "(orderings.csv diverged); a row whose runs all diverged has no verdict and claims nothing.",
+        f"declared seeds alone (orderings.csv declared_*){diverged_words(findings)}.",
     ] + [f"margin at the {scale} scale: {m.get('points')} points -- {m.get('reason', '')}" for scale, m in
          declared.items()]
-
-
-def seed_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Run folders outside the studies (e.g. experiment 10, the more-steps pilot), grouped by configuration: the run name
-    without its seed suffix (-sN). Best top-1 and last-epoch training loss, mean ± sd over the seeds."""
-    runs = df[(df["kind"] == "run") & (df["status"] == "completed")].copy()
-    last_epoch = df[df["kind"] == "epoch"].sort_values("epoch").groupby("path")["train_loss"].last()
-    runs["last_train_loss"] = runs["path"].map(last_epoch)
-    runs["configuration"] = runs["experiment"] + "/" + runs["run"].str.replace(r"-s\d+$", "", regex=True)
-    g = runs.groupby("configuration")
-    return pd.DataFrame({
-        "seeds": g.size(), "best_top1_mean": g["best_val_top1"].mean(), "best_top1_sd": g["best_val_top1"].std(),
-        "last_train_loss_mean": g["last_train_loss"].mean(),
-    }).round(2).reset_index()

@@ -14,13 +14,11 @@ from scipy import optimize
 
 from .machines import REPO, reference_machines
 
-#: the committed measurements `make noise-scale` writes: experiment 12's 32-worker run, initial and final weights
-NOISE_FILES = tuple(REPO / "results" / "noise_scale" / f"large_batch_{weights}.json" for weights in ("initial", "final"))
 CONFIDENCE = 0.90  # the bootstrap's percentile interval
 
 
-def noise_scales(paths=NOISE_FILES) -> pd.DataFrame:
-    """The noise-scale measurements of experiment 12's runs (`make noise-scale`, python -m tools noise-scale's JSON):
+def noise_scales(paths) -> pd.DataFrame:
+    """The noise-scale measurements in these files (`make noise-scale`, python -m tools noise-scale's JSON):
     weights, B_simple and its range; a file that is missing or unreadable gives no rows."""
     columns = ["run", "weights", "b_simple", "b_simple_low", "b_simple_high", "b_big", "groups", "file"]
     rows = []

@@ -110,6 +110,18 @@ def int_text(x) -> str:
     return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
 
 
+def experiments_text(numbers) -> str:
+    """{1, 2, 3, 5} -> 'experiments 1-3, 5'; {3} -> 'experiment 3'."""
+    spans: list[list[int]] = []
+    for n in sorted(numbers):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+    return f"experiment{'s' if len(numbers) > 1 else ''} {text}"
+
+
 def natural_key(text) -> tuple:
     """Sort key that orders numbers inside names by value: w1, w2, w16, w24 (not w1, w16, w2, w24)."""
     return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)

@@ -2,8 +2,8 @@
 reference-report`). The first page, <report>/index.html, answers the reader's question for the runs it was made
 from: the headline figure (speed-up and accuracy against workers, ideal and the thesis beside them, flagged points
 ringed), a verdict table with one badge a row, the machine and commit in one line, this machine's runs beside the
-reference where the report is of this machine's, and a link to one page a research question (QUESTIONS: its
-tables and figures, the ones holding runs first, its notebook). Problems are a folded section of their own.
+reference where the report is of this machine's, and a link to one page a research question (the plug-ins'
+QUESTIONS: its tables and figures, the ones holding runs first, its notebook). Problems are a folded section of their own.
 
 An entry (a catalogue table or figure) that holds none of the runs is not drawn: one line on its page says what
 would fill it (its `make expN`) and links its file (the thesis's values it holds). An entry of the thesis's values
@@ -31,6 +31,7 @@ import pandas as pd
 
 from contract import reader
 
+from . import numbers as nb
 from .machines import machine_of, reference_machines
 
 PAGE = "index.html"
@@ -90,38 +91,22 @@ class Question:
     experiments: tuple[int, ...] = ()  # and the entries whose last experiment is one of these (a plug-in's)
 
 
-#: the research questions, as the notebooks split them; an entry named by none lands on RUNS
-QUESTIONS = (
-    Question("throughput", "Throughput", "Does Horovod speed up PyTorch's distributed training, and how does "
-             "throughput scale with workers?", "rq2_horovod_speedup",
-             ("fig17_*", "table0[235689]", "scaling", "throughput_summary", "rq2_steady_state", "exp3_predicted",
-              "link_rates")),
-    Question("batch_size", "Batch size", "What does a smaller per-GPU batch mean for scaling, training time and "
-             "utilisation?", "rq1_batch_size", ("fig1[456]_*", "table0[147]", "fig2[237]_util_*", "util_other_runs")),
-    Question("quality", "Model quality", "Does accuracy hold as workers are added: naive scaling, the linear scaling "
-             "rule, warm-up?", "rq3_model_quality",
-             ("table1[0-5]", "orderings", "quality_summary", "study_times", "fig1[89]_*", "fig2[0145689]_*",
-              "fig30_*", "lr_schedules_*")),
-    Question("large_batch", "Large batch", "Past the thesis's 4k batch: where linear scaling with warm-up breaks, "
-             "and LARS, LAMB, RAdam", "rq4_large_batch", experiments=(12,)),
-    Question("critical_batch", "Critical batch", "Where linear scaling really stops: steps to a target accuracy per "
-             "batch, each batch's rate tuned", "rq5_critical_batch", experiments=(13,)),
-)
+#: the page of what no question names: every run, the machines, the runs of experiments beyond the thesis's
 RUNS = Question("runs", "Runs and machines", "Every run found, the machines and commits it ran on, the runs of "
                 "experiments beyond the thesis's nine")
 
 
-def page_names() -> list[str]:
-    """Every page the report writes (clear_report removes them before a new report)."""
-    return [PAGE] + [f"{q.slug}.html" for q in (*QUESTIONS, RUNS)]
+def page_names(questions) -> list[str]:
+    """Every page the report writes for these questions (clear_report removes them before a new report)."""
+    return [PAGE] + [f"{q.slug}.html" for q in (*questions, RUNS)]
 
 
-def question_of(name: str, experiments: tuple[int, ...] = ()) -> Question:
+def question_of(name: str, experiments: tuple[int, ...], questions) -> Question:
     """The page an entry goes on: the first question naming it, else the one of its last experiment, else RUNS."""
-    for q in QUESTIONS:
+    for q in questions:
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in q.names):
             return q
-    for q in QUESTIONS:
+    for q in questions:
         if experiments and max(experiments) in q.experiments:
             return q
     return RUNS
@@ -179,16 +164,20 @@ def with_code(text: str) -> str:
 @dataclass
 class Catalogue:
     """The catalogue's tables and figures as the pages need them (its entries by name, and how many runs an entry
-    holds), handed in by the report: the page imports no catalogue, so it stands one layer above the tables and
-    plug-ins instead of on top of them (tests/test_analysis_plugins.py counts the layers)."""
+    holds), its research questions (a page each) and the line said where no verdict is yet, handed in by the
+    report: the page imports no catalogue, so it stands one layer above the tables and plug-ins instead of on top of
+    them (tests/test_analysis_plugins.py counts the layers)."""
 
     tables: dict[str, Any]
     figures: dict[str, Any]
     runs_read: Callable[[pd.DataFrame, Any], int]
+    questions: tuple[Question, ...] = ()
+    no_verdicts: str = ""
 
     @classmethod
-    def of(cls, tables, figures, runs_read) -> "Catalogue":
-        return cls({e.name: e for e in tables}, {e.name: e for e in figures}, runs_read)
+    def of(cls, tables, figures, runs_read, questions=(), findings=()) -> "Catalogue":
+        return cls({e.name: e for e in tables}, {e.name: e for e in figures}, runs_read, tuple(questions),
+                   no_verdicts(findings))
 
     def entry(self, name: str, kind: str | None = None):
         """The entry of that name (of that kind: "table" or "figure"), None where the catalogue declares none."""
@@ -237,11 +226,11 @@ def item(path: Path, kind: str, inputs: PageInputs) -> Item:
     declares is shown as it is, on RUNS."""
     entry = inputs.catalogue.entry(path.stem, kind)
     if entry is None:
-        return Item(path.stem, kind, path, question_of(path.stem), True)
+        return Item(path.stem, kind, path, question_of(path.stem, (), inputs.catalogue.questions), True)
     thesis_only = getattr(entry, "thesis_only", False) or (kind == "figure" and not entry.experiments)
     held = thesis_only or inputs.catalogue.runs_read(inputs.df, entry) > 0
-    return Item(entry.name, kind, path, question_of(entry.name, entry.experiments), held, thesis_only,
-                fill_line(entry))
+    page = question_of(entry.name, entry.experiments, inputs.catalogue.questions)
+    return Item(entry.name, kind, path, page, held, thesis_only, fill_line(entry))
 
 
 def items(inputs: PageInputs) -> list[Item]:
@@ -296,18 +285,18 @@ def unfilled_line(it: Item, inputs: PageInputs) -> str:
             f'(<a href="{folder}/{esc(it.path.name)}">{esc(it.path.name)}</a>: the thesis\'s values alone)</li>')
 
 
-def nav(current: str) -> str:
+def nav(current: str, questions) -> str:
     """The same links on every page: the first page, each question's, the runs'."""
-    pages = [(PAGE, "First page")] + [(f"{q.slug}.html", q.title) for q in (*QUESTIONS, RUNS)]
+    pages = [(PAGE, "First page")] + [(f"{q.slug}.html", q.title) for q in (*questions, RUNS)]
     links = "".join(f'<li><a href="{href}"{" aria-current=page" if href == current else ""}>{esc(text)}</a></li>'
                     for href, text in pages)
     return f"<nav><ul>{links}</ul></nav>"
 
 
-def html_page(title: str, current: str, body: str) -> str:
+def html_page(title: str, current: str, body: str, questions) -> str:
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>{nav(current)}{body}</main>"
+            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>{nav(current, questions)}{body}</main>"
             "</body></html>\n")
 
 
@@ -331,18 +320,6 @@ def run_commits(df: pd.DataFrame) -> dict[str, Counter]:
     return {label: found["commits"] for label, found in machine_runs(df).items()}
 
 
-def experiments_text(numbers: set[int]) -> str:
-    """{1, 2, 3, 5} -> 'experiments 1-3, 5'; {3} -> 'experiment 3'."""
-    spans: list[list[int]] = []
-    for n in sorted(numbers):
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
-    return f"experiment{'s' if len(numbers) > 1 else ''} {text}"
-
-
 def machine_line(df: pd.DataFrame) -> str:
     """The machines and commits in one line: each machine's runs, experiments and its most frequent commit."""
     parts = []
@@ -350,7 +327,7 @@ def machine_line(df: pd.DataFrame) -> str:
         commits = found["commits"]
         top = sorted(commits.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
         more = f" (+{len(commits) - 1} more: runs page)" if len(commits) > 1 else ""
-        parts.append(f"{label}: {sum(commits.values())} runs of {experiments_text(found['experiments'])} at commit "
+        parts.append(f"{label}: {sum(commits.values())} runs of {nb.experiments_text(found['experiments'])} at commit "
                      f"{top}{more}")
     return " · ".join(parts) if parts else "No run folders: the tables hold the thesis's values only."
 
@@ -358,8 +335,6 @@ def machine_line(df: pd.DataFrame) -> str:
 BADGES = {"yes": ("holds", "holds"), "no": ("fails", "fails"), "undecided": ("undecided", "undecided"),
           "diverged": ("diverged", "diverged"), "n/a": ("claims nothing", "other")}
 VERDICT_COLUMNS = ("finding", "comparison", "holds", "difference [90 % interval]", "holds after Holm")
-NO_VERDICTS = ("No verdicts yet: the findings compare experiments 4-9 and 12 with experiment 5's 1-worker baseline; "
-               "`make exp5`, then `make exp4` (naive scaling) or `make exp6` (warm-up) gives the first.")
 
 
 def badge(holds: str, hover: str) -> str:
@@ -368,13 +343,21 @@ def badge(holds: str, hover: str) -> str:
     return f'<span class="badge {kind}" title="{esc(hover)}">{esc(text)}</span>'
 
 
-def verdict_table(tables: Path) -> str:
+def no_verdicts(findings) -> str:
+    """What would give the first verdict: each declared finding's first comparison, its control's runs first."""
+    steps = [f"{f.name}: `make exp{c.control.experiment}`" + ("" if c.control.experiment == c.treated.experiment
+                                                             else f" then `make exp{c.treated.experiment}`")
+             for f in findings for c in f.comparisons[:1]]
+    return "No verdicts yet: each finding compares two experiments' runs (" + "; ".join(steps) + ")."
+
+
+def verdict_table(tables: Path, none_yet: str) -> str:
     """orderings.md's rows with one badge a row (its verdict, method and seeds on hover), or the line saying what
-    would give the first verdict."""
+    would give the first verdict (none_yet: no_verdicts' line)."""
     path = tables / VERDICTS
     table = read_markdown_table(path.read_text()) if path.is_file() else MarkdownTable()
     if not table.rows:
-        return f"<p>{with_code(NO_VERDICTS)}</p>"
+        return f"<p>{with_code(none_yet)}</p>"
     at = {c: i for i, c in enumerate(table.header)}
     head = "".join(f"<th>{esc('verdict' if c == 'holds' else c)}</th>" for c in VERDICT_COLUMNS)
     rows = []
@@ -393,15 +376,16 @@ def headline_section(inputs: PageInputs, by_name: dict[str, Item]) -> str:
     it = by_name.get(HEADLINE)
     if it is not None and it.held:
         return f'<section id="headline">{block(it, inputs)}</section>'
+    entry = inputs.catalogue.entry(HEADLINE, "figure")
     why = next((s.split(": ", 1)[1] for s in inputs.skipped if s.startswith(f"{HEADLINE}: ")),
-               "no runs of experiments 1-6: `make exp3` (throughput, minutes) draws it")
+               f"none of these runs is of its experiments: {fill_line(entry) if entry else 'runs'} draws it")
     return f'<section id="headline"><h2>Does it scale here?</h2><p>Not drawn: {with_code(why)}.</p></section>'
 
 
 def questions_list(all_items: list[Item], inputs: PageInputs) -> str:
     """Each question's page, linked, with how many of its tables and figures hold runs."""
     lines = []
-    for q in (*QUESTIONS, RUNS):
+    for q in (*inputs.catalogue.questions, RUNS):
         mine = [it for it in all_items if it.question == q and it.name not in (HEADLINE, YOURS)]
         drawn = sum(it.held for it in mine)
         lines.append(f'<li><a href="{q.slug}.html">{esc(q.title)}</a>: {esc(q.question)} ({drawn} of {len(mine)} '
@@ -427,9 +411,9 @@ def first_page(inputs: PageInputs, all_items: list[Item]) -> str:
     body = (f"<h1>Does it scale here?</h1>"
             f'<p class="machine" id="machines">{esc(machine_line(inputs.df))}</p>'
             + headline_section(inputs, by_name) + yours_html
-            + f'<section id="verdicts"><h2>Verdicts</h2>{verdict_table(inputs.out / "tables")}</section>'
+            + f'<section id="verdicts"><h2>Verdicts</h2>{verdict_table(inputs.out / "tables", inputs.catalogue.no_verdicts)}</section>'
             + questions_list(all_items, inputs) + problems_section(inputs, all_items))
-    return html_page("Scaling-study report", PAGE, body)
+    return html_page("Scaling-study report", PAGE, body, inputs.catalogue.questions)
 
 
 # ============================================================================================ a question's page
@@ -452,8 +436,8 @@ def question_page(q: Question, inputs: PageInputs, all_items: list[Item]) -> str
     ran = "".join(block(it, inputs) for it in mine if it.held and not it.thesis_only)
     thesis = "".join(block(it, inputs) for it in mine if it.thesis_only)
     unfilled = [unfilled_line(it, inputs) for it in mine if not it.held]
-    skipped = [f"<li>{with_code(s)}</li>" for s in inputs.skipped
-               if question_of(s.split(": ", 1)[0], experiments_of(s.split(": ", 1)[0], inputs.catalogue)) == q]
+    skipped = [f"<li>{with_code(s)}</li>" for s in inputs.skipped if question_of(
+        s.split(": ", 1)[0], experiments_of(s.split(": ", 1)[0], inputs.catalogue), inputs.catalogue.questions) == q]
     body = (f"<h1>{esc(q.title)}</h1><p class=question>{esc(q.question)}</p>{notebook_line(q, inputs.notebooks)}"
             + (f'<p class="source">{esc(inputs.source)}</p>{machines_section(inputs.df)}' if q == RUNS else "")
             + (f'<section id="drawn">{ran}</section>' if ran else f"<p>{with_code(none_line(q))}</p>")
@@ -461,7 +445,7 @@ def question_page(q: Question, inputs: PageInputs, all_items: list[Item]) -> str
             + (f'<section id="unfilled"><h2>Not drawn: no run here fills them</h2><ul class=fill>{"".join(unfilled)}'
                "</ul></section>" if unfilled else "")
             + (f'<section id="not-drawn"><h2>Not drawn</h2><ul>{"".join(skipped)}</ul></section>' if skipped else ""))
-    return html_page(f"{q.title}: scaling-study report", f"{q.slug}.html", body)
+    return html_page(f"{q.title}: scaling-study report", f"{q.slug}.html", body, inputs.catalogue.questions)
 
 
 def none_line(q: Question) -> str:
@@ -491,7 +475,7 @@ def machines_section(df: pd.DataFrame) -> str:
 def write_page(inputs: PageInputs) -> Path:
     """<out>/index.html and a page a question (<slug>.html); returns the first page's path."""
     all_items = items(inputs)
-    for q in (*QUESTIONS, RUNS):
+    for q in (*inputs.catalogue.questions, RUNS):
         (inputs.out / f"{q.slug}.html").write_text(question_page(q, inputs, all_items))
     path = inputs.out / PAGE
     path.write_text(first_page(inputs, all_items))
@@ -515,9 +499,9 @@ def notebook_pages(notebooks: list[Path]) -> list[Path]:
     exporter = HTMLExporter(extra_loaders=[DictLoader({"offline.html.j2": OFFLINE_TEMPLATE})],
                             template_file="offline.html.j2")
     pages = []
-    for nb in notebooks:
-        body, _ = exporter.from_filename(str(nb))
-        page = Path(nb).with_suffix(".html")
+    for notebook in notebooks:
+        body, _ = exporter.from_filename(str(notebook))
+        page = Path(notebook).with_suffix(".html")
         page.write_text(body)
         pages.append(page)
     return pages

@@ -1,4 +1,5 @@
-"""`python -m analysis report`: every thesis table and figure from the run folders and the reference data.
+"""Writing a report (`python -m analysis report`, put together by analysis/catalogue.py's make_report): every
+table and figure of the catalogue from the run folders and the reference data.
 
 Writes <out>/tables/*.csv|md, <out>/figures/*.png|pdf, executes the notebooks <out>/rq*.ipynb (each also as
 <out>/rq*.html), and puts it all on web pages: <out>/index.html, the first, and a page a research question
@@ -9,7 +10,7 @@ reference data can draw (scaling, schedules, RQ2) are drawn from it.
 from __future__ import annotations
 
 import threading
-import time
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -19,14 +20,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .advisor import runs as advisor_runs  # noqa: E402
-from . import catalogue as ct  # noqa: E402
 from . import figures as fg  # noqa: E402
 from . import frozen as fz  # noqa: E402
 from . import page as pg  # noqa: E402
-from . import reference as rf  # noqa: E402
 from . import tables as tb  # noqa: E402
-from .compare import load_report_study, made_from  # noqa: E402
-from .machines import REPO, default_runs_root, machine_cores, reference_machines, runs_label  # noqa: E402
+from .compare import made_from  # noqa: E402
+from .entries import Inputs, thesis_source, titled  # noqa: E402
+from .machines import REPO, default_runs_root, reference_machines, runs_label  # noqa: E402
 
 COMMITTED_REPORT = REPO / "results"  # the committed report: the reference's tables/, figures/ and rq*.ipynb
 REPORT_ROOT = COMMITTED_REPORT / "report"  # gitignored: the report of any other runs, a folder each
@@ -36,7 +36,7 @@ OTHER_WRITERS = frozenset({"cost.csv", "cost.md", "cost_totals.csv", "cost_total
                            "advisor_local.csv", "advisor_validation.png", "advisor_validation.pdf"})
 
 
-def entry_source(inputs: ct.Inputs, entry, source: str | None) -> str | None:
+def entry_source(inputs: Inputs, entry, source: str | None) -> str | None:
     """The runs line an entry carries: the report's, naming another reference machine's experiment only on the
     entries that read it (made_from's `experiments`, and of an entry that reads one edition, that edition's runs
     alone); a maker's own line (the thesis's) is kept."""
@@ -46,7 +46,7 @@ def entry_source(inputs: ct.Inputs, entry, source: str | None) -> str | None:
     return made_from(read, inputs.runs, experiments=entry.experiments) + source[len(inputs.source):]
 
 
-def build_tables(inputs: ct.Inputs, out: Path, entries=ct.TABLES) -> list[Path]:
+def build_tables(inputs: Inputs, out: Path, entries) -> list[Path]:
     """Every table the catalogue declares that these inputs make; each says which runs it was made from."""
     written: list[Path] = []
     for entry in entries:
@@ -56,13 +56,12 @@ def build_tables(inputs: ct.Inputs, out: Path, entries=ct.TABLES) -> list[Path]:
         notes = entry.notes(inputs, frame) if callable(entry.notes) else list(entry.notes)
         shown = entry.shown(frame) if entry.shown else None
         written += tb.write_table(frame, out, entry.name, entry.title, notes or None,
-                                   ct.thesis_source(entry) if entry.thesis_only
+                                   thesis_source(entry) if entry.thesis_only
                                    else entry_source(inputs, entry, inputs.source), shown)
     return written
 
 
-def build_figures(inputs: ct.Inputs, out: Path, entries=ct.FIGURES,
-                  captions: dict | None = None) -> tuple[list[Path], list[str]]:
+def build_figures(inputs: Inputs, out: Path, entries, captions: dict | None = None) -> tuple[list[Path], list[str]]:
     """Every figure the catalogue declares, each with the line saying which runs (or thesis values) it was made
     from; and those not drawn, with why. captions: filled with each drawn figure's (title, runs line), which the web
     page shows as text (the PNG carries them as pixels)."""
@@ -80,9 +79,9 @@ def build_figures(inputs: ct.Inputs, out: Path, entries=ct.FIGURES,
     return written, skipped
 
 
-def figure_caption(inputs: ct.Inputs, entry) -> str:
+def figure_caption(inputs: Inputs, entry) -> str:
     """A figure's heading on the web page: its title, and the thesis's figure it stands beside."""
-    title = ct.titled(inputs, entry) if entry.title else entry.name
+    title = titled(inputs, entry) if entry.title else entry.name
     return f"{title} ({entry.thesis})" if entry.thesis else title
 
 
@@ -118,10 +117,10 @@ def link_fits_for(runs: Path) -> Path:
     return advisor_runs.COMMITTED_LINK_FITS if committed else advisor_runs.advisor.CHECK_ROOT
 
 
-def frozen_for(runs: Path) -> tuple:
-    """The superseded editions the plug-ins keep as files (analysis/frozen.py) that the report of `runs` copies in:
-    all of them for the committed reference, whose runs they were drawn from; none for any other runs."""
-    return ct.plugged("FROZEN") if Path(runs).resolve() == committed_runs().resolve() else ()
+def frozen_for(runs: Path, declared) -> tuple:
+    """The superseded editions the plug-ins keep as files (analysis/frozen.py, `declared`) that the report of `runs`
+    copies in: all of them for the committed reference, whose runs they were drawn from; none for any other runs."""
+    return tuple(declared) if Path(runs).resolve() == committed_runs().resolve() else ()
 
 
 def refuse_committed_place(runs: Path, out: Path) -> None:
@@ -158,24 +157,23 @@ def note_runs(runs: Path, out: Path) -> None:
         (out / MADE_FROM).write_text(f"{Path(runs).resolve()}\n")
 
 
-def clear_report(out: Path) -> None:
-    """Remove what an earlier report wrote into `out` (tables, figures, notebooks, the page), so nothing stale survives a new
-    one: figures a run set can no longer draw, a comparison table of runs since removed. Files another command
-    writes there (make cost's tables) are kept."""
+def clear_report(out: Path, pages: list[str]) -> None:
+    """Remove what an earlier report wrote into `out` (tables, figures, notebooks, its pages), so nothing stale
+    survives a new one: figures a run set can no longer draw, a comparison table of runs since removed. Files another
+    command writes there (make cost's tables) are kept."""
     for folder in (out / "tables", out / "figures"):
         for path in sorted(folder.glob("*")) if folder.is_dir() else []:
             if path.is_file() and path.name not in OTHER_WRITERS:
                 path.unlink()
-    pages = [out / name for name in pg.page_names() if (out / name).is_file()]
+    pages = [out / name for name in pages if (out / name).is_file()]
     for path in sorted([*out.glob("rq*.ipynb"), *out.glob("rq*.html"), *pages]):
         path.unlink()
 
 
-def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: bool = False) -> dict:
-    """Regenerate tables, figures and (optionally) the executed notebooks into `out`, cleared first. Returns what
-    was done. runs: a runs root; by default this machine's results/runs, or the committed reference when that is
-    empty. out: by default report_folder(runs)."""
-    t0 = time.perf_counter()
+def prepare(runs, out, pages: list[str]) -> tuple[Path, str, Path]:
+    """(the runs folder, its label, the report's folder) of a report asked for: checked, the folder cleared of an
+    earlier report (its pages: `pages`) and noted as the runs folder's. runs: a runs root; by default this machine's
+    results/runs, or the committed reference when that is empty. out: by default report_folder(runs)."""
     if runs and not Path(runs).is_dir():  # a mistyped OUT= would otherwise give a report of nothing
         raise ReportError(f"analysis report: no runs folder {runs} (a study's --out / OUT=, e.g. results/runs, "
                           "results/quick or results/reference/vm-2cpu)")
@@ -183,16 +181,21 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
     out = Path(out) if out else report_folder(runs)
     refuse_committed_place(runs, out)
     refuse_other_runs(runs, out)
-    clear_report(out)
+    clear_report(out, pages)
     note_runs(runs, out)
-    df = load_report_study(runs, logs)
-    source = made_from(df, runs)
-    inputs = ct.Inputs(df, rf.load_reference(), source, machine_cores(runs), runs, link_fits_for(runs))
-    frozen = frozen_for(runs)
-    tables = build_tables(inputs, out / "tables") + fz.copy_into(frozen, out, "tables")
-    worker, nb_result = _start_notebooks(out, runs, logs) if notebooks else (None, {})
+    return runs, origin, out
+
+
+def write_report(inputs: Inputs, out: Path, catalogue: pg.Catalogue, notebooks: dict, logs=None,
+                 frozen=()) -> dict:
+    """Every table and figure of the catalogue and the frozen editions' kept files (frozen_for), the notebooks (name
+    -> cells; executed while the figures are drawn), the index and the web pages, into `out`; returns what was
+    done."""
+    df, source = inputs.df, inputs.source
+    tables = build_tables(inputs, out / "tables", catalogue.tables.values()) + fz.copy_into(frozen, out, "tables")
+    worker, nb_result = _start_notebooks(out, inputs.runs, logs, notebooks) if notebooks else (None, {})
     captions: dict = {}
-    figs, skipped = build_figures(inputs, out / "figures", captions=captions)
+    figs, skipped = build_figures(inputs, out / "figures", catalogue.figures.values(), captions)
     figs += fz.copy_into(frozen, out, "figures")
     captions.update(fz.captions(frozen))
     problems, breaches = invariant_breaches(list(df.attrs.get("problems", [])), out / "tables", source)
@@ -204,20 +207,23 @@ def make_report(runs=None, out=None, logs=None, notebooks: bool = True, quiet: b
         if "error" in nb_result:
             raise nb_result["error"]
         nbs = nb_result["paths"]
-    catalogue = pg.Catalogue.of((*ct.TABLES, *fz.entries(frozen, "tables")),
-                                (*ct.FIGURES, *fz.entries(frozen, "figures")), ct.runs_read)
+    catalogue = replace(catalogue, tables={**catalogue.tables, **{e.name: e for e in fz.entries(frozen, "tables")}},
+                        figures={**catalogue.figures, **{e.name: e for e in fz.entries(frozen, "figures")}})
     page = pg.write_page(pg.PageInputs(out, source, df, tables, figs, captions, skipped, problems,
                                        pg.notebook_pages(nbs), catalogue))
-    info = {"runs": int((df["kind"] == "run").sum()), "tables": len(tables), "figures": len(figs),
-            "skipped": skipped, "problems": problems, "notebooks": [str(p) for p in nbs],
-            "page": str(page), "seconds": round(time.perf_counter() - t0, 2), "out": str(out)}
-    if not quiet:
-        print(f"report: {info['runs']} runs from {runs} ({origin}), {len(tables)} table files, {len(figs)} figure files, "
-              f"{len(nbs)} notebooks in {info['seconds']} s")
-        for p in problems:
-            print(f"  problem: {p}")
-        print(f"report written to {_shown(out)}/ (tables/README.md lists it); in a browser: {_shown(page)}")
-    return info
+    return {"runs": int((df["kind"] == "run").sum()), "tables": len(tables), "figures": len(figs),
+            "skipped": skipped, "problems": problems, "notebooks": [str(p) for p in nbs], "page": str(page),
+            "out": str(out)}
+
+
+def say(info: dict, runs: Path, origin: str) -> None:
+    """What a report did, in a few lines."""
+    print(f"report: {info['runs']} runs from {runs} ({origin}), {info['tables']} table files, {info['figures']} figure "
+          f"files, {len(info['notebooks'])} notebooks in {info['seconds']} s")
+    for p in info["problems"]:
+        print(f"  problem: {p}")
+    print(f"report written to {_shown(Path(info['out']))}/ (tables/README.md lists it); in a browser: "
+          f"{_shown(Path(info['page']))}")
 
 
 def _shown(path: Path) -> str:
@@ -228,7 +234,7 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _start_notebooks(out: Path, runs: Path, logs):
+def _start_notebooks(out: Path, runs: Path, logs, notebooks: dict):
     """The notebooks run in their own kernels (a thread) while this process draws the figures."""
     import IPython  # noqa: F401  (imported here, not half-way in the worker thread while pyplot looks for it)
 
@@ -239,7 +245,7 @@ def _start_notebooks(out: Path, runs: Path, logs):
 
     def _work():
         try:
-            result["paths"] = run_notebooks(out, runs, logs)
+            result["paths"] = run_notebooks(out, runs, logs, notebooks)
         except Exception as exc:  # reported after the figures are done
             result["error"] = exc
 

@@ -18,7 +18,10 @@ import pandas as pd
 from . import flags as fl
 from . import numbers as nb
 from . import reference as rf
-from .smoke import diverged_runs
+
+
+SCALE_NOTE = ("Rows whose scale is not 'thesis' come from runs at another scale (config.json \"scale\"): their "
+              "numbers are not comparable with the thesis's and are not placed beside them.")
 
 
 def scale_label(scale) -> str:
@@ -77,7 +80,7 @@ def joined(values: pd.Series) -> str:
 def repeat_spread(df: pd.DataFrame) -> tuple[float, int]:
     """(the largest ratio between two throughput runs of one config fingerprint, how many configs were measured
     more than once): the noise of a single measurement, from the runs themselves; (nan, 0) without repeats."""
-    bench = df[(df["kind"] == "bench") & df["exp"].le(3)]
+    bench = df[df["kind"] == "bench"]
     if bench.empty:
         return math.nan, 0
     bench = bench.dropna(subset=["fingerprint", "steady_images_per_s"])
@@ -114,27 +117,23 @@ QUALITY_KEYS = ["exp", "framework", "numerics", "per_gpu_batch", "global_batch",
                 "scale"]
 
 
-# Experiments whose runs are read by their own tables only: experiment 13's stop at the target accuracy (its measure
-# is the steps to it) and its tuning runs validate on a held-out split, so their best top-1 is no quality result.
-OWN_READING = (13,)
-
-
-def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Best validation top-1/top-5 per configuration: mean, std and n over seeds; wall-clock; status counts.
+def quality_summary(df: pd.DataFrame, experiments=None, diverged=frozenset()) -> pd.DataFrame:
+    """Best validation top-1/top-5 per configuration of the experiments given (None: every one the frame holds):
+    mean, std and n over seeds; wall-clock; status counts.
 
     Completed runs make the statistics; if a configuration has none, its non-diverged runs do (marked
-    'incomplete'). Diverged runs are counted, never averaged: those whose loss went non-finite, and experiment 12's
-    study runs that diverged by the reading rule (analysis.smoke DIVERGED_SHARE, said in `status`).
+    'incomplete'). Diverged runs are counted, never averaged: those whose loss went non-finite, and those of
+    `diverged` (folders that diverged by a reading rule, analysis.smoke.diverged_runs; said in `status`).
     """
-    r = df[(df["kind"] == "run") & (df["exp"] >= 4) & ~df["exp"].isin(OWN_READING)].copy()
+    r = df[(df["kind"] == "run") & (df["exp"].isin(list(experiments)) if experiments is not None else True)].copy()
     cols = QUALITY_KEYS + ["top1_mean", "top1_std", "top5_mean", "top5_std", "n", "wallclock_s", "runs", "status"]
     if r.empty:
         return pd.DataFrame(columns=cols)
     r["scale"] = r["scale"].fillna("unknown")
     rows = []
 
-    # experiment 12's study runs that diverged by the reading rule: counted, never averaged
-    r["_gone"] = r["path"].isin(diverged_runs(df))
+    # runs that diverged by a reading rule: counted, never averaged
+    r["_gone"] = r["path"].isin(diverged)
     for key, g in r.groupby(QUALITY_KEYS, dropna=False, sort=True):
         done = g[g["status"].isin(["completed", "log"]) & ~g["_gone"]]
         note = f"{int(g['_gone'].sum())} diverged by the reading rule: left out" if g["_gone"].any() else ""
@@ -159,63 +158,6 @@ def quality_summary(df: pd.DataFrame) -> pd.DataFrame:
 TENSORFLOW = ["horovod+tensorflow", "tensorflow"]
 
 
-def table_frameworks(thesis: pd.DataFrame) -> set[str]:
-    """The frameworks whose runs a throughput table holds: its thesis rows', and beside the thesis's
-    Horovod+TensorFlow rows (Tables 1, 4, 7) also TensorFlow's own MultiWorkerMirroredStrategy."""
-    frameworks = set(thesis["framework"])
-    return frameworks | (set(TENSORFLOW) if "horovod+tensorflow" in frameworks else set())
-
-
-def throughput_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFrame:
-    """Thesis Table 1-9 with our thesis-formula and steady-state images/s, speed-up over our 1-GPU run of the same
-    numerics; only our fp32 runs at the thesis scale sit beside the thesis's rows."""
-    thesis = rf.table_rows(ref, table)
-    exp = int(thesis["experiment"].iloc[0])
-    summary = throughput_summary(df)
-    # the baseline is the experiment's own 1-GPU run; an experiment that timed none takes experiment 1's (the
-    # thesis's 1-GPU baseline), never another multi-GPU experiment's
-    ones = summary[(summary["gpus"] == 1) & summary["exp"].isin([exp, 1])].sort_values(
-        "exp", key=lambda e: e != exp, kind="stable")
-    base: dict = {}
-    for o in ones.itertuples(index=False):
-        base.setdefault((o.framework, o.numerics, o.per_gpu_batch, o.scale), o)
-    ours = summary[(summary["exp"] == exp) & summary["framework"].isin(table_frameworks(thesis))]
-
-    def row_from(o, row):
-        one = base.get((o.framework, o.numerics, o.per_gpu_batch, o.scale))
-        base_thesis, base_steady = (one.thesis_images_per_s, one.steady_images_per_s) if one else (math.nan, math.nan)
-        steady_speedup = nb.speedup(o.steady_images_per_s, base_steady)
-        row.update(ours_thesis_formula=o.thesis_images_per_s, ours_steady=o.steady_images_per_s,
-                   ours_data_wait_pct=100 * o.data_share,
-                   n_runs=int(o.n_runs), ours_speedup=nb.speedup(o.thesis_images_per_s, base_thesis),
-                   ours_steady_speedup=steady_speedup, backend=o.backend,
-                   numerics=o.numerics, processes=o.processes, threads_per_rank=o.threads_per_rank,
-                   cpus_per_rank=o.cpus_per_rank, flag=row_flag(o, one, steady_speedup))
-        return row
-
-    rows, used = [], set()
-    for r in thesis.itertuples(index=False):
-        row = {"framework": r.framework, "numerics": nb.FP32, "per_gpu_batch": r.per_gpu_batch, "nodes": r.nodes,
-               "gpus": r.gpus, "thesis_images_per_s": r.throughput, "ours_thesis_formula": math.nan,
-               "ours_steady": math.nan, "ours_speedup": math.nan, "ours_steady_speedup": math.nan,
-               "ours_data_wait_pct": math.nan, "n_runs": 0, "scale": "thesis"}
-        for i, o in zip(ours.index, ours.itertuples(index=False)):
-            if (o.framework, o.numerics, o.per_gpu_batch, o.gpus, o.scale) == \
-                    (r.framework, nb.FP32, r.per_gpu_batch, r.gpus, "thesis"):
-                used.add(i)
-                row_from(o, row)
-        rows.append(row)
-    for i, o in zip(ours.index, ours.itertuples(index=False)):
-        if i not in used:
-            rows.append(row_from(o, {"framework": o.framework, "per_gpu_batch": o.per_gpu_batch, "nodes": o.hosts,
-                                     "gpus": o.gpus, "thesis_images_per_s": math.nan,
-                                     "scale": scale_label(o.scale)}))
-    cols = ["framework", "backend", "numerics", "per_gpu_batch", "nodes", "gpus", "processes", "thesis_images_per_s",
-            "ours_thesis_formula", "ours_steady", "threads_per_rank", "cpus_per_rank", "ours_speedup",
-            "ours_steady_speedup", "ours_data_wait_pct", "n_runs", "scale", "flag"]
-    return pd.DataFrame(rows, columns=cols)
-
-
 def row_flag(o, one, steady_speedup: float) -> str:
     """A throughput row's flag (analysis/flags.py): its own disturbances, and where it has a speed-up, one above its
     processes, a baseline of other threads a rank, the baseline's disturbances."""
@@ -230,8 +172,7 @@ def quality_table(df: pd.DataFrame, ref: pd.DataFrame, table: int) -> pd.DataFra
     """Thesis Table 10-15 with our best val top-1/top-5 (mean ± std over seeds, n) and wall-clock beside."""
     thesis = rf.table_rows(ref, table)
     exp = int(thesis[thesis["table"] == table]["experiment"].iloc[0])
-    ours = quality_summary(df)
-    ours = ours[ours["exp"] == exp]
+    ours = quality_summary(df, (exp,))
     rows, used = [], set()
 
     def fill(row, o):
@@ -360,7 +301,7 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, title: str | N
 def throughput_reference(ref: pd.DataFrame | None = None) -> pd.DataFrame:
     """Throughput rows (tables 1-9) with speed-up and efficiency over the same framework's 1-GPU row."""
     ref = rf.load_reference() if ref is None else ref
-    t = ref[ref["table"] <= 9].copy()
+    t = ref[ref["throughput"].notna()].copy()
     base = t[t["gpus"] == 1].set_index(["framework", "per_gpu_batch"])["throughput"]
     t["baseline"] = [base.get((f, b), np.nan) for f, b in zip(t["framework"], t["per_gpu_batch"])]
     t["speedup"] = t["throughput"] / t["baseline"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from analysis.logs import parse_log
 from analysis.numbers import log_throughput
-from analysis.report import make_report
+from analysis.catalogue import make_report
 from contract.runfolder import LOG
 from tests import synth_records as synth
 
@@ -50,7 +50,7 @@ def bench_parse(lines: int = 1_000_000, fmt: str = "early-2019", repeat: int = 3
 
 
 def bench_report(n_runs: int = 50, notebooks: bool = True) -> dict:
-    """analysis.report's make_report timed on n_runs made-up runs."""
+    """analysis.catalogue's make_report timed on n_runs made-up runs."""
     with tempfile.TemporaryDirectory() as d:
         runs, out = Path(d) / "runs", Path(d) / "out"
         t0 = time.perf_counter()

@@ -1,4 +1,5 @@
-"""The thesis's three quality findings as equivalence tests: 90 % intervals against a declared margin, verdicts."""
+"""The findings the plug-ins declare (the thesis's three quality findings, experiment 12's) as equivalence tests: 90 %
+intervals against a declared margin, verdicts."""
 import json
 import math
 
@@ -8,7 +9,8 @@ from scipy import stats
 
 from analysis import reference as rf
 from analysis.runs import COLUMNS
-from analysis.findings import claim_p, holm, interval, look, margins, orderings, seeds_needed, verdict, with_holm
+from analysis.catalogue import orderings
+from analysis.findings import claim_p, holm, interval, look, margins, seeds_needed, verdict, with_holm
 
 
 def runs(rows, final_drop=1.0, numerics="fp32"):
@@ -179,7 +181,7 @@ def test_runs_of_other_numerics_are_compared_among_themselves():
 
 
 def test_seed_summary_groups_runs_by_name_without_the_seed():
-    from analysis.findings import seed_summary
+    from analysis.experiments.pilots import seed_summary
 
     rows = []
     for run, top1, loss in [("base-w1-s0", 70.0, 1.0), ("base-w1-s1", 74.0, 0.8), ("wide-w32-s0", 60.0, 1.5)]:
@@ -207,11 +209,11 @@ def test_the_claims_p_value_agrees_with_the_90_percent_interval():
     for paired in (True, False):
         got = interval(a, b, paired)
         for margin in (0.5, 1.0, 2.0, 3.0):
-            p = claim_p("warmup_matches_baseline", a, b, paired, margin)
+            p = claim_p("equivalent", a, b, paired, margin)
             assert (p < 0.05) == (verdict(got["ci_low"], got["ci_high"], margin) == "equivalent")
-            assert (claim_p("warmup_not_worse", a, b, paired, margin) < 0.05) == (got["ci_low"] > -margin)
+            assert (claim_p("not worse", a, b, paired, margin) < 0.05) == (got["ci_low"] > -margin)
     low = pd.Series([50.0, 51.0, 49.5])
-    assert claim_p("naive_degrades", low, b.iloc[:3], False, 2.0) < 0.05  # worse beyond -2
+    assert claim_p("worse", low, b.iloc[:3], False, 2.0) < 0.05  # worse beyond -2
 
 
 def test_holm_keeps_a_row_only_where_its_adjusted_p_stays_below_5_percent():
@@ -273,9 +275,10 @@ def rf_top1(exp: int, gpus: int) -> float:
 ])
 def test_a_run_diverged_when_its_last_training_loss_is_non_finite_or_above_three_quarters_of_its_first(
         losses, expected):
+    from analysis.experiments.large_batch import DIVERGED_SHARE
     from analysis.smoke import diverged
 
-    assert diverged(losses) is expected
+    assert diverged(losses, DIVERGED_SHARE) is expected
 
 
 def study_group(optimizer, workers, tops, losses):
@@ -292,7 +295,8 @@ def study_group(optimizer, workers, tops, losses):
 
 
 def test_diverged_runs_are_labelled_left_out_of_the_mean_and_of_the_fails_and_counted_apart():
-    from analysis.readings import finding_summary, verdict_table
+    from analysis.catalogue import FINDINGS, verdict_table
+    from analysis.readings import finding_summary
 
     trained, stuck, blew_up = [3.9, 2.0, 0.9], [3.9, 3.6, 3.3], [3.9, 90.0, float("nan")]
     base = runs([(5, 1, "none", [77.0, 76.0, 78.0])])
@@ -311,7 +315,7 @@ def test_diverged_runs_are_labelled_left_out_of_the_mean_and_of_the_fails_and_co
     assert v.loc[("radam", 256), "holds"] == "no"
     # Holm's family: the three rows that claim something, not the diverged one
     assert v["p_holm"].notna().sum() == 3
-    line = finding_summary(v.reset_index())[0]
+    line = finding_summary(v.reset_index(), FINDINGS)[0]
     assert "3 of 3 rows support it" not in line and "of 3 rows support it" in line
     assert "fails in 1 (exp 12 radam at 256)" in line and "diverged in 1 (exp 12 sgd at 256)" in line
     assert "over its 3 rows" in line

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from analysis import catalogue as ct
 from analysis import page as pg
 from analysis import report
 from analysis.frozen import Frozen, captions, copy_into, entries
@@ -43,7 +44,7 @@ def test_a_report_gets_every_kept_table_and_figure_byte_for_byte(kept, tmp_path)
 def test_the_page_places_each_once_on_its_last_experiments_question_with_the_mark_as_its_line(kept):
     [table], [figure] = entries([kept], "tables"), entries([kept], "figures")
     assert (table.name, table.kind, figure.name, figure.kind) == ("old_steps", "table", "old_curve", "figure")
-    assert pg.question_of(table.name, table.experiments).slug == "critical_batch"
+    assert pg.question_of(table.name, table.experiments, ct.QUESTIONS).slug == "critical_batch"
     assert captions([kept]) == {"old_curve": ("The old curve", kept.mark())}
     catalogue = pg.Catalogue.of([table], [figure], lambda df, entry: 1)
     assert catalogue.entry("old_steps", "table") is table and catalogue.entry("old_curve", "figure") is figure
@@ -59,4 +60,6 @@ def test_a_notebook_shows_a_kept_file_by_its_path(kept):
 
 
 def test_only_the_committed_references_report_copies_them(tmp_path):
-    assert report.frozen_for(report.committed_runs()) and report.frozen_for(tmp_path) == ()
+    declared = ct.declared("FROZEN")
+    assert declared and report.frozen_for(report.committed_runs(), declared) == declared
+    assert report.frozen_for(tmp_path, declared) == ()

@@ -8,7 +8,7 @@ from scipy import stats
 
 from analysis.experiments import large_batch as lb
 from analysis import reference as rf
-from analysis.findings import orderings
+from analysis.catalogue import orderings
 
 BASELINE = [77.0, 76.0, 78.0]
 #: optimizer -> workers -> best top-1 of seeds 0, 1, 2 (SGD equivalent to 64 workers, then worse; LARS holds)
@@ -135,7 +135,7 @@ def test_a_noise_scale_row_names_the_run_where_it_is_not_where_the_measuring_mac
 def test_study_runs_are_named_by_optimizer_and_workers_at_every_scale_and_sweep_runs_are_not():
     import re
 
-    from analysis.findings import STUDY_RUN
+    from analysis.experiments.large_batch import STUDY_RUN
 
     assert all(re.match(STUDY_RUN, name) for name in ("sgd-w32-s0", "radam-w256-s2", "thesis-lars-w256-s0"))
     assert not any(re.match(STUDY_RUN, name) for name in ("lars-base0.5-s0", "thesis-lamb-base0.008-s0", "w32-s0"))
@@ -146,8 +146,7 @@ def test_the_quality_summary_keeps_two_optimizers_at_the_same_rate_apart():
 
     df = frame({"lamb": {128: [70.0]}, "radam": {128: [50.0]}}, with_sweep=False)
     df = df.assign(lr=0.008, framework="emulated", diverged=False, best_val_top5=90.0, wallclock_s=60.0)
-    rows = quality_summary(df)
-    mine = rows[rows["exp"] == 12]
+    mine = quality_summary(df, (lb.LARGE_BATCH,))
     assert sorted(zip(mine["optimizer"], mine["top1_mean"])) == [("lamb", 70.0), ("radam", 50.0)]
 
 
@@ -218,10 +217,12 @@ def test_diverged_runs_are_left_out_of_the_points_counted_apart_and_said_in_the_
     differences = lb.differences_figure(orderings(df, rf.load_reference()), lb.study_points(df),
                                         {"local": {"points": 2.0}})
     assert [t.get_text() for t in differences.axes[0].texts] == ["diverged"]  # SGD at 256: no difference to draw
+    from analysis.smoke import diverged_runs
     from analysis.tables import quality_summary
 
-    q = quality_summary(df.assign(lr=0.1, framework="emulated", diverged=False, best_val_top5=90.0, wallclock_s=6.0))
-    q = q[q["exp"] == 12].set_index(["optimizer", "gpus"])
+    q = quality_summary(df.assign(lr=0.1, framework="emulated", diverged=False, best_val_top5=90.0, wallclock_s=6.0),
+                        (lb.LARGE_BATCH,), diverged_runs(df, [lb.STUDY]))
+    q = q.set_index(["optimizer", "gpus"])
     assert q.loc[("sgd", 256), "n"] == 0 and math.isnan(q.loc[("sgd", 256), "top1_mean"])
     assert q.loc[("sgd", 256), "status"] == "3 completed (3 diverged by the reading rule: left out)"
     assert q.loc[("lars", 256), "n"] == 2 and q.loc[("lars", 256), "top1_mean"] == pytest.approx(76.35)

@@ -10,6 +10,7 @@ import pytest
 from analysis import numbers as nb
 from analysis import reference as rf
 from analysis import tables as tb
+from analysis.experiments import throughput
 
 #: speed-ups at 32 GPUs the thesis's text states (section 5.3)
 STATED_SPEEDUP_32 = {("horovod+tensorflow", 32): 22.7, ("horovod+tensorflow", 64): 26.5,
@@ -35,10 +36,10 @@ def test_steady_batch_time_both_ways():
 
 def test_first_batch_left_out_rq2_values():
     # Table 8/9 at 32 GPUs and Table 5/6 at 2 GPUs with the first batch of Figures 12-13 removed
-    assert rf.without_first_batch(5696.80, 128, 32, 21.925) == pytest.approx(6688.03, abs=0.01)
-    assert rf.without_first_batch(6104.32, 128, 32, 9.950) == pytest.approx(6560.19, abs=0.01)
-    assert rf.without_first_batch(372.09, 128, 2, 18.532) == pytest.approx(427.85, abs=0.01)
-    assert rf.without_first_batch(390.24, 128, 2, 9.696) == pytest.approx(419.27, abs=0.01)
+    assert throughput.without_first_batch(5696.80, 128, 32, 21.925) == pytest.approx(6688.03, abs=0.01)
+    assert throughput.without_first_batch(6104.32, 128, 32, 9.950) == pytest.approx(6560.19, abs=0.01)
+    assert throughput.without_first_batch(372.09, 128, 2, 18.532) == pytest.approx(427.85, abs=0.01)
+    assert throughput.without_first_batch(390.24, 128, 2, 9.696) == pytest.approx(419.27, abs=0.01)
 
 
 def test_natural_order_of_run_names():
@@ -131,7 +132,7 @@ def test_every_reference_value_appears_in_the_thesis_text():
 
 
 def test_rq2_table():
-    rq2 = rf.rq2_steady_state()
+    rq2 = throughput.rq2_steady_state()
     assert list(rq2.columns) == ["framework", "gpus", "thesis_images_per_s", "first_batch_s", "steady_images_per_s"]
     assert len(rq2) == 12
     known = rq2.dropna(subset=["steady_images_per_s"]).set_index(["framework", "gpus"])["steady_images_per_s"]
@@ -151,7 +152,9 @@ def test_thesis_learning_rate_formulas():
     assert rf.thesis_lr(80, 1.6, "none") == pytest.approx(0.0016)
     assert rf.thesis_lr(59, 0.1, "none", decay="step") == pytest.approx(0.01)
     assert rf.thesis_lr(60, 0.1, "none", decay="step") == pytest.approx(0.001)
-    s = rf.thesis_schedules()
+    from analysis.experiments.quality import thesis_schedules
+
+    s = thesis_schedules()
     assert set(s["experiment"]) == {4, 5, 6, 7, 8, 9} and s["epoch"].max() == 89
 
 
@@ -175,9 +178,11 @@ def pseudocode_lr(epoch: int, target_lr: float, warmup: str, per_gpu_batch: int,
 
 
 def test_trainer_schedule_agrees_with_the_thesis_formulas():
+    from analysis.experiments.quality import SETTINGS
+
     ref = rf.load_reference()
     for r in ref[ref["experiment"] >= 4].itertuples(index=False):
-        decay = rf.QUALITY_SETTINGS[int(r.experiment)]["decay"]
+        decay = SETTINGS[int(r.experiment)]["decay"]
         for e in range(90):
             assert rf.thesis_lr(e, r.lr, r.warmup, int(r.per_gpu_batch), decay) == pytest.approx(
                 pseudocode_lr(e, r.lr, r.warmup, int(r.per_gpu_batch), decay)), (r, e)

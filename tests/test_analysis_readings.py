@@ -1,4 +1,5 @@
-"""The notebooks' reading cells are computed from the runs: their text follows the runs and the verdicts."""
+"""The notebooks' reading cells are computed from the runs: their text follows the runs and the verdicts (the verdict
+table's words, analysis/readings.py; the thesis's experiments' readings, their plug-ins')."""
 from __future__ import annotations
 
 import math
@@ -6,11 +7,13 @@ import math
 import pandas as pd
 import pytest
 
+from analysis import catalogue as ct
 from analysis import readings as rd
 from analysis import reference as rf
+from analysis.experiments import pilots
+from analysis.experiments import quality_readings as qa
 from analysis.findings import COLUMNS as FINDING_COLUMNS
 from analysis.findings import holds
-from analysis.notebooks import RQ1, RQ3
 from analysis.runs import COLUMNS
 
 REF = rf.load_reference()
@@ -33,12 +36,13 @@ def verdict_table(**change):
 def as_orderings(df: pd.DataFrame) -> pd.DataFrame:
     """The rows in analysis.findings.orderings' interface: every column, fp32, `holds` as orderings sets it."""
     df = df.assign(numerics="fp32")
-    df["holds"] = [holds(r.finding, r.ci_low, r.verdict, r.margin) for r in df.itertuples()]
+    direction = {f.name: f.holds for f in ct.FINDINGS}
+    df["holds"] = [holds(direction[r.finding], r.ci_low, r.verdict, r.margin) for r in df.itertuples()]
     return df.reindex(columns=FINDING_COLUMNS)
 
 
 def test_rq3_reading_says_where_a_finding_fails_locally():
-    text = rd.rq3_reading(verdict_table(), REF)
+    text = qa.rq3_reading(verdict_table(), REF)
     assert "thesis: 73.3 % at 1 GPU, 69.0 % at 32" in text
     matches = next(line for line in text.splitlines() if line.startswith("- local") and "exp 6 at 8" in line)
     assert "mixed" in matches and "holds for exp 6 at 8 workers" in matches
@@ -52,8 +56,8 @@ def test_rq3_reading_says_where_a_finding_fails_locally():
 
 
 def test_rq3_reading_changes_when_the_verdicts_change():
-    before = rd.rq3_reading(verdict_table(), REF)
-    after = rd.rq3_reading(verdict_table(verdicts={("warmup_matches_baseline", 6, 32): "equivalent"}), REF)
+    before = qa.rq3_reading(verdict_table(), REF)
+    after = qa.rq3_reading(verdict_table(verdicts={("warmup_matches_baseline", 6, 32): "equivalent"}), REF)
     assert before != after
     line = next(x for x in after.splitlines() if x.startswith("- local") and "exp 6 at 8" in x)
     assert "holds everywhere" in line and "fails" not in line
@@ -62,7 +66,7 @@ def test_rq3_reading_changes_when_the_verdicts_change():
 def test_rq3_reading_prefers_the_tables_own_holds_column_and_shows_the_thesis_difference():
     v = verdict_table()
     v["holds"], v["thesis_difference"] = "no", -4.28
-    naive = rd.rq3_reading(v, REF).split("*Naive")[1].split("*Linear")[0]
+    naive = qa.rq3_reading(v, REF).split("*Naive")[1].split("*Linear")[0]
     assert "fails everywhere" in naive and "worse beyond -1; thesis -4.3" in naive
 
 
@@ -71,7 +75,7 @@ def test_rq3_reading_counts_a_row_that_claims_nothing_apart():
     two = pd.DataFrame([dict(v.iloc[0], workers=2, difference=-0.9, ci_low=-1.0, ci_high=-0.7, verdict="equivalent")])
     v = pd.concat([v, two], ignore_index=True)
     v["holds"] = ["yes", "undecided", "yes", "no", "n/a"]
-    naive = rd.rq3_reading(v, REF).split("*Naive")[1].split("*Linear")[0]
+    naive = qa.rq3_reading(v, REF).split("*Naive")[1].split("*Linear")[0]
     assert "holds everywhere" in naive  # the 2-worker row is no evidence either way
     assert "claims nothing (the batch the rate is tuned for, or smaller) for exp 4 at 2 workers" in naive
 
@@ -90,8 +94,8 @@ def quality_runs(wall6: float, wall7: float, top6: float = 58.0, top7: float = 5
 
 
 def test_rq1_reading_follows_the_runs():
-    faster = rd.rq1_reading(quality_runs(224.0, 200.0), REF)
-    slower = rd.rq1_reading(quality_runs(200.0, 260.0), REF)
+    faster = qa.rq1_reading(quality_runs(224.0, 200.0), REF)
+    slower = qa.rq1_reading(quality_runs(200.0, 260.0), REF)
     local = [x for x in faster.splitlines() if x.startswith("- local scale")]
     assert len(local) == 1 and "(0.89x)" in local[0] and "smaller batch slower: **fails**" in local[0]
     local_slower = slower.split("- local scale")[1]
@@ -106,7 +110,7 @@ def test_rq1_reading_follows_the_runs():
 
 
 def test_reading_cells_are_computed_not_prose():
-    for cells in (RQ1, RQ3):
+    for cells in (qa.RQ1, qa.RQ3):
         i = next(i for i, (kind, src) in enumerate(cells) if kind == "md" and src and src.startswith("## Reading"))
         assert cells[i][1] == "## Reading" and cells[i + 1][0] == "code" and "_reading(" in cells[i + 1][1]
 
@@ -116,7 +120,7 @@ def test_rq1_speedups_by_batch_compare_runs_of_one_numerics():
     scaling = pd.DataFrame([{"source": "ours (steady state)", "scale": "local scale", "framework": "pytorch",
                              "numerics": n, "per_gpu_batch": b, "gpus": g, "speedup": sp if g > 1 else 1.0}
                             for n, b, sp in rows for g in (1, 2)])
-    lines = rd._speedups_by_batch(scaling, 1.05)  # repeats 1.05x apart: speed-ups may differ by 1.1025x alone
+    lines = qa._speedups_by_batch(scaling, 1.05)  # repeats 1.05x apart: speed-ups may differ by 1.1025x alone
     assert lines == [
         "- ours, local scale, pytorch bf16+cl, 2 GPUs/workers: speed-up 1.9x at batch 32, 1.7x at batch 64 — smaller "
         "batch scales worse: **fails**.",
@@ -132,7 +136,7 @@ def test_rq1_calls_a_rise_in_speed_up_only_beyond_what_single_measurements_diffe
     scaling = pd.DataFrame([{"source": "ours (steady state)", "scale": "local scale", "framework": "pytorch",
                              "numerics": "fp32", "per_gpu_batch": b, "gpus": g, "speedup": sp if g > 1 else 1.0}
                             for b, sp in ((32, 1.5), (64, 1.8)) for g in (1, 2)])
-    [line] = rd._speedups_by_batch(scaling, spread)
+    [line] = qa._speedups_by_batch(scaling, spread)
     assert f"smaller batch scales worse: {said}" in line
 
 
@@ -147,14 +151,14 @@ def test_baseline_rate_note_flags_a_baseline_below_the_sweeps_best_rate():
     baseline = [(5, 1, 0.025, s, 72, top1) for s, top1 in ((0, 74.25), (1, 76.85))]
     sweep = [(11, 1, 0.0125, 0, 72, 74.65), (11, 1, 0.05, 0, 72, 78.2), (11, 1, 0.05, 1, 72, 76.55),
              (11, 1, 0.1, 0, 72, 77.5)]
-    note = rd.baseline_rate_note(run_rows(baseline + sweep + [(5, 32, 0.8, 0, 72, 73.0)]))
+    note = pilots.baseline_rate_note(run_rows(baseline + sweep + [(5, 32, 0.8, 0, 72, 73.0)]))
     assert "local scale" in note and "lr 0.05 (78.20 %)" in note and "lr 0.025 (74.25 %)" in note
     assert "provisional" in note
     # the baseline's own rate best at seed 0 (its run counts as the sweep's point): nothing to flag
-    assert rd.baseline_rate_note(run_rows(baseline + [(11, 1, 0.0125, 0, 72, 70.0)])) == ""
+    assert pilots.baseline_rate_note(run_rows(baseline + [(11, 1, 0.0125, 0, 72, 70.0)])) == ""
     # a sweep at another epoch count (the 18-epoch scale of the time) is not this baseline's sweep
-    assert rd.baseline_rate_note(run_rows(baseline + [(11, 1, 0.05, 0, 18, 90.0)])) == ""
-    assert rd.baseline_rate_note(run_rows(baseline)) == ""
+    assert pilots.baseline_rate_note(run_rows(baseline + [(11, 1, 0.05, 0, 18, 90.0)])) == ""
+    assert pilots.baseline_rate_note(run_rows(baseline)) == ""
 
 
 def test_the_summary_says_how_far_each_finding_holds():
@@ -162,7 +166,7 @@ def test_the_summary_says_how_far_each_finding_holds():
     v["n"], v["n_against"] = 3, 7
     extra = pd.DataFrame([dict(v.iloc[2], workers=32, experiment=8, difference=-1.07, ci_low=-1.83, ci_high=-0.31,
                                verdict="equivalent")])
-    lines = rd.finding_summary(pd.concat([v, extra], ignore_index=True))
+    lines = rd.finding_summary(pd.concat([v, extra], ignore_index=True), ct.FINDINGS)
     match = next(x for x in lines if x.startswith("warmup_matches_baseline"))
     # one row equivalent, one worse, one equivalent only by the margin (its interval excludes 0): mixed, not 'holds'
     assert match.startswith("warmup_matches_baseline (local scale): mixed -- 2 of 3 rows support it")
@@ -170,7 +174,7 @@ def test_the_summary_says_how_far_each_finding_holds():
     assert "equivalent only by the margin, its interval excluding 0, at exp 8 at 32 (-1.1 [-1.8, -0.3])" in match
     naive = next(x for x in lines if x.startswith("naive_degrades"))
     assert naive.startswith("naive_degrades (local scale): holds -- 1 of 1 rows support it")
-    reading = rd.rq3_reading(v, REF)
+    reading = qa.rq3_reading(v, REF)
     assert "3 vs 7 seeds" in reading and "not corrected" in reading
 
 
@@ -181,11 +185,11 @@ def test_the_summary_names_experiment_12s_optimizer_in_the_tables_order():
     v = pd.DataFrame(rows, columns=["finding", "experiment", "workers", "optimizer", "difference", "ci_low",
                                     "ci_high", "verdict"])
     v["margin"], v["scale"] = 2.0, "local"
-    line, = rd.finding_summary(as_orderings(v))
+    line, = rd.finding_summary(as_orderings(v), ct.FINDINGS)
     assert line.startswith("large_batch_matches_baseline (local scale): mixed -- 2 of 3 rows support it "
                            "(exp 12 sgd at 32, exp 12 lars at 256)")
     assert "fails in 1 (exp 12 sgd at 256)" in line
-    assert "exp 6 at 32" in rd.finding_summary(verdict_table().assign(optimizer="sgd"))[-1]  # thesis rows unnamed
+    assert "exp 6 at 32" in rd.finding_summary(verdict_table().assign(optimizer="sgd"), ct.FINDINGS)[-1]  # thesis rows unnamed
 
 
 def test_the_summary_and_the_short_table_say_both_per_row_and_after_holm():
@@ -195,17 +199,17 @@ def test_the_summary_and_the_short_table_say_both_per_row_and_after_holm():
     v["n"], v["n_against"], v["numerics"], v["method"] = 3, 7, "fp32", "Welch (unpaired)"
     v["against"] = "exp 5, 1 worker"
     v["after_a_look"] = [None, None, None, "seeds added after a look: declared 5 vs 5 give -4.00 [-6.00, -2.00]"]
-    match = next(x for x in rd.finding_summary(v) if x.startswith("warmup_matches_baseline"))
+    match = next(x for x in rd.finding_summary(v, ct.FINDINGS) if x.startswith("warmup_matches_baseline"))
     assert match.endswith("After Holm's correction over its 2 rows: 0 of 2 support it.")
-    table = rd.verdict_table(v)
+    table = ct.verdict_table(v)
     assert list(table.columns) == ["finding", "comparison", "seeds", "difference [90 % interval]", "method",
                                    "verdict", "holds", "holds after Holm", "flag"]  # one scale: no scale column
     last = table.iloc[-1]
     assert (last["comparison"], last["difference [90 % interval]"]) == ("exp 6 at 32 vs exp 5, 1 worker",
                                                                          "-4.40 [-5.90, -2.90]")
     assert last["flag"].startswith("seeds added after a look") and table.iloc[0]["flag"] == ""
-    assert "scale" in rd.verdict_table(v.assign(scale=["local", "local", "gpu", "gpu"])).columns
-    reading = rd.rq3_reading(v, REF)
+    assert "scale" in ct.verdict_table(v.assign(scale=["local", "local", "gpu", "gpu"])).columns
+    reading = qa.rq3_reading(v, REF)
     assert "After Holm's correction over its 2 rows: 0 of 2 support it." in reading
 
 
@@ -218,10 +222,10 @@ def test_the_summary_says_which_rows_hold_only_with_seeds_added_after_a_look():
     v["declared_difference"] = [math.nan, math.nan, -0.3, -1.07]
     v["declared_ci_low"], v["declared_ci_high"] = [math.nan, math.nan, -0.7, -2.17], [math.nan, math.nan, 0.1, 0.03]
     v["declared_verdict"] = [None, None, "equivalent", "inconclusive"]
-    match = next(x for x in rd.finding_summary(v) if x.startswith("warmup_matches_baseline"))
+    match = next(x for x in rd.finding_summary(v, ct.FINDINGS) if x.startswith("warmup_matches_baseline"))
     # exp 6 at 8 holds with its declared seeds alone; exp 6 at 32 only with the seeds added after the look
     assert "holds only with seeds added after a look at exp 6 at 32 (its declared seeds alone: -1.07 " \
            "[-2.17, +0.03], inconclusive)" in match
     assert "at exp 6 at 8" not in match
     v["declared_verdict"] = [None, None, "equivalent", "equivalent"]  # both hold on their declared seeds
-    assert not any("seeds added after a look" in x for x in rd.finding_summary(v))
+    assert not any("seeds added after a look" in x for x in rd.finding_summary(v, ct.FINDINGS))

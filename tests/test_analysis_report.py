@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from analysis import reference as rf
-from analysis.notebooks import NOTEBOOKS, build_notebook
-from analysis.report import make_report
+from analysis.catalogue import NOTEBOOKS
+from analysis.notebooks import build_notebook
+from analysis.catalogue import make_report
 from contract.runfiles import run_file_exists
 
 FIX = Path(__file__).parent / "fixtures" / "analysis"
@@ -71,8 +72,8 @@ def test_notebooks_are_short_cells_calling_analysis():
 def test_notebooks_execute_and_are_reproducible(tmp_path):
     from analysis.notebooks import run_notebooks
 
-    first = run_notebooks(tmp_path / "a", FIX / "runs")
-    again = run_notebooks(tmp_path / "b", FIX / "runs")
+    first = run_notebooks(tmp_path / "a", FIX / "runs", None, NOTEBOOKS)
+    again = run_notebooks(tmp_path / "b", FIX / "runs", None, NOTEBOOKS)
     assert [p.name for p in first] == sorted(NOTEBOOKS)
     for p, q in zip(first, again):
         nb = json.loads(p.read_text())
@@ -204,8 +205,10 @@ def test_a_quick_report_gives_no_verdict_and_no_thesis_value_beside_smoke_runs(t
     monkeypatch.setattr(rp.fg, "save", lambda fig, out, name, source=None: sources.setdefault(name, source)
                         and save(fig, out, name, source) or save(fig, out, name, source))
     marks = []
-    quality_figure = rp.fg.quality_figure
-    monkeypatch.setattr(rp.fg, "quality_figure", lambda data, title, ref, *a: marks.append(ref) or
+    from analysis.experiments import quality
+
+    quality_figure = quality.quality_figure
+    monkeypatch.setattr(quality, "quality_figure", lambda data, title, ref, *a: marks.append(ref) or
                         quality_figure(data, title, ref, *a))
     make_report(_quick_study(tmp_path / "quick"), tmp_path / "out", notebooks=False, quiet=True)
     tables = tmp_path / "out" / "tables"
@@ -226,11 +229,13 @@ def test_a_schedules_figure_of_the_thesis_alone_names_no_runs():
     import matplotlib.pyplot as plt
 
     from analysis import catalogue as ct
+    from analysis.entries import THESIS_SOURCE
+    from analysis.experiments import quality
 
-    inputs = ct.Inputs(pd.DataFrame(columns=["kind", "exp"]), None, "Made from 3 runs in x (this machine).")
-    drawn = ct.schedules(inputs, ct.figure("lr_schedules_exp4-9"))
+    inputs = ct.inputs(pd.DataFrame(columns=["kind", "exp"]), None, "Made from 3 runs in x (this machine).")
+    drawn = quality.schedules(inputs, ct.figure("lr_schedules_exp4-9"))
     plt.close(drawn.figure)
-    assert drawn.source == ct.THESIS_SOURCE
+    assert drawn.source == THESIS_SOURCE
 
 
 def test_a_smoke_run_is_known_by_its_quick_settings_or_its_step_cap(tmp_path):
@@ -365,7 +370,7 @@ def test_a_table_of_the_thesis_alone_names_no_runs(tmp_path):
     from analysis import catalogue as ct
     from analysis import report as rp
 
-    inputs = ct.Inputs(pd.DataFrame(columns=["kind", "exp"]), rf.load_reference(), "Made from 3 runs in x (this machine).")
+    inputs = ct.inputs(pd.DataFrame(columns=["kind", "exp"]), rf.load_reference(), "Made from 3 runs in x (this machine).")
     entries = [t for t in ct.TABLES if t.name == "rq2_steady_state"]
     [md] = [p for p in rp.build_tables(inputs, tmp_path, entries) if p.suffix == ".md"]
     assert "Made from the thesis's Tables 5/6 and 8/9, Figures 12-13 (no runs)." in md.read_text()

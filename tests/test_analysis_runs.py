@@ -11,11 +11,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from analysis import figures as fg  # noqa: E402
 from analysis import tables as tb  # noqa: E402
 from analysis.__main__ import main  # noqa: E402
-from analysis.reference import load_reference, rq2_steady_state  # noqa: E402
+from analysis.reference import load_reference  # noqa: E402
 from analysis.runs import load_log, load_run, load_runs, load_study  # noqa: E402
+from analysis.experiments import quality, throughput  # noqa: E402
 from contract.runfiles import read_run_file  # noqa: E402
 
 FIX = Path(__file__).parent / "fixtures" / "analysis"
@@ -106,15 +106,15 @@ def test_thesis_tables_label_local_scale_and_match_thesis_scale(study, ):
     t12 = tb.quality_table(study, ref, 12)
     assert (t12.loc[t12["thesis_top1"].isna(), "scale"] == "local scale").all()
     assert t12["thesis_top1"].notna().sum() == 6
-    t8 = tb.throughput_table(study, ref, 8)  # the thesis-scale fixture run sits beside the thesis's row
+    t8 = throughput.throughput_table(study, ref, 8)  # the thesis-scale fixture run sits beside the thesis's row
     row = t8[(t8["gpus"] == 8) & (t8["scale"] == "thesis")].iloc[0]
     assert row["thesis_images_per_s"] == 1418.28 and row["n_runs"] == 1 and not math.isnan(row["ours_steady"])
     assert 0 < row["ours_data_wait_pct"] < 100  # the data-wait column: share of step time waiting for batches
-    t5 = tb.throughput_table(study, ref, 5)  # a brought upstream log at thesis scale
+    t5 = throughput.throughput_table(study, ref, 5)  # a brought upstream log at thesis scale
     row = t5[(t5["gpus"] == 2) & (t5["scale"] == "thesis")].iloc[0]
     assert row["ours_thesis_formula"] == pytest.approx(256 / round((18.532 + 199 * 0.6) / 200, 3), abs=0.005)
     for t in range(1, 16):
-        tab = tb.throughput_table(study, ref, t) if t <= 9 else tb.quality_table(study, ref, t)
+        tab = throughput.throughput_table(study, ref, t) if t <= 9 else tb.quality_table(study, ref, t)
         assert len(tab) >= 1 and set(tab["scale"]) <= {"thesis", "local scale", "gpu scale", "unknown scale"}
 
 
@@ -170,26 +170,25 @@ def test_brought_diverged_log_shows_diverged():
 def test_plot_functions_take_frame_and_axis(study):
     ref = load_reference()
     scaling = tb.scaling_table(study, ref)
-    for fn, kw in ((fg.plot_throughput, {"framework": ["pytorch", "horovod+pytorch"]}),
-                   (fg.plot_speedup, {"framework": "horovod+tensorflow", "per_gpu_batch": 32})):
+    for fn, kw in ((throughput.plot_throughput, {"framework": ["pytorch", "horovod+pytorch"]}),
+                   (throughput.plot_speedup, {"framework": "horovod+tensorflow", "per_gpu_batch": 32})):
         fig, ax = plt.subplots()
         assert fn(scaling, ax=ax, **kw) is ax and ax.get_lines()
         plt.close(fig)
     e = study[(study["kind"] == "epoch") & (study["exp"] == 5)]
     fig, ax = plt.subplots()
-    assert fg.plot_error_curves(e, ax=ax, which="val") is ax and len(ax.get_lines()) == 2
+    assert quality.plot_error_curves(e, ax=ax, which="val") is ax and len(ax.get_lines()) == 2
     plt.close(fig)
-    axes = fg.plot_error_grid(e)
+    axes = quality.plot_error_grid(e)
     assert sum(a.get_visible() for a in axes.flat) == 2
     plt.close(axes.flat[0].figure)
-    ax = fg.plot_steady_state(rq2_steady_state())
+    ax = throughput.plot_steady_state(throughput.rq2_steady_state())
     assert len(ax.patches) == 8
     plt.close(ax.figure)
-    from analysis.catalogue import schedules_frame
-    sched = schedules_frame(study)
+    sched = quality.schedules_frame(study)
     assert set(sched.loc[sched["experiment"] == 6, "source"]) == {"run config"}
     assert set(sched.loc[sched["experiment"] == 9, "source"]) == {"thesis formula"}
-    ax = fg.plot_lr_schedules(sched, experiment=9)
+    ax = quality.plot_lr_schedules(sched, experiment=9)
     assert len(ax.get_lines()) == 2
     plt.close(ax.figure)
 
@@ -324,10 +323,10 @@ def test_gpu_scale_numerics_are_rows_of_their_own_with_their_own_speedups(tmp_pa
     assert s.loc[(1, "bf16+cl"), "steady_images_per_s"] == pytest.approx(64 / 0.05)
 
     ref = load_reference()
-    t2 = tb.throughput_table(df, ref, 2)  # experiment 1: each 1-GPU row is its own baseline
+    t2 = throughput.throughput_table(df, ref, 2)  # experiment 1: each 1-GPU row is its own baseline
     t2 = t2[t2["scale"] == "gpu scale"].set_index("numerics")
     assert t2.loc["fp32", "ours_steady_speedup"] == 1.0 and t2.loc["bf16+cl", "ours_steady_speedup"] == 1.0
-    t5 = tb.throughput_table(df, ref, 5)
+    t5 = throughput.throughput_table(df, ref, 5)
     ours = t5[t5["scale"] == "gpu scale"].set_index("numerics")
     assert ours.loc["bf16+cl", "ours_steady"] == pytest.approx(128 / 0.06)
     assert ours.loc["bf16+cl", "ours_steady_speedup"] == pytest.approx((128 / 0.06) / (64 / 0.05))  # over bf16's
@@ -346,12 +345,12 @@ def test_an_experiments_speedups_divide_by_its_own_one_gpu_run(tmp_path):
     _bench(tmp_path, "03_throughput_distributed_data_parallel", "gpu-b64-w2", 2, 0.3)
     _bench(tmp_path, "02_throughput_local_data_parallel", "gpu-b64-w2", 2, 0.4)  # no 1-GPU run of its own
     df, ref = load_study(tmp_path), load_reference()
-    t2 = tb.throughput_table(df, ref, 2)
+    t2 = throughput.throughput_table(df, ref, 2)
     assert t2.loc[t2["scale"] == "gpu scale", "ours_steady_speedup"].tolist() == [1.0]
-    t8 = tb.throughput_table(df, ref, 8)
+    t8 = throughput.throughput_table(df, ref, 8)
     two = t8[(t8["scale"] == "gpu scale") & (t8["gpus"] == 2)].iloc[0]
     assert two["ours_steady_speedup"] == pytest.approx((128 / 0.3) / (64 / 0.25))
-    t5 = tb.throughput_table(df, ref, 5)  # experiment 2 timed no single GPU: experiment 1's is the baseline
+    t5 = throughput.throughput_table(df, ref, 5)  # experiment 2 timed no single GPU: experiment 1's is the baseline
     two = t5[(t5["scale"] == "gpu scale") & (t5["gpus"] == 2)].iloc[0]
     assert two["ours_steady_speedup"] == pytest.approx((128 / 0.4) / (64 / 0.2))
 
@@ -359,7 +358,7 @@ def test_an_experiments_speedups_divide_by_its_own_one_gpu_run(tmp_path):
 def test_thesis_rows_match_only_fp32_runs(tmp_path):
     for run, train, batch_s in (("thesis-b128-ddp", None, 0.6), ("thesis-b128-ddp-bf16-cl", BF16_CL, 0.2)):
         _bench(tmp_path, "01_throughput_single_gpu", run, 1, batch_s, train, scale="thesis", per_gpu_batch=128)
-    t2 = tb.throughput_table(load_study(tmp_path), load_reference(), 2)
+    t2 = throughput.throughput_table(load_study(tmp_path), load_reference(), 2)
     beside = t2[t2["thesis_images_per_s"] == 207.11].iloc[0]
     assert beside["numerics"] == "fp32" and beside["n_runs"] == 1
     assert beside["ours_steady"] == pytest.approx(128 / 0.6)
@@ -407,7 +406,7 @@ def test_a_run_of_8_workers_over_2_processes_reads_as_8_workers_and_records_its_
     assert (rows["gpus"] == 8).all() and (rows["processes"] == 2).all()  # every row, the throughput rows too
     s = tb.throughput_summary(df)
     assert sorted(s["processes"]) == [2, 8] and (s["gpus"] == 8).all()  # never averaged together
-    t5 = tb.throughput_table(df, load_reference(), 5)
+    t5 = throughput.throughput_table(df, load_reference(), 5)
     assert sorted(t5.loc[t5["scale"] == "node scale", "processes"]) == [2, 8]
 
 

@@ -108,7 +108,7 @@ def test_the_kept_files_are_what_the_removed_code_last_drew_at_the_commit_the_ma
 
 
 def test_the_committed_report_holds_the_kept_tables_and_figures_byte_for_byte():
-    assert report.frozen_for(report.committed_runs()) == FROZEN
+    assert report.frozen_for(report.committed_runs(), FROZEN) == FROZEN
     for kind in ("tables", "figures"):
         for path in kept.files(kind):
             assert (report.COMMITTED_REPORT / kind / path.name).read_bytes() == path.read_bytes(), path.name

@@ -14,10 +14,12 @@ import pandas as pd
 import pytest
 
 from analysis import catalogue as ct
+from analysis import numbers as nb
 from analysis import page as pg
 from analysis import reference as rf
 from analysis import tables as tb
-from analysis.report import COMMITTED_REPORT, make_report
+from analysis.catalogue import make_report
+from analysis.report import COMMITTED_REPORT
 from tests.helpers import REPO
 from tests.test_report_page import IMAGES, LINKS, browser, resolves, sentinel, unresolved  # noqa: F401 (fixtures)
 
@@ -28,16 +30,16 @@ MOST_TABLES = 6  # the first page's tables at most (issue 67)
 
 
 def test_every_research_question_has_a_page_and_every_entry_one_of_them():
-    slugs = [q.slug for q in (*pg.QUESTIONS, pg.RUNS)]
+    slugs = [q.slug for q in (*ct.QUESTIONS, pg.RUNS)]
     assert slugs == ["throughput", "batch_size", "quality", "large_batch", "critical_batch", "runs"]
-    pages = {e.name: pg.question_of(e.name, e.experiments).slug for e in (*ct.TABLES, *ct.FIGURES)}
+    pages = {e.name: pg.question_of(e.name, e.experiments, ct.QUESTIONS).slug for e in (*ct.TABLES, *ct.FIGURES)}
     assert pages["fig17_scaling_pytorch_vs_horovod"] == pages["table08"] == pages["scaling"] == "throughput"
     assert pages["fig14_scaling_horovod_tf_b32"] == pages["table07"] == "batch_size"
     assert pages["orderings"] == pages["table10"] == pages["fig24_exp6_error"] == "quality"
     assert pages["exp12_large_batch"] == "large_batch" and pages["exp13_e2_steps_to_target"] == "critical_batch"
     assert pages["runs"] == pages["extra_experiments"] == "runs"
     notebooks = {p.stem for p in COMMITTED_REPORT.glob("rq*.ipynb")}
-    assert {q.notebook for q in pg.QUESTIONS} == notebooks  # a page a notebook, and the reverse
+    assert {q.notebook for q in ct.QUESTIONS} == notebooks  # a page a notebook, and the reverse
 
 
 def test_an_entry_counts_the_runs_of_its_own_frameworks():
@@ -119,7 +121,7 @@ def orderings_md(rows: list[tuple[str, str]]) -> str:
 def test_the_verdict_table_has_one_badge_a_row_and_its_interval(tmp_path):
     (tmp_path / "orderings.md").write_text(orderings_md([("exp 4 at 16", "yes"), ("exp 4 at 24", "no"),
                                                           ("exp 4 at 32", "undecided"), ("exp 12 at 256", "diverged")]))
-    text = pg.verdict_table(tmp_path)
+    text = pg.verdict_table(tmp_path, ct.CATALOGUE.no_verdicts)
     badges = re.findall(r'<span class="badge (\w+)" title="([^"]*)">([^<]*)</span>', text)
     assert [(kind, said) for kind, _, said in badges] == [("holds", "holds"), ("fails", "fails"),
                                                            ("undecided", "undecided"), ("diverged", "diverged")]
@@ -129,12 +131,14 @@ def test_the_verdict_table_has_one_badge_a_row_and_its_interval(tmp_path):
 
 def test_no_verdict_is_one_line_naming_the_command(tmp_path):
     (tmp_path / "orderings.md").write_text(orderings_md([]))
-    assert "<table" not in pg.verdict_table(tmp_path) and "<code>make exp5</code>" in pg.verdict_table(tmp_path)
-    assert "<code>make exp5</code>" in pg.verdict_table(tmp_path / "none")
+    none_yet = ct.CATALOGUE.no_verdicts  # what would give the first verdict, from the declared findings
+    assert "<table" not in pg.verdict_table(tmp_path, none_yet)
+    assert "warmup_matches_baseline: <code>make exp5</code> then <code>make exp6</code>" in pg.verdict_table(
+        tmp_path / "none", none_yet)
 
 
 def test_the_machines_and_commits_are_one_line():
-    assert pg.experiments_text({1, 2, 3, 5}) == "experiments 1-3, 5" and pg.experiments_text({3}) == "experiment 3"
+    assert nb.experiments_text({1, 2, 3, 5}) == "experiments 1-3, 5" and nb.experiments_text({3}) == "experiment 3"
     line = pg.machine_line(pd.DataFrame({"kind": [], "source": [], "path": [], "exp": []}))
     assert line.startswith("No run folders")
 
@@ -177,7 +181,7 @@ def test_after_make_exp3_the_report_leads_with_this_machines_runs(exp3_report):
     assert first.count("<table") <= MOST_TABLES
     assert 'src="figures/headline.png"' in first and first.index("figures/headline.png") < first.index('id="verdicts"')
     assert "n1-t1-ddp" in first  # this machine's runs beside the reference
-    for q in (*pg.QUESTIONS, pg.RUNS):  # on every page, the tables of its runs before any of the thesis's alone
+    for q in (*ct.QUESTIONS, pg.RUNS):  # on every page, the tables of its runs before any of the thesis's alone
         text = (exp3_report / f"{q.slug}.html").read_text()
         kinds = [thesis_alone(block) for _, block in articles(text)]
         assert kinds == sorted(kinds), q.slug
@@ -197,7 +201,7 @@ def test_the_first_screen_holds_this_machines_runs_in_a_browser(exp3_report, bro
     top = "return document.querySelector(arguments[0]).getBoundingClientRect().top"
     assert browser.execute_script(top, "#machines") < seen and browser.execute_script(top, "#headline img") < seen
     assert "this machine: 2 runs of experiment 3" in browser.find_element("id", "machines").text
-    for page in [pg.PAGE] + [f"{q.slug}.html" for q in (*pg.QUESTIONS, pg.RUNS)]:
+    for page in pg.page_names(ct.QUESTIONS):
         browser.get((exp3_report / page).as_uri())
         assert [src for src, ok in browser.execute_script(IMAGES) if not ok] == [], page
         assert [u for u in browser.execute_script(LINKS) if not resolves(u, browser, exp3_report / page)] == [], page
@@ -207,7 +211,7 @@ def test_the_first_screen_holds_this_machines_runs_in_a_browser(exp3_report, bro
 @pytest.mark.parametrize("width, height", [(1440, 1000), (390, 844)])  # a wide screen and a phone
 def test_every_page_of_the_committed_report_in_a_browser(browser, width, height):
     browser.set_window_size(width, height)
-    for page in [pg.PAGE] + [f"{q.slug}.html" for q in (*pg.QUESTIONS, pg.RUNS)]:
+    for page in pg.page_names(ct.QUESTIONS):
         browser.get((COMMITTED_REPORT / page).as_uri())
         assert [src for src, ok in browser.execute_script(IMAGES) if not ok] == [], page
         assert [u for u in browser.execute_script(LINKS) if not resolves(u, browser, COMMITTED_REPORT / page)] == []

@@ -106,7 +106,7 @@ def test_a_manifest_fingerprint_that_is_not_its_configs_does_not_pass(trained, t
 
 
 def test_the_report_leaves_an_edited_run_out_with_a_line_and_reports_the_good_one_beside_it(trained, tmp_path):
-    from analysis.report import make_report
+    from analysis.catalogue import make_report
 
     _, runs, run_dir = copied(trained, tmp_path)
     shutil.copytree(VM_RUN, runs / "04_naive_scaling" / "w1-s0")  # a good folder beside the bad one
@@ -202,12 +202,13 @@ def test_a_run_folder_that_is_a_broken_link_is_one_line_for_the_trainer_and_the_
 def test_a_second_runs_folder_of_the_same_name_never_clears_the_first_ones_report(tmp_path, monkeypatch, capsys):
     from analysis import report
     from analysis.__main__ import main
+    from analysis.catalogue import make_report
 
     monkeypatch.setattr(report, "REPORT_ROOT", tmp_path / "report")
     first, second = tmp_path / "a" / "runs", tmp_path / "b" / "runs"
     for runs in (first, second):
         shutil.copytree(VM_RUN, runs / "04_naive_scaling" / "w1-s0")
-    info = report.make_report(first, notebooks=False, quiet=True)
+    info = make_report(first, notebooks=False, quiet=True)
     out = Path(info["out"])
     assert out == tmp_path / "report" / "runs"
     before = tree(out)
@@ -216,7 +217,7 @@ def test_a_second_runs_folder_of_the_same_name_never_clears_the_first_ones_repor
     assert f"{out} holds the report of {first.resolve()}, another runs folder; the report of {second}" in err
     assert "--out DIR" in err and tree(out) == before  # the first report as it was
     assert main(["report", "--runs", str(second), "--out", str(tmp_path / "b-report"), "--no-notebooks"]) == 0
-    assert report.make_report(first, notebooks=False, quiet=True)["out"] == str(out)  # its own folder again
+    assert make_report(first, notebooks=False, quiet=True)["out"] == str(out)  # its own folder again
 
 
 # ---- silently wrong: migrate-manifests calling `machine: [1]` current -----------------------------------------------

@@ -107,7 +107,7 @@ def test_a_reader_given_a_version_it_does_not_know_says_so_without_offering_the_
 @pytest.mark.parametrize("version", [0, 99, True, "1"])
 def test_a_report_with_one_manifest_of_another_version_among_good_runs_reports_the_good_ones_and_one_line(
         tmp_path, version):
-    from analysis.report import make_report
+    from analysis.catalogue import make_report
 
     for name in ("w1-s0", "w1-s1"):
         shutil.copytree(REPO / VM_RUN, tmp_path / "runs" / "04_naive_scaling" / name)

@@ -21,7 +21,8 @@ from analysis import catalogue as ct  # noqa: E402
 from analysis import figures as fg  # noqa: E402
 from analysis import page as pg  # noqa: E402
 from analysis import tables as tb  # noqa: E402
-from analysis.report import COMMITTED_REPORT, make_report  # noqa: E402
+from analysis.catalogue import make_report  # noqa: E402
+from analysis.report import COMMITTED_REPORT  # noqa: E402
 from tests.test_analysis_report import FIX  # noqa: E402
 
 COMMITTED_PAGE = COMMITTED_REPORT / pg.PAGE
@@ -94,7 +95,7 @@ def small_report(out: Path) -> pg.PageInputs:
                          "framework": "pytorch", "per_gpu_batch": 32})
     return pg.PageInputs(out, "Made from 2 runs in x (this machine).", runs, tables, figs, captions,
                          ["fig26_exp7_vs_exp6_grid: no experiment-7 runs"], [], [],
-                         pg.Catalogue.of(ct.TABLES, ct.FIGURES, ct.runs_read))
+                         ct.CATALOGUE)
 
 
 def test_the_first_page_leads_with_the_verdicts_and_each_page_holds_its_tables_and_figures_with_their_runs_line(
@@ -112,7 +113,7 @@ def test_the_first_page_leads_with_the_verdicts_and_each_page_holds_its_tables_a
     assert "(thesis Figure 17)" in figure and "Made from 2 runs in x" in figure
     assert 'src="figures/fig17_scaling_pytorch_vs_horovod.png"' in figure
     assert "no experiment-7 runs" in (tmp_path / "quality.html").read_text()  # not drawn: on its question's page
-    for name in pg.page_names():
+    for name in pg.page_names(ct.QUESTIONS):
         assert unresolved(tmp_path / name) == [] and links_of(tmp_path / name).scripts == 0, name
 
 
@@ -143,7 +144,7 @@ def test_the_committed_page_links_only_files_beside_it():
 def test_make_report_writes_the_page(tmp_path):
     info = make_report(FIX / "runs", tmp_path, notebooks=False, quiet=True)
     assert info["page"] == str(tmp_path / pg.PAGE)
-    text = "".join((tmp_path / name).read_text() for name in pg.page_names())
+    text = "".join((tmp_path / name).read_text() for name in pg.page_names(ct.QUESTIONS))
     # every table and figure is on a page: drawn, or a line saying what would fill it that links its file
     tables = {p.stem for p in (tmp_path / "tables").glob("*.md")} - {"README"}
     drawn = set(re.findall(r'<article id="table-([^"]+)"', text))
@@ -152,7 +153,7 @@ def test_make_report_writes_the_page(tmp_path):
     figures = {p.stem for p in (tmp_path / "figures").glob("*.png")}
     shown = set(re.findall(r'<img src="figures/([^"]+)\.png"', text))
     assert shown | set(re.findall(r'<a href="figures/([^"]+)\.png">[^<]*</a>: the thesis', text)) == figures
-    for name in pg.page_names():
+    for name in pg.page_names(ct.QUESTIONS):
         assert unresolved(tmp_path / name) == [], name
 
 

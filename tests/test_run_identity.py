@@ -74,7 +74,7 @@ def copy_without_config(source: Path, runs: Path) -> Path:
 
 
 def test_the_report_names_a_run_without_config_as_a_problem_and_draws_no_row_of_it(tmp_path, capsys):
-    from analysis.report import make_report
+    from analysis.catalogue import make_report
     from tests.helpers import REPO
 
     run_dir = copy_without_config(REPO / "results/reference/vm-2cpu/04_naive_scaling/w32-s0", tmp_path / "runs")

@@ -141,7 +141,7 @@ def train_quality_run(tmp_path: Path, experiment: str, telemetry_s: float) -> Pa
 
 def test_a_real_run_records_util_and_the_report_draws_figures_22_23_27(tmp_path):
     from analysis import catalogue as ct
-    from analysis.figures import plot_utilisation, utilisation_rows
+    from analysis.experiments.quality import THESIS_UTILISATION, plot_utilisation, utilisation_rows
     from analysis.report import build_figures
     from analysis.runs import load_study
 
@@ -155,9 +155,9 @@ def test_a_real_run_records_util_and_the_report_draws_figures_22_23_27(tmp_path)
     df = load_study(tmp_path / "runs")
     rows = df[df["kind"] == "util"]
     assert set(rows["device"]) == {"cpu process", "cpu system"}
-    written, skipped = build_figures(ct.Inputs(df, None), tmp_path / "figures", ct.THESIS_UTILISATION)
+    written, skipped = build_figures(ct.inputs(df, None), tmp_path / "figures", THESIS_UTILISATION)
     # emulated workers stand for PyTorch and Horovod alike: Figures 22 and 23 would be one image twice
-    assert {p.stem for p in written} == {f.name for f in ct.THESIS_UTILISATION} - {"fig23_util_exp6_horovod"}
+    assert {p.stem for p in written} == {f.name for f in THESIS_UTILISATION} - {"fig23_util_exp6_horovod"}
     assert skipped == ["fig23_util_exp6_horovod: the same emulated runs as fig22_util_exp6_pytorch (drawn once)"]
     exp6, note = utilisation_rows(df, 6, "horovod+pytorch")
     assert "emulated" in note  # the local scale's one computation stands for the DDP and the Horovod row

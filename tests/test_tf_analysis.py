@@ -48,22 +48,22 @@ def runs(tmp_path_factory):
 
 
 def test_table_1_sets_our_tensorflow_runs_beside_the_thesiss_rows_at_their_own_scale(runs):
-    from analysis import tables
+    from analysis.experiments.throughput import throughput_table
 
     df, ref = runs
-    t1 = tables.throughput_table(df, ref, 1)
+    t1 = throughput_table(df, ref, 1)
     thesis = t1[t1["scale"] == "thesis"]
     assert set(thesis["framework"]) == {"horovod+tensorflow"} and thesis["ours_steady"].isna().all()
     ours = t1[t1["scale"] == "local scale"].set_index("framework")["ours_steady"].to_dict()
     assert ours == {"horovod+tensorflow": 200.0, "tensorflow": 100.0}
-    t4 = tables.throughput_table(df, ref, 4)
+    t4 = throughput_table(df, ref, 4)
     assert t4[t4["scale"] == "local scale"]["ours_speedup"].isna().all()  # no thesis-formula value at 12 batches
     assert t4[t4["scale"] == "local scale"]["ours_steady_speedup"].tolist() == [0.8, 1.5]  # Horovod+TF, MWMS
 
 
 def test_figures_14_to_16_draw_our_tensorflow_rows_in_their_own_row(runs):
     from analysis import tables
-    from analysis.figures import scaling_rows
+    from analysis.experiments.throughput import scaling_rows
 
     df, ref = runs
     thesis, ours = scaling_rows(tables.scaling_table(df, ref), tables.TENSORFLOW, 32)
@@ -75,7 +75,7 @@ def test_figures_14_to_16_draw_our_tensorflow_rows_in_their_own_row(runs):
 
 
 def test_rq2_reads_the_three_frameworks_from_the_runs(runs):
-    from analysis.frameworks import framework_table, frameworks_reading
+    from analysis.experiments.throughput import framework_table, frameworks_reading
 
     df, _ = runs
     row = framework_table(df).set_index(["per_gpu_batch", "gpus"]).loc[(32, 1)]

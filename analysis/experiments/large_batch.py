@@ -1,6 +1,6 @@
 """Experiment 12 (beyond the thesis): where linear scaling with warm-up stops matching the 1-worker baseline, and
 whether LARS, LAMB or RAdam carry it further. Only the study's runs are read (the base-rate sweep's chose the rates);
-diverged runs (analysis.smoke's DIVERGED_SHARE, a rule added after the runs) are counted, not averaged; the critical
+diverged runs (DIVERGED_SHARE below, a rule added after the runs) are counted, not averaged; the critical
 batch drawn is B_simple measured on the study's own runs by `make noise-scale`, never a constant.
 """
 from __future__ import annotations
@@ -20,17 +20,45 @@ from contract.reader import read_config  # noqa: E402
 
 from .. import figures as fg  # noqa: E402
 from .. import findings as fd  # noqa: E402
-from ..entries import Drawn, Figure  # noqa: E402
-from ..findings import CONFIDENCE, DIVERGED_SHARE, LARGE_BATCH, OPTIMIZERS, STUDY_RUN, diverged_runs  # noqa: E402
-from ..noise import examples_words, noise_scales, noise_text  # noqa: E402
+from ..entries import Comparison, Divergence, Drawn, Experiment, Figure, Finding, Runs  # noqa: E402
+from ..findings import CONFIDENCE, OPTIMIZERS  # noqa: E402
+from ..machines import REPO  # noqa: E402
+from ..noise import examples_words, noise_text  # noqa: E402
+from ..noise import noise_scales as measured_noise  # noqa: E402
+from ..page import Question  # noqa: E402
 from ..reference import THESIS_WORKERS  # noqa: E402
+from ..smoke import diverged_runs  # noqa: E402
 
+LARGE_BATCH, BASELINE = 12, 5  # against experiment 5's 1-worker runs, the thesis's findings' baseline
+EXPERIMENTS = (Experiment(LARGE_BATCH, "quality"),)
+# the study's runs (lars-w256-s0; thesis-lars-w256-s0 at another scale), not its sweep's (lars-base0.5-s0)
+STUDY_RUN = r"^([a-z]+-)?[a-z]+-w\d+-s\d+$"
+# A reading rule, added on 2026-11-28 after experiment 12's runs had all ended (issue 50), not a change of its design:
+# a study run diverged when its last epoch's training loss is not finite or still above DIVERGED_SHARE of its first
+# epoch's (the first epoch's loss is close to an untrained model's, ln of the classes). Such a run measures a failed
+# optimisation at its rate and warm-up, not how accurate a model that batch trains is, so it is labelled, left out of
+# the means and of the rows that fail a finding, and counted on its own (`diverged`). Every study run that trained
+# ended far below the share, every one that did not far above it (experiments/12_large_batch/README.md).
+DIVERGED_SHARE = 0.75
+STUDY = Runs(LARGE_BATCH, names=STUDY_RUN,
+             diverged=Divergence(DIVERGED_SHARE, "a reading rule added on 2026-11-28, after the runs"))
 FINDING = "large_batch_matches_baseline"
+# the base-rate sweep's runs chose the rates and are no verdicts; the thesis ran no such study (no thesis_difference)
+FINDINGS = (Finding(FINDING, "Past the thesis's batch, each optimizer matches the 1-worker baseline", "equivalent",
+                    (Comparison(STUDY, Runs(BASELINE, 1), "exp 5, 1 worker"),), by=("optimizer", "gpus")),)
+#: the committed measurements `make noise-scale` writes: the study's 32-worker run, initial and final weights
+NOISE_FILES = tuple(REPO / "results" / "noise_scale" / f"large_batch_{weights}.json"
+                    for weights in ("initial", "final"))
 NAMES = {"sgd": "SGD + linear scaling + warm-up", "lars": "LARS", "lamb": "LAMB", "radam": "RAdam"}
 POINT_COLUMNS = ["scale", "numerics", "optimizer", "workers", "global_batch", "n", "best_top1", "ci_low", "ci_high",
                  "diverged", "worst_loss", "worst_epoch", "sweep_seeds", "decay"]
 # A row whose interval ends this close to a margin (a share of the margin) is called borderline in the reading.
 BORDERLINE = 0.1
+
+
+def noise_scales(paths=NOISE_FILES) -> pd.DataFrame:
+    """The noise-scale measurements of the study's runs (analysis.noise.noise_scales of NOISE_FILES)."""
+    return measured_noise(paths)
 
 
 def _mean_interval(values: pd.Series) -> tuple[float, float, float]:
@@ -80,7 +108,7 @@ def _decay(run_dir: str) -> str:
 def failed_trainings(df: pd.DataFrame) -> dict[str, tuple[float, int]]:
     """Study run folder -> (its worst training loss, that epoch) of each diverged run: a failed optimisation at that
     rate and warm-up, not the batch at which accuracy stops keeping up, so it is left out of the means."""
-    gone = diverged_runs(df) & set(study_runs(df)["path"])
+    gone = diverged_runs(df, [STUDY]) & set(study_runs(df)["path"])
     epochs = df[(df["kind"] == "epoch") & df["path"].isin(gone)]
     failed = {}
     for path, g in epochs.groupby("path"):
@@ -106,7 +134,7 @@ def sweep_runs(df: pd.DataFrame) -> set[tuple[str, int]]:
 
 def baseline_band(df: pd.DataFrame, scale: str, numerics: str) -> dict:
     """Experiment 5's 1-worker runs at a scale and numerics: seeds and mean best top-1."""
-    base = df[(df["kind"] == "run") & (df["exp"] == 5) & (df["gpus"] == 1) & (df["status"] == "completed")
+    base = df[(df["kind"] == "run") & (df["exp"] == BASELINE) & (df["gpus"] == 1) & (df["status"] == "completed")
               & (df["scale"] == scale) & (df["numerics"] == numerics)]
     mean, low, high = _mean_interval(base["best_val_top1"])
     return {"n": len(base), "mean": mean, "ci_low": low, "ci_high": high}
@@ -416,4 +444,38 @@ FIGURES = (
     Figure("exp12_large_batch", "", (5, 12), large_batch),
     Figure("exp12_differences", "", (5, 12), large_batch_differences),
 )
-EXPORTS = ("differences_figure", "large_batch_figure", "rq4_reading", "study_points")
+QUESTIONS = (Question("large_batch", "Large batch", "Past the thesis's 4k batch: where linear scaling with warm-up "
+                      "breaks, and LARS, LAMB, RAdam", "rq4_large_batch", experiments=(LARGE_BATCH,)),)
+RQ4 = [
+    ("md", "# RQ4 — past the thesis's 4k batch: where linear scaling with warm-up breaks, and LARS, LAMB, RAdam\n\n"
+           "The thesis stops at 32 GPUs x 128 = 4,096 images a step. Experiment 12 (`experiments/12_large_batch`) "
+           "runs SGD with linear scaling and gradual warm-up, LARS, LAMB and RAdam at 32-256 workers (locally "
+           "x 4 images: 128-1,024; 4k-32k at the thesis and gpu scales), each optimizer at the base rate its "
+           "declared seed-0 sweep chose, 3 seeds, against experiment 5's 1-worker baseline with the findings' "
+           "equivalence test. What is compared is each optimizer's recipe (the reading says which rates were "
+           "tuned); the gradient noise scale (`make noise-scale`) is drawn beside it."),
+    ("code", None),
+    ("md", "## Best top-1 per optimizer and global batch (mean and 90 % interval over seeds)"),
+    ("code", "points = an.study_points(df)\npoints"),
+    ("md", "## Verdicts against experiment 5's 1-worker baseline"),
+    ("code", "verdicts = an.orderings(df, ref)\n"
+             "an.verdict_table(verdicts[verdicts['experiment'] == 12])"),
+    ("code", "fig = an.differences_figure(verdicts, points, an.findings.margins())\n"
+             "an.show(fig) if fig is not None else print('no experiment 12 verdicts')"),
+    ("md", "## The gradient noise scale of the same model and data, measured on the study's runs"),
+    ("code", "noise = an.noise_scales()\nnoise"),
+    ("code", "fig = an.large_batch_figure(df, an.findings.margins(), noise)\n"
+             "an.show(fig) if fig is not None else print('no experiment 12 study runs')"),
+    ("md", "## Reading"),
+    ("code", "an.markdown(an.rq4_reading(verdicts, points, noise))"),
+    ("md", "## Once SGD is tuned: experiment 13's SGD (its first edition, frozen), each batch at its own rate, beside "
+           "these recipes\n\n"
+           "Steps to experiment 13's target (50 % top-1), the measure of `rq5_critical_batch.ipynb`: experiment 12's "
+           "runs read at that target, beside SGD tuned per batch (no decay)."),
+    ("code", "an.exp13_first_edition.show('readings/tuned_beside_recipes.md')"),
+    ("md", "## Once both are tuned: experiment 13's LAMB beside its SGD (its first edition, frozen), each batch at "
+           "its own rate (Nado et al.)"),
+    ("code", "an.exp13_first_edition.show('readings/tuned_optimizers.md')"),
+]
+NOTEBOOKS = {"rq4_large_batch.ipynb": RQ4}
+EXPORTS = ("differences_figure", "large_batch_figure", "noise_scales", "rq4_reading", "study_points")

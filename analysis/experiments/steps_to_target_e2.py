@@ -23,12 +23,14 @@ from contract.config import ConfigError, load_config  # noqa: E402
 from contract.reader import read_config  # noqa: E402
 
 from .. import figures as fg  # noqa: E402
-from ..entries import Drawn, Figure, Table  # noqa: E402
+from ..entries import Drawn, Experiment, Figure, Table  # noqa: E402
 from ..machines import one_machine  # noqa: E402
 from ..noise import fit_noise_model, percentile_interval  # noqa: E402
+from ..page import Question  # noqa: E402
 from ..smoke import smoke_paths  # noqa: E402
 
 EXPERIMENT = 13
+EXPERIMENTS = (Experiment(EXPERIMENT, "own"),)  # its measure is the steps to the target: read by its own tables alone
 CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "13_steps_to_target" / "config.toml"  # this edition's
 PREFIX = "e2-"
 TUNE_RUN = re.compile(r"^e2-tune-(?P<optimizer>[a-z]+)-w(?P<workers>\d+)-base(?P<base>[0-9.e-]+)-s(?P<seed>\d+)$")
@@ -643,4 +645,39 @@ TABLES = (
           reads=second_edition),
 )
 FIGURES = (Figure("exp13_e2_steps_to_target", "", (13,), steps_to_target_e2, reads=second_edition),)
+QUESTIONS = (Question("critical_batch", "Critical batch", "Where linear scaling really stops: steps to a target "
+                      "accuracy per batch, each batch's rate tuned", "rq5_critical_batch", experiments=(EXPERIMENT,)),)
+RQ5 = [
+    ("md", "# RQ5 — where linear scaling really stops: steps to a target accuracy per batch, each batch tuned\n\n"
+           "The thesis takes RQ3's upper bound on the global batch from the literature (8,192 for ILSVRC-2012, "
+           "Goyal et al.). Experiment 13 (`experiments/13_steps_to_target`, declared before any run) measures the "
+           "miniature's: the optimizer steps until the validation top-1 first reaches the declared target, for "
+           "global batches from the 1-worker batch to 16x the thesis's 4k stand-in, SGD with momentum and LAMB, "
+           "each batch at the rate chosen for it on a held-out split of the training set; McCandlish et al.'s "
+           "S = S_min (1 + B_noise / B) is fitted to the curve. Its second edition "
+           "(`declared_2026-11-28-edition2.txt`) counts steps every k steps (k <= 5 % of the steps), on 5 seeds a "
+           "batch, with intervals that hold the fit's misfit, and names regimes only where they allow it; the first "
+           "edition (whole epochs, 3 seeds) is superseded by it and shown below as it was last drawn (kept as files: "
+           "results/frozen/exp13_edition1/SUPERSEDED.md)."),
+    ("code", None),
+    ("md", "## Second edition: steps to the target per optimizer and batch, counted every k steps"),
+    ("code", "cells = an.steps_cells_table(df)\n"
+             "an.markdown('No second-edition study run has finished yet.') if cells is None else cells"),
+    ("code", "fig = an.steps_figure_e2(df)\n"
+             "an.show(fig) if fig is not None else an.markdown('Not drawn: no second-edition study run yet.')"),
+    ("md", "## Second edition: reading, from the fit"),
+    ("code", "an.markdown(an.rq5_reading_e2(df))"),
+    ("md", "## Second edition, step 1: every rate on its selection seeds, the declared tie rule and the decision"),
+    ("code", "rates = an.rate_selection_table(df)\n"
+             "an.markdown('No second-edition selection run has finished yet.') if rates is None else rates"),
+    ("md", "## First edition (superseded by the second): step 1, the rate chosen for each batch on the held-out "
+           "split (never the validation set)"),
+    ("code", "an.exp13_first_edition.show('tables/exp13_rate_selection.md')"),
+    ("md", "## First edition (superseded): steps to the target per optimizer and global batch, in whole epochs"),
+    ("code", "an.exp13_first_edition.show('tables/exp13_steps_to_target.md')"),
+    ("code", "an.exp13_first_edition.show('figures/exp13_steps_to_target.png')"),
+    ("md", "## First edition (superseded): reading, by its own rules as declared then"),
+    ("code", "an.exp13_first_edition.show('readings/rq5_reading.md')"),
+]
+NOTEBOOKS = {"rq5_critical_batch.ipynb": RQ5}
 EXPORTS = ("rate_selection_table", "rq5_reading_e2", "steps_cells_table", "steps_figure_e2")
