@@ -125,3 +125,17 @@ def test_a_two_rank_fsdp_run_killed_mid_epoch_resumes_bit_identically(tmp_path):
     assert epochs[0] == epochs[1] and len(epochs[0]) == 3
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert (manifest["status"], manifest["backend"], len(manifest["attempts"])) == ("completed", "fsdp", 2)
+
+
+def test_experiment_14_starts_fsdp_ranks_under_torchrun_and_reads_the_corpus_where_it_runs(tmp_path):
+    from contract.plan import study_plan
+    from studies.launch import local_commands, planned_runs
+
+    local = {p.run.name: p for p in planned_runs(study_plan(REPO / "experiments/14_gpt_throughput", "local", False,
+                                                            None, []), "local", tmp_path)}
+    assert sorted(local) == sorted(f"w{w}-{b}-s0" for w in (1, 2, 4) for b in ("ddp", "fsdp", "horovod"))
+    (command,) = local_commands(local["w4-fsdp-s0"])
+    assert "torch.distributed.run" in " ".join(command) and command[command.index("--nproc-per-node") + 1] == "4"
+    gpu = study_plan(REPO / "experiments/14_gpt_throughput", "gpu", False, None, []).runs
+    assert {(r.cfg.model.name, r.cfg.train.precision, r.cfg.data.kind, r.cfg.data.path) for r in gpu} == {
+        ("gpt2_124m", "bf16", "tokens", "${CORPUS_DIR}")}  # as written: each run reads it where it starts

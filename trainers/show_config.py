@@ -11,22 +11,29 @@ import json
 import math
 from typing import Any
 
+import workloads
 from contract.config import ALLOWED, Config, DataConfig, ModelConfig
 
 # Settings that only one data kind reads (trainers/data/datasets.py); any other key applies to every kind.
 DATA_KIND_KEYS = {"imagefolder": ("path", "decoder", "max_image_pixels"),
                   "generated": ("classes", "per_class", "val_per_class", "data_seed"),
                   "synthetic": ("synthetic_images",)}
+PLUGIN_DATA_KEYS = ("path",)  # a plug-in's data kind (workloads/) reads its data from data.path
 CIFAR_ONLY = ("width",)  # the CIFAR-style ResNets' first-stage channels; torchvision's ResNets have their own
+# the images' sizes: a plug-in's model (workloads/) has sizes of its own (a GPT's vocabulary, context, width)
+IMAGE_ONLY = (("model", "num_classes"), ("model", "width"), ("data", "image_size"))
 
 
 def not_applying(doc: dict[str, Any]) -> dict[tuple[str, str], str]:
     """(section, key) -> why, for the settings the run's data kind or model never reads."""
-    kind = doc["data"].get("kind")
-    out = {("data", key): f'data.kind = "{kind}" does not read it' for other, keys in DATA_KIND_KEYS.items()
-           if other != kind for key in keys}
-    if not str(doc["model"].get("name", "")).startswith("cifar_"):
-        out.update({("model", key): f'model.name = "{doc["model"].get("name")}" does not read it' for key in CIFAR_ONLY})
+    kind, name = doc["data"].get("kind"), str(doc["model"].get("name", ""))
+    reads = DATA_KIND_KEYS.get(kind, PLUGIN_DATA_KEYS)
+    out = {("data", key): f'data.kind = "{kind}" does not read it' for keys in DATA_KIND_KEYS.values()
+           for key in keys if key not in reads}
+    if workloads.owning(name):
+        out.update({where: f'model.name = "{name}" does not read it' for where in IMAGE_ONLY})
+    elif not name.startswith("cifar_"):
+        out.update({("model", key): f'model.name = "{name}" does not read it' for key in CIFAR_ONLY})
     return out
 
 
