@@ -291,10 +291,9 @@ def side(runs: pd.DataFrame, of) -> pd.DataFrame:
 
 
 def comparison_rows(finding, c, runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list[tuple]:
-    """(sort key, row) of each group of a comparison's treated runs (finding.by) whose control has runs: those of
+    """(row_key, row) of each group of a comparison's treated runs (finding.by) whose control has runs: those of
     the control's side that share the group's finding.match columns."""
     treated, controls = side(runs, c.treated), side(runs, c.control)
-    rank = {name: i for i, name in enumerate(OPTIMIZERS)}
     rows = []
     for key, g in treated.groupby(list(finding.by), sort=True):
         first = g.iloc[0]
@@ -304,20 +303,26 @@ def comparison_rows(finding, c, runs: pd.DataFrame, ref: pd.DataFrame, margin: f
             continue
         gpus, base = int(first["gpus"]), int(control["gpus"].iloc[0])
         gone = g["diverged"].astype(bool) if c.treated.diverged else pd.Series(False, index=g.index)
-        row = compare(finding, c.treated.experiment, gpus, c.against.format(workers=base), g[~gone], control,
-                      margin, thesis_top1(ref, c.treated.experiment, gpus) - thesis_top1(ref, c.control.experiment,
-                                                                                            base))
-        if c.treated.diverged:
+        thesis = thesis_top1(ref, c.treated.experiment, gpus) - thesis_top1(ref, c.control.experiment, base)
+        row = compare(finding, c.treated.experiment, gpus, c.against.format(workers=base), g[~gone], control, margin,
+                      thesis)
+        if c.treated.diverged:  # a side read by a divergence rule: its rows count what it left out
             row.update(optimizer=first.get("optimizer"), warmup=first.get("warmup"), diverged=int(gone.sum()))
         if gone.all():  # nothing left to average: the row says the runs diverged and claims nothing
             row.update(verdict="diverged", holds="diverged", final_verdict="diverged", seeds_needed=None,
                        needed_for=None, method="every run diverged: no interval")
         elif finding.claims_nothing and finding.claims_nothing(g):
             row["holds"] = "n/a"
-        values = key if isinstance(key, tuple) else (key,)  # optimizers in OPTIMIZERS' order, the rest as they sort
-        order = tuple(rank.get(v, len(rank)) if by == "optimizer" else 0 for by, v in zip(finding.by, values))
-        rows.append(((c.treated.experiment, *order, *values), row))
+        rows.append((row_key(finding, c.treated.experiment, key), row))
     return rows
+
+
+def row_key(finding, experiment: int, group) -> tuple:
+    """Where a row sorts among its family's: by experiment, then by each of its group's columns (finding.by), the
+    optimizers in OPTIMIZERS' order."""
+    rank = {name: i for i, name in enumerate(OPTIMIZERS)}
+    values = group if isinstance(group, tuple) else (group,)
+    return (experiment, *((rank.get(v, len(rank)) if by == "optimizer" else 0, v) for by, v in zip(finding.by, values)))
 
 
 def finding_rows(findings, runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list[dict]:
