@@ -1,0 +1,320 @@
+"""Experiment 14 (issue 66), a GPT-style decoder's throughput: tokens/s on 1, 2, 4 processes with DDP, FSDP and
+Horovod, each process count's speed-up and efficiency over the same backend's 1-process run (as the thesis's Tables
+2-9 for images/s), model FLOP/s, MFU where the device's peak is known, and the peak memory of a rank; a figure of
+tokens/s, speed-up and memory against processes, a backend a line. Its question's page and notebook: "How many
+tokens/s does a GPT-style decoder train at, and what does FSDP's sharding cost and save?" (RQ6).
+
+The runs frame (analysis/runs.py) holds a bench record's images/s; the workload's rates (the record's tokens_per_s,
+model_flops_per_s, mfu: contract/runfolder.py workload_rates) and each rank's peak memory (the manifest's placement
+entries) are read here from the run folders through the one reader, contract.reader.
+"""
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from contract import reader  # noqa: E402
+
+from .. import figures as fg  # noqa: E402
+from .. import flags as fl  # noqa: E402
+from .. import numbers as nb  # noqa: E402
+from .. import tables as tb  # noqa: E402
+from ..entries import Drawn, Experiment, Figure, Inputs, Table  # noqa: E402
+from ..page import Question  # noqa: E402
+
+EXPERIMENT = 14
+# measured as experiments 1-3 are, by a bench record's windows/s (a window of the context's tokens is its sample):
+# the report's own throughput summary and the comparison with a reference machine read its runs so
+EXPERIMENTS = (Experiment(EXPERIMENT, "throughput"),)
+RATES = ("tokens_per_s", "model_flops_per_s", "mfu")  # the bench record's workload rates (contract/runfolder.py Bench)
+UNMEASURED = "unmeasured"  # an MFU cell where the device's peak is unknown (the CPU, a GPU contract/machine.py lacks)
+BACKEND_NAME = {"ddp": "DDP", "fsdp": "FSDP", "horovod": "Horovod"}
+#: one configuration: its runs are averaged
+KEYS = ["scale", "backend", "framework", "numerics", "per_gpu_batch", "gpus", "processes"]
+#: one backend's series at one batch: its 1-process row is the speed-up's denominator
+SERIES = ["scale", "backend", "framework", "numerics", "per_gpu_batch"]
+COLUMNS = ["scale", "backend", "framework", "numerics", "per_gpu_batch", "context", "processes", "tokens_per_s",
+           "speedup", "efficiency", "model_tflops_per_s", "mfu_pct", "peak_gib_a_rank", "peak_memory_of",
+           "threads_per_rank", "n_runs", "flag"]
+NO_RUNS = "no experiment 14 runs: `make exp14` (after `make setup-corpus`) draws it"
+NEEDS = "`make setup-corpus` (root: the local corpus), then"
+NOTES = (
+    "tokens_per_s: the bench record's (steady-state windows/s x the context's tokens, contract/runfolder.py "
+    "workload_rates), the mean over the configuration's runs; context: tokens a window; per_gpu_batch: windows a "
+    "process a step.",
+    "speedup: tokens/s over the same backend's 1-process row (same scale, framework, numerics and batch a process), "
+    "as the thesis's Tables 2-9 divide images/s; efficiency: speedup / processes (1.0: linear scaling).",
+    "model_tflops_per_s: the model's FLOPs a second (PaLM's 6N + 12LdT a token, workloads/gpt/sizes.py), in "
+    "10^12; mfu_pct: those over the devices' dense peak at the run's precision (contract/machine.py), 'unmeasured' "
+    "on the CPU and on a GPU of no declared peak.",
+    "peak_gib_a_rank: the largest of the ranks' peaks (manifest.json's placement, peak_memory_bytes), GiB; "
+    "peak_memory_of: cuda_allocated (torch's peak of allocated tensors on the GPU: what FSDP's sharding saves) or "
+    "cpu_rss (the process's peak resident set on the CPU, torch's own ~800 MB included: a small model's sharding "
+    "barely shows).",
+    "flag: why a row's number does not measure what it claims (analysis/flags.py): a speed-up above its processes "
+    "(impossible: its baseline was slowed), a baseline of other threads a rank, a run whose timed steps did not have "
+    "their CPUs alone (host busy, CPU short: docs/training.md); empty for a clean row.",
+)
+
+
+# ============================================================================================ reading the runs
+
+
+def peak_memory(placement) -> tuple[float, str]:
+    """(the largest peak among a run's ranks, in bytes: the rank that must fit its device; what the peaks measured,
+    each kind once); (NaN, "") where no rank recorded one."""
+    ranks = [p for p in placement or () if isinstance(p, dict) and fl.finite(p.get("peak_memory_bytes"))]
+    if not ranks:
+        return math.nan, ""
+    return float(max(p["peak_memory_bytes"] for p in ranks)), fl.join(fl.text(p.get("peak_memory_of")) for p in ranks)
+
+
+def run_rates(path: str) -> tuple[list[dict], dict]:
+    """A run folder's bench records' workload rates in the order written (None where a record holds none), and its
+    manifest ({} where unreadable)."""
+    raw = reader.read_run(path)
+    bench = raw[raw["kind"] == "bench"]
+    rates = [dict(zip(RATES, values)) for values in zip(*(bench[field].tolist() for field in RATES))]
+    return rates, raw.iloc[0]["manifest"] or {}
+
+
+def gpt_bench(df: pd.DataFrame) -> pd.DataFrame:
+    """Experiment 14's bench rows of the runs frame (each run counted once, mixed configs refused: analysis/runs.py),
+    each with its record's workload rates and its run's peak memory a rank."""
+    bench = df[(df["kind"] == "bench") & (df["exp"] == EXPERIMENT)] if len(df) else df
+    rows = []
+    for path, runs in bench.groupby("path", sort=False):
+        rates, manifest = run_rates(path)
+        peak, measured = peak_memory(manifest.get("placement"))
+        # the frame's bench rows of a run are its bench records, in the order written
+        rows += [{**row, **rate, "peak_memory_bytes": peak, "peak_memory_of": measured}
+                 for row, rate in zip(runs.to_dict("records"), rates)]
+    frame = pd.DataFrame(rows)
+    for column in RATES:
+        if column in frame:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    return frame
+
+
+def every_recorded(values: pd.Series) -> float:
+    """The mean where every run recorded the value; NaN where any did not (an MFU half measured is unmeasured)."""
+    return float(values.mean()) if values.notna().all() else math.nan
+
+
+def configurations(bench: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration (KEYS): its runs' mean rates, the largest peak a rank, their disturbances."""
+    bench = bench.assign(scale=bench["scale"].fillna("unknown"))
+    return bench.groupby(KEYS, dropna=False, sort=True).agg(
+        tokens_per_s=("tokens_per_s", "mean"), windows_per_s=("steady_images_per_s", "mean"),
+        model_flops_per_s=("model_flops_per_s", "mean"), mfu=("mfu", every_recorded),
+        peak_memory_bytes=("peak_memory_bytes", "max"), peak_memory_of=("peak_memory_of", tb.joined),
+        threads_per_rank=("threads_per_rank", tb.one_value), disturbed=("disturbed", tb.joined),
+        n_runs=("path", "nunique")).reset_index()
+
+
+# ============================================================================================ the table
+
+
+def table_row(o, one) -> dict:
+    """A configuration's row: its speed-up and efficiency over its series' 1-process row `one` (None: none ran)."""
+    processes = o.processes if fl.finite(o.processes) else o.gpus
+    speedup = nb.speedup(o.tokens_per_s, one.tokens_per_s if one is not None else math.nan)
+    return {"scale": tb.scale_label(o.scale), "backend": o.backend, "framework": o.framework, "numerics": o.numerics,
+            "per_gpu_batch": o.per_gpu_batch, "context": round(o.tokens_per_s / o.windows_per_s)
+            if o.windows_per_s > 0 and fl.finite(o.tokens_per_s) else math.nan,
+            "processes": processes, "tokens_per_s": o.tokens_per_s, "speedup": speedup,
+            "efficiency": nb.efficiency(speedup, processes), "model_tflops_per_s": o.model_flops_per_s / 1e12,
+            "mfu_pct": 100 * o.mfu if fl.finite(o.mfu) else UNMEASURED,
+            "peak_gib_a_rank": o.peak_memory_bytes / 2**30, "peak_memory_of": o.peak_memory_of or "unrecorded",
+            "threads_per_rank": o.threads_per_rank, "n_runs": int(o.n_runs), "flag": tb.row_flag(o, one, speedup)}
+
+
+def gpt_throughput_table(df: pd.DataFrame) -> pd.DataFrame | None:
+    """Experiment 14's table (COLUMNS), a row per configuration, a backend's rows together in order of processes;
+    None where the frame holds no experiment 14 bench record."""
+    bench = gpt_bench(df)
+    if bench.empty:
+        return None
+    rows = []
+    for _, series in configurations(bench).groupby(SERIES, dropna=False, sort=True):
+        one = next(series[series["gpus"] == 1].itertuples(index=False), None)
+        rows += [table_row(o, one) for o in series.sort_values("gpus").itertuples(index=False)]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def measured(inputs: Inputs) -> pd.DataFrame | None:
+    """The table, made once for the report's table and figure."""
+    return gpt_throughput_table(inputs.df)
+
+
+def table_notes(inputs: Inputs, frame: pd.DataFrame) -> list[str]:
+    flagged = int(frame["flag"].map(fl.text).ne("").sum())
+    return [*NOTES, *([f"{flagged} row(s) flagged: read the flag column before the number."] if flagged else [])]
+
+
+# ============================================================================================ the figure
+
+
+def series_label(key: tuple) -> str:
+    scale, backend, _, numerics, batch = key
+    return f"{BACKEND_NAME.get(backend, backend)} b={nb.int_text(batch)}{nb.numerics_suffix(numerics)} — {scale}"
+
+
+def ideal_reach(table: pd.DataFrame, cores: int | None) -> float:
+    """The largest process count an ideal line runs to: at the local scale alone, the cores the processes shared
+    (past them, linear scaling is not what ideal means); else the largest count measured."""
+    local = set(table["scale"]) == {tb.scale_label("local")}
+    return float(min(cores, table["processes"].max()) if local and cores else table["processes"].max())
+
+
+def plot_series(axes, table: pd.DataFrame, reach: float) -> None:
+    """Each backend's series on the three panels: tokens/s (dotted: its 1-process rate x processes), speed-up
+    (flagged points ringed), peak memory a rank."""
+    for i, (key, g) in enumerate(table.groupby(SERIES, dropna=False, sort=True)):
+        g = g.sort_values("processes")
+        colour, label = fg._colour(i), series_label(key)
+        axes[0].plot(g["processes"], g["tokens_per_s"], "-o", color=colour, label=label)
+        one = g.loc[g["processes"] == 1, "tokens_per_s"]
+        if len(one):
+            xs = [p for p in sorted(g["processes"]) if p <= reach]
+            axes[0].plot(xs, [float(one.iloc[0]) * p for p in xs], ":", color=colour, alpha=0.6, linewidth=1)
+        axes[1].plot(g["processes"], g["speedup"], "-o", color=colour)  # one legend of the series: the first panel's
+        fg.flagged_points(axes[1], g.rename(columns={"processes": "gpus"}))
+        axes[2].plot(g["processes"], g["peak_gib_a_rank"], "-o", color=colour)
+
+
+def gpt_throughput_figure(table: pd.DataFrame, title: str = "", cores: int | None = None):
+    """Tokens/s (log scale), speed-up over the same backend's 1 process and the peak memory of a rank against
+    processes, a backend a line (table: gpt_throughput_table's). cores: the measuring machine's, where the rows are
+    of the local scale: the axes name them and the ideal lines stop there."""
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), layout="constrained")
+    reach = ideal_reach(table, cores)
+    plot_series(axes, table, reach)
+    axes[1].plot([1, reach], [1, reach], color="grey", linewidth=1, label="ideal")
+    axes[0].set_yscale("log")
+    fg.log2_ticks(axes[0], "y")
+    local = set(table["scale"]) == {tb.scale_label("local")}
+    on = f" on {cores} core{'' if cores == 1 else 's'}" if local and cores else ""
+    xlabel = f"{'CPU ' if local else ''}processes{on}"
+    counts = sorted({int(p) for p in table["processes"] if fl.finite(p)})
+    for ax, ylabel, what in zip(axes, ("tokens / s (log scale)", "speed-up over 1 process", "peak memory a rank (GiB)"),
+                                ("Throughput (dotted: ideal linear scaling)", "Speed-up",
+                                 "Peak memory of the largest rank (GPU: allocated tensors; CPU: resident set)")):
+        ax.set_xticks(counts, [str(c) for c in counts])
+        fg._finish(ax, xlabel, ylabel, what)
+    axes[2].set_ylim(bottom=0)  # from zero: a few per cent between ranks' peaks is not drawn as a cliff
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def gpt_figure(inputs: Inputs, entry: Figure) -> Drawn | str:
+    table = inputs.once(measured)
+    if table is None:
+        return NO_RUNS
+    return Drawn(gpt_throughput_figure(table, entry.title, inputs.cores), inputs.source)
+
+
+# ============================================================================================ the reading
+
+
+def configuration_words(r) -> str:
+    """One row in words: its tokens/s, and beyond 1 process its speed-up and efficiency."""
+    scaling = (f" (speed-up {r.speedup:.2f}, efficiency {r.efficiency:.2f})"
+               if r.processes > 1 and fl.finite(r.speedup) else "")
+    return f"{BACKEND_NAME.get(r.backend, r.backend)} {r.tokens_per_s:,.0f} tokens/s{scaling}"
+
+
+def fastest_words(g: pd.DataFrame, spread: float) -> str:
+    """Which backend leads, only where it leads the next by more than one configuration's repeats differ."""
+    ranked = g.sort_values("tokens_per_s", ascending=False)
+    if len(ranked) < 2:
+        return ""
+    first, second = ranked.iloc[0], ranked.iloc[1]
+    if math.isnan(spread):
+        return " — none named fastest"
+    if first.tokens_per_s / second.tokens_per_s > spread:
+        return f" — fastest: {BACKEND_NAME.get(first.backend, first.backend)}"
+    return " — none ahead by more than the repeats' spread"
+
+
+def sharding_words(g: pd.DataFrame) -> str:
+    """FSDP against DDP at one process count: its tokens/s and its largest rank's peak memory, as ratios."""
+    by = g.set_index("backend")
+    if not {"ddp", "fsdp"} <= set(by.index):
+        return ""
+    ddp, fsdp = by.loc["ddp"], by.loc["fsdp"]
+    memory = fsdp.peak_gib_a_rank / ddp.peak_gib_a_rank if ddp.peak_gib_a_rank > 0 else math.nan
+    memory_words = f"{memory:.2f}x DDP's ({fsdp.peak_memory_of})" if fl.finite(memory) else "unrecorded"
+    return (f"; FSDP's tokens/s {fsdp.tokens_per_s / ddp.tokens_per_s:.2f}x DDP's, its peak memory a rank "
+            f"{memory_words}")
+
+
+def line_of(key: tuple, g: pd.DataFrame, spread: float) -> str:
+    scale, batch, numerics, processes = key
+    flagged = [BACKEND_NAME.get(b, b) for b, f in zip(g["backend"], g["flag"]) if fl.text(f)]
+    said = f" Flagged: {', '.join(flagged)} (the table's flag column says why)." if flagged else ""
+    return (f"- {scale}, {nb.int_text(batch)} windows a process{nb.numerics_suffix(numerics, ', ')}, "
+            f"{nb.int_text(processes)} process(es): " + "; ".join(configuration_words(r) for r in g.itertuples())
+            + fastest_words(g, spread) + sharding_words(g) + "." + said)
+
+
+def rq6_reading(df: pd.DataFrame) -> str:
+    """RQ6 in words, computed from experiment 14's runs: each process count's backends side by side, a backend named
+    fastest only where it leads the next by more than one configuration's repeats differ (tables.repeat_spread), and
+    FSDP's tokens/s and memory a rank against DDP's."""
+    table = gpt_throughput_table(df)
+    if table is None:
+        return f"No experiment 14 run here: {NO_RUNS}."
+    spread, repeated = tb.repeat_spread(df[df["exp"] == EXPERIMENT])
+    noise = (f"The same configuration measured twice ({repeated} configuration(s)) differed by up to {spread:.2f}x, "
+             "so a backend is named fastest only where it leads the next by more." if repeated else
+             "No configuration was measured twice, so no measurement's noise is known and no backend is named "
+             "fastest.")
+    lines = [f"**Reading, computed from the runs (steady state, tokens/s).** {noise}", ""]
+    for key, g in table.groupby(["scale", "per_gpu_batch", "numerics", "processes"], dropna=False, sort=True):
+        lines.append(line_of(key, g, spread))
+    if tb.scale_label("local") in set(table["scale"]):
+        lines += ["", "At the local scale the processes share the machine's CPU cores (more processes than cores "
+                  "oversubscribe them) and each holds ~800 MB of torch beside a 3.3M-parameter model: these rows "
+                  "check that every framework trains and records the workload; they rank nothing, and FSDP's memory "
+                  "saving shows only on a GPU."]
+    return "\n".join(lines) + "\n"
+
+
+# ============================================================================================ the declarations
+
+TITLE = ("Experiment 14: a GPT-style decoder's tokens/s, speed-up and peak memory a rank against processes, "
+         "a backend a line")
+TABLES = (Table("exp14_gpt_throughput", "", (EXPERIMENT,), lambda inputs, entry: inputs.once(measured),
+                "Experiment 14: a GPT-style decoder's tokens/s, speed-up and efficiency over the same backend's "
+                "1 process, model FLOP/s, MFU and peak memory a rank", table_notes, needs=NEEDS),)
+FIGURES = (Figure("exp14_gpt_throughput", "", (EXPERIMENT,), gpt_figure, TITLE, needs=NEEDS),)
+QUESTIONS = (Question("gpt_throughput", "GPT throughput", "How many tokens/s does a GPT-style decoder train at on 1, "
+                      "2 and 4 processes with DDP, FSDP and Horovod, and what does sharding cost in speed and save in "
+                      "memory a rank?", "rq6_gpt_throughput", experiments=(EXPERIMENT,)),)
+RQ6 = [
+    ("md", "# RQ6 — a GPT-style decoder on 1, 2 and 4 processes: DDP, FSDP and Horovod\n\n"
+           "The thesis timed ResNet-50, whose 25M parameters DDP replicates on every GPU. Experiment 14 "
+           "(`experiments/14_gpt_throughput`, issue 66) asks RQ1 and RQ2 of today's dominant workload: a GPT-style "
+           "decoder (GPT-2 small, context 1,024, bf16 on GPUs; locally `gpt_local`, 3.3M parameters, context 128, "
+           "fp32 on CPU processes) trained by PyTorch DDP, FSDP (each rank holds 1/P of the parameters, gradients "
+           "and optimizer state) and Horovod+PyTorch. Each run's bench record gives tokens/s (windows/s x the "
+           "context), model FLOP/s and, on a GPU of known peak, MFU; its manifest gives each rank's peak memory. "
+           "Speed-up and efficiency are over the same backend's 1-process run, as the thesis's Tables 2-9 for "
+           "images/s."),
+    ("code", None),
+    ("md", "## Tokens/s, speed-up, efficiency, model FLOP/s, MFU and peak memory a rank"),
+    ("code", "table = an.gpt_throughput_table(df)\n"
+             "an.markdown('No experiment 14 run here yet: `make exp14`.') if table is None else table"),
+    ("code", "an.show(an.gpt_throughput_figure(table)) if table is not None else an.markdown('Not drawn: no run.')"),
+    ("md", "## Reading"),
+    ("code", "an.markdown(an.rq6_reading(df))"),
+]
+NOTEBOOKS = {"rq6_gpt_throughput.ipynb": RQ6}
+EXPORTS = ("gpt_throughput_figure", "gpt_throughput_table", "rq6_reading")
