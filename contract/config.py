@@ -120,6 +120,12 @@ class DataConfig:
     # validated on instead of the validation set: a tuning run's selection set, so rates chosen on it never see the
     # validation set (a share, not a count: the same row holds at every scale and in QUICK's small set)
     holdout_share: float = 0.0
+    # A token kind's (a plug-in's corpus, workloads/gpt/): > 0, an epoch trains on this many tokens of the training
+    # split, in windows spread evenly over all of it (the same windows every epoch: a budget in tokens, as per_class
+    # is the generated set's in images), and validation reads this many of the validation split, spread the same
+    # way; 0: all of the split. A study's token budget a run is train_tokens x train.epochs at every worker count.
+    train_tokens: int = 0
+    val_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,7 +160,8 @@ class TrainConfig:
     framework: str = "pytorch"  # one of FRAMEWORKS: "tensorflow" is trainers/tf/'s benchmark (TF_BACKENDS)
 
 
-OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # sgd as the thesis ran; the large-batch ones of experiment 12
+# sgd as the thesis ran; the large-batch ones of experiment 12; adamw, the GPT workload's (experiment 15)
+OPTIMIZERS = ("sgd", "lars", "lamb", "radam", "adamw")
 
 
 @dataclass(frozen=True)
@@ -163,9 +170,9 @@ class OptimConfig:
     momentum: float = 0.9  # sgd, lars
     weight_decay: float = 1e-4
     trust_coefficient: float = 0.001  # lars: the trust ratio's coefficient (You et al. 2017)
-    exclude_bn_bias: bool = True  # lars, lamb: BatchNorm and bias tensors neither adapted nor decayed
-    beta1: float = 0.9  # lamb, radam: Adam's averaging of the gradient
-    beta2: float = 0.999  # lamb, radam: and of its square
+    exclude_bn_bias: bool = True  # lars, lamb, adamw: norm and bias tensors neither adapted nor decayed
+    beta1: float = 0.9  # lamb, radam, adamw: Adam's averaging of the gradient
+    beta2: float = 0.999  # lamb, radam, adamw: and of its square
 
 
 @dataclass(frozen=True)
@@ -485,7 +492,8 @@ def from_dict(document: dict[str, Any], overrides: list[str] = (), origin: str =
 POSITIVE = ("train.epochs", "train.per_worker_batch", "train.workers", "train.print_freq", "model.num_classes",
             "model.width", "data.image_size", "data.max_image_pixels", "lr.base", "lr.base_batch", "lr.step_every",
             "lr.gamma", "lr.power", "horovod.batches_per_allreduce", "optim.trust_coefficient")
-NOT_NEGATIVE = ("optim.momentum", "optim.weight_decay", "train.seed", "data.data_seed", "telemetry.interval_s")
+NOT_NEGATIVE = ("optim.momentum", "optim.weight_decay", "train.seed", "data.data_seed", "telemetry.interval_s",
+                "data.train_tokens", "data.val_tokens")
 
 
 def value_of(cfg: Config, where: str) -> Any:

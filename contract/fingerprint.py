@@ -31,7 +31,8 @@ OMITTED_AT: dict[str, dict[str, Any]] = {
               "stop_at_top1": 0.0,  # 0: never stopped at a target
               "eval_every": 0,  # 0: evaluated once an epoch, at its end
               "framework": "pytorch"},  # every run before TensorFlow's was PyTorch's
-    "data": {"holdout_share": 0.0},  # 0: trained on every training image, validated on the validation set
+    "data": {"holdout_share": 0.0,  # 0: trained on every training image, validated on the validation set
+             "train_tokens": 0, "val_tokens": 0},  # 0: a token corpus's whole splits (every run before experiment 15)
 }
 
 

@@ -1,5 +1,5 @@
-"""Large-batch optimizers (optim.name = lars, lamb, radam; trainers/optimizers.py) on every backend: they train,
-are recorded, resume bit-identically, and 2 emulated workers match DDP over 2 gloo processes as SGD does."""
+"""The optimizers beside SGD (optim.name = lars, lamb, radam, adamw; trainers/optimizers.py) on every backend: they
+train, are recorded, resume bit-identically, and 2 emulated workers match DDP over 2 gloo processes as SGD does."""
 import json
 
 import pytest
@@ -13,8 +13,8 @@ from contract.config import ModelConfig, OptimConfig
 from trainers.models import build_model
 from trainers.optimizers import build_optimizer
 
-LARGE_BATCH = ["lars", "lamb", "radam"]
-RATES = {"sgd": 0.05, "lars": 0.5, "lamb": 0.01, "radam": 0.01}  # base per 8 images, each in its own range
+LARGE_BATCH = ["lars", "lamb", "radam", "adamw"]  # the large-batch ones of experiment 12, and the GPT's AdamW
+RATES = {"sgd": 0.05, "lars": 0.5, "lamb": 0.01, "radam": 0.01, "adamw": 0.01}  # per 8 images, each in its range
 
 
 def optim_config(path, name, **train):
@@ -42,7 +42,7 @@ def test_one_worker_in_one_process_trains_with_each(tmp_path):
         assert train_in_process(cfg, tmp_path, name) == 0, name
 
 
-def test_lars_and_lamb_neither_adapt_nor_decay_batchnorm_and_biases_unless_asked():
+def test_lars_lamb_and_adamw_neither_adapt_nor_decay_batchnorm_and_biases_unless_asked():
     model = build_model(ModelConfig(name="cifar_resnet8", num_classes=10, width=8))
     lars = build_optimizer(model, OptimConfig(name="lars"), 0.1)
     weights, flat = lars.param_groups
@@ -51,10 +51,13 @@ def test_lars_and_lamb_neither_adapt_nor_decay_batchnorm_and_biases_unless_asked
     assert len(weights["params"]) + len(flat["params"]) == len(list(model.parameters()))
     everything = build_optimizer(model, OptimConfig(name="lamb", exclude_bn_bias=False), 0.1)
     assert len(everything.param_groups) == 1 and everything.defaults["betas"] == (0.9, 0.999)
+    adamw = build_optimizer(model, OptimConfig(name="adamw", weight_decay=0.1, beta2=0.95), 0.1)
+    assert [group["weight_decay"] for group in adamw.param_groups] == [0.1, 0.0]
+    assert isinstance(adamw, torch.optim.AdamW) and adamw.defaults["betas"] == (0.9, 0.95)
 
 
 @pytest.mark.parametrize("setting, message", [
-    ("optim.name=adamw", "optim.name = 'adamw' is not one of sgd, lars, lamb, radam"),
+    ("optim.name=adam", "optim.name = 'adam' is not one of sgd, lars, lamb, radam, adamw"),
     ("optim.beta2=1.0", "optim.beta2 = 1.0 must be in [0, 1)"),
     ("optim.trust_coefficient=0", "optim.trust_coefficient"),
     ("lr.decay=cosine", "lr.decay"),

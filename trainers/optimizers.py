@@ -6,9 +6,13 @@
     lamb   timm.optim.Lamb (You et al. 2019): Adam's update with the same per-tensor trust ratio (gradients
            clipped to a global norm of 1, timm's default)
     radam  torch.optim.RAdam (Liu et al. 2019): Adam whose variance estimate warms itself up
+    adamw  torch.optim.AdamW (Loshchilov & Hutter 2019): Adam with weight decay decoupled from the gradient's
+           moments (w -= lr x weight_decay x w each step), the transformers' optimizer (nanoGPT, torchtitan)
 
-`exclude_bn_bias` (lars, lamb): BatchNorm weights and biases (the one-dimensional tensors) are neither adapted nor
-decayed, as the LARS papers' ResNet-50 recipes do (timm adapts only a group with weight decay).
+`exclude_bn_bias` (lars, lamb, adamw): the one-dimensional tensors -- BatchNorm's and LayerNorm's weights, every
+bias -- are neither adapted nor decayed, as the LARS papers' ResNet-50 recipes do (timm adapts only a group with
+weight decay); under AdamW they are not decayed and the matrices (embeddings included) are, as nanoGPT and
+torchtitan group them.
 The state of each is a plain `state_dict`, so checkpoints and resume treat them alike.
 """
 from __future__ import annotations
@@ -37,6 +41,8 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, lr: float) -> torch.opti
         return torch.optim.RAdam(model.parameters(), lr=lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay,
                                  foreach=True)
     groups = param_groups(model, cfg.weight_decay, cfg.exclude_bn_bias)
+    if cfg.name == "adamw":
+        return torch.optim.AdamW(groups, lr=lr, betas=(cfg.beta1, cfg.beta2), foreach=True)
     if cfg.name == "lars":
         from timm.optim import Lars
 

@@ -18,7 +18,8 @@ from contract.config import ALLOWED, Config, DataConfig, ModelConfig
 DATA_KIND_KEYS = {"imagefolder": ("path", "decoder", "max_image_pixels"),
                   "generated": ("classes", "per_class", "val_per_class", "data_seed"),
                   "synthetic": ("synthetic_images",)}
-PLUGIN_DATA_KEYS = ("path",)  # a plug-in's data kind (workloads/) reads its data from data.path
+# a plug-in's data kind (workloads/) reads its data from data.path, as many tokens of it as these say
+PLUGIN_DATA_KEYS = ("path", "train_tokens", "val_tokens")
 CIFAR_ONLY = ("width",)  # the CIFAR-style ResNets' first-stage channels; torchvision's ResNets have their own
 # the images' sizes: a plug-in's model (workloads/) has sizes of its own (a GPT's vocabulary, context, width)
 IMAGE_ONLY = (("model", "num_classes"), ("model", "width"), ("data", "image_size"))
@@ -28,7 +29,8 @@ def not_applying(doc: dict[str, Any]) -> dict[tuple[str, str], str]:
     """(section, key) -> why, for the settings the run's data kind or model never reads."""
     kind, name = doc["data"].get("kind"), str(doc["model"].get("name", ""))
     reads = DATA_KIND_KEYS.get(kind, PLUGIN_DATA_KEYS)
-    out = {("data", key): f'data.kind = "{kind}" does not read it' for keys in DATA_KIND_KEYS.values()
+    out = {("data", key): f'data.kind = "{kind}" does not read it' for keys in (*DATA_KIND_KEYS.values(),
+                                                                                 PLUGIN_DATA_KEYS)
            for key in keys if key not in reads}
     if workloads.owning(name):
         out.update({where: f'model.name = "{name}" does not read it' for where in IMAGE_ONLY})

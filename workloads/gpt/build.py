@@ -4,7 +4,8 @@ are flattened with the batch's, so the trainer's loss, accuracy and pass weighti
 token, while its sample counts (images, images/s) count windows.
 
 Data: data.kind = "tokens" reads a prepared corpus (corpus.py) from data.path; at the local scale an empty data.path
-is Debian's python3.11-doc, prepared on first use into the cache (a few seconds). data.kind = "synthetic" is random
+is Debian's python3.11-doc, prepared on first use into the cache (a few seconds). data.train_tokens and
+data.val_tokens, where set, take that many tokens of each split in windows spread over all of it (`budgeted`). data.kind = "synthetic" is random
 windows, fixed by train.seed, as the vision workload's synthetic images.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import socket
 from pathlib import Path
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 from workloads import WorkloadConfigError, WorkloadDataError
 from workloads.gpt import corpus
@@ -100,13 +101,29 @@ def build_datasets(cfg, cache: Path) -> tuple[Dataset, Dataset, dict | None]:
                 RandomWindows(max(1, n // SYNTHETIC_VAL_SHARE), sizes, cfg.train.seed + 1), None)
     folder = corpus_folder(cfg, Path(cache))
     meta = read_corpus(folder, sizes)
-    train, val = (corpus.TokenWindows(folder / f"{split}.bin", sizes.context) for split in corpus.SPLITS)
-    for split, windows in zip(corpus.SPLITS, (train, val)):
+    splits = []
+    for split, budget in zip(corpus.SPLITS, (cfg.data.train_tokens, cfg.data.val_tokens)):
+        windows = corpus.TokenWindows(folder / f"{split}.bin", sizes.context)
         if not len(windows):
             raise WorkloadDataError(f"{folder}/{split}.bin holds {windows.tokens} tokens, fewer than one window of "
                                     f"{sizes.context + 1}: prepare a larger corpus")
+        splits.append(budgeted(windows, budget, f"data.{split}_tokens"))
+    train, val = splits
     return train, val, {"kind": "tokens", "folder": str(folder), "source": meta["source"],
-                        "tokens": meta["tokens"], "sha256": meta["sha256"]}
+                        "tokens": meta["tokens"], "sha256": meta["sha256"],
+                        "windows": {"train": len(train), "val": len(val)}}
+
+
+def budgeted(windows: corpus.TokenWindows, tokens: int, setting: str) -> Dataset:
+    """The windows of `tokens` tokens (data.train_tokens, data.val_tokens), spread evenly over the whole split so
+    that a budget's topics are the corpus's (its files run topic by topic); every window where tokens is 0."""
+    if not tokens:
+        return windows
+    wanted = tokens // windows.context
+    if not 1 <= wanted <= len(windows):
+        raise WorkloadConfigError(f"{setting} = {tokens} is {wanted} windows of {windows.context} tokens; "
+                                  f"{windows.path.name} holds {len(windows)} (0 reads them all)")
+    return Subset(windows, [i * len(windows) // wanted for i in range(wanted)])
 
 
 def corpus_folder(cfg, cache: Path) -> Path:
