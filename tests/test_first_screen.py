@@ -31,12 +31,13 @@ MOST_TABLES = 6  # the first page's tables at most (issue 67)
 
 def test_every_research_question_has_a_page_and_every_entry_one_of_them():
     slugs = [q.slug for q in (*ct.QUESTIONS, pg.RUNS)]
-    assert slugs == ["throughput", "batch_size", "quality", "large_batch", "critical_batch", "runs"]
+    assert slugs == ["throughput", "batch_size", "quality", "large_batch", "critical_batch", "gpt_throughput", "runs"]
     pages = {e.name: pg.question_of(e.name, e.experiments, ct.QUESTIONS).slug for e in (*ct.TABLES, *ct.FIGURES)}
     assert pages["fig17_scaling_pytorch_vs_horovod"] == pages["table08"] == pages["scaling"] == "throughput"
     assert pages["fig14_scaling_horovod_tf_b32"] == pages["table07"] == "batch_size"
     assert pages["orderings"] == pages["table10"] == pages["fig24_exp6_error"] == "quality"
     assert pages["exp12_large_batch"] == "large_batch" and pages["exp13_e2_steps_to_target"] == "critical_batch"
+    assert pages["exp14_gpt_throughput"] == "gpt_throughput"
     assert pages["runs"] == pages["extra_experiments"] == "runs"
     notebooks = {p.stem for p in COMMITTED_REPORT.glob("rq*.ipynb")}
     assert {q.notebook for q in ct.QUESTIONS} == notebooks  # a page a notebook, and the reverse

@@ -41,7 +41,8 @@ SERIES = ["scale", "backend", "framework", "numerics", "per_gpu_batch"]
 COLUMNS = ["scale", "backend", "framework", "numerics", "per_gpu_batch", "context", "processes", "tokens_per_s",
            "speedup", "efficiency", "model_tflops_per_s", "mfu_pct", "peak_gib_a_rank", "peak_memory_of",
            "threads_per_rank", "n_runs", "flag"]
-NO_RUNS = "no experiment 14 runs: `make exp14` (after `make setup-corpus`) draws it"
+TO_FILL = "`make exp14` (after `make setup-corpus`)"  # what fills this experiment's entries
+NO_RUNS = f"no experiment 14 runs: {TO_FILL} draws it"
 NEEDS = "`make setup-corpus` (root: the local corpus), then"
 NOTES = (
     "tokens_per_s: the bench record's (steady-state windows/s x the context's tokens, contract/runfolder.py "
@@ -270,7 +271,7 @@ def rq6_reading(df: pd.DataFrame) -> str:
     FSDP's tokens/s and memory a rank against DDP's."""
     table = gpt_throughput_table(df)
     if table is None:
-        return f"No experiment 14 run here: {NO_RUNS}."
+        return f"No experiment 14 run here yet: {TO_FILL} fills this reading."
     spread, repeated = tb.repeat_spread(df[df["exp"] == EXPERIMENT])
     noise = (f"The same configuration measured twice ({repeated} configuration(s)) differed by up to {spread:.2f}x, "
              "so a backend is named fastest only where it leads the next by more." if repeated else
