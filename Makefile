@@ -169,7 +169,7 @@ exp%: setup
 	$(eval EXP_DIR := $(firstword $(wildcard experiments/$(shell printf '%02d' '$*' 2>/dev/null)_*)))
 	@test -n "$(EXP_DIR)" || { echo "make: no experiment $* (no experiments/NN_name folder for it)"; exit 2; }
 	$(PY) -m suite study $(EXP_DIR) $(STUDY_ARGS)
-exp1 exp2 exp3: horovod-if-possible
+exp1 exp2 exp3 exp14: horovod-if-possible  # the throughput studies with Horovod rows
 
 exp13-next: setup ## Experiment 13 (second edition): the decisions due from the finished selection runs (OUT=runs; WRITE=1 writes them to edition2_decisions.toml)
 	$(PY) -m tools exp13-next --scale $(SCALE) $(if $(OUT),--runs $(OUT)) $(if $(filter 1,$(WRITE)),--write)
