@@ -17,7 +17,7 @@ EXPERIMENTS = sorted((REPO / "experiments").glob("[0-9][0-9]_*"))
 
 
 def test_the_nine_experiments_and_the_studies_beyond_each_have_config_sbatch_and_readme():
-    assert [p.name[:2] for p in EXPERIMENTS] == [f"{n:02d}" for n in range(1, 15)]
+    assert [p.name[:2] for p in EXPERIMENTS] == [f"{n:02d}" for n in range(1, 16)]
     for folder in EXPERIMENTS:
         assert {"config.toml", "slurm.sbatch", "README.md"} <= {p.name for p in folder.iterdir()}, folder
 

@@ -1,0 +1,310 @@
+"""Experiment 15 (beyond the thesis, issue 66): AdamW's scaling rules on the GPT workload -- no scaling of the rate,
+the linear rule and the square-root rule, each with warm-up, at 4-32 exactly synchronous workers, the final
+validation loss of each against the 1-worker baseline's with a margin declared before the runs
+(experiments/15_gpt_scaling_rules/declared_2026-12-07-exp15.txt).
+
+Its findings are data (RULE_FINDINGS: the plug-in API's Finding, Comparison and Runs), tested with the verdict
+table's own machinery (analysis/findings.py: paired or Welch 90 % intervals, verdicts against the margin, the
+one-sided tests behind `holds`, Holm's correction over each finding's rows, seeds needed, the after-a-look flag).
+The verdict table reads best validation top-1 (higher is better) against experiments/scales.toml's margin in
+points, and has no place for a finding's own measure and margin; so these findings are not declared as FINDINGS
+(the verdict table would test next-byte accuracy against 2 points) but tested here: the comparisons are handed the
+final validation loss negated under the names they read (`as_higher_is_better`), at this experiment's margin in
+nats, and every difference is turned back into loss (treated minus baseline: above 0 is worse) for the tables.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .. import figures as fg  # noqa: E402
+from .. import findings as fd  # noqa: E402
+from .. import readings as rd  # noqa: E402
+from ..entries import Comparison, Divergence, Drawn, Experiment, Figure, Finding, Runs, Table  # noqa: E402
+from ..smoke import SMOKE, smoke_paths  # noqa: E402
+
+EXPERIMENT = 15
+EXPERIMENTS = (Experiment(EXPERIMENT, "own"),)  # its measure is the final validation loss: read by its own entries
+DECLARED = "experiments/15_gpt_scaling_rules/declared_2026-12-07-exp15.txt"
+#: the margin in nats a byte, declared before any run, at the one scale the study runs at (the others: none yet)
+MARGINS = {"local": 0.05}
+MARGIN_REASON = ("0.05 nats a byte (0.072 bits), 2-3 % of the final loss a run of this budget reaches, as the local "
+                 "image margin (2 points) is 2.6 % of its baseline's top-1; in Kaplan et al.'s data scaling "
+                 "(loss ~ tokens^-0.095) 2-3 % is what training on 70-77 % of the tokens costs")
+RULES = ("none", "linear", "sqrt")
+RULE_WORDS = {"none": "no scaling of the rate", "linear": "the linear scaling rule",
+              "sqrt": "the square-root scaling rule"}
+SCALE_PREFIX = r"((gpu|node|thesis)-)?"  # a study's run names at the other scales start with the scale
+#: the trainer ends a run whose loss is not finite (status diverged); a configuration with such a seed fails
+NON_FINITE = Divergence(math.inf, "a loss that is not finite: the trainer ends the run (status diverged)")
+BASELINE_NAME, RATE_CHECK_NAME = rf"^{SCALE_PREFIX}w1-s\d+$", rf"^{SCALE_PREFIX}base[0-9.e-]+-s\d+$"
+BASELINE_RUNS = Runs(EXPERIMENT, 1, names=BASELINE_NAME)
+RATE_CHECK = "rate check"  # the 1-worker runs at half and twice the base rate (runs base<rate>-sN)
+
+
+def rule_runs(rule: str) -> Runs:
+    return Runs(EXPERIMENT, names=rf"^{SCALE_PREFIX}{rule}-w\d+-s\d+$", diverged=NON_FINITE)
+
+
+def finding_name(rule: str) -> str:
+    return f"adamw_{rule}_keeps_loss"
+
+
+#: one finding per rule, its rows the worker counts, Holm's correction over those 4 rows (one family a rule)
+RULE_FINDINGS = tuple(
+    Finding(finding_name(rule), f"AdamW with {RULE_WORDS[rule]} and warm-up keeps the 1-worker baseline's final "
+                                "validation loss", "not worse",
+            (Comparison(rule_runs(rule), BASELINE_RUNS, "1 worker"),), by=("gpus",))
+    for rule in RULES)
+RULE_OF = {finding_name(rule): rule for rule in RULES}
+#: the verdict table's columns that are differences or interval ends (of the negated loss, then of the loss)
+SIGNED = ("difference", "final_difference", "declared_difference")
+INTERVALS = (("ci_low", "ci_high"), ("final_ci_low", "final_ci_high"), ("declared_ci_low", "declared_ci_high"))
+
+
+# ============================================================================================ the runs
+
+
+def rule_of(name: str) -> str | None:
+    """A run's part of the study by its name: a rule, "baseline" (w1-sN), RATE_CHECK (base<rate>-sN), or None."""
+    for label, pattern in (("baseline", BASELINE_NAME), (RATE_CHECK, RATE_CHECK_NAME),
+                           *((rule, rule_runs(rule).names) for rule in RULES)):
+        if re.match(pattern, str(name)):
+            return label
+    return None
+
+
+def final_losses(df: pd.DataFrame) -> pd.DataFrame:
+    """Experiment 15's runs that completed or diverged, one row each, with `final_val_loss` (their last epoch's
+    validation loss, NaN where none is finite), `rule` (rule_of its name) and `diverged` (the trainer ended it on a
+    non-finite loss)."""
+    if not len(df):
+        return pd.DataFrame(columns=["run", "rule", "gpus", "final_val_loss", "diverged"])
+    runs = df[(df["kind"] == "run") & (df["exp"] == EXPERIMENT) & df["status"].isin(["completed", "diverged"])]
+    epochs = df[(df["kind"] == "epoch") & (df["exp"] == EXPERIMENT)].sort_values("epoch")
+    runs = runs.assign(final_val_loss=runs["path"].map(epochs.groupby("path")["val_loss"].last()),
+                       rule=runs["run"].map(rule_of))
+    finite = np.isfinite(runs["final_val_loss"].astype(float))
+    return runs.assign(diverged=(runs["status"] == "diverged") | ~finite).dropna(subset=["rule"])
+
+
+def as_higher_is_better(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs as the verdict table's comparisons read them (best_val_top1 and final_top1, higher is better): the
+    negated final validation loss under both names (a loss 0.05 above the baseline's is 0.05 "worse")."""
+    return runs.assign(best_val_top1=-runs["final_val_loss"], final_top1=-runs["final_val_loss"])
+
+
+def in_loss(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """Verdict rows of the negated loss as rows of the loss: each difference negated, each interval's ends negated
+    and swapped (verdicts, holds and p-values are the same either way round)."""
+    out = verdicts.copy()
+    for column in SIGNED:
+        out[column] = -out[column].astype(float)
+    for low, high in INTERVALS:
+        out[low], out[high] = -verdicts[high].astype(float), -verdicts[low].astype(float)
+    return out
+
+
+# ============================================================================================ the verdicts
+
+
+def failed_where_diverged(rows: list[dict]) -> list[dict]:
+    """The declared rule for a configuration any of whose seeds diverged: it does not keep the baseline's loss
+    (holds `no`, p 1, in its finding's Holm family), whatever its other seeds' interval says."""
+    for row in rows:
+        if row.get("diverged") and int(row["diverged"]) > 0:
+            row.update(holds="no", p=1.0)
+    return rows
+
+
+def verdicts(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
+    """One row per rule and worker count at each scale and numerics (analysis.findings.COLUMNS, in loss): the
+    difference from the 1-worker baseline with its 90 % interval, verdict, holds, and holds after Holm's
+    correction over the rule's rows. Smoke runs are compared among themselves and get no verdict."""
+    runs = as_higher_is_better(final_losses(df))
+    rows = []
+    smoke = runs["path"].isin(smoke_paths(df))
+    for (scale, numerics, is_smoke), g in runs.groupby([runs["scale"].fillna("unknown"), runs["numerics"], smoke],
+                                                       dropna=False, sort=True):
+        margin = MARGINS.get(scale, math.nan)
+        found = fd.with_holm(failed_where_diverged(fd.finding_rows(RULE_FINDINGS, g, ref, margin)))
+        rows += [{"scale": scale, "numerics": numerics, **(fd.no_verdict(row) if is_smoke else row)}
+                 for row in found]
+    return in_loss(pd.DataFrame(rows, columns=fd.COLUMNS))
+
+
+def losses_by_seed(runs: pd.DataFrame) -> pd.Series:
+    return pd.Series(runs["final_val_loss"].to_numpy(dtype=float), index=runs["seed"].to_numpy())
+
+
+def rate_check(df: pd.DataFrame) -> pd.DataFrame:
+    """The baseline's rate checked, per scale and numerics (smoke runs left out): each neighbouring 1-worker rate's
+    final loss minus the baseline's, its 90 % interval (paired by seed where both ran the same seeds), its verdict
+    against the scale's margin, and `provisional`: the declared rule -- a neighbour whose interval lies wholly below
+    -margin (better) makes every verdict of its scale provisional."""
+    runs = final_losses(df)
+    runs = runs[~runs["path"].isin(smoke_paths(df)) & ~runs["diverged"]]
+    rows = []
+    for (scale, numerics), g in runs.groupby([runs["scale"].fillna("unknown"), "numerics"], sort=True):
+        base = losses_by_seed(g[g["rule"] == "baseline"])
+        margin = MARGINS.get(scale, math.nan)
+        for lr, neighbour in g[g["rule"] == RATE_CHECK].groupby("lr", sort=True):
+            mine = losses_by_seed(neighbour)
+            got = fd.interval(mine, base, paired=set(mine.index) == set(base.index) and len(mine) > 1)
+            verdict = fd.verdict(got["ci_low"], got["ci_high"], margin)
+            rows.append({"scale": scale, "numerics": numerics, "lr": lr, "n": len(mine), "n_against": len(base),
+                         "difference": got["difference"], "ci_low": got["ci_low"], "ci_high": got["ci_high"],
+                         "method": got["method"], "verdict": verdict, "provisional": verdict == "better"})
+    return pd.DataFrame(rows, columns=["scale", "numerics", "lr", "n", "n_against", "difference", "ci_low", "ci_high",
+                                       "method", "verdict", "provisional"])
+
+
+def rate_check_lines(df: pd.DataFrame) -> list[str]:
+    """The rate check in words, a line a scale: each neighbour's difference, and whether the verdicts stand."""
+    lines = []
+    for (scale, numerics), g in rate_check(df).groupby(["scale", "numerics"], sort=True):
+        said = "; ".join(f"lr {r.lr:g}: {_nats(r.difference)} [{_nats(r.ci_low)}, {_nats(r.ci_high)}], {r.verdict}"
+                         for r in g.itertuples())
+        stands = ("PROVISIONAL: a neighbouring rate trains the 1-worker model better by more than the margin"
+                  if g["provisional"].any() else "the verdicts stand (no neighbouring rate is better beyond the margin)")
+        lines.append(f"The baseline's rate checked ({scale} scale, {numerics}; final loss minus the baseline's, "
+                     f"nats): {said} -- {stands}.")
+    return lines
+
+
+def made_verdicts(inputs) -> pd.DataFrame:
+    """verdicts of the report's runs, made once for the table and its notes."""
+    return verdicts(inputs.df, inputs.ref)
+
+
+def _nats(x) -> str:
+    return "" if pd.isna(x) else f"{float(x):+.3f}"
+
+
+def verdict_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The short table: rule, workers, seeds, the loss difference with its interval (3 decimals: the margin is
+    0.05), how it was computed, verdict, holds before and after Holm, diverged seeds, the after-a-look flag."""
+    v = frame.reset_index(drop=True)
+    return pd.DataFrame({
+        "scale": v["scale"], "numerics": v["numerics"], "rule": v["finding"].map(RULE_OF),
+        "workers": v["workers"], "seeds": [f"{int(n)} vs {int(m)}" for n, m in zip(v["n"], v["n_against"])],
+        "loss difference [90 % interval], nats": [f"{_nats(d)} [{_nats(lo)}, {_nats(hi)}]" if not pd.isna(lo)
+                                                  else _nats(d) for d, lo, hi in
+                                                  zip(v["difference"], v["ci_low"], v["ci_high"])],
+        "margin": v["margin"], "method": v["method"], "verdict": v["verdict"], "holds": v["holds"],
+        "holds after Holm": v["holds_holm"], "p_holm": v["p_holm"], "diverged": v["diverged"],
+        "flag": v["after_a_look"],
+    })
+
+
+def verdict_table(inputs, entry: Table) -> pd.DataFrame | None:
+    """The report's exp15_verdicts: None until experiment 15 has runs of a rule and of the baseline."""
+    frame = inputs.once(made_verdicts)
+    return verdict_rows(frame) if len(frame) else None
+
+
+def verdict_notes(inputs, shown: pd.DataFrame) -> list[str]:
+    """What the rows say, one line a rule and scale (analysis.readings.finding_summary, Holm's line with it), then
+    the measure, the margin and the rules they are read by."""
+    frame = inputs.once(made_verdicts)
+    return [f"What the rows say: {line}" for line in rd.finding_summary(frame, RULE_FINDINGS)] + \
+        rate_check_lines(inputs.df) + [
+        "difference: mean final validation loss (nats a byte, the last epoch's, on the declared validation windows) "
+        "of the rule's runs at that worker count minus the 1-worker baseline's: above 0 is worse; 90 % t interval, "
+        "paired by seed where both sides ran the same seeds, else Welch.",
+        "verdict: equivalent when the interval lies inside (-margin, +margin), worse when wholly above +margin, "
+        "better when wholly below -margin, else inconclusive; holds (a rule keeps the baseline's loss): yes where "
+        "the interval's high end is below +margin (not worse), no where it lies wholly above it or any seed "
+        "diverged (its loss not finite), else undecided.",
+        "holds after Holm: Holm's correction over each rule's rows (its worker counts) of the one-sided tests "
+        "behind holds, at 5 % each; a diverged configuration counts in its family with p = 1.",
+        f"margin at the local scale: {MARGINS['local']} nats -- {MARGIN_REASON}; none is declared at the other "
+        f"scales yet (their rows: inconclusive). Declared in {DECLARED}, before any run.",
+    ]
+
+
+# ============================================================================================ final loss per rule
+
+
+def loss_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Final validation loss per rule and worker count at each scale and numerics (smoke runs apart): mean, sd and
+    n over the finite runs, diverged runs counted, the rate and global batch in tokens, and the mean's difference
+    from the baseline's at the same scale, numerics and smoke-ness (negative is better)."""
+    runs = final_losses(df)
+    if runs.empty:
+        return pd.DataFrame()
+    runs = runs.assign(smoke=runs["path"].isin(smoke_paths(df)), scale=runs["scale"].fillna("unknown"))
+    keys = ["scale", "numerics", "smoke", "rule", "gpus", "lr"]  # the rate check's two rates apart
+    grouped = runs.groupby(keys, dropna=False, sort=False)
+    table = pd.DataFrame({
+        "global_batch_windows": grouped["global_batch"].first(),
+        "n": grouped["final_val_loss"].count(), "diverged": grouped["diverged"].sum().astype(int),
+        "final_val_loss_mean": grouped["final_val_loss"].mean(), "final_val_loss_sd": grouped["final_val_loss"].std(),
+    }).reset_index()
+    base = table[table["rule"] == "baseline"].set_index(["scale", "numerics", "smoke"])["final_val_loss_mean"]
+    table["minus_baseline"] = table["final_val_loss_mean"] - [base.get(k, math.nan) for k in
+                                                            zip(table["scale"], table["numerics"], table["smoke"])]
+    order = {rule: i for i, rule in enumerate(("baseline", RATE_CHECK, *RULES))}
+    table = table.sort_values(["scale", "numerics", "smoke", "gpus", "rule", "lr"], key=lambda c: c.map(order)
+                              if c.name == "rule" else c, kind="stable")
+    return table.assign(smoke=table["smoke"].map({True: SMOKE, False: ""})).reset_index(drop=True)
+
+
+def loss_per_rule(inputs, entry: Table) -> pd.DataFrame | None:
+    table = loss_table(inputs.df)
+    return table.round(4) if len(table) else None
+
+
+# ============================================================================================ the figure
+
+
+def loss_figure(table: pd.DataFrame, margin: float):
+    """Final validation loss against workers (log 2), a line per rule (mean, sd as bars), the baseline's mean as a
+    line with the margin's band around it; one panel a scale and numerics."""
+    panels = list(table.groupby(["scale", "numerics", "smoke"], sort=True))
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 4.6), squeeze=False, layout="constrained")
+    for ax, ((scale, numerics, smoke), g) in zip(axes[0], panels):
+        base = g[g["rule"] == "baseline"]["final_val_loss_mean"]
+        if len(base) and not math.isnan(margin):
+            ax.axhspan(base.iloc[0] - margin, base.iloc[0] + margin, color="0.85", label=f"baseline ± {margin:g}")
+        if len(base):
+            ax.axhline(base.iloc[0], color="black", linewidth=1, label="1-worker baseline")
+        for i, rule in enumerate(RULES):
+            mine = g[g["rule"] == rule].sort_values("gpus")
+            ax.errorbar(mine["gpus"], mine["final_val_loss_mean"], yerr=mine["final_val_loss_sd"].fillna(0),
+                        marker="o", capsize=3, color=fg._colour(i), label=RULE_WORDS[rule])
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("workers (global batch = workers x the per-worker batch)")
+        ax.set_ylabel("final validation loss (nats a byte)")
+        ax.set_title(f"{scale} scale, {numerics}" + (f" ({smoke})" if smoke else ""), fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Experiment 15: AdamW's final validation loss under each scaling rule, with warm-up", fontsize=10)
+    return fig
+
+
+def final_loss_figure(inputs, entry: Figure) -> Drawn | None:
+    table = loss_table(inputs.df)
+    return Drawn(loss_figure(table, MARGINS["local"]), inputs.source) if len(table) else None
+
+
+TABLES = (
+    Table("exp15_verdicts", "", (EXPERIMENT,), verdict_table,
+          "Experiment 15: does AdamW keep the 1-worker baseline's final validation loss under each scaling rule? "
+          "Verdicts against the declared margin, with Holm's correction", verdict_notes),
+    Table("exp15_final_loss", "", (EXPERIMENT,), loss_per_rule,
+          "Experiment 15: final validation loss per scaling rule and worker count, against the 1-worker baseline",
+          ("final_val_loss: the last epoch's validation loss (nats a byte) of the completed runs, mean and sd over "
+           "their seeds; diverged: runs the trainer ended on a non-finite loss, counted, never averaged; "
+           "minus_baseline: the mean minus the 1-worker baseline's (negative is better); lr: the rule's rate after "
+           "warm-up; global_batch_windows: windows of the context's tokens a step.",)),
+)
+FIGURES = (Figure("exp15_final_loss", "", (EXPERIMENT,), final_loss_figure),)
+EXPORTS = ("loss_table", "verdicts")
