@@ -113,7 +113,8 @@ def extra_experiments(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
 def this_machine(inputs: Inputs, entry: Table) -> pd.DataFrame | None:
     """This machine's runs beside the committed reference's, by fingerprint; only in a report of this machine's."""
     mine = inputs.runs is not None and runs_label(inputs.runs) == "this machine"
-    return report_comparison(inputs.df, inputs.of("throughput")) if mine else None
+    compared = inputs.df[~inputs.df["exp"].isin(inputs.of("tokens"))]  # tokens/s: their own table's, not this one's
+    return report_comparison(compared, inputs.of("throughput")) if mine else None
 
 
 def ordering_notes(inputs: Inputs, frame: pd.DataFrame) -> list[str]:

@@ -47,7 +47,10 @@ def thesis_source(entry) -> str:
 class Experiment:
     """What the core needs to know of one experiment: how its runs are measured, and its place in the headline."""
     number: int  # NN of experiments/NN_name/
-    measure: str  # "throughput" (images/s), "quality" (best top-1) or "own" (read by its own entries alone)
+    # "throughput" (images/s: the thesis's throughput tables, the scaling table and its figure read these runs),
+    # "quality" (best top-1), "tokens" (a plug-in workload's tokens/s, read by its own entries alone: its samples
+    # are no images, so no images/s table may average them in) or "own" (read by its own entries alone)
+    measure: str
     headline: str = ""  # its words in the headline's accuracy panel ("": not drawn there)
     baseline: bool = False  # its 1-worker runs are the baseline every quality experiment's loss is measured from
     reuses: int | None = None  # the experiment whose runs it compares with but does not train again (its baseline)
@@ -148,7 +151,8 @@ class Inputs:
 
     @cached_property
     def scaling(self) -> pd.DataFrame:
-        return tb.scaling_table(self.df, self.ref)
+        """The thesis's images/s beside ours: the runs of the experiments measured in images/s alone."""
+        return tb.scaling_table(self.df[self.df["exp"].isin(self.of("throughput"))], self.ref)
 
     @cached_property
     def verdicts(self) -> pd.DataFrame:

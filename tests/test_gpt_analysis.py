@@ -182,3 +182,14 @@ def test_the_report_draws_the_table_figure_page_and_notebook_of_the_real_runs(st
     assert not any(o["output_type"] == "error" for o in outputs)
     assert any("FSDP's tokens/s" in "".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the figure, drawn from the table
+
+
+def test_its_windows_per_s_stay_out_of_the_thesis_images_per_s_tables(written):
+    """A GPT window is no image: the scaling table (Tables 1-9's images/s, Figure 17, the headline's speed-ups)
+    reads the runs of the experiments measured in images/s alone, so experiment 14's bench rows add no row there."""
+    from analysis import catalogue
+    from analysis.reference import load_reference
+
+    assert len(written[written["kind"] == "bench"]) == 5  # the runs are read, as bench rows
+    scaling = catalogue.inputs(written, load_reference()).scaling
+    assert len(scaling) and set(scaling["source"]) == {"thesis"}
