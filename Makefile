@@ -197,8 +197,9 @@ reference-add: setup ## Copy a study's finished runs (RUNS=results/runs/NN_name)
 cost: setup ## GPU-hours of every experiment at the gpu and thesis scales, node-hours at the node scale -> results/tables/cost.md (GPUS=N: results/report/cost-gpusN/)
 	$(PY) -m analysis cost $(if $(GPUS),--gpus $(GPUS) --out results/report/cost-gpus$(GPUS))
 
-bench: setup bench-step bench-data ## Benchmark the trainer against a hand-written loop, and emulated workers' cost (a GPU: results/bench_gpu.json)
+bench: setup bench-step bench-data ## Benchmark the trainer against a hand-written loop (ResNet images/s, gpt_local tokens/s), and emulated workers' cost (a GPU: results/bench_gpu.json)
 	$(PY) -m tools bench --model cifar_resnet20 --image-size 32 --batch 256 --workers 32
+	$(PY) -m tools bench --model gpt_local --batch 8 --repeats 5
 
 # the shared real photos beside the project, when they are there (never needed: nothing else reads them)
 BENCH_PHOTOS ?= ../shared/data/hymenoptera_data

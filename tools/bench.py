@@ -4,6 +4,7 @@ The trainer's images/s against a hand-written loop of the same model and batch (
 `emulated` workers against plain steps of the same images (goal <= 1.15 on the CPU, 1.10 on a GPU). On the CPU each
 is the best of `--repeats` interleaved measurements, so a busy machine biases neither side; on a CUDA GPU the rows
 are ResNet-50's precisions, layouts and wrappers, its JSON rewritten after every row (a short lease keeps its rows).
+A GPT preset (`--model gpt_local`) is measured on the CPU in tokens/s: the trainer against a nanoGPT-style loop.
 """
 from __future__ import annotations
 
@@ -18,36 +19,42 @@ import torch
 import torch.nn as nn
 
 from trainers import compute
-from contract.config import BenchConfig, Config, DataConfig, ModelConfig, TrainConfig
+from contract.config import BenchConfig, Config, DataConfig, LrConfig, ModelConfig, OptimConfig, TrainConfig
 from trainers.data import synthetic_batch
 from trainers.models import build_model
 from contract.reader import read_metrics
+from workloads.gpt.sizes import PRESETS as GPT_PRESETS
 
 
 def hand_written_loop(model_name: str, batch: int, image_size: int, steps: int, warmup: int) -> float:
     """The plainest training loop there is: images/s over `steps` after `warmup` untimed ones."""
     torch.manual_seed(0)
     model = build_model(ModelConfig(name=model_name, num_classes=1000))
-    criterion = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
     images, target = synthetic_batch(batch, image_size, 1000, seed=0)
+    return batch * steps / seconds_of_plain_steps(model, optimizer, images, target, steps, warmup)
+
+
+def seconds_of_plain_steps(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
+                           target: torch.Tensor, steps: int, warmup: int) -> float:
+    """The hand-written loops' step -- forward, cross-entropy, backward, update -- timed over `steps` after `warmup`
+    untimed ones, on one fixed batch (the trainer's bench mode also repeats one synthetic batch)."""
+    criterion = nn.CrossEntropyLoss()
     model.train()
     for i in range(warmup + steps):
         if i == warmup:
             start = time.perf_counter()
-        loss = criterion(model(images), target)
+        loss = criterion(model(inputs), target)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         loss.item()
-    return batch * steps / (time.perf_counter() - start)
+    return time.perf_counter() - start
 
 
 def trainer_images_per_s(model_name: str, workers: int, per_worker: int, image_size: int, steps: int,
                          warmup: int, device: str = "cpu", backend: str = "", **settings) -> float:
     """The real training loop in benchmark mode (synthetic data; the single, emulated or ddp backend)."""
-    from trainers.run import run_training
-
     if settings.get("compile"):
         torch._dynamo.reset()  # a fresh model each time: no stale graphs, no recompile limit reached
     cfg = Config(
@@ -58,14 +65,22 @@ def trainer_images_per_s(model_name: str, workers: int, per_worker: int, image_s
         bench=BenchConfig(batches=steps, warmup_batches=warmup),
         experiment="bench",
     )
+    return trainer_bench_record(cfg)["images_per_s_steady"]
+
+
+def trainer_bench_record(cfg: Config) -> dict:
+    """The bench record (images/s, tokens/s, ...) of one run of the real trainer on `cfg`, in a folder thrown away."""
+    from trainers.run import run_training
+
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "bench"
         run_training(cfg, run_dir, resume=False, echo=False)
-        record = read_metrics(run_dir).of("bench")[-1]
-    return record["images_per_s_steady"]
+        return read_metrics(run_dir).of("bench")[-1]
 
 
 def run_bench(args) -> int:
+    if args.model in GPT_PRESETS:
+        return run_gpt_bench(args)
     if args.device != "cpu" and torch.cuda.is_available():
         return run_gpu_bench(args)
     torch.manual_seed(0)
@@ -85,6 +100,66 @@ def run_bench(args) -> int:
     print(f"trainer / hand-written loop: {ratio:.3f}  (goal >= 0.95)")
     print(f"emulated {args.workers} workers / one plain step of batch {per_worker * args.workers}: {cost:.3f} "
           f"(goal <= 1.15)")
+    return 0
+
+
+# ---- A GPT preset on the CPU: the trainer's tokens/s against a nanoGPT-style loop ------------------------------------
+# nanoGPT's optimizer (experiment 15's): AdamW, decay 0.1 on the matrices only, betas (0.9, 0.95), its rate of 6e-4
+GPT_OPTIM = OptimConfig(name="adamw", weight_decay=0.1, beta1=0.9, beta2=0.95)
+GPT_LR = 6e-4
+
+
+def gpt_config(model_name: str, batch: int, steps: int, warmup: int) -> Config:
+    """The trainer's bench run of a GPT preset: 1 process on the CPU, the local scale, one fixed synthetic batch."""
+    return Config(
+        model=ModelConfig(name=model_name),
+        data=DataConfig(kind="synthetic", loader_workers=0),
+        train=TrainConfig(epochs=1, per_worker_batch=batch, workers=1, device="cpu", print_freq=10**6,
+                          backend="single", checkpoint=False),
+        optim=GPT_OPTIM,
+        lr=LrConfig(base=GPT_LR, base_batch=batch, decay="none"),  # the step's rate is GPT_LR itself
+        bench=BenchConfig(batches=steps, warmup_batches=warmup),
+        experiment="bench", scale="local",
+    )
+
+
+def hand_written_gpt_loop(cfg: Config, steps: int, warmup: int) -> float:
+    """nanoGPT's training step by hand on the trainer's batch (the workload's synthetic windows): tokens/s."""
+    from workloads.gpt.build import synthetic_batch as gpt_batch
+    from workloads.gpt.model import GPT
+
+    torch.manual_seed(0)
+    model = GPT(GPT_PRESETS[cfg.model.name])
+    params = list(model.parameters())  # the tied embedding and head: one tensor, listed once
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.optim.weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]  # nanoGPT's configure_optimizers
+    # foreach, as the trainer's: the ratio is then the trainer's abstractions, not a choice of AdamW's kernels
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr.base, betas=(cfg.optim.beta1, cfg.optim.beta2), foreach=True)
+    tokens, targets = gpt_batch(cfg, cfg.train.per_worker_batch, torch.device("cpu"))
+    # the model's logits come flattened, (batch * context, vocab), as the targets: nanoGPT's view(-1) done inside
+    return tokens.numel() * steps / seconds_of_plain_steps(model, optimizer, tokens, targets, steps, warmup)
+
+
+def gpt_rates(cfg: Config, repeats: int) -> dict:
+    """`repeats` interleaved measurements of each side, tokens/s; the ratio of the bests (a busy machine slows some
+    measurements of either side, rarely the best of each)."""
+    steps, warmup = cfg.bench.batches, cfg.bench.warmup_batches
+    hand, ours = [], []
+    for r in range(repeats):
+        hand.append(hand_written_gpt_loop(cfg, steps, warmup))
+        ours.append(trainer_bench_record(cfg)["tokens_per_s"])
+        print(f"  repeat {r + 1}: hand-written {hand[-1]:.0f} tokens/s, trainer {ours[-1]:.0f} tokens/s", flush=True)
+    return {"hand_written_tokens_per_s": hand, "trainer_tokens_per_s": ours, "ratio": max(ours) / max(hand)}
+
+
+def run_gpt_bench(args) -> int:
+    context = GPT_PRESETS[args.model].context
+    print(f"model {args.model} (AdamW), batch {args.batch} x {context} tokens, {args.steps} timed steps after "
+          f"{args.warmup}, 1 process on the CPU, {torch.get_num_threads()} threads, best of {args.repeats}", flush=True)
+    rates = gpt_rates(gpt_config(args.model, args.batch, args.steps, args.warmup), args.repeats)
+    print(f"best: hand-written {max(rates['hand_written_tokens_per_s']):.0f} tokens/s, trainer "
+          f"{max(rates['trainer_tokens_per_s']):.0f} tokens/s")
+    print(f"trainer / hand-written loop: {rates['ratio']:.3f}  (goal >= 0.95)")
     return 0
 
 
@@ -219,7 +294,7 @@ def run_gpu_bench(args, device: str = "cuda") -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools bench", description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="resnet50")
+    p.add_argument("--model", default="resnet50", help="a ResNet, or a GPT preset (gpt_local: tokens/s on the CPU)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--steps", type=int, default=20)
