@@ -85,8 +85,6 @@ def final_losses(df: pd.DataFrame) -> pd.DataFrame:
     """Experiment 15's runs that completed or diverged, one row each, with `final_val_loss` (their last epoch's
     validation loss, NaN where none is finite), `rule` (rule_of its name) and `diverged` (the trainer ended it on a
     non-finite loss)."""
-    if not len(df):
-        return pd.DataFrame(columns=["run", "rule", "gpus", "final_val_loss", "diverged"])
     runs = df[(df["kind"] == "run") & (df["exp"] == EXPERIMENT) & df["status"].isin(["completed", "diverged"])]
     epochs = df[(df["kind"] == "epoch") & (df["exp"] == EXPERIMENT)].sort_values("epoch")
     runs = runs.assign(final_val_loss=runs["path"].map(epochs.groupby("path")["val_loss"].last()),
