@@ -1,4 +1,4 @@
-"""Experiment 15 (issue 66): its plan as declared (13 configurations, one token budget, the rules' rates) and its
+"""Experiment 15 (issue 66): its plan as declared (15 configurations, one token budget, the rules' rates) and its
 plug-in (analysis/experiments/gpt_scaling_rules.py) read on tiny real runs the trainer wrote: the final validation
 loss per rule and worker count, the differences from the 1-worker baseline in loss, the verdicts against the
 declared margin, a diverged configuration failing its rule, Holm's correction over each rule's rows."""
@@ -21,7 +21,7 @@ EXPERIMENT = REPO / "experiments" / "15_gpt_scaling_rules"
 
 
 # ---- the plan ------------------------------------------------------------------------------------------------------
-def test_the_local_plan_is_the_declared_one_13_configurations_of_3_seeds_on_one_token_budget():
+def test_the_local_plan_is_the_declared_one_15_configurations_of_3_seeds_on_one_token_budget():
     runs = study_plan(EXPERIMENT, "local", False, None, []).runs
     assert len(runs) == 45 and [runs[i].name for i in (0, 3, 6, 9)] == ["base0.00015-s0", "base0.0006-s0", "w1-s0",
                                                                           "none-w32-s0"]
@@ -49,21 +49,24 @@ def test_the_declaration_names_the_margin_the_plug_in_reads():
 
 
 # ---- the plug-in on tiny real runs ---------------------------------------------------------------------------------
-LOSSES_RUN = {"none-w4": {"lr": {"base": 1e30}}}  # a rate no model survives: its loss is not finite at once
+# a rate no model survives (its loss is not finite at once), and the rate check's neighbour at twice the base
+OWN_SETTINGS = {"none-w4": {"lr": {"base": 1e30}}, "base0.002": {"lr": {"base": 2e-3}}}
 
 
 def tiny_study(tmp_path: Path) -> Path:
-    """Experiment 15's runs in miniature, written by the trainer: the baseline (w1) and sqrt and linear at 4
-    workers on seeds 0 and 1, and none at 4 workers at a rate that diverges, one epoch of the tiny corpus."""
+    """Experiment 15's runs in miniature, written by the trainer: the baseline (w1), its rate check at twice the
+    base, and sqrt and linear at 4 workers on seeds 0 and 1, and none at 4 workers at a rate that diverges, one
+    epoch of the tiny corpus."""
     corpus = tiny_corpus(tmp_path)
     config = write_config(tmp_path / "15_gpt_scaling_rules.toml", {
         "model": {"name": "gpt_local"}, "data": {"kind": "tokens", "path": corpus},
         "train": {"per_worker_batch": 2, "backend": "emulated", "epochs": 1},
         "optim": {"name": "adamw", "weight_decay": 0.1}, "lr": {"base": 1e-3, "base_batch": 2}})
-    for name, workers, scaling, seeds in (("w1", 1, "none", (0, 1)), ("sqrt-w4", 4, "sqrt", (0, 1)),
-                                          ("linear-w4", 4, "linear", (0, 1)), ("none-w4", 4, "none", (0,))):
+    for name, workers, scaling, seeds in (("w1", 1, "none", (0, 1)), ("base0.002", 1, "none", (0, 1)),
+                                          ("sqrt-w4", 4, "sqrt", (0, 1)), ("linear-w4", 4, "linear", (0, 1)),
+                                          ("none-w4", 4, "none", (0,))):
         for seed in seeds:
-            extra = [f"{section}.{key}={value}" for section, values in LOSSES_RUN.get(name, {}).items()
+            extra = [f"{section}.{key}={value}" for section, values in OWN_SETTINGS.get(name, {}).items()
                      for key, value in values.items()]
             sets = [f"train.workers={workers}", f"lr.scaling={scaling}", f"train.seed={seed}", *extra]
             code = train_in_process(config, tmp_path / "runs", f"{name}-s{seed}", *(x for s in sets
@@ -72,18 +75,34 @@ def tiny_study(tmp_path: Path) -> Path:
     return tmp_path / "runs"
 
 
-@pytest.mark.slow
+def loss_verdict(low: float, high: float, margin: float = 0.05) -> str:
+    """The declared verdict of a loss difference's interval: above 0 is worse."""
+    if high < -margin:
+        return "better"
+    if low > margin:
+        return "worse"
+    return "equivalent" if -margin < low and high < margin else "inconclusive"
+
+
 def test_the_plug_in_reads_tiny_runs_into_losses_verdicts_and_holms_line(tmp_path):
     root = tiny_study(tmp_path)
     df = load_runs(root)
     final = {name: records(root / "15_gpt_scaling_rules" / f"{name}", "epoch")[-1]["val_loss"]
-             for name in ("w1-s0", "w1-s1", "sqrt-w4-s0", "sqrt-w4-s1", "linear-w4-s0", "linear-w4-s1")}
+             for name in ("w1-s0", "w1-s1", "base0.002-s0", "base0.002-s1", "sqrt-w4-s0", "sqrt-w4-s1")}
+    baseline = (final["w1-s0"] + final["w1-s1"]) / 2
 
     table = e15.loss_table(df).set_index(["rule", "gpus"])
-    assert table.loc[("baseline", 1), "final_val_loss_mean"] == pytest.approx((final["w1-s0"] + final["w1-s1"]) / 2)
+    assert table.loc[("baseline", 1), "final_val_loss_mean"] == pytest.approx(baseline)
     assert table.loc[("none", 4), ["n", "diverged"]].tolist() == [0, 1]
     sqrt_mean = (final["sqrt-w4-s0"] + final["sqrt-w4-s1"]) / 2
-    assert table.loc[("sqrt", 4), "minus_baseline"] == pytest.approx(sqrt_mean - (final["w1-s0"] + final["w1-s1"]) / 2)
+    assert table.loc[("sqrt", 4), "minus_baseline"] == pytest.approx(sqrt_mean - baseline)
+
+    (check,) = e15.rate_check(df).itertuples()
+    neighbour = (final["base0.002-s0"] + final["base0.002-s1"]) / 2
+    assert (check.lr, check.n, check.difference, check.method) == (2e-3, 2, pytest.approx(neighbour - baseline),
+                                                                   "paired by seed")
+    assert check.verdict == loss_verdict(check.ci_low, check.ci_high)
+    assert check.provisional == (check.verdict == "better")  # declared: the neighbour better beyond the margin
 
     v = e15.verdicts(df, load_reference()).set_index("finding")
     sqrt = v.loc[e15.finding_name("sqrt")]
@@ -94,6 +113,7 @@ def test_the_plug_in_reads_tiny_runs_into_losses_verdicts_and_holms_line(tmp_pat
                                            pytest.approx(differences.mean() + half))
     expected = "yes" if sqrt.ci_high < 0.05 else ("no" if sqrt.ci_low > 0.05 else "undecided")
     assert (sqrt.margin, sqrt.holds) == (0.05, expected)  # not worse: the loss interval's high end below +margin
+    assert sqrt.verdict == loss_verdict(sqrt.ci_low, sqrt.ci_high)
     none = v.loc[e15.finding_name("none")]
     assert (none.verdict, none.holds, none.holds_holm, none.diverged) == ("diverged", "no", "no", 1)
 
@@ -103,4 +123,6 @@ def test_the_plug_in_reads_tiny_runs_into_losses_verdicts_and_holms_line(tmp_pat
     notes = e15.verdict_notes(inputs, shown)
     assert any("adamw_none_keeps_loss (local scale): does not hold" in line and "After Holm's correction over its 1 "
                "rows: 0 of 1 support it" in line for line in notes)
+    assert any(line.startswith("The baseline's rate checked (local scale, fp32") and "lr 0.002: " in line
+               for line in notes)
     assert e15.final_loss_figure(inputs, e15.FIGURES[0]) is not None

@@ -138,6 +138,12 @@ def verdicts(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     return in_loss(pd.DataFrame(rows, columns=fd.COLUMNS))
 
 
+def loss_verdict(ci_low: float, ci_high: float, margin: float) -> str:
+    """The verdict of an interval of a loss difference: worse wholly above +margin, better wholly below -margin
+    (analysis.findings.verdict reads higher as better: it is handed the negated interval)."""
+    return fd.verdict(-ci_high, -ci_low, margin)
+
+
 def losses_by_seed(runs: pd.DataFrame) -> pd.Series:
     return pd.Series(runs["final_val_loss"].to_numpy(dtype=float), index=runs["seed"].to_numpy())
 
@@ -156,7 +162,7 @@ def rate_check(df: pd.DataFrame) -> pd.DataFrame:
         for lr, neighbour in g[g["rule"] == RATE_CHECK].groupby("lr", sort=True):
             mine = losses_by_seed(neighbour)
             got = fd.interval(mine, base, paired=set(mine.index) == set(base.index) and len(mine) > 1)
-            verdict = fd.verdict(got["ci_low"], got["ci_high"], margin)
+            verdict = loss_verdict(got["ci_low"], got["ci_high"], margin)
             rows.append({"scale": scale, "numerics": numerics, "lr": lr, "n": len(mine), "n_against": len(base),
                          "difference": got["difference"], "ci_low": got["ci_low"], "ci_high": got["ci_high"],
                          "method": got["method"], "verdict": verdict, "provisional": verdict == "better"})
@@ -171,7 +177,8 @@ def rate_check_lines(df: pd.DataFrame) -> list[str]:
         said = "; ".join(f"lr {r.lr:g}: {_nats(r.difference)} [{_nats(r.ci_low)}, {_nats(r.ci_high)}], {r.verdict}"
                          for r in g.itertuples())
         stands = ("PROVISIONAL: a neighbouring rate trains the 1-worker model better by more than the margin"
-                  if g["provisional"].any() else "the verdicts stand (no neighbouring rate is better beyond the margin)")
+                  if g["provisional"].any() else
+                  "the verdicts stand (no neighbouring rate is better beyond the margin)")
         lines.append(f"The baseline's rate checked ({scale} scale, {numerics}; final loss minus the baseline's, "
                      f"nats): {said} -- {stands}.")
     return lines
@@ -257,7 +264,8 @@ def loss_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def loss_per_rule(inputs, entry: Table) -> pd.DataFrame | None:
     table = loss_table(inputs.df)
-    return table.round(4) if len(table) else None
+    losses = ["final_val_loss_mean", "final_val_loss_sd", "minus_baseline"]
+    return table.round({column: 4 for column in losses}) if len(table) else None
 
 
 # ============================================================================================ the figure
@@ -279,6 +287,8 @@ def loss_figure(table: pd.DataFrame, margin: float):
             ax.errorbar(mine["gpus"], mine["final_val_loss_mean"], yerr=mine["final_val_loss_sd"].fillna(0),
                         marker="o", capsize=3, color=fg._colour(i), label=RULE_WORDS[rule])
         ax.set_xscale("log", base=2)
+        workers = sorted(int(w) for w in g.loc[g["rule"].isin(RULES), "gpus"].unique())
+        ax.set_xticks(workers, [str(w) for w in workers])
         ax.set_xlabel("workers (global batch = workers x the per-worker batch)")
         ax.set_ylabel("final validation loss (nats a byte)")
         ax.set_title(f"{scale} scale, {numerics}" + (f" ({smoke})" if smoke else ""), fontsize=9)

@@ -5,8 +5,8 @@ token, while its sample counts (images, images/s) count windows.
 
 Data: data.kind = "tokens" reads a prepared corpus (corpus.py) from data.path; at the local scale an empty data.path
 is Debian's python3.11-doc, prepared on first use into the cache (a few seconds). data.train_tokens and
-data.val_tokens, where set, take that many tokens of each split in windows spread over all of it (`budgeted`). data.kind = "synthetic" is random
-windows, fixed by train.seed, as the vision workload's synthetic images.
+data.val_tokens, where set, take that many tokens of each split in windows spread over all of it (`budgeted`).
+data.kind = "synthetic" is random windows, fixed by train.seed, as the vision workload's synthetic images.
 """
 from __future__ import annotations
 
