@@ -52,3 +52,38 @@ def test_a_guides_command_runs_as_written(guide, command, tmp_path):
     assert result.returncode == 0, (result.stdout + result.stderr)[-2000:]
     if "DRY_RUN=1" in command and "LAUNCHER=slurm" in command:
         assert "sbatch " in result.stdout
+
+
+PROSE_WIDTH = 120  # the guides' prose lines, as the code's
+
+
+def long_prose_lines(path) -> list[int]:
+    """Line numbers of prose over PROSE_WIDTH columns: tables, fenced code and the blocks another command copies in
+    (`<!-- ...: copied from ... -->` up to its `end -->`) are left as they are written."""
+    fenced = copied = False
+    long = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        text = line.strip()
+        if text.startswith("```"):
+            fenced = not fenced
+            continue
+        if text.startswith("<!--") and "copied from" in text:
+            copied = True
+        elif text.startswith("<!--") and text.endswith("end -->"):
+            copied = False
+        if not (fenced or copied or text.startswith("|")) and len(line) > PROSE_WIDTH:
+            long.append(number)
+    return long
+
+
+@pytest.mark.parametrize("path", [*GUIDES, *sorted((REPO / "experiments").glob("*/README.md"))],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_the_guides_prose_lines_fit_120_columns(path):
+    assert long_prose_lines(path) == [], f"{path.relative_to(REPO)}: reflow these lines to {PROSE_WIDTH} columns"
+
+
+def test_a_long_prose_line_is_found_and_tables_code_and_copied_blocks_are_not(tmp_path):
+    guide = tmp_path / "guide.md"
+    long = "word " * 30
+    guide.write_text(f"{long}\n| {long} |\n```\n{long}\n```\n<!-- x: copied from y -->\n{long}\n<!-- x end -->\n{long}\n")
+    assert long_prose_lines(guide) == [1, 9]
