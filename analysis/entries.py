@@ -214,8 +214,14 @@ def framework_rows(frameworks) -> Callable:
 
 
 def of_runs(summary: Callable) -> Callable:
-    """A maker of a table of the runs alone: summary(df)."""
-    return lambda inputs, entry: summary(inputs.df)
+    """A maker of a table of the runs alone: summary(df), of the entry's experiments' runs where it names some
+    (so a table of images/s never reads a run measured in another unit), of every run where it names none."""
+    def make(inputs: Inputs, entry: Table) -> pd.DataFrame:
+        df = inputs.df
+        if entry.experiments and len(df):
+            df = df[df["exp"].isin(entry.experiments)]
+        return summary(df)
+    return make
 
 
 def runs_read(df: pd.DataFrame, entry) -> int:

@@ -191,5 +191,9 @@ def test_its_windows_per_s_stay_out_of_the_thesis_images_per_s_tables(written):
     from analysis.reference import load_reference
 
     assert len(written[written["kind"] == "bench"]) == 5  # the runs are read, as bench rows
-    scaling = catalogue.inputs(written, load_reference()).scaling
+    inputs = catalogue.inputs(written, load_reference())
+    scaling = inputs.scaling
     assert len(scaling) and set(scaling["source"]) == {"thesis"}
+    # the per-configuration images/s table too: a table of named experiments reads their runs alone (of_runs)
+    (summary,) = [entry for entry in catalogue.TABLES if entry.name == "throughput_summary"]
+    assert 14 not in summary.experiments and 14 not in set(summary.make(inputs, summary).get("exp", []))
