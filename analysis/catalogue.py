@@ -208,7 +208,7 @@ TABLES = (
           "The thesis's three quality findings: 90 % intervals against a declared margin", ordering_notes,
           verdict_table),
     Table("throughput_summary", "", THROUGHPUT, of_runs(tb.throughput_summary), "Throughput per configuration"),
-    Table("study_times", "", tuple(e.number for e in EXPERIMENTS if e.measure != "throughput"),
+    Table("study_times", "", tuple(e.number for e in EXPERIMENTS if e.measure not in ("throughput", "tokens")),
           of_runs(cost.local_study_times),
           "Local quality studies: measured run times and the study's wall-clock at JOBS=2",
           cost.study_time_notes(REUSED)),

@@ -41,7 +41,7 @@ RUN_COLUMNS = ["experiment", "exp", "run", "path", "source", "scale", "framework
 RECORD_COLUMNS = ["kind", "epoch", "train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5",
                   "epoch_lr", "epoch_time", "images", "skipped_steps", "thesis_images_per_s", "steady_images_per_s",
                   "batch_time_avg_at_199", "warmup_batches", "data_share", "data_s", "compute_s", "comm_s",
-                  "best_val_top1", "best_val_top5", "t", "util_pct", "mem_gb", "power_w", "device", "planned_lr",
+                  "tokens_per_s", "model_flops_per_s", "mfu", "best_val_top1", "best_val_top5", "t", "util_pct", "mem_gb", "power_w", "device", "planned_lr",
                   "step", "note"]
 COLUMNS = RUN_COLUMNS + RECORD_COLUMNS
 TEXT_COLUMNS = ["experiment", "run", "path", "source", "scale", "framework", "backend", "numerics", "warmup", "optimizer",
@@ -55,7 +55,9 @@ EPOCH_COLUMNS = {"train_loss": "train_loss", "train_top1": "train_top1", "train_
 #: a bench record's fields as columns here: field -> column
 BENCH_COLUMNS = {"images_per_s_thesis": "thesis_images_per_s", "images_per_s_steady": "steady_images_per_s",
                  "batch_time_avg_at_199": "batch_time_avg_at_199", "warmup_batches": "warmup_batches",
-                 "data_share": "data_share", "data_s": "data_s", "compute_s": "compute_s", "comm_s": "comm_s"}
+                 "data_share": "data_share", "data_s": "data_s", "compute_s": "compute_s", "comm_s": "comm_s",
+                 # a plug-in workload's rates (contract/runfolder.py workload_rates; None in an images/s run's record)
+                 "tokens_per_s": "tokens_per_s", "model_flops_per_s": "model_flops_per_s", "mfu": "mfu"}
 #: the fields each kind of record is read for
 ITER_FIELDS = ["epoch", "iter", "batch_time", "batch_time_avg", "data_time_avg", "loss"]
 UTIL_FIELDS = ["time", "t", "rank", "cpu_process_pct", "cpu_system_pct", "mem_process_gb", "gpus"]
@@ -111,7 +113,8 @@ def records_of(raw: pd.DataFrame, kind: str, fields: list[str]) -> list[dict]:
     """A run's records of one kind in the order written, as {field: value} of these fields (None where a record
     does not hold one), from the reader's frame."""
     rows = raw[raw["kind"] == kind]
-    return [dict(zip(fields, values)) for values in zip(*(rows[f].tolist() for f in fields))]
+    return [dict(zip(fields, values)) for values in zip(*(rows[f].tolist() if f in rows else [None] * len(rows)
+                                                          for f in fields))]
 
 
 def run_identity(folder: pd.Series) -> dict:
@@ -499,14 +502,16 @@ LINK_BENCH = "link bench"
 # seed, narrowing every interval with a std of 0.000 and perhaps changing a verdict.
 #: the columns add_run_facts adds beside `fingerprint`, and their value on rows of no run folder (upstream logs)
 FACTS_ABSENT = {"link": None, "hosts": math.nan, "threads_per_rank": None, "cpus_per_rank": None, "identity": None,
-                "ended": "", "disturbed": ""}
+                "ended": "", "disturbed": "", "peak_memory_bytes": math.nan, "peak_memory_of": ""}
 
 
 def run_facts(fingerprint: str | None, config, manifest) -> dict:
     """A run folder's fingerprint (with its link), the link it ran under and its distinct hosts, each rank's
     threads and CPUs where all ranks had the same (contract/placement.py), its identity, its manifest's end and
-    why its timed steps did not measure its machine alone (contract/hostload.py; "" when they did or were not timed)."""
+    why its timed steps did not measure its machine alone (contract/hostload.py; "" when they did or were not timed),
+    and the largest peak memory a rank with what it measured (contract/placement.py; NaN and "" where unrecorded)."""
     m = manifest if isinstance(manifest, dict) else {}
+    peak, peak_of = placement.peak_memory(m.get("placement") if isinstance(m.get("placement"), list) else None)
     link = m.get("link") if isinstance(m.get("link"), str) and m.get("link") else None
     return {"fingerprint": f"{fingerprint} (link {link})" if fingerprint and link else fingerprint, "link": link,
             "hosts": len(set(m["hosts"])) if isinstance(m.get("hosts"), list) and m["hosts"] else math.nan,
@@ -515,7 +520,8 @@ def run_facts(fingerprint: str | None, config, manifest) -> dict:
             "identity": reader.identity_of(config, manifest) if isinstance(config, dict) else None,
             "ended": str(m.get("end") or ""),
             "disturbed": "; ".join(hostload.disturbances(m.get("placement") if isinstance(m.get("placement"), list)
-                                                         else None))}
+                                                         else None)),
+            "peak_memory_bytes": math.nan if peak is None else peak, "peak_memory_of": peak_of}
 
 
 def add_run_facts(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
@@ -526,7 +532,7 @@ def add_run_facts(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
     attrs = dict(df.attrs)
     found = {path: f["fingerprint"] for path, f in facts.items()}
     values = {c: [facts[p][c] if p in facts else absent for p in df["path"]] for c, absent in FACTS_ABSENT.items()}
-    for column in ("threads_per_rank", "cpus_per_rank"):
+    for column in ("threads_per_rank", "cpus_per_rank", "peak_memory_bytes"):
         values[column] = pd.to_numeric(values[column], errors="coerce")
     df = df.assign(fingerprint=df["path"].map(found) if len(df) else pd.Series(dtype=object), **values)
     df["hosts"] = pd.to_numeric(df["hosts"], errors="coerce")

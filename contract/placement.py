@@ -202,3 +202,14 @@ def per_rank(ranks: Sequence[Mapping] | None, key: str) -> int | None:
     """One number for a run's ranks (threads or cpus a rank) when they agree; None when unrecorded or mixed."""
     values = {p.get(key) for p in ranks or ()}
     return values.pop() if len(values) == 1 else None
+
+
+def peak_memory(ranks: Sequence[Mapping] | None) -> tuple[float | None, str]:
+    """(the largest peak memory among a run's ranks, bytes: the rank that must fit its device; what the peaks
+    measured, each kind once, in rank order); (None, "") where no rank recorded one."""
+    peaks = [p for p in ranks or () if isinstance(p, Mapping) and isinstance(p.get("peak_memory_bytes"), int | float)
+             and not isinstance(p.get("peak_memory_bytes"), bool)]
+    if not peaks:
+        return None, ""
+    kinds = dict.fromkeys(str(p["peak_memory_of"]) for p in peaks if p.get("peak_memory_of"))
+    return float(max(p["peak_memory_bytes"] for p in peaks)), ", ".join(kinds)

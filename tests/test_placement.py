@@ -2,7 +2,8 @@
 run's per-rank records (pure arithmetic: no launcher, no timing)."""
 import pytest
 
-from contract.placement import Allocation, cpu_list, cpus_given, decide, parse_cpu_list, per_rank, problems, record
+from contract.placement import (Allocation, cpu_list, cpus_given, decide, parse_cpu_list, peak_memory, per_rank,
+                                problems, record)
 from contract.manifest import VERSION
 
 NODE2 = (0, 1)
@@ -186,3 +187,12 @@ def test_the_warning_for_a_resumed_runs_threads_names_no_setting_that_does_not_e
     omp = Placement(cpus=2, threads=8, threads_from="OMP_NUM_THREADS", loader_workers=0).warning(1, "n2")
     assert omp.endswith("set OMP_NUM_THREADS to at most 2 (or leave it unset), or give the rank 8 CPUs (the "
                         "profile's cpus_per_task)")
+
+
+def test_a_runs_peak_memory_is_its_largest_ranks_with_what_each_measured():
+    ranks = [{"peak_memory_bytes": 3 * 2**30, "peak_memory_of": "cuda_allocated"},
+             {"peak_memory_bytes": 5 * 2**30, "peak_memory_of": "cuda_allocated"},
+             {"peak_memory_bytes": 2**30, "peak_memory_of": "cpu_rss"}, {"threads": 1}]
+    assert peak_memory(ranks) == (5 * 2**30, "cuda_allocated, cpu_rss")
+    assert peak_memory([{"threads": 1}]) == peak_memory(None) == (None, "")  # a run before peaks were recorded
+    assert peak_memory([{"peak_memory_bytes": True}]) == (None, "")  # a flag is no number of bytes

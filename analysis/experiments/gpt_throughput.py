@@ -4,9 +4,9 @@ Horovod, each process count's speed-up and efficiency over the same backend's 1-
 tokens/s, speed-up and memory against processes, a backend a line. Its question's page and notebook: "How many
 tokens/s does a GPT-style decoder train at, and what does FSDP's sharding cost and save?" (RQ6).
 
-The runs frame (analysis/runs.py) holds a bench record's images/s; the workload's rates (the record's tokens_per_s,
-model_flops_per_s, mfu: contract/runfolder.py workload_rates) and each rank's peak memory (the manifest's placement
-entries) are read here from the run folders through the one reader, contract.reader.
+Everything is read from the runs frame (analysis/runs.py): a bench row holds its record's workload rates
+(tokens_per_s, model_flops_per_s, mfu: contract/runfolder.py workload_rates) and its run's largest peak memory a
+rank (the manifest's placement entries: contract/placement.py peak_memory).
 """
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-
-from contract import reader  # noqa: E402
 
 from .. import figures as fg  # noqa: E402
 from .. import flags as fl  # noqa: E402
@@ -66,40 +64,12 @@ NOTES = (
 # ============================================================================================ reading the runs
 
 
-def peak_memory(placement) -> tuple[float, str]:
-    """(the largest peak among a run's ranks, in bytes: the rank that must fit its device; what the peaks measured,
-    each kind once); (NaN, "") where no rank recorded one."""
-    ranks = [p for p in placement or () if isinstance(p, dict) and fl.finite(p.get("peak_memory_bytes"))]
-    if not ranks:
-        return math.nan, ""
-    return float(max(p["peak_memory_bytes"] for p in ranks)), fl.join(fl.text(p.get("peak_memory_of")) for p in ranks)
-
-
-def run_rates(path: str) -> tuple[list[dict], dict]:
-    """A run folder's bench records' workload rates in the order written (None where a record holds none), and its
-    manifest ({} where unreadable)."""
-    raw = reader.read_run(path)
-    bench = raw[raw["kind"] == "bench"]
-    rates = [dict(zip(RATES, values)) for values in zip(*(bench[field].tolist() for field in RATES))]
-    return rates, raw.iloc[0]["manifest"] or {}
-
-
 def gpt_bench(df: pd.DataFrame) -> pd.DataFrame:
-    """Experiment 14's bench rows of the runs frame (each run counted once, mixed configs refused: analysis/runs.py),
-    each with its record's workload rates and its run's peak memory a rank."""
+    """Experiment 14's bench rows of the runs frame (each run counted once, mixed configs refused, each row with
+    its record's workload rates and its run's largest peak memory a rank: analysis/runs.py)."""
     bench = df[(df["kind"] == "bench") & (df["exp"] == EXPERIMENT)] if len(df) else df
-    rows = []
-    for path, runs in bench.groupby("path", sort=False):
-        rates, manifest = run_rates(path)
-        peak, measured = peak_memory(manifest.get("placement"))
-        # the frame's bench rows of a run are its bench records, in the order written
-        rows += [{**row, **rate, "peak_memory_bytes": peak, "peak_memory_of": measured}
-                 for row, rate in zip(runs.to_dict("records"), rates)]
-    frame = pd.DataFrame(rows)
-    for column in RATES:
-        if column in frame:
-            frame[column] = pd.to_numeric(frame[column], errors="coerce")
-    return frame
+    return bench.assign(**{column: pd.to_numeric(bench[column], errors="coerce") for column in RATES
+                           if column in bench})
 
 
 def every_recorded(values: pd.Series) -> float:
