@@ -71,4 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     return main_of(module)(args)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from trainers.launch import end_process  # a trainer's rank ends as `python -m trainers` ends it
+
+    end_process(main())

@@ -87,4 +87,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from trainers.launch import end_process
+
     main()
+    end_process(0)

@@ -12,6 +12,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from contract.config import Config
 from trainers.backends.base import Backend, CommClock
+from trainers import launch as launching
 from trainers.launch import COLLECTIVE_TIMEOUT, Launch, bind_gloo_towards
 from trainers.rendezvous import free_port
 from trainers.backends.rank_workers import RankWorkers
@@ -85,6 +86,7 @@ class DDPBackend(Backend):
             world_size=self.world_size,
             timeout=COLLECTIVE_TIMEOUT,
         )
+        launching.started_process_group = True  # the process ends through launch.end_process
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         model = model.to(self.device)
