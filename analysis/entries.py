@@ -81,9 +81,26 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class Measure:
+    """What a finding's rows compare: a number a run, which way is better, and the margin it is read against."""
+    name: str  # in words, as the notes say it
+    unit: str  # of its differences and margin
+    column: str  # the run's number the verdict reads (analysis/findings.py RUN_MEASURES: a column a run)
+    final_column: str  # the run's last epoch's, compared beside it (final_*)
+    higher_is_better: bool = True
+    margins: dict | None = None  # {scale: margin in unit}, declared with the finding; None: experiments/scales.toml's
+    margin_reason: str = ""  # why that margin, as the notes say it (with margins)
+    decimals: int = 2  # of the differences the verdict table prints
+
+
+#: the thesis's findings' measure: best validation top-1, percentage points, the scale's margin (scales.toml)
+BEST_TOP1 = Measure("best validation top-1 (percent)", "points", "best_val_top1", "final_top1")
+
+
+@dataclass(frozen=True)
 class Finding:
-    """A finding the verdict table tests: a row per comparison and group of its treated runs, the mean best top-1
-    of the treated minus the control's with a 90 % interval, against the scale's declared margin."""
+    """A finding the verdict table tests: a row per comparison and group of its treated runs, the mean of its
+    measure over the treated runs minus the control's with a 90 % interval, against the declared margin."""
     name: str  # the `finding` column
     claim: str  # the finding in words
     holds: str  # when a row supports it: "worse", "not worse" (the interval's low end above -margin), "equivalent"
@@ -93,6 +110,10 @@ class Finding:
     family: str = ""  # the rows of a family's findings are ordered together, by experiment, then `by`
     claims_nothing: Callable[[pd.DataFrame], bool] | None = None  # true of a row's treated runs: its holds is n/a
     claims_nothing_where: str = ""  # where that is, in words
+    measure: Measure = BEST_TOP1
+    # a row any of whose treated runs diverged does not support it (holds `no`, p 1 in its Holm family), whatever
+    # the other runs' interval says: for a rule whose every seed must train
+    fails_where_diverged: bool = False
 
     def experiments(self) -> set[int]:
         return {side.experiment for c in self.comparisons for side in (c.treated, c.control)}

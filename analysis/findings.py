@@ -24,7 +24,7 @@ from scipy import stats
 from .smoke import SMOKE, diverged_runs, smoke_paths
 
 COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "optimizer", "against", "n", "n_against",
-           "difference", "ci_low", "ci_high", "margin", "verdict", "holds", "method", "p", "p_holm", "holds_holm",
+           "difference", "ci_low", "ci_high", "margin", "unit", "verdict", "holds", "method", "p", "p_holm", "holds_holm",
            "seeds_needed", "needed_for", "final_difference", "final_ci_low", "final_ci_high", "final_verdict",
            "after_a_look", "declared_n", "declared_n_against", "declared_difference", "declared_ci_low",
            "declared_ci_high", "declared_verdict", "thesis_difference", "diverged"]
@@ -34,6 +34,10 @@ OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # the order rows and curves take
 CONFIDENCE = 0.90
 SCALES_FILE = Path(__file__).resolve().parents[1] / "experiments" / "scales.toml"
 MOST_SEEDS = 1000  # seeds_needed searches up to this many
+#: a row's differences and interval ends: a measure where lower is better is compared negated (higher is better,
+#: as verdict, holds and the tests read it), then these are turned back into its own direction (as_measured)
+SIGNED = ("difference", "final_difference", "declared_difference")
+INTERVALS = (("ci_low", "ci_high"), ("final_ci_low", "final_ci_high"), ("declared_ci_low", "declared_ci_high"))
 
 
 def margins(path: Path = SCALES_FILE) -> dict[str, dict]:
@@ -201,17 +205,20 @@ def _tags(side: pd.DataFrame) -> pd.Series:
     return side["path"].map(looked)
 
 
-def declared_only(a: pd.DataFrame, b: pd.DataFrame, margin: float) -> dict:
+def declared_only(a: pd.DataFrame, b: pd.DataFrame, margin: float, measure) -> dict:
     """The after-a-look flag and the interval over the declared runs alone, for a row whose treated runs were declared
-    before the look and that holds runs added after it; nothing for any other row."""
+    before the look and that holds runs added after it; nothing for any other row. Compared as compare() does
+    (oriented: higher is better); the flag's words give the difference in the measure's own direction."""
     tags_a, tags_b = _tags(a), _tags(b)
     if not ((tags_a == "declared").any() and ((tags_a == "added").any() or (tags_b == "added").any())):
         return {}
     a, b = a[tags_a != "added"], b[tags_b != "added"]
-    best_a, best_b = _by_seed(a, "best_val_top1"), _by_seed(b, "best_val_top1")
+    best_a, best_b = oriented(a, measure.column, measure), oriented(b, measure.column, measure)
     got = interval(best_a, best_b, _paired(best_a, best_b))
+    said = as_measured(got, measure) if not measure.higher_is_better else got
     return dict(after_a_look=f"seeds added after a look: declared {len(a)} vs {len(b)} give "
-                             f"{got['difference']:+.2f} [{got['ci_low']:+.2f}, {got['ci_high']:+.2f}]",
+                             f"{said['difference']:+.{measure.decimals}f} [{said['ci_low']:+.{measure.decimals}f}, "
+                             f"{said['ci_high']:+.{measure.decimals}f}]",
                 declared_n=len(a), declared_n_against=len(b), declared_difference=got["difference"],
                 declared_ci_low=got["ci_low"], declared_ci_high=got["ci_high"],
                 declared_verdict=verdict(got["ci_low"], got["ci_high"], margin))
@@ -226,12 +233,43 @@ def _completed(df: pd.DataFrame, findings) -> pd.DataFrame:
     """The completed runs of the experiments the findings read, each with its last epoch's top-1 and whether it
     diverged by its side's rule."""
     read = {e for f in findings for e in f.experiments()}
-    r = df[(df["kind"] == "run") & df["exp"].isin(read) & df["status"].isin(["completed", "log"])]
-    r = r.dropna(subset=["best_val_top1"]).copy()
-    r["diverged"] = r["path"].isin(diverged_runs(df, diverging(findings)))
-    epochs = df[df["kind"] == "epoch"].dropna(subset=["val_top1"]).sort_values("epoch")
-    r["final_top1"] = r["path"].map(epochs.groupby("path")["val_top1"].last())
+    # the runs the trainer ended on a non-finite loss are rows too where a finding fails on them: counted, never
+    # averaged (a diverged run may have no validation at all)
+    failing = {e for f in findings if f.fails_where_diverged for e in f.experiments()}
+    ended = df["status"].isin(["completed", "log"]) | (df["status"].eq("diverged") & df["exp"].isin(failing))
+    r = df[(df["kind"] == "run") & df["exp"].isin(read) & ended]
+    r = r[r["best_val_top1"].notna() | r["exp"].isin(failing)].copy()
+    r["diverged"] = r["path"].isin(diverged_runs(df, diverging(findings))) | r["status"].eq("diverged")
+    epochs = df[df["kind"] == "epoch"].sort_values("epoch")
+    for column, final in RUN_MEASURES.items():  # NaN where no epoch recorded it
+        last = epochs.dropna(subset=[column]).groupby("path")[column].last() if column in epochs else {}
+        r[final] = r["path"].map(last).astype(float)
     return r
+
+
+#: an epoch record's column -> the column of a run's last epoch's value (a Measure's final_column may name these)
+RUN_MEASURES = {"val_top1": "final_top1", "val_loss": "final_val_loss"}
+
+
+def oriented(side: pd.DataFrame, column: str, measure) -> pd.Series:
+    """A side's values of the measure by seed, turned so that higher is better (negated where lower is)."""
+    values = _by_seed(side, column)
+    return values if measure.higher_is_better else -values
+
+
+def as_measured(row: dict, measure) -> dict:
+    """A row compared oriented (higher is better) in the measure's own direction: each difference negated, each
+    interval's ends negated and swapped (verdicts, holds and p-values read the same either way round)."""
+    if measure.higher_is_better:
+        return row
+    out = dict(row)
+    for column in SIGNED:
+        if column in row and row[column] is not None:
+            out[column] = -row[column]
+    for low, high in INTERVALS:
+        if low in row and high in row:
+            out[low], out[high] = -row[high], -row[low]
+    return out
 
 
 def _by_seed(side: pd.DataFrame, column: str) -> pd.Series:
@@ -244,13 +282,15 @@ def _mixed(*sides: pd.DataFrame) -> bool:
 
 def compare(finding, exp: int, workers: int, against: str, a: pd.DataFrame, b: pd.DataFrame,
             margin: float, thesis_difference: float) -> dict:
-    """One row of a finding: best top-1 (the verdict) and final-epoch top-1 of `a` minus `b`, 90 % intervals,
-    verdicts."""
+    """One row of a finding: its measure (the verdict; the thesis's findings: best top-1) and the measure's final
+    epoch (final_*) of `a` minus `b`, 90 % intervals, verdicts; compared so that higher is better, the differences
+    returned in the measure's own direction."""
+    measure = finding.measure
     row = dict(finding=finding.name, experiment=exp, workers=workers, against=against, n=len(a), n_against=len(b),
                warmup=a["warmup"].iloc[0] if "warmup" in a and len(a) else None,
                optimizer=a["optimizer"].iloc[0] if "optimizer" in a and len(a) else None,
-               margin=margin, thesis_difference=thesis_difference)
-    best_a, best_b = _by_seed(a, "best_val_top1"), _by_seed(b, "best_val_top1")
+               margin=margin, unit=measure.unit, thesis_difference=thesis_difference)
+    best_a, best_b = oriented(a, measure.column, measure), oriented(b, measure.column, measure)
     paired = _paired(best_a, best_b)
     best = interval(best_a, best_b, paired)
     if _mixed(a, b):  # refused: runs of different configs are never averaged
@@ -262,12 +302,12 @@ def compare(finding, exp: int, workers: int, against: str, a: pd.DataFrame, b: p
     sds = (None, None) if paired else (float(best_a.std(ddof=1)), float(best_b.std(ddof=1)))
     row["seeds_needed"], row["needed_for"] = seeds_needed(best["difference"], *sds, sd_diff, margin)
     row["p"] = claim_p(finding.holds, best_a, best_b, paired, margin) if not _mixed(a, b) else math.nan
-    row.update(declared_only(a, b, margin))
-    final = interval(_by_seed(a, "final_top1"), _by_seed(b, "final_top1"), paired)
+    row.update(declared_only(a, b, margin, measure))
+    final = interval(oriented(a, measure.final_column, measure), oriented(b, measure.final_column, measure), paired)
     row.update(final_difference=final["difference"], final_ci_low=final["ci_low"], final_ci_high=final["ci_high"],
                final_verdict=verdict(final["ci_low"], final["ci_high"], margin) if not _mixed(a, b)
                else "inconclusive")
-    return row
+    return as_measured(row, measure)
 
 
 def thesis_top1(ref: pd.DataFrame, exp: int, gpus: int) -> float:
@@ -303,7 +343,8 @@ def comparison_rows(finding, c, runs: pd.DataFrame, ref: pd.DataFrame, margin: f
             continue
         gpus, base = int(first["gpus"]), int(control["gpus"].iloc[0])
         gone = g["diverged"].astype(bool) if c.treated.diverged else pd.Series(False, index=g.index)
-        thesis = thesis_top1(ref, c.treated.experiment, gpus) - thesis_top1(ref, c.control.experiment, base)
+        thesis = thesis_top1(ref, c.treated.experiment, gpus) - thesis_top1(ref, c.control.experiment, base) \
+            if finding.measure.column == "best_val_top1" else math.nan  # the thesis printed top-1 alone
         row = compare(finding, c.treated.experiment, gpus, c.against.format(workers=base), g[~gone], control, margin,
                       thesis)
         if c.treated.diverged:  # a side read by a divergence rule: its rows count what it left out
@@ -313,6 +354,8 @@ def comparison_rows(finding, c, runs: pd.DataFrame, ref: pd.DataFrame, margin: f
                        needed_for=None, method="every run diverged: no interval")
         elif finding.claims_nothing and finding.claims_nothing(g):
             row["holds"] = "n/a"
+        if finding.fails_where_diverged and gone.any():  # counted in its Holm family as failing
+            row.update(holds="no", p=1.0)
         rows.append((row_key(finding, c.treated.experiment, key), row))
     return rows
 
@@ -325,9 +368,16 @@ def row_key(finding, experiment: int, group) -> tuple:
     return (experiment, *((rank.get(v, len(rank)) if by == "optimizer" else 0, v) for by, v in zip(finding.by, values)))
 
 
-def finding_rows(findings, runs: pd.DataFrame, ref: pd.DataFrame, margin: float) -> list[dict]:
-    """Every declared finding's rows, each family's (Finding.family: consecutive findings of one name) in order of
-    experiment and group, the findings of a family in their declared order where those tie."""
+def margin_of(finding, scale: str, declared: dict) -> float:
+    """The finding's margin at a scale: its measure's own where it declares margins (NaN at a scale it declares
+    none for), else the scale's margin in points (experiments/scales.toml)."""
+    own = finding.measure.margins
+    return float((own if own is not None else {k: v.get("points") for k, v in declared.items()}).get(scale, math.nan))
+
+
+def finding_rows(findings, runs: pd.DataFrame, ref: pd.DataFrame, scale: str, declared: dict) -> list[dict]:
+    """Every declared finding's rows at one scale, each family's (Finding.family: consecutive findings of one name)
+    in order of experiment and group, the findings of a family in their declared order where those tie."""
     out: list[dict] = []
     families = [[f] for f in findings[:1]]
     for before, f in zip(findings, findings[1:]):
@@ -336,7 +386,8 @@ def finding_rows(findings, runs: pd.DataFrame, ref: pd.DataFrame, margin: float)
         else:
             families.append([f])
     for family in families:
-        keyed = [kr for f in family for c in f.comparisons for kr in comparison_rows(f, c, runs, ref, margin)]
+        keyed = [kr for f in family for c in f.comparisons
+                 for kr in comparison_rows(f, c, runs, ref, margin_of(f, scale, declared))]
         out += [row for _, row in sorted(keyed, key=lambda kr: kr[0])]
     return out
 
@@ -351,8 +402,7 @@ def orderings(df: pd.DataFrame, ref: pd.DataFrame, findings=()) -> pd.DataFrame:
     smoke = runs["path"].isin(smoke_paths(df))
     for (scale, numerics, is_smoke), g in runs.groupby([runs["scale"].fillna("unknown"), runs["numerics"], smoke],
                                                        dropna=False, sort=True):
-        margin = float(declared.get(scale, {}).get("points", math.nan))
-        found = with_holm(finding_rows(tuple(findings), g, ref, margin))
+        found = with_holm(finding_rows(tuple(findings), g, ref, scale, declared))
         rows += [{"scale": scale, "numerics": numerics, **(no_verdict(row) if is_smoke else row)} for row in found]
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -370,18 +420,28 @@ def holds_words(findings) -> str:
     nothing), those that hold when not worse, and the matching ones."""
     worse = [f"{f.name}: worse" + (f", n/a {f.claims_nothing_where}" if f.claims_nothing_where else "")
              for f in findings if f.holds == "worse"]
-    not_worse = [f"{f.name}: the interval's low end above -margin" for f in findings if f.holds == "not worse"]
+    ends = {}  # the findings that hold when not worse, by what that asks of the interval in their measure's direction
+    for f in findings:
+        if f.holds == "not worse":
+            end = "low end above -margin" if f.measure.higher_is_better else \
+                f"high end below +margin ({f.measure.unit}, lower is better)"
+            ends.setdefault(end, []).append(f.name)
+    not_worse = [f"{', '.join(names)}: the interval's {end}" for end, names in ends.items()]
     matching = ["the matching findings: equivalent"] if any(f.holds == "equivalent" for f in findings) else []
     return "; ".join(worse + not_worse + matching)
 
 
 def diverged_words(findings) -> str:
-    """'; or, for experiment N, how many of the row's runs diverged (...)' of each side with a divergence rule."""
+    """'; or, for experiment N, how many of the row's runs diverged (...)' of each experiment and rule, once."""
+    rules = dict.fromkeys((s.experiment, s.diverged) for s in diverging(findings))
+    failing = {e for f in findings if f.fails_where_diverged for e in f.experiments()}
     return "".join(
-        f"; or, for experiment {s.experiment}, how many of the row's runs diverged (their last epoch's training loss "
-        f"not finite or above {s.diverged.share:g} of their first epoch's: {s.diverged.declared}), left out of its "
-        "mean and counted apart (orderings.csv diverged); a row whose runs all diverged has no verdict and claims "
-        "nothing" for s in diverging(findings))
+        f"; or, for experiment {experiment}, how many of the row's runs diverged ("
+        + (rule.declared if math.isinf(rule.share) else f"their last epoch's training loss not finite or above "
+           f"{rule.share:g} of their first epoch's: {rule.declared}")
+        + "), left out of its mean and counted apart (orderings.csv diverged); "
+        + ("a row with any such run does not hold (holds no, p 1 in its Holm family)" if experiment in failing else
+           "a row whose runs all diverged has no verdict and claims nothing") for experiment, rule in rules)
 
 
 def notes(findings=()) -> list[str]:
@@ -401,4 +461,22 @@ def notes(findings=()) -> list[str]:
         "after it (the runs' machine.toml [look], as their declared_*.txt record), with the interval over the "
         f"declared seeds alone (orderings.csv declared_*){diverged_words(findings)}.",
     ] + [f"margin at the {scale} scale: {m.get('points')} points -- {m.get('reason', '')}" for scale, m in
-         declared.items()]
+         declared.items()] + own_measure_notes(findings)
+
+
+def own_measure_notes(findings) -> list[str]:
+    """A line for each measure a finding declares with its own margins: which findings, what they compare, which
+    way is better, the margin at each scale and why."""
+    lines, measures = [], []
+    for f in findings:  # each measure once, in the findings' order (a Measure holds a dict: not hashable)
+        if f.measure.margins is not None and f.measure not in measures:
+            measures.append(f.measure)
+    for measure in measures:
+        names = ", ".join(f.name for f in findings if f.measure == measure)
+        better = "higher" if measure.higher_is_better else "lower"
+        worse = "below -margin" if measure.higher_is_better else "above +margin"
+        margins = "; ".join(f"{m:g} {measure.unit} at the {scale} scale" for scale, m in measure.margins.items())
+        lines.append(f"{names}: the difference is in {measure.name}, {better} is better, so worse means an interval "
+                     f"wholly {worse}; margin {margins} -- {measure.margin_reason}; none at the other scales (their "
+                     "rows: inconclusive).")
+    return lines

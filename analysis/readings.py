@@ -143,11 +143,15 @@ def holm_words(g: pd.DataFrame, supports: list[str], findings) -> str:
             + (f" ({', '.join(yes)})" if yes else "") + ".")
 
 
-def _interval_text(r) -> str:
+def _interval_text(r, findings) -> str:
+    """'+0.42 [-0.31, +1.15]' in the finding's measure's decimals, its unit said where it is not the thesis's
+    points."""
     if pd.isna(r.difference):
         return ""
-    ends = "" if pd.isna(r.ci_low) else f" [{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
-    return f"{r.difference:+.2f}{ends}"
+    f = declared(findings, r.finding)
+    decimals, unit = (f.measure.decimals, f.measure.unit) if f is not None else (2, "points")
+    ends = "" if pd.isna(r.ci_low) else f" [{r.ci_low:+.{decimals}f}, {r.ci_high:+.{decimals}f}]"
+    return f"{r.difference:+.{decimals}f}{ends}" + ("" if unit == "points" else f" {unit}")
 
 
 def _flag(r, findings) -> str:
@@ -157,8 +161,9 @@ def _flag(r, findings) -> str:
     if gone is not None and not pd.isna(gone) and int(gone):
         share = next(c.treated.diverged.share for c in declared(findings, r.finding).comparisons
                      if c.treated.experiment == r.experiment and c.treated.diverged)
-        flags.append(f"diverged: {int(gone)} of {int(gone) + int(r.n)} runs left out (their last training loss "
-                     f"above {share:g} of their first epoch's, or not finite)")
+        why = "a loss that is not finite" if math.isinf(share) else \
+            f"their last training loss above {share:g} of their first epoch's, or not finite"
+        flags.append(f"diverged: {int(gone)} of {int(gone) + int(r.n)} runs left out ({why})")
     return "; ".join(flags)
 
 
@@ -171,7 +176,7 @@ def verdict_table(verdicts: pd.DataFrame, findings) -> pd.DataFrame:
         "finding": v["finding"],
         "comparison": [f"{row_name(r, findings)} vs {r.against}" for r in v.itertuples()],
         "seeds": [_seeds(r) for r in v.itertuples()],
-        "difference [90 % interval]": [_interval_text(r) for r in v.itertuples()],
+        "difference [90 % interval]": [_interval_text(r, findings) for r in v.itertuples()],
         "method": v["method"], "verdict": v["verdict"], "holds": v["holds"], "holds after Holm": v["holds_holm"],
         "flag": [_flag(r, findings) for r in v.itertuples()],
     })

@@ -7,9 +7,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from analysis import findings as fd
 from analysis import reference as rf
 from analysis.runs import COLUMNS
 from analysis.catalogue import orderings
+from analysis.entries import BEST_TOP1, Comparison, Finding, Measure, Runs
 from analysis.findings import claim_p, holm, interval, look, margins, seeds_needed, verdict, with_holm
 
 
@@ -322,3 +324,22 @@ def test_diverged_runs_are_labelled_left_out_of_the_mean_and_of_the_fails_and_co
     flags = list(verdict_table(v.reset_index())["flag"])
     assert flags[1].startswith("diverged: 3 of 3 runs left out") and flags[2].startswith("diverged: 1 of 3")
     assert flags[0] == flags[3] == ""
+
+
+def test_a_findings_margin_is_its_measures_own_where_declared_else_the_scales_points():
+    side = Runs(1, 1)
+    loss = Measure("loss", "nats", "final_val_loss", "final_val_loss", higher_is_better=False, margins={"local": 0.05})
+    declared = {"local": {"points": 2.0}, "gpu": {"points": 1.0}}
+    own, thesis = (Finding("f", "", "not worse", (Comparison(side, side, ""),), measure=m) for m in (loss, BEST_TOP1))
+    assert (fd.margin_of(own, "local", declared), fd.margin_of(thesis, "gpu", declared)) == (0.05, 1.0)
+    assert math.isnan(fd.margin_of(own, "gpu", declared))  # no margin declared there: its rows are inconclusive
+
+
+def test_a_lower_is_better_measure_is_compared_turned_and_given_back_in_its_own_direction():
+    loss = Measure("loss", "nats", "l", "l", higher_is_better=False)
+    row = {"difference": -0.3, "ci_low": -0.5, "ci_high": -0.1, "final_difference": -0.2, "final_ci_low": -0.4,
+           "final_ci_high": 0.0, "verdict": "worse"}  # compared negated: the treated's loss 0.3 higher
+    assert fd.as_measured(row, loss) == {**row, "difference": 0.3, "ci_low": 0.1, "ci_high": 0.5,
+                                         "final_difference": 0.2, "final_ci_low": -0.0, "final_ci_high": 0.4}
+    runs = pd.DataFrame({"seed": [0, 1], "l": [2.0, 3.0]})
+    assert fd.oriented(runs, "l", loss).tolist() == [-2.0, -3.0]

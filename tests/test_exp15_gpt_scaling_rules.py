@@ -104,25 +104,32 @@ def test_the_plug_in_reads_tiny_runs_into_losses_verdicts_and_holms_line(tmp_pat
     assert check.verdict == loss_verdict(check.ci_low, check.ci_high)
     assert check.provisional == (check.verdict == "better")  # declared: the neighbour better beyond the margin
 
-    v = e15.verdicts(df, load_reference()).set_index("finding")
+    inputs = catalogue.inputs(df, load_reference())
+    v = inputs.verdicts[inputs.verdicts["experiment"] == 15].set_index("finding")  # orderings.csv's rows
     sqrt = v.loc[e15.finding_name("sqrt")]
     differences = pd.Series([final["sqrt-w4-s0"] - final["w1-s0"], final["sqrt-w4-s1"] - final["w1-s1"]])
     half = stats.t.ppf(0.95, 1) * differences.std(ddof=1) / math.sqrt(2)  # paired by seed, in loss
-    assert (sqrt.difference, sqrt.method) == (pytest.approx(differences.mean()), "paired by seed")
+    assert (sqrt.difference, sqrt.method, sqrt.unit) == (pytest.approx(differences.mean()), "paired by seed", "nats")
     assert (sqrt.ci_low, sqrt.ci_high) == (pytest.approx(differences.mean() - half),
                                            pytest.approx(differences.mean() + half))
+    assert (sqrt.final_difference, sqrt.final_ci_high) == (pytest.approx(sqrt.difference), pytest.approx(sqrt.ci_high))
     expected = "yes" if sqrt.ci_high < 0.05 else ("no" if sqrt.ci_low > 0.05 else "undecided")
     assert (sqrt.margin, sqrt.holds) == (0.05, expected)  # not worse: the loss interval's high end below +margin
     assert sqrt.verdict == loss_verdict(sqrt.ci_low, sqrt.ci_high)
+    assert math.isnan(sqrt.thesis_difference)  # the thesis printed top-1 alone
     none = v.loc[e15.finding_name("none")]
     assert (none.verdict, none.holds, none.holds_holm, none.diverged) == ("diverged", "no", "no", 1)
 
-    shown = e15.verdict_rows(v.reset_index())
-    assert set(shown["rule"]) == {"none", "linear", "sqrt"} and shown["seeds"].tolist()[0].endswith("vs 2")
-    inputs = catalogue.inputs(df, load_reference())
-    notes = e15.verdict_notes(inputs, shown)
+    shown = catalogue.verdict_table(inputs.verdicts)  # orderings.md's
+    mine = shown[shown["finding"].str.startswith("adamw_")]
+    assert len(mine) == 3 and mine["seeds"].tolist()[0].endswith("vs 2 seeds")
+    sqrt_shown = mine[mine["finding"] == e15.finding_name("sqrt")]["difference [90 % interval]"].iloc[0]
+    assert sqrt_shown == f"{sqrt.difference:+.3f} [{sqrt.ci_low:+.3f}, {sqrt.ci_high:+.3f}] nats"
+    notes = catalogue.ordering_notes(inputs, inputs.verdicts)
     assert any("adamw_none_keeps_loss (local scale): does not hold" in line and "After Holm's correction over its 1 "
                "rows: 0 of 1 support it" in line for line in notes)
+    assert any("0.05 nats" in line and "lower is better" in line for line in notes)
+    loss_notes = e15.loss_notes(inputs, e15.loss_table(df))
     assert any(line.startswith("The baseline's rate checked (local scale, fp32") and "lr 0.002: " in line
-               for line in notes)
+               for line in loss_notes)
     assert e15.final_loss_figure(inputs, e15.FIGURES[0]) is not None

@@ -3,14 +3,11 @@ the linear rule and the square-root rule, each with warm-up, at 4-32 exactly syn
 validation loss of each against the 1-worker baseline's with a margin declared before the runs
 (experiments/15_gpt_scaling_rules/declared_2026-12-07-exp15.txt).
 
-Its findings are data (RULE_FINDINGS: the plug-in API's Finding, Comparison and Runs), tested with the verdict
-table's own machinery (analysis/findings.py: paired or Welch 90 % intervals, verdicts against the margin, the
-one-sided tests behind `holds`, Holm's correction over each finding's rows, seeds needed, the after-a-look flag).
-The verdict table reads best validation top-1 (higher is better) against experiments/scales.toml's margin in
-points, and has no place for a finding's own measure and margin; so these findings are not declared as FINDINGS
-(the verdict table would test next-byte accuracy against 2 points) but tested here: the comparisons are handed the
-final validation loss negated under the names they read (`as_higher_is_better`), at this experiment's margin in
-nats, and every difference is turned back into loss (treated minus baseline: above 0 is worse) for the tables.
+Its findings are data (FINDINGS: the plug-in API's Finding, Comparison, Runs and Measure): the final validation
+loss, lower is better, against this experiment's own margin in nats, a rule failing where any seed diverged. The
+verdict table (orderings.md, analysis/findings.py) tests them as it tests the thesis's: paired or Welch 90 %
+intervals, verdicts against the margin, the one-sided tests behind `holds`, Holm's correction over each rule's rows.
+Here: the baseline's rate check, the final-loss table and its figure.
 """
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ import pandas as pd  # noqa: E402
 
 from .. import figures as fg  # noqa: E402
 from .. import findings as fd  # noqa: E402
-from .. import readings as rd  # noqa: E402
-from ..entries import Comparison, Divergence, Drawn, Experiment, Figure, Finding, Runs, Table  # noqa: E402
+from ..entries import Comparison, Divergence, Drawn, Experiment, Figure, Finding, Measure, Runs, Table  # noqa: E402
 from ..smoke import SMOKE, smoke_paths  # noqa: E402
 
 EXPERIMENT = 15
@@ -57,16 +53,17 @@ def finding_name(rule: str) -> str:
     return f"adamw_{rule}_keeps_loss"
 
 
+#: what its findings compare: the last epoch's validation loss, lower is better, against the declared margin
+FINAL_LOSS = Measure("final validation loss (nats a byte, the last epoch's)", "nats", "final_val_loss",
+                     "final_val_loss", higher_is_better=False, margins=MARGINS, margin_reason=MARGIN_REASON,
+                     decimals=3)
 #: one finding per rule, its rows the worker counts, Holm's correction over those 4 rows (one family a rule)
-RULE_FINDINGS = tuple(
+FINDINGS = tuple(
     Finding(finding_name(rule), f"AdamW with {RULE_WORDS[rule]} and warm-up keeps the 1-worker baseline's final "
                                 "validation loss", "not worse",
-            (Comparison(rule_runs(rule), BASELINE_RUNS, "1 worker"),), by=("gpus",))
+            (Comparison(rule_runs(rule), BASELINE_RUNS, "1 worker"),), by=("gpus",), measure=FINAL_LOSS,
+            fails_where_diverged=True)
     for rule in RULES)
-RULE_OF = {finding_name(rule): rule for rule in RULES}
-#: the verdict table's columns that are differences or interval ends (of the negated loss, then of the loss)
-SIGNED = ("difference", "final_difference", "declared_difference")
-INTERVALS = (("ci_low", "ci_high"), ("final_ci_low", "final_ci_high"), ("declared_ci_low", "declared_ci_high"))
 
 
 # ============================================================================================ the runs
@@ -93,49 +90,7 @@ def final_losses(df: pd.DataFrame) -> pd.DataFrame:
     return runs.assign(diverged=(runs["status"] == "diverged") | ~finite).dropna(subset=["rule"])
 
 
-def as_higher_is_better(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs as the verdict table's comparisons read them (best_val_top1 and final_top1, higher is better): the
-    negated final validation loss under both names (a loss 0.05 above the baseline's is 0.05 "worse")."""
-    return runs.assign(best_val_top1=-runs["final_val_loss"], final_top1=-runs["final_val_loss"])
-
-
-def in_loss(verdicts: pd.DataFrame) -> pd.DataFrame:
-    """Verdict rows of the negated loss as rows of the loss: each difference negated, each interval's ends negated
-    and swapped (verdicts, holds and p-values are the same either way round)."""
-    out = verdicts.copy()
-    for column in SIGNED:
-        out[column] = -out[column].astype(float)
-    for low, high in INTERVALS:
-        out[low], out[high] = -verdicts[high].astype(float), -verdicts[low].astype(float)
-    return out
-
-
-# ============================================================================================ the verdicts
-
-
-def failed_where_diverged(rows: list[dict]) -> list[dict]:
-    """The declared rule for a configuration any of whose seeds diverged: it does not keep the baseline's loss
-    (holds `no`, p 1, in its finding's Holm family), whatever its other seeds' interval says."""
-    for row in rows:
-        if row.get("diverged") and int(row["diverged"]) > 0:
-            row.update(holds="no", p=1.0)
-    return rows
-
-
-def verdicts(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
-    """One row per rule and worker count at each scale and numerics (analysis.findings.COLUMNS, in loss): the
-    difference from the 1-worker baseline with its 90 % interval, verdict, holds, and holds after Holm's
-    correction over the rule's rows. Smoke runs are compared among themselves and get no verdict."""
-    runs = as_higher_is_better(final_losses(df))
-    rows = []
-    smoke = runs["path"].isin(smoke_paths(df))
-    for (scale, numerics, is_smoke), g in runs.groupby([runs["scale"].fillna("unknown"), runs["numerics"], smoke],
-                                                       dropna=False, sort=True):
-        margin = MARGINS.get(scale, math.nan)
-        found = fd.with_holm(failed_where_diverged(fd.finding_rows(RULE_FINDINGS, g, ref, margin)))
-        rows += [{"scale": scale, "numerics": numerics, **(fd.no_verdict(row) if is_smoke else row)}
-                 for row in found]
-    return in_loss(pd.DataFrame(rows, columns=fd.COLUMNS))
+# ============================================================================================ the rate check
 
 
 def loss_verdict(ci_low: float, ci_high: float, margin: float) -> str:
@@ -189,55 +144,8 @@ def rate_check_lines(df: pd.DataFrame) -> list[str]:
     return lines
 
 
-def made_verdicts(inputs) -> pd.DataFrame:
-    """verdicts of the report's runs, made once for the table and its notes."""
-    return verdicts(inputs.df, inputs.ref)
-
-
 def _nats(x) -> str:
     return "" if pd.isna(x) else f"{float(x):+.3f}"
-
-
-def verdict_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """The short table: rule, workers, seeds, the loss difference with its interval (3 decimals: the margin is
-    0.05), how it was computed, verdict, holds before and after Holm, diverged seeds, the after-a-look flag."""
-    v = frame.reset_index(drop=True)
-    return pd.DataFrame({
-        "scale": v["scale"], "numerics": v["numerics"], "rule": v["finding"].map(RULE_OF),
-        "workers": v["workers"], "seeds": [f"{int(n)} vs {int(m)}" for n, m in zip(v["n"], v["n_against"])],
-        "loss difference [90 % interval], nats": [f"{_nats(d)} [{_nats(lo)}, {_nats(hi)}]" if not pd.isna(lo)
-                                                  else _nats(d) for d, lo, hi in
-                                                  zip(v["difference"], v["ci_low"], v["ci_high"])],
-        "margin": v["margin"], "method": v["method"], "verdict": v["verdict"], "holds": v["holds"],
-        "holds after Holm": v["holds_holm"], "p_holm": v["p_holm"], "diverged": v["diverged"],
-        "flag": v["after_a_look"],
-    })
-
-
-def verdict_table(inputs, entry: Table) -> pd.DataFrame | None:
-    """The report's exp15_verdicts: None until experiment 15 has runs of a rule and of the baseline."""
-    frame = inputs.once(made_verdicts)
-    return verdict_rows(frame) if len(frame) else None
-
-
-def verdict_notes(inputs, shown: pd.DataFrame) -> list[str]:
-    """What the rows say, one line a rule and scale (analysis.readings.finding_summary, Holm's line with it), then
-    the measure, the margin and the rules they are read by."""
-    frame = inputs.once(made_verdicts)
-    return [f"What the rows say: {line}" for line in rd.finding_summary(frame, RULE_FINDINGS)] + \
-        rate_check_lines(inputs.df) + [
-        "difference: mean final validation loss (nats a byte, the last epoch's, on the declared validation windows) "
-        "of the rule's runs at that worker count minus the 1-worker baseline's: above 0 is worse; 90 % t interval, "
-        "paired by seed where both sides ran the same seeds, else Welch.",
-        "verdict: equivalent when the interval lies inside (-margin, +margin), worse when wholly above +margin, "
-        "better when wholly below -margin, else inconclusive; holds (a rule keeps the baseline's loss): yes where "
-        "the interval's high end is below +margin (not worse), no where it lies wholly above it or any seed "
-        "diverged (its loss not finite), else undecided.",
-        "holds after Holm: Holm's correction over each rule's rows (its worker counts) of the one-sided tests "
-        "behind holds, at 5 % each; a diverged configuration counts in its family with p = 1.",
-        f"margin at the local scale: {MARGINS['local']} nats -- {MARGIN_REASON}; none is declared at the other "
-        f"scales yet (their rows: inconclusive). Declared in {DECLARED}, before any run.",
-    ]
 
 
 # ============================================================================================ final loss per rule
@@ -308,16 +216,23 @@ def final_loss_figure(inputs, entry: Figure) -> Drawn | None:
     return Drawn(loss_figure(table, MARGINS["local"]), inputs.source) if len(table) else None
 
 
+def loss_notes(inputs, shown: pd.DataFrame) -> list[str]:
+    """The columns in words, where the verdicts are, and the baseline's rate check, a line a scale."""
+    return [
+        "final_val_loss: the last epoch's validation loss (nats a byte) of the completed runs, mean and sd over "
+        "their seeds; diverged: runs the trainer ended on a non-finite loss, counted, never averaged; "
+        "minus_baseline: the mean minus the 1-worker baseline's (negative is better); lr: the rule's rate after "
+        "warm-up; global_batch_windows: windows of the context's tokens a step.",
+        f"The verdicts (each rule against the baseline, {MARGINS['local']} nats, Holm's correction over each rule's "
+        "rows) are in orderings.md, beside the thesis's findings.",
+        *rate_check_lines(inputs.df),
+    ]
+
+
 TABLES = (
-    Table("exp15_verdicts", "", (EXPERIMENT,), verdict_table,
-          "Experiment 15: does AdamW keep the 1-worker baseline's final validation loss under each scaling rule? "
-          "Verdicts against the declared margin, with Holm's correction", verdict_notes),
     Table("exp15_final_loss", "", (EXPERIMENT,), loss_per_rule,
           "Experiment 15: final validation loss per scaling rule and worker count, against the 1-worker baseline",
-          ("final_val_loss: the last epoch's validation loss (nats a byte) of the completed runs, mean and sd over "
-           "their seeds; diverged: runs the trainer ended on a non-finite loss, counted, never averaged; "
-           "minus_baseline: the mean minus the 1-worker baseline's (negative is better); lr: the rule's rate after "
-           "warm-up; global_batch_windows: windows of the context's tokens a step.",)),
+          loss_notes),
 )
 FIGURES = (Figure("exp15_final_loss", "", (EXPERIMENT,), final_loss_figure),)
-EXPORTS = ("loss_table", "verdicts")
+EXPORTS = ("loss_table", "rate_check")
