@@ -440,7 +440,7 @@ def diverged_words(findings) -> str:
         + (rule.declared if math.isinf(rule.share) else f"their last epoch's training loss not finite or above "
            f"{rule.share:g} of their first epoch's: {rule.declared}")
         + "), left out of its mean and counted apart (orderings.csv diverged); "
-        + ("a row with any such run does not hold (holds no, p 1 in its Holm family)" if experiment in failing else
+        + ("a row with any such run fails: holds no, p 1 in its Holm family" if experiment in failing else
            "a row whose runs all diverged has no verdict and claims nothing") for experiment, rule in rules)
 
 
