@@ -84,6 +84,18 @@ def test_speed_up_and_efficiency_are_tokens_per_s_over_the_same_backends_one_pro
     assert {r.context for r in table.itertuples()} == {CONTEXT}
 
 
+def test_hybrid_shardings_speed_up_is_over_full_shardings_one_process_run(tmp_path):
+    """hsdp has no 1-process run (it needs two nodes or more); on one process it is full sharding, so its speed-up
+    and efficiency are over FSDP's 1-process run of the same scale, numerics and batch."""
+    import analysis as an
+    from analysis.experiments.gpt_throughput import gpt_throughput_table
+
+    write_run(tmp_path, "w1-fsdp-s0", 800.0, study_sets("w1-fsdp-s0"))
+    write_run(tmp_path, "n2-t2-hsdp-s0", 2000.0, ["train.workers=4", "train.backend=hsdp"], peaks=(2**29,) * 4)
+    (hsdp,) = [r for r in gpt_throughput_table(an.load_study(tmp_path)).itertuples() if r.backend == "hsdp"]
+    assert (hsdp.processes, hsdp.speedup, hsdp.efficiency) == (4, pytest.approx(2.5), pytest.approx(0.625))
+
+
 def test_mfu_where_recorded_else_unmeasured_model_flops_and_the_largest_ranks_peak(written):
     from analysis.experiments.gpt_throughput import UNMEASURED, gpt_throughput_table
 

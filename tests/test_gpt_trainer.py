@@ -141,3 +141,14 @@ def test_experiment_14_starts_fsdp_ranks_under_torchrun_and_reads_the_corpus_whe
     gpu = study_plan(REPO / "experiments/14_gpt_throughput", "gpu", False, None, []).runs
     assert {(r.cfg.model.name, r.cfg.train.precision, r.cfg.data.kind, r.cfg.data.path) for r in gpu} == {
         ("gpt2_124m", "bf16", "tokens", "${CORPUS_DIR}")}  # as written: each run reads it where it starts
+
+
+def test_experiment_14_spans_nodes_at_the_thesis_scale_with_hybrid_sharding_beside_full(monkeypatch):
+    from contract.plan import study_plan
+
+    monkeypatch.setenv("CORPUS_DIR", "/data/corpus")
+    runs = {r.name: r for r in study_plan(REPO / "experiments/14_gpt_throughput", "thesis", False, None, []).runs}
+    across = {name: (r.nodes, r.cfg.train.workers, r.cfg.train.backend) for name, r in runs.items() if r.nodes > 1}
+    assert across == {f"thesis-n{n}-t4-{b}-s0": (n, 4 * n, b) for n in (2, 4)
+                      for b in ("ddp", "fsdp", "hsdp", "horovod")}
+    assert not any(r.cfg.train.backend == "hsdp" for r in runs.values() if r.nodes == 1)  # hybrid needs nodes

@@ -31,7 +31,10 @@ EXPERIMENT = 14
 EXPERIMENTS = (Experiment(EXPERIMENT, "tokens"),)  # tokens/s: kept out of the images/s tables
 RATES = ("tokens_per_s", "model_flops_per_s", "mfu")  # the bench record's workload rates (contract/runfolder.py Bench)
 UNMEASURED = "unmeasured"  # an MFU cell where the device's peak is unknown (the CPU, a GPU contract/machine.py lacks)
-BACKEND_NAME = {"ddp": "DDP", "fsdp": "FSDP", "horovod": "Horovod"}
+BACKEND_NAME = {"ddp": "DDP", "fsdp": "FSDP", "hsdp": "HSDP (hybrid)", "horovod": "Horovod"}
+#: a backend with no 1-process run of its own -> the backend whose 1-process run is its speed-up's denominator: hybrid
+#: sharding needs two nodes or more, and on one process it is full sharding
+BASELINE_OF = {"hsdp": "fsdp"}
 #: one configuration: its runs are averaged
 KEYS = ["scale", "backend", "framework", "numerics", "per_gpu_batch", "gpus", "processes"]
 #: one backend's series at one batch: its 1-process row is the speed-up's denominator
@@ -46,7 +49,8 @@ NOTES = (
     "tokens_per_s: the bench record's (steady-state windows/s x the context's tokens, contract/runfolder.py "
     "workload_rates), the mean over the configuration's runs; context: tokens a window; per_gpu_batch: windows a "
     "process a step.",
-    "speedup: tokens/s over the same backend's 1-process row (same scale, framework, numerics and batch a process), "
+    "speedup: tokens/s over the same backend's 1-process row (same scale, framework, numerics and batch a process; "
+    "hsdp, which needs two nodes or more, over fsdp's: on one process hybrid sharding is full sharding), "
     "as the thesis's Tables 2-9 divide images/s; efficiency: speedup / processes (1.0: linear scaling).",
     "model_tflops_per_s: the model's FLOPs a second (PaLM's 6N + 12LdT a token, workloads/gpt/sizes.py), in "
     "10^12; mfu_pct: those over the devices' dense peak at the run's precision (contract/machine.py), 'unmeasured' "
@@ -111,11 +115,24 @@ def gpt_throughput_table(df: pd.DataFrame) -> pd.DataFrame | None:
     bench = gpt_bench(df)
     if bench.empty:
         return None
+    configs = configurations(bench)
     rows = []
-    for _, series in configurations(bench).groupby(SERIES, dropna=False, sort=True):
-        one = next(series[series["gpus"] == 1].itertuples(index=False), None)
+    for _, series in configs.groupby(SERIES, dropna=False, sort=True):
+        one = next(series[series["gpus"] == 1].itertuples(index=False), None) or borrowed_one(configs, series)
         rows += [table_row(o, one) for o in series.sort_values("gpus").itertuples(index=False)]
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def borrowed_one(configs: pd.DataFrame, series: pd.DataFrame):
+    """The 1-process row of the backend a series without one is measured against (BASELINE_OF), of the same scale,
+    framework, numerics and batch; None where there is none."""
+    backend = BASELINE_OF.get(series["backend"].iloc[0])
+    same = [c for c in SERIES if c != "backend"]
+    first = series.iloc[0]
+    match = (configs["backend"] == backend) & (configs["gpus"] == 1)
+    for column in same:  # NaN matches NaN: a column unrecorded on both sides
+        match &= (configs[column] == first[column]) | (configs[column].isna() & pd.isna(first[column]))
+    return next(configs[match].itertuples(index=False), None)
 
 
 def measured(inputs: Inputs) -> pd.DataFrame | None:
