@@ -502,14 +502,15 @@ LINK_BENCH = "link bench"
 # seed, narrowing every interval with a std of 0.000 and perhaps changing a verdict.
 #: the columns add_run_facts adds beside `fingerprint`, and their value on rows of no run folder (upstream logs)
 FACTS_ABSENT = {"link": None, "hosts": math.nan, "threads_per_rank": None, "cpus_per_rank": None, "identity": None,
-                "ended": "", "disturbed": "", "peak_memory_bytes": math.nan, "peak_memory_of": ""}
+                "ended": "", "disturbed": "", "peak_memory_bytes": math.nan, "peak_memory_of": "", "nodes": math.nan}
 
 
 def run_facts(fingerprint: str | None, config, manifest) -> dict:
     """A run folder's fingerprint (with its link), the link it ran under and its distinct hosts, each rank's
     threads and CPUs where all ranks had the same (contract/placement.py), its identity, its manifest's end and
     why its timed steps did not measure its machine alone (contract/hostload.py; "" when they did or were not timed),
-    and the largest peak memory a rank with what it measured (contract/placement.py; NaN and "" where unrecorded)."""
+    the largest peak memory a rank with what it measured, and the nodes its ranks were started on
+    (contract/placement.py; NaN and "" where unrecorded)."""
     m = manifest if isinstance(manifest, dict) else {}
     peak, peak_of = placement.peak_memory(m.get("placement") if isinstance(m.get("placement"), list) else None)
     link = m.get("link") if isinstance(m.get("link"), str) and m.get("link") else None
@@ -521,7 +522,8 @@ def run_facts(fingerprint: str | None, config, manifest) -> dict:
             "ended": str(m.get("end") or ""),
             "disturbed": "; ".join(hostload.disturbances(m.get("placement") if isinstance(m.get("placement"), list)
                                                          else None)),
-            "peak_memory_bytes": math.nan if peak is None else peak, "peak_memory_of": peak_of}
+            "peak_memory_bytes": math.nan if peak is None else peak, "peak_memory_of": peak_of,
+            "nodes": placement.nodes(m.get("placement") if isinstance(m.get("placement"), list) else None)}
 
 
 def add_run_facts(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
@@ -532,7 +534,7 @@ def add_run_facts(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
     attrs = dict(df.attrs)
     found = {path: f["fingerprint"] for path, f in facts.items()}
     values = {c: [facts[p][c] if p in facts else absent for p in df["path"]] for c, absent in FACTS_ABSENT.items()}
-    for column in ("threads_per_rank", "cpus_per_rank", "peak_memory_bytes"):
+    for column in ("threads_per_rank", "cpus_per_rank", "peak_memory_bytes", "nodes"):
         values[column] = pd.to_numeric(values[column], errors="coerce")
     df = df.assign(fingerprint=df["path"].map(found) if len(df) else pd.Series(dtype=object), **values)
     df["hosts"] = pd.to_numeric(df["hosts"], errors="coerce")

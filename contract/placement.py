@@ -213,3 +213,10 @@ def peak_memory(ranks: Sequence[Mapping] | None) -> tuple[float | None, str]:
         return None, ""
     kinds = dict.fromkeys(str(p["peak_memory_of"]) for p in peaks if p.get("peak_memory_of"))
     return float(max(p["peak_memory_bytes"] for p in peaks)), ", ".join(kinds)
+
+
+def nodes(ranks: Sequence[Mapping] | None) -> float:
+    """The nodes a run's ranks were started on: its ranks of local rank 0, one a node, as its launcher numbered them
+    (torchrun's "nodes" on one machine share its host name, so hosts alone cannot count them); NaN where unrecorded."""
+    local = [p.get("local_rank") for p in ranks or () if isinstance(p, Mapping)]
+    return float(local.count(0)) if local and all(isinstance(r, int) for r in local) else float("nan")

@@ -25,7 +25,7 @@ CONTEXT = 128  # gpt_local's tokens a window (workloads/gpt/sizes.py)
 
 
 def write_run(out: Path, name: str, tokens_per_s: float, sets: list[str], peaks=(2**30,), mfu: float | None = None,
-              disturbed: bool = False) -> None:
+              disturbed: bool = False, local_ranks=None) -> None:
     """A bench run as the trainer writes one (contract/runfolder.py's writer), with chosen rates: windows/s is
     tokens/s over the context, model FLOP/s a fixed multiple; a placement entry a rank with its peak memory."""
     cfg = load_config(EXP14, "local", sets, need_data=False)
@@ -38,8 +38,9 @@ def write_run(out: Path, name: str, tokens_per_s: float, sets: list[str], peaks=
                   tokens_per_s=tokens_per_s, model_flops_per_s=tokens_per_s * 1e6, mfu=mfu)
     # a rank that timed its steps beside 1.5 CPUs of other work on a 2-CPU host (contract/hostload.py)
     load = {"busy_cpu_s": 2.5, "timed_cpu_s": 1.0, "timed_wall_s": 1.0} if disturbed else {}
+    local_ranks = local_ranks or range(len(peaks))  # one node unless told: its ranks 0 ... P-1
     placement = [{"host": "vm", "local_rank": r, "threads": 1, "cpus": 1, "cpu_list": "0-1", "peak_memory_bytes": peak,
-                  "peak_memory_of": "cuda_allocated", **load} for r, peak in enumerate(peaks)]
+                  "peak_memory_of": "cuda_allocated", **load} for r, peak in zip(local_ranks, peaks)]
     folder.end("completed", 0, exit_code=0, manifest_version=VERSION, backend=cfg.train.backend,
                world_size=cfg.train.workers, placement=placement)
     folder.close()
@@ -90,10 +91,12 @@ def test_hybrid_shardings_speed_up_is_over_full_shardings_one_process_run(tmp_pa
     import analysis as an
     from analysis.experiments.gpt_throughput import gpt_throughput_table
 
+    across = {"peaks": (2**29,) * 4, "local_ranks": (0, 1, 0, 1)}  # 2 nodes of 2, as torchrun numbers them
     write_run(tmp_path, "w1-fsdp-s0", 800.0, study_sets("w1-fsdp-s0"))
-    write_run(tmp_path, "n2-t2-hsdp-s0", 2000.0, ["train.workers=4", "train.backend=hsdp"], peaks=(2**29,) * 4)
+    write_run(tmp_path, "n2-t2-hsdp-s0", 2000.0, ["train.workers=4", "train.backend=hsdp"], **across)
     (hsdp,) = [r for r in gpt_throughput_table(an.load_study(tmp_path)).itertuples() if r.backend == "hsdp"]
-    assert (hsdp.processes, hsdp.speedup, hsdp.efficiency) == (4, pytest.approx(2.5), pytest.approx(0.625))
+    assert (hsdp.processes, hsdp.nodes, hsdp.speedup, hsdp.efficiency) == (4, 2, pytest.approx(2.5),
+                                                                           pytest.approx(0.625))
 
 
 def test_mfu_where_recorded_else_unmeasured_model_flops_and_the_largest_ranks_peak(written):

@@ -1,9 +1,11 @@
 """contract/placement.py: each rank's CPUs, threads and loader workers from its allocation, and the checks on a
 run's per-rank records (pure arithmetic: no launcher, no timing)."""
+import math
+
 import pytest
 
-from contract.placement import (Allocation, cpu_list, cpus_given, decide, parse_cpu_list, peak_memory, per_rank,
-                                problems, record)
+from contract.placement import (Allocation, cpu_list, cpus_given, decide, nodes, parse_cpu_list, peak_memory,
+                                per_rank, problems, record)
 from contract.manifest import VERSION
 
 NODE2 = (0, 1)
@@ -196,3 +198,10 @@ def test_a_runs_peak_memory_is_its_largest_ranks_with_what_each_measured():
     assert peak_memory(ranks) == (5 * 2**30, "cuda_allocated, cpu_rss")
     assert peak_memory([{"threads": 1}]) == peak_memory(None) == (None, "")  # a run before peaks were recorded
     assert peak_memory([{"peak_memory_bytes": True}]) == (None, "")  # a flag is no number of bytes
+
+
+def test_a_runs_nodes_are_its_ranks_of_local_rank_0():
+    """torchrun's two "nodes" on one machine share a host name: the local ranks count them."""
+    assert nodes([{"host": "vm", "local_rank": r} for r in (0, 1, 0, 1)]) == 2.0
+    assert nodes([{"host": "vm", "local_rank": r} for r in (0, 1, 2, 3)]) == 1.0
+    assert math.isnan(nodes(None)) and math.isnan(nodes([{"host": "vm"}]))  # unrecorded

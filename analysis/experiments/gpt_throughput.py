@@ -36,19 +36,20 @@ BACKEND_NAME = {"ddp": "DDP", "fsdp": "FSDP", "hsdp": "HSDP (hybrid)", "horovod"
 #: sharding needs two nodes or more, and on one process it is full sharding
 BASELINE_OF = {"hsdp": "fsdp"}
 #: one configuration: its runs are averaged
-KEYS = ["scale", "backend", "framework", "numerics", "per_gpu_batch", "gpus", "processes"]
+KEYS = ["scale", "backend", "framework", "numerics", "per_gpu_batch", "gpus", "processes", "nodes"]
 #: one backend's series at one batch: its 1-process row is the speed-up's denominator
 SERIES = ["scale", "backend", "framework", "numerics", "per_gpu_batch"]
-COLUMNS = ["scale", "backend", "framework", "numerics", "per_gpu_batch", "context", "processes", "tokens_per_s",
-           "speedup", "efficiency", "model_tflops_per_s", "mfu_pct", "peak_gib_a_rank", "peak_memory_of",
-           "threads_per_rank", "n_runs", "flag"]
+COLUMNS = ["scale", "backend", "framework", "numerics", "per_gpu_batch", "context", "processes", "nodes",
+           "tokens_per_s", "speedup", "efficiency", "model_tflops_per_s", "mfu_pct", "peak_gib_a_rank",
+           "peak_memory_of", "threads_per_rank", "n_runs", "flag"]
 TO_FILL = "`make exp14` (after `make setup-corpus`)"  # what fills this experiment's entries
 NO_RUNS = f"no experiment 14 runs: {TO_FILL} draws it"
 NEEDS = "`make setup-corpus` (root: the local corpus), then"
 NOTES = (
     "tokens_per_s: the bench record's (steady-state windows/s x the context's tokens, contract/runfolder.py "
     "workload_rates), the mean over the configuration's runs; context: tokens a window; per_gpu_batch: windows a "
-    "process a step.",
+    "process a step; nodes: the nodes the ranks were started on (their ranks of local rank 0, as the manifest's "
+    "placement records them).",
     "speedup: tokens/s over the same backend's 1-process row (same scale, framework, numerics and batch a process; "
     "hsdp, which needs two nodes or more, over fsdp's: on one process hybrid sharding is full sharding), "
     "as the thesis's Tables 2-9 divide images/s; efficiency: speedup / processes (1.0: linear scaling).",
@@ -102,7 +103,7 @@ def table_row(o, one) -> dict:
     return {"scale": tb.scale_label(o.scale), "backend": o.backend, "framework": o.framework, "numerics": o.numerics,
             "per_gpu_batch": o.per_gpu_batch, "context": round(o.tokens_per_s / o.windows_per_s)
             if o.windows_per_s > 0 and fl.finite(o.tokens_per_s) else math.nan,
-            "processes": processes, "tokens_per_s": o.tokens_per_s, "speedup": speedup,
+            "processes": processes, "nodes": o.nodes, "tokens_per_s": o.tokens_per_s, "speedup": speedup,
             "efficiency": nb.efficiency(speedup, processes), "model_tflops_per_s": o.model_flops_per_s / 1e12,
             "mfu_pct": 100 * o.mfu if fl.finite(o.mfu) else UNMEASURED,
             "peak_gib_a_rank": o.peak_memory_bytes / 2**30, "peak_memory_of": o.peak_memory_of or "unrecorded",
@@ -119,7 +120,7 @@ def gpt_throughput_table(df: pd.DataFrame) -> pd.DataFrame | None:
     rows = []
     for _, series in configs.groupby(SERIES, dropna=False, sort=True):
         one = next(series[series["gpus"] == 1].itertuples(index=False), None) or borrowed_one(configs, series)
-        rows += [table_row(o, one) for o in series.sort_values("gpus").itertuples(index=False)]
+        rows += [table_row(o, one) for o in series.sort_values(["gpus", "nodes"]).itertuples(index=False)]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -162,18 +163,26 @@ def ideal_reach(table: pd.DataFrame, cores: int | None) -> float:
 
 def plot_series(axes, table: pd.DataFrame, reach: float) -> None:
     """Each backend's series on the three panels: tokens/s (dotted: its 1-process rate x processes), speed-up
-    (flagged points ringed), peak memory a rank."""
+    (flagged points ringed), peak memory a rank; one node's rows a line, rows across nodes hollow squares beside
+    it (the same processes on more nodes is another configuration, never a point of the same line)."""
     for i, (key, g) in enumerate(table.groupby(SERIES, dropna=False, sort=True)):
         g = g.sort_values("processes")
         colour, label = fg._colour(i), series_label(key)
-        axes[0].plot(g["processes"], g["tokens_per_s"], "-o", color=colour, label=label)
-        one = g.loc[g["processes"] == 1, "tokens_per_s"]
+        across = g["nodes"] > 1
+        one_node, spread = g[~across], g[across]
+        if len(one_node):
+            axes[0].plot(one_node["processes"], one_node["tokens_per_s"], "-o", color=colour, label=label)
+        one = one_node.loc[one_node["processes"] == 1, "tokens_per_s"]
         if len(one):
-            xs = [p for p in sorted(g["processes"]) if p <= reach]
+            xs = [p for p in sorted(one_node["processes"]) if p <= reach]
             axes[0].plot(xs, [float(one.iloc[0]) * p for p in xs], ":", color=colour, alpha=0.6, linewidth=1)
-        axes[1].plot(g["processes"], g["speedup"], "-o", color=colour)  # one legend of the series: the first panel's
+        for ax, column in zip(axes, ("tokens_per_s", "speedup", "peak_gib_a_rank")):
+            if ax is not axes[0]:  # one legend of the series: the first panel's
+                ax.plot(one_node["processes"], one_node[column], "-o", color=colour)
+            for nodes, at in spread.groupby("nodes"):
+                ax.plot(at["processes"], at[column], "s", mfc="none", color=colour, markersize=8,
+                        label=f"{label}, {int(nodes)} nodes" if ax is axes[0] else None)
         fg.flagged_points(axes[1], g.rename(columns={"processes": "gpus"}))
-        axes[2].plot(g["processes"], g["peak_gib_a_rank"], "-o", color=colour)
 
 
 def gpt_throughput_figure(table: pd.DataFrame, title: str = "", cores: int | None = None):
