@@ -1,13 +1,15 @@
 """The findings the plug-ins declare (analysis.entries.Finding), tested as equivalences with a declared margin, at
 each scale: the verdict table (`orderings`).
 
-Each row is a difference "treated minus control" of best validation top-1 (the thesis's tables record the best
-epoch: its scripts keep best_acc1, and its text reports "best Top-1/Top-5") between one comparison's two sides, a
-row per group of the treated runs (Finding.by); a side's runs that diverged by its rule are left out and counted in
-`diverged`. The verdict (`verdict`), what supports a finding (`holds`, by its declared direction), Holm's family-wise
-view (`holds_holm`), the seeds a verdict would need and the after-a-look flag are each a function below; notes() says
-them as the table does. The margin of each scale is declared with its reason in experiments/scales.toml
-[margins.<scale>].
+Each row is a difference "treated minus control" of the finding's measure (Finding.measure; the thesis's findings:
+best validation top-1, as the thesis's tables record the best epoch: its scripts keep best_acc1, and its text reports
+"best Top-1/Top-5") between one comparison's two sides, a row per group of the treated runs (Finding.by); a side's
+runs that diverged by its rule are left out and counted in `diverged`. A measure where lower is better (a loss) is
+compared negated, so that every function below reads higher as better, and its rows are given back in its own
+direction (as_measured). The verdict (`verdict`), what supports a finding (`holds`, by its declared direction), Holm's
+family-wise view (`holds_holm`), the seeds a verdict would need and the after-a-look flag are each a function below;
+notes() says them as the table does. The margin of each scale is declared with its reason in experiments/scales.toml
+[margins.<scale>]; a measure may declare its own (Measure.margins), in its own unit.
 """
 from __future__ import annotations
 
@@ -24,10 +26,10 @@ from scipy import stats
 from .smoke import SMOKE, diverged_runs, smoke_paths
 
 COLUMNS = ["scale", "numerics", "finding", "experiment", "workers", "warmup", "optimizer", "against", "n", "n_against",
-           "difference", "ci_low", "ci_high", "margin", "unit", "verdict", "holds", "method", "p", "p_holm", "holds_holm",
-           "seeds_needed", "needed_for", "final_difference", "final_ci_low", "final_ci_high", "final_verdict",
-           "after_a_look", "declared_n", "declared_n_against", "declared_difference", "declared_ci_low",
-           "declared_ci_high", "declared_verdict", "thesis_difference", "diverged"]
+           "difference", "ci_low", "ci_high", "margin", "unit", "verdict", "holds", "method", "p", "p_holm",
+           "holds_holm", "seeds_needed", "needed_for", "final_difference", "final_ci_low", "final_ci_high",
+           "final_verdict", "after_a_look", "declared_n", "declared_n_against", "declared_difference",
+           "declared_ci_low", "declared_ci_high", "declared_verdict", "thesis_difference", "diverged"]
 PAIRED, WELCH = "paired by seed", "Welch (unpaired)"  # `method`: how the interval was computed
 ALPHA = (1 - 0.90) / 2  # each end of the 90 % interval is a one-sided test at 5 %: Holm's family-wise level
 OPTIMIZERS = ("sgd", "lars", "lamb", "radam")  # the order rows and curves take
@@ -230,8 +232,8 @@ def diverging(findings) -> list:
 
 
 def _completed(df: pd.DataFrame, findings) -> pd.DataFrame:
-    """The completed runs of the experiments the findings read, each with its last epoch's top-1 and whether it
-    diverged by its side's rule."""
+    """The completed runs of the experiments the findings read, each with its last epoch's top-1 and validation loss
+    (RUN_MEASURES) and whether it diverged by its side's rule."""
     read = {e for f in findings for e in f.experiments()}
     # the runs the trainer ended on a non-finite loss are rows too where a finding fails on them: counted, never
     # averaged (a diverged run may have no validation at all)
