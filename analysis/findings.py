@@ -75,8 +75,8 @@ def holds(direction: str, ci_low: float, verdict_: str, margin: float) -> str:
     return {"equivalent": "yes", "worse": "no", "better": "no"}.get(verdict_, "undecided")
 
 
-def _paired(a: pd.Series, b: pd.Series) -> bool:
-    """Both sides ran the same seeds (the index), at least two."""
+def same_seeds(a: pd.Series, b: pd.Series) -> bool:
+    """Both sides ran the same seeds (the index), each once, at least two: their differences are paired by seed."""
     return len(a) > 1 and a.index.is_unique and b.index.is_unique and set(a.index) == set(b.index)
 
 
@@ -216,7 +216,7 @@ def declared_only(a: pd.DataFrame, b: pd.DataFrame, margin: float, measure) -> d
         return {}
     a, b = a[tags_a != "added"], b[tags_b != "added"]
     best_a, best_b = oriented(a, measure.column, measure), oriented(b, measure.column, measure)
-    got = interval(best_a, best_b, _paired(best_a, best_b))
+    got = interval(best_a, best_b, same_seeds(best_a, best_b))
     said = as_measured(got, measure) if not measure.higher_is_better else got
     return dict(after_a_look=f"seeds added after a look: declared {len(a)} vs {len(b)} give "
                              f"{said['difference']:+.{measure.decimals}f} [{said['ci_low']:+.{measure.decimals}f}, "
@@ -293,7 +293,7 @@ def compare(finding, exp: int, workers: int, against: str, a: pd.DataFrame, b: p
                optimizer=a["optimizer"].iloc[0] if "optimizer" in a and len(a) else None,
                margin=margin, unit=measure.unit, thesis_difference=thesis_difference)
     best_a, best_b = oriented(a, measure.column, measure), oriented(b, measure.column, measure)
-    paired = _paired(best_a, best_b)
+    paired = same_seeds(best_a, best_b)
     best = interval(best_a, best_b, paired)
     if _mixed(a, b):  # refused: runs of different configs are never averaged
         best.update(ci_low=math.nan, ci_high=math.nan, method="configs differ apart from the seed: not compared")

@@ -103,11 +103,6 @@ def losses_by_seed(runs: pd.DataFrame) -> pd.Series:
     return pd.Series(runs["final_val_loss"].to_numpy(dtype=float), index=runs["seed"].to_numpy())
 
 
-def same_seeds(a: pd.Series, b: pd.Series) -> bool:
-    """Both sides ran the same seeds, each once, at least two: their differences are paired by seed."""
-    return len(a) > 1 and a.index.is_unique and b.index.is_unique and set(a.index) == set(b.index)
-
-
 def rate_check(df: pd.DataFrame) -> pd.DataFrame:
     """The baseline's rate checked, per scale and numerics (smoke runs left out): each neighbouring 1-worker rate's
     final loss minus the baseline's, its 90 % interval (paired by seed where both ran the same seeds), its verdict
@@ -121,7 +116,7 @@ def rate_check(df: pd.DataFrame) -> pd.DataFrame:
         margin = MARGINS.get(scale, math.nan)
         for lr, neighbour in g[g["rule"] == RATE_CHECK].groupby("lr", sort=True):
             mine = losses_by_seed(neighbour)
-            got = fd.interval(mine, base, paired=same_seeds(mine, base))
+            got = fd.interval(mine, base, paired=fd.same_seeds(mine, base))
             verdict = loss_verdict(got["ci_low"], got["ci_high"], margin)
             rows.append({"scale": scale, "numerics": numerics, "lr": lr, "n": len(mine), "n_against": len(base),
                          "difference": got["difference"], "ci_low": got["ci_low"], "ci_high": got["ci_high"],
