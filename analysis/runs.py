@@ -41,8 +41,8 @@ RUN_COLUMNS = ["experiment", "exp", "run", "path", "source", "scale", "framework
 RECORD_COLUMNS = ["kind", "epoch", "train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5",
                   "epoch_lr", "epoch_time", "images", "skipped_steps", "thesis_images_per_s", "steady_images_per_s",
                   "batch_time_avg_at_199", "warmup_batches", "data_share", "data_s", "compute_s", "comm_s",
-                  "tokens_per_s", "model_flops_per_s", "mfu", "best_val_top1", "best_val_top5", "t", "util_pct", "mem_gb", "power_w", "device", "planned_lr",
-                  "step", "note"]
+                  "tokens_per_s", "model_flops_per_s", "mfu", "best_val_top1", "best_val_top5", "t", "util_pct",
+                  "mem_gb", "power_w", "device", "planned_lr", "step", "note"]
 COLUMNS = RUN_COLUMNS + RECORD_COLUMNS
 TEXT_COLUMNS = ["experiment", "run", "path", "source", "scale", "framework", "backend", "numerics", "warmup", "optimizer",
                 "status",
@@ -512,18 +512,18 @@ def run_facts(fingerprint: str | None, config, manifest) -> dict:
     the largest peak memory a rank with what it measured, and the nodes its ranks were started on
     (contract/placement.py; NaN and "" where unrecorded)."""
     m = manifest if isinstance(manifest, dict) else {}
-    peak, peak_of = placement.peak_memory(m.get("placement") if isinstance(m.get("placement"), list) else None)
+    ranks = m.get("placement") if isinstance(m.get("placement"), list) else None  # a rank's entry each, in rank order
+    peak, peak_of = placement.peak_memory(ranks)
     link = m.get("link") if isinstance(m.get("link"), str) and m.get("link") else None
     return {"fingerprint": f"{fingerprint} (link {link})" if fingerprint and link else fingerprint, "link": link,
             "hosts": len(set(m["hosts"])) if isinstance(m.get("hosts"), list) and m["hosts"] else math.nan,
-            "threads_per_rank": placement.per_rank(m.get("placement"), "threads"),
-            "cpus_per_rank": placement.per_rank(m.get("placement"), "cpus"),
+            "threads_per_rank": placement.per_rank(ranks, "threads"),
+            "cpus_per_rank": placement.per_rank(ranks, "cpus"),
             "identity": reader.identity_of(config, manifest) if isinstance(config, dict) else None,
             "ended": str(m.get("end") or ""),
-            "disturbed": "; ".join(hostload.disturbances(m.get("placement") if isinstance(m.get("placement"), list)
-                                                         else None)),
+            "disturbed": "; ".join(hostload.disturbances(ranks)),
             "peak_memory_bytes": math.nan if peak is None else peak, "peak_memory_of": peak_of,
-            "nodes": placement.nodes(m.get("placement") if isinstance(m.get("placement"), list) else None)}
+            "nodes": placement.nodes(ranks)}
 
 
 def add_run_facts(df: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:

@@ -170,18 +170,17 @@ def plot_series(axes, table: pd.DataFrame, reach: float) -> None:
         colour, label = fg._colour(i), series_label(key)
         across = g["nodes"] > 1
         one_node, spread = g[~across], g[across]
-        if len(one_node):
-            axes[0].plot(one_node["processes"], one_node["tokens_per_s"], "-o", color=colour, label=label)
+        for ax, column in zip(axes, ("tokens_per_s", "speedup", "peak_gib_a_rank")):
+            legend = ax is axes[0]  # one legend of the series: the first panel's
+            if len(one_node):
+                ax.plot(one_node["processes"], one_node[column], "-o", color=colour, label=label if legend else None)
+            for nodes, at in spread.groupby("nodes"):
+                ax.plot(at["processes"], at[column], "s", mfc="none", color=colour, markersize=8,
+                        label=f"{label}, {int(nodes)} nodes" if legend else None)
         one = one_node.loc[one_node["processes"] == 1, "tokens_per_s"]
         if len(one):
             xs = [p for p in sorted(one_node["processes"]) if p <= reach]
             axes[0].plot(xs, [float(one.iloc[0]) * p for p in xs], ":", color=colour, alpha=0.6, linewidth=1)
-        for ax, column in zip(axes, ("tokens_per_s", "speedup", "peak_gib_a_rank")):
-            if ax is not axes[0]:  # one legend of the series: the first panel's
-                ax.plot(one_node["processes"], one_node[column], "-o", color=colour)
-            for nodes, at in spread.groupby("nodes"):
-                ax.plot(at["processes"], at[column], "s", mfc="none", color=colour, markersize=8,
-                        label=f"{label}, {int(nodes)} nodes" if ax is axes[0] else None)
         fg.flagged_points(axes[1], g.rename(columns={"processes": "gpus"}))
 
 
