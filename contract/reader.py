@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from contract import machine
+from contract import machine, placement
 from contract.fingerprint import document_fingerprint
 from contract.invariants import check_run
 from contract.manifest import ManifestError, check_version
@@ -80,8 +80,9 @@ def folder_fingerprint(run_dir: str | Path) -> str | None:
 #: Beside the config's fingerprint, how it ran: the backend and framework it resolved to (train.backend = "auto"
 #: leaves them to the launcher), its processes (the node scale's P) and the link it ran over (make link-sweep); and
 #: the machine it ran on (contract/machine.py)
-RUN_IDENTITY = ("experiment", "fingerprint", "backend", "framework", "processes", "link", "seed", "scale", "machine")
-IDENTITY_WORDS = "experiment, config fingerprint, backend, processes, link, seed, scale and machine"  # for messages
+RUN_IDENTITY = ("experiment", "fingerprint", "backend", "framework", "processes", "nodes", "link", "seed", "scale",
+                "machine")
+IDENTITY_WORDS = "experiment, config fingerprint, backend, processes, nodes, link, seed, scale and machine"  # messages
 
 
 def run_identity(run_dir: str | Path) -> tuple | None:
@@ -96,8 +97,17 @@ def identity_of(config: dict, manifest: dict | None) -> tuple:
     train, resolved = _section(config, "train"), _section(config, "resolved")
     manifest = manifest if isinstance(manifest, dict) else {}
     return (config.get("experiment"), document_fingerprint(config), resolved.get("backend"),
-            resolved.get("framework"), manifest.get("world_size"), manifest.get("link"), train.get("seed"),
-            config.get("scale"), machine.key(manifest))
+            resolved.get("framework"), manifest.get("world_size"), nodes_of(manifest), manifest.get("link"),
+            train.get("seed"), config.get("scale"), machine.key(manifest))
+
+
+def nodes_of(manifest: dict) -> int | None:
+    """The nodes a run's ranks were started on (contract/placement.py nodes), None where its manifest does not say.
+    Part of its identity: the config does not name how its processes were placed, so 4 processes on one node and 2
+    nodes of 2 share a fingerprint, yet are two measurements of throughput (experiment 14 runs both)."""
+    ranks = manifest.get("placement")
+    count = placement.nodes(ranks if isinstance(ranks, list) else None)
+    return int(count) if count == count else None  # NaN (unrecorded) -> None: NaN never equals itself
 
 
 def _section(document: dict, name: str) -> dict:

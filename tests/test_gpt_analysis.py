@@ -147,11 +147,12 @@ def test_the_core_scan_catches_each_way_of_naming_experiment_14_and_finds_none()
 
 @pytest.fixture(scope="module")
 def studied(tmp_path_factory):
-    """DDP and FSDP on 1 and 2 processes, 3 timed steps after 1 (about a minute on 2 cores)."""
+    """DDP and FSDP on 1 and 2 processes, FSDP's 2 also as 2 torchrun nodes of 1, 3 timed steps after 1 (about a
+    minute on 2 cores)."""
     out = tmp_path_factory.mktemp("exp14")
     done = run([sys.executable, "-m", "suite", "study", str(EXP14), "--scale", "local", "--set", "bench.batches=3",
                 "--set", "bench.warmup_batches=1", "--only", "w1-ddp-s0", "w2-ddp-s0", "w1-fsdp-s0", "w2-fsdp-s0",
-                "--out", str(out)], timeout=600)
+                "n2-t1-fsdp-s0", "--out", str(out)], timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
@@ -162,10 +163,15 @@ def test_the_table_reads_the_trainers_records_and_manifests(studied):
     import analysis as an
     from analysis.experiments.gpt_throughput import UNMEASURED, gpt_throughput_table
 
-    table = gpt_throughput_table(an.load_study(studied))
-    assert sorted(zip(table["backend"], table["processes"])) == [("ddp", 1), ("ddp", 2), ("fsdp", 1), ("fsdp", 2)]
+    frame = an.load_study(studied)
+    table = gpt_throughput_table(frame)
+    # FSDP's 2 processes on one node and on 2 nodes share a config fingerprint: two runs all the same, two rows
+    assert sorted(zip(table["backend"], table["processes"], table["nodes"])) == [
+        ("ddp", 1, 1), ("ddp", 2, 1), ("fsdp", 1, 1), ("fsdp", 2, 1), ("fsdp", 2, 2)]
+    assert not [p for p in frame.attrs.get("problems", []) if "the same run as" in p]
     for r in table.itertuples():
-        run_dir = studied / "14_gpt_throughput" / f"w{int(r.processes)}-{r.backend}-s0"
+        name = f"w{int(r.processes)}" if r.nodes == 1 else f"n{int(r.nodes)}-t{int(r.processes / r.nodes)}"
+        run_dir = studied / "14_gpt_throughput" / f"{name}-{r.backend}-s0"
         (bench,) = [x for x in read_metrics(run_dir / "metrics.jsonl").records if x["kind"] == "bench"]
         placement = json.loads((run_dir / "manifest.json").read_text())["placement"]
         assert r.tokens_per_s == bench["tokens_per_s"] and r.context == CONTEXT and r.mfu_pct == UNMEASURED
@@ -187,7 +193,7 @@ def test_the_report_draws_the_table_figure_page_and_notebook_of_the_real_runs(st
 
     assert main(["report", "--runs", str(studied), "--out", str(tmp_path / "out"), "--no-notebooks"]) == 0
     md = (tmp_path / "out" / "tables" / "exp14_gpt_throughput.md").read_text()
-    assert "Made from 4 runs" in md and "| local scale | fsdp | pytorch | fp32 | 4 | 128 | 2 |" in md
+    assert "Made from 5 runs" in md and "| local scale | fsdp | pytorch | fp32 | 4 | 128 | 2 |" in md
     assert (tmp_path / "out" / "figures" / "exp14_gpt_throughput.png").stat().st_size > 10_000
     page = (tmp_path / "out" / "gpt_throughput.html").read_text()
     assert "figures/exp14_gpt_throughput.png" in page and "table-exp14_gpt_throughput" in page

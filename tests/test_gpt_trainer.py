@@ -135,9 +135,13 @@ def test_experiment_14_starts_fsdp_ranks_under_torchrun_and_reads_the_corpus_whe
 
     local = {p.run.name: p for p in planned_runs(study_plan(REPO / "experiments/14_gpt_throughput", "local", False,
                                                             None, []), "local", tmp_path)}
-    assert sorted(local) == sorted(f"w{w}-{b}-s0" for w in (1, 2, 4) for b in ("ddp", "fsdp", "horovod"))
+    across = [f"n2-t{t}-{b}-s0" for t in (1, 2) for b in ("ddp", "fsdp")] + ["n2-t2-hsdp-s0"]
+    assert sorted(local) == sorted([f"w{w}-{b}-s0" for w in (1, 2, 4) for b in ("ddp", "fsdp", "horovod")] + across)
     (command,) = local_commands(local["w4-fsdp-s0"])
     assert "torch.distributed.run" in " ".join(command) and command[command.index("--nproc-per-node") + 1] == "4"
+    node0, node1 = local_commands(local["n2-t2-hsdp-s0"])  # two torchrun nodes of 2, one rendezvous
+    assert [c[c.index("--node-rank") + 1] for c in (node0, node1)] == ["0", "1"]
+    assert all(c[c.index("--nnodes") + 1] == "2" and c[c.index("--nproc-per-node") + 1] == "2" for c in (node0, node1))
     gpu = study_plan(REPO / "experiments/14_gpt_throughput", "gpu", False, None, []).runs
     assert {(r.cfg.model.name, r.cfg.train.precision, r.cfg.data.kind, r.cfg.data.path) for r in gpu} == {
         ("gpt2_124m", "bf16", "tokens", "${CORPUS_DIR}")}  # as written: each run reads it where it starts

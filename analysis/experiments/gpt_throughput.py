@@ -251,13 +251,27 @@ def sharding_words(g: pd.DataFrame) -> str:
             f"{memory_words}")
 
 
+def hybrid_words(g: pd.DataFrame) -> str:
+    """Hybrid sharding against full sharding on the same nodes: its tokens/s and peak memory a rank, as ratios."""
+    by = g.set_index("backend")
+    if not {"fsdp", "hsdp"} <= set(by.index):
+        return ""
+    fsdp, hsdp = by.loc["fsdp"], by.loc["hsdp"]
+    memory = hsdp.peak_gib_a_rank / fsdp.peak_gib_a_rank if fsdp.peak_gib_a_rank > 0 else math.nan
+    memory_words = f"{memory:.2f}x FSDP's" if fl.finite(memory) else "unrecorded"
+    return (f"; HSDP's tokens/s {hsdp.tokens_per_s / fsdp.tokens_per_s:.2f}x FSDP's, its peak memory a rank "
+            f"{memory_words}")
+
+
 def line_of(key: tuple, g: pd.DataFrame, spread: float) -> str:
-    scale, batch, numerics, processes = key
+    scale, batch, numerics, processes, nodes = key
     flagged = [BACKEND_NAME.get(b, b) for b, f in zip(g["backend"], g["flag"]) if fl.text(f)]
     said = f" Flagged: {', '.join(flagged)} (the table's flag column says why)." if flagged else ""
+    across = f" on {nb.int_text(nodes)} nodes" if fl.finite(nodes) and nodes > 1 else ""
     return (f"- {scale}, {nb.int_text(batch)} windows a process{nb.numerics_suffix(numerics, ', ')}, "
-            f"{nb.int_text(processes)} process(es): " + "; ".join(configuration_words(r) for r in g.itertuples())
-            + fastest_words(g, spread) + sharding_words(g) + "." + said)
+            f"{nb.int_text(processes)} process(es){across}: "
+            + "; ".join(configuration_words(r) for r in g.itertuples())
+            + fastest_words(g, spread) + sharding_words(g) + hybrid_words(g) + "." + said)
 
 
 def rq6_reading(df: pd.DataFrame) -> str:
@@ -273,7 +287,8 @@ def rq6_reading(df: pd.DataFrame) -> str:
              "No configuration was measured twice, so no measurement's noise is known and no backend is named "
              "fastest.")
     lines = [f"**Reading, computed from the runs (steady state, tokens/s).** {noise}", ""]
-    for key, g in table.groupby(["scale", "per_gpu_batch", "numerics", "processes"], dropna=False, sort=True):
+    for key, g in table.groupby(["scale", "per_gpu_batch", "numerics", "processes", "nodes"], dropna=False,
+                                sort=True):  # one placement a line: 4 processes on one node are not 2 nodes of 2
         lines.append(line_of(key, g, spread))
     if tb.scale_label("local") in set(table["scale"]):
         lines += ["", "At the local scale the processes share the machine's CPU cores (more processes than cores "
