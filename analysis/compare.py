@@ -3,7 +3,8 @@
 Committed run folders are a reference measured on a named machine: results/reference/<label>/ holds them, with
 machine.toml saying what the machine was. A clone's own studies write to results/runs/ (gitignored), so they
 measure the machine they run on. The table matches a planned run to reference runs by config fingerprint
-(contract/fingerprint.py), never by name, and averages over seeds only within one fingerprint.
+(contract/fingerprint.py) and the nodes its ranks started on, never by name, and averages over seeds only within one
+fingerprint.
 """
 from __future__ import annotations
 
@@ -41,11 +42,24 @@ def run_value(run_dir: Path, kind: str) -> float:
     return float(runs["best_val_top1"].iloc[0])
 
 
-def reference_values(folder: Path, experiment: str, fingerprint: str, kind: str) -> list[float]:
-    """The results of a reference machine's runs of `experiment` whose config fingerprint is `fingerprint`."""
+def nodes_of_run(run_dir: Path) -> int | None:
+    """The nodes a run's ranks started on (its manifest's placement); None where unrecorded."""
+    return reader.nodes_of(reader.read_manifest(run_dir) or {})
+
+
+def placed_alike(nodes: int | None, other: int | None) -> bool:
+    """Two runs of one config on the same nodes, or either's unrecorded (manifests before placement was recorded):
+    one node's 4 processes and 2 nodes of 2 are two measurements, never one's reference for the other."""
+    return nodes is None or other is None or nodes == other
+
+
+def reference_values(folder: Path, experiment: str, fingerprint: str, kind: str,
+                     nodes: int | None = None) -> list[float]:
+    """The results of a reference machine's runs of `experiment` whose config fingerprint is `fingerprint`, placed
+    on `nodes` nodes (placed_alike)."""
     values = []
     for run_dir in sorted(p for p in (folder / experiment).glob("*") if p.is_dir()):
-        if reader.folder_fingerprint(run_dir) == fingerprint:
+        if reader.folder_fingerprint(run_dir) == fingerprint and placed_alike(nodes, nodes_of_run(run_dir)):
             v = run_value(run_dir, kind)
             if not math.isnan(v):
                 values.append(v)
@@ -93,18 +107,19 @@ def comparison_frame(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT
 
     ref = load_reference()
     machines = reference_machines(root)
-    groups: dict[tuple[str, str], list[dict]] = {}
+    groups: dict[tuple[str, str, int | None], list[dict]] = {}
     for e in entries:
-        groups.setdefault((SEED_SUFFIX.sub("", e["name"]), e["fingerprint"]), []).append(e)
+        groups.setdefault((SEED_SUFFIX.sub("", e["name"]), e["fingerprint"], nodes_of_run(e["run_dir"])), []).append(e)
     rows = []
-    for (config, fingerprint), members in groups.items():
+    for (config, fingerprint, nodes), members in groups.items():
         first = members[0]
         row = {"configuration": config, "fingerprint": fingerprint,
                "this machine": _cell([v for v in (run_value(m["run_dir"], kind) for m in members)
                                       if not math.isnan(v)]),
                "threads/rank": threads_cell(members)}
         for label, folder, _ in machines:
-            row[f"reference: {label}"] = _cell(reference_values(folder, first["experiment"], fingerprint, kind))
+            row[f"reference: {label}"] = _cell(reference_values(folder, first["experiment"], fingerprint, kind,
+                                                                nodes))
         thesis = thesis_value(ref, first["experiment"], first["framework"], first["gpus"], first["per_gpu_batch"],
                               kind, first.get("numerics", nb.FP32))
         row["thesis"] = "-" if math.isnan(thesis) else f"{thesis:.2f}"

@@ -218,3 +218,26 @@ def test_its_windows_per_s_stay_out_of_the_thesis_images_per_s_tables(written):
     # the per-configuration images/s table too: a table of named experiments reads their runs alone (of_runs)
     (summary,) = [entry for entry in catalogue.TABLES if entry.name == "throughput_summary"]
     assert 14 not in summary.experiments and 14 not in set(summary.make(inputs, summary).get("exp", []))
+
+
+@pytest.mark.slow
+@needs_corpus
+def test_a_run_on_two_nodes_is_never_given_a_reference_run_on_one_as_its_reference(studied, tmp_path):
+    """FSDP's 2 processes on one node and as 2 torchrun nodes of 1 share a config fingerprint; the table a study
+    prints when it ends gives each the reference's run placed alike, never the other placement's."""
+    import shutil
+
+    from analysis.compare import comparison_frame, run_value
+    from contract.reader import folder_fingerprint
+
+    runs = studied / "14_gpt_throughput"
+    reference = tmp_path / "reference" / "m"
+    shutil.copytree(runs / "w2-fsdp-s0", reference / "14_gpt_throughput" / "w2-fsdp-s0")
+    (reference / "machine.toml").write_text('label = "m"\n')
+    entries = [dict(name=name, run_dir=runs / name, fingerprint=folder_fingerprint(runs / name),
+                    experiment="14_gpt_throughput", framework="pytorch", gpus=2, per_gpu_batch=4)
+               for name in ("w2-fsdp-s0", "n2-t1-fsdp-s0")]
+    assert entries[0]["fingerprint"] == entries[1]["fingerprint"]
+    frame = comparison_frame(entries, "throughput", root=tmp_path / "reference")
+    by = dict(zip(frame["configuration"], frame["reference: m"]))
+    assert by == {"w2-fsdp": f"{run_value(runs / 'w2-fsdp-s0', 'throughput'):.2f}", "n2-t1-fsdp": "-"}
