@@ -250,17 +250,25 @@ def carries_quick(config: dict) -> bool:
         tables = quick_tables(scales, str(config.get("scale") or "local"))
     except Exception:  # an unknown scale, no scales.toml: no settings to recognise
         return False
-    wanted = [(section, key, value) for section in ("train", "data") for key, value in tables.get(section, {}).items()]
+    benchmark = ((config.get("bench") or {}).get("batches") or 0) > 0
+    wanted = [(section, key, value) for section in ("train", "data") for key, value in tables.get(section, {}).items()
+              if not (benchmark and f"{section}.{key}" in NOT_FOR_BENCHMARKS)]
     return bool(wanted) and all((config.get(section) or {}).get(key) == value for section, key, value in wanted)
+
+
+# A benchmark times bench.batches steps and stops: a step cap changes nothing it measures (the fingerprint leaves it
+# out), and the TensorFlow trainer refuses one, so the ImageNet scales' quick cap is not set on a throughput study
+NOT_FOR_BENCHMARKS = ("train.max_steps",)
 
 
 def quick_overrides(quick: dict[str, dict[str, Any]], table: dict[str, Any]) -> list[str]:
     """The `[quick]` tables as --set lines: the study shrunk to a smoke run. Only a throughput study's runs are
-    benchmarks: a quick quality study stays a training."""
+    benchmarks: a quick quality study stays a training, and takes no bench setting; a benchmark takes no step cap."""
     benchmark = table.get("kind", "quality") == "throughput"
     return [f"{section}.{key}={json.dumps(value)}" for section, values in quick.items() for key, value in values.items()
             if section != "slurm"  # the job's, not the trainer's (Study.time_limit)
-            and (section != "bench" or benchmark)]
+            and (section != "bench" or benchmark)
+            and not (benchmark and f"{section}.{key}" in NOT_FOR_BENCHMARKS)]
 
 
 ONLY_NAMES_SHOWN = 8  # an --only that matches nothing names this many of the runs, so its line stays one line

@@ -86,3 +86,27 @@ def test_quick_caps_the_steps_at_the_imagenet_scales_and_not_at_the_local_one(sc
     local = study_plan(exp5, "local", quick=True, seeds=None, overrides=[])
     assert not any("max_steps" in o for o in local.overrides) and local.time_limit == ""
     assert study_plan(exp5, scale, quick=False, seeds=None, overrides=[]).time_limit == ""
+
+
+@pytest.mark.parametrize("scale", ["gpu", "node", "thesis"])
+def test_a_quick_throughput_study_at_the_imagenet_scales_sets_no_step_cap_and_its_runs_are_smoke_runs(
+        scale, monkeypatch):
+    """A benchmark times bench.batches steps: the quick step cap means nothing to it, and the TensorFlow trainer
+    refuses one, so experiments 1-3 planned no QUICK=1 study at these scales. Their quick runs still read as smoke
+    runs (carries_quick: what the trainers record in the manifest)."""
+    import json
+
+    from contract.plan import carries_quick, study_plan
+    from tests.helpers import REPO
+
+    monkeypatch.setenv("IMAGENET_DIR", "/data/imagenet")
+    for experiment in ("01_throughput_single_gpu", "02_throughput_local_data_parallel"):
+        quick = study_plan(REPO / "experiments" / experiment, scale, quick=True, seeds=None, overrides=[])
+        assert not any("max_steps" in o for o in quick.overrides) and "bench.batches=4" in quick.overrides
+        frameworks = {r.cfg.train.framework for r in quick.runs}
+        assert "tensorflow" in frameworks and all(r.cfg.train.max_steps == 0 for r in quick.runs)
+        configs = [json.loads(json.dumps({"scale": scale, **r.cfg.to_dict()}, default=list)) for r in quick.runs]
+        assert all(carries_quick(c) for c in configs)
+        full = study_plan(REPO / "experiments" / experiment, scale, quick=False, seeds=None, overrides=[])
+        assert not any(carries_quick(json.loads(json.dumps({"scale": scale, **r.cfg.to_dict()}, default=list)))
+                       for r in full.runs)
