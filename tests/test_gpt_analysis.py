@@ -89,14 +89,18 @@ def test_hybrid_shardings_speed_up_is_over_full_shardings_one_process_run(tmp_pa
     """hsdp has no 1-process run (it needs two nodes or more); on one process it is full sharding, so its speed-up
     and efficiency are over FSDP's 1-process run of the same scale, numerics and batch."""
     import analysis as an
-    from analysis.experiments.gpt_throughput import gpt_throughput_table
+    from analysis.experiments.gpt_throughput import gpt_throughput_table, rq6_reading
 
     across = {"peaks": (2**29,) * 4, "local_ranks": (0, 1, 0, 1)}  # 2 nodes of 2, as torchrun numbers them
     write_run(tmp_path, "w1-fsdp-s0", 800.0, study_sets("w1-fsdp-s0"))
     write_run(tmp_path, "n2-t2-hsdp-s0", 2000.0, ["train.workers=4", "train.backend=hsdp"], **across)
+    write_run(tmp_path, "n2-t2-fsdp-s0", 1600.0, ["train.workers=4", "train.backend=fsdp"], **across)
     (hsdp,) = [r for r in gpt_throughput_table(an.load_study(tmp_path)).itertuples() if r.backend == "hsdp"]
     assert (hsdp.processes, hsdp.nodes, hsdp.speedup, hsdp.efficiency) == (4, 2, pytest.approx(2.5),
                                                                            pytest.approx(0.625))
+    # the reading's line of that placement sets hybrid sharding against full sharding on the same nodes
+    (line,) = [x for x in rq6_reading(an.load_study(tmp_path)).splitlines() if "on 2 nodes" in x]
+    assert "4 process(es) on 2 nodes" in line and "HSDP's tokens/s 1.25x FSDP's" in line
 
 
 def test_mfu_where_recorded_else_unmeasured_model_flops_and_the_largest_ranks_peak(written):
@@ -169,6 +173,11 @@ def test_the_table_reads_the_trainers_records_and_manifests(studied):
     assert sorted(zip(table["backend"], table["processes"], table["nodes"])) == [
         ("ddp", 1, 1), ("ddp", 2, 1), ("fsdp", 1, 1), ("fsdp", 2, 1), ("fsdp", 2, 2)]
     assert not [p for p in frame.attrs.get("problems", []) if "the same run as" in p]
+    # nor is one a repeat of the other: no configuration here was measured twice, so no backend is named fastest
+    from analysis.experiments.gpt_throughput import rq6_reading
+    from analysis.tables import repeat_spread
+
+    assert repeat_spread(frame)[1] == 0 and "No configuration was measured twice" in rq6_reading(frame)
     for r in table.itertuples():
         name = f"w{int(r.processes)}" if r.nodes == 1 else f"n{int(r.nodes)}-t{int(r.processes / r.nodes)}"
         run_dir = studied / "14_gpt_throughput" / f"{name}-{r.backend}-s0"

@@ -82,7 +82,8 @@ def test_rq2_reads_the_three_frameworks_from_the_runs(runs):
     assert (row["horovod+pytorch_vs_pytorch"], row["horovod+tensorflow_vs_pytorch"], row["tensorflow_vs_pytorch"]) \
         == (0.5, 0.25, 0.125)
     text = frameworks_reading(df)
-    assert "measured twice (1 configuration(s), equal config fingerprints) differed by up to 1.13x" in text
+    assert ("measured twice (1 configuration(s), equal config fingerprints on as many nodes) differed by up to "
+            "1.13x") in text
     assert ("experiment 1, local scale, per-GPU batch 32, 1 worker(s): PyTorch 800 images/s; Horovod+PyTorch 400 "
             "images/s (0.50x PyTorch's); Horovod+TF 200 images/s (0.25x PyTorch's); TF (MWMS) 100 images/s (0.12x "
             "PyTorch's) — fastest: PyTorch.") in text

@@ -175,12 +175,12 @@ def run_gpt_bench(args) -> int:
 
 def gpt_bench_document(args, rates: dict, load_before: tuple) -> dict:
     """The measurement with what it ran on: the load averages around it say whether the machine was its own."""
-    return {"command": "python -m tools bench " + " ".join(
-                f"--{k.replace('_', '-')} {getattr(args, k)}" for k in ("model", "batch", "steps", "warmup", "repeats")),
+    options = " ".join(f"--{name} {getattr(args, name)}" for name in ("model", "batch", "steps", "warmup", "repeats"))
+    return {"command": f"python -m tools bench {options}",
             "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": machine.this_machine(torch.backends.cpu.get_cpu_capability(), None),
-            "threads": torch.get_num_threads(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
-            "goal": ">= 0.95", **rates}
+            "threads": torch.get_num_threads(), "load_average_before": load_before,
+            "load_average_after": os.getloadavg(), "goal": ">= 0.95", **rates}
 
 
 # ---- On a GPU: the trainer against the hand-written limit, per precision, layout, compile and wrapper ----------------

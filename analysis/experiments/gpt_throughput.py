@@ -239,27 +239,18 @@ def fastest_words(g: pd.DataFrame, spread: float) -> str:
     return " — none ahead by more than the repeats' spread"
 
 
-def sharding_words(g: pd.DataFrame) -> str:
-    """FSDP against DDP at one process count: its tokens/s and its largest rank's peak memory, as ratios."""
+def against_words(g: pd.DataFrame, ours: str, theirs: str) -> str:
+    """Backend `ours` against `theirs` on the same placement: its tokens/s and its largest rank's peak memory, as
+    ratios ("" where either did not run). FSDP against DDP: what sharding costs and saves; HSDP against FSDP on the
+    same nodes: what replicating across nodes changes."""
     by = g.set_index("backend")
-    if not {"ddp", "fsdp"} <= set(by.index):
+    if not {ours, theirs} <= set(by.index):
         return ""
-    ddp, fsdp = by.loc["ddp"], by.loc["fsdp"]
-    memory = fsdp.peak_gib_a_rank / ddp.peak_gib_a_rank if ddp.peak_gib_a_rank > 0 else math.nan
-    memory_words = f"{memory:.2f}x DDP's ({fsdp.peak_memory_of})" if fl.finite(memory) else "unrecorded"
-    return (f"; FSDP's tokens/s {fsdp.tokens_per_s / ddp.tokens_per_s:.2f}x DDP's, its peak memory a rank "
-            f"{memory_words}")
-
-
-def hybrid_words(g: pd.DataFrame) -> str:
-    """Hybrid sharding against full sharding on the same nodes: its tokens/s and peak memory a rank, as ratios."""
-    by = g.set_index("backend")
-    if not {"fsdp", "hsdp"} <= set(by.index):
-        return ""
-    fsdp, hsdp = by.loc["fsdp"], by.loc["hsdp"]
-    memory = hsdp.peak_gib_a_rank / fsdp.peak_gib_a_rank if fsdp.peak_gib_a_rank > 0 else math.nan
-    memory_words = f"{memory:.2f}x FSDP's" if fl.finite(memory) else "unrecorded"
-    return (f"; HSDP's tokens/s {hsdp.tokens_per_s / fsdp.tokens_per_s:.2f}x FSDP's, its peak memory a rank "
+    a, b = by.loc[ours], by.loc[theirs]
+    name, other = (BACKEND_NAME.get(x, x).split(" ")[0] for x in (ours, theirs))
+    memory = a.peak_gib_a_rank / b.peak_gib_a_rank if b.peak_gib_a_rank > 0 else math.nan
+    memory_words = f"{memory:.2f}x {other}'s ({a.peak_memory_of})" if fl.finite(memory) else "unrecorded"
+    return (f"; {name}'s tokens/s {a.tokens_per_s / b.tokens_per_s:.2f}x {other}'s, its peak memory a rank "
             f"{memory_words}")
 
 
@@ -271,7 +262,8 @@ def line_of(key: tuple, g: pd.DataFrame, spread: float) -> str:
     return (f"- {scale}, {nb.int_text(batch)} windows a process{nb.numerics_suffix(numerics, ', ')}, "
             f"{nb.int_text(processes)} process(es){across}: "
             + "; ".join(configuration_words(r) for r in g.itertuples())
-            + fastest_words(g, spread) + sharding_words(g) + hybrid_words(g) + "." + said)
+            + fastest_words(g, spread) + against_words(g, "fsdp", "ddp") + against_words(g, "hsdp", "fsdp")
+            + "." + said)
 
 
 def rq6_reading(df: pd.DataFrame) -> str:

@@ -445,8 +445,9 @@ def frameworks_reading(df: pd.DataFrame) -> str:
     (tables.repeat_spread)."""
     table = framework_table(df)
     spread, repeated = tb.repeat_spread(df)
-    noise = (f"The same configuration measured twice ({repeated} configuration(s), equal config fingerprints) "
-             f"differed by up to {spread:.2f}x, so a framework is named fastest only where it leads the next by more."
+    noise = (f"The same configuration measured twice ({repeated} configuration(s), equal config fingerprints on as "
+             f"many nodes) differed by up to {spread:.2f}x, so a framework is named fastest only where it leads the "
+             "next by more."
              if repeated else "No configuration was measured twice, so no measurement's noise is known and no "
              "framework is named fastest.")
     lines = ["**Reading, computed from our runs (steady state, images/s).** The thesis compared Horovod+TensorFlow "
