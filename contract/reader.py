@@ -78,8 +78,8 @@ def folder_fingerprint(run_dir: str | Path) -> str | None:
 #: what a run is, declared once: two folders of one identity hold one run, whatever their names (a `cp -a` copy, the
 #: same config and seed trained under `--run a` and `--run b`); the folder's and the run's names are no part of it.
 #: Beside the config's fingerprint, how it ran: the backend and framework it resolved to (train.backend = "auto"
-#: leaves them to the launcher), its processes (the node scale's P) and the link it ran over (make link-sweep); and
-#: the machine it ran on (contract/machine.py)
+#: leaves them to the launcher), its processes (the node scale's P), the nodes they started on (nodes_of) and the link
+#: it ran over (make link-sweep); and the machine it ran on (contract/machine.py)
 RUN_IDENTITY = ("experiment", "fingerprint", "backend", "framework", "processes", "nodes", "link", "seed", "scale",
                 "machine")
 IDENTITY_WORDS = "experiment, config fingerprint, backend, processes, nodes, link, seed, scale and machine"  # messages
