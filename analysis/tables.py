@@ -47,8 +47,9 @@ def _status_label(status, done, planned) -> str:
 
 
 # backend: DDP and DataParallel are both "pytorch"; numerics: fp32 and bf16 at one batch are two measurements;
-# processes: W workers over P processes is another measurement for each P (NaN where a run's manifest does not say)
-CONFIG_KEYS = ["exp", "framework", "backend", "numerics", "per_gpu_batch", "gpus", "processes", "scale"]
+# processes: W workers over P processes is another measurement for each P (NaN where a run's manifest does not say);
+# nodes: P processes on one node and across two are two placements (NaN where unrecorded)
+CONFIG_KEYS = ["exp", "framework", "backend", "numerics", "per_gpu_batch", "gpus", "processes", "nodes", "scale"]
 
 
 def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -58,7 +59,7 @@ def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=CONFIG_KEYS + ["global_batch", "thesis_images_per_s", "steady_images_per_s",
                                                    "data_share", "n_runs"])
     b["scale"] = b["scale"].fillna("unknown")
-    for column in ("hosts", "threads_per_rank", "cpus_per_rank"):  # frames made before these were recorded
+    for column in ("hosts", "threads_per_rank", "cpus_per_rank", "nodes"):  # frames made before these were recorded
         if column not in b:
             b[column] = math.nan
     if "disturbed" not in b:

@@ -178,6 +178,10 @@ def test_the_table_reads_the_trainers_records_and_manifests(studied):
     from analysis.tables import repeat_spread
 
     assert repeat_spread(frame)[1] == 0 and "No configuration was measured twice" in rq6_reading(frame)
+    from analysis.tables import throughput_summary  # the core's throughput rows keep the two placements apart too
+
+    fsdp2 = throughput_summary(frame).query("backend == 'fsdp' and gpus == 2")
+    assert sorted(fsdp2["nodes"]) == [1, 2] and fsdp2["n_runs"].tolist() == [1, 1]
     for r in table.itertuples():
         name = f"w{int(r.processes)}" if r.nodes == 1 else f"n{int(r.nodes)}-t{int(r.processes / r.nodes)}"
         run_dir = studied / "14_gpt_throughput" / f"{name}-{r.backend}-s0"
