@@ -385,3 +385,17 @@ def test_a_process_without_torch_names_the_cpus_vector_isa_as_torch_would(monkey
     monkeypatch.setattr(machine, "cpuinfo", lambda: ("a CPU", set(flags.split())))
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
     assert machine.cpu_vector_isa() == isa
+
+
+@pytest.mark.parametrize("placement, nodes", [
+    ([{"local_rank": 0}, {"local_rank": 1}, {"local_rank": 0}, {"local_rank": 1}], 2),  # torchrun's 2 nodes of 2
+    ([{"local_rank": 0}, {"local_rank": 1}], 1),
+    (None, None), ("0,1", None), ([], None),  # unrecorded or not a list: unknown, never a count
+    ([{"local_rank": 0}, {"local_rank": "1"}], None), ([{"local_rank": 0}, "rank 1"], 1),  # a rank not a mapping: left out
+])
+def test_a_runs_nodes_are_its_ranks_of_local_rank_0_and_unknown_where_unrecorded(placement, nodes):
+    """The nodes part of a run's identity (contract/reader.py nodes_of): 4 processes on one node and 2 nodes of 2
+    share a config, not a measurement."""
+    from contract.reader import nodes_of
+
+    assert nodes_of({"placement": placement}) == nodes
