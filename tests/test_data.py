@@ -109,6 +109,52 @@ def test_ensure_generated_concurrent_processes_make_one_dataset(cache):
     assert ensure_generated(spec) == path and (path / MARKER).stat().st_mtime_ns == mtime
 
 
+LATE_WORKER = """
+import os, signal, sys, time
+from pathlib import Path
+from trainers.data import generate
+
+signal.signal(signal.SIGTERM, lambda *args: None)  # a Trainer's graceful stop: caught, not fatal
+restore = generate.default_signals
+first = Path(sys.argv[1] + ".first")
+
+
+def one_worker_late():  # the second worker of a busy machine: its initializer runs after the other did every job
+    try:
+        os.close(os.open(first, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        time.sleep(3)
+    restore()
+
+
+generate.default_signals = one_worker_late
+generate.generate_dataset(Path(sys.argv[1]), **{tiny}, progress=False, processes=2)
+"""
+
+
+def test_a_pool_worker_that_starts_late_under_a_trainers_sigterm_handler_never_hangs_the_generator(tmp_path):
+    """The pool's SIGTERM could reach a worker before its initializer restored the default; under a Trainer's handler
+    it was ignored, and the worker, then the pool's join or the interpreter's exit, waited forever (a fast test run
+    hung here under load). The pool now ends its workers by closing, so no SIGTERM is needed."""
+    import subprocess
+    import sys
+
+    import signal
+
+    script = tmp_path / "late_worker.py"
+    script.write_text(LATE_WORKER.format(tiny=TINY))
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "data")], stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1], start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the hung worker too: it is in the script's session
+        proc.communicate()
+        pytest.fail("the generator hung: a pool worker never ended")
+    assert proc.returncode == 0, err[-2000:]
+    assert is_complete(tmp_path / "data", json.loads((tmp_path / "data" / MARKER).read_text())["args"])
+
+
 def test_ensure_generated_cache_key_and_missing_keys(cache):
     assert cache_path(TINY) != cache_path({**TINY, "seed": 4})
     with pytest.raises(DataError, match="per_class"):

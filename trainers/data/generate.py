@@ -263,6 +263,11 @@ def generate_dataset(out: Path, classes: int, per_class: int, val_per_class: int
         with multiprocessing.get_context("fork").Pool(processes, initializer=default_signals) as pool:
             for _ in pool.imap_unordered(_write_class, jobs):
                 bar.step()
+            # Let every worker end on its own before the with block's terminate(): a worker forked late (a busy
+            # machine) may get the SIGTERM before its initializer restores the default, ignore it under a Trainer's
+            # handler, and wait for a task forever, the pool's join with it.
+            pool.close()
+            pool.join()
     else:
         for job in jobs:
             _write_class(job)
