@@ -40,13 +40,19 @@ def fingerprint_of(sections: dict[str, Any], scale: str) -> str:
     """12 hex digits of a SHA-256 over the sections (ignored keys dropped) and the scale. A benchmark run
     (bench.batches > 0) times a number of steps: its epochs, step cap and learning-rate schedule change no timing,
     so they are left out too."""
-    benchmark = ((sections.get("bench") or {}).get("batches") or 0) > 0
+    benchmark = is_benchmark(sections)
     ignored = {**IGNORED, "train": IGNORED["train"] + ("epochs", "max_steps")} if benchmark else IGNORED
     kept = {name: {k: v for k, v in (sections.get(name) or {}).items()
                    if k not in ignored.get(name, ()) and not _at_omitted_value(name, k, v)}
             for name in SECTIONS if not (benchmark and name == "lr")}
     text = json.dumps({"scale": scale, **kept}, sort_keys=True, default=list)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def is_benchmark(sections: dict[str, Any]) -> bool:
+    """Whether a config's sections (config.json's, or a resolved config's dict) are a benchmark run's: bench.batches
+    > 0 times that many steps instead of training."""
+    return ((sections.get("bench") or {}).get("batches") or 0) > 0
 
 
 def _at_omitted_value(section: str, key: str, value: Any) -> bool:

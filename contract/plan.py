@@ -34,6 +34,7 @@ from typing import Any
 from contract.config import (DISTRIBUTED_BACKENDS, SCALES, BatchTooLarge, Config, ConfigError, chosen_backend,
                              find_scales_file, load_config, parse_override, read_toml)
 from contract import tuned
+from contract.fingerprint import is_benchmark
 from contract.runfolder import check_run_name
 
 SHORT = {"train.workers": "w", "train.per_worker_batch": "b", "nodes": "n", "tasks_per_node": "t", "train.backend": "",
@@ -250,7 +251,7 @@ def carries_quick(config: dict) -> bool:
         tables = quick_tables(scales, str(config.get("scale") or "local"))
     except Exception:  # an unknown scale, no scales.toml: no settings to recognise
         return False
-    benchmark = ((config.get("bench") or {}).get("batches") or 0) > 0
+    benchmark = is_benchmark(config)
     wanted = [(section, key, value) for section in ("train", "data") for key, value in tables.get(section, {}).items()
               if not (benchmark and f"{section}.{key}" in NOT_FOR_BENCHMARKS)]
     return bool(wanted) and all((config.get(section) or {}).get(key) == value for section, key, value in wanted)
