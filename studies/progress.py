@@ -9,6 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import workloads
 from contract import hostload, reader
 from contract.plan import Study
 from contract.runfolder import CHECKPOINT, CONSOLE, STATUSES
@@ -53,14 +54,44 @@ def summary(run_dir: Path) -> str:
     if status not in STATUSES:
         return (f"its manifest {'is ' + problem if problem else 'holds no status'} (see {run_dir / CONSOLE}); "
                 f"`rm -r {shlex.quote(str(run_dir))}` clears it and the next study starts the run afresh")
-    bench = reader.read_metrics(run_dir).of("bench")
-    rate = bench[-1].get("images_per_s_steady") if bench else None
-    if is_number(rate):
-        disturbed = hostload.disturbances(manifest.get("placement"))  # said as it ends, not only in the report
-        return f"{status}: {rate:.1f} images/s (steady state)" + (" — flagged: " + disturbed[0].split(":")[0]
-                                                                  if disturbed else "")
+    metrics = reader.read_metrics(run_dir)
+    bench = metrics.of("bench")
+    if bench:
+        rate, unit = bench_rate(bench[-1])
+        if is_number(rate):
+            disturbed = hostload.disturbances(manifest.get("placement"))  # said as it ends, not only in the report
+            return f"{status}: {rate:.1f} {unit} (steady state)" + (" — flagged: " + disturbed[0].split(":")[0]
+                                                                     if disturbed else "")
+    if is_token_run(run_dir):  # a language model's studies read its validation loss, not next-token accuracy
+        epochs = metrics.of("epoch")
+        loss = epochs[-1].get("val_loss") if epochs else None
+        return status + (f": final val loss {loss:.3f}" if is_number(loss) else "")
     best = manifest.get("best_val_top1")
     return status + (f": best val top-1 {best:.2f} %" if is_number(best) else "")
+
+
+def bench_rate(record: dict) -> tuple[object, str]:
+    """A bench record's steady-state rate and its unit: a token workload's tokens/s (what its experiments read),
+    else images/s."""
+    tokens = record.get("tokens_per_s")
+    return (tokens, "tokens/s") if is_number(tokens) else (record.get("images_per_s_steady"), "images/s")
+
+
+def epoch_words(record: dict, model_name: str) -> str:
+    """An epoch record's result in a few words for the line a run updates: validation loss for a token workload,
+    top-1 for an image one."""
+    return (f"val loss {record['val_loss']:.3f}" if has_tokens(model_name)
+            else f"val top-1 {record['val_top1']:.1f} %")
+
+
+def is_token_run(run_dir: Path) -> bool:
+    """The run's config names a model whose samples are tokens."""
+    return has_tokens(((reader.read_config(run_dir) or {}).get("model") or {}).get("name"))
+
+
+def has_tokens(model_name) -> bool:
+    """A plug-in declares the tokens a sample of this model holds (workloads/): a language model."""
+    return isinstance(model_name, str) and workloads.tokens_per_sample(model_name) is not None
 
 
 def is_number(value) -> bool:

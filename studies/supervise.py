@@ -10,7 +10,7 @@ from pathlib import Path
 from contract import locks, reader
 from studies.clock import Clock, duration
 from studies.launch import FINISHED, REFUSED, Active, Plan, folder_status, last_epoch, start_local
-from studies.progress import Progress, run_time, study_time, summary
+from studies.progress import Progress, epoch_words, run_time, study_time, summary
 from studies.tf_launch import tf_skip_line
 
 
@@ -110,7 +110,7 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
                 if record and record != run.seen:  # side by side on a terminal, the newest epoch of any run
                     run.seen = record
                     progress.show(run.index, label, f"epoch {record['epoch'] + 1}/{run.plan.cfg.train.epochs}, "
-                                                    f"val top-1 {record['val_top1']:.1f} %; {run_time(run, clock, now)}; "
+                                                    f"{epoch_words(record, run.plan.cfg.model.name)}; {run_time(run, clock, now)}; "
                                                     f"{study_time(active, waiting, clock, now)}",
                                   final=not progress.tty)
                 continue

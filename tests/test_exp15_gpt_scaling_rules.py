@@ -90,6 +90,12 @@ def test_the_plug_in_reads_tiny_runs_into_losses_verdicts_and_holms_line(tmp_pat
     final = {name: records(root / "15_gpt_scaling_rules" / f"{name}", "epoch")[-1]["val_loss"]
              for name in ("w1-s0", "w1-s1", "base0.002-s0", "base0.002-s1", "sqrt-w4-s0", "sqrt-w4-s1")}
     baseline = (final["w1-s0"] + final["w1-s1"]) / 2
+    from studies.progress import epoch_words, summary  # what a study says of these runs: loss, never top-1
+
+    sqrt_dir = root / "15_gpt_scaling_rules" / "sqrt-w4-s0"
+    assert summary(sqrt_dir) == f"completed: final val loss {final['sqrt-w4-s0']:.3f}"
+    assert epoch_words(records(sqrt_dir, "epoch")[-1], "gpt_local") == f"val loss {final['sqrt-w4-s0']:.3f}"
+    assert summary(root / "15_gpt_scaling_rules" / "none-w4-s0").startswith("diverged")
 
     table = e15.loss_table(df).set_index(["rule", "gpus"])
     assert table.loc[("baseline", 1), "final_val_loss_mean"] == pytest.approx(baseline)

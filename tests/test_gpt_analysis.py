@@ -180,6 +180,8 @@ def test_the_table_reads_the_trainers_records_and_manifests(studied):
     assert repeat_spread(frame)[1] == 0 and "No configuration was measured twice" in rq6_reading(frame)
     from analysis.tables import throughput_summary  # the core's throughput rows keep the two placements apart too
 
+    from studies.progress import summary  # what the study said as each run ended: its tokens/s
+
     fsdp2 = throughput_summary(frame).query("backend == 'fsdp' and gpus == 2")
     assert sorted(fsdp2["nodes"]) == [1, 2] and fsdp2["n_runs"].tolist() == [1, 1]
     for r in table.itertuples():
@@ -187,6 +189,7 @@ def test_the_table_reads_the_trainers_records_and_manifests(studied):
         run_dir = studied / "14_gpt_throughput" / f"{name}-{r.backend}-s0"
         (bench,) = [x for x in read_metrics(run_dir / "metrics.jsonl").records if x["kind"] == "bench"]
         placement = json.loads((run_dir / "manifest.json").read_text())["placement"]
+        assert summary(run_dir).startswith(f"completed: {bench['tokens_per_s']:.1f} tokens/s (steady state)")
         assert r.tokens_per_s == bench["tokens_per_s"] and r.context == CONTEXT and r.mfu_pct == UNMEASURED
         assert r.model_tflops_per_s == pytest.approx(bench["model_flops_per_s"] / 1e12, rel=1e-12)
         assert len(placement) == r.processes and r.peak_memory_of == "cpu_rss"
