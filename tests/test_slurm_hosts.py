@@ -147,12 +147,14 @@ def test_eight_workers_over_two_hosts_match_one_host_and_a_requeue_mid_run(hosts
 
 
 def wait_for_epoch(cluster, job: int, run_dir: Path, timeout: float = 300) -> None:
-    """Until the run has recorded its first epoch (so a checkpoint exists); fails if the job ends first."""
+    """Until the run has recorded its first epoch and written its checkpoint, in that order (the epoch record comes
+    first: a node lost between the two leaves nothing to resume, and the requeued run starts afresh with one
+    attempt); fails if the job ends first."""
     import time
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if (run_dir / "metrics.jsonl").exists() and records(run_dir, "epoch"):
+        if (run_dir / "metrics.jsonl").exists() and records(run_dir, "epoch") and (run_dir / "checkpoint.pt").exists():
             return
         state = cluster.state(job)
         assert state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), f"job {job} ended {state} first"
