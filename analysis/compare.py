@@ -26,9 +26,17 @@ from .smoke import SMOKE, is_smoke_run, smoke_paths
 SEED_SUFFIX = re.compile(r"-s\d+$")
 
 
+#: (the study's kind, a language model's runs: reader.is_token_run) -> (the closing table's heading, the report
+#: table's measure column). A language model is read as its experiments read it: tokens/s and final validation loss.
+MEASURES = {("throughput", False): ("steady-state images/s", "steady images/s"),
+            ("throughput", True): ("steady-state tokens/s", "steady tokens/s"),
+            ("quality", False): ("best validation top-1 (%)", "best top-1 %"),
+            ("quality", True): ("final validation loss (nats a token)", "final val loss")}
+
+
 def run_value(run_dir: Path, kind: str) -> float:
-    """A finished run's result: steady-state images/s (throughput studies) or best validation top-1 (quality); NaN
-    for a folder without a readable config.json, an unfinished run, or a run without throughput rows."""
+    """A finished run's result in its MEASURES measure; NaN for a folder without a readable config.json, an
+    unfinished run, or a run without throughput rows."""
     raw = reader.read_run(run_dir)
     if raw["config"].iloc[0] is None:
         return math.nan
@@ -36,9 +44,16 @@ def run_value(run_dir: Path, kind: str) -> float:
     runs = df[df["kind"] == "run"]
     if runs.empty or runs["status"].iloc[0] not in ("completed", "diverged"):
         return math.nan
+    tokens = reader.is_token_run(run_dir)
     if kind == "throughput":  # a run with no throughput rows (a quality run) has no such column: NaN
-        bench = df.loc[df["kind"] == "bench"].reindex(columns=["steady_images_per_s"])["steady_images_per_s"].dropna()
+        column = "tokens_per_s" if tokens else "steady_images_per_s"
+        bench = df.loc[df["kind"] == "bench"].reindex(columns=[column])[column].dropna()
         return float(bench.iloc[-1]) if len(bench) else math.nan
+    if tokens:  # the last epoch's, as experiment 15 reads it; a diverged run has none (counted, never averaged)
+        if runs["status"].iloc[0] == "diverged":
+            return math.nan
+        losses = df.loc[df["kind"] == "epoch"].reindex(columns=["val_loss"])["val_loss"]
+        return float(losses.iloc[-1]) if len(losses) else math.nan
     return float(runs["best_val_top1"].iloc[0])
 
 
@@ -236,7 +251,7 @@ def comparison_text(entries: list[dict], kind: str, root: Path = REFERENCE_ROOT)
     """The closing table as text within WIDTH columns: this machine, the one reference machine the committed report
     draws the experiment from (drawing_machine), the thesis; a line each for a flag, the reference machine, and
     where the other reference machines' values are (the report's this_machine_vs_reference table)."""
-    what = "steady-state images/s" if kind == "throughput" else "best validation top-1 (%)"
+    what = MEASURES[kind, bool(entries) and reader.is_token_run(entries[0]["run_dir"])][0]
     frame = comparison_frame(entries, kind, root).drop(columns=["fingerprint"])
     drawn = drawing_machine(entries[0]["experiment"], root) if entries else None
     held = {f"reference: {label}" for label, folder, _ in reference_machines(root)
@@ -326,7 +341,7 @@ def without_thesis_beside_smoke(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.D
 
 def report_comparison(df: pd.DataFrame, throughput=(), root: Path = REFERENCE_ROOT) -> pd.DataFrame:
     """Every configuration of `df`'s runs (this machine's) beside the reference machines' and the thesis's: in
-    images/s for the experiments of `throughput`, in best top-1 for the others."""
+    images/s for the experiments of `throughput`, in best top-1 for the others (a language model's: MEASURES)."""
     runs = df[(df["kind"] == "run") & (df["source"] == "run")]
     parts = []
     measure = runs["exp"].isin(list(throughput)).map({True: "throughput", False: "quality"})
@@ -335,7 +350,7 @@ def report_comparison(df: pd.DataFrame, throughput=(), root: Path = REFERENCE_RO
                         framework=r.framework, gpus=r.gpus, per_gpu_batch=r.per_gpu_batch, numerics=r.numerics)
                    for r in g.itertuples()]
         frame = without_thesis_beside_smoke(comparison_frame(entries, kind, root), g)
-        frame.insert(0, "measure", "steady images/s" if kind == "throughput" else "best top-1 %")
+        frame.insert(0, "measure", MEASURES[kind, reader.is_token_run(entries[0]["run_dir"])][1])
         frame.insert(0, "experiment", experiment)
         parts.append(frame)
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import workloads
 from contract import machine, placement
 from contract.fingerprint import document_fingerprint
 from contract.invariants import check_run
@@ -53,6 +54,12 @@ def read_document(path: str | Path) -> tuple[dict | None, str | None]:
 def read_config(run_dir: str | Path) -> dict | None:
     """A run folder's config.json (the resolved config), or None when it has no readable one."""
     return read_document(Path(run_dir) / CONFIG)[0]
+
+
+def is_token_run(run_dir: str | Path) -> bool:
+    """The run's config names a language model (a plug-in declares the tokens a sample holds, workloads/): its
+    results are read in tokens/s and validation loss, not images/s and top-1."""
+    return workloads.has_tokens(_section(read_config(run_dir) or {}, "model").get("name"))
 
 
 def read_manifest(run_dir: str | Path) -> dict | None:

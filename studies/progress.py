@@ -62,7 +62,7 @@ def summary(run_dir: Path) -> str:
             disturbed = hostload.disturbances(manifest.get("placement"))  # said as it ends, not only in the report
             return f"{status}: {rate:.1f} {unit} (steady state)" + (" — flagged: " + disturbed[0].split(":")[0]
                                                                      if disturbed else "")
-    if is_token_run(run_dir):  # a language model's studies read its validation loss, not next-token accuracy
+    if reader.is_token_run(run_dir):  # a language model's studies read its validation loss, not next-token accuracy
         epochs = metrics.of("epoch")
         loss = epochs[-1].get("val_loss") if epochs else None
         return status + (f": final val loss {loss:.3f}" if is_number(loss) else "")
@@ -80,18 +80,10 @@ def bench_rate(record: dict) -> tuple[object, str]:
 def epoch_words(record: dict, model_name: str) -> str:
     """An epoch record's result in a few words for the line a run updates: validation loss for a token workload,
     top-1 for an image one."""
-    return (f"val loss {record['val_loss']:.3f}" if has_tokens(model_name)
+    return (f"val loss {record['val_loss']:.3f}" if workloads.has_tokens(model_name)
             else f"val top-1 {record['val_top1']:.1f} %")
 
 
-def is_token_run(run_dir: Path) -> bool:
-    """The run's config names a model whose samples are tokens."""
-    return has_tokens(((reader.read_config(run_dir) or {}).get("model") or {}).get("name"))
-
-
-def has_tokens(model_name) -> bool:
-    """A plug-in declares the tokens a sample of this model holds (workloads/): a language model."""
-    return isinstance(model_name, str) and workloads.tokens_per_sample(model_name) is not None
 
 
 def is_number(value) -> bool:

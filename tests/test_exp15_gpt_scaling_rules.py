@@ -3,6 +3,7 @@ plug-in (analysis/experiments/gpt_scaling_rules.py) read on tiny real runs the t
 loss per rule and worker count, the differences from the 1-worker baseline in loss, the verdicts against the
 declared margin, a diverged configuration failing its rule, Holm's correction over each rule's rows."""
 import math
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +13,7 @@ from scipy import stats
 from analysis import catalogue
 from analysis.experiments import gpt_scaling_rules as e15
 from analysis.reference import load_reference
-from analysis.runs import load_runs
+from analysis.runs import load_runs, load_study
 from contract.plan import study_plan
 from tests.helpers import REPO, records, train_in_process, write_config
 from tests.test_gpt_trainer import tiny_corpus
@@ -96,6 +97,14 @@ def test_the_plug_in_reads_tiny_runs_into_losses_verdicts_and_holms_line(tmp_pat
     assert summary(sqrt_dir) == f"completed: final val loss {final['sqrt-w4-s0']:.3f}"
     assert epoch_words(records(sqrt_dir, "epoch")[-1], "gpt_local") == f"val loss {final['sqrt-w4-s0']:.3f}"
     assert summary(root / "15_gpt_scaling_rules" / "none-w4-s0").startswith("diverged")
+    from analysis.compare import report_comparison  # the closing table's measure too
+
+    closing = report_comparison(load_study(root)).set_index("configuration")
+    sqrt_losses = [final["sqrt-w4-s0"], final["sqrt-w4-s1"]]
+    assert closing.loc["sqrt-w4", "measure"] == "final val loss"
+    assert closing.loc["sqrt-w4", "this machine"] == (f"{statistics.mean(sqrt_losses):.2f} ± "
+                                                      f"{statistics.stdev(sqrt_losses):.2f} (n=2)")
+    assert closing.loc["none-w4", "this machine"] == "-"  # its one run diverged: counted elsewhere, never averaged
 
     table = e15.loss_table(df).set_index(["rule", "gpus"])
     assert table.loc[("baseline", 1), "final_val_loss_mean"] == pytest.approx(baseline)

@@ -180,7 +180,12 @@ def test_the_table_reads_the_trainers_records_and_manifests(studied):
     assert repeat_spread(frame)[1] == 0 and "No configuration was measured twice" in rq6_reading(frame)
     from analysis.tables import throughput_summary  # the core's throughput rows keep the two placements apart too
 
+    from analysis.compare import report_comparison
     from studies.progress import summary  # what the study said as each run ended: its tokens/s
+
+    closing = report_comparison(frame, (14,))  # and its closing table, beside the reference's runs
+    assert set(closing["measure"]) == {"steady tokens/s"}
+    closing = closing.set_index("configuration")
 
     fsdp2 = throughput_summary(frame).query("backend == 'fsdp' and gpus == 2")
     assert sorted(fsdp2["nodes"]) == [1, 2] and fsdp2["n_runs"].tolist() == [1, 1]
@@ -190,6 +195,7 @@ def test_the_table_reads_the_trainers_records_and_manifests(studied):
         (bench,) = [x for x in read_metrics(run_dir / "metrics.jsonl").records if x["kind"] == "bench"]
         placement = json.loads((run_dir / "manifest.json").read_text())["placement"]
         assert summary(run_dir).startswith(f"completed: {bench['tokens_per_s']:.1f} tokens/s (steady state)")
+        assert closing.loc[f"{name}-{r.backend}", "this machine"] == f"{bench['tokens_per_s']:.2f}"
         assert r.tokens_per_s == bench["tokens_per_s"] and r.context == CONTEXT and r.mfu_pct == UNMEASURED
         assert r.model_tflops_per_s == pytest.approx(bench["model_flops_per_s"] / 1e12, rel=1e-12)
         assert len(placement) == r.processes and r.peak_memory_of == "cpu_rss"

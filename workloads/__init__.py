@@ -78,3 +78,9 @@ def tokens_per_sample(model_name: str) -> int | None:
     """The tokens one sample of `model_name` holds, where a plug-in declares them; None for a model without tokens."""
     w = owning(model_name)
     return w.tokens_per_sample[model_name] if w else None
+
+
+def has_tokens(model_name) -> bool:
+    """A plug-in declares the tokens a sample of this model holds: a language model, whose runs are read in tokens/s
+    and validation loss rather than images/s and top-1 (a study's lines, its closing table)."""
+    return isinstance(model_name, str) and tokens_per_sample(model_name) is not None
