@@ -135,6 +135,10 @@ def test_the_plug_in_reads_tiny_runs_into_losses_verdicts_and_holms_line(tmp_pat
     none = v.loc[e15.finding_name("none")]
     assert (none.verdict, none.holds, none.holds_holm, none.diverged) == ("diverged", "no", "no", 1)
 
+    reach = e15.rule_reach(inputs.verdicts).set_index("rule")  # the declared reach, read from these rows
+    assert (reach.loc["none", "reach"], reach.loc["none", "stops_at"]) == (0, 4)  # diverged at its only W
+    assert reach.loc["sqrt", "reach"] == (4 if sqrt.holds_holm == "yes" else 0)
+
     shown = catalogue.verdict_table(inputs.verdicts)  # orderings.md's
     mine = shown[shown["finding"].str.startswith("adamw_")]
     assert len(mine) == 3 and mine["seeds"].tolist()[0].endswith("vs 2 seeds")
@@ -148,3 +152,18 @@ def test_the_plug_in_reads_tiny_runs_into_losses_verdicts_and_holms_line(tmp_pat
     assert any(line.startswith("The baseline's rate checked (local scale, fp32") and "lr 0.002: " in line
                for line in loss_notes)
     assert e15.final_loss_figure(inputs, e15.FIGURES[0]) is not None
+
+
+@pytest.mark.parametrize("holds_holm, reach, stops_at", [
+    (["yes", "yes", "undecided", "yes"], 8, 16),  # a row that holds past the first that does not extends nothing
+    (["yes", "yes", "yes", "yes"], 32, math.nan),
+    (["no", "yes", "yes", "yes"], 0, 4),
+])
+def test_a_rules_reach_is_the_largest_w_up_to_which_every_row_holds_after_holm(holds_holm, reach, stops_at):
+    verdicts = pd.DataFrame({"scale": "local", "numerics": "fp32", "finding": e15.finding_name("linear"),
+                             "experiment": 15, "workers": [4, 8, 16, 32], "holds_holm": holds_holm})
+    (row,) = e15.rule_reach(verdicts).itertuples()
+    assert (row.rule, row.reach) == ("linear", reach)
+    assert row.stops_at == stops_at or (math.isnan(stops_at) and math.isnan(row.stops_at))
+    line = e15.reach_lines(verdicts)[0]
+    assert (f"up to {reach} workers" if reach else "none (not at 4 workers, its smallest)") in line

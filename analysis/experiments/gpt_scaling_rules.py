@@ -139,6 +139,38 @@ def rate_check_lines(df: pd.DataFrame) -> list[str]:
     return lines
 
 
+# ============================================================================================ each rule's reach
+
+
+def rule_reach(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """Each rule's reach, as declared: the largest worker count W up to which every row (4, ..., W) holds after
+    Holm's correction; 0 where its smallest row does not. One row a rule, scale and numerics; `stops_at`: the first
+    worker count whose row does not hold after Holm (NaN where every row holds)."""
+    rows = []
+    rule_of_finding = {finding_name(rule): rule for rule in RULES}
+    mine = verdicts[verdicts["finding"].isin(list(rule_of_finding))]
+    for (scale, numerics, finding), g in mine.groupby(["scale", "numerics", "finding"], sort=True):
+        g = g.sort_values("workers")
+        failing = g.loc[g["holds_holm"] != "yes", "workers"]
+        stops_at = failing.iloc[0] if len(failing) else math.nan
+        held = g.loc[g["workers"] < stops_at, "workers"] if len(failing) else g["workers"]
+        rows.append({"scale": scale, "numerics": numerics, "rule": rule_of_finding[finding],
+                     "reach": int(held.max()) if len(held) else 0, "stops_at": stops_at})
+    return pd.DataFrame(rows, columns=["scale", "numerics", "rule", "reach", "stops_at"])
+
+
+def reach_lines(verdicts: pd.DataFrame) -> list[str]:
+    """The reach in words, a line a scale and numerics."""
+    lines = []
+    for (scale, numerics), g in rule_reach(verdicts).groupby(["scale", "numerics"], sort=True):
+        said = "; ".join(f"{RULE_WORDS[r.rule]}: " + (f"up to {r.reach} workers" if r.reach else
+                                                      f"none (not at {r.stops_at:g} workers, its smallest)")
+                         for r in g.itertuples())
+        lines.append(f"Each rule's reach ({scale} scale, {numerics}; the largest W up to which every row holds after "
+                     f"Holm's correction, as declared): {said}.")
+    return lines
+
+
 def _nats(x) -> str:
     return "" if pd.isna(x) else f"{float(x):+.3f}"
 
@@ -221,6 +253,7 @@ def loss_notes(inputs, shown: pd.DataFrame) -> list[str]:
         f"The verdicts (each rule against the baseline, {MARGINS['local']} nats, Holm's correction over each rule's "
         "rows) are in orderings.md, beside the thesis's findings.",
         *rate_check_lines(inputs.df),
+        *reach_lines(inputs.verdicts),
     ]
 
 
@@ -230,4 +263,4 @@ TABLES = (
           loss_notes),
 )
 FIGURES = (Figure("exp15_final_loss", "", (EXPERIMENT,), final_loss_figure),)
-EXPORTS = ("loss_table", "rate_check")
+EXPORTS = ("loss_table", "rate_check", "rule_reach")
