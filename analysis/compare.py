@@ -44,7 +44,7 @@ def run_value(run_dir: Path, kind: str) -> float:
     runs = df[df["kind"] == "run"]
     if runs.empty or runs["status"].iloc[0] not in ("completed", "diverged"):
         return math.nan
-    tokens = reader.is_token_run(run_dir)
+    tokens = reader.is_token_config(raw["config"].iloc[0])
     if kind == "throughput":  # a run with no throughput rows (a quality run) has no such column: NaN
         column = "tokens_per_s" if tokens else "steady_images_per_s"
         bench = df.loc[df["kind"] == "bench"].reindex(columns=[column])[column].dropna()

@@ -57,9 +57,14 @@ def read_config(run_dir: str | Path) -> dict | None:
 
 
 def is_token_run(run_dir: str | Path) -> bool:
-    """The run's config names a language model (a plug-in declares the tokens a sample holds, workloads/): its
-    results are read in tokens/s and validation loss, not images/s and top-1."""
-    return workloads.has_tokens(_section(read_config(run_dir) or {}, "model").get("name"))
+    """The run's config names a language model: is_token_config of its config.json."""
+    return is_token_config(read_config(run_dir) or {})
+
+
+def is_token_config(config: dict) -> bool:
+    """A config (config.json's) names a language model (a plug-in declares the tokens a sample holds, workloads/):
+    its runs' results are read in tokens/s and validation loss, not images/s and top-1."""
+    return workloads.has_tokens(_section(config, "model").get("name"))
 
 
 def read_manifest(run_dir: str | Path) -> dict | None:

@@ -110,7 +110,8 @@ def drive(waiting: list, active: list[Active], jobs: int, progress: Progress, ha
                 if record and record != run.seen:  # side by side on a terminal, the newest epoch of any run
                     run.seen = record
                     progress.show(run.index, label, f"epoch {record['epoch'] + 1}/{run.plan.cfg.train.epochs}, "
-                                                    f"{epoch_words(record, run.plan.cfg.model.name)}; {run_time(run, clock, now)}; "
+                                                    f"{epoch_words(record, run.plan.cfg.model.name)}; "
+                                                    f"{run_time(run, clock, now)}; "
                                                     f"{study_time(active, waiting, clock, now)}",
                                   final=not progress.tty)
                 continue
